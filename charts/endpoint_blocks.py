@@ -1,0 +1,124 @@
+"""Blocks shared by InferenceEndpointConfig and JumpStartModel: TLS, DNS, load balancer, metrics,
+tags, and the ``replicas``/``autoScalingSpec``/``dataCapture`` rules both kinds obey."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from charts._spec_fields import SpecBlock, crd_field
+from constructs_lib.validation import Problems, join_path
+
+ACM_ARN_PATTERN = r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$"
+DOMAIN_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+TLS_OUTPUT_S3_URI_PATTERN = r"^s3://([^/]+)/?(.*)$"
+HOSTED_ZONE_ID_PATTERN = r"^Z[A-Z0-9]+$"
+# The CRD's endpoint-name pattern; "" means "no SageMaker endpoint".
+SAGEMAKER_NAME_PATTERN = r"^$|^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+IAM_ROLE_ARN_PATTERN = r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$"
+INSTANCE_TYPE_PATTERN = r"^ml\..*"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CustomCertificateConfig(SpecBlock):
+    """An ACM certificate the operator attaches to the ALB; both fields go together."""
+
+    acm_arn: str | None = crd_field(default=None, code="Tls.AcmArnInvalid", pattern=ACM_ARN_PATTERN)
+    domain_name: str | None = crd_field(
+        default=None,
+        code="Tls.DomainNameInvalid",
+        pattern=DOMAIN_NAME_PATTERN,
+        max_length=253,
+        hint="a concrete lowercase name on the certificate; for a wildcard certificate give the subdomain",
+    )
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        if (self.acm_arn is None) != (self.domain_name is None):
+            problems.add(
+                "Tls.CertificateIncomplete",
+                path,
+                "acmArn and domainName must be given together (the domain must be a name on the certificate)",
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TlsConfig(SpecBlock):
+    custom_certificate_config: CustomCertificateConfig | None = None
+    tls_certificate_output_s3_uri: str | None = crd_field(
+        default=None, code="Tls.OutputS3UriInvalid", pattern=TLS_OUTPUT_S3_URI_PATTERN
+    )
+
+    @classmethod
+    def with_certificate(
+        cls, *, acm_arn: str, domain_name: str, output_s3_uri: str | None = None
+    ) -> TlsConfig:
+        return cls(
+            custom_certificate_config=CustomCertificateConfig(acm_arn=acm_arn, domain_name=domain_name),
+            tls_certificate_output_s3_uri=output_s3_uri,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DnsConfig(SpecBlock):
+    """Route 53 record managed by the operator, named after the certificate's domain."""
+
+    hosted_zone_id: str = crd_field(code="Dns.HostedZoneIdInvalid", pattern=HOSTED_ZONE_ID_PATTERN)
+
+
+class RoutingAlgorithm(enum.StrEnum):
+    LEAST_OUTSTANDING_REQUESTS = "least_outstanding_requests"
+    ROUND_ROBIN = "round_robin"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoadBalancerConfig(SpecBlock):
+    health_check_path: str | None = crd_field(
+        default=None, code="LoadBalancer.HealthCheckPathInvalid", pattern=r"^/.*"
+    )
+    routing_algorithm: RoutingAlgorithm | None = crd_field(
+        default=None, code="LoadBalancer.RoutingAlgorithmInvalid", allowed=RoutingAlgorithm
+    )
+    idle_timeout_seconds: int | None = crd_field(
+        default=None, code="LoadBalancer.IdleTimeoutOutOfRange", minimum=1, maximum=4000
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelMetrics(SpecBlock):
+    path: str | None = crd_field(default=None, code="Metrics.PathInvalid", pattern=r"^/[a-zA-Z0-9\-_.\/]*$")
+    port: int | None = crd_field(default=None, code="Metrics.PortOutOfRange", minimum=1024, maximum=65535)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MetricsConfig(SpecBlock):
+    enabled: bool | None = None
+    metrics_scrape_interval_seconds: int | None = crd_field(
+        default=None, code="Metrics.ScrapeIntervalOutOfRange", minimum=5, maximum=300
+    )
+    model_metrics: ModelMetrics | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NameValue(SpecBlock):
+    """A ``{name, value}`` pair: IEC ``tags`` and JumpStartModel ``environmentVariables``."""
+
+    name: str
+    value: str
+
+
+def check_dns_needs_certificate(
+    dns_config: DnsConfig | None, tls_config: TlsConfig | None, path: str, problems: Problems
+) -> None:
+    """The CRD's prose rule: "dnsConfig ... Requires tlsConfig.customCertificateConfig to be set"."""
+    has_certificate = tls_config is not None and tls_config.custom_certificate_config is not None
+    if dns_config is not None and not has_certificate:
+        problems.add(
+            "Dns.NeedsCustomCertificate",
+            join_path(path, "dnsConfig"),
+            "Route 53 records are named after the custom certificate's domain: set "
+            "tlsConfig.customCertificateConfig (acmArn and domainName) or remove dnsConfig",
+        )
+
+
+def tls_output_uri(tls_config: TlsConfig | None) -> str | None:
+    return tls_config.tls_certificate_output_s3_uri if tls_config is not None else None

@@ -1,0 +1,246 @@
+"""``InferenceEndpointConfig`` (``inference.sagemaker.aws.amazon.com/v1``): a model server the
+HyperPod Inference Operator deploys from a container image and a model source."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from charts._spec_fields import SpecBlock, crd_field, deep_merge
+from charts.capture import DataCapture
+from charts.endpoint_blocks import (
+    INSTANCE_TYPE_PATTERN,
+    SAGEMAKER_NAME_PATTERN,
+    DnsConfig,
+    LoadBalancerConfig,
+    MetricsConfig,
+    NameValue,
+    TlsConfig,
+    check_dns_needs_certificate,
+    tls_output_uri,
+)
+from charts.model_source import ModelSourceConfig, ModelSourceType
+from charts.nvme_cache import NvmeModelCache
+from constructs_lib.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
+
+API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
+DEFAULT_MODEL_MOUNT_PATH = "/opt/ml/model"
+# A tag or a digest, so the server cannot change under a running deployment.
+PINNED_IMAGE_PATTERN = r"^[^\s@]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
+# The CRD's modelName pattern has no trailing "$": names such as "Qwen2.5-VL-7B-Instruct" pass.
+MODEL_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
+
+
+class PortName(enum.StrEnum):
+    HTTP = "http"
+    GRPC = "grpc"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvironmentVariable(SpecBlock):
+    name: str
+    value: str | None = None
+    value_from: Mapping[str, Any] | None = None  # core/v1 EnvVarSource, e.g. a secretKeyRef
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelInvocationPort(SpecBlock):
+    container_port: int = crd_field(code="Worker.ContainerPortOutOfRange", minimum=1, maximum=65535)
+    name: PortName | None = crd_field(default=None, code="Worker.PortNameInvalid", allowed=PortName)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelVolumeMount(SpecBlock):
+    name: str
+    mount_path: str = DEFAULT_MODEL_MOUNT_PATH
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerProbes(SpecBlock):
+    """core/v1 Probe mappings, passed through as written (checked against the CRD in tests)."""
+
+    liveness_probe: Mapping[str, Any] | None = None
+    readiness_probe: Mapping[str, Any] | None = None
+    startup_probe: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Worker(SpecBlock):
+    image: str = crd_field(
+        code="Worker.ImageNotPinned", pattern=PINNED_IMAGE_PATTERN, hint="pin a version tag or a digest"
+    )
+    model_invocation_port: ModelInvocationPort
+    model_volume_mount: ModelVolumeMount
+    resources: Mapping[str, Any]  # core/v1 ResourceRequirements, e.g. {"limits": {"nvidia.com/gpu": "1"}}
+    args: tuple[str, ...] | None = None
+    command: tuple[str, ...] | None = None
+    environment_variables: tuple[EnvironmentVariable, ...] | None = None
+    probes: WorkerProbes | None = None
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        if self.image.endswith(":latest"):
+            problems.add("Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KubernetesCustomization(SpecBlock):
+    """``spec.kubernetes``: the pod's identity, extra init containers and volumes."""
+
+    service_account_name: str | None = crd_field(
+        default=None,
+        code="Kubernetes.ServiceAccountNameInvalid",
+        pattern=DNS1123_SUBDOMAIN.pattern,
+        max_length=253,
+    )
+    init_containers: tuple[Mapping[str, Any], ...] | None = None  # core/v1 Container
+    volumes: tuple[Mapping[str, Any], ...] | None = None  # core/v1 Volume
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferenceEndpointSpec(SpecBlock):
+    """The typed part of ``spec``; everything else goes through ``extra_spec`` or a JsonPatch."""
+
+    model_name: str = crd_field(
+        code="InferenceEndpoint.ModelNameInvalid", pattern=MODEL_NAME_PATTERN, max_length=63
+    )
+    model_source_config: ModelSourceConfig
+    worker: Worker
+    endpoint_name: str | None = crd_field(
+        default=None, code="InferenceEndpoint.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63
+    )
+    instance_type: str | None = crd_field(
+        default=None, code="InferenceEndpoint.InstanceTypeInvalid", pattern=INSTANCE_TYPE_PATTERN
+    )
+    instance_types: tuple[str, ...] | None = crd_field(
+        default=None, code="InferenceEndpoint.InstanceTypeInvalid", item_pattern=INSTANCE_TYPE_PATTERN, min_items=1
+    )
+    node_affinity: Mapping[str, Any] | None = None  # core/v1 NodeAffinity
+    replicas: int | None = crd_field(default=None, code="InferenceEndpoint.ReplicasOutOfRange", minimum=0)
+    invocation_endpoint: str | None = None
+    kubernetes: KubernetesCustomization | None = None
+    data_capture: DataCapture | None = None
+    tls_config: TlsConfig | None = None
+    dns_config: DnsConfig | None = None
+    load_balancer: LoadBalancerConfig | None = None
+    metrics: MetricsConfig | None = None
+    # KEDA-style autoscaling (cloudWatchTrigger, prometheusTrigger, ...), passed through as written
+    # and checked against the CRD schema in tests: the shape is large and the operator owns it.
+    auto_scaling_spec: Mapping[str, Any] | None = None
+    tags: tuple[NameValue, ...] | None = None
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        placements = [self.instance_type, self.instance_types, self.node_affinity]
+        if sum(placement is not None for placement in placements) != 1:
+            problems.add(
+                "InferenceEndpoint.PlacementNotExactlyOne",
+                path,
+                "give exactly one of instanceType, instanceTypes or nodeAffinity (they are mutually exclusive)",
+            )
+        check_dns_needs_certificate(self.dns_config, self.tls_config, path, problems)
+        if self.data_capture is not None:
+            self.data_capture.check_destinations(
+                join_path(path, "dataCapture"),
+                problems,
+                has_endpoint_name=bool(self.endpoint_name),
+                tls_output_s3_uri=tls_output_uri(self.tls_config),
+            )
+        if self.model_source_config.model_source_type == ModelSourceType.KUBERNETES_VOLUME:
+            self._check_model_volume_declared(path, problems)
+
+    def _check_model_volume_declared(self, path: str, problems: Problems) -> None:
+        volumes = self.kubernetes.volumes if self.kubernetes is not None else None
+        names = {volume.get("name") for volume in volumes or ()}
+        wanted = self.worker.model_volume_mount.name
+        if wanted not in names:
+            problems.add(
+                "ModelSource.VolumeNotDeclared",
+                join_path(path, "worker.modelVolumeMount.name"),
+                "with modelSourceType kubernetesVolume the mount must name a volume in kubernetes.volumes "
+                f"(declared: {', '.join(sorted(str(n) for n in names)) or 'none'})",
+                wanted,
+            )
+
+    @property
+    def service_account_name(self) -> str | None:
+        return self.kubernetes.service_account_name if self.kubernetes is not None else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferenceEndpointConfig(SpecBlock):
+    """One ``InferenceEndpointConfig`` custom resource.
+
+    ``nvme_cache`` turns the spec into a ``kubernetesVolume`` source on node-local NVMe with an S3
+    fallback (see :mod:`charts.nvme_cache`); the spec must then name a service account.
+    ``extra_spec`` is deep-merged into the emitted spec (extra wins, lists are replaced) for CRD
+    fields this class does not type (``kvCacheSpec``, ``pdSpec``, ``modelCacheConfig``, ...).
+    """
+
+    KIND: ClassVar[str] = "InferenceEndpointConfig"
+
+    name: str = crd_field(
+        code="InferenceEndpoint.NameInvalid",
+        pattern=DNS1123_LABEL.pattern,
+        max_length=63,
+        hint="a DNS-1123 label (lowercase letters, digits, '-'); the operator names pods and services after it",
+    )
+    spec: InferenceEndpointSpec
+    nvme_cache: NvmeModelCache | None = None
+    extra_spec: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str, problems: Problems) -> InferenceEndpointConfig | None:
+        """Parse and validate one ``models:`` entry of kind InferenceEndpointConfig."""
+        parsed = super().from_dict(data, path, problems)
+        if parsed is not None:
+            parsed.validate(path, problems)
+        return parsed
+
+    def effective_spec(self) -> InferenceEndpointSpec:
+        """The spec with the NVMe cache (if any) expanded into volume, init container and mount."""
+        if self.nvme_cache is None:
+            return self.spec
+        kubernetes = self.spec.kubernetes or KubernetesCustomization()
+        kubernetes = dataclasses.replace(
+            kubernetes,
+            volumes=(*(kubernetes.volumes or ()), self.nvme_cache.volume()),
+            init_containers=(*(kubernetes.init_containers or ()), self.nvme_cache.init_container()),
+        )
+        mount = ModelVolumeMount(
+            name=self.nvme_cache.volume_name, mount_path=self.spec.worker.model_volume_mount.mount_path
+        )
+        return dataclasses.replace(
+            self.spec,
+            model_source_config=ModelSourceConfig.kubernetes_volume(),
+            kubernetes=kubernetes,
+            worker=dataclasses.replace(self.spec.worker, model_volume_mount=mount),
+        )
+
+    def validate(self, path: str, problems: Problems) -> None:
+        # Validate what will be emitted, so rules see the NVMe volume the cache adds.
+        expanded = dataclasses.replace(self, spec=self.effective_spec())
+        SpecBlock.validate(expanded, path, problems)
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        if self.nvme_cache is not None and self.spec.service_account_name is None:
+            problems.add(
+                "NvmeCache.ServiceAccountMissing",
+                join_path(path, "spec.kubernetes.serviceAccountName"),
+                "the S3 fallback runs under the workload's own IRSA role: name the workload's service account",
+            )
+
+    @property
+    def service_account_name(self) -> str | None:
+        return self.spec.service_account_name
+
+    def manifest(self, *, namespace: str) -> dict[str, Any]:
+        spec = self.effective_spec().to_dict()
+        if self.extra_spec:
+            spec = deep_merge(spec, self.extra_spec)
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.KIND,
+            "metadata": {"name": self.name, "namespace": namespace},
+            "spec": spec,
+        }

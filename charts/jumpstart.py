@@ -1,0 +1,135 @@
+"""``JumpStartModel`` (``inference.sagemaker.aws.amazon.com/v1``): a SageMaker JumpStart model the
+HyperPod Inference Operator deploys by model id, with the image and settings JumpStart chooses."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from charts._spec_fields import SpecBlock, crd_field, deep_merge
+from charts.capture import DataCapture
+from charts.endpoint_blocks import (
+    IAM_ROLE_ARN_PATTERN,
+    INSTANCE_TYPE_PATTERN,
+    SAGEMAKER_NAME_PATTERN,
+    DnsConfig,
+    LoadBalancerConfig,
+    MetricsConfig,
+    NameValue,
+    TlsConfig,
+    check_dns_needs_certificate,
+    tls_output_uri,
+)
+from charts.inference_endpoint import API_VERSION
+from constructs_lib.validation import DNS1123_LABEL, Problems, join_path
+
+_JUMPSTART_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+
+
+def _role_arn(code: str) -> Any:
+    return crd_field(default=None, code=code, pattern=IAM_ROLE_ARN_PATTERN, max_length=2048)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JumpStartModelRef(SpecBlock):
+    """``spec.model``: which JumpStart model, which version, from which hub."""
+
+    model_id: str = crd_field(code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63)
+    accept_eula: bool = False
+    model_version: str | None = crd_field(
+        default=None,
+        code="JumpStartModel.ModelVersionInvalid",
+        # The CRD's dots are unescaped; we require real dots, which the CRD pattern also accepts.
+        pattern=r"^\d{1,4}\.\d{1,4}\.\d{1,4}$",
+        hint="a version such as 1.2.3",
+    )
+    model_hub_name: str | None = crd_field(
+        default=None, code="JumpStartModel.ModelHubNameInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63
+    )
+    gated_model_download_role: str | None = _role_arn("JumpStartModel.RoleArnInvalid")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JumpStartServer(SpecBlock):
+    instance_type: str = crd_field(code="JumpStartModel.InstanceTypeInvalid", pattern=INSTANCE_TYPE_PATTERN)
+    execution_role: str | None = _role_arn("JumpStartModel.RoleArnInvalid")
+    accelerator_partition_type: str | None = crd_field(
+        default=None, code="JumpStartModel.AcceleratorPartitionInvalid", pattern=r"^mig-.*$"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SageMakerEndpoint(SpecBlock):
+    name: str = crd_field(
+        code="JumpStartModel.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JumpStartModelSpec(SpecBlock):
+    model: JumpStartModelRef
+    server: JumpStartServer
+    sage_maker_endpoint: SageMakerEndpoint | None = None
+    environment_variables: tuple[NameValue, ...] | None = crd_field(
+        default=None, code="JumpStartModel.TooManyEnvironmentVariables", max_items=100
+    )
+    replicas: int | None = crd_field(default=None, code="JumpStartModel.ReplicasOutOfRange", minimum=0)
+    data_capture: DataCapture | None = None
+    tls_config: TlsConfig | None = None
+    dns_config: DnsConfig | None = None
+    load_balancer: LoadBalancerConfig | None = None
+    metrics: MetricsConfig | None = None
+    auto_scaling_spec: Mapping[str, Any] | None = None  # as on InferenceEndpointSpec
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        check_dns_needs_certificate(self.dns_config, self.tls_config, path, problems)
+        if self.data_capture is not None:
+            self.data_capture.check_destinations(
+                join_path(path, "dataCapture"),
+                problems,
+                has_endpoint_name=bool(self.sage_maker_endpoint and self.sage_maker_endpoint.name),
+                tls_output_s3_uri=tls_output_uri(self.tls_config),
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JumpStartModel(SpecBlock):
+    """One ``JumpStartModel`` custom resource; ``extra_spec`` as on InferenceEndpointConfig.
+
+    A JumpStartModel has no ``spec.kubernetes``, so it cannot take a custom service account.
+    """
+
+    KIND: ClassVar[str] = "JumpStartModel"
+
+    name: str = crd_field(
+        code="JumpStartModel.NameInvalid",
+        pattern=DNS1123_LABEL.pattern,
+        max_length=63,
+        hint="a DNS-1123 label (lowercase letters, digits, '-')",
+    )
+    spec: JumpStartModelSpec
+    extra_spec: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str, problems: Problems) -> JumpStartModel | None:
+        """Parse and validate one ``models:`` entry of kind JumpStartModel."""
+        parsed = super().from_dict(data, path, problems)
+        if parsed is not None:
+            parsed.validate(path, problems)
+        return parsed
+
+    @property
+    def service_account_name(self) -> None:
+        return None
+
+    def manifest(self, *, namespace: str) -> dict[str, Any]:
+        spec = self.spec.to_dict()
+        if self.extra_spec:
+            spec = deep_merge(spec, self.extra_spec)
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.KIND,
+            "metadata": {"name": self.name, "namespace": namespace},
+            "spec": spec,
+        }
