@@ -128,7 +128,9 @@ class DataCapture(SpecBlock):
     load_balancer: LoadBalancerCapture | None = None
     model_pod: ModelPodCapture | None = None
 
-    def with_destination(self, *, bucket_name: str, prefix: str = "", kms_key_arn: str | None = None) -> DataCapture:
+    def with_destination(
+        self, *, bucket_name: str, prefix: str = "", kms_key_arn: str | None = None
+    ) -> DataCapture:
         """The same policy writing to ``s3://bucket_name/prefix``, encrypted with ``kms_key_arn``.
 
         The key goes to Tier 1 and Tier 3 (Tier 2 is ALB access logs, which S3 encrypts with the

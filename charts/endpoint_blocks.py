@@ -75,7 +75,7 @@ class LoadBalancerConfig(SpecBlock):
     health_check_path: str | None = crd_field(
         default=None, code="LoadBalancer.HealthCheckPathInvalid", pattern=r"^/.*"
     )
-    routing_algorithm: RoutingAlgorithm | None = crd_field(
+    routing_algorithm: RoutingAlgorithm | None = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
         default=None, code="LoadBalancer.RoutingAlgorithmInvalid", allowed=RoutingAlgorithm
     )
     idle_timeout_seconds: int | None = crd_field(

@@ -22,7 +22,7 @@ from charts.endpoint_blocks import (
     tls_output_uri,
 )
 from charts.model_source import ModelSourceConfig, ModelSourceType
-from charts.nvme_cache import NvmeModelCache
+from charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
 from constructs_lib.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
@@ -48,7 +48,9 @@ class EnvironmentVariable(SpecBlock):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelInvocationPort(SpecBlock):
     container_port: int = crd_field(code="Worker.ContainerPortOutOfRange", minimum=1, maximum=65535)
-    name: PortName | None = crd_field(default=None, code="Worker.PortNameInvalid", allowed=PortName)
+    name: PortName | None = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+        default=None, code="Worker.PortNameInvalid", allowed=PortName
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,7 +83,9 @@ class Worker(SpecBlock):
 
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image.endswith(":latest"):
-            problems.add("Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
+            problems.add(
+                "Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,13 +112,19 @@ class InferenceEndpointSpec(SpecBlock):
     model_source_config: ModelSourceConfig
     worker: Worker
     endpoint_name: str | None = crd_field(
-        default=None, code="InferenceEndpoint.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63
+        default=None,
+        code="InferenceEndpoint.EndpointNameInvalid",
+        pattern=SAGEMAKER_NAME_PATTERN,
+        max_length=63,
     )
     instance_type: str | None = crd_field(
         default=None, code="InferenceEndpoint.InstanceTypeInvalid", pattern=INSTANCE_TYPE_PATTERN
     )
     instance_types: tuple[str, ...] | None = crd_field(
-        default=None, code="InferenceEndpoint.InstanceTypeInvalid", item_pattern=INSTANCE_TYPE_PATTERN, min_items=1
+        default=None,
+        code="InferenceEndpoint.InstanceTypeInvalid",
+        item_pattern=INSTANCE_TYPE_PATTERN,
+        min_items=1,
     )
     node_affinity: Mapping[str, Any] | None = None  # core/v1 NodeAffinity
     replicas: int | None = crd_field(default=None, code="InferenceEndpoint.ReplicasOutOfRange", minimum=0)
@@ -136,7 +146,7 @@ class InferenceEndpointSpec(SpecBlock):
             problems.add(
                 "InferenceEndpoint.PlacementNotExactlyOne",
                 path,
-                "give exactly one of instanceType, instanceTypes or nodeAffinity (they are mutually exclusive)",
+                "give exactly one of instanceType, instanceTypes or nodeAffinity (mutually exclusive)",
             )
         check_dns_needs_certificate(self.dns_config, self.tls_config, path, problems)
         if self.data_capture is not None:
@@ -183,7 +193,7 @@ class InferenceEndpointConfig(SpecBlock):
         code="InferenceEndpoint.NameInvalid",
         pattern=DNS1123_LABEL.pattern,
         max_length=63,
-        hint="a DNS-1123 label (lowercase letters, digits, '-'); the operator names pods and services after it",
+        hint="a DNS-1123 label (lowercase letters, digits, '-'); the operator names objects after it",
     )
     spec: InferenceEndpointSpec
     nvme_cache: NvmeModelCache | None = None
@@ -204,7 +214,7 @@ class InferenceEndpointConfig(SpecBlock):
         kubernetes = self.spec.kubernetes or KubernetesCustomization()
         kubernetes = dataclasses.replace(
             kubernetes,
-            volumes=(*(kubernetes.volumes or ()), self.nvme_cache.volume()),
+            volumes=(*(kubernetes.volumes or ()), self.nvme_cache.volume(HYPERPOD_NVME_ROOT)),
             init_containers=(*(kubernetes.init_containers or ()), self.nvme_cache.init_container()),
         )
         mount = ModelVolumeMount(
@@ -227,7 +237,7 @@ class InferenceEndpointConfig(SpecBlock):
             problems.add(
                 "NvmeCache.ServiceAccountMissing",
                 join_path(path, "spec.kubernetes.serviceAccountName"),
-                "the S3 fallback runs under the workload's own IRSA role: name the workload's service account",
+                "the S3 fallback runs under the workload's own IRSA role: name its service account",
             )
 
     @property

@@ -35,7 +35,9 @@ def _role_arn(code: str) -> Any:
 class JumpStartModelRef(SpecBlock):
     """``spec.model``: which JumpStart model, which version, from which hub."""
 
-    model_id: str = crd_field(code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63)
+    model_id: str = crd_field(
+        code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63
+    )
     accept_eula: bool = False
     model_version: str | None = crd_field(
         default=None,
@@ -45,7 +47,10 @@ class JumpStartModelRef(SpecBlock):
         hint="a version such as 1.2.3",
     )
     model_hub_name: str | None = crd_field(
-        default=None, code="JumpStartModel.ModelHubNameInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63
+        default=None,
+        code="JumpStartModel.ModelHubNameInvalid",
+        pattern=_JUMPSTART_NAME_PATTERN,
+        max_length=63,
     )
     gated_model_download_role: str | None = _role_arn("JumpStartModel.RoleArnInvalid")
 

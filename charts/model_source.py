@@ -92,7 +92,9 @@ class HuggingFaceModel(SpecBlock):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSourceConfig(SpecBlock):
-    model_source_type: ModelSourceType = crd_field(code="ModelSource.TypeInvalid", allowed=ModelSourceType)
+    model_source_type: ModelSourceType = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+        code="ModelSource.TypeInvalid", allowed=ModelSourceType
+    )
     s3_storage: S3Storage | None = None
     fsx_storage: FsxStorage | None = None
     hugging_face_model: HuggingFaceModel | None = None
@@ -155,7 +157,11 @@ class ModelSourceConfig(SpecBlock):
         if self.model_source_type in required_block:
             key, block, code = required_block[self.model_source_type]
             if block is None:
-                problems.add(code, join_path(path, key), f"is required when modelSourceType is {self.model_source_type}")
+                problems.add(
+                    code,
+                    join_path(path, key),
+                    f"is required when modelSourceType is {self.model_source_type}",
+                )
         given = {
             "s3Storage": self.s3_storage,
             "fsxStorage": self.fsx_storage,

@@ -18,7 +18,7 @@ import posixpath
 from typing import Any
 
 from charts._spec_fields import SpecBlock, crd_field
-from constructs_lib.validation import DNS1123_LABEL, Problems
+from constructs_lib.validation import DNS1123_LABEL, Problems, join_path
 
 # Pinned: a moving tag would change what runs with the workload's S3 credentials.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
@@ -50,10 +50,13 @@ class NvmeModelCache(SpecBlock):
     source_s3_uri: str = crd_field(
         code="NvmeCache.SourceS3UriInvalid", pattern=_WEIGHTS_S3_URI_PATTERN, hint="s3://bucket/prefix"
     )
-    host_root: str = crd_field(
-        default=HYPERPOD_NVME_ROOT, code="NvmeCache.HostRootInvalid", pattern=r"^/[^\s]*[^/\s]$"
+    # None: the chart's default (HyperPod: HYPERPOD_NVME_ROOT, portable: EKS_AL2023_NVME_ROOT).
+    host_root: str | None = crd_field(
+        default=None, code="NvmeCache.HostRootInvalid", pattern=r"^/[^\s]*[^/\s]$"
     )
-    volume_name: str = crd_field(default="model-weights", code="NvmeCache.VolumeNameInvalid", pattern=DNS1123_LABEL.pattern)
+    volume_name: str = crd_field(
+        default="model-weights", code="NvmeCache.VolumeNameInvalid", pattern=DNS1123_LABEL.pattern
+    )
     aws_cli_image: str = crd_field(
         default=AWS_CLI_IMAGE,
         code="NvmeCache.ImageNotPinned",
@@ -65,18 +68,18 @@ class NvmeModelCache(SpecBlock):
         if self.aws_cli_image.endswith(":latest"):
             problems.add(
                 "NvmeCache.ImageNotPinned",
-                f"{path}.awsCliImage",
+                join_path(path, "awsCliImage"),
                 "must name a version tag or digest, not :latest",
                 self.aws_cli_image,
             )
 
-    @property
-    def host_path(self) -> str:
-        return posixpath.join(self.host_root, self.model_key)
+    def host_path(self, default_root: str) -> str:
+        return posixpath.join(self.host_root or default_root, self.model_key)
 
-    def volume(self) -> dict[str, Any]:
+    def volume(self, default_root: str) -> dict[str, Any]:
         """core/v1 Volume; DirectoryOrCreate so the first pod on a node can fill it."""
-        return {"name": self.volume_name, "hostPath": {"path": self.host_path, "type": "DirectoryOrCreate"}}
+        host_path = {"path": self.host_path(default_root), "type": "DirectoryOrCreate"}
+        return {"name": self.volume_name, "hostPath": host_path}
 
     def init_container(self) -> dict[str, Any]:
         """core/v1 Container that makes the NVMe copy complete before the model server starts."""
