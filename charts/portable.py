@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import hashlib
 from collections.abc import Mapping
+from typing import Any
 
 import cdk8s
 import cdk8s_plus_34 as kplus
