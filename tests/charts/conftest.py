@@ -1,0 +1,79 @@
+"""Synthesize each chart once per session; the schema and snapshot tests share the output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+import yaml
+
+from charts import InferenceChart, PortableModelServerChart, parse_models
+from constructs_lib.validation import Problems
+from tests.charts import samples
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "crds"
+
+
+@pytest.fixture(scope="session")
+def inference_chart() -> InferenceChart:
+    problems = Problems()
+    models = parse_models(samples.model_entries(), problems=problems, custom_service_accounts_enabled=True)
+    problems.raise_if_any()
+    return InferenceChart(
+        cdk8s.Testing.app(),
+        "inference",
+        namespace=samples.NAMESPACE,
+        models=models,
+        service_accounts=samples.SERVICE_ACCOUNTS,
+        custom_service_accounts_enabled=True,
+        create_namespace=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def inference_manifests(inference_chart: InferenceChart) -> list[dict[str, Any]]:
+    return cdk8s.Testing.synth(inference_chart)
+
+
+@pytest.fixture(scope="session")
+def portable_charts() -> dict[str, PortableModelServerChart]:
+    """One chart per runtime; vLLM with capture and a hostname, the others without."""
+    app = cdk8s.Testing.app()
+    return {
+        "vllm": PortableModelServerChart(
+            app,
+            "portable-vllm",
+            namespace=samples.NAMESPACE,
+            cluster_name=samples.CLUSTER_NAME,
+            server=samples.portable_server(),
+            create_namespace=True,
+        ),
+        "tgi": PortableModelServerChart(
+            app,
+            "portable-tgi",
+            namespace=samples.NAMESPACE,
+            cluster_name=samples.CLUSTER_NAME,
+            server=samples.portable_server(name="mistral-7b", runtime="tgi", data_capture=None, hostname=None),
+        ),
+        "sglang": PortableModelServerChart(
+            app,
+            "portable-sglang",
+            namespace=samples.NAMESPACE,
+            cluster_name=samples.CLUSTER_NAME,
+            server=samples.portable_server(name="llama-8b", runtime="sglang", data_capture=None, node_labels=None),
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def portable_manifests(portable_charts: dict[str, PortableModelServerChart]) -> dict[str, list[dict[str, Any]]]:
+    return {runtime: cdk8s.Testing.synth(chart) for runtime, chart in portable_charts.items()}
+
+
+def load_crd_schema(plural: str) -> dict[str, Any]:
+    """``openAPIV3Schema`` of version v1 (the Helm ``{{ }}`` strings are quoted, so YAML parses)."""
+    crd = yaml.safe_load((CRD_DIR / f"inference.sagemaker.aws.amazon.com_{plural}.yaml").read_text())
+    (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
+    return v1["schema"]["openAPIV3Schema"]
