@@ -1,0 +1,240 @@
+"""Application Load Balancer access logs (tier 2 `alb/`).
+
+Fields are space-separated, some quoted; AWS appends new fields at the end and says to ignore
+the ones a reader does not know, so fields are mapped by position and extras are only counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+
+from capture_core.records import ChunkContext, ParsedChunk, RejectedLine, constant_column, fill_missing_times
+from capture_core.redaction import Redactor
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+# Documented fields in log order (1-29 from the ALB guide, 30 from the Athena DDL, 31-33 from
+# the 2025 request transforms); the first 29 are required, later ones are null when absent.
+ALB_FIELDS = (
+    "type", "time", "elb", "client:port", "target:port",
+    "request_processing_time", "target_processing_time", "response_processing_time",
+    "elb_status_code", "target_status_code", "received_bytes", "sent_bytes",
+    "request", "user_agent", "ssl_cipher", "ssl_protocol", "target_group_arn", "trace_id",
+    "domain_name", "chosen_cert_arn", "matched_rule_priority", "request_creation_time",
+    "actions_executed", "redirect_url", "error_reason", "target:port_list", "target_status_code_list",
+    "classification", "classification_reason",
+    "conn_trace_id", "transformed_host", "transformed_uri", "request_transform_status",
+)  # fmt: skip
+REQUIRED_FIELD_COUNT = 29
+
+CURATED_SCHEMA = pa.schema(
+    [
+        ("type", pa.string()),
+        ("time", TIMESTAMP),
+        ("time_source", pa.string()),
+        ("elb", pa.string()),
+        ("client_ip", pa.string()),
+        ("client_port", pa.int32()),
+        ("target_ip", pa.string()),
+        ("target_port", pa.int32()),
+        ("request_processing_time", pa.float64()),
+        ("target_processing_time", pa.float64()),
+        ("response_processing_time", pa.float64()),
+        ("elb_status_code", pa.int32()),
+        ("target_status_code", pa.int32()),
+        ("received_bytes", pa.int64()),
+        ("sent_bytes", pa.int64()),
+        ("request_verb", pa.string()),
+        ("request_url", pa.string()),
+        ("request_proto", pa.string()),
+        ("request_host", pa.string()),
+        ("request_port", pa.int32()),
+        ("request_path", pa.string()),
+        ("request_query", pa.string()),
+        ("user_agent", pa.string()),
+        ("ssl_cipher", pa.string()),
+        ("ssl_protocol", pa.string()),
+        ("target_group_arn", pa.string()),
+        ("trace_id", pa.string()),
+        ("domain_name", pa.string()),
+        ("chosen_cert_arn", pa.string()),
+        ("matched_rule_priority", pa.int32()),
+        ("request_creation_time", TIMESTAMP),
+        ("actions_executed", pa.string()),
+        ("redirect_url", pa.string()),
+        ("error_reason", pa.string()),
+        ("target_port_list", pa.string()),
+        ("target_status_code_list", pa.string()),
+        ("classification", pa.string()),
+        ("classification_reason", pa.string()),
+        ("conn_trace_id", pa.string()),
+        ("transformed_host", pa.string()),
+        ("transformed_uri", pa.string()),
+        ("request_transform_status", pa.string()),
+        ("source_key", pa.string()),
+        ("deployment_hash", pa.string()),
+    ]
+)
+
+# Columns that can carry user input (query strings, paths); see the brief: "query strings land
+# in logs".
+REDACTED_COLUMNS = ("request_url", "request_path", "request_query", "redirect_url", "transformed_uri")
+
+_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
+
+
+class MalformedAlbLineError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RequestLine:
+    verb: str | None
+    url: str | None
+    proto: str | None
+    host: str | None
+    port: int | None
+    path: str | None
+    query: str | None
+
+
+def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redactor: Redactor) -> ParsedChunk:
+    rows: list[dict[str, Any]] = []
+    rejected: list[RejectedLine] = []
+    lines_with_extra_fields = 0
+    for offset, line in enumerate(data.split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            row, extra_fields = parse_alb_line(line.decode("utf-8").rstrip("\r"))
+        except (MalformedAlbLineError, UnicodeDecodeError) as error:
+            rejected.append(RejectedLine(first_line + offset, str(error), line))
+            continue
+        rows.append(row)
+        lines_with_extra_fields += extra_fields > 0
+    times, sources = fill_missing_times([row["time"] for row in rows], context)
+    for row, time, source in zip(rows, times, sources, strict=True):
+        row["time"], row["time_source"] = time, source
+    table = pa.Table.from_pylist(rows, schema=CURATED_SCHEMA)
+    table = table.set_column(
+        table.schema.get_field_index("source_key"),
+        "source_key",
+        constant_column(context.source_key, len(rows)),
+    ).set_column(
+        table.schema.get_field_index("deployment_hash"),
+        "deployment_hash",
+        constant_column(context.deployment_hash, len(rows)),
+    )
+    for name in REDACTED_COLUMNS:
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, redactor.redact(table.column(index).combine_chunks()))
+    return ParsedChunk(table, tuple(rejected), {"alb_lines_with_extra_fields": lines_with_extra_fields})
+
+
+def parse_alb_line(line: str) -> tuple[dict[str, Any], int]:
+    """One log entry as a row of CURATED_SCHEMA (time may be None) and the number of
+    trailing fields newer than this parser."""
+    # lastindex tells which alternative matched: a quoted field may be empty ("").
+    tokens = [match[1] if match.lastindex == 1 else match[2] for match in _TOKEN.finditer(line)]
+    if len(tokens) < REQUIRED_FIELD_COUNT:
+        raise MalformedAlbLineError(f"expected at least {REQUIRED_FIELD_COUNT} fields, got {len(tokens)}")
+    fields = dict(zip(ALB_FIELDS, tokens, strict=False))
+    client_ip, client_port = _address(fields["client:port"], "client:port")
+    target_ip, target_port = _address(fields["target:port"], "target:port")
+    request = parse_request_line(fields["request"])
+    row = {
+        "type": _text(fields["type"]),
+        "time": _timestamp(fields["time"]),
+        "elb": _text(fields["elb"]),
+        "client_ip": client_ip,
+        "client_port": client_port,
+        "target_ip": target_ip,
+        "target_port": target_port,
+        "request_verb": request.verb,
+        "request_url": request.url,
+        "request_proto": request.proto,
+        "request_host": request.host,
+        "request_port": request.port,
+        "request_path": request.path,
+        "request_query": request.query,
+        "request_creation_time": _timestamp(fields["request_creation_time"]),
+        "target_port_list": _text(fields["target:port_list"]),
+    }
+    for name, convert in _TYPED_FIELDS.items():
+        row[name] = _converted(fields, name, convert)
+    for name in _TEXT_FIELDS:
+        row[name] = _text(fields.get(name))
+    return row, max(0, len(tokens) - len(ALB_FIELDS))
+
+
+def parse_request_line(request: str) -> RequestLine:
+    """`GET http://host:80/path?q HTTP/1.1`; malformed requests are logged as `- http://host:80- -`."""
+    parts = request.split(" ")
+    if len(parts) != 3:
+        return RequestLine(None, _text(request), None, None, None, None, None)
+    verb, url, proto = (_text(part) for part in parts)
+    host = port = path = query = None
+    if url is not None:
+        split = urlsplit(url)
+        host, path, query = split.hostname, split.path or None, split.query or None
+        try:
+            port = split.port
+        except ValueError:  # e.g. "http://host:80-" from a malformed request
+            port = None
+    return RequestLine(verb, url, proto, host, port, path, query)
+
+
+def _text(value: str | None) -> str | None:
+    return None if value in (None, "-", "") else value
+
+
+def _address(value: str, name: str) -> tuple[str | None, int | None]:
+    if value == "-":
+        return None, None
+    host, separator, port = value.rpartition(":")  # rpartition: IPv6 addresses contain ':'
+    if not separator or not port.isdigit():
+        raise MalformedAlbLineError(f"{name} must be ip:port or '-', got {value[:100]!r}")
+    return host, int(port)
+
+
+def _timestamp(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _converted(fields: dict[str, str], name: str, convert: Callable[[str], Any]) -> Any:
+    value = fields.get(name)
+    if value is None or value == "-":
+        return None
+    try:
+        return convert(value)
+    except ValueError:
+        raise MalformedAlbLineError(f"{name} must be a {convert.__name__}, got {value[:100]!r}") from None
+
+
+_TYPED_FIELDS: dict[str, Callable[[str], Any]] = {
+    "request_processing_time": float,  # -1 (not dispatched, timeout) is kept as -1
+    "target_processing_time": float,
+    "response_processing_time": float,
+    "elb_status_code": int,
+    "target_status_code": int,
+    "received_bytes": int,
+    "sent_bytes": int,
+    "matched_rule_priority": int,
+}
+_TEXT_FIELDS = (
+    "user_agent", "ssl_cipher", "ssl_protocol", "target_group_arn", "trace_id", "domain_name",
+    "chosen_cert_arn", "actions_executed", "redirect_url", "error_reason", "target_status_code_list",
+    "classification", "classification_reason", "conn_trace_id", "transformed_host", "transformed_uri",
+    "request_transform_status",
+)  # fmt: skip

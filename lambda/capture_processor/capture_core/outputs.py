@@ -1,0 +1,114 @@
+"""Local output files: one Parquet file per (dt, hour) partition, plus the quarantine file.
+
+Files are written under a temporary directory and uploaded only after the whole source object
+was read, so a failure part-way leaves nothing half-written in S3; the names are derived from
+the source object's identity, so reprocessing overwrites instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from capture_core.records import RejectedLine
+
+_MICROS_PER_HOUR = 3_600_000_000
+QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
+
+
+@dataclass(frozen=True, order=True)
+class Partition:
+    dt: str  # YYYY-MM-DD
+    hour: str  # HH
+
+    @classmethod
+    def of_hour(cls, hours_since_epoch: int) -> Partition:
+        start = datetime.fromtimestamp(hours_since_epoch * 3600, UTC)
+        return cls(start.strftime("%Y-%m-%d"), start.strftime("%H"))
+
+    def key_prefix(self, output_prefix: str, tier: str) -> str:
+        return f"{output_prefix}tier={tier}/dt={self.dt}/hour={self.hour}/"
+
+
+@dataclass(frozen=True)
+class PartitionFile:
+    partition: Partition
+    path: Path
+    rows: int
+
+
+class PartitionedParquetFiles:
+    """Appends tables to per-partition Parquet files; every write becomes a row group, so
+    memory holds one chunk at a time however large the object is."""
+
+    def __init__(self, directory: Path, schema: pa.Schema, time_column: str) -> None:
+        self._directory = directory
+        self._schema = schema
+        self._time_column = time_column
+        self._writers: dict[Partition, pq.ParquetWriter] = {}
+        self._rows: dict[Partition, int] = {}
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        # Integer division of epoch microseconds: the hour each row belongs to (times are after 1970).
+        hours = pc.divide(table.column(self._time_column).cast(pa.int64()), _MICROS_PER_HOUR)
+        for hour in pc.unique(hours).to_pylist():
+            rows = table.filter(pc.equal(hours, hour))
+            partition = Partition.of_hour(hour)
+            self._writer(partition).write_table(rows)
+            self._rows[partition] = self._rows.get(partition, 0) + rows.num_rows
+
+    def close(self) -> list[PartitionFile]:
+        files = []
+        for partition, writer in sorted(self._writers.items()):
+            writer.close()
+            files.append(PartitionFile(partition, Path(writer.where), self._rows[partition]))
+        self._writers.clear()
+        return files
+
+    def _writer(self, partition: Partition) -> pq.ParquetWriter:
+        writer = self._writers.get(partition)
+        if writer is None:
+            path = self._directory / f"dt={partition.dt}-hour={partition.hour}.parquet"
+            writer = pq.ParquetWriter(path, self._schema, compression="zstd")
+            self._writers[partition] = writer
+        return writer
+
+
+class QuarantineFile:
+    """JSON Lines, one entry per rejected line: where it came from, why, and its (redacted) text."""
+
+    def __init__(self, path: Path, source_bucket: str, source_key: str, source_version: str | None) -> None:
+        self.path = path
+        self.entries = 0
+        self._source = {
+            "source_bucket": source_bucket,
+            "source_key": source_key,
+            "source_version": source_version,
+        }
+        self._file: IO[str] | None = None
+
+    def add(self, rejected: RejectedLine, redacted_raw: str) -> None:
+        if self._file is None:
+            self._file = self.path.open("w", encoding="utf-8")
+        entry = {
+            **self._source,
+            "line_number": rejected.line_number,
+            "reason": rejected.reason,
+            "raw_truncated": len(rejected.raw) > QUARANTINE_RAW_LIMIT,
+            "raw": redacted_raw,
+        }
+        self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self.entries += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

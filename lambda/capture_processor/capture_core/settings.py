@@ -1,0 +1,77 @@
+"""Settings read from the Lambda's environment variables, validated once per invocation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from capture_core.redaction import RULES
+
+DEFAULT_OUTPUT_PREFIX = "curated/"
+DEFAULT_QUARANTINE_PREFIX = "quarantine/"
+DEFAULT_REDACT = "email,phone,access_token"
+NO_REDACTION = "none"
+
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class ConfigurationError(ValueError):
+    """The function's environment is wrong; every problem is listed with the variable to fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    output_bucket: str | None  # None: write next to the source object, in the source bucket
+    output_prefix: str
+    quarantine_prefix: str
+    redaction_rules: tuple[str, ...]
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Settings:
+        problems: list[str] = []
+        output_bucket = environ.get("OUTPUT_BUCKET") or None
+        if output_bucket is not None and not _BUCKET_NAME.match(output_bucket):
+            problems.append(f"OUTPUT_BUCKET must be an S3 bucket name, got {output_bucket!r}")
+        output_prefix = environ.get("OUTPUT_PREFIX", DEFAULT_OUTPUT_PREFIX)
+        quarantine_prefix = environ.get("QUARANTINE_PREFIX", DEFAULT_QUARANTINE_PREFIX)
+        problems += _prefix_problems("OUTPUT_PREFIX", output_prefix)
+        problems += _prefix_problems("QUARANTINE_PREFIX", quarantine_prefix)
+        if output_prefix.startswith(quarantine_prefix) or quarantine_prefix.startswith(output_prefix):
+            problems.append(
+                f"OUTPUT_PREFIX and QUARANTINE_PREFIX must not contain each other, "
+                f"got {output_prefix!r} and {quarantine_prefix!r}"
+            )
+        rules, rule_problems = _parse_redaction_rules(environ.get("REDACT", DEFAULT_REDACT))
+        problems += rule_problems
+        if problems:
+            raise ConfigurationError(
+                "capture processor configuration is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
+            )
+        return cls(output_bucket, output_prefix, quarantine_prefix, rules)
+
+    def output_bucket_for(self, source_bucket: str) -> str:
+        return self.output_bucket or source_bucket
+
+
+def _prefix_problems(name: str, prefix: str) -> list[str]:
+    if not prefix or not prefix.endswith("/") or prefix.startswith("/"):
+        return [
+            f"{name} must be a non-empty key prefix ending in '/' and not starting with '/', got {prefix!r}"
+        ]
+    return []
+
+
+def _parse_redaction_rules(value: str) -> tuple[tuple[str, ...], list[str]]:
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    if names == (NO_REDACTION,):
+        return (), []
+    if not names:
+        return (), [f"REDACT is empty; list rules ({', '.join(RULES)}) or set it to '{NO_REDACTION}'"]
+    unknown = [name for name in names if name not in RULES]
+    if unknown:
+        return (), [
+            f"REDACT has unknown rule(s) {', '.join(unknown)}; known rules: {', '.join(RULES)} "
+            f"(or '{NO_REDACTION}'), got {value!r}"
+        ]
+    return tuple(dict.fromkeys(names)), []

@@ -1,0 +1,68 @@
+"""Lambda entry point: SQS messages carrying S3 event notifications -> curated Parquet.
+
+Returns the ids of the messages that failed (`batchItemFailures`), so SQS retries only those;
+the event source mapping must enable ReportBatchItemFailures.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from functools import lru_cache
+from typing import Any
+
+import boto3
+from capture_core.processor import ObjectReport, process_object
+from capture_core.s3_events import objects_in_message
+from capture_core.settings import Settings
+from capture_core.telemetry import emit_metrics, log
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+    settings = Settings.from_environment(os.environ)  # a bad setting fails the whole batch, loudly
+    s3 = _s3_client(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION"))
+    failures = []
+    for message in event.get("Records", []):
+        message_id = message["messageId"]
+        try:
+            for ref in objects_in_message(message["body"]):
+                _report(process_object(s3, ref, settings))
+        except Exception as error:  # any failure: report the message so SQS retries it, then DLQ
+            log(
+                "ERROR",
+                "message failed; it will be retried",
+                message_id=message_id,
+                error=f"{type(error).__name__}: {error}",
+                traceback=traceback.format_exc(limit=5),
+            )
+            emit_metrics({"Function": "capture-processor"}, {"FailedMessages": 1})
+            failures.append({"itemIdentifier": message_id})
+    return {"batchItemFailures": failures}
+
+
+@lru_cache(maxsize=4)
+def _s3_client(endpoint_url: str | None, region: str | None) -> Any:
+    # Keyed on the settings boto3 reads from the environment, so a warm container reuses its
+    # client and tests that point AWS_ENDPOINT_URL elsewhere get a fresh one.
+    return boto3.client("s3")
+
+
+def _report(report: ObjectReport) -> None:
+    if report.tier is None:
+        log("INFO", "object skipped", bucket=report.bucket, key=report.key, reason=report.skip_reason)
+        emit_metrics({"Function": "capture-processor"}, report.metrics())
+        return
+    log(
+        "INFO",
+        "object processed",
+        bucket=report.bucket,
+        key=report.key,
+        tier=report.tier,
+        records=report.records,
+        bytes_read=report.bytes_read,
+        bytes_decoded=report.bytes_decoded,
+        quarantined=report.quarantined,
+        redactions=report.redactions,
+        output_keys=report.output_keys,
+    )
+    emit_metrics({"Tier": report.tier}, report.metrics())
