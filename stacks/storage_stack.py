@@ -1,0 +1,32 @@
+"""Capture storage: the KMS key and the buckets for captured data and operator certificates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from constructs_lib.capture_storage import CaptureStorage
+from platform_config import PlatformConfig
+
+
+class StorageStack(Stack):
+    def __init__(self, scope: Construct, id_: str, *, config: PlatformConfig, **kwargs: Any) -> None:
+        super().__init__(scope, id_, **kwargs)
+        capture = config.capture
+        self.storage = CaptureStorage(
+            self,
+            "CaptureStorage",
+            capture_bucket_name=config.capture_bucket_name,
+            tls_bucket_name=config.tls_bucket_name,
+            access_log_bucket_name=config.access_log_bucket_name,
+            key_alias=config.capture_key_alias,
+            retention_days=capture.retention_days,
+            noncurrent_version_retention_days=capture.noncurrent_version_retention_days,
+            access_log_retention_days=capture.access_log_retention_days,
+            reader_role_arns=capture.reader_role_arns,
+        )
+        CfnOutput(self, "CaptureBucketName", value=self.storage.capture_bucket.bucket_name)
+        CfnOutput(self, "TlsCertificateBucketName", value=self.storage.tls_bucket.bucket_name)
+        CfnOutput(self, "CaptureKeyArn", value=self.storage.key.key_arn)
