@@ -1,0 +1,583 @@
+"""One test per problem code: a valid input broken in exactly one place must fail with that code
+at that key path, through the same path a user takes (YAML ``models:`` entries or the charts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+
+from charts import (
+    InferenceChart,
+    PortableModelServerChart,
+    WorkloadServiceAccount,
+    parse_models,
+)
+from charts.capture import LoadBalancerCapture, ModelPodCapture
+from constructs_lib.validation import ConfigError, Problems
+from tests.charts import samples
+
+DELETE = object()
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _set(entry: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = entry
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+
+
+def _load(entries: list[Any], *, custom_service_accounts_enabled: bool = True) -> None:
+    problems = Problems()
+    parse_models(entries, problems=problems, custom_service_accounts_enabled=custom_service_accounts_enabled)
+    problems.raise_if_any(source="config.yaml")
+
+
+def _problems_of(error: ConfigError) -> list[tuple[str, str]]:
+    return [(problem.code, problem.path) for problem in error.problems]
+
+
+# (code, model index, {dotted key: new value or DELETE}, expected path)
+MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
+    ("InferenceEndpoint.NameInvalid", 1, {"name": "Mistral_7B"}, "models[1].name"),
+    ("InferenceEndpoint.ModelNameInvalid", 1, {"spec.modelName": "-mistral"}, "models[1].spec.modelName"),
+    ("InferenceEndpoint.EndpointNameInvalid", 0, {"spec.endpointName": "qwen_3"}, "models[0].spec.endpointName"),
+    ("InferenceEndpoint.InstanceTypeInvalid", 0, {"spec.instanceType": "g5.12xlarge"}, "models[0].spec.instanceType"),
+    (
+        "InferenceEndpoint.InstanceTypeInvalid",
+        1,
+        {"spec.instanceTypes": ["ml.g5.24xlarge", "p5.48xlarge"]},
+        "models[1].spec.instanceTypes[1]",
+    ),
+    (
+        "InferenceEndpoint.PlacementNotExactlyOne",
+        0,
+        {"spec.instanceTypes": ["ml.g5.24xlarge"]},
+        "models[0].spec",
+    ),
+    ("InferenceEndpoint.PlacementNotExactlyOne", 3, {"spec.instanceType": DELETE}, "models[3].spec"),
+    ("InferenceEndpoint.ReplicasOutOfRange", 0, {"spec.replicas": -1}, "models[0].spec.replicas"),
+    (
+        "Worker.ContainerPortOutOfRange",
+        1,
+        {"spec.worker.modelInvocationPort.containerPort": 70000},
+        "models[1].spec.worker.modelInvocationPort.containerPort",
+    ),
+    (
+        "Worker.PortNameInvalid",
+        0,
+        {"spec.worker.modelInvocationPort.name": "https"},
+        "models[0].spec.worker.modelInvocationPort.name",
+    ),
+    ("Worker.ImageNotPinned", 1, {"spec.worker.image": "vllm/vllm-openai:latest"}, "models[1].spec.worker.image"),
+    ("Worker.ImageNotPinned", 1, {"spec.worker.image": "vllm/vllm-openai"}, "models[1].spec.worker.image"),
+    (
+        "Kubernetes.ServiceAccountNameInvalid",
+        0,
+        {"spec.kubernetes.serviceAccountName": "Qwen_SA"},
+        "models[0].spec.kubernetes.serviceAccountName",
+    ),
+    (
+        "ModelSource.TypeInvalid",
+        3,
+        {"spec.modelSourceConfig.modelSourceType": "nfs", "spec.modelSourceConfig.fsxStorage": DELETE},
+        "models[3].spec.modelSourceConfig.modelSourceType",
+    ),
+    (
+        "ModelSource.S3StorageMissing",
+        2,
+        {"spec.modelSourceConfig.s3Storage": DELETE},
+        "models[2].spec.modelSourceConfig.s3Storage",
+    ),
+    (
+        "ModelSource.S3BucketNameInvalid",
+        2,
+        {"spec.modelSourceConfig.s3Storage.bucketName": "Example_Weights"},
+        "models[2].spec.modelSourceConfig.s3Storage.bucketName",
+    ),
+    (
+        "ModelSource.FsxStorageMissing",
+        3,
+        {"spec.modelSourceConfig.fsxStorage": DELETE},
+        "models[3].spec.modelSourceConfig.fsxStorage",
+    ),
+    (
+        "ModelSource.HuggingFaceModelMissing",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel": DELETE},
+        "models[1].spec.modelSourceConfig.huggingFaceModel",
+    ),
+    (
+        "ModelSource.StorageMismatch",
+        2,
+        {"spec.modelSourceConfig.fsxStorage": {"fileSystemId": "fs-0123456789abcdef0"}},
+        "models[2].spec.modelSourceConfig.fsxStorage",
+    ),
+    (
+        "ModelSource.VolumeNotDeclared",
+        0,
+        {"nvmeCache": DELETE, "spec.kubernetes.volumes": [{"name": "other", "emptyDir": {}}]},
+        "models[0].spec.worker.modelVolumeMount.name",
+    ),
+    (
+        "HuggingFace.ModelIdInvalid",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.modelId": "mistral-7b"},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.modelId",
+    ),
+    (
+        "HuggingFace.CommitNotPinned",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.commitSHA": DELETE},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.commitSHA",
+    ),
+    (
+        "HuggingFace.CommitNotPinned",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.commitSHA": "main"},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.commitSHA",
+    ),
+    (
+        "HuggingFace.CommitNotPinned",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.commitSHA": samples.COMMIT.upper()},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.commitSHA",
+    ),
+    (
+        "HuggingFace.TokenSecretRefMissing",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.tokenSecretRef": DELETE},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.tokenSecretRef",
+    ),
+    (
+        "HuggingFace.TokenSecretRefInvalid",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name": "HF_Token"},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name",
+    ),
+    (
+        "DataCapture.SamplingOutOfRange",
+        0,
+        {"spec.dataCapture.modelPod.initialSamplingPercentage": 150},
+        "models[0].spec.dataCapture.modelPod.initialSamplingPercentage",
+    ),
+    (
+        "DataCapture.SamplingOutOfRange",
+        4,
+        {"spec.dataCapture.sagemakerEndpoint.initialSamplingPercentage": -1},
+        "models[4].spec.dataCapture.sagemakerEndpoint.initialSamplingPercentage",
+    ),
+    (
+        "DataCapture.BatchSizeOutOfRange",
+        0,
+        {"spec.dataCapture.modelPod.bufferConfig.batchSize": 1001},
+        "models[0].spec.dataCapture.modelPod.bufferConfig.batchSize",
+    ),
+    (
+        "DataCapture.FlushIntervalOutOfRange",
+        0,
+        {"spec.dataCapture.modelPod.bufferConfig.flushIntervalSeconds": 5},
+        "models[0].spec.dataCapture.modelPod.bufferConfig.flushIntervalSeconds",
+    ),
+    (
+        "DataCapture.PayloadSizeOutOfRange",
+        0,
+        {"spec.dataCapture.modelPod.payloadConfig.maxPayloadSizeKB": 10241},
+        "models[0].spec.dataCapture.modelPod.payloadConfig.maxPayloadSizeKB",
+    ),
+    (
+        "DataCapture.CaptureOptionsInvalid",
+        0,
+        {"spec.dataCapture.modelPod.captureOptions": []},
+        "models[0].spec.dataCapture.modelPod.captureOptions",
+    ),
+    (
+        "DataCapture.CaptureOptionsInvalid",
+        0,
+        {"spec.dataCapture.sagemakerEndpoint.captureOptions": [{"captureMode": "Both"}]},
+        "models[0].spec.dataCapture.sagemakerEndpoint.captureOptions[0]",
+    ),
+    (
+        "DataCapture.KmsKeyIdInvalid",
+        0,
+        {"spec.dataCapture.modelPod.kmsKeyId": "my key"},
+        "models[0].spec.dataCapture.modelPod.kmsKeyId",
+    ),
+    ("DataCapture.S3UriInvalid", 0, {"spec.dataCapture.s3Uri": "https://bucket/x"}, "models[0].spec.dataCapture.s3Uri"),
+    (
+        "DataCapture.ContentTypesCount",
+        0,
+        {"spec.dataCapture.sagemakerEndpoint.captureContentTypeHeader.jsonContentTypes": []},
+        "models[0].spec.dataCapture.sagemakerEndpoint.captureContentTypeHeader.jsonContentTypes",
+    ),
+    (
+        "DataCapture.EndpointTierNeedsEndpoint",
+        0,
+        {"spec.endpointName": DELETE},
+        "models[0].spec.dataCapture.sagemakerEndpoint",
+    ),
+    (
+        "DataCapture.EndpointTierNeedsEndpoint",
+        4,
+        {"spec.sageMakerEndpoint": DELETE},
+        "models[4].spec.dataCapture.sagemakerEndpoint",
+    ),
+    ("DataCapture.NoDestination", 2, {"spec.tlsConfig": DELETE}, "models[2].spec.dataCapture.s3Uri"),
+    (
+        "Tls.AcmArnInvalid",
+        0,
+        {"spec.tlsConfig.customCertificateConfig.acmArn": "arn:aws:acm:us-east-1:123:certificate/x"},
+        "models[0].spec.tlsConfig.customCertificateConfig.acmArn",
+    ),
+    (
+        "Tls.DomainNameInvalid",
+        0,
+        {"spec.tlsConfig.customCertificateConfig.domainName": "*.inference.example.com"},
+        "models[0].spec.tlsConfig.customCertificateConfig.domainName",
+    ),
+    (
+        "Tls.CertificateIncomplete",
+        4,
+        {"spec.tlsConfig.customCertificateConfig.domainName": DELETE},
+        "models[4].spec.tlsConfig.customCertificateConfig",
+    ),
+    (
+        "Tls.OutputS3UriInvalid",
+        2,
+        {"spec.tlsConfig.tlsCertificateOutputS3Uri": "hyperpod-tls-example"},
+        "models[2].spec.tlsConfig.tlsCertificateOutputS3Uri",
+    ),
+    (
+        "Dns.HostedZoneIdInvalid",
+        0,
+        {"spec.dnsConfig.hostedZoneId": "z0123abc"},
+        "models[0].spec.dnsConfig.hostedZoneId",
+    ),
+    ("Dns.NeedsCustomCertificate", 4, {"spec.tlsConfig": DELETE}, "models[4].spec.dnsConfig"),
+    (
+        "LoadBalancer.HealthCheckPathInvalid",
+        0,
+        {"spec.loadBalancer.healthCheckPath": "health"},
+        "models[0].spec.loadBalancer.healthCheckPath",
+    ),
+    (
+        "LoadBalancer.RoutingAlgorithmInvalid",
+        4,
+        {"spec.loadBalancer.routingAlgorithm": "random"},
+        "models[4].spec.loadBalancer.routingAlgorithm",
+    ),
+    (
+        "LoadBalancer.IdleTimeoutOutOfRange",
+        0,
+        {"spec.loadBalancer.idleTimeoutSeconds": 4001},
+        "models[0].spec.loadBalancer.idleTimeoutSeconds",
+    ),
+    (
+        "Metrics.PathInvalid",
+        0,
+        {"spec.metrics.modelMetrics.path": "metrics"},
+        "models[0].spec.metrics.modelMetrics.path",
+    ),
+    ("Metrics.PortOutOfRange", 0, {"spec.metrics.modelMetrics.port": 80}, "models[0].spec.metrics.modelMetrics.port"),
+    (
+        "Metrics.ScrapeIntervalOutOfRange",
+        0,
+        {"spec.metrics.metricsScrapeIntervalSeconds": 1},
+        "models[0].spec.metrics.metricsScrapeIntervalSeconds",
+    ),
+    ("NvmeCache.ModelKeyInvalid", 0, {"nvmeCache.modelKey": "Qwen3/8B"}, "models[0].nvmeCache.modelKey"),
+    ("NvmeCache.SourceS3UriInvalid", 0, {"nvmeCache.sourceS3Uri": "/local/weights"}, "models[0].nvmeCache.sourceS3Uri"),
+    ("NvmeCache.HostRootInvalid", 0, {"nvmeCache.hostRoot": "opt/dlami/nvme"}, "models[0].nvmeCache.hostRoot"),
+    ("NvmeCache.VolumeNameInvalid", 0, {"nvmeCache.volumeName": "Model_Weights"}, "models[0].nvmeCache.volumeName"),
+    (
+        "NvmeCache.ImageNotPinned",
+        0,
+        {"nvmeCache.awsCliImage": "public.ecr.aws/aws-cli/aws-cli:latest"},
+        "models[0].nvmeCache.awsCliImage",
+    ),
+    (
+        "NvmeCache.ServiceAccountMissing",
+        0,
+        {"spec.kubernetes": DELETE},
+        "models[0].spec.kubernetes.serviceAccountName",
+    ),
+    ("JumpStartModel.NameInvalid", 4, {"name": "Llama3"}, "models[4].name"),
+    ("JumpStartModel.ModelIdInvalid", 4, {"spec.model.modelId": "meta/llama"}, "models[4].spec.model.modelId"),
+    ("JumpStartModel.ModelVersionInvalid", 4, {"spec.model.modelVersion": "2.1"}, "models[4].spec.model.modelVersion"),
+    (
+        "JumpStartModel.ModelHubNameInvalid",
+        4,
+        {"spec.model.modelHubName": "my_hub"},
+        "models[4].spec.model.modelHubName",
+    ),
+    (
+        "JumpStartModel.RoleArnInvalid",
+        4,
+        {"spec.server.executionRole": "SageMakerHyperPodInference-js"},
+        "models[4].spec.server.executionRole",
+    ),
+    (
+        "JumpStartModel.RoleArnInvalid",
+        4,
+        {"spec.model.gatedModelDownloadRole": "arn:aws:iam::1:role/x"},
+        "models[4].spec.model.gatedModelDownloadRole",
+    ),
+    (
+        "JumpStartModel.InstanceTypeInvalid",
+        4,
+        {"spec.server.instanceType": "g5.12xlarge"},
+        "models[4].spec.server.instanceType",
+    ),
+    (
+        "JumpStartModel.AcceleratorPartitionInvalid",
+        4,
+        {"spec.server.acceleratorPartitionType": "1g.10gb"},
+        "models[4].spec.server.acceleratorPartitionType",
+    ),
+    (
+        "JumpStartModel.EndpointNameInvalid",
+        4,
+        {"spec.sageMakerEndpoint.name": "llama_3"},
+        "models[4].spec.sageMakerEndpoint.name",
+    ),
+    (
+        "JumpStartModel.TooManyEnvironmentVariables",
+        4,
+        {"spec.environmentVariables": [{"name": f"V{i}", "value": "x"} for i in range(101)]},
+        "models[4].spec.environmentVariables",
+    ),
+    ("JumpStartModel.ReplicasOutOfRange", 4, {"spec.replicas": -2}, "models[4].spec.replicas"),
+    ("Model.KindInvalid", 2, {"kind": "InferenceService"}, "models[2].kind"),
+    ("Model.DuplicateName", 2, {"name": "mistral-7b"}, "models[2].name"),
+    ("Config.WrongType", 0, {"spec.replicas": "two"}, "models[0].spec.replicas"),
+    (
+        "Config.WrongType",
+        1,
+        {"spec.modelSourceConfig.prefetchEnabled": "yes"},
+        "models[1].spec.modelSourceConfig.prefetchEnabled",
+    ),
+    ("Config.MissingField", 1, {"spec.worker.image": DELETE}, "models[1].spec.worker.image"),
+    ("Config.UnknownField", 1, {"spec.worker.imagePullPolicy": "Always"}, "models[1].spec.worker.imagePullPolicy"),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "index", "changes", "path"), MODEL_CASES, ids=[c[0] + f"-{c[1]}" for c in MODEL_CASES]
+)
+def test_model_entry_problem(code: str, index: int, changes: dict[str, Any], path: str) -> None:
+    entries = samples.model_entries()
+    for dotted, value in changes.items():
+        _set(entries[index], dotted, value)
+    with pytest.raises(ConfigError) as raised:
+        _load(entries)
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
+    assert code in str(raised.value) and path in str(raised.value)
+
+
+def test_the_valid_samples_load_without_problems() -> None:
+    _load(samples.model_entries())
+
+
+def test_custom_service_account_refused_when_the_cluster_has_them_off() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _load(samples.model_entries(), custom_service_accounts_enabled=False)
+    expected = ("ServiceAccount.CustomAccountsDisabled", "models[0].spec.kubernetes.serviceAccountName")
+    assert _problems_of(raised.value) == [expected]
+
+
+def test_two_workloads_cannot_share_a_service_account() -> None:
+    entries = samples.model_entries()
+    entries[2]["spec"]["kubernetes"] = {"serviceAccountName": "qwen3-8b-inference"}
+    with pytest.raises(ConfigError) as raised:
+        _load(entries)
+    assert ("ServiceAccount.Shared", "models[2].spec.kubernetes.serviceAccountName") in _problems_of(raised.value)
+
+
+def test_models_must_be_a_list() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _load({"qwen": {}})  # type: ignore[arg-type]
+    assert _problems_of(raised.value) == [("Config.WrongType", "models")]
+
+
+def _models() -> list[Any]:
+    problems = Problems()
+    models = parse_models(samples.model_entries(), problems=problems, custom_service_accounts_enabled=True)
+    problems.raise_if_any()
+    return models
+
+
+def _inference_chart(**overrides: Any) -> None:
+    arguments: dict[str, Any] = {
+        "namespace": samples.NAMESPACE,
+        "models": _models(),
+        "service_accounts": samples.SERVICE_ACCOUNTS,
+        "custom_service_accounts_enabled": True,
+        **overrides,
+    }
+    InferenceChart(cdk8s.Testing.app(), "inference", **arguments)
+
+
+CHART_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("Chart.NamespaceInvalid", {"namespace": "Inference"}, "namespace"),
+    ("ServiceAccount.RoleMissing", {"service_accounts": ()}, "models[0].spec.kubernetes.serviceAccountName"),
+    (
+        "ServiceAccount.Unused",
+        {
+            "service_accounts": (
+                *samples.SERVICE_ACCOUNTS,
+                WorkloadServiceAccount(name="spare", role_arn=f"arn:aws:iam::{samples.ACCOUNT}:role/spare"),
+            )
+        },
+        "serviceAccounts[1].name",
+    ),
+    (
+        "ServiceAccount.NameInvalid",
+        {
+            "service_accounts": (
+                *samples.SERVICE_ACCOUNTS,
+                WorkloadServiceAccount(name="Spare_SA", role_arn=f"arn:aws:iam::{samples.ACCOUNT}:role/spare"),
+            )
+        },
+        "serviceAccounts[1].name",
+    ),
+    (
+        "ServiceAccount.RoleArnInvalid",
+        {"service_accounts": (WorkloadServiceAccount(name="qwen3-8b-inference", role_arn="inference-qwen3-8b"),)},
+        "serviceAccounts[0].roleArn",
+    ),
+    (
+        "ServiceAccount.CustomAccountsDisabled",
+        {"custom_service_accounts_enabled": False},
+        "models[0].spec.kubernetes.serviceAccountName",
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "overrides", "path"), CHART_CASES, ids=[c[0] for c in CHART_CASES])
+def test_inference_chart_problem(code: str, overrides: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _inference_chart(**overrides)
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
+
+
+def test_chart_validates_python_built_models_with_the_same_rules() -> None:
+    hugging_face = _models()[1]
+    source = hugging_face.spec.model_source_config
+    unpinned = dataclasses.replace(
+        source, hugging_face_model=dataclasses.replace(source.hugging_face_model, commit_sha=None)
+    )
+    broken = dataclasses.replace(
+        hugging_face, spec=dataclasses.replace(hugging_face.spec, model_source_config=unpinned)
+    )
+    with pytest.raises(ConfigError) as raised:
+        _inference_chart(models=[*_models()[:1], broken])
+    assert _problems_of(raised.value) == [
+        ("HuggingFace.CommitNotPinned", "models[1].spec.modelSourceConfig.huggingFaceModel.commitSHA")
+    ]
+
+
+PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
+    ("Portable.RuntimeInvalid", {"runtime": "triton"}, "server.runtime"),
+    ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai:latest"}, "server.image"),
+    ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai"}, "server.image"),
+    ("Portable.GpuCountOutOfRange", {"gpu_count": 0}, "server.gpuCount"),
+    ("Portable.QuantityInvalid", {"memory": "64GB"}, "server.memory"),
+    ("Portable.QuantityInvalid", {"cpu": "eight"}, "server.cpu"),
+    ("Portable.ReplicasOutOfRange", {"replicas": -1}, "server.replicas"),
+    ("Portable.HostnameInvalid", {"hostname": "Qwen.Example.com"}, "server.hostname"),
+    (
+        "Portable.GracePeriodOutOfRange",
+        {"termination_grace_period_seconds": 10},
+        "server.terminationGracePeriodSeconds",
+    ),
+    ("Portable.PreStopOutOfRange", {"pre_stop_sleep_seconds": 601}, "server.preStopSleepSeconds"),
+    ("ServiceAccount.RoleArnInvalid", {"role_arn": "portable-qwen3-8b"}, "server.roleArn"),
+    (
+        "Portable.TierNotSupported",
+        {
+            "data_capture": dataclasses.replace(
+                samples.portable_server().data_capture, load_balancer=LoadBalancerCapture()
+            )
+        },
+        "server.dataCapture.loadBalancer",
+    ),
+    (
+        "DataCapture.NoDestination",
+        {"data_capture": dataclasses.replace(samples.portable_server().data_capture, s3_uri=None)},
+        "server.dataCapture.s3Uri",
+    ),
+    (
+        "DataCapture.SamplingOutOfRange",
+        {
+            "data_capture": dataclasses.replace(
+                samples.portable_server().data_capture, model_pod=ModelPodCapture(initial_sampling_percentage=101)
+            )
+        },
+        "server.dataCapture.modelPod.initialSamplingPercentage",
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "changes", "path"), PORTABLE_CASES, ids=[c[0] for c in PORTABLE_CASES])
+def test_portable_chart_problem(code: str, changes: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        PortableModelServerChart(
+            cdk8s.Testing.app(),
+            "portable",
+            namespace=samples.NAMESPACE,
+            cluster_name=samples.CLUSTER_NAME,
+            server=samples.portable_server(**changes),
+        )
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
+
+
+def test_every_problem_comes_out_in_one_error() -> None:
+    entries = samples.model_entries()
+    _set(entries[0], "spec.dataCapture.modelPod.initialSamplingPercentage", 150)
+    _set(entries[0], "spec.dnsConfig.hostedZoneId", "not-a-zone")
+    _set(entries[1], "spec.modelSourceConfig.huggingFaceModel.commitSHA", "main")
+    _set(entries[2], "spec.replicas", "two")
+    _set(entries[4], "spec.tlsConfig", DELETE)
+    with pytest.raises(ConfigError) as raised:
+        _load(entries)
+    assert sorted(_problems_of(raised.value)) == sorted(
+        [
+            ("DataCapture.SamplingOutOfRange", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage"),
+            ("Dns.HostedZoneIdInvalid", "models[0].spec.dnsConfig.hostedZoneId"),
+            ("HuggingFace.CommitNotPinned", "models[1].spec.modelSourceConfig.huggingFaceModel.commitSHA"),
+            ("Config.WrongType", "models[2].spec.replicas"),
+            ("Dns.NeedsCustomCertificate", "models[4].spec.dnsConfig"),
+        ]
+    )
+    message = str(raised.value)
+    assert message.startswith("5 problem(s) in config.yaml:")
+    assert "must be an integer from 0 to 100 (got 150)" in message
+
+
+def test_values_that_are_unresolved_tokens_are_left_for_deploy_time() -> None:
+    entries = samples.model_entries()
+    _set(entries[0], "spec.tlsConfig.customCertificateConfig.acmArn", "${Token[TOKEN.123]}")
+    _set(entries[0], "spec.dataCapture.s3Uri", "${Token[TOKEN.456]}")
+    _load(entries)
+
+
+def _codes_in(path: Path) -> set[str]:
+    return set(re.findall(r'"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', path.read_text()))
+
+
+def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
+    emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
+    tested = {case[0] for case in MODEL_CASES + CHART_CASES + PORTABLE_CASES} | {"ServiceAccount.Shared"}
+    assert emitted - tested == set()
+    documented = (_ROOT / "docs" / "charts.md").read_text()
+    assert sorted(code for code in emitted if f"`{code}`" not in documented) == []
