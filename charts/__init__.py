@@ -1,1 +1,125 @@
-"""cdk8s charts: the HyperPod Inference Operator's custom resources and a portable model server."""
+"""cdk8s charts: the HyperPod Inference Operator's custom resources and a portable model server.
+
+See docs/charts.md. The config loader's entry point is :func:`parse_models`.
+"""
+
+from charts.capture import (
+    BufferConfig,
+    CaptureContentTypeHeader,
+    CaptureMode,
+    DataCapture,
+    LoadBalancerCapture,
+    ModelPodCapture,
+    PayloadConfig,
+    SageMakerEndpointCapture,
+)
+from charts.endpoint_blocks import (
+    CustomCertificateConfig,
+    DnsConfig,
+    LoadBalancerConfig,
+    MetricsConfig,
+    ModelMetrics,
+    NameValue,
+    RoutingAlgorithm,
+    TlsConfig,
+)
+from charts.inference_chart import (
+    InferenceChart,
+    Workload,
+    WorkloadServiceAccount,
+    check_across_models,
+    parse_model,
+    parse_models,
+)
+from charts.inference_endpoint import (
+    EnvironmentVariable,
+    InferenceEndpointConfig,
+    InferenceEndpointSpec,
+    KubernetesCustomization,
+    ModelInvocationPort,
+    ModelVolumeMount,
+    PortName,
+    Worker,
+    WorkerProbes,
+)
+from charts.jumpstart import (
+    JumpStartModel,
+    JumpStartModelRef,
+    JumpStartModelSpec,
+    JumpStartServer,
+    SageMakerEndpoint,
+)
+from charts.model_source import (
+    FsxStorage,
+    HuggingFaceModel,
+    ModelSourceConfig,
+    ModelSourceType,
+    S3Storage,
+    SecretKeyRef,
+)
+from charts.nvme_cache import AWS_CLI_IMAGE, EKS_AL2023_NVME_ROOT, HYPERPOD_NVME_ROOT, NvmeModelCache
+from charts.portable import (
+    DEFAULT_SIDECAR_IMAGE,
+    PRESETS,
+    ModelServerRuntime,
+    PortableModelServer,
+    PortableModelServerChart,
+    capture_environment,
+    capture_prefix_hash,
+)
+
+__all__ = [
+    "AWS_CLI_IMAGE",
+    "DEFAULT_SIDECAR_IMAGE",
+    "EKS_AL2023_NVME_ROOT",
+    "HYPERPOD_NVME_ROOT",
+    "PRESETS",
+    "BufferConfig",
+    "CaptureContentTypeHeader",
+    "CaptureMode",
+    "CustomCertificateConfig",
+    "DataCapture",
+    "DnsConfig",
+    "EnvironmentVariable",
+    "FsxStorage",
+    "HuggingFaceModel",
+    "InferenceChart",
+    "InferenceEndpointConfig",
+    "InferenceEndpointSpec",
+    "JumpStartModel",
+    "JumpStartModelRef",
+    "JumpStartModelSpec",
+    "JumpStartServer",
+    "KubernetesCustomization",
+    "LoadBalancerCapture",
+    "LoadBalancerConfig",
+    "MetricsConfig",
+    "ModelInvocationPort",
+    "ModelMetrics",
+    "ModelPodCapture",
+    "ModelServerRuntime",
+    "ModelSourceConfig",
+    "ModelSourceType",
+    "ModelVolumeMount",
+    "NameValue",
+    "NvmeModelCache",
+    "PayloadConfig",
+    "PortName",
+    "PortableModelServer",
+    "PortableModelServerChart",
+    "RoutingAlgorithm",
+    "S3Storage",
+    "SageMakerEndpoint",
+    "SageMakerEndpointCapture",
+    "SecretKeyRef",
+    "TlsConfig",
+    "Worker",
+    "WorkerProbes",
+    "Workload",
+    "WorkloadServiceAccount",
+    "capture_environment",
+    "capture_prefix_hash",
+    "check_across_models",
+    "parse_model",
+    "parse_models",
+]

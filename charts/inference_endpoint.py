@@ -56,7 +56,7 @@ class ModelInvocationPort(SpecBlock):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelVolumeMount(SpecBlock):
     name: str
-    mount_path: str = DEFAULT_MODEL_MOUNT_PATH
+    mount_path: str | None = None  # None: the CRD default, DEFAULT_MODEL_MOUNT_PATH
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,223 @@
+"""What the charts emit: snapshots for review, and the properties a reviewer must not miss."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+
+from charts import (
+    DataCapture,
+    InferenceChart,
+    ModelPodCapture,
+    NvmeModelCache,
+    SageMakerEndpointCapture,
+    capture_prefix_hash,
+    parse_models,
+)
+from charts.nvme_cache import COMPLETE_MARKER
+from constructs_lib.validation import Problems
+from tests.charts import samples
+
+
+def _of_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def test_inference_chart_snapshot(inference_manifests: list[dict[str, Any]], snapshot: Any) -> None:
+    assert inference_manifests == snapshot
+
+
+@pytest.mark.parametrize("runtime", ["vllm", "tgi", "sglang"])
+def test_portable_chart_snapshot(
+    portable_manifests: dict[str, list[dict[str, Any]]], runtime: str, snapshot: Any
+) -> None:
+    assert portable_manifests[runtime] == snapshot
+
+
+def test_yaml_entries_come_out_as_the_same_crd_spec() -> None:
+    """The config's camelCase shape is the CRD's: nothing renamed, dropped or defaulted."""
+    entries = samples.model_entries()
+    problems = Problems()
+    models = parse_models(entries, problems=problems, custom_service_accounts_enabled=True)
+    assert not problems
+    for entry, model in zip(entries[1:], models[1:], strict=True):  # models[0] expands its nvmeCache
+        assert model.manifest(namespace=samples.NAMESPACE)["spec"] == entry["spec"]
+
+
+def test_workload_service_account_is_user_assignable_and_bound_to_its_role(
+    inference_manifests: list[dict[str, Any]],
+) -> None:
+    (account,) = _of_kind(inference_manifests, "ServiceAccount")
+    assert account["metadata"] == {
+        "name": "qwen3-8b-inference",
+        "namespace": samples.NAMESPACE,
+        "labels": {"sagemaker.amazonaws.com/user-assignable": "true"},
+        "annotations": {"eks.amazonaws.com/role-arn": samples.SERVICE_ACCOUNTS[0].role_arn},
+    }
+
+
+def test_nvme_cache_becomes_a_host_path_volume_and_a_fallback_under_the_workload_identity(
+    inference_manifests: list[dict[str, Any]],
+) -> None:
+    spec = _of_kind(inference_manifests, "InferenceEndpointConfig")[0]["spec"]
+    assert spec["modelSourceConfig"] == {"modelSourceType": "kubernetesVolume"}
+    assert spec["kubernetes"]["volumes"] == [
+        {"name": "model-weights", "hostPath": {"path": "/opt/dlami/nvme/qwen3-8b", "type": "DirectoryOrCreate"}}
+    ]
+    (loader,) = spec["kubernetes"]["initContainers"]
+    assert loader["image"].startswith("public.ecr.aws/aws-cli/aws-cli:2.")
+    assert {"name": "MODEL_SOURCE_S3_URI", "value": "s3://example-model-weights/qwen3-8b/"} in loader["env"]
+    assert spec["kubernetes"]["serviceAccountName"] == "qwen3-8b-inference"
+    assert spec["worker"]["modelVolumeMount"] == {"name": "model-weights", "mountPath": "/opt/ml/model"}
+
+
+def _run_loader(tmp_path: Path, *, marker: bool, aws_exit: int) -> tuple[int, str]:
+    """Run the loader's script with a stand-in ``aws`` that records its arguments."""
+    mount = tmp_path / "nvme"
+    mount.mkdir()
+    if marker:
+        (mount / COMPLETE_MARKER).touch()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_aws = bin_dir / "aws"
+    fake_aws.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/aws-args"\nexit {aws_exit}\n')
+    fake_aws.chmod(fake_aws.stat().st_mode | stat.S_IEXEC)
+    loader = NvmeModelCache(model_key="m", source_s3_uri="s3://bucket/m/").init_container()
+    script = loader["command"][2].replace(loader["volumeMounts"][0]["mountPath"], str(mount))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_SOURCE_S3_URI": "s3://bucket/m/"}
+    result = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=False)
+    args_file = tmp_path / "aws-args"
+    return result.returncode, args_file.read_text().strip() if args_file.exists() else ""
+
+
+def test_loader_skips_the_download_when_the_nvme_copy_is_complete(tmp_path: Path) -> None:
+    assert _run_loader(tmp_path, marker=True, aws_exit=0) == (0, "")
+
+
+def test_loader_syncs_from_s3_then_marks_the_copy_complete(tmp_path: Path) -> None:
+    code, aws_args = _run_loader(tmp_path, marker=False, aws_exit=0)
+    assert code == 0
+    assert aws_args.startswith(f"s3 sync s3://bucket/m/ {tmp_path / 'nvme'}")
+    assert (tmp_path / "nvme" / COMPLETE_MARKER).exists()
+
+
+def test_loader_fails_the_pod_and_leaves_no_marker_when_the_copy_fails(tmp_path: Path) -> None:
+    code, _ = _run_loader(tmp_path, marker=False, aws_exit=1)
+    assert code != 0
+    assert not (tmp_path / "nvme" / COMPLETE_MARKER).exists()
+
+
+def test_capture_destination_and_key_go_where_they_belong() -> None:
+    policy = DataCapture(
+        sagemaker_endpoint=SageMakerEndpointCapture(),
+        model_pod=ModelPodCapture(kms_key_id="alias/already-chosen"),
+    )
+    wired = policy.with_destination(bucket_name="captures", prefix="/team-a/", kms_key_arn=samples.KMS_KEY_ARN)
+    assert wired.s3_uri == "s3://captures/team-a"
+    assert wired.sagemaker_endpoint is not None and wired.sagemaker_endpoint.kms_key_id == samples.KMS_KEY_ARN
+    assert wired.model_pod is not None and wired.model_pod.kms_key_id == "alias/already-chosen"
+
+
+def test_extra_spec_and_json_patch_reach_the_emitted_resource() -> None:
+    problems = Problems()
+    (model,) = parse_models(
+        [{**samples.model_entries()[2], "extraSpec": {"kvCacheSpec": {"enableL2Cache": False}, "replicas": 3}}],
+        problems=problems,
+        custom_service_accounts_enabled=False,
+    )
+    assert not problems
+    chart = InferenceChart(cdk8s.Testing.app(), "escape-hatches", namespace=samples.NAMESPACE, models=[model])
+    chart.resources["llama-s3"].add_json_patch(cdk8s.JsonPatch.add("/spec/maxDeployTimeInSeconds", 1800))
+    (resource,) = cdk8s.Testing.synth(chart)
+    assert resource["spec"]["kvCacheSpec"] == {"enableL2Cache": False}
+    assert resource["spec"]["replicas"] == 3
+    assert resource["spec"]["maxDeployTimeInSeconds"] == 1800
+    assert resource["spec"]["modelName"] == "llama-s3"
+
+
+def test_capture_prefix_hash_is_the_documented_sha256_prefix() -> None:
+    expected = hashlib.sha256(b"gpu-cluster/inference/Deployment/qwen3-8b").hexdigest()[:16]
+    assert capture_prefix_hash(cluster_name="gpu-cluster", namespace="inference", name="qwen3-8b") == expected
+    assert capture_prefix_hash(cluster_name="gpu-cluster", namespace="other", name="qwen3-8b") != expected
+
+
+def _deployment_pod(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = _of_kind(manifests, "Deployment")
+    return deployment["spec"]["template"]["spec"]
+
+
+def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
+    portable_manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    pod = _deployment_pod(portable_manifests["vllm"])
+    (sidecar,) = [c for c in pod["initContainers"] if c["name"] == "capture-sidecar"]
+    env = {item["name"]: item["value"] for item in sidecar["env"]}
+    prefix_hash = capture_prefix_hash(cluster_name=samples.CLUSTER_NAME, namespace=samples.NAMESPACE, name="qwen3-8b")
+    assert env == {
+        "UPSTREAM_URL": "http://127.0.0.1:8000",
+        "LISTEN_PORT": "8080",
+        "METRICS_PORT": "9090",
+        "CAPTURE_S3_URI": f"s3://example-capture/portable/{prefix_hash}/pod/",
+        "SAMPLING_PERCENTAGE": "10",
+        "CAPTURE_MODES": "Input,Output",
+        "BATCH_SIZE": "10",
+        "FLUSH_INTERVAL_SECONDS": "60",
+        "MAX_PAYLOAD_SIZE_KB": "0",
+        "JSON_CONTENT_TYPES": "application/json",
+        "KMS_KEY_ID": samples.KMS_KEY_ARN,
+    }
+    assert sidecar["restartPolicy"] == "Always"  # native sidecar: outlives the model server on shutdown
+    context = sidecar["securityContext"]
+    assert context["runAsNonRoot"] is True and context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_portable_service_sends_traffic_through_the_sidecar_only_when_capturing(
+    portable_manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    (capturing,) = _of_kind(portable_manifests["vllm"], "Service")
+    (plain,) = _of_kind(portable_manifests["tgi"], "Service")
+    assert capturing["spec"]["ports"][0]["targetPort"] == 8080
+    assert capturing["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"] == (
+        "qwen3-8b.portable.example.com"
+    )
+    assert plain["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8000}]
+
+
+def test_portable_model_server_gets_its_gpus_toleration_and_graceful_shutdown(
+    portable_manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    pod = _deployment_pod(portable_manifests["vllm"])
+    (server,) = pod["containers"]
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert server["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert server["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
+    assert pod["terminationGracePeriodSeconds"] == 120
+    assert {
+        "name": "model-weights",
+        "hostPath": {"path": "/mnt/k8s-disks/0/models/qwen3-8b", "type": "DirectoryOrCreate"},
+    } in pod["volumes"]
+    assert pod["initContainers"][0]["name"] == "nvme-weights-loader"
+
+
+def test_portable_service_account_carries_the_workload_role(
+    portable_manifests: dict[str, list[dict[str, Any]]],
+) -> None:
+    (account,) = _of_kind(portable_manifests["vllm"], "ServiceAccount")
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": samples.portable_server().role_arn}
+    assert _deployment_pod(portable_manifests["vllm"])["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_manifests_hold_no_unresolved_tokens(
+    inference_manifests: list[dict[str, Any]], portable_manifests: dict[str, list[dict[str, Any]]]
+) -> None:
+    assert "${Token[" not in json.dumps([inference_manifests, portable_manifests])
