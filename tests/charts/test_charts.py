@@ -76,7 +76,7 @@ def test_nvme_cache_becomes_a_host_path_volume_and_a_fallback_under_the_workload
     assert loader["image"].startswith("public.ecr.aws/aws-cli/aws-cli:2.")
     assert {"name": "MODEL_SOURCE_S3_URI", "value": "s3://example-model-weights/qwen3-8b/"} in loader["env"]
     assert spec["kubernetes"]["serviceAccountName"] == "qwen3-8b-inference"
-    assert spec["worker"]["modelVolumeMount"] == {"name": "model-weights", "mountPath": "/opt/ml/model"}
+    assert spec["worker"]["modelVolumeMount"] == {"name": "model-weights"}  # mountPath: CRD default
 
 
 def _run_loader(tmp_path: Path, *, marker: bool, aws_exit: int) -> tuple[int, str]:
