@@ -81,9 +81,7 @@ class Constraint:
         too_few = self.min_items is not None and len(items) < self.min_items
         too_many = self.max_items is not None and len(items) > self.max_items
         if too_few or too_many:
-            self._add(
-                path, f"must have {self.min_items or 0} to {self.max_items} items", list(items), problems
-            )
+            self._add(path, f"must have {self.min_items or 0} to {self.max_items} items", list(items), problems)
         for index, item in enumerate(items):
             if not isinstance(item, str) or is_token(item):
                 continue
@@ -218,10 +216,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
         sub_path = join_path(path, key)
         raw = data.get(key)
         if raw is None:
-            if (
-                spec_field.default is dataclasses.MISSING
-                and spec_field.default_factory is dataclasses.MISSING
-            ):
+            if spec_field.default is dataclasses.MISSING and spec_field.default_factory is dataclasses.MISSING:
                 problems.add(MISSING_FIELD, sub_path, "is required")
                 complete = False
             continue

@@ -80,9 +80,7 @@ class LoadBalancerCapture(SpecBlock):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BufferConfig(SpecBlock):
-    batch_size: int | None = crd_field(
-        default=None, code="DataCapture.BatchSizeOutOfRange", minimum=1, maximum=1000
-    )
+    batch_size: int | None = crd_field(default=None, code="DataCapture.BatchSizeOutOfRange", minimum=1, maximum=1000)
     flush_interval_seconds: int | None = crd_field(
         default=None, code="DataCapture.FlushIntervalOutOfRange", minimum=10, maximum=300
     )
@@ -128,9 +126,7 @@ class DataCapture(SpecBlock):
     load_balancer: LoadBalancerCapture | None = None
     model_pod: ModelPodCapture | None = None
 
-    def with_destination(
-        self, *, bucket_name: str, prefix: str = "", kms_key_arn: str | None = None
-    ) -> DataCapture:
+    def with_destination(self, *, bucket_name: str, prefix: str = "", kms_key_arn: str | None = None) -> DataCapture:
         """The same policy writing to ``s3://bucket_name/prefix``, encrypted with ``kms_key_arn``.
 
         The key goes to Tier 1 and Tier 3 (Tier 2 is ALB access logs, which S3 encrypts with the

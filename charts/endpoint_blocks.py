@@ -49,9 +49,7 @@ class TlsConfig(SpecBlock):
     )
 
     @classmethod
-    def with_certificate(
-        cls, *, acm_arn: str, domain_name: str, output_s3_uri: str | None = None
-    ) -> TlsConfig:
+    def with_certificate(cls, *, acm_arn: str, domain_name: str, output_s3_uri: str | None = None) -> TlsConfig:
         return cls(
             custom_certificate_config=CustomCertificateConfig(acm_arn=acm_arn, domain_name=domain_name),
             tls_certificate_output_s3_uri=output_s3_uri,
@@ -72,9 +70,7 @@ class RoutingAlgorithm(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoadBalancerConfig(SpecBlock):
-    health_check_path: str | None = crd_field(
-        default=None, code="LoadBalancer.HealthCheckPathInvalid", pattern=r"^/.*"
-    )
+    health_check_path: str | None = crd_field(default=None, code="LoadBalancer.HealthCheckPathInvalid", pattern=r"^/.*")
     routing_algorithm: RoutingAlgorithm | None = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
         default=None, code="LoadBalancer.RoutingAlgorithmInvalid", allowed=RoutingAlgorithm
     )

@@ -38,9 +38,7 @@ class WorkloadServiceAccount(SpecBlock):
     manifest holds no unresolved CDK token.
     """
 
-    name: str = crd_field(
-        code="ServiceAccount.NameInvalid", pattern=DNS1123_SUBDOMAIN.pattern, max_length=253
-    )
+    name: str = crd_field(code="ServiceAccount.NameInvalid", pattern=DNS1123_SUBDOMAIN.pattern, max_length=253)
     role_arn: str = crd_field(code="ServiceAccount.RoleArnInvalid", pattern=IAM_ROLE_ARN_PATTERN)
 
 
@@ -52,9 +50,7 @@ def parse_model(data: Any, path: str, problems: Problems) -> Workload | None:
     kind = data.get("kind")
     model_class = _KINDS.get(kind) if isinstance(kind, str) else None
     if model_class is None:
-        problems.add(
-            "Model.KindInvalid", join_path(path, "kind"), f"must be one of {', '.join(_KINDS)}", kind
-        )
+        problems.add("Model.KindInvalid", join_path(path, "kind"), f"must be one of {', '.join(_KINDS)}", kind)
         return None
     return model_class.from_dict({k: v for k, v in data.items() if k != "kind"}, path, problems)
 
@@ -66,13 +62,9 @@ def parse_models(
     if not isinstance(data, list):
         problems.add(WRONG_TYPE, path, "must be a list of model entries", data)
         return []
-    parsed = [
-        (join_path(path, i), parse_model(entry, join_path(path, i), problems)) for i, entry in enumerate(data)
-    ]
+    parsed = [(join_path(path, i), parse_model(entry, join_path(path, i), problems)) for i, entry in enumerate(data)]
     entries = [(entry_path, model) for entry_path, model in parsed if model is not None]
-    check_across_models(
-        entries, problems=problems, custom_service_accounts_enabled=custom_service_accounts_enabled
-    )
+    check_across_models(entries, problems=problems, custom_service_accounts_enabled=custom_service_accounts_enabled)
     return [model for _, model in entries]
 
 

@@ -83,9 +83,7 @@ class Worker(SpecBlock):
 
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image.endswith(":latest"):
-            problems.add(
-                "Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image
-            )
+            problems.add("Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,9 +104,7 @@ class KubernetesCustomization(SpecBlock):
 class InferenceEndpointSpec(SpecBlock):
     """The typed part of ``spec``; everything else goes through ``extra_spec`` or a JsonPatch."""
 
-    model_name: str = crd_field(
-        code="InferenceEndpoint.ModelNameInvalid", pattern=MODEL_NAME_PATTERN, max_length=63
-    )
+    model_name: str = crd_field(code="InferenceEndpoint.ModelNameInvalid", pattern=MODEL_NAME_PATTERN, max_length=63)
     model_source_config: ModelSourceConfig
     worker: Worker
     endpoint_name: str | None = crd_field(

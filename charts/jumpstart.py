@@ -35,9 +35,7 @@ def _role_arn(code: str) -> Any:
 class JumpStartModelRef(SpecBlock):
     """``spec.model``: which JumpStart model, which version, from which hub."""
 
-    model_id: str = crd_field(
-        code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63
-    )
+    model_id: str = crd_field(code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63)
     accept_eula: bool = False
     model_version: str | None = crd_field(
         default=None,
@@ -66,9 +64,7 @@ class JumpStartServer(SpecBlock):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SageMakerEndpoint(SpecBlock):
-    name: str = crd_field(
-        code="JumpStartModel.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63
-    )
+    name: str = crd_field(code="JumpStartModel.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -51,9 +51,7 @@ class NvmeModelCache(SpecBlock):
         code="NvmeCache.SourceS3UriInvalid", pattern=_WEIGHTS_S3_URI_PATTERN, hint="s3://bucket/prefix"
     )
     # None: the chart's default (HyperPod: HYPERPOD_NVME_ROOT, portable: EKS_AL2023_NVME_ROOT).
-    host_root: str | None = crd_field(
-        default=None, code="NvmeCache.HostRootInvalid", pattern=r"^/[^\s]*[^/\s]$"
-    )
+    host_root: str | None = crd_field(default=None, code="NvmeCache.HostRootInvalid", pattern=r"^/[^\s]*[^/\s]$")
     volume_name: str = crd_field(
         default="model-weights", code="NvmeCache.VolumeNameInvalid", pattern=DNS1123_LABEL.pattern
     )

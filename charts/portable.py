@@ -129,9 +129,7 @@ class PortableModelServer(SpecBlock):
     )
     extra_args: tuple[str, ...] = ()
     gpu_count: int = crd_field(default=1, code="Portable.GpuCountOutOfRange", minimum=1, maximum=64)
-    cpu: str = crd_field(
-        default="8", code="Portable.QuantityInvalid", pattern=_CPU_PATTERN, hint="e.g. 8 or 500m"
-    )
+    cpu: str = crd_field(default="8", code="Portable.QuantityInvalid", pattern=_CPU_PATTERN, hint="e.g. 8 or 500m")
     memory: str = crd_field(
         default="64Gi", code="Portable.QuantityInvalid", pattern=_MEMORY_PATTERN, hint="e.g. 64Gi or 512Mi"
     )
@@ -150,9 +148,7 @@ class PortableModelServer(SpecBlock):
         default=120, code="Portable.GracePeriodOutOfRange", minimum=1, maximum=3600
     )
     # Keeps serving while the Service's endpoints drop this pod, so no request hits a closed port.
-    pre_stop_sleep_seconds: int = crd_field(
-        default=15, code="Portable.PreStopOutOfRange", minimum=0, maximum=600
-    )
+    pre_stop_sleep_seconds: int = crd_field(default=15, code="Portable.PreStopOutOfRange", minimum=0, maximum=600)
 
     @property
     def preset(self) -> ModelServerPreset:
@@ -165,9 +161,7 @@ class PortableModelServer(SpecBlock):
 
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image is not None and self.image.endswith(":latest"):
-            problems.add(
-                "Portable.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image
-            )
+            problems.add("Portable.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
         if self.pre_stop_sleep_seconds >= self.termination_grace_period_seconds:
             problems.add(
                 "Portable.GracePeriodOutOfRange",
@@ -244,9 +238,7 @@ class PortableModelServerChart(cdk8s.Chart):
         self._add_model_server()
         capture = server.pod_capture
         if capture is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
-            prefix_hash = capture_prefix_hash(
-                cluster_name=cluster_name, namespace=namespace, name=server.name
-            )
+            prefix_hash = capture_prefix_hash(cluster_name=cluster_name, namespace=namespace, name=server.name)
             self._add_capture_sidecar(capture, f"{server.data_capture.s3_uri.rstrip('/')}/{prefix_hash}/pod/")
         self.service = self._service(namespace, labels, capture_enabled=capture is not None)
 
@@ -266,9 +258,7 @@ class PortableModelServerChart(cdk8s.Chart):
         )
         deployment.select(kplus.LabelSelector.of(labels=labels))
         deployment.scheduling.tolerate(
-            kplus.Node.tainted(
-                kplus.NodeTaintQuery.exists(GPU_RESOURCE, effect=kplus.TaintEffect.NO_SCHEDULE)
-            )
+            kplus.Node.tainted(kplus.NodeTaintQuery.exists(GPU_RESOURCE, effect=kplus.TaintEffect.NO_SCHEDULE))
         )
         for key, value in sorted((server.node_labels or {}).items()):
             deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(key, value)))
@@ -276,9 +266,7 @@ class PortableModelServerChart(cdk8s.Chart):
 
     def _add_model_server(self) -> None:
         server, preset = self.server, self.server.preset
-        cache = dataclasses.replace(
-            server.model_cache, host_root=server.model_cache.host_root or EKS_AL2023_NVME_ROOT
-        )
+        cache = dataclasses.replace(server.model_cache, host_root=server.model_cache.host_root or EKS_AL2023_NVME_ROOT)
         weights = kplus.Volume.from_host_path(
             self,
             "model-weights",
@@ -311,9 +299,7 @@ class PortableModelServerChart(cdk8s.Chart):
             name=MODEL_SERVER_CONTAINER,
             image=server.image or preset.image,
             command=list(preset.command) if preset.command else None,
-            args=preset.args(
-                model_dir=DEFAULT_MODEL_MOUNT_PATH, served_name=server.name, gpu_count=server.gpu_count
-            )
+            args=preset.args(model_dir=DEFAULT_MODEL_MOUNT_PATH, served_name=server.name, gpu_count=server.gpu_count)
             + list(server.extra_args),
             ports=[kplus.ContainerPort(number=MODEL_PORT, name="http")],
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
@@ -322,9 +308,7 @@ class PortableModelServerChart(cdk8s.Chart):
             startup=kplus.Probe.from_http_get(
                 health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=180
             ),
-            readiness=kplus.Probe.from_http_get(
-                health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(5)
-            ),
+            readiness=kplus.Probe.from_http_get(health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(5)),
             liveness=kplus.Probe.from_http_get(
                 health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=6
             ),
@@ -362,9 +346,7 @@ class PortableModelServerChart(cdk8s.Chart):
             for container in manifest["spec"]["template"]["spec"]["containers"]:
                 if container["name"] == MODEL_SERVER_CONTAINER:
                     for section in ("limits", "requests"):
-                        container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(
-                            self.server.gpu_count
-                        )
+                        container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
         return manifests
 
     def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str) -> None:
@@ -382,7 +364,10 @@ class PortableModelServerChart(cdk8s.Chart):
             ],
             env_variables={name: kplus.EnvValue.from_value(value) for name, value in env.items()},
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            readiness=kplus.Probe.from_tcp_socket(port=SIDECAR_LISTEN_PORT),
+            # /healthz answers 503 while the sidecar drains, taking the pod out of rotation.
+            readiness=kplus.Probe.from_http_get(
+                "/healthz", port=SIDECAR_METRICS_PORT, period_seconds=cdk8s.Duration.seconds(5)
+            ),
             security_context=kplus.ContainerSecurityContextProps(
                 ensure_non_root=True,
                 user=65532,
@@ -393,9 +378,7 @@ class PortableModelServerChart(cdk8s.Chart):
             ),
             resources=kplus.ContainerResources(
                 cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
-                memory=kplus.MemoryResources(
-                    request=cdk8s.Size.mebibytes(256), limit=cdk8s.Size.mebibytes(512)
-                ),
+                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256), limit=cdk8s.Size.mebibytes(512)),
             ),
         )
         sidecar.mount("/tmp", scratch)  # buffered batches; the root filesystem stays read-only
@@ -417,9 +400,7 @@ class PortableModelServerChart(cdk8s.Chart):
         target = SIDECAR_LISTEN_PORT if capture_enabled else MODEL_PORT
         ports = [kplus.ServicePort(name="http", port=SERVICE_PORT, target_port=target)]
         if capture_enabled:
-            ports.append(
-                kplus.ServicePort(name="metrics", port=SIDECAR_METRICS_PORT, target_port=SIDECAR_METRICS_PORT)
-            )
+            ports.append(kplus.ServicePort(name="metrics", port=SIDECAR_METRICS_PORT, target_port=SIDECAR_METRICS_PORT))
         service = kplus.Service(
             self,
             "service",
@@ -437,8 +418,6 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str) -> dict[s
     modes = capture.capture_options or (CaptureMode.INPUT, CaptureMode.OUTPUT)
     buffer = capture.buffer_config or BufferConfig()
     payload = capture.payload_config or PayloadConfig()
-    header = capture.capture_content_type_header
-    json_types = (header.json_content_types if header is not None else None) or ("application/json",)
     env = {
         "UPSTREAM_URL": f"http://127.0.0.1:{MODEL_PORT}",
         "LISTEN_PORT": str(SIDECAR_LISTEN_PORT),
@@ -449,10 +428,15 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str) -> dict[s
         "BATCH_SIZE": str(_or(buffer.batch_size, 10)),
         "FLUSH_INTERVAL_SECONDS": str(_or(buffer.flush_interval_seconds, 60)),
         "MAX_PAYLOAD_SIZE_KB": str(_or(payload.max_payload_size_kb, 0)),
-        "JSON_CONTENT_TYPES": ",".join(json_types),
     }
     if capture.kms_key_id is not None:
         env["KMS_KEY_ID"] = capture.kms_key_id
+    # Unset lists keep the sidecar's own defaults, which also cover JSON Lines and event streams.
+    header = capture.capture_content_type_header
+    if header is not None and header.json_content_types:
+        env["JSON_CONTENT_TYPES"] = ",".join(header.json_content_types)
+    if header is not None and header.csv_content_types:
+        env["CSV_CONTENT_TYPES"] = ",".join(header.csv_content_types)
     return env
 
 

@@ -14,11 +14,13 @@ import cdk8s
 import pytest
 
 from charts import (
+    CaptureContentTypeHeader,
     DataCapture,
     InferenceChart,
     ModelPodCapture,
     NvmeModelCache,
     SageMakerEndpointCapture,
+    capture_environment,
     capture_prefix_hash,
     parse_models,
 )
@@ -171,13 +173,19 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "BATCH_SIZE": "10",
         "FLUSH_INTERVAL_SECONDS": "60",
         "MAX_PAYLOAD_SIZE_KB": "0",
-        "JSON_CONTENT_TYPES": "application/json",
         "KMS_KEY_ID": samples.KMS_KEY_ARN,
     }
     assert sidecar["restartPolicy"] == "Always"  # native sidecar: outlives the model server on shutdown
     context = sidecar["securityContext"]
     assert context["runAsNonRoot"] is True and context["readOnlyRootFilesystem"] is True
     assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_sidecar_content_types_follow_the_capture_policy_when_set() -> None:
+    header = CaptureContentTypeHeader(json_content_types=("application/json", "application/x-ndjson"))
+    env = capture_environment(ModelPodCapture(capture_content_type_header=header), "s3://bucket/p/0123/pod/")
+    assert env["JSON_CONTENT_TYPES"] == "application/json,application/x-ndjson"
+    assert "CSV_CONTENT_TYPES" not in env
 
 
 def test_portable_service_sends_traffic_through_the_sidecar_only_when_capturing(
