@@ -81,7 +81,11 @@ class Constraint:
         too_few = self.min_items is not None and len(items) < self.min_items
         too_many = self.max_items is not None and len(items) > self.max_items
         if too_few or too_many:
-            self._add(path, f"must have {self.min_items or 0} to {self.max_items} items", list(items), problems)
+            if self.max_items is None:
+                bounds = f"at least {self.min_items} item(s)"
+            else:
+                bounds = f"{self.min_items or 0} to {self.max_items} items"
+            self._add(path, f"must have {bounds}", list(items), problems)
         for index, item in enumerate(items):
             if not isinstance(item, str) or is_token(item):
                 continue

@@ -177,8 +177,9 @@ class InferenceEndpointSpec(SpecBlock):
 class InferenceEndpointConfig(SpecBlock):
     """One ``InferenceEndpointConfig`` custom resource.
 
-    ``nvme_cache`` turns the spec into a ``kubernetesVolume`` source on node-local NVMe with an S3
-    fallback (see :mod:`charts.nvme_cache`); the spec must then name a service account.
+    ``nvme_cache`` adds a node-local NVMe hostPath volume and its S3 fallback init container to
+    ``spec.kubernetes`` (see :mod:`charts.nvme_cache`); the spec must then use the
+    ``kubernetesVolume`` source, mount the cache's volume and name a service account.
     ``extra_spec`` is deep-merged into the emitted spec (extra wins, lists are replaced) for CRD
     fields this class does not type (``kvCacheSpec``, ``pdSpec``, ``modelCacheConfig``, ...).
     """
@@ -204,7 +205,7 @@ class InferenceEndpointConfig(SpecBlock):
         return parsed
 
     def effective_spec(self) -> InferenceEndpointSpec:
-        """The spec with the NVMe cache (if any) expanded into volume, init container and mount."""
+        """The spec plus the NVMe cache's volume and loader init container (when there is a cache)."""
         if self.nvme_cache is None:
             return self.spec
         kubernetes = self.spec.kubernetes or KubernetesCustomization()
@@ -213,20 +214,33 @@ class InferenceEndpointConfig(SpecBlock):
             volumes=(*(kubernetes.volumes or ()), self.nvme_cache.volume(HYPERPOD_NVME_ROOT)),
             init_containers=(*(kubernetes.init_containers or ()), self.nvme_cache.init_container()),
         )
-        mount = ModelVolumeMount(
-            name=self.nvme_cache.volume_name, mount_path=self.spec.worker.model_volume_mount.mount_path
-        )
-        return dataclasses.replace(
-            self.spec,
-            model_source_config=ModelSourceConfig.kubernetes_volume(),
-            kubernetes=kubernetes,
-            worker=dataclasses.replace(self.spec.worker, model_volume_mount=mount),
-        )
+        return dataclasses.replace(self.spec, kubernetes=kubernetes)
 
     def validate(self, path: str, problems: Problems) -> None:
         # Validate what will be emitted, so rules see the NVMe volume the cache adds.
         expanded = dataclasses.replace(self, spec=self.effective_spec())
         SpecBlock.validate(expanded, path, problems)
+        if self.nvme_cache is not None:
+            self._check_spec_agrees_with_nvme_cache(self.nvme_cache, path, problems)
+
+    def _check_spec_agrees_with_nvme_cache(self, cache: NvmeModelCache, path: str, problems: Problems) -> None:
+        """The cache rewrites the model source and the mount; say so rather than override silently."""
+        source_type = self.spec.model_source_config.model_source_type
+        if source_type != ModelSourceType.KUBERNETES_VOLUME:
+            problems.add(
+                "NvmeCache.SourceTypeMismatch",
+                join_path(path, "spec.modelSourceConfig.modelSourceType"),
+                "must be kubernetesVolume when nvmeCache is set (the weights come from the NVMe volume)",
+                source_type,
+            )
+        mount_name = self.spec.worker.model_volume_mount.name
+        if mount_name != cache.volume_name:
+            problems.add(
+                "NvmeCache.MountNameMismatch",
+                join_path(path, "spec.worker.modelVolumeMount.name"),
+                f"must name the nvmeCache volume {cache.volume_name!r} (or set nvmeCache.volumeName)",
+                mount_name,
+            )
 
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.nvme_cache is not None and self.spec.service_account_name is None:

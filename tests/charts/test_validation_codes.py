@@ -310,6 +310,23 @@ MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
         {"spec.kubernetes": DELETE},
         "models[0].spec.kubernetes.serviceAccountName",
     ),
+    (
+        "NvmeCache.SourceTypeMismatch",
+        0,
+        {
+            "spec.modelSourceConfig": {
+                "modelSourceType": "s3",
+                "s3Storage": {"bucketName": "weights", "region": "us-east-1"},
+            }
+        },
+        "models[0].spec.modelSourceConfig.modelSourceType",
+    ),
+    (
+        "NvmeCache.MountNameMismatch",
+        0,
+        {"spec.worker.modelVolumeMount.name": "weights"},
+        "models[0].spec.worker.modelVolumeMount.name",
+    ),
     ("JumpStartModel.NameInvalid", 4, {"name": "Llama3"}, "models[4].name"),
     ("JumpStartModel.ModelIdInvalid", 4, {"spec.model.modelId": "meta/llama"}, "models[4].spec.model.modelId"),
     ("JumpStartModel.ModelVersionInvalid", 4, {"spec.model.modelVersion": "2.1"}, "models[4].spec.model.modelVersion"),
@@ -562,6 +579,15 @@ def test_every_problem_comes_out_in_one_error() -> None:
     message = str(raised.value)
     assert message.startswith("5 problem(s) in config.yaml:")
     assert "must be an integer from 0 to 100 (got 150)" in message
+
+
+def test_an_empty_list_says_how_many_items_it_needs() -> None:
+    entries = samples.model_entries()
+    _set(entries[1], "spec.instanceTypes", [])
+    with pytest.raises(ConfigError) as raised:
+        _load(entries)
+    (problem,) = raised.value.problems
+    assert (problem.code, problem.message) == ("InferenceEndpoint.InstanceTypeInvalid", "must have at least 1 item(s)")
 
 
 def test_values_that_are_unresolved_tokens_are_left_for_deploy_time() -> None:
