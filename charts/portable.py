@@ -238,6 +238,7 @@ class PortableModelServerChart(cdk8s.Chart):
         self._add_model_server()
         capture = server.pod_capture
         if capture is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
+            # validate() guarantees the s3Uri; the checks above only narrow the types.
             prefix_hash = capture_prefix_hash(cluster_name=cluster_name, namespace=namespace, name=server.name)
             self._add_capture_sidecar(capture, f"{server.data_capture.s3_uri.rstrip('/')}/{prefix_hash}/pod/")
         self.service = self._service(namespace, labels, capture_enabled=capture is not None)
@@ -266,7 +267,7 @@ class PortableModelServerChart(cdk8s.Chart):
 
     def _add_model_server(self) -> None:
         server, preset = self.server, self.server.preset
-        cache = dataclasses.replace(server.model_cache, host_root=server.model_cache.host_root or EKS_AL2023_NVME_ROOT)
+        cache = server.model_cache
         weights = kplus.Volume.from_host_path(
             self,
             "model-weights",
