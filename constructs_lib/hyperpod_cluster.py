@@ -1,0 +1,331 @@
+"""A SageMaker HyperPod cluster orchestrated by an existing EKS cluster, as one typed construct.
+
+aws-cdk-lib only has the L1 ``aws_sagemaker.CfnCluster``; this construct adds what a working
+cluster needs around it and checks the input against the CloudFormation schema at synth time:
+
+* a hardened lifecycle bucket with ``hyperpod_lifecycle/on_create.sh`` deployed under
+  ``lifecycle/`` (the script moves containerd onto instance-store NVMe, see the script);
+* the instance groups' execution role: trusted by ``sagemaker.amazonaws.com`` for HyperPod clusters
+  of this account and region only, with the AWS managed ``AmazonSageMakerClusterInstanceRolePolicy``
+  (required by HyperPod; it is an instance-role policy, not a ``*FullAccess`` one), read access to
+  the lifecycle scripts, and the network-interface, ECR pull, Pod Identity and log permissions
+  HyperPod nodes use;
+* the EKS access entry of type ``HYPERPOD_LINUX`` that lets the nodes join the cluster (no access
+  policies: that type cannot have any, and nodes never get cluster-admin);
+* the ``AWS::SageMaker::Cluster`` itself, created after the scripts are uploaded, the role has its
+  permissions and the access entry exists.
+
+The EKS cluster must use the ``API`` or ``API_AND_CONFIG_MAP`` authentication mode (``aws_eks_v2``
+always does) and already run HyperPod's dependency Helm chart before nodes join.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Duration, Stack, Token
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3_deployment
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from constructs_lib.hardened_bucket import hardened_bucket
+from constructs_lib.validation import Problems, is_token, join_path
+
+LIFECYCLE_SCRIPTS_DIR = Path(__file__).parent / "hyperpod_lifecycle"
+LIFECYCLE_PREFIX = "lifecycle/"
+ON_CREATE_SCRIPT = "on_create.sh"
+INSTANCE_ROLE_MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+NODE_RECOVERY_MODES = ("Automatic", "None")
+CLUSTER_LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters/"
+
+# Patterns from the AWS::SageMaker::Cluster registry schema.
+_CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_INSTANCE_GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_ML_INSTANCE_TYPE = re.compile(r"^ml\.[a-z][a-z0-9]*(-[a-z0-9]+)?\.[a-z0-9]+$")
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+# What HyperPod does with the execution role in the customer VPC (VpcConfig): attach and clean up
+# the nodes' network interfaces. These EC2 actions have no resource-level scoping.
+_NETWORK_INTERFACE_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+    "ec2:DetachNetworkInterface",
+]
+_ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+_LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGroup:
+    """One HyperPod instance group.
+
+    :param name: instance group name, ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$``, unique in the cluster.
+    :param instance_type: a SageMaker ML instance type, e.g. ``ml.g6e.12xlarge``.
+    :param instance_count: number of nodes (0 keeps the group defined but empty).
+    :param threads_per_core: 1 disables simultaneous multithreading (HyperPod's default for GPU
+        training and inference), 2 enables it.
+    :param ebs_volume_gib: secondary EBS volume per node, mounted at ``/opt/sagemaker``; 1..16384.
+    :param deep_health_checks: checks run when nodes start: ``InstanceStress`` (GPU/accelerator stress
+        test) and/or ``InstanceConnectivity`` (EFA/NCCL); they add start-up time.
+    """
+
+    name: str
+    instance_type: str
+    instance_count: int
+    threads_per_core: int = 1
+    ebs_volume_gib: int = 500
+    deep_health_checks: Sequence[str] = ()
+
+
+class HyperPodCluster(Construct):
+    """HyperPod cluster on an existing ``aws_eks_v2`` cluster, with its lifecycle scripts, execution
+    role and EKS access entry.
+
+    :param cluster_name: HyperPod cluster name, ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`` (replacement on
+        change).
+    :param eks_cluster: the orchestrating EKS cluster.
+    :param subnets: subnets of the nodes' network interfaces (1..16, private, in the EKS cluster's VPC).
+    :param security_groups: security groups of those interfaces (1..5); they must allow traffic to and
+        from the EKS cluster security group.
+    :param instance_groups: at least one :class:`InstanceGroup`, names unique.
+    :param node_recovery: ``Automatic`` (default: HyperPod replaces or reboots faulty nodes) or ``None``.
+    :param lifecycle_bucket_name: name of the lifecycle-script bucket this construct creates
+        (deterministic, chosen by the caller). The role reads it through an explicit grant, so it need
+        not start with ``sagemaker-`` (the managed policy's own S3 scope).
+    :param access_logs_bucket: where the lifecycle bucket's server access logs go; default none.
+    :param encryption_key: KMS key of the lifecycle bucket; default SSE-S3.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        cluster_name: str,
+        eks_cluster: eks.Cluster,
+        subnets: Sequence[ec2.ISubnet],
+        security_groups: Sequence[ec2.ISecurityGroup],
+        instance_groups: Sequence[InstanceGroup],
+        lifecycle_bucket_name: str,
+        node_recovery: str = "Automatic",
+        access_logs_bucket: s3.IBucket | None = None,
+        encryption_key: kms.IKey | None = None,
+    ) -> None:
+        super().__init__(scope, id_)
+        _validate(cluster_name, subnets, security_groups, instance_groups, node_recovery, lifecycle_bucket_name)
+        stack = Stack.of(self)
+
+        self.lifecycle_bucket = hardened_bucket(
+            self,
+            "LifecycleBucket",
+            bucket_name=lifecycle_bucket_name,
+            encryption_key=encryption_key,
+            access_logs_bucket=access_logs_bucket,
+            # Without a log bucket, a prefix alone would make S3 log the bucket into itself.
+            access_logs_prefix=f"{lifecycle_bucket_name}/" if access_logs_bucket else "",
+            lifecycle_rules=[
+                s3.LifecycleRule(id="purge-replaced-scripts", noncurrent_version_expiration=Duration.days(30)),
+            ],
+        )
+        self.lifecycle_deployment = s3_deployment.BucketDeployment(
+            self,
+            "LifecycleScripts",
+            sources=[s3_deployment.Source.asset(
+                str(LIFECYCLE_SCRIPTS_DIR), exclude=["*.md", "__pycache__", ".*"],
+            )],
+            destination_bucket=self.lifecycle_bucket,
+            destination_key_prefix=LIFECYCLE_PREFIX,
+            prune=True,
+        )
+
+        self.execution_role = iam.Role(
+            self,
+            "ExecutionRole",
+            description=f"HyperPod instance groups of {cluster_name}",
+            # Confused-deputy guard: only HyperPod clusters of this account and region may assume it.
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:cluster/*",
+                    },
+                },
+            ),
+            # Required by HyperPod for every instance group role (node agent, health monitoring).
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
+        )
+        self.lifecycle_bucket.grant_read(self.execution_role, f"{LIFECYCLE_PREFIX}*")
+        self._grant_node_permissions(stack, eks_cluster)
+
+        self.access_entry = eks.AccessEntry(
+            self,
+            "AccessEntry",
+            cluster=eks_cluster,
+            principal=self.execution_role.role_arn,
+            access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX,
+            access_policies=[],
+        )
+
+        source_s3_uri = f"s3://{self.lifecycle_bucket.bucket_name}/{LIFECYCLE_PREFIX}"
+        self.cfn_cluster = sagemaker.CfnCluster(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=eks_cluster.cluster_arn),
+            ),
+            instance_groups=[self._instance_group(group, source_s3_uri) for group in instance_groups],
+            node_recovery=node_recovery,
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                security_group_ids=[sg.security_group_id for sg in security_groups],
+                subnets=[subnet.subnet_id for subnet in subnets],
+            ),
+        )
+        # Nodes run on_create.sh and join EKS as soon as they boot: the scripts, the role's policies
+        # and the access entry must exist first.
+        self.cfn_cluster.node.add_dependency(self.lifecycle_deployment, self.execution_role, self.access_entry)
+        self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
+
+    def _instance_group(
+        self, group: InstanceGroup, source_s3_uri: str
+    ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+        return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
+            instance_group_name=group.name,
+            instance_type=group.instance_type,
+            instance_count=group.instance_count,
+            execution_role=self.execution_role.role_arn,
+            threads_per_core=group.threads_per_core,
+            instance_storage_configs=[
+                sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
+                    ebs_volume_config=sagemaker.CfnCluster.ClusterEbsVolumeConfigProperty(
+                        volume_size_in_gb=group.ebs_volume_gib,
+                    ),
+                ),
+            ],
+            life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
+                source_s3_uri=source_s3_uri, on_create=ON_CREATE_SCRIPT,
+            ),
+            on_start_deep_health_checks=list(group.deep_health_checks) or None,
+        )
+
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.Cluster) -> None:
+        role = self.execution_role
+        in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="NodeNetworkInterfaces", actions=_NETWORK_INTERFACE_ACTIONS, resources=["*"],
+            conditions=in_this_region,
+        ))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="TagNodeNetworkInterfaces", actions=["ec2:CreateTags"],
+            resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:network-interface/*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}},
+        ))
+        # Authorization tokens have no resource; images come from AWS-owned accounts (EKS and HyperPod
+        # system images) as well as the customer's, so the repository account stays open.
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"],
+        ))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="EcrPullImages", actions=_ECR_PULL_ACTIONS,
+            resources=[f"arn:{stack.partition}:ecr:{stack.region}:*:repository/*"],
+        ))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="PodIdentityOnThisCluster", actions=["eks-auth:AssumeRoleForPodIdentity"],
+            resources=[eks_cluster.cluster_arn],
+        ))
+        log_group = f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{CLUSTER_LOG_GROUP_PREFIX}*"
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ClusterLogs", actions=_LOG_ACTIONS, resources=[log_group, f"{log_group}:log-stream:*"],
+        ))
+
+
+def _unresolved(value: Any) -> bool:
+    return is_token(value) or (isinstance(value, int | float) and Token.is_unresolved(value))
+
+
+def _validate(
+    cluster_name: str,
+    subnets: Sequence[ec2.ISubnet],
+    security_groups: Sequence[ec2.ISecurityGroup],
+    instance_groups: Sequence[InstanceGroup],
+    node_recovery: str,
+    bucket_name: str,
+) -> None:
+    problems = Problems()
+    if not _unresolved(cluster_name) and not _CLUSTER_NAME.match(cluster_name):
+        problems.add("HyperPodCluster.BadName", "cluster_name",
+                     "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
+                     cluster_name)
+    if not subnets:
+        problems.add("HyperPodCluster.NoSubnets", "subnets",
+                     "must name at least one subnet for the nodes' network interfaces (VpcConfig.Subnets)")
+    elif len(subnets) > 16:
+        problems.add("HyperPodCluster.NoSubnets", "subnets", "VpcConfig allows at most 16 subnets", len(subnets))
+    if not 1 <= len(security_groups) <= 5:
+        problems.add("HyperPodCluster.SecurityGroups", "security_groups",
+                     "must name 1 to 5 security groups (VpcConfig.SecurityGroupIds)", len(security_groups))
+    if node_recovery not in NODE_RECOVERY_MODES:
+        problems.add("HyperPodCluster.NodeRecovery", "node_recovery",
+                     f"must be one of {', '.join(NODE_RECOVERY_MODES)}", node_recovery)
+    if not _unresolved(bucket_name) and (not _BUCKET_NAME.match(bucket_name) or ".." in bucket_name):
+        problems.add("HyperPodCluster.BadBucketName", "lifecycle_bucket_name",
+                     "must be an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-'", bucket_name)
+    if not instance_groups:
+        problems.add("HyperPodCluster.NoInstanceGroups", "instance_groups",
+                     "must define at least one instance group")
+    seen: set[str] = set()
+    for index, group in enumerate(instance_groups):
+        path = join_path("instance_groups", index)
+        if group.name in seen:
+            problems.add("HyperPodCluster.DuplicateInstanceGroup", join_path(path, "name"),
+                         "instance group names must be unique in a cluster", group.name)
+        seen.add(group.name)
+        _check_instance_group(group, path, problems)
+    problems.raise_if_any("HyperPodCluster")
+
+
+def _check_instance_group(group: InstanceGroup, path: str, problems: Problems) -> None:
+    if not _unresolved(group.name) and not _INSTANCE_GROUP_NAME.match(group.name):
+        problems.add("HyperPodCluster.BadName", join_path(path, "name"),
+                     "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
+                     group.name)
+    if not _unresolved(group.instance_type) and not _ML_INSTANCE_TYPE.match(group.instance_type):
+        hint = f" (did you mean 'ml.{group.instance_type}'?)" if not group.instance_type.startswith("ml.") else ""
+        problems.add("HyperPodCluster.BadInstanceType", join_path(path, "instance_type"),
+                     f"must be a SageMaker instance type 'ml.<family>.<size>', e.g. 'ml.g6e.12xlarge'{hint}",
+                     group.instance_type)
+    if not _unresolved(group.instance_count) and group.instance_count < 0:
+        problems.add("HyperPodCluster.InstanceCount", join_path(path, "instance_count"), "must be 0 or more",
+                     group.instance_count)
+    if not _unresolved(group.threads_per_core) and group.threads_per_core not in (1, 2):
+        problems.add("HyperPodCluster.ThreadsPerCore", join_path(path, "threads_per_core"),
+                     "must be 1 (multithreading off) or 2 (on)", group.threads_per_core)
+    if not _unresolved(group.ebs_volume_gib) and not 1 <= group.ebs_volume_gib <= 16384:
+        problems.add("HyperPodCluster.VolumeSize", join_path(path, "ebs_volume_gib"),
+                     "must be 1..16384 GiB (EbsVolumeConfig.VolumeSizeInGB)", group.ebs_volume_gib)
+    checks = list(group.deep_health_checks)
+    checks_path = join_path(path, "deep_health_checks")
+    for check_index, check in enumerate(checks):
+        if check not in DEEP_HEALTH_CHECKS:
+            problems.add("HyperPodCluster.DeepHealthCheck", join_path(checks_path, check_index),
+                         f"must be one of {', '.join(DEEP_HEALTH_CHECKS)}", check)
+    if len(set(checks)) != len(checks):
+        problems.add("HyperPodCluster.DeepHealthCheck", checks_path, "must not repeat a check", checks)
