@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from aws_cdk import Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -221,7 +222,7 @@ def _validate(
     for index, instance_type in enumerate(instance_types):
         _check_instance_type(instance_type, join_path("instance_types", index), problems)
     _check_sizes(min_size, desired_size, max_size, problems)
-    if not is_token(root_volume_gib) and not 20 <= root_volume_gib <= 16384:
+    if not _unresolved(root_volume_gib) and not 20 <= root_volume_gib <= 16384:
         problems.add("GpuNodeGroup.RootVolume", "root_volume_gib",
                      "must be 20..16384 GiB (gp3 limits; the AL2023 NVIDIA AMI needs at least 20)",
                      root_volume_gib)
@@ -266,6 +267,11 @@ def _check_instance_type(instance_type: str, path: str, problems: Problems) -> N
                      f"families do not fit the AL2023_X86_64_NVIDIA AMI); {suggestion}", instance_type)
 
 
+def _unresolved(value: Any) -> bool:
+    """An unresolved token (string, or a number encoded by ``Token.as_number``) is checked at deploy time."""
+    return is_token(value) or (isinstance(value, int | float) and Token.is_unresolved(value))
+
+
 def _size_order(size: str) -> tuple[int, str]:
     digits = re.match(r"^(\d*)", size)
     return (int(digits[1]) if digits and digits[1] else 1 if size == "xlarge" else 10**6, size)
@@ -273,7 +279,7 @@ def _size_order(size: str) -> tuple[int, str]:
 
 def _check_sizes(min_size: int, desired_size: int, max_size: int, problems: Problems) -> None:
     values = {"min_size": min_size, "desired_size": desired_size, "max_size": max_size}
-    if any(is_token(v) for v in values.values()):
+    if any(_unresolved(v) for v in values.values()):
         return
     if min_size < 0:
         problems.add("GpuNodeGroup.Sizes", "min_size", "must be 0 or more", min_size)
