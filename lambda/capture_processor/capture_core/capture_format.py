@@ -35,9 +35,7 @@ RAW_SCHEMA = pa.schema(
         ("captureData", pa.struct([("endpointInput", _SIDE), ("endpointOutput", _SIDE)])),
         (
             "eventMetadata",
-            pa.struct(
-                [("eventId", pa.string()), ("inferenceId", pa.string()), ("inferenceTime", pa.string())]
-            ),
+            pa.struct([("eventId", pa.string()), ("inferenceId", pa.string()), ("inferenceTime", pa.string())]),
         ),
         ("eventVersion", pa.string()),
     ]
@@ -73,9 +71,7 @@ class MalformedLineError(ValueError):
     pass
 
 
-def parse_capture_chunk(
-    data: bytes, first_line: int, context: ChunkContext, redactor: Redactor
-) -> ParsedChunk:
+def parse_capture_chunk(data: bytes, first_line: int, context: ChunkContext, redactor: Redactor) -> ParsedChunk:
     raw = _read_whole_chunk(data)
     rejected: tuple[RejectedLine, ...] = ()
     if raw is None:
@@ -87,9 +83,7 @@ def _read_whole_chunk(data: bytes) -> pa.Table | None:
     """The chunk as a raw table, or None when any line needs the careful path."""
     for block_size in (_FAST_BLOCK_SIZE, len(data) + 1):  # retry in one block when a line is > 1 MiB
         try:
-            table = pa_json.read_json(
-                io.BytesIO(data), pa_json.ReadOptions(block_size=block_size), _PARSE_OPTIONS
-            )
+            table = pa_json.read_json(io.BytesIO(data), pa_json.ReadOptions(block_size=block_size), _PARSE_OPTIONS)
         except pa.ArrowInvalid:
             continue
         sides = table.column("captureData")
@@ -128,16 +122,12 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
         for name in ("endpointInput", "endpointOutput")
     }
     if not any(sides.values()):
-        raise MalformedLineError(
-            "not a capture record: no captureData.endpointInput or endpointOutput object"
-        )
+        raise MalformedLineError("not a capture record: no captureData.endpointInput or endpointOutput object")
     metadata = record.get("eventMetadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     return {
         "captureData": sides,
-        "eventMetadata": {
-            name: _as_text(metadata.get(name)) for name in ("eventId", "inferenceId", "inferenceTime")
-        },
+        "eventMetadata": {name: _as_text(metadata.get(name)) for name in ("eventId", "inferenceId", "inferenceTime")},
         "eventVersion": _as_text(record.get("eventVersion")),
     }
 
@@ -162,9 +152,7 @@ def _curate(raw: pa.Table, context: ChunkContext, redactor: Redactor) -> pa.Tabl
     sides = {name: pc.struct_field(capture, name) for name in ("endpointInput", "endpointOutput")}
     input_text, input_errors = _decoded_texts(sides["endpointInput"], "input")
     output_text, output_errors = _decoded_texts(sides["endpointOutput"], "output")
-    times, sources = fill_missing_times(
-        _parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist()), context
-    )
+    times, sources = fill_missing_times(_parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist()), context)
     length = raw.num_rows
     columns = {
         "event_id": pc.struct_field(metadata, "eventId"),
@@ -240,9 +228,7 @@ def _joined_errors(length: int, *per_side: list[str | None] | None) -> pa.Array:
 
 def _parsed_times(values: list[str | None]) -> list[datetime | None]:
     cache: dict[str | None, datetime | None] = {}
-    return [
-        cache[value] if value in cache else cache.setdefault(value, _parse_time(value)) for value in values
-    ]
+    return [cache[value] if value in cache else cache.setdefault(value, _parse_time(value)) for value in values]
 
 
 def _parse_time(value: str | None) -> datetime | None:

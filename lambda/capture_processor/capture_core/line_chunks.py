@@ -27,6 +27,7 @@ class CorruptObjectError(ValueError):
 class LineChunk:
     first_line: int  # 1-based number of the first line in `data`
     data: bytes  # whole lines, each ending in b"\n" except possibly the object's last one
+    line_count: int  # newlines in data
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,7 @@ def _gunzip(raw: Iterator[bytes], status: DecodeStatus, out_size: int) -> Iterat
             if member.eof:
                 data = member.unused_data
                 if data and not data.startswith(GZIP_MAGIC[: len(data)]):
-                    raise CorruptObjectError(
-                        "bytes after the end of the gzip stream are not another gzip member"
-                    )
+                    raise CorruptObjectError("bytes after the end of the gzip stream are not another gzip member")
                 member, member_fed = zlib.decompressobj(wbits=31), False
                 if not data:
                     break
@@ -115,13 +114,15 @@ def line_chunks(
             continue
         cut = pending.rfind(b"\n") + 1
         if cut:
-            chunk = bytes(pending[:cut])
+            with memoryview(pending) as view:  # one copy out of the buffer, not two
+                chunk = bytes(view[:cut])
             del pending[:cut]
-            yield LineChunk(line_number, chunk)
-            line_number += chunk.count(b"\n")
+            newlines = chunk.count(b"\n")
+            yield LineChunk(line_number, chunk, newlines)
+            line_number += newlines
         if len(pending) > max_line_bytes:  # no newline left in pending: one line is that long
             yield OversizedLine(line_number, bytes(pending[:max_line_bytes]))
             skipping = True
             pending.clear()
     if pending and not skipping:
-        yield LineChunk(line_number, bytes(pending))
+        yield LineChunk(line_number, bytes(pending), pending.count(b"\n"))

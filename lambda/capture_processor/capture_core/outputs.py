@@ -8,6 +8,7 @@ the source object's identity, so reprocessing overwrites instead of duplicating.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,18 +47,51 @@ class PartitionFile:
 
 class PartitionedParquetFiles:
     """Appends tables to per-partition Parquet files; every write becomes a row group, so
-    memory holds one chunk at a time however large the object is."""
+    memory holds one chunk at a time however large the object is.
 
-    def __init__(self, directory: Path, schema: pa.Schema, time_column: str) -> None:
+    Writing (encoding and zstd compression, which release the GIL) runs on one background
+    thread, overlapping with the parsing of the next chunk; at most one write is in flight, so
+    at most two chunks are in memory.
+    """
+
+    def __init__(
+        self, directory: Path, schema: pa.Schema, time_column: str, payload_columns: tuple[str, ...] = ()
+    ) -> None:
         self._directory = directory
         self._schema = schema
         self._time_column = time_column
+        # Payload columns are large and unique: dictionaries and min/max statistics only cost time.
+        small = [name for name in schema.names if name not in payload_columns]
+        self._writer_options = {"compression": "zstd", "use_dictionary": small, "write_statistics": small}
         self._writers: dict[Partition, pq.ParquetWriter] = {}
         self._rows: dict[Partition, int] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
+        self._pending: Future[None] | None = None
 
     def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
+        self._wait_for_pending_write()
+        if table.num_rows:
+            self._pending = self._executor.submit(self._write_partitions, table)
+
+    def close(self) -> list[PartitionFile]:
+        try:
+            self._wait_for_pending_write()
+        finally:
+            self._executor.shutdown(wait=True)
+            writers, self._writers = self._writers, {}
+            for writer in writers.values():
+                writer.close()
+        return [
+            PartitionFile(partition, Path(writer.where), self._rows[partition])
+            for partition, writer in sorted(writers.items())
+        ]
+
+    def _wait_for_pending_write(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()  # re-raises a failed write here, in the caller's thread
+
+    def _write_partitions(self, table: pa.Table) -> None:
         # Integer division of epoch microseconds: the hour each row belongs to (times are after 1970).
         hours = pc.divide(table.column(self._time_column).cast(pa.int64()), _MICROS_PER_HOUR)
         for hour in pc.unique(hours).to_pylist():
@@ -66,34 +100,29 @@ class PartitionedParquetFiles:
             self._writer(partition).write_table(rows)
             self._rows[partition] = self._rows.get(partition, 0) + rows.num_rows
 
-    def close(self) -> list[PartitionFile]:
-        files = []
-        for partition, writer in sorted(self._writers.items()):
-            writer.close()
-            files.append(PartitionFile(partition, Path(writer.where), self._rows[partition]))
-        self._writers.clear()
-        return files
-
     def _writer(self, partition: Partition) -> pq.ParquetWriter:
         writer = self._writers.get(partition)
         if writer is None:
             path = self._directory / f"dt={partition.dt}-hour={partition.hour}.parquet"
-            writer = pq.ParquetWriter(path, self._schema, compression="zstd")
+            writer = pq.ParquetWriter(path, self._schema, **self._writer_options)
             self._writers[partition] = writer
         return writer
+
+
+@dataclass(frozen=True)
+class QuarantineSource:
+    bucket: str
+    key: str
+    version: str  # S3 version id, else the ETag: what the output file names derive from
 
 
 class QuarantineFile:
     """JSON Lines, one entry per rejected line: where it came from, why, and its (redacted) text."""
 
-    def __init__(self, path: Path, source_bucket: str, source_key: str, source_version: str | None) -> None:
+    def __init__(self, path: Path, source: QuarantineSource) -> None:
         self.path = path
         self.entries = 0
-        self._source = {
-            "source_bucket": source_bucket,
-            "source_key": source_key,
-            "source_version": source_version,
-        }
+        self._source = {"source_bucket": source.bucket, "source_key": source.key, "source_version": source.version}
         self._file: IO[str] | None = None
 
     def add(self, rejected: RejectedLine, redacted_raw: str) -> None:

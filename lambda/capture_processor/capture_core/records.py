@@ -35,9 +35,7 @@ class ParsedChunk:
 TIME_SOURCES = ("record", "object_key", "last_modified")
 
 
-def fill_missing_times(
-    times: list[datetime | None], context: ChunkContext
-) -> tuple[list[datetime], list[str]]:
+def fill_missing_times(times: list[datetime | None], context: ChunkContext) -> tuple[list[datetime], list[str]]:
     """Each row's partition time and where it came from: its own time, else the key's, else
     the object's LastModified (the placeholder "{%s}" in public samples is one such case)."""
     fallback, fallback_source = (

@@ -74,10 +74,14 @@ class Redactor:
             return texts
         rows = pc.filter(texts, needs_work)
         for rule in self.rules:
-            found = pc.sum(pc.count_substring_regex(rows, rule.pattern)).as_py() or 0
+            matches = pc.count_substring_regex(rows, rule.pattern)
+            found = pc.sum(matches).as_py() or 0
             if found:
                 self.counts[rule.name] += found
-                rows = pc.replace_substring_regex(rows, rule.pattern, rule.replacement)
+                # Rewriting is slower than matching (RE2 must find submatch bounds): only rows with a match.
+                has_match = pc.fill_null(pc.greater(matches, 0), False)
+                rewritten = pc.replace_substring_regex(pc.filter(rows, has_match), rule.pattern, rule.replacement)
+                rows = pc.replace_with_mask(rows, has_match, rewritten)
         return pc.replace_with_mask(texts, needs_work, rows)
 
     def redact_text(self, text: str) -> str:

@@ -47,9 +47,7 @@ def _object_ref(record: dict) -> S3ObjectRef:
         obj = record["s3"]["object"]
         key = unquote_plus(obj["key"])
     except (KeyError, TypeError) as error:
-        raise InvalidMessageError(
-            f"S3 event record lacks s3.bucket.name or s3.object.key: {error!r}"
-        ) from error
+        raise InvalidMessageError(f"S3 event record lacks s3.bucket.name or s3.object.key: {error!r}") from error
     size = obj.get("size")
     return S3ObjectRef(
         bucket=bucket,

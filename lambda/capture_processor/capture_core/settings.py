@@ -56,9 +56,7 @@ class Settings:
 
 def _prefix_problems(name: str, prefix: str) -> list[str]:
     if not prefix or not prefix.endswith("/") or prefix.startswith("/"):
-        return [
-            f"{name} must be a non-empty key prefix ending in '/' and not starting with '/', got {prefix!r}"
-        ]
+        return [f"{name} must be a non-empty key prefix ending in '/' and not starting with '/', got {prefix!r}"]
     return []
 
 

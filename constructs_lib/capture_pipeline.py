@@ -1,0 +1,443 @@
+"""CapturePipeline: S3 capture objects -> SQS -> the capture processor Lambda -> curated Parquet,
+queryable at once in Athena through Glue tables with partition projection.
+
+The Lambda's runtime code lives in ``lambda/capture_processor`` (see docs/capture-processor.md
+for the record formats, the output schema and the redaction rules). It is deployed as a plain
+folder asset; pyarrow comes from the AWS SDK for pandas managed layer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Duration, Size, Stack, Token
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_glue as glue
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_notifications as s3_notifications
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from constructs_lib.validation import Problems, is_token
+
+RUNTIME_CODE_DIR = Path(__file__).resolve().parents[1] / "lambda" / "capture_processor"
+REDACTION_RULES = ("email", "phone", "access_token")
+
+# The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
+LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
+PANDAS_LAYER_NAME = "AWSSDKPandas-Python313-Arm64"
+PANDAS_LAYER_ACCOUNT = "336392948345"
+# Layer versions differ per region. Source: https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html
+# (release 3.16.1). Only versions read from that page are listed: for any other region pass
+# pandas_layer_arn (find it on that page, or see docs/capture-processor.md).
+PANDAS_LAYER_VERSIONS: Mapping[str, int] = {
+    "af-south-1": 11,
+}
+
+FUNCTION_TIMEOUT = Duration.minutes(15)  # a 1 GiB object takes minutes at 1 GiB of memory
+MAX_RECEIVE_COUNT = 5
+GLUE_NAME = re.compile(r"^[a-z0-9_]{1,255}$")
+PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/= -]*/$")  # S3 safe characters, ending in '/'
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class GlueColumn:
+    name: str
+    type: str
+    comment: str = ""
+
+
+def _columns(spec: str) -> tuple[GlueColumn, ...]:
+    return tuple(GlueColumn(*line.split()) for line in spec.strip().splitlines())
+
+
+# Mirrors the Parquet schemas written by lambda/capture_processor (a test keeps them in step).
+CAPTURE_COLUMNS = _columns(
+    """
+    event_id string
+    inference_id string
+    inference_time timestamp
+    time_source string
+    event_version string
+    input_content_type string
+    input_encoding string
+    input_text string
+    input_truncated boolean
+    output_content_type string
+    output_encoding string
+    output_text string
+    output_truncated boolean
+    decode_error string
+    source_key string
+    deployment_hash string
+    """
+)
+ALB_COLUMNS = _columns(
+    """
+    type string
+    time timestamp
+    time_source string
+    elb string
+    client_ip string
+    client_port int
+    target_ip string
+    target_port int
+    request_processing_time double
+    target_processing_time double
+    response_processing_time double
+    elb_status_code int
+    target_status_code int
+    received_bytes bigint
+    sent_bytes bigint
+    request_verb string
+    request_url string
+    request_proto string
+    request_host string
+    request_port int
+    request_path string
+    request_query string
+    user_agent string
+    ssl_cipher string
+    ssl_protocol string
+    target_group_arn string
+    trace_id string
+    domain_name string
+    chosen_cert_arn string
+    matched_rule_priority int
+    request_creation_time timestamp
+    actions_executed string
+    redirect_url string
+    error_reason string
+    target_port_list string
+    target_status_code_list string
+    classification string
+    classification_reason string
+    conn_trace_id string
+    transformed_host string
+    transformed_uri string
+    request_transform_status string
+    source_key string
+    deployment_hash string
+    """
+)
+
+
+class CapturePipeline(Construct):
+    """Post-processes captured inference data into Parquet, with redaction and a quarantine.
+
+    Children, as escape hatches: ``queue``, ``dead_letter_queue``, ``function``,
+    ``log_group``, ``database``, ``tables`` (``"capture_records"``, ``"alb_access_logs"``) and
+    ``alarms`` (``"dead_letters"``, ``"function_errors"``; no actions: add your own).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        bucket: s3.IBucket,
+        encryption_key: kms.IKey,
+        capture_prefixes: Sequence[str],
+        output_prefix: str = "curated/",
+        quarantine_prefix: str = "quarantine/",
+        memory_size: int = 1024,
+        reserved_concurrency: int | None = None,
+        redact: Sequence[str] = REDACTION_RULES,
+        pandas_layer_arn: str | None = None,
+        glue_database_name: str = "inference_capture",
+        first_partition_date: str = "2025-01-01",
+        log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+    ) -> None:
+        """
+        :param bucket: holds the capture objects; outputs go to the same bucket.
+        :param encryption_key: encrypts the queues; the function may decrypt and encrypt with it.
+        :param capture_prefixes: key prefixes whose ObjectCreated events are processed, e.g.
+            ``"data-capture/"``; each ends in ``/`` and none overlaps another or the outputs.
+        :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it).
+        :param quarantine_prefix: where rejected lines go, as JSON Lines.
+        :param memory_size: MiB; 1024 keeps a 1 GiB object within memory (see the docs).
+        :param reserved_concurrency: caps parallel invocations; None shares the account pool.
+        :param redact: rules applied to payloads and URLs; empty switches redaction off.
+        :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64; required
+            in regions missing from PANDAS_LAYER_VERSIONS.
+        :param glue_database_name: the Glue database holding the two tables.
+        :param first_partition_date: earliest ``dt`` Athena projects (YYYY-MM-DD).
+        :param log_retention: how long the function's logs are kept.
+        """
+        super().__init__(scope, construct_id)
+        region = Stack.of(self).region
+        _validate(
+            capture_prefixes=capture_prefixes,
+            output_prefix=output_prefix,
+            quarantine_prefix=quarantine_prefix,
+            memory_size=memory_size,
+            reserved_concurrency=reserved_concurrency,
+            redact=redact,
+            pandas_layer_arn=pandas_layer_arn,
+            region=region,
+            glue_database_name=glue_database_name,
+            first_partition_date=first_partition_date,
+        )
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=encryption_key,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=encryption_key,
+            enforce_ssl=True,
+            # AWS guidance for SQS event sources: at least 6x the function timeout, so a message
+            # is not redelivered while an invocation (and its retries) still holds it.
+            visibility_timeout=Duration.seconds(FUNCTION_TIMEOUT.to_seconds() * 6),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=MAX_RECEIVE_COUNT),
+        )
+        for prefix in capture_prefixes:
+            bucket.add_event_notification(
+                s3.EventType.OBJECT_CREATED,
+                s3_notifications.SqsDestination(self.queue),
+                s3.NotificationKeyFilter(prefix=prefix),
+            )
+
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
+        # An own role instead of the default one: the default attaches the managed
+        # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.log_group.grant_write(role)
+        layer_arn = pandas_layer_arn or _pandas_layer_arn(region)
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=LAMBDA_RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            handler="handler.handler",
+            code=lambda_.Code.from_asset(str(RUNTIME_CODE_DIR), exclude=["__pycache__", "*.pyc"]),
+            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer", layer_arn)],
+            memory_size=memory_size,
+            timeout=FUNCTION_TIMEOUT,
+            # Parquet partitions are staged in /tmp before upload; ~25% of the source size.
+            ephemeral_storage_size=Size.gibibytes(2),
+            reserved_concurrent_executions=reserved_concurrency,
+            role=role,
+            log_group=self.log_group,
+            environment={
+                "OUTPUT_PREFIX": output_prefix,
+                "QUARANTINE_PREFIX": quarantine_prefix,
+                "REDACT": ",".join(redact) if redact else "none",
+            },
+            description="Capture post-processing: S3 capture objects to curated Parquet (redacted)",
+        )
+        self.function.add_event_source(
+            event_sources.SqsEventSource(
+                self.queue,
+                batch_size=10,
+                max_batching_window=Duration.seconds(30),
+                report_batch_item_failures=True,
+            )
+        )
+        for prefix in capture_prefixes:
+            bucket.grant_read(self.function, f"{prefix}*")
+        for prefix in (output_prefix, quarantine_prefix):
+            bucket.grant_put(self.function, f"{prefix}*")
+        encryption_key.grant_decrypt(self.function)  # SSE-KMS capture objects
+        encryption_key.grant_encrypt(self.function)  # SSE-KMS outputs (GenerateDataKey)
+
+        self.database, self.tables = self._glue_catalog(bucket, output_prefix, glue_database_name, first_partition_date)
+        self.alarms = self._alarms()
+
+    def _glue_catalog(
+        self, bucket: s3.IBucket, output_prefix: str, database_name: str, first_date: str
+    ) -> tuple[glue.CfnDatabase, dict[str, glue.CfnTable]]:
+        account = Stack.of(self).account
+        database = glue.CfnDatabase(
+            self,
+            "Database",
+            catalog_id=account,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=database_name, description="Curated inference capture (Parquet)"
+            ),
+        )
+        location = f"s3://{bucket.bucket_name}/{output_prefix}"
+        tables = {
+            "capture_records": self._projected_table(
+                "CaptureRecordsTable",
+                database,
+                "capture_records",
+                CAPTURE_COLUMNS,
+                location,
+                ("sme", "pod"),
+                first_date,
+            ),
+            "alb_access_logs": self._projected_table(
+                "AlbAccessLogsTable", database, "alb_access_logs", ALB_COLUMNS, location, ("alb",), first_date
+            ),
+        }
+        return database, tables
+
+    def _projected_table(
+        self,
+        construct_id: str,
+        database: glue.CfnDatabase,
+        name: str,
+        columns: Sequence[GlueColumn],
+        location: str,
+        tiers: Sequence[str],
+        first_date: str,
+    ) -> glue.CfnTable:
+        # Partition projection: Athena computes partitions from these rules, so new hours are
+        # queryable the moment their files land, with no crawler and no MSCK REPAIR.
+        parameters = {
+            "classification": "parquet",
+            "parquet.compression": "ZSTD",
+            "projection.enabled": "true",
+            "projection.tier.type": "enum",
+            "projection.tier.values": ",".join(tiers),
+            "projection.dt.type": "date",
+            "projection.dt.format": "yyyy-MM-dd",
+            "projection.dt.range": f"{first_date},NOW",
+            "projection.dt.interval": "1",
+            "projection.dt.interval.unit": "DAYS",
+            "projection.hour.type": "integer",
+            "projection.hour.range": "0,23",
+            "projection.hour.digits": "2",
+            "storage.location.template": f"{location}tier=${{tier}}/dt=${{dt}}/hour=${{hour}}/",
+        }
+        table = glue.CfnTable(
+            self,
+            construct_id,
+            catalog_id=database.catalog_id,
+            database_name=database.ref,
+            table_input=glue.CfnTable.TableInputProperty(
+                name=name,
+                table_type="EXTERNAL_TABLE",
+                parameters=parameters,
+                partition_keys=[
+                    glue.CfnTable.ColumnProperty(name="tier", type="string"),
+                    glue.CfnTable.ColumnProperty(name="dt", type="string"),
+                    glue.CfnTable.ColumnProperty(name="hour", type="string"),
+                ],
+                storage_descriptor=glue.CfnTable.StorageDescriptorProperty(
+                    location=location,
+                    input_format="org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
+                    output_format="org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
+                    serde_info=glue.CfnTable.SerdeInfoProperty(
+                        serialization_library="org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+                    ),
+                    columns=[glue.CfnTable.ColumnProperty(name=c.name, type=c.type) for c in columns],
+                ),
+            ),
+        )
+        table.add_dependency(database)
+        return table
+
+    def _alarms(self) -> dict[str, cloudwatch.Alarm]:
+        dead_letters = cloudwatch.Alarm(
+            self,
+            "DeadLetterAlarm",
+            alarm_description="Capture objects failed processing 5 times; see the DLQ and the function logs",
+            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(5), statistic="Maximum"
+            ),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        function_errors = cloudwatch.Alarm(
+            self,
+            "FunctionErrorAlarm",
+            alarm_description="The capture processor failed (e.g. a configuration error)",
+            metric=self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        return {"dead_letters": dead_letters, "function_errors": function_errors}
+
+
+def _pandas_layer_arn(region: str) -> str:
+    return f"arn:aws:lambda:{region}:{PANDAS_LAYER_ACCOUNT}:layer:{PANDAS_LAYER_NAME}:{PANDAS_LAYER_VERSIONS[region]}"
+
+
+def _validate(
+    *,
+    capture_prefixes: Sequence[str],
+    output_prefix: str,
+    quarantine_prefix: str,
+    memory_size: int,
+    reserved_concurrency: int | None,
+    redact: Sequence[str],
+    pandas_layer_arn: str | None,
+    region: str,
+    glue_database_name: str,
+    first_partition_date: str,
+) -> None:
+    problems = Problems()
+    code = "CapturePipeline"
+    prefixes = {"output_prefix": output_prefix, "quarantine_prefix": quarantine_prefix}
+    prefixes.update({f"capture_prefixes[{index}]": prefix for index, prefix in enumerate(capture_prefixes)})
+    if isinstance(capture_prefixes, str) or not capture_prefixes:
+        problems.add(f"{code}.NoCapturePrefixes", "capture_prefixes", "list at least one key prefix", capture_prefixes)
+    for path, prefix in prefixes.items():
+        if not is_token(prefix) and (not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/"):
+            problems.add(f"{code}.InvalidPrefix", path, "must be an S3 key prefix ending in '/', e.g. 'data/'", prefix)
+    paths = sorted(path for path, prefix in prefixes.items() if isinstance(prefix, str))
+    for index, first in enumerate(paths):
+        for second in paths[index + 1 :]:
+            a, b = prefixes[first], prefixes[second]
+            if a.startswith(b) or b.startswith(a):
+                # Overlaps would loop (outputs re-trigger processing) or be rejected by S3
+                # (overlapping notification filters for one event type).
+                problems.add(f"{code}.OverlappingPrefixes", f"{first}, {second}", "prefixes must not overlap", (a, b))
+    if not 128 <= memory_size <= 10240:
+        problems.add(f"{code}.MemoryOutOfRange", "memory_size", "must be 128..10240 MiB (1024 advised)", memory_size)
+    if reserved_concurrency is not None and reserved_concurrency < 1:
+        problems.add(
+            f"{code}.ConcurrencyOutOfRange",
+            "reserved_concurrency",
+            "must be at least 1 (0 would stop processing), or None",
+            reserved_concurrency,
+        )
+    unknown = [rule for rule in redact if rule not in REDACTION_RULES]
+    if isinstance(redact, str) or unknown:
+        problems.add(
+            f"{code}.UnknownRedactionRule", "redact", f"rules must be among {', '.join(REDACTION_RULES)}", redact
+        )
+    if pandas_layer_arn is None and (Token.is_unresolved(region) or region not in PANDAS_LAYER_VERSIONS):
+        problems.add(
+            f"{code}.NoPandasLayerForRegion",
+            "pandas_layer_arn",
+            f"no {PANDAS_LAYER_NAME} version is mapped for this region (mapped: "
+            f"{', '.join(sorted(PANDAS_LAYER_VERSIONS))}); pass pandas_layer_arn from "
+            "https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html (needs an explicit stack region)",
+            region,
+        )
+    elif pandas_layer_arn is not None and not is_token(pandas_layer_arn) and ":layer:" not in pandas_layer_arn:
+        problems.add(
+            f"{code}.InvalidLayerArn", "pandas_layer_arn", "must be a Lambda layer version ARN", pandas_layer_arn
+        )
+    if not GLUE_NAME.match(glue_database_name):
+        problems.add(
+            f"{code}.InvalidGlueName",
+            "glue_database_name",
+            "must be lower case letters, digits and underscores (Athena-compatible)",
+            glue_database_name,
+        )
+    if not DATE.match(first_partition_date):
+        problems.add(f"{code}.InvalidDate", "first_partition_date", "must be YYYY-MM-DD", first_partition_date)
+    problems.raise_if_any(source="CapturePipeline props")
