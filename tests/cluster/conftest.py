@@ -59,7 +59,8 @@ def scratch() -> Base:
 @pytest.fixture
 def unique_id(request: pytest.FixtureRequest) -> Callable[[], str]:
     counter = iter(range(1000))
-    return lambda: f"{request.node.name}-{next(counter)}"
+    name = request.node.nodeid.replace("/", "_")
+    return lambda: f"{name}-{next(counter)}"
 
 
 def resources_of(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
