@@ -62,6 +62,10 @@ class CaptureStorage(Construct):
         super().__init__(scope, id_)
         _validate(tls_bucket_name, retention_days, noncurrent_version_retention_days)
         stack = Stack.of(self)
+        # ARNs built from the fixed names rather than from the bucket resources: other stacks that
+        # receive a grant then need no cross-stack export, and reviewers read the real bucket name.
+        self.capture_bucket_arn = f"arn:{stack.partition}:s3:::{capture_bucket_name}"
+        self.tls_bucket_arn = f"arn:{stack.partition}:s3:::{tls_bucket_name}"
 
         self.key = kms.Key(
             self,
@@ -110,6 +114,13 @@ class CaptureStorage(Construct):
                                  noncurrent_version_expiration=Duration.days(noncurrent_version_retention_days)),
             ],
         )
+        # Buckets of other stacks (e.g. HyperPod lifecycle scripts) log here too; S3's log delivery is
+        # limited to this account's buckets.
+        self.access_log_bucket.add_to_resource_policy(iam.PolicyStatement(
+            sid="S3ServerAccessLogsFromThisAccount", principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+            actions=["s3:PutObject"], resources=[self.access_log_bucket.arn_for_objects("*")],
+            conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+        ))
         self._scope_key_policy(stack, reader_role_arns)
         if reader_role_arns:
             readers = [iam.ArnPrincipal(arn) for arn in reader_role_arns]
@@ -126,48 +137,54 @@ class CaptureStorage(Construct):
     # -- grants -------------------------------------------------------------------------------
     def grant_write_captures(self, grantee: iam.IGrantable, prefix: str = "") -> iam.Grant:
         """PutObject under ``prefix`` of the capture bucket, with the KMS data key it needs."""
-        self._grant_key(grantee, ["kms:GenerateDataKey", "kms:Decrypt"], self.capture_bucket)
+        self._grant_key(grantee, ["kms:GenerateDataKey", "kms:Decrypt"], self.capture_bucket_arn)
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-            resource_arns=[self.capture_bucket.arn_for_objects(f"{prefix}*")],
+            resource_arns=[f"{self.capture_bucket_arn}/{prefix}*"],
             conditions=_SAME_ACCOUNT,
         )
 
     def grant_read_captures(self, grantee: iam.IGrantable, prefix: str = "") -> iam.Grant:
         """Get and list objects under ``prefix`` of the capture bucket, and decrypt them."""
-        self._grant_key(grantee, ["kms:Decrypt"], self.capture_bucket)
+        self._grant_key(grantee, ["kms:Decrypt"], self.capture_bucket_arn)
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.capture_bucket.bucket_arn],
+            grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.capture_bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}} if prefix else None,
         )
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:GetObject", "s3:GetObjectVersion"],
-            resource_arns=[self.capture_bucket.arn_for_objects(f"{prefix}*")],
+            resource_arns=[f"{self.capture_bucket_arn}/{prefix}*"],
         )
 
     def grant_write_tls_certificates(self, grantee: iam.IGrantable) -> iam.Grant:
         """What the inference operator needs on its TLS output bucket: tagged writes only."""
-        self._grant_key(grantee, ["kms:GenerateDataKey", "kms:Decrypt"], self.tls_bucket)
+        self._grant_key(grantee, ["kms:GenerateDataKey", "kms:Decrypt"], self.tls_bucket_arn)
         iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:GetObject", "s3:DeleteObject"],
-            resource_arns=[self.tls_bucket.arn_for_objects("*")], conditions=_SAME_ACCOUNT,
+            resource_arns=[f"{self.tls_bucket_arn}/*"], conditions=_SAME_ACCOUNT,
         )
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:PutObject", "s3:PutObjectTagging"],
-            resource_arns=[self.tls_bucket.arn_for_objects("*")],
+            resource_arns=[f"{self.tls_bucket_arn}/*"],
             conditions={"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}",
                                          "s3:RequestObjectTag/CreatedBy": "HyperPodInference"}},
         )
 
-    def _grant_key(self, grantee: iam.IGrantable, actions: list[str], bucket: s3.IBucket) -> iam.Grant:
+    def grant_read_tls_certificates(self, grantee: iam.IGrantable) -> None:
+        """List and read the TLS bucket (what Mountpoint for S3 needs to mount it)."""
+        self._grant_key(grantee, ["kms:Decrypt"], self.tls_bucket_arn)
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.tls_bucket_arn])
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"],
+                                   resource_arns=[f"{self.tls_bucket_arn}/*"])
+
+    def _grant_key(self, grantee: iam.IGrantable, actions: list[str], bucket_arn: str) -> iam.Grant:
         stack = Stack.of(self)
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=actions, resource_arns=[self.key.key_arn],
             conditions={
                 "StringLike": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com",
                                # Bucket keys use the bucket ARN as context; object keys the object ARN.
-                               "kms:EncryptionContext:aws:s3:arn": [bucket.bucket_arn,
-                                                                    bucket.arn_for_objects("*")]},
+                               "kms:EncryptionContext:aws:s3:arn": [bucket_arn, f"{bucket_arn}/*"]},
                 "StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"},
             },
         )

@@ -130,5 +130,18 @@ class PlatformConfig:
         return f"hyperpod-tls-{self.project}-{self.environment.account}-{self.environment.region}"
 
     @property
+    def hyperpod_lifecycle_bucket_name(self) -> str:
+        return f"{self.project}-hp-lifecycle-{self.environment.account}-{self.environment.region}"
+
+    @property
+    def operator_execution_role_name(self) -> str:
+        # The operator add-on accepts only execution roles named SageMakerHyperPodInference*.
+        return f"SageMakerHyperPodInference-{self.project}"
+
+    @property
+    def hugging_face_secret_name(self) -> str:
+        return f"{self.project}/huggingface-token"
+
+    @property
     def capture_key_alias(self) -> str:
         return f"alias/{self.project}/capture"

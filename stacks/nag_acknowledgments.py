@@ -1,25 +1,100 @@
 """Every cdk-nag acknowledgment of this project, each with its reason, in one place.
 
-Constructs never call ``Validations.of(...).acknowledge`` directly: they call :func:`acknowledge`
-with a key of :data:`REASONS`, so a reviewer reads the whole list of accepted findings here.
-Acknowledgments are attached to the one construct they concern (never a path, never a stack),
-so a new resource with the same problem is still reported.
+Stacks never call ``Validations.of(...).acknowledge`` directly: they call :func:`acknowledge`
+with a key of :data:`REASONS` and the exact evidence of each finding (the wildcard resource or
+the managed policy), so a reviewer reads the whole list of accepted findings here, and a new
+wildcard or managed policy that nobody reviewed still fails the synth. Acknowledgments are
+attached to the one construct they concern (never a stack, never a path).
 """
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Validations
+import json
+
+from aws_cdk import Acknowledgment, CfnCondition, Stack, Validations
+from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
 REASONS: dict[str, tuple[str, str]] = {
-    "access-log-bucket-has-no-own-logs": (
-        "AwsSolutions-S1",
-        "This bucket is the destination of the server access logs of the other buckets; logging it into "
-        "itself would loop and a fourth bucket would only move the problem.",
+    "eks-service-managed-policies": (
+        "AwsSolutions-IAM4",
+        "EKS requires these AWS managed policies on the cluster role and on node roles "
+        "(AmazonEKSClusterPolicy, AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryReadOnly, "
+        "AmazonEKS_CNI_Policy); AWS keeps them in step with the service.",
+    ),
+    "cdk-kubectl-provider-managed-policies": (
+        "AwsSolutions-IAM4",
+        "The kubectl provider Lambda is CDK's own construct: it runs in the VPC (VPC access policy), logs "
+        "(basic execution policy) and pulls its image layer from ECR (read-only policies).",
+    ),
+    "cdk-kubectl-provider-runtime": (
+        "AwsSolutions-L1",
+        "The kubectl provider's runtime is chosen by aws-cdk-lib and follows its releases; upgrading "
+        "aws-cdk-lib (its own reviewed pull request) upgrades the runtime.",
+    ),
+    "cdk-provider-framework-invoke": (
+        "AwsSolutions-IAM5",
+        "CDK's custom-resource framework may invoke every version of its one handler function "
+        "(<handler ARN>:*); it can invoke nothing else.",
+    ),
+    "operator-managed-policy": (
+        "AwsSolutions-IAM4",
+        "AmazonSageMakerHyperPodInferenceAccess is AWS's documented policy for the inference operator "
+        "(SageMaker endpoints, load balancers, ECR); AWS updates it with the operator. Access to our "
+        "buckets, key, certificate and zone is granted separately and scoped.",
+    ),
+    "s3-object-wildcard-under-fixed-prefix": (
+        "AwsSolutions-IAM5",
+        "S3 object permissions name objects by key; the wildcard only covers keys under one fixed "
+        "prefix of one named bucket (objects are created at run time with unknown names).",
+    ),
+    "alb-controller-policy": (
+        "AwsSolutions-IAM5",
+        "The AWS Load Balancer Controller's published policy: Describe calls support no resource-level "
+        "permissions; every mutating call on security groups, load balancers, target groups, listeners "
+        "and rules is limited to resources tagged elbv2.k8s.aws/cluster by the controller itself.",
+    ),
+    "keda-metric-reads": (
+        "AwsSolutions-IAM5",
+        "KEDA reads scaling metrics: CloudWatch GetMetricData/ListMetrics support no resource-level "
+        "permissions; Prometheus queries are limited to this account's workspaces in this region.",
+    ),
+    "hugging-face-token-rotation": (
+        "AwsSolutions-SMG4",
+        "A Hugging Face access token can only be rotated in the Hugging Face account, not by a Lambda; "
+        "the runbook (docs/secrets.md) rotates it there and puts the new value into this secret.",
     ),
 }
 
 
-def acknowledge(construct: IConstruct, reason_key: str) -> None:
+def acknowledge(construct: IConstruct, reason_key: str, *evidence: str) -> None:
+    """Acknowledge ``REASONS[reason_key]`` on ``construct`` (and its children), once per piece of
+    evidence (``Policy::...``, ``Resource::...``, ``Action::...``) or for the whole rule when the
+    rule reports no evidence."""
     rule, reason = REASONS[reason_key]
-    Validations.of(construct).acknowledge(Acknowledgment(id=rule, reason=reason))
+    ids = [f"{rule}[{item}]" for item in evidence] if evidence else [rule]
+    Validations.of(construct).acknowledge(*(Acknowledgment(id=i, reason=reason) for i in ids))
+
+
+def managed_policy(name: str) -> str:
+    """Evidence of an IAM4 finding for the AWS managed policy ``name`` (e.g. ``service-role/X``)."""
+    return f"Policy::arn:<AWS::Partition>:iam::aws:policy/{name}"
+
+
+def acknowledge_kubectl_provider(provider: IConstruct) -> None:
+    """The findings of CDK's kubectl provider, with evidence taken from its logical IDs."""
+    stack = Stack.of(provider)
+    handler = next(c for c in provider.node.find_all()
+                   if isinstance(c, lambda_.CfnFunction) and c.node.path.endswith("/Handler/Resource"))
+    ecr_public = next(c for c in provider.node.find_all() if isinstance(c, CfnCondition))
+    optional_policy = json.dumps(
+        {"Fn::If": [stack.get_logical_id(ecr_public),
+                    {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
+                                       ":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},
+                    {"Ref": "AWS::NoValue"}]}, separators=(",", ":"))
+    acknowledge(provider, "cdk-kubectl-provider-managed-policies",
+                managed_policy("service-role/AWSLambdaBasicExecutionRole"),
+                managed_policy("service-role/AWSLambdaVPCAccessExecutionRole"),
+                managed_policy("AmazonEC2ContainerRegistryReadOnly"), f"Policy::{optional_policy}")
+    acknowledge(provider, "cdk-kubectl-provider-runtime")
+    acknowledge(provider, "cdk-provider-framework-invoke", f"Resource::<{stack.get_logical_id(handler)}.Arn>:*")
