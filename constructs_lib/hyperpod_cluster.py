@@ -172,7 +172,7 @@ class HyperPodCluster(Construct):
             # Required by HyperPod for every instance group role (node agent, health monitoring).
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
         )
-        self.lifecycle_bucket.grant_read(self.execution_role, f"{LIFECYCLE_PREFIX}*")
+        self._grant_read_lifecycle_scripts(stack, encryption_key)
         self._grant_node_permissions(stack, eks_cluster)
 
         self.access_entry = eks.AccessEntry(
@@ -225,6 +225,28 @@ class HyperPodCluster(Construct):
             ),
             on_start_deep_health_checks=list(group.deep_health_checks) or None,
         )
+
+    def _grant_read_lifecycle_scripts(self, stack: Stack, encryption_key: kms.IKey | None) -> None:
+        """Exact actions on the ``lifecycle/`` prefix only (``bucket.grant_read`` would add wildcard
+        actions such as ``s3:GetBucket*`` and ``s3:List*``)."""
+        bucket = self.lifecycle_bucket
+        role = self.execution_role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ReadLifecycleScripts", actions=["s3:GetObject"],
+            resources=[bucket.arn_for_objects(f"{LIFECYCLE_PREFIX}*")],
+        ))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ListLifecycleScripts", actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [LIFECYCLE_PREFIX.rstrip("/"), f"{LIFECYCLE_PREFIX}*"]}},
+        ))
+        if encryption_key is not None:
+            role.add_to_principal_policy(iam.PolicyStatement(
+                sid="DecryptLifecycleScripts", actions=["kms:Decrypt"], resources=[encryption_key.key_arn],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"},
+                            # The bucket key's encryption context is the bucket ARN.
+                            "StringLike": {"kms:EncryptionContext:aws:s3:arn": [
+                                bucket.bucket_arn, bucket.arn_for_objects("*")]}},
+            ))
 
     def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.Cluster) -> None:
         role = self.execution_role

@@ -178,19 +178,34 @@ def test_execution_role_statements_are_scoped(built: Built) -> None:
 
 
 def test_execution_role_only_reads_the_lifecycle_prefix(built: Built) -> None:
-    s3_statements = [s for s in _execution_statements(built) if "s3:" in str(s["Action"])]
-    actions = {a for s in s3_statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert actions == {"s3:GetBucket*", "s3:GetObject*", "s3:List*"}
+    by_sid = {s.get("Sid"): s for s in _execution_statements(built)}
     bucket_arn = {"Fn::GetAtt": [built.logical_id(built.main.lifecycle_bucket), "Arn"]}
-    assert s3_statements[0]["Resource"] == [bucket_arn, {"Fn::Join": ["", [bucket_arn, "/lifecycle/*"]]}]
-    kms_statements = [s for s in _execution_statements(built) if "kms:" in str(s["Action"])]
-    assert [s["Action"] for s in kms_statements] == [["kms:Decrypt", "kms:DescribeKey"]]
+    objects_arn = {"Fn::Join": ["", [bucket_arn, "/*"]]}
+    assert by_sid["ReadLifecycleScripts"] == {
+        "Sid": "ReadLifecycleScripts", "Effect": "Allow", "Action": "s3:GetObject",
+        "Resource": {"Fn::Join": ["", [bucket_arn, "/lifecycle/*"]]},
+    }
+    assert by_sid["ListLifecycleScripts"] == {
+        "Sid": "ListLifecycleScripts", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn,
+        "Condition": {"StringLike": {"s3:prefix": ["lifecycle", "lifecycle/*"]}},
+    }
+    key_arn = {"Fn::GetAtt": [built.logical_id(built.base.stack.node.find_child("Key")), "Arn"]}
+    assert by_sid["DecryptLifecycleScripts"] == {
+        "Sid": "DecryptLifecycleScripts", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": key_arn,
+        "Condition": {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com"},
+                      "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, objects_arn]}},
+    }
+    s3_actions = {a for s in _execution_statements(built) for a in _actions(s) if a.startswith("s3:")}
+    assert s3_actions == {"s3:GetObject", "s3:ListBucket"}
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    return [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
 
 
 def test_no_statement_allows_everything(built: Built) -> None:
     for statement in _execution_statements(built):
-        actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
-        assert not any(a == "*" or a.endswith(":*") for a in actions), statement
+        assert not any("*" in action for action in _actions(statement)), statement
 
 
 def test_access_entry_is_hyperpod_linux_without_policies(built: Built) -> None:
@@ -356,3 +371,9 @@ def test_unresolved_tokens_are_left_to_deploy_time(scratch: Base, unique_id: Cal
         instance_groups=[_group(instance_count=Token.as_number({"Ref": "Count"}))],
         lifecycle_bucket_name="token-test-lifecycle",
     )
+
+
+def test_no_kms_statement_without_a_key(built: Built) -> None:
+    policy = built.minimal.execution_role.node.find_child("DefaultPolicy").node.default_child
+    statements = built.template["Resources"][built.logical_id(policy)]["Properties"]["PolicyDocument"]["Statement"]
+    assert not [s for s in statements if "kms:" in str(s["Action"])]
