@@ -159,7 +159,7 @@ class CapturePipeline(Construct):
     ) -> None:
         """
         :param bucket: holds the capture objects; outputs go to the same bucket.
-        :param encryption_key: encrypts the queues; the function may decrypt and encrypt with it.
+        :param encryption_key: the capture bucket's key; the function may decrypt and encrypt with it.
         :param capture_prefixes: key prefixes whose ObjectCreated events are processed, e.g.
             ``"data-capture/"``; each ends in ``/`` and none overlaps another or the outputs.
         :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it).
@@ -187,19 +187,22 @@ class CapturePipeline(Construct):
             glue_database_name=glue_database_name,
             first_partition_date=first_partition_date,
         )
+        # SQS-managed encryption (SSE-SQS), not the capture key: S3 can deliver to a KMS-encrypted
+        # queue only if the key policy trusts s3.amazonaws.com for this bucket. With one key for
+        # both bucket and queue that policy references the bucket, which references the key (a
+        # dependency cycle CloudFormation rejects), and an imported key's policy cannot be edited
+        # here at all. The messages hold object keys and sizes only, never captured payloads.
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=encryption_key,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
         )
         self.queue = sqs.Queue(
             self,
             "Queue",
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=encryption_key,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             # AWS guidance for SQS event sources: at least 6x the function timeout, so a message
             # is not redelivered while an invocation (and its retries) still holds it.
@@ -341,7 +344,6 @@ class CapturePipeline(Construct):
                 ),
             ),
         )
-        table.add_dependency(database)
         return table
 
     def _alarms(self) -> dict[str, cloudwatch.Alarm]:

@@ -187,9 +187,7 @@ def test_alb_newer_trailing_fields_are_kept_by_name_or_ignored(pipeline: Pipelin
 
 def test_alb_malformed_request_and_bad_lines(pipeline: Pipeline, fixture_bytes) -> None:
     entry = fixture_bytes("aws-docs-example-entries.log").splitlines()[0]
-    malformed_request = entry.replace(
-        b'"GET http://www.example.com:80/ HTTP/1.1"', b'"- http://www.example.com:80- -"'
-    )
+    malformed_request = entry.replace(b'"GET http://www.example.com:80/ HTTP/1.1"', b'"- http://www.example.com:80- -"')
     bad_number = entry.replace(b" 34 366 ", b" lots 366 ")
     key = ALB.replace(".log.gz", ".log")
     pipeline.put(key, b"\n".join([malformed_request, b"garbage line", bad_number]))
@@ -397,9 +395,7 @@ def test_a_missing_object_fails_only_its_message(pipeline: Pipeline) -> None:
         "not an S3 notification",
     )
 
-    assert handler(event, None) == {
-        "batchItemFailures": [{"itemIdentifier": "msg-1"}, {"itemIdentifier": "msg-2"}]
-    }
+    assert handler(event, None) == {"batchItemFailures": [{"itemIdentifier": "msg-1"}, {"itemIdentifier": "msg-2"}]}
     assert [row["event_id"] for row in pipeline.rows()] == ["e"]
 
 
@@ -410,9 +406,7 @@ def test_a_write_failure_fails_the_message(pipeline: Pipeline, monkeypatch: pyte
     assert pipeline.run(key) == {"batchItemFailures": [{"itemIdentifier": "msg-0"}]}
 
 
-def test_output_bucket_and_prefixes_are_configurable(
-    pipeline: Pipeline, s3, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_output_bucket_and_prefixes_are_configurable(pipeline: Pipeline, s3, monkeypatch: pytest.MonkeyPatch) -> None:
     s3.create_bucket(Bucket=f"{pipeline.bucket}-out")
     monkeypatch.setenv("OUTPUT_BUCKET", f"{pipeline.bucket}-out")
     monkeypatch.setenv("OUTPUT_PREFIX", "parquet/")
@@ -440,9 +434,7 @@ def test_redaction_counts_are_logged_and_emitted_as_emf(pipeline: Pipeline, caps
     assert "ann@example.org" not in json.dumps(documents)
 
 
-def test_redaction_can_be_narrowed_or_switched_off(
-    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_redaction_can_be_narrowed_or_switched_off(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
     prompt = "mail ann@example.org, call 415-555-0100"
     key = pipeline.put("h/sme/ep/v/2026/11/30/10/x.jsonl", capture_line("e", input_text=prompt).encode())
 
