@@ -115,9 +115,9 @@ class GpuNodeGroup(Construct):
     :param labels: extra Kubernetes node labels; they may not redefine the labels above.
     :param subnets: where nodes are placed; default: the cluster's private subnets.
     :param local_storage_strategy: nodeadm's ``localStorage.strategy``: ``RAID0`` (default, one striped
-        array, all capacity and bandwidth), ``RAID10`` (mirrored stripes, needs at least 4 instance-store
-        disks, i.e. the 8-disk p4d/p4de/p5/p5e/p5en/p6-b200 sizes) or ``Mount`` (each disk mounted on its
-        own under ``/mnt/k8s-disks/``).
+        array, all capacity and bandwidth), ``RAID10`` (mirrored stripes; nodeadm needs at least 4
+        instance-store disks, e.g. the 8-disk p4d.24xlarge or p5.48xlarge, while most g sizes have 1 or 2)
+        or ``Mount`` (each disk mounted on its own under ``/mnt/k8s-disks/``).
     """
 
     def __init__(

@@ -201,7 +201,9 @@ class HyperPodCluster(Construct):
         )
         # Nodes run on_create.sh and join EKS as soon as they boot: the scripts, the role's policies
         # and the access entry must exist first.
-        self.cfn_cluster.node.add_dependency(self.lifecycle_deployment, self.execution_role, self.access_entry)
+        # (The role itself is already a dependency through ExecutionRole's GetAtt; its policy is not.)
+        role_policy = self.execution_role.node.find_child("DefaultPolicy")
+        self.cfn_cluster.node.add_dependency(self.lifecycle_deployment, role_policy, self.access_entry)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
 
     def _instance_group(
