@@ -15,6 +15,7 @@
 # Output goes to /var/log/provision/on_create.log; HyperPod uploads lifecycle logs to CloudWatch
 # Logs under /aws/sagemaker/Clusters/<cluster-name>/<cluster-id>.
 set -euo pipefail
+set -o errtrace # the ERR trap below also fires inside functions
 
 readonly LOG_FILE=/var/log/provision/on_create.log
 readonly NVME_MOUNT=/opt/dlami/nvme
