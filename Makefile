@@ -28,7 +28,7 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 
 ## synth: CloudFormation templates in cdk.out/ and Kubernetes manifests in dist/ (offline, no credentials).
 synth: setup
-	$(CDK) synth --quiet -c config=$(CONFIG)
+	$(CDK) synth --quiet -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
 test: setup

@@ -6,6 +6,7 @@ lists every problem with its key path, the bad value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from pathlib import Path
@@ -28,6 +29,7 @@ from platform_config.model import (
     PlatformConfig,
 )
 from platform_config.reader import Section
+from platform_config.workloads import plan_workloads, platform_values
 
 REDACTION_RULES = ("email", "phone", "access_token")
 # Kubernetes minors with an EKS release, a kubectl layer package and a cdk8s-plus package we can pin.
@@ -87,9 +89,14 @@ def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
         hyperpod=_hyperpod(root.section("hyperpod", required=True)),
         operator=_operator(root.section("operator")),
         domain=_domain(root.section("domain", required=True)),
-        models=tuple(item for _, item in root.items("models")),
+        models_source=tuple(item for _, item in root.items("models")),
+        portable_source=tuple(item for _, item in root.items("portable")),
     )
     root.finish()
+    if not problems:  # workloads are wired from platform values, which need a valid platform first
+        config = dataclasses.replace(config, workloads=plan_workloads(
+            list(config.models_source), list(config.portable_source), values=platform_values(config),
+            custom_service_accounts_enabled=config.operator.enable_custom_service_accounts, problems=problems))
     problems.raise_if_any(source)
     return config
 

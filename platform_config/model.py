@@ -112,8 +112,11 @@ class PlatformConfig:
     hyperpod: HyperPodConfig
     operator: OperatorConfig
     domain: DomainConfig
-    # Model deployments are validated by the charts package (same rules for YAML and Python users).
-    models: tuple[Any, ...] = ()
+    # Model deployments, parsed and validated by the charts package (same rules for YAML and Python
+    # users) and wired to this platform (platform_config/workloads.py).
+    models_source: tuple[Any, ...] = ()
+    portable_source: tuple[Any, ...] = ()
+    workloads: Any = None
 
     # Deterministic names: known before deploy, so manifests in dist/ never hold CDK tokens.
     @property

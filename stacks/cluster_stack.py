@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -21,12 +21,19 @@ from constructs_lib.inference_operator import InferenceOperator
 from constructs_lib.network import PlatformVpc, existing_vpc
 from platform_config import PlatformConfig
 from platform_config.model import NewVpc
-from stacks.nag_acknowledgments import acknowledge, acknowledge_kubectl_provider, managed_policy
+from stacks.nag_acknowledgments import (
+    acknowledge,
+    acknowledge_bucket_deployment,
+    acknowledge_kubectl_provider,
+    logical_arn,
+    managed_policy,
+)
+from stacks.workloads import InferenceWorkloads
 
 
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id_: str, *, config: PlatformConfig, storage: CaptureStorage,
-                 domain: EndpointDomain, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         self._zones = _zones(config)
         super().__init__(scope, id_, **kwargs)
         self.vpc = self._vpc(config)
@@ -62,6 +69,12 @@ class ClusterStack(Stack):
             access_logs_bucket=s3.Bucket.from_bucket_name(self, "AccessLogBucket", config.access_log_bucket_name),
             encryption_key=storage.key,
         )
+        domain_config = config.domain
+        self.domain = domain = EndpointDomain(
+            self, "EndpointDomain", zone_name=domain_config.zone_name, endpoint_domains=domain_config.endpoint_domains,
+            existing_hosted_zone_id=domain_config.existing_hosted_zone_id,
+            existing_certificate_arn=domain_config.existing_certificate_arn,
+        )
         self.operator = InferenceOperator(
             self, "InferenceOperator", cluster=eks_cluster, hyperpod_cluster_arn=self.hyperpod.cluster_arn,
             storage=storage, capture_prefix=config.capture.prefix,
@@ -70,20 +83,25 @@ class ClusterStack(Stack):
             addon_version=config.operator.addon_version,
             enable_custom_service_accounts=config.operator.enable_custom_service_accounts,
         )
+        self.workloads = InferenceWorkloads(
+            self, "Workloads", config=config, cluster=eks_cluster, certificate_arn=domain.certificate.certificate_arn,
+            hosted_zone=domain.hosted_zone,
+            depends_on=[self.operator.addon, self.cluster.device_plugin, *self.gpu_node_groups],
+        )
         namespace = config.operator.namespace
-        self.inference_namespace = eks_cluster.add_manifest("InferenceNamespace", {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {"app.kubernetes.io/managed-by": "hyperpod-inference-iac"}},
-        })
         self.hugging_face_token = HuggingFaceTokenSync(
             self, "HuggingFaceToken", cluster=eks_cluster, secret_name=config.hugging_face_secret_name,
             namespace=namespace,
         )
-        self.hugging_face_token.manifest.node.add_dependency(self.inference_namespace)
+        self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
+        for manifest in self.workloads.manifests.values():
+            manifest.node.add_dependency(self.hugging_face_token.manifest)
 
         outputs = {
             "ClusterName": eks_cluster.cluster_name,
             "ClusterArn": eks_cluster.cluster_arn,
+            "HostedZoneId": domain.hosted_zone.hosted_zone_id,
+            "CertificateArn": domain.certificate.certificate_arn,
             "HyperPodClusterArn": self.hyperpod.cluster_arn,
             "HyperPodExecutionRoleArn": self.hyperpod.execution_role.role_arn,
             "OperatorExecutionRoleArn": self.operator.execution_role.role_arn,
@@ -121,6 +139,27 @@ class ClusterStack(Stack):
         acknowledge(operator.keda_role, "keda-metric-reads", "Resource::*",
                     f"Resource::arn:{partition}:aps:{region}:{account}:workspace/*")
         acknowledge(self.hugging_face_token.secret, "hugging-face-token-rotation")
+        hyperpod = self.hyperpod
+        lifecycle_objects = f"Resource::{logical_arn(hyperpod.lifecycle_bucket)}"
+        acknowledge(hyperpod.execution_role, "hyperpod-managed-policy",
+                    managed_policy("AmazonSageMakerClusterInstanceRolePolicy"))
+        acknowledge(hyperpod.execution_role, "s3-object-wildcard-under-fixed-prefix",
+                    f"{lifecycle_objects}/lifecycle/*")
+        acknowledge(hyperpod.execution_role, "hyperpod-node-permissions", "Resource::*",
+                    f"Resource::arn:{partition}:ec2:{region}:{account}:network-interface/*",
+                    f"Resource::arn:{partition}:ecr:{region}:*:repository/*",
+                    f"Resource::arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/Clusters/*",
+                    f"Resource::arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/Clusters/*:log-stream:*")
+        assets = f"cdk-{DefaultStackSynthesizer.DEFAULT_QUALIFIER}-assets-{account}-{region}"
+        acknowledge_bucket_deployment(hyperpod.lifecycle_deployment, hyperpod.lifecycle_deployment.handler_role,
+                                      f"Resource::arn:{partition}:s3:::{assets}/*", f"{lifecycle_objects}/*")
+        for identity in self.workloads.identities.values():
+            plan = next(p for p in self.workloads.plan.identities if p.service_account == identity.service_account)
+            if plan.weights_s3_uri:
+                acknowledge(identity.role, "s3-object-wildcard-under-fixed-prefix",
+                            f"Resource::arn:{partition}:s3:::{plan.weights_s3_uri.removeprefix('s3://').rstrip('/')}/*")
+        if self.workloads.external_dns is not None:
+            acknowledge(self.workloads.external_dns_role, "external-dns-zone-discovery", "Resource::*")
 
     @property
     def availability_zones(self) -> list[str]:

@@ -59,6 +59,35 @@ REASONS: dict[str, tuple[str, str]] = {
         "KEDA reads scaling metrics: CloudWatch GetMetricData/ListMetrics support no resource-level "
         "permissions; Prometheus queries are limited to this account's workspaces in this region.",
     ),
+    "hyperpod-managed-policy": (
+        "AwsSolutions-IAM4",
+        "HyperPod requires AmazonSageMakerClusterInstanceRolePolicy on every instance group's role (it is "
+        "what lets the node agents report health and register with the cluster); it is not a FullAccess policy.",
+    ),
+    "hyperpod-node-permissions": (
+        "AwsSolutions-IAM5",
+        "HyperPod nodes create network interfaces whose ids exist only at run time (this account and region), "
+        "describe calls and ecr:GetAuthorizationToken support no resource-level permissions, system images "
+        "come from AWS-owned ECR accounts, and log groups are named after the cluster id assigned at creation.",
+    ),
+    "cdk-bucket-deployment": (
+        "AwsSolutions-IAM5",
+        "CDK's BucketDeployment copies the staged lifecycle scripts from the CDK asset bucket into the "
+        "lifecycle bucket; its generated role is limited to those two buckets and the capture key.",
+    ),
+    "cdk-bucket-deployment-managed-policy": (
+        "AwsSolutions-IAM4",
+        "CDK's BucketDeployment handler logs through AWSLambdaBasicExecutionRole; it is CDK's construct.",
+    ),
+    "cdk-bucket-deployment-runtime": (
+        "AwsSolutions-L1",
+        "The BucketDeployment handler's runtime is chosen by aws-cdk-lib and moves with its upgrades.",
+    ),
+    "external-dns-zone-discovery": (
+        "AwsSolutions-IAM5",
+        "ExternalDNS must call route53:ListHostedZones (no resource-level permissions) to find its zone; "
+        "record changes are allowed in the one hosted zone only, and --zone-id-filter pins it.",
+    ),
     "hugging-face-token-rotation": (
         "AwsSolutions-SMG4",
         "A Hugging Face access token can only be rotated in the Hugging Face account, not by a Lambda; "
@@ -98,3 +127,21 @@ def acknowledge_kubectl_provider(provider: IConstruct) -> None:
                 managed_policy("AmazonEC2ContainerRegistryReadOnly"), f"Policy::{optional_policy}")
     acknowledge(provider, "cdk-kubectl-provider-runtime")
     acknowledge(provider, "cdk-provider-framework-invoke", f"Resource::<{stack.get_logical_id(handler)}.Arn>:*")
+
+
+def acknowledge_bucket_deployment(deployment: IConstruct, handler_role: IConstruct, *evidence: str) -> None:
+    """The findings of CDK's BucketDeployment: its role (given) and its singleton handler function."""
+    stack = Stack.of(deployment)
+    handler = next(c for c in stack.node.children if c.node.id.startswith("Custom::CDKBucketDeployment"))
+    acknowledge(handler_role, "cdk-bucket-deployment-managed-policy",
+                managed_policy("service-role/AWSLambdaBasicExecutionRole"))
+    acknowledge(handler_role, "cdk-bucket-deployment", "Action::s3:GetBucket*", "Action::s3:GetObject*",
+                "Action::s3:List*", "Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::kms:GenerateDataKey*",
+                "Action::kms:ReEncrypt*", *evidence)
+    acknowledge(handler, "cdk-bucket-deployment-runtime")
+
+
+def logical_arn(construct: IConstruct) -> str:
+    """How cdk-nag shows the ARN of a resource of this stack in a finding: ``<LogicalId.Arn>``."""
+    stack = Stack.of(construct)
+    return f"<{stack.get_logical_id(construct.node.default_child)}.Arn>"

@@ -9,14 +9,12 @@ from cdk_nag import AwsSolutionsChecks
 
 from platform_config import PlatformConfig
 from stacks.cluster_stack import ClusterStack
-from stacks.domain_stack import DomainStack
 from stacks.storage_stack import StorageStack
 
 
 @dataclass(frozen=True)
 class Platform:
     storage: StorageStack
-    domain: DomainStack
     cluster: ClusterStack
 
 
@@ -24,14 +22,12 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
     env = Environment(account=config.environment.account, region=config.environment.region)
     storage = StorageStack(app, f"{config.project}-storage", config=config, env=env,
                            description="Captured inference data: KMS key, capture and TLS buckets")
-    domain = DomainStack(app, f"{config.project}-domain", config=config, env=env,
-                         description="Endpoint names: Route 53 hosted zone and ACM certificate")
     cluster = ClusterStack(app, f"{config.project}-cluster", config=config, env=env,
-                           storage=storage.storage, domain=domain.domain,
+                           storage=storage.storage,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)
-    return Platform(storage=storage, domain=domain, cluster=cluster)
+    return Platform(storage=storage, cluster=cluster)
 
 
 def add_nag_checks(app: App) -> None:

@@ -1,0 +1,193 @@
+"""The cluster platform: every trust policy and every scoped statement reviewers ask about."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from tests.support.synth import Assembly, mask_volatile
+
+ACCOUNT, REGION = "111122223333", "us-west-2"
+CAPTURE_BUCKET = f"llm-platform-capture-{ACCOUNT}-{REGION}"
+TLS_BUCKET = f"hyperpod-tls-llm-platform-{ACCOUNT}-{REGION}"
+
+
+@pytest.fixture(scope="module")
+def cluster(assembly: Assembly) -> dict[str, Any]:
+    return assembly.template("-cluster")
+
+
+def _resources(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
+
+
+def _role(template: dict[str, Any], path_fragment: str) -> tuple[str, dict[str, Any]]:
+    matches = [(k, v) for k, v in _resources(template, "AWS::IAM::Role").items()
+               if path_fragment in v["Metadata"]["aws:cdk:path"]]
+    assert len(matches) == 1, [k for k, _ in matches]
+    return matches[0]
+
+
+def _statements_of(template: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    statements = []
+    for policy in _resources(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _oidc_conditions(template: dict[str, Any], trust_statement: dict[str, Any]) -> dict[str, str]:
+    """IRSA conditions go through CfnJson (the issuer is a deploy-time value): read them back."""
+    ref = trust_statement["Condition"]["StringEquals"]["Fn::GetAtt"][0]
+    value = template["Resources"][ref]["Properties"]["Value"]
+    text = "".join(part if isinstance(part, str) else "<issuer>" for part in value["Fn::Join"][1])
+    return json.loads(text)
+
+
+def test_snapshot(cluster: dict[str, Any], snapshot: Any) -> None:
+    assert mask_volatile(cluster) == snapshot(extension_class=JSONSnapshotExtension)
+
+
+def test_no_account_lookups_were_needed(assembly: Assembly) -> None:
+    manifest = json.loads((assembly.directory / "manifest.json").read_text())
+    assert "missing" not in manifest
+
+
+def test_operator_execution_role_trusts_sagemaker_and_exactly_one_service_account(cluster: dict[str, Any]) -> None:
+    _, role = _role(cluster, "/InferenceOperator/ExecutionRole/Resource")
+    assert role["Properties"]["RoleName"] == "SageMakerHyperPodInference-llm-platform"
+    statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert len(statements) == 2
+    service = next(s for s in statements if "Service" in s["Principal"])
+    assert service == {"Action": "sts:AssumeRole", "Effect": "Allow",
+                       "Principal": {"Service": "sagemaker.amazonaws.com"},
+                       "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}}}
+    web = next(s for s in statements if "Federated" in s["Principal"])
+    assert web["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert _oidc_conditions(cluster, web) == {
+        "<issuer>:aud": "sts.amazonaws.com",
+        "<issuer>:sub": "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager",
+    }
+
+
+@pytest.mark.parametrize(("fragment", "subject"), [
+    ("/InferenceOperator/AlbControllerRole/Resource",
+     "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller"),
+    ("/InferenceOperator/KedaRole/Resource", "system:serviceaccount:hyperpod-inference-system:keda-operator"),
+    ("/InferenceOperator/S3CsiDriverRole/Resource", "system:serviceaccount:kube-system:s3-csi-driver-sa"),
+    ("/HuggingFaceToken/ReaderRole/Resource", "system:serviceaccount:inference:hf-token-reader"),
+])
+def test_irsa_roles_are_bound_to_one_service_account(cluster: dict[str, Any], fragment: str, subject: str) -> None:
+    _, role = _role(cluster, fragment)
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert _oidc_conditions(cluster, statement) == {"<issuer>:aud": "sts.amazonaws.com", "<issuer>:sub": subject}
+
+
+def test_operator_capture_statements_are_scoped_as_the_brief_lists(cluster: dict[str, Any]) -> None:
+    role_id, _ = _role(cluster, "/InferenceOperator/ExecutionRole/Resource")
+    statements = _statements_of(cluster, role_id)
+    put = next(s for s in statements if s["Action"] == ["s3:PutObject", "s3:AbortMultipartUpload"])
+    assert put["Resource"] == f"arn:aws:s3:::{CAPTURE_BUCKET}/data-capture/*"
+    assert put["Condition"] == {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
+    kms = [s for s in statements if s["Action"] == ["kms:GenerateDataKey", "kms:Decrypt"]]
+    assert len(kms) == 2  # capture bucket and TLS bucket, each with its own encryption context
+    for statement in kms:
+        assert statement["Resource"] == {"Fn::ImportValue": statement["Resource"]["Fn::ImportValue"]}
+        assert "CaptureStorageKey" in statement["Resource"]["Fn::ImportValue"]
+        assert statement["Condition"]["StringLike"]["kms:ViaService"] == f"s3.{REGION}.amazonaws.com"
+        assert statement["Condition"]["StringEquals"] == {"aws:ResourceAccount": "${aws:PrincipalAccount}"}
+    contexts = sorted(s["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"][0] for s in kms)
+    assert contexts == [f"arn:aws:s3:::{TLS_BUCKET}", f"arn:aws:s3:::{CAPTURE_BUCKET}"]
+
+
+def test_operator_tls_acm_and_route53_statements(cluster: dict[str, Any]) -> None:
+    role_id, _ = _role(cluster, "/InferenceOperator/ExecutionRole/Resource")
+    statements = _statements_of(cluster, role_id)
+    tls = next(s for s in statements if s["Action"] == ["s3:PutObject", "s3:PutObjectTagging"])
+    assert tls["Resource"] == f"arn:aws:s3:::{TLS_BUCKET}/*"
+    assert tls["Condition"]["StringEquals"]["s3:RequestObjectTag/CreatedBy"] == "HyperPodInference"
+    acm = next(s for s in statements if s.get("Sid") == "UseEndpointCertificate")
+    assert "CertificateArn" in json.dumps(acm["Resource"]) or "Certificate" in json.dumps(acm["Resource"])
+    assert "*" not in json.dumps(acm["Resource"])
+    dns = next(s for s in statements if s.get("Sid") == "ManageEndpointRecords")
+    assert dns["Action"] == ["route53:GetHostedZone", "route53:ListResourceRecordSets",
+                             "route53:ChangeResourceRecordSets"]
+    assert "hostedzone/" in json.dumps(dns["Resource"]) and "*" not in json.dumps(dns["Resource"])
+
+
+def test_operator_addon_configuration(cluster: dict[str, Any]) -> None:
+    addons = {v["Properties"]["AddonName"]: (k, v) for k, v in _resources(cluster, "AWS::EKS::Addon").items()}
+    assert {"eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver",
+            "amazon-sagemaker-hyperpod-inference"} <= set(addons)
+    _, operator = addons["amazon-sagemaker-hyperpod-inference"]
+    assert operator["Properties"]["AddonVersion"] == "v1.0.0-eksbuild.1"
+    text = json.dumps(operator["Properties"]["ConfigurationValues"]).replace('\\"', '"')
+    for fragment in ('"executionRoleArn":', '"tlsCertificateS3Bucket":', '"hyperpodClusterArn":',
+                     '"enableCustomServiceAccounts":true', '"alb":{"enabled":true', '"keda":{"enabled":true'):
+        assert fragment in text, fragment
+    depends = set(operator.get("DependsOn", []))
+    for name in ("cert-manager", "aws-mountpoint-s3-csi-driver", "metrics-server", "eks-pod-identity-agent"):
+        assert addons[name][0] in depends, name
+
+
+def test_operator_crds_never_go_through_the_kubectl_lambda(cluster: dict[str, Any]) -> None:
+    for resource in cluster["Resources"].values():
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
+            assert "CustomResourceDefinition" not in json.dumps(resource["Properties"]["Manifest"])
+
+
+def test_gpu_nodes_use_al2023_nvidia_with_nvme_raid0(cluster: dict[str, Any]) -> None:
+    groups = [v for v in _resources(cluster, "AWS::EKS::Nodegroup").values()
+              if v["Properties"].get("AmiType") == "AL2023_X86_64_NVIDIA"]
+    assert len(groups) == 1
+    assert groups[0]["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
+    (template,) = _resources(cluster, "AWS::EC2::LaunchTemplate").values()
+    user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
+    assert "application/node.eks.aws" in user_data and "RAID0" in user_data
+
+
+def test_hyperpod_attached_to_eks_with_hyperpod_access_entry(cluster: dict[str, Any]) -> None:
+    (hyperpod,) = _resources(cluster, "AWS::SageMaker::Cluster").values()
+    eks_id = next(iter(_resources(cluster, "AWS::EKS::Cluster")))
+    assert hyperpod["Properties"]["Orchestrator"] == {"Eks": {"ClusterArn": {"Fn::GetAtt": [eks_id, "Arn"]}}}
+    assert hyperpod["Properties"]["NodeRecovery"] == "Automatic"
+    entries = [v for v in _resources(cluster, "AWS::EKS::AccessEntry").values()
+               if v["Properties"].get("Type") == "HYPERPOD_LINUX"]
+    assert len(entries) == 1 and not entries[0]["Properties"].get("AccessPolicies")
+
+
+def test_admins_come_only_from_config_and_no_creator_admin(cluster: dict[str, Any]) -> None:
+    (eks,) = _resources(cluster, "AWS::EKS::Cluster").values()
+    assert eks["Properties"]["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
+    assert eks["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+    admins = [v for v in _resources(cluster, "AWS::EKS::AccessEntry").values()
+              if "AmazonEKSClusterAdminPolicy" in json.dumps(v["Properties"].get("AccessPolicies", []))]
+    principals = sorted(json.dumps(v["Properties"]["PrincipalArn"]) for v in admins)
+    assert '"arn:aws:iam::111122223333:role/platform-admins"' in principals
+
+
+def test_private_subnets_tagged_for_internal_load_balancers_and_s3_endpoint(cluster: dict[str, Any]) -> None:
+    private = [v for v in _resources(cluster, "AWS::EC2::Subnet").values()
+               if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in v["Properties"]["Tags"]]
+    assert len(private) == 2
+    for subnet in private:
+        assert {"Key": "kubernetes.io/role/internal-elb", "Value": "1"} in subnet["Properties"]["Tags"]
+    endpoints = _resources(cluster, "AWS::EC2::VPCEndpoint").values()
+    assert any(e["Properties"]["VpcEndpointType"] == "Gateway" for e in endpoints)
+
+
+def test_hugging_face_token_is_never_in_a_template(assembly: Assembly, cluster: dict[str, Any]) -> None:
+    (secret,) = _resources(cluster, "AWS::SecretsManager::Secret").values()
+    assert "SecretString" not in secret["Properties"]
+    for name, template in assembly.templates.items():
+        assert "hf_" not in json.dumps(template).replace("hf-token", ""), name
+
+
+def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> None:
+    assert {"ClusterName", "HyperPodClusterArn", "OperatorExecutionRoleArn", "HyperPodExecutionRoleArn",
+            "HuggingFaceTokenSecretArn"} <= set(cluster["Outputs"])
+    assert {"HostedZoneId", "CertificateArn"} <= set(assembly.template("-domain")["Outputs"])
+    assert {"CaptureBucketName", "TlsCertificateBucketName"} <= set(assembly.template("-storage")["Outputs"])
