@@ -1,0 +1,130 @@
+"""Wires the proxy, the metrics endpoint and the uploader together; owns start-up and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import aiohttp
+from aiohttp import web
+
+from .metrics import SidecarMetrics
+from .proxy import CaptureProxy
+from .records import ContentTypeEncodings
+from .s3_writer import S3Writer, Spool
+from .settings import Settings
+from .uploader import CaptureUploader
+
+log = logging.getLogger("capture_sidecar")
+
+# Of the grace period, this much (at most) is kept for the final S3 flush; the rest lets
+# in-flight requests, including long streams, finish.
+FLUSH_RESERVE_SECONDS = 5.0
+LISTEN_BACKLOG = 1024
+EXIT_CANNOT_LISTEN = 1
+
+
+def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event) -> web.Application:
+    async def render_metrics(_: web.Request) -> web.Response:
+        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def health(_: web.Request) -> web.Response:
+        # 503 while draining, so a readiness probe takes the pod out of rotation.
+        if stopping.is_set():
+            return web.Response(status=503, text="stopping\n")
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", render_metrics)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+def _upstream_session(settings: Settings) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True),
+        # Bodies pass through byte for byte: no decompression, no cookies kept between clients,
+        # no headers the client did not send (aiohttp would add these when absent).
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        # Generation can take minutes; only connecting has a deadline.
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+    )
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT, then drain and flush within SHUTDOWN_GRACE_SECONDS."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+
+    metrics = SidecarMetrics()
+    executor = ThreadPoolExecutor(max_workers=settings.upload_concurrency, thread_name_prefix="s3-upload")
+    writer = S3Writer(settings.capture_location, settings.kms_key_id, settings.upload_concurrency)
+    spool = Spool(settings.spool_dir, settings.spool_max_bytes) if settings.spool_dir else None
+    uploader = CaptureUploader(
+        writer=writer,
+        spool=spool,
+        encodings=ContentTypeEncodings(settings.json_content_types, settings.csv_content_types),
+        metrics=metrics,
+        executor=executor,
+        batch_size=settings.batch_size,
+        flush_interval_seconds=settings.flush_interval_seconds,
+        queue_max_records=settings.queue_max_records,
+        queue_max_bytes=settings.queue_max_bytes,
+        upload_concurrency=settings.upload_concurrency,
+    )
+    session = _upstream_session(settings)
+    proxy = CaptureProxy(settings=settings, session=session, uploader=uploader, metrics=metrics)
+
+    flush_reserve = min(FLUSH_RESERVE_SECONDS, settings.shutdown_grace_seconds / 3)
+    proxy_runner = web.ServerRunner(
+        web.Server(proxy.handle, access_log=None),
+        shutdown_timeout=settings.shutdown_grace_seconds - flush_reserve,
+    )
+    metrics_runner = web.AppRunner(_metrics_handler(metrics, stopping), access_log=None, shutdown_timeout=1)
+    await proxy_runner.setup()
+    await metrics_runner.setup()
+    try:
+        await web.TCPSite(proxy_runner, settings.listen_host, settings.listen_port, backlog=LISTEN_BACKLOG).start()
+        await web.TCPSite(metrics_runner, settings.listen_host, settings.metrics_port).start()
+    except OSError as error:
+        log.error(
+            "cannot listen on LISTEN_PORT=%d / METRICS_PORT=%d: %s", settings.listen_port, settings.metrics_port, error
+        )
+        await proxy_runner.cleanup()
+        await metrics_runner.cleanup()
+        await session.close()
+        executor.shutdown(wait=False)
+        return EXIT_CANNOT_LISTEN
+    uploader_task = asyncio.create_task(uploader.run())
+    log.info(
+        "proxying :%d -> %s, capturing to s3://%s/%s, metrics on :%d",
+        settings.listen_port,
+        settings.upstream_url,
+        settings.capture_location.bucket,
+        settings.capture_location.prefix,
+        settings.metrics_port,
+    )
+
+    await stopping.wait()
+    deadline = loop.time() + settings.shutdown_grace_seconds
+    log.info("stopping: no new connections, finishing in-flight requests")
+    await proxy_runner.cleanup()  # closes the listener, waits for handlers up to shutdown_timeout
+    await session.close()
+    uploader_task.cancel()
+    log.info("flushing captured records")
+    complete = await uploader.drain(deadline)
+    await metrics_runner.cleanup()
+    executor.shutdown(wait=complete, cancel_futures=True)
+    log.info(
+        "stopped: %d requests proxied, %d records uploaded, %d dropped",
+        metrics.requests_proxied,
+        metrics.records_uploaded,
+        sum(metrics.records_dropped.values()),
+    )
+    return 0

@@ -1,0 +1,213 @@
+"""Settings from environment variables, validated once at start-up.
+
+Every bad variable is reported together (name, value, what is allowed), so one failed pod
+start shows everything to fix instead of one problem per restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+CAPTURE_MODE_INPUT = "Input"
+CAPTURE_MODE_OUTPUT = "Output"
+
+DEFAULT_JSON_CONTENT_TYPES = (
+    "application/json",
+    "application/jsonlines",
+    "application/x-ndjson",
+    "text/event-stream",
+)
+DEFAULT_CSV_CONTENT_TYPES = ("text/csv",)
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str  # empty, or ends with "/"
+
+
+@dataclass(frozen=True)
+class Settings:
+    upstream_url: str
+    listen_host: str
+    listen_port: int
+    metrics_port: int
+    capture_location: S3Location
+    sampling_percentage: float
+    capture_input: bool
+    capture_output: bool
+    batch_size: int
+    flush_interval_seconds: float
+    max_payload_bytes: int  # 0 = no cap
+    kms_key_id: str | None
+    json_content_types: frozenset[str]
+    csv_content_types: frozenset[str]
+    queue_max_records: int
+    queue_max_bytes: int
+    spool_dir: str | None
+    spool_max_bytes: int
+    shutdown_grace_seconds: float
+    max_request_body_bytes: int
+    upload_concurrency: int
+
+
+class SettingsError(Exception):
+    """Raised with every problem found; str() is the message printed at start-up."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"capture sidecar: invalid settings ({len(problems)}):\n{lines}")
+
+
+class _Reader:
+    """Reads variables, records a problem for each bad one and returns a placeholder for it."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def _raw(self, name: str, default: str | None) -> str | None:
+        value = self.env.get(name)
+        if value is None or value.strip() == "":
+            return default
+        return value.strip()
+
+    def fail(self, name: str, value: str, allowed: str) -> None:
+        self.problems.append(f"{name}={value!r}: {allowed}")
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self._raw(name, str(default))
+        assert raw is not None
+        try:
+            value = int(raw)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            self.fail(name, raw, f"must be an integer from {low} to {high}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, low: float, high: float) -> float:
+        raw = self._raw(name, str(default))
+        assert raw is not None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # also rejects NaN
+            self.fail(name, raw, f"must be a number from {low:g} to {high:g}")
+            return default
+        return value
+
+    def text(self, name: str, default: str | None, check: Callable[[str], str | None]) -> str | None:
+        raw = self._raw(name, default)
+        if raw is None:
+            return None
+        problem = check(raw)
+        if problem is not None:
+            self.fail(name, raw, problem)
+            return None
+        return raw
+
+    def required_text(self, name: str, example: str, check: Callable[[str], str | None]) -> str | None:
+        if self._raw(name, None) is None:
+            self.problems.append(f"{name} is required, e.g. {example}")
+            return None
+        return self.text(name, None, check)
+
+    def content_types(self, name: str, default: tuple[str, ...]) -> frozenset[str]:
+        if name in self.env and self.env[name].strip() == "":
+            return frozenset()  # set but empty: deliberately no type of this kind
+        raw = self._raw(name, ",".join(default))
+        assert raw is not None
+        types = [part.strip().lower() for part in raw.split(",") if part.strip()]
+        bad = [media_type for media_type in types if media_type.count("/") != 1 or ";" in media_type]
+        if bad:
+            self.fail(name, raw, "must be a comma-separated list of media types like application/json")
+        return frozenset(types)
+
+
+def _check_upstream_url(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "must have no path, query or fragment (requests keep their own path)"
+    try:
+        _ = parts.port
+    except ValueError:
+        return "has an invalid port"
+    return None
+
+
+def _parse_s3_uri(uri: str) -> S3Location | None:
+    if not uri.startswith("s3://"):
+        return None
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    if not bucket or not all(c.islower() or c.isdigit() or c in ".-" for c in bucket):
+        return None
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return S3Location(bucket=bucket, prefix=prefix)
+
+
+def _check_s3_uri(uri: str) -> str | None:
+    if _parse_s3_uri(uri) is None:
+        return "must be s3://bucket/prefix/ with a valid bucket name (lower case, digits, '.', '-')"
+    return None
+
+
+def _parse_capture_modes(reader: _Reader) -> tuple[bool, bool]:
+    raw = reader.env.get("CAPTURE_MODES", "Input,Output")
+    modes = [part.strip() for part in raw.split(",") if part.strip()]
+    allowed = {CAPTURE_MODE_INPUT, CAPTURE_MODE_OUTPUT}
+    if not modes or any(mode not in allowed for mode in modes):
+        reader.fail("CAPTURE_MODES", raw, "must be a non-empty comma list of Input and/or Output")
+        return True, True
+    return CAPTURE_MODE_INPUT in modes, CAPTURE_MODE_OUTPUT in modes
+
+
+def load_settings(env: Mapping[str, str]) -> Settings:
+    """Build Settings from the environment or raise SettingsError listing every problem."""
+    reader = _Reader(env)
+    upstream_url = reader.required_text("UPSTREAM_URL", "http://127.0.0.1:8000", _check_upstream_url)
+    capture_uri = reader.required_text("CAPTURE_S3_URI", "s3://my-bucket/captures/pod/", _check_s3_uri)
+    listen_port = reader.integer("LISTEN_PORT", 8080, 1, 65535)
+    metrics_port = reader.integer("METRICS_PORT", 9090, 1, 65535)
+    if listen_port == metrics_port:
+        reader.fail("METRICS_PORT", str(metrics_port), "must differ from LISTEN_PORT")
+    capture_input, capture_output = _parse_capture_modes(reader)
+    max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
+    spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
+    settings = Settings(
+        upstream_url=(upstream_url or "").rstrip("/"),
+        listen_host=reader.text("LISTEN_HOST", "0.0.0.0", lambda _: None) or "0.0.0.0",
+        listen_port=listen_port,
+        metrics_port=metrics_port,
+        capture_location=_parse_s3_uri(capture_uri or "") or S3Location("", ""),
+        sampling_percentage=reader.number("SAMPLING_PERCENTAGE", 100, 0, 100),
+        capture_input=capture_input,
+        capture_output=capture_output,
+        batch_size=reader.integer("BATCH_SIZE", 10, 1, 1000),
+        flush_interval_seconds=reader.integer("FLUSH_INTERVAL_SECONDS", 60, 10, 300),
+        max_payload_bytes=max_payload_kb * 1024,
+        kms_key_id=reader.text("KMS_KEY_ID", None, lambda _: None),
+        json_content_types=reader.content_types("JSON_CONTENT_TYPES", DEFAULT_JSON_CONTENT_TYPES),
+        csv_content_types=reader.content_types("CSV_CONTENT_TYPES", DEFAULT_CSV_CONTENT_TYPES),
+        queue_max_records=reader.integer("QUEUE_MAX_RECORDS", 10_000, 1, 1_000_000),
+        queue_max_bytes=reader.integer("QUEUE_MAX_BYTES", 256 * MIB, MIB, 64 * GIB),
+        spool_dir=spool_dir,
+        spool_max_bytes=reader.integer("SPOOL_MAX_BYTES", 512 * MIB, MIB, 1024 * GIB),
+        shutdown_grace_seconds=reader.number("SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),
+        max_request_body_bytes=reader.integer("MAX_REQUEST_BODY_BYTES", 64 * MIB, 1024, 4 * GIB),
+        upload_concurrency=reader.integer("UPLOAD_CONCURRENCY", 4, 1, 64),
+    )
+    if reader.problems:
+        raise SettingsError(reader.problems)
+    return settings

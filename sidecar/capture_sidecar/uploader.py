@@ -1,0 +1,210 @@
+"""The bounded capture queue and the background uploads to S3.
+
+The request path calls `offer()`, which never waits: when the queue is full the record is
+dropped and counted. Batches are encoded and written in executor threads (boto3 blocks), at most
+`upload_concurrency` at a time; metrics are updated back on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from itertools import groupby
+
+from .metrics import (
+    DROP_QUEUE_FULL,
+    DROP_SHUTDOWN_TIMEOUT,
+    DROP_SPOOL_FULL,
+    DROP_UPLOAD_FAILED,
+    SidecarMetrics,
+)
+from .records import CapturedExchange, ContentTypeEncodings, encode_records, hour_of, object_key
+from .s3_writer import S3Writer, Spool
+
+log = logging.getLogger("capture_sidecar.uploader")
+
+# Spooled objects retried per flush tick; bounds the time one retry pass holds a worker thread.
+SPOOL_RETRIES_PER_TICK = 50
+FAILURE_LOG_INTERVAL_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    records: int
+    bytes: int
+    uploaded: bool
+    spooled: bool
+    error: str | None
+
+
+class CaptureUploader:
+    def __init__(
+        self,
+        *,
+        writer: S3Writer,
+        spool: Spool | None,
+        encodings: ContentTypeEncodings,
+        metrics: SidecarMetrics,
+        executor: Executor,
+        batch_size: int,
+        flush_interval_seconds: float,
+        queue_max_records: int,
+        queue_max_bytes: int,
+        upload_concurrency: int,
+    ) -> None:
+        self._writer = writer
+        self._spool = spool
+        self._encodings = encodings
+        self._metrics = metrics
+        self._executor = executor
+        self._batch_size = batch_size
+        self._flush_interval = flush_interval_seconds
+        self._queue_max_records = queue_max_records
+        self._queue_max_bytes = queue_max_bytes
+        self._pending: deque[CapturedExchange] = deque()
+        self._pending_bytes = 0
+        self._batch_ready = asyncio.Event()
+        self._upload_slots = asyncio.Semaphore(upload_concurrency)
+        self._uploads: set[asyncio.Task[None]] = set()
+        self._in_flight_records = 0
+        self._spool_retry: asyncio.Task[None] | None = None
+        self._last_failure_log = 0.0
+        metrics.queue_depth = lambda: len(self._pending) + self._in_flight_records
+        metrics.spool_bytes = lambda: spool.size_bytes if spool is not None else 0
+
+    def offer(self, exchange: CapturedExchange) -> None:
+        """Queue one exchange for upload, or drop it if the queue is full. Never blocks."""
+        size = exchange.size_bytes
+        if len(self._pending) >= self._queue_max_records or self._pending_bytes + size > self._queue_max_bytes:
+            self._metrics.records_dropped[DROP_QUEUE_FULL] += 1
+            return
+        self._pending.append(exchange)
+        self._pending_bytes += size
+        self._metrics.records_captured += 1
+        if len(self._pending) >= self._batch_size:
+            self._batch_ready.set()
+
+    async def run(self) -> None:
+        """Upload full batches as soon as they form, and whatever is buffered every flush interval."""
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time() + self._flush_interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._batch_ready.wait(), timeout=max(0.0, next_flush - loop.time()))
+            self._batch_ready.clear()
+            if loop.time() >= next_flush:
+                next_flush = loop.time() + self._flush_interval
+                await self._dispatch(partial_batches=True)
+                self._start_spool_retry()
+            else:
+                await self._dispatch(partial_batches=False)
+
+    async def drain(self, deadline: float) -> bool:
+        """Upload everything buffered before the loop-time deadline. True when nothing was lost."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self._dispatch(partial_batches=True), timeout=max(0.0, deadline - loop.time()))
+            tasks = set(self._uploads)
+            if tasks:
+                await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            pass
+        lost = len(self._pending) + self._in_flight_records
+        if lost:
+            self._metrics.records_dropped[DROP_SHUTDOWN_TIMEOUT] += lost
+            log.error("shutdown: %d captured records not written before the grace period ended", lost)
+        return lost == 0
+
+    async def _dispatch(self, *, partial_batches: bool) -> None:
+        while len(self._pending) >= self._batch_size or (partial_batches and self._pending):
+            await self._upload_slots.acquire()
+            batch = [self._pending.popleft() for _ in range(min(self._batch_size, len(self._pending)))]
+            self._pending_bytes -= sum(exchange.size_bytes for exchange in batch)
+            self._in_flight_records += len(batch)
+            task = asyncio.create_task(self._upload(batch))
+            self._uploads.add(task)
+            task.add_done_callback(self._uploads.discard)
+
+    async def _upload(self, batch: list[CapturedExchange]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            outcomes = await loop.run_in_executor(self._executor, self._write_batch, batch)
+        finally:
+            self._in_flight_records -= len(batch)
+            self._upload_slots.release()
+        for outcome in outcomes:
+            self._record_outcome(outcome)
+
+    def _write_batch(self, batch: list[CapturedExchange]) -> list[UploadOutcome]:
+        """Runs in a worker thread: one object per invocation hour, like SageMaker's layout."""
+        outcomes = []
+        for _, group in groupby(batch, key=hour_of):
+            exchanges = list(group)
+            body = encode_records(exchanges, self._encodings)
+            key = object_key(self._writer.location.prefix, exchanges[0].inference_time)
+            outcomes.append(self._put_or_spool(key, body, len(exchanges)))
+        return outcomes
+
+    def _put_or_spool(self, key: str, body: bytes, records: int) -> UploadOutcome:
+        try:
+            self._writer.put(key, body)
+            return UploadOutcome(records, len(body), uploaded=True, spooled=False, error=None)
+        except Exception as error:  # any boto3/botocore failure means "not written"
+            description = f"{type(error).__name__}: {error}"
+        spooled = self._spool is not None and self._spool.store(key, body)
+        return UploadOutcome(records, len(body), uploaded=False, spooled=spooled, error=description)
+
+    def _record_outcome(self, outcome: UploadOutcome) -> None:
+        metrics = self._metrics
+        if outcome.uploaded:
+            metrics.uploads_ok += 1
+            metrics.records_uploaded += outcome.records
+            metrics.bytes_uploaded += outcome.bytes
+            return
+        metrics.uploads_failed += 1
+        if outcome.spooled:
+            metrics.records_spooled += outcome.records
+        elif self._spool is not None:
+            metrics.records_dropped[DROP_SPOOL_FULL] += outcome.records
+        else:
+            metrics.records_dropped[DROP_UPLOAD_FAILED] += outcome.records
+        now = time.monotonic()
+        if now - self._last_failure_log >= FAILURE_LOG_INTERVAL_SECONDS:
+            self._last_failure_log = now
+            log.warning(
+                "S3 upload failed (%s); %d records %s",
+                outcome.error,
+                outcome.records,
+                "spooled" if outcome.spooled else "dropped",
+            )
+
+    def _start_spool_retry(self) -> None:
+        if self._spool is None or self._spool.size_bytes == 0:
+            return
+        if self._spool_retry is not None and not self._spool_retry.done():
+            return
+        self._spool_retry = asyncio.create_task(self._retry_spool(self._spool))
+
+    async def _retry_spool(self, spool: Spool) -> None:
+        async with self._upload_slots:
+            outcomes = await asyncio.get_running_loop().run_in_executor(self._executor, self._upload_spooled, spool)
+        for outcome in outcomes:
+            self._record_outcome(outcome)
+
+    def _upload_spooled(self, spool: Spool) -> list[UploadOutcome]:
+        """Runs in a worker thread; stops at the first failure because S3 is probably still down."""
+        outcomes = []
+        for item in spool.pending()[:SPOOL_RETRIES_PER_TICK]:
+            body = item.path.read_bytes()
+            try:
+                self._writer.put(item.key, body)
+            except Exception:  # still unreachable: keep the file for the next tick
+                break
+            spool.remove(item)
+            outcomes.append(UploadOutcome(body.count(b"\n"), len(body), uploaded=True, spooled=False, error=None))
+        return outcomes

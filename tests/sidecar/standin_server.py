@@ -1,0 +1,186 @@
+"""A stand-in model server for the capture sidecar's tests and benchmark.
+
+Run as `python standin_server.py PORT`. It answers like an OpenAI-style server (small JSON and
+server-sent events with a delay between events) plus the odd cases a proxy must survive:
+echo of everything it received, binary and gzip bodies, any status code, and responses that
+break mid-body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import sys
+
+from aiohttp import web
+
+COMPLETION_BODY = json.dumps(
+    {
+        "id": "cmpl-standin",
+        "object": "text_completion",
+        "model": "standin",
+        "choices": [{"index": 0, "text": "Paris is the capital of France.", "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+    }
+).encode()
+BINARY_BODY = bytes(range(256)) * 64  # every byte value, 16 KiB
+GZIP_BODY = gzip.compress(b'{"compressed": true}' * 100)
+
+
+def sse_event(index: int) -> bytes:
+    payload = {"id": "cmpl-standin", "choices": [{"index": 0, "delta": {"content": f"token{index} "}}]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+async def completions(request: web.BaseRequest) -> web.StreamResponse:
+    await request.read()
+    return web.Response(body=COMPLETION_BODY, content_type="application/json")
+
+
+async def stream(request: web.BaseRequest) -> web.StreamResponse:
+    """`?events=N&delay_ms=D`: N events, D milliseconds apart, then `data: [DONE]`."""
+    await request.read()
+    events = int(request.query.get("events", "5"))
+    delay = float(request.query.get("delay_ms", "0")) / 1000
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for index in range(events):
+        if index and delay:
+            await asyncio.sleep(delay)
+        await response.write(sse_event(index))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def echo(request: web.BaseRequest) -> web.StreamResponse:
+    """The body back verbatim; what arrived is described in X-Seen-* headers."""
+    body = await request.read()
+    status = int(request.query.get("status", "200"))
+    seen_headers = [[name, value] for name, value in request.headers.items()]
+    headers = {
+        "X-Seen-Method": request.method,
+        "X-Seen-Path": request.raw_path,
+        "X-Seen-Headers": json.dumps(seen_headers),
+    }
+    response = web.Response(status=status, body=body, headers=headers)
+    if "Content-Type" in request.headers:
+        response.headers["Content-Type"] = request.headers["Content-Type"]
+    response.headers.add("Set-Cookie", "a=1; Path=/")
+    response.headers.add("Set-Cookie", "b=2; Path=/")
+    return response
+
+
+async def large(request: web.BaseRequest) -> web.StreamResponse:
+    """`?bytes=N`: N bytes of JSON-safe text, streamed in 16 KiB writes without a length."""
+    await request.read()
+    remaining = int(request.query.get("bytes", "100000"))
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    while remaining > 0:
+        piece = min(remaining, 16384)
+        await response.write(b"x" * piece)
+        remaining -= piece
+    await response.write_eof()
+    return response
+
+
+async def break_midstream(request: web.BaseRequest) -> web.StreamResponse:
+    """A chunked stream whose connection drops after two events."""
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(sse_event(0))
+    await response.write(sse_event(1))
+    await asyncio.sleep(0.05)
+    return hang_up(request)
+
+
+def hang_up(request: web.BaseRequest) -> web.StreamResponse:
+    """Close the connection without finishing the response (the peer may have closed it already).
+
+    The returned response is never sent: aiohttp skips writing to a closed connection.
+    """
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response()
+
+
+async def break_length(request: web.BaseRequest) -> web.StreamResponse:
+    """Promises 100000 bytes, sends 10, hangs up."""
+    await request.read()
+    assert request.transport is not None
+    request.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+    request.transport.write(b'{"partial"')
+    await asyncio.sleep(0.05)
+    return hang_up(request)
+
+
+async def break_chunking(request: web.BaseRequest) -> web.StreamResponse:
+    """Invalid chunked framing after a valid first chunk: a chunk size that is not hexadecimal."""
+    await request.read()
+    assert request.transport is not None
+    request.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+    request.transport.write(b"5\r\nhello\r\n")
+    await asyncio.sleep(0.05)
+    if request.transport is not None:
+        request.transport.write(b"ZZ\r\nnot a chunk\r\n")
+    await asyncio.sleep(0.05)
+    return hang_up(request)
+
+
+async def health(_: web.BaseRequest) -> web.StreamResponse:
+    return web.Response(text="standin healthy")
+
+
+async def model_metrics(_: web.BaseRequest) -> web.StreamResponse:
+    return web.Response(text="standin_requests_total 1\n", content_type="text/plain")
+
+
+async def gzipped(_: web.BaseRequest) -> web.StreamResponse:
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    return web.Response(body=GZIP_BODY, headers=headers)
+
+
+async def binary(_: web.BaseRequest) -> web.StreamResponse:
+    return web.Response(body=BINARY_BODY, content_type="application/octet-stream")
+
+
+ROUTES = {
+    "/v1/completions": completions,
+    "/v1/stream": stream,
+    "/large": large,
+    "/broken/midstream": break_midstream,
+    "/broken/length": break_length,
+    "/broken/chunking": break_chunking,
+    "/health": health,
+    "/metrics": model_metrics,
+    "/gzip": gzipped,
+    "/binary": binary,
+}
+
+
+async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
+    if request.path.startswith("/status/"):
+        await request.read()
+        return web.Response(status=int(request.path.rsplit("/", 1)[1]), text="as requested")
+    handler = ROUTES.get(request.path, echo)
+    return await handler(request)
+
+
+async def serve(port: int) -> None:
+    runner = web.ServerRunner(web.Server(dispatch, access_log=None))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+    print(f"standin listening on {port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(serve(int(sys.argv[1])))
+    except ImportError:
+        asyncio.run(serve(int(sys.argv[1])))
