@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import cdk8s
 import pytest
-import yaml
 
 from charts import InferenceChart, PortableModelServerChart, parse_models
 from constructs_lib.validation import Problems
 from tests.charts import samples
-
-CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "crds"
 
 
 @pytest.fixture(scope="session")
@@ -70,10 +66,3 @@ def portable_charts() -> dict[str, PortableModelServerChart]:
 @pytest.fixture(scope="session")
 def portable_manifests(portable_charts: dict[str, PortableModelServerChart]) -> dict[str, list[dict[str, Any]]]:
     return {runtime: cdk8s.Testing.synth(chart) for runtime, chart in portable_charts.items()}
-
-
-def load_crd_schema(plural: str) -> dict[str, Any]:
-    """``openAPIV3Schema`` of version v1 (the Helm ``{{ }}`` strings are quoted, so YAML parses)."""
-    crd = yaml.safe_load((CRD_DIR / f"inference.sagemaker.aws.amazon.com_{plural}.yaml").read_text())
-    (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
-    return v1["schema"]["openAPIV3Schema"]

@@ -1,51 +1,16 @@
-"""Every emitted object against the schema that will judge it on the cluster.
-
-Operator objects: the CRD's own ``openAPIV3Schema`` (v1, chart 2.3.0) from charts/crds/, made
-stricter in one way: objects that declare ``properties`` reject unknown keys. The API server
-would silently prune them instead, so a misspelt field would otherwise pass here and vanish
-on the cluster.
-
-Core objects: kubernetes-validate with the Kubernetes 1.34 schemas in strict mode (unknown
-fields are errors), matching the cluster version.
-"""
+"""Every emitted object against the schema that will judge it on the cluster (tests/support/k8s_schemas.py)."""
 
 from __future__ import annotations
 
 import copy
-from functools import cache
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.charts.conftest import load_crd_schema
-
-KUBERNETES_VERSION = "1.34.0"
-_PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels"}
-
-
-def _closed(schema: Any) -> Any:
-    """A copy where every object with declared properties forbids undeclared ones."""
-    if isinstance(schema, dict):
-        closed = {key: _closed(value) for key, value in schema.items()}
-        declares = "properties" in schema and "additionalProperties" not in schema
-        if declares and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            closed["additionalProperties"] = False
-        return closed
-    if isinstance(schema, list):
-        return [_closed(item) for item in schema]
-    return schema
-
-
-@cache
-def _crd_validator(kind: str) -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(_closed(load_crd_schema(_PLURALS[kind])))
-
-
-def _crd_errors(manifest: dict[str, Any]) -> list[str]:
-    errors = _crd_validator(manifest["kind"]).iter_errors(manifest)
-    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in errors]
+from tests.support.k8s_schemas import OPERATOR_PLURALS as _PLURALS
+from tests.support.k8s_schemas import crd_errors as _crd_errors
+from tests.support.k8s_schemas import validate_core as _validate_core
 
 
 def _operator_objects(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,10 +38,6 @@ def test_crd_check_rejects_a_value_outside_the_crd_range(inference_manifests: li
     manifest = copy.deepcopy(_operator_objects(inference_manifests)[0])
     manifest["spec"]["dataCapture"]["modelPod"]["initialSamplingPercentage"] = 101
     assert _crd_errors(manifest) != []
-
-
-def _validate_core(manifest: dict[str, Any]) -> None:
-    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
 def test_core_objects_of_the_inference_chart_match_kubernetes(inference_manifests: list[dict[str, Any]]) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
 VENV_BIN = REPO / ".venv" / "bin"
@@ -27,8 +29,9 @@ def cli_env() -> dict[str, str]:
 
 
 def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml") -> subprocess.CompletedProcess[str]:
+    """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``."""
     return subprocess.run(
-        [str(CDK), "synth", "--quiet", "-o", str(outdir), "-c", f"config={config}"],
+        [str(CDK), "synth", "--quiet", "-o", str(outdir), "-c", f"config={config}", "-c", f"dist={outdir}/dist"],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, check=False,
     )
 
@@ -46,6 +49,12 @@ class Assembly:
         matches = [t for name, t in self.templates.items() if name.endswith(suffix)]
         assert len(matches) == 1, f"expected one stack ending in {suffix!r}, have {list(self.templates)}"
         return matches[0]
+
+    @property
+    def manifests(self) -> dict[str, list[dict[str, Any]]]:
+        """dist/: chart file name -> its Kubernetes objects."""
+        return {p.name: [doc for doc in yaml.safe_load_all(p.read_text()) if doc]
+                for p in sorted((self.directory / "dist").glob("*.k8s.yaml"))}
 
     @property
     def validation_report(self) -> dict[str, Any]:

@@ -1,0 +1,156 @@
+"""Model deployments: the manifests in dist/ and the ones the CDK app applies are the same objects,
+valid against the operator's CRDs and the Kubernetes schemas, wired to this platform."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from constructs_lib.validation import ConfigError
+from platform_config import parse_config
+from stacks.workloads import write_manifests
+from tests.support.k8s_schemas import crd_errors, is_operator_object, validate_core
+from tests.support.synth import REPO, Assembly, mask_volatile
+
+DEFAULT = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+ACCOUNT, REGION = "111122223333", "us-west-2"
+
+
+def _objects(assembly: Assembly) -> list[dict[str, Any]]:
+    return [obj for objects in assembly.manifests.values() for obj in objects]
+
+
+def test_dist_holds_one_file_per_chart(assembly: Assembly) -> None:
+    assert sorted(assembly.manifests) == [
+        "model-llama3-8b.k8s.yaml", "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml",
+        "namespace.k8s.yaml", "portable-qwen3-8b-portable.k8s.yaml"]
+
+
+def test_dist_snapshot(assembly: Assembly, snapshot: Any) -> None:
+    assert mask_volatile(assembly.manifests) == snapshot(extension_class=JSONSnapshotExtension)
+
+
+def test_dist_never_holds_an_unresolved_token(assembly: Assembly) -> None:
+    for path in (assembly.directory / "dist").glob("*.yaml"):
+        assert "${Token[" not in path.read_text(), path.name
+
+
+def test_every_object_is_valid_for_the_cluster(assembly: Assembly) -> None:
+    objects = _objects(assembly)
+    assert {o["kind"] for o in objects if is_operator_object(o)} == {"InferenceEndpointConfig", "JumpStartModel"}
+    for obj in objects:
+        if is_operator_object(obj):
+            assert crd_errors(obj) == [], obj["metadata"]["name"]
+        else:
+            validate_core(obj)
+
+
+def test_cdk_applies_the_same_objects(assembly: Assembly) -> None:
+    cluster = assembly.template("-cluster")
+    applied = []
+    for resource in cluster["Resources"].values():
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
+            manifest = resource["Properties"]["Manifest"]
+            if isinstance(manifest, str):  # charts with deploy-time values are Fn::Join; none here
+                applied += json.loads(manifest)
+    dist = _objects(assembly)
+    for obj in dist:
+        if obj["kind"] == "Deployment":  # the sidecar image is an asset URI with tokens in the template
+            continue
+        assert obj in applied, f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def test_workload_manifests_wait_for_the_operator_and_the_namespace(assembly: Assembly) -> None:
+    cluster = assembly.template("-cluster")
+    resources = cluster["Resources"]
+    by_path = {v["Metadata"]["aws:cdk:path"]: k for k, v in resources.items()}
+    operator = next(k for p, k in by_path.items() if p.endswith("/InferenceOperator/Addon"))
+    namespace = next(k for p, k in by_path.items() if p.endswith("/Workloads/Namespace/Resource/Resource"))
+    assert operator in resources[namespace]["DependsOn"]
+    model = next(k for p, k in by_path.items() if p.endswith("/model-qwen3-8b/Resource/Resource"))
+    assert namespace in resources[model]["DependsOn"]
+    identity_role = next(k for p, k in by_path.items() if p.endswith("/Workloads/Identity-qwen3-8b/Role/Resource"))
+    assert identity_role in resources[model]["DependsOn"]
+
+
+def test_models_are_wired_to_the_platform(assembly: Assembly) -> None:
+    (mistral,) = [o for o in assembly.manifests["model-mistral-7b.k8s.yaml"] if is_operator_object(o)]
+    spec = mistral["spec"]
+    capture = spec["dataCapture"]
+    assert capture["s3Uri"] == f"s3://llm-platform-capture-{ACCOUNT}-{REGION}/data-capture"
+    key_alias = f"arn:aws:kms:{REGION}:{ACCOUNT}:alias/llm-platform/capture"
+    assert capture["sagemakerEndpoint"]["kmsKeyId"] == key_alias
+    assert capture["modelPod"]["kmsKeyId"] == key_alias
+    assert capture["loadBalancer"] == {"enabled": True}
+    assert spec["tlsConfig"]["customCertificateConfig"] == {
+        "acmArn": DEFAULT["domain"]["existingCertificateArn"], "domainName": "mistral.inference.example.com"}
+    assert spec["tlsConfig"]["tlsCertificateOutputS3Uri"].startswith(f"s3://hyperpod-tls-llm-platform-{ACCOUNT}")
+    assert spec["dnsConfig"] == {"hostedZoneId": DEFAULT["domain"]["existingHostedZoneId"]}
+    assert spec["modelSourceConfig"]["huggingFaceModel"]["tokenSecretRef"] == {"name": "hf-token", "key": "token"}
+
+
+def test_service_account_role_is_the_identity_the_stack_creates(assembly: Assembly) -> None:
+    (account,) = [o for o in assembly.manifests["model-qwen3-8b.k8s.yaml"] if o["kind"] == "ServiceAccount"]
+    role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role_arn == f"arn:aws:iam::{ACCOUNT}:role/llm-platform-qwen3-8b"
+    roles = [v for v in assembly.template("-cluster")["Resources"].values() if v["Type"] == "AWS::IAM::Role"]
+    assert any(r["Properties"].get("RoleName") == "llm-platform-qwen3-8b" for r in roles)
+
+
+def _created_domain_config() -> dict[str, Any]:
+    data = json.loads(json.dumps(DEFAULT))
+    del data["domain"]["existingCertificateArn"]
+    return data
+
+
+def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> None:
+    config = parse_config(_created_domain_config())
+    waiting = write_manifests(config, outdir=tmp_path / "dist", sidecar_image="registry.example/sidecar:1")
+    assert sorted(waiting) == ["model-llama3-8b", "model-mistral-7b", "model-qwen3-8b"]
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == [
+        "namespace.k8s.yaml", "portable-qwen3-8b-portable.k8s.yaml"]
+
+
+def test_stack_outputs_complete_dist_after_deploy(tmp_path: Path) -> None:
+    config = parse_config(_created_domain_config())
+    certificate = f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate/11111111-2222-3333-4444-555555555555"
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"llm-platform-cluster": {"CertificateArn": certificate}}))
+    waiting = write_manifests(config, outdir=tmp_path / "dist", sidecar_image="registry.example/sidecar:1",
+                              outputs_file=outputs)
+    assert waiting == []
+    assert certificate in (tmp_path / "dist" / "model-mistral-7b.k8s.yaml").read_text()
+
+
+def test_bad_outputs_file_is_a_readable_error(tmp_path: Path) -> None:
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text("not json")
+    with pytest.raises(ConfigError) as caught:
+        write_manifests(parse_config(DEFAULT), outdir=tmp_path / "dist", sidecar_image="x", outputs_file=outputs)
+    assert caught.value.codes == ["Manifests.BadOutputsFile"]
+
+
+def test_endpoint_domain_must_be_covered_by_the_certificate() -> None:
+    data = json.loads(json.dumps(DEFAULT))
+    data["models"][0]["endpointDomain"] = "other.inference.example.com"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert caught.value.codes == ["Model.EndpointDomainNotCertified"]
+    assert caught.value.problems[0].path == "models[0].endpointDomain"
+
+
+def test_model_errors_in_the_config_file_carry_their_key_path() -> None:
+    data = json.loads(json.dumps(DEFAULT))
+    data["models"][0]["spec"]["dataCapture"]["modelPod"]["initialSamplingPercentage"] = 150
+    data["models"][0]["spec"]["modelSourceConfig"]["huggingFaceModel"]["commitSHA"] = "main"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert {(p.code, p.path) for p in caught.value.problems} == {
+        ("DataCapture.SamplingOutOfRange", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage"),
+        ("HuggingFace.CommitNotPinned", "models[0].spec.modelSourceConfig.huggingFaceModel.commitSHA"),
+    }
