@@ -93,6 +93,7 @@ class CaptureUploader:
         """Upload full batches as soon as they form, and whatever is buffered every flush interval."""
         loop = asyncio.get_running_loop()
         next_flush = loop.time() + self._flush_interval
+        self._start_spool_retry()  # objects left by an earlier run (the spool outlives restarts)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._batch_ready.wait(), timeout=max(0.0, next_flush - loop.time()))

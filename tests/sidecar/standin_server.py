@@ -164,7 +164,11 @@ ROUTES = {
 async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
     if request.path.startswith("/status/"):
         await request.read()
-        return web.Response(status=int(request.path.rsplit("/", 1)[1]), text="as requested")
+        status = int(request.path.rsplit("/", 1)[1])
+        if status == 204:
+            return web.Response(status=status)
+        headers = {"Location": "/elsewhere"} if 300 <= status < 400 else None
+        return web.Response(status=status, text="as requested", headers=headers)
     handler = ROUTES.get(request.path, echo)
     return await handler(request)
 
