@@ -31,6 +31,9 @@ log = logging.getLogger("capture_sidecar.uploader")
 # Spooled objects retried per flush tick; bounds the time one retry pass holds a worker thread.
 SPOOL_RETRIES_PER_TICK = 50
 FAILURE_LOG_INTERVAL_SECONDS = 10.0
+# Upper bounds of one object when a backlog is coalesced (BATCH_SIZE's own maximum is 1000).
+MAX_RECORDS_PER_OBJECT = 1000
+MAX_OBJECT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -124,12 +127,26 @@ class CaptureUploader:
     async def _dispatch(self, *, partial_batches: bool) -> None:
         while len(self._pending) >= self._batch_size or (partial_batches and self._pending):
             await self._upload_slots.acquire()
-            batch = [self._pending.popleft() for _ in range(min(self._batch_size, len(self._pending)))]
-            self._pending_bytes -= sum(exchange.size_bytes for exchange in batch)
+            batch = self._take_batch()
             self._in_flight_records += len(batch)
             task = asyncio.create_task(self._upload(batch))
             self._uploads.add(task)
             task.add_done_callback(self._uploads.discard)
+
+    def _take_batch(self) -> list[CapturedExchange]:
+        """BATCH_SIZE records, or more when a backlog built up while every upload slot was busy:
+        fewer, larger objects then let the uploads catch up instead of records being dropped."""
+        batch: list[CapturedExchange] = []
+        batch_bytes = 0
+        while self._pending and (
+            len(batch) < self._batch_size
+            or (len(batch) < MAX_RECORDS_PER_OBJECT and batch_bytes + self._pending[0].size_bytes <= MAX_OBJECT_BYTES)
+        ):
+            exchange = self._pending.popleft()
+            batch.append(exchange)
+            batch_bytes += exchange.size_bytes
+        self._pending_bytes -= batch_bytes
+        return batch
 
     async def _upload(self, batch: list[CapturedExchange]) -> None:
         loop = asyncio.get_running_loop()

@@ -34,7 +34,11 @@ def sse_event(index: int) -> bytes:
 
 
 async def completions(request: web.BaseRequest) -> web.StreamResponse:
+    """`?delay_ms=D`: answer after D milliseconds, like a model generating."""
     await request.read()
+    delay_ms = request.query.get("delay_ms")
+    if delay_ms:
+        await asyncio.sleep(float(delay_ms) / 1000)
     return web.Response(body=COMPLETION_BODY, content_type="application/json")
 
 

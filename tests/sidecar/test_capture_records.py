@@ -162,14 +162,15 @@ def test_partial_sampling_captures_about_that_share(start_sidecar) -> None:
     assert 80 <= captured <= 160
 
 
-def test_full_batches_become_one_object_each(start_sidecar, s3) -> None:
+def test_objects_hold_batch_size_records_while_uploads_keep_up(start_sidecar, s3) -> None:
     sidecar = start_sidecar(BATCH_SIZE="3")
 
-    for _ in range(6):
+    for _ in range(7):
         sidecar.call("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"})
 
-    assert len(read_records(s3, sidecar.prefix, expected=6)) == 6
+    assert len(read_records(s3, sidecar.prefix, expected=6)) == 6  # the 7th waits for a batch or the flush
     assert len(object_keys(s3, sidecar.prefix)) == 2
+    assert sidecar.metrics()["capture_sidecar_queue_depth"] == 1
 
 
 def test_kms_key_is_used_for_every_object(start_sidecar, s3, moto_endpoint: str) -> None:
