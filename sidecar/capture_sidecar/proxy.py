@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -54,6 +55,7 @@ INFERENCE_ID_HEADER = istr("X-Amzn-SageMaker-Inference-Id")
 # A fixed-length response up to this size is read whole and sent in one write: it is already
 # complete upstream, and one write is cheaper than streaming it. Anything else is streamed.
 SMALL_RESPONSE_BYTES = 64 * 1024
+UPSTREAM_WARNING_INTERVAL_SECONDS = 10.0
 
 
 def _forwardable(headers: CIMultiDictProxy[str], set_per_hop: frozenset[istr]) -> CIMultiDict[str]:
@@ -127,6 +129,15 @@ class CaptureProxy:
         self._capture_output = settings.capture_output
         self._payload_limit = settings.max_payload_bytes or sys.maxsize
         self._max_request_body = settings.max_request_body_bytes
+        self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
+
+    def _warn_upstream(self, problem: str, error: BaseException) -> None:
+        """Log model-server failures at most once per interval: a server that is down would
+        otherwise write one line per request. The counter on /metrics has the exact numbers."""
+        now = time.monotonic()
+        if now - self._last_upstream_warning >= UPSTREAM_WARNING_INTERVAL_SECONDS:
+            self._last_upstream_warning = now
+            log.warning("%s: %s: %s", problem, type(error).__name__, error)
 
     def _sampled(self, method: str) -> bool:
         if method not in CAPTURED_METHODS:
@@ -176,7 +187,7 @@ class CaptureProxy:
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             self._metrics.upstream_errors += 1
-            log.warning("model server unreachable: %s: %s", type(error).__name__, error)
+            self._warn_upstream("model server unreachable", error)
             return web.Response(status=502, text="capture sidecar: model server unreachable\n")
 
         collector = _OutputCollector(self._payload_limit if capture and self._capture_output else 0)
@@ -206,7 +217,7 @@ class CaptureProxy:
             if isinstance(error, ConnectionResetError) and response is not None and response.prepared:
                 return response  # the client went away mid-stream: nothing left to do or capture
             self._metrics.upstream_errors += 1
-            log.warning("model server broke the response: %s: %s", type(error).__name__, error)
+            self._warn_upstream("model server broke the response", error)
             if response is None or not response.prepared:
                 return web.Response(status=502, text="capture sidecar: model server broke the response\n")
             # Headers are already out: closing the connection is the only honest signal left, so
