@@ -79,6 +79,8 @@ class Measurement:
     first_chunk_p50_us: float | None
     first_chunk_p99_us: float | None
     errors: int
+    proxy_cpu_us_per_request: float | None  # None when calling the model server directly
+    model_cpu_us_per_request: float
 
 
 def free_port() -> int:
@@ -137,11 +139,28 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its direct children (nginx's worker)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0.0
+    for each in [pid, *map(int, children)]:
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
+
+
 def percentile(sorted_values: list[int], fraction: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * fraction))] / 1000
 
 
-def load(port: int, scenario: Scenario, requests: int | None = None) -> Measurement:
+def load(
+    port: int, scenario: Scenario, model_pid: int, proxy_pid: int | None, requests: int | None = None
+) -> Measurement:
+    model_cpu_before = cpu_seconds(model_pid)
+    proxy_cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
     output = subprocess.run(
         [
             PYTHON,
@@ -160,6 +179,9 @@ def load(port: int, scenario: Scenario, requests: int | None = None) -> Measurem
         check=True,
     ).stdout
     result = json.loads(output)
+    count = result["requests"]
+    proxy_cpu = (cpu_seconds(proxy_pid) - proxy_cpu_before) / count * 1e6 if proxy_pid else None
+    model_cpu = (cpu_seconds(model_pid) - model_cpu_before) / count * 1e6
     latencies = sorted(result["latencies_ns"])
     first_chunks = sorted(result["first_chunk_ns"])
     return Measurement(
@@ -169,6 +191,8 @@ def load(port: int, scenario: Scenario, requests: int | None = None) -> Measurem
         first_chunk_p50_us=percentile(first_chunks, 0.50) if first_chunks else None,
         first_chunk_p99_us=percentile(first_chunks, 0.99) if first_chunks else None,
         errors=result["errors"],
+        proxy_cpu_us_per_request=proxy_cpu,
+        model_cpu_us_per_request=model_cpu,
     )
 
 
@@ -202,30 +226,30 @@ def main() -> None:
         conf = Path(tmp) / "nginx.conf"
         conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=ports["model"], port=ports["nginx"]))
         with (
-            process([PYTHON, str(STANDIN), str(ports["model"])], ports["model"]),
+            process([PYTHON, str(STANDIN), str(ports["model"])], ports["model"]) as model,
             process([PYTHON, str(S3_SINK), str(ports["s3"])], ports["s3"]),
-            process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]),
-            process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0")),
+            process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]) as nginx_master,
+            process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0")) as plain,
             process(**sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100")) as capturing,
         ):
             targets = {
-                "direct": ports["model"],
-                "nginx": ports["nginx"],
-                "sidecar, capture off": ports["off"],
-                "sidecar, capture 100 %": ports["on"],
+                "direct": (ports["model"], None),
+                "nginx": (ports["nginx"], nginx_master.pid),
+                "sidecar, capture off": (ports["off"], plain.pid),
+                "sidecar, capture 100 %": (ports["on"], capturing.pid),
             }
             rss_start = rss_mib(capturing.pid)
             rows = []
             for scenario in scenarios(scale):
                 results = {}
-                for target, port in targets.items():
-                    load(port, scenario, requests=max(64, scenario.requests // 10))  # warm-up
-                    results[target] = load(port, scenario)
+                for target, (port, proxy_pid) in targets.items():
+                    load(port, scenario, model.pid, proxy_pid, requests=max(64, scenario.requests // 10))  # warm-up
+                    results[target] = load(port, scenario, model.pid, proxy_pid)
                 rows.append((scenario, results))
                 print(f"measured: {scenario.name}", file=sys.stderr)
             rss_after_table = rss_mib(capturing.pid)
             sustained = Scenario("sustained", "/v1/completions", 64, int(args.sustained * scale))
-            load(ports["on"], sustained)
+            load(ports["on"], sustained, model.pid, capturing.pid)
             rss_after_sustained = rss_mib(capturing.pid)
             time.sleep(1)
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{ports['on_m']}/metrics").read().decode()
@@ -234,9 +258,10 @@ def main() -> None:
     print(f"\nMachine: {os.cpu_count()} cores; Python {sys.version.split()[0]}; all processes on 127.0.0.1\n")
     print(
         "| scenario | target | p50 µs | p99 µs | added p50 µs | added p99 µs | req/s | vs direct "
-        "| 1st chunk p50 µs | 1st chunk p99 µs | added 1st chunk p50 µs | errors |"
+        "| 1st chunk p50 µs | 1st chunk p99 µs | added 1st chunk p50 µs | proxy CPU µs/req "
+        "| model CPU µs/req | errors |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scenario, results in rows:
         direct = results["direct"]
         for target, measured in results.items():
@@ -252,7 +277,9 @@ def main() -> None:
                 f"| {'' if is_direct else fmt(measured.p99_us - direct.p99_us)} "
                 f"| {fmt(measured.throughput)} | {measured.throughput / direct.throughput:.0%} "
                 f"| {fmt(measured.first_chunk_p50_us)} | {fmt(measured.first_chunk_p99_us)} "
-                f"| {'' if added_first is None else fmt(added_first)} | {measured.errors} |"
+                f"| {'' if added_first is None else fmt(added_first)} "
+                f"| {fmt(measured.proxy_cpu_us_per_request)} | {fmt(measured.model_cpu_us_per_request)} "
+                f"| {measured.errors} |"
             )
     print(
         f"\nSidecar with capture 100 %: RSS {rss_start:.1f} MiB at start, {rss_after_table:.1f} MiB after the "
