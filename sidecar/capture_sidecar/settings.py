@@ -201,7 +201,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         json_content_types=reader.content_types("JSON_CONTENT_TYPES", DEFAULT_JSON_CONTENT_TYPES),
         csv_content_types=reader.content_types("CSV_CONTENT_TYPES", DEFAULT_CSV_CONTENT_TYPES),
         queue_max_records=reader.integer("QUEUE_MAX_RECORDS", 10_000, 1, 1_000_000),
-        queue_max_bytes=reader.integer("QUEUE_MAX_BYTES", 256 * MIB, MIB, 64 * GIB),
+        # With 4 uploads of at most 16 MiB in flight, the worst case stays under a 512 MiB limit.
+        queue_max_bytes=reader.integer("QUEUE_MAX_BYTES", 128 * MIB, MIB, 64 * GIB),
         spool_dir=spool_dir,
         spool_max_bytes=reader.integer("SPOOL_MAX_BYTES", 512 * MIB, MIB, 1024 * GIB),
         shutdown_grace_seconds=reader.number("SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),

@@ -33,7 +33,7 @@ SPOOL_RETRIES_PER_TICK = 50
 FAILURE_LOG_INTERVAL_SECONDS = 10.0
 # Upper bounds of one object when a backlog is coalesced (BATCH_SIZE's own maximum is 1000).
 MAX_RECORDS_PER_OBJECT = 1000
-MAX_OBJECT_BYTES = 32 * 1024 * 1024
+MAX_OBJECT_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
