@@ -21,8 +21,12 @@ from stacks.workloads import write_manifests
 DEFAULT_CONFIG = "config/default.yaml"
 
 
+# Stack traces of construct creation hold temporary paths of the jsii runtime: two synths would differ.
+REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-stack-trace": True}
+
+
 def main() -> int:
-    app = App()
+    app = App(context=REPRODUCIBLE)
     context = app.node.try_get_context
     try:
         config = load_config(context("config") or DEFAULT_CONFIG)

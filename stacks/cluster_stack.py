@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack
+from aws_cdk import CfnOutput, DefaultStackSynthesizer, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -140,6 +140,7 @@ class ClusterStack(Stack):
                     f"Resource::arn:{partition}:aps:{region}:{account}:workspace/*")
         acknowledge(self.hugging_face_token.secret, "hugging-face-token-rotation")
         hyperpod = self.hyperpod
+        acknowledge(hyperpod.lifecycle_bucket, "log-bucket-in-another-stack")
         lifecycle_objects = f"Resource::{logical_arn(hyperpod.lifecycle_bucket)}"
         acknowledge(hyperpod.execution_role, "hyperpod-managed-policy",
                     managed_policy("AmazonSageMakerClusterInstanceRolePolicy"))
@@ -163,7 +164,8 @@ class ClusterStack(Stack):
 
     @property
     def availability_zones(self) -> list[str]:
-        """Known from the config: CDK would otherwise look the zones up in the account (no lookups)."""
+        """Known without asking the account (no lookups): explicit zones of an existing VPC, else the
+        first zones CloudFormation resolves at deploy time (``Fn::GetAZs``), never hard-coded names."""
         return self._zones
 
     def _vpc(self, config: PlatformConfig) -> ec2.IVpc:
@@ -177,5 +179,5 @@ class ClusterStack(Stack):
 
 def _zones(config: PlatformConfig) -> list[str]:
     if isinstance(config.vpc, NewVpc):
-        return [f"{config.environment.region}{suffix}" for suffix in "abcdef"[: config.vpc.max_azs]]
+        return [Fn.select(index, Fn.get_azs()) for index in range(config.vpc.max_azs)]
     return list(config.vpc.availability_zones)

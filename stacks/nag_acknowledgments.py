@@ -62,7 +62,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "hyperpod-managed-policy": (
         "AwsSolutions-IAM4",
         "HyperPod requires AmazonSageMakerClusterInstanceRolePolicy on every instance group's role (it is "
-        "what lets the node agents report health and register with the cluster); it is not a FullAccess policy.",
+        "what lets the node agents report health and register with the cluster); it grants no broad service access.",
     ),
     "hyperpod-node-permissions": (
         "AwsSolutions-IAM5",
@@ -87,6 +87,11 @@ REASONS: dict[str, tuple[str, str]] = {
         "AwsSolutions-IAM5",
         "ExternalDNS must call route53:ListHostedZones (no resource-level permissions) to find its zone; "
         "record changes are allowed in the one hosted zone only, and --zone-id-filter pins it.",
+    ),
+    "log-bucket-in-another-stack": (
+        "Annotation::@aws-cdk/aws-s3:accessLogsPolicyNotAdded",
+        "The shared access-log bucket lives in the storage stack; its policy already admits S3 log delivery "
+        "from every bucket of this account (statement S3ServerAccessLogsFromThisAccount in CaptureStorage).",
     ),
     "hugging-face-token-rotation": (
         "AwsSolutions-SMG4",

@@ -31,5 +31,6 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
 
 
 def add_nag_checks(app: App) -> None:
-    """cdk-nag's AWS Solutions pack judges every synth; unacknowledged findings fail it."""
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    """cdk-nag's AWS Solutions pack judges every synth; unacknowledged findings fail it. Accepted
+    findings are also written into each resource's ``cdk_nag`` metadata, an audit trail in the template."""
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app, write_suppressions_to_cloud_formation=True))

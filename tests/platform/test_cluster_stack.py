@@ -13,6 +13,7 @@ from tests.support.synth import Assembly, mask_volatile
 ACCOUNT, REGION = "111122223333", "us-west-2"
 CAPTURE_BUCKET = f"llm-platform-capture-{ACCOUNT}-{REGION}"
 TLS_BUCKET = f"hyperpod-tls-llm-platform-{ACCOUNT}-{REGION}"
+CERTIFICATE_ARN = f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +90,10 @@ def test_irsa_roles_are_bound_to_one_service_account(cluster: dict[str, Any], fr
 def test_operator_capture_statements_are_scoped_as_the_brief_lists(cluster: dict[str, Any]) -> None:
     role_id, _ = _role(cluster, "/InferenceOperator/ExecutionRole/Resource")
     statements = _statements_of(cluster, role_id)
-    put = next(s for s in statements if s["Action"] == ["s3:PutObject", "s3:AbortMultipartUpload"])
+    put = next(s for s in statements if s["Action"] == ["s3:AbortMultipartUpload", "s3:PutObject"])
     assert put["Resource"] == f"arn:aws:s3:::{CAPTURE_BUCKET}/data-capture/*"
     assert put["Condition"] == {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
-    kms = [s for s in statements if s["Action"] == ["kms:GenerateDataKey", "kms:Decrypt"]]
+    kms = [s for s in statements if s["Action"] == ["kms:Decrypt", "kms:GenerateDataKey"]]
     assert len(kms) == 2  # capture bucket and TLS bucket, each with its own encryption context
     for statement in kms:
         assert statement["Resource"] == {"Fn::ImportValue": statement["Resource"]["Fn::ImportValue"]}
@@ -107,15 +108,15 @@ def test_operator_tls_acm_and_route53_statements(cluster: dict[str, Any]) -> Non
     role_id, _ = _role(cluster, "/InferenceOperator/ExecutionRole/Resource")
     statements = _statements_of(cluster, role_id)
     tls = next(s for s in statements if s["Action"] == ["s3:PutObject", "s3:PutObjectTagging"])
+    assert tls["Condition"]["StringEquals"]["aws:ResourceAccount"] == "${aws:PrincipalAccount}"
     assert tls["Resource"] == f"arn:aws:s3:::{TLS_BUCKET}/*"
     assert tls["Condition"]["StringEquals"]["s3:RequestObjectTag/CreatedBy"] == "HyperPodInference"
     acm = next(s for s in statements if s.get("Sid") == "UseEndpointCertificate")
-    assert "CertificateArn" in json.dumps(acm["Resource"]) or "Certificate" in json.dumps(acm["Resource"])
-    assert "*" not in json.dumps(acm["Resource"])
+    assert acm["Resource"] == CERTIFICATE_ARN
     dns = next(s for s in statements if s.get("Sid") == "ManageEndpointRecords")
-    assert dns["Action"] == ["route53:GetHostedZone", "route53:ListResourceRecordSets",
-                             "route53:ChangeResourceRecordSets"]
-    assert "hostedzone/" in json.dumps(dns["Resource"]) and "*" not in json.dumps(dns["Resource"])
+    assert dns["Action"] == ["route53:ChangeResourceRecordSets", "route53:GetHostedZone",
+                             "route53:ListResourceRecordSets"]
+    assert dns["Resource"] == "arn:aws:route53:::hostedzone/Z0123456789ABCDEFGHIJ"
 
 
 def test_operator_addon_configuration(cluster: dict[str, Any]) -> None:
@@ -141,7 +142,7 @@ def test_operator_crds_never_go_through_the_kubectl_lambda(cluster: dict[str, An
 
 def test_gpu_nodes_use_al2023_nvidia_with_nvme_raid0(cluster: dict[str, Any]) -> None:
     groups = [v for v in _resources(cluster, "AWS::EKS::Nodegroup").values()
-              if v["Properties"].get("AmiType") == "AL2023_X86_64_NVIDIA"]
+              if v["Properties"].get("AmiType") == "AL2023_x86_64_NVIDIA"]
     assert len(groups) == 1
     assert groups[0]["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
     (template,) = _resources(cluster, "AWS::EC2::LaunchTemplate").values()
@@ -188,6 +189,5 @@ def test_hugging_face_token_is_never_in_a_template(assembly: Assembly, cluster: 
 
 def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> None:
     assert {"ClusterName", "HyperPodClusterArn", "OperatorExecutionRoleArn", "HyperPodExecutionRoleArn",
-            "HuggingFaceTokenSecretArn"} <= set(cluster["Outputs"])
-    assert {"HostedZoneId", "CertificateArn"} <= set(assembly.template("-domain")["Outputs"])
+            "HuggingFaceTokenSecretArn", "HostedZoneId", "CertificateArn"} <= set(cluster["Outputs"])
     assert {"CaptureBucketName", "TlsCertificateBucketName"} <= set(assembly.template("-storage")["Outputs"])

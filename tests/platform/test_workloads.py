@@ -57,7 +57,7 @@ def test_cdk_applies_the_same_objects(assembly: Assembly) -> None:
         if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
             manifest = resource["Properties"]["Manifest"]
             if isinstance(manifest, str):  # charts with deploy-time values are Fn::Join; none here
-                applied += json.loads(manifest)
+                applied += [_without_prune_label(obj) for obj in json.loads(manifest)]
     dist = _objects(assembly)
     for obj in dist:
         if obj["kind"] == "Deployment":  # the sidecar image is an asset URI with tokens in the template
@@ -65,14 +65,21 @@ def test_cdk_applies_the_same_objects(assembly: Assembly) -> None:
         assert obj in applied, f"{obj['kind']} {obj['metadata']['name']}"
 
 
+def _without_prune_label(obj: dict[str, Any]) -> dict[str, Any]:
+    """The kubectl provider labels what it applies (aws.cdk.eks/prune-*) so it can prune later."""
+    labels = {k: v for k, v in obj["metadata"].get("labels", {}).items() if not k.startswith("aws.cdk.eks/prune-")}
+    metadata = {k: v for k, v in obj["metadata"].items() if k != "labels"} | ({"labels": labels} if labels else {})
+    return obj | {"metadata": metadata}
+
+
 def test_workload_manifests_wait_for_the_operator_and_the_namespace(assembly: Assembly) -> None:
     cluster = assembly.template("-cluster")
     resources = cluster["Resources"]
     by_path = {v["Metadata"]["aws:cdk:path"]: k for k, v in resources.items()}
     operator = next(k for p, k in by_path.items() if p.endswith("/InferenceOperator/Addon"))
-    namespace = next(k for p, k in by_path.items() if p.endswith("/Workloads/Namespace/Resource/Resource"))
+    namespace = next(k for p, k in by_path.items() if p.endswith("/Eks/Cluster/Namespace/Resource/Default"))
     assert operator in resources[namespace]["DependsOn"]
-    model = next(k for p, k in by_path.items() if p.endswith("/model-qwen3-8b/Resource/Resource"))
+    model = next(k for p, k in by_path.items() if p.endswith("/Eks/Cluster/model-qwen3-8b/Resource/Default"))
     assert namespace in resources[model]["DependsOn"]
     identity_role = next(k for p, k in by_path.items() if p.endswith("/Workloads/Identity-qwen3-8b/Role/Resource"))
     assert identity_role in resources[model]["DependsOn"]
