@@ -159,11 +159,12 @@ class Throughput:
 
 def measure_processor(source: Path, work: Path, rules: tuple[str, ...], name: str) -> Throughput:
     from capture_core.outputs import QuarantineSource
-    from capture_core.processor import convert_stream
+    from capture_core.processor import convert_stream, use_frugal_memory_pool
     from capture_core.records import ChunkContext
     from capture_core.redaction import Redactor
     from capture_core.routing import Tier
 
+    use_frugal_memory_pool()  # as the handler does at import
     context = ChunkContext("bench/sme/x.jsonl", "bench", None, datetime.now(UTC))
     with tempfile.TemporaryDirectory(dir=work) as directory, source.open("rb") as stream:
         started = time.perf_counter()
@@ -260,6 +261,7 @@ def measure_memory(sizes_mib: list[int], work: Path) -> tuple[float, list[Memory
         AWS_DEFAULT_REGION="us-east-1",
         AWS_REGION="us-east-1",
         AWS_EC2_METADATA_DISABLED="true",
+        MALLOC_ARENA_MAX="2",  # as CapturePipeline configures the function
     )
     os.environ.update(env)
     runs = []

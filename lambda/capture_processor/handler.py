@@ -12,10 +12,12 @@ from functools import lru_cache
 from typing import Any
 
 import boto3
-from capture_core.processor import ObjectReport, process_object
+from capture_core.processor import ObjectReport, process_object, use_frugal_memory_pool
 from capture_core.s3_events import objects_in_message
 from capture_core.settings import Settings
 from capture_core.telemetry import emit_metrics, log
+
+use_frugal_memory_pool()  # once per container, before any Arrow allocation
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:

@@ -73,6 +73,7 @@ def test_function_is_arm64_python_313_with_the_pandas_layer(template: Template) 
                     "OUTPUT_PREFIX": "curated/",
                     "QUARANTINE_PREFIX": "quarantine/",
                     "REDACT": "email,phone,access_token",
+                    "MALLOC_ARENA_MAX": "2",
                 }
             },
         },

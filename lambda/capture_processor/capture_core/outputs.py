@@ -22,6 +22,10 @@ from capture_core.records import RejectedLine
 
 _MICROS_PER_HOUR = 3_600_000_000
 QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
+ROW_GROUP_ROWS = 50_000
+# Arrow bytes buffered across all partitions before they are written: sets the row group size
+# of a one-hour object, and is the main memory cost after the chunks in flight.
+ROW_GROUP_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, order=True)
@@ -46,12 +50,13 @@ class PartitionFile:
 
 
 class PartitionedParquetFiles:
-    """Appends tables to per-partition Parquet files; every write becomes a row group, so
-    memory holds one chunk at a time however large the object is.
+    """Appends tables to per-partition Parquet files. Rows are buffered per partition and
+    written as one row group once a partition holds ROW_GROUP_ROWS rows or all partitions
+    together hold ROW_GROUP_BYTES, so memory stays bounded however large the object is, and
+    row groups stay large enough for Athena to read efficiently.
 
     Writing (encoding and zstd compression, which release the GIL) runs on one background
-    thread, overlapping with the parsing of the next chunk; at most one write is in flight, so
-    at most two chunks are in memory.
+    thread, overlapping with parsing; at most one write call is in flight.
     """
 
     def __init__(
@@ -65,6 +70,8 @@ class PartitionedParquetFiles:
         self._writer_options = {"compression": "zstd", "use_dictionary": small, "write_statistics": small}
         self._writers: dict[Partition, pq.ParquetWriter] = {}
         self._rows: dict[Partition, int] = {}
+        self._buffered: dict[Partition, list[pa.Table]] = {}
+        self._buffered_bytes = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
         self._pending: Future[None] | None = None
 
@@ -76,6 +83,8 @@ class PartitionedParquetFiles:
     def close(self) -> list[PartitionFile]:
         try:
             self._wait_for_pending_write()
+            for partition in list(self._buffered):
+                self._flush(partition)
         finally:
             self._executor.shutdown(wait=True)
             writers, self._writers = self._writers, {}
@@ -97,8 +106,19 @@ class PartitionedParquetFiles:
         for hour in pc.unique(hours).to_pylist():
             rows = table.filter(pc.equal(hours, hour))
             partition = Partition.of_hour(hour)
-            self._writer(partition).write_table(rows)
+            self._buffered.setdefault(partition, []).append(rows)
+            self._buffered_bytes += rows.nbytes
             self._rows[partition] = self._rows.get(partition, 0) + rows.num_rows
+            if sum(buffered.num_rows for buffered in self._buffered[partition]) >= ROW_GROUP_ROWS:
+                self._flush(partition)
+        if self._buffered_bytes >= ROW_GROUP_BYTES:
+            for partition in list(self._buffered):
+                self._flush(partition)
+
+    def _flush(self, partition: Partition) -> None:
+        tables = self._buffered.pop(partition)
+        self._buffered_bytes -= sum(table.nbytes for table in tables)
+        self._writer(partition).write_table(pa.concat_tables(tables), row_group_size=ROW_GROUP_ROWS)
 
     def _writer(self, partition: Partition) -> pq.ParquetWriter:
         writer = self._writers.get(partition)

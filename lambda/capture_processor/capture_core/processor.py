@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,14 @@ import pyarrow as pa
 from boto3.s3.transfer import TransferConfig
 
 from capture_core import alb_format, capture_format
-from capture_core.line_chunks import DecodeStatus, OversizedLine, Readable, decoded_blocks, line_chunks
+from capture_core.line_chunks import (
+    DecodeStatus,
+    LineChunk,
+    OversizedLine,
+    Readable,
+    decoded_blocks,
+    line_chunks,
+)
 from capture_core.outputs import (
     QUARANTINE_RAW_LIMIT,
     PartitionedParquetFiles,
@@ -28,7 +36,8 @@ from capture_core.routing import Tier, route_object
 from capture_core.s3_events import S3ObjectRef
 from capture_core.settings import Settings
 
-CHUNK_BYTES = 4 << 20  # decoded bytes parsed at a time: bounds memory (see docs/capture-processor.md)
+CHUNK_BYTES = 2 << 20  # decoded bytes parsed at a time: bounds memory (see docs/capture-processor.md)
+PARSE_WORKERS = 2
 MAX_LINE_BYTES = 48 << 20  # a tier-3 line holds two 10 MiB payloads as BASE64 (~27 MiB) with room to spare
 
 # A few upload threads with 16 MiB parts: enough for throughput, small enough for a 1 GiB function.
@@ -86,6 +95,18 @@ class ObjectReport:
         if self.tier == Tier.ALB:
             counts["AlbLinesWithExtraFields"] = self.parser_counts["alb_lines_with_extra_fields"]
         return counts
+
+
+def use_frugal_memory_pool() -> None:
+    """Let Arrow allocate from jemalloc (else the system allocator) instead of its default,
+    mimalloc, whose per-thread heaps kept ~75 MiB more resident with two parser threads and a
+    writer thread (docs/capture-processor.md, "Memory"). A layer's pyarrow may be built without
+    jemalloc, hence the fallback."""
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pool = pa.system_memory_pool()
+    pa.set_memory_pool(pool)
 
 
 def output_file_id(bucket: str, key: str, version: str) -> str:
@@ -155,14 +176,13 @@ def convert_stream(
     conversion = Conversion(quarantine=QuarantineFile(directory / "quarantine.jsonl", source))
     last_line = 0
     try:
-        blocks = decoded_blocks(stream, status)
-        for item in line_chunks(blocks, chunk_bytes=CHUNK_BYTES, max_line_bytes=MAX_LINE_BYTES):
-            if isinstance(item, OversizedLine):
+        chunks = line_chunks(decoded_blocks(stream, status), chunk_bytes=CHUNK_BYTES, max_line_bytes=MAX_LINE_BYTES)
+        for item, parsed in _parsed_in_order(chunks, tier_format.parse, context, redactor):
+            if parsed is None:
                 reason = f"line longer than {MAX_LINE_BYTES} bytes; skipped"
                 _quarantine(conversion, redactor, RejectedLine(item.line_number, reason, item.prefix))
                 last_line = item.line_number
                 continue
-            parsed = tier_format.parse(item.data, item.first_line, context, redactor)
             parquet.write(parsed.table)
             conversion.records += parsed.table.num_rows
             conversion.parser_counts.update(parsed.counters)
@@ -178,6 +198,33 @@ def convert_stream(
     conversion.bytes_read, conversion.bytes_decoded = status.bytes_read, status.bytes_decoded
     conversion.redactions = dict(redactor.counts)
     return conversion
+
+
+def _parsed_in_order(
+    chunks: Iterator[LineChunk | OversizedLine], parse: ChunkParser, context: ChunkContext, redactor: Redactor
+) -> Iterator[tuple[Any, ParsedChunk | None]]:
+    """Each chunk with its parsed result (None for an oversized line), in input order, while up
+    to PARSE_WORKERS chunks are parsed at once: Arrow's reader and compute kernels release the
+    GIL, so a second core is put to work; holding a few chunks keeps memory bounded."""
+    with ThreadPoolExecutor(max_workers=PARSE_WORKERS, thread_name_prefix="parse") as pool:
+        in_flight: deque[tuple[Any, Future[ParsedChunk] | None]] = deque()
+        try:
+            for item in chunks:
+                future = None
+                if isinstance(item, LineChunk):
+                    future = pool.submit(parse, item.data, item.first_line, context, redactor)
+                in_flight.append((item, future))
+                if len(in_flight) > PARSE_WORKERS:
+                    yield _completed(in_flight.popleft())
+            while in_flight:
+                yield _completed(in_flight.popleft())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _completed(entry: tuple[Any, Future[ParsedChunk] | None]) -> tuple[Any, ParsedChunk | None]:
+    item, future = entry
+    return item, future.result() if future is not None else None
 
 
 def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLine) -> None:

@@ -10,6 +10,7 @@ Matched values are never logged; only counts per rule are reported.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -63,6 +64,7 @@ class Redactor:
     def __init__(self, rule_names: tuple[str, ...]) -> None:
         self.rules = tuple(RULES[name] for name in rule_names)
         self.counts: dict[str, int] = dict.fromkeys(rule_names, 0)
+        self._counts_lock = threading.Lock()  # chunks are redacted on several threads
         self._any_rule = "|".join(f"(?:{rule.pattern})" for rule in self.rules)
 
     def redact(self, texts: pa.Array) -> pa.Array:
@@ -77,7 +79,8 @@ class Redactor:
             matches = pc.count_substring_regex(rows, rule.pattern)
             found = pc.sum(matches).as_py() or 0
             if found:
-                self.counts[rule.name] += found
+                with self._counts_lock:
+                    self.counts[rule.name] += found
                 # Rewriting is slower than matching (RE2 must find submatch bounds): only rows with a match.
                 has_match = pc.fill_null(pc.greater(matches, 0), False)
                 rewritten = pc.replace_substring_regex(pc.filter(rows, has_match), rule.pattern, rule.replacement)
