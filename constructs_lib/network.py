@@ -24,8 +24,8 @@ class PlatformVpc(Construct):
 
     :param cidr: IPv4 block of the VPC; private subnets get /19s so large GPU node groups with
         prefix delegation do not run out of addresses.
-    :param availability_zones: explicit zones (no account lookup at synth); default: the first
-        ``max_azs`` of the region as CDK knows them without credentials (``{region}a``, ...).
+    :param availability_zones: the zones to use (never looked up in the account at synth): names,
+        or ``Fn::Select``/``Fn::GetAZs`` tokens resolved by CloudFormation at deploy time.
     """
 
     def __init__(
