@@ -219,7 +219,7 @@ def _converted(fields: dict[str, str], name: str, convert: Callable[[str], Any])
     try:
         return convert(value)
     except ValueError:
-        raise MalformedAlbLineError(f"{name} must be a {convert.__name__}, got {value[:100]!r}") from None
+        raise MalformedAlbLineError(f"{name} must be a number ({convert.__name__}), got {value[:100]!r}") from None
 
 
 _TYPED_FIELDS: dict[str, Callable[[str], Any]] = {

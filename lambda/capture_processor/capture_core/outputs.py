@@ -8,6 +8,7 @@ the source object's identity, so reprocessing overwrites instead of duplicating.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -145,15 +146,17 @@ class QuarantineFile:
         self._source = {"source_bucket": source.bucket, "source_key": source.key, "source_version": source.version}
         self._file: IO[str] | None = None
 
-    def add(self, rejected: RejectedLine, redacted_raw: str) -> None:
+    def add(self, rejected: RejectedLine, redact: Callable[[str], str]) -> None:
         if self._file is None:
             self._file = self.path.open("w", encoding="utf-8")
+        # Redacted like the curated columns, so the quarantine leaks no more than the output.
+        raw = redact(rejected.raw[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="replace"))
         entry = {
             **self._source,
             "line_number": rejected.line_number,
             "reason": rejected.reason,
             "raw_truncated": len(rejected.raw) > QUARANTINE_RAW_LIMIT,
-            "raw": redacted_raw,
+            "raw": raw,
         }
         self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
         self.entries += 1

@@ -24,7 +24,6 @@ from capture_core.line_chunks import (
     line_chunks,
 )
 from capture_core.outputs import (
-    QUARANTINE_RAW_LIMIT,
     PartitionedParquetFiles,
     PartitionFile,
     QuarantineFile,
@@ -228,8 +227,7 @@ def _completed(entry: tuple[Any, Future[ParsedChunk] | None]) -> tuple[Any, Pars
 
 
 def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLine) -> None:
-    text = rejected.raw[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="replace")
-    conversion.quarantine.add(rejected, redactor.redact_text(text))
+    conversion.quarantine.add(rejected, redactor.redact_text)
 
 
 def _upload_outputs(
