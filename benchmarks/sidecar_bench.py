@@ -43,6 +43,7 @@ error_log {tmp}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
+    keepalive_requests 1000000;  # the default 1000 would reconnect every load-generator client
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
@@ -100,8 +101,9 @@ def wait_for_port(port: int, timeout: float = 15.0) -> None:
 
 
 @contextmanager
-def process(args: list[str], port: int, **kwargs) -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+def process(args: list[str], port: int, log: Path | None = None, **kwargs) -> Iterator[subprocess.Popen[bytes]]:
+    stderr = log.open("wb") if log else subprocess.DEVNULL
+    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr, **kwargs)
     try:
         wait_for_port(port)
         yield child
@@ -161,23 +163,12 @@ def load(
 ) -> Measurement:
     model_cpu_before = cpu_seconds(model_pid)
     proxy_cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
-    output = subprocess.run(
-        [
-            PYTHON,
-            str(LOADGEN),
-            "--port",
-            str(port),
-            "--path",
-            scenario.path,
-            "--concurrency",
-            str(scenario.concurrency),
-            "--requests",
-            str(requests or scenario.requests),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    command = [PYTHON, str(LOADGEN), "--port", str(port), "--path", scenario.path]
+    command += ["--concurrency", str(scenario.concurrency), "--requests", str(requests or scenario.requests)]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise RuntimeError(f"load generator failed on port {port}:\n{completed.stderr}")
+    output = completed.stdout
     result = json.loads(output)
     count = result["requests"]
     proxy_cpu = (cpu_seconds(proxy_pid) - proxy_cpu_before) / count * 1e6 if proxy_pid else None
@@ -223,6 +214,7 @@ def main() -> None:
 
     ports = {name: free_port() for name in ("model", "s3", "nginx", "off", "off_m", "on", "on_m")}
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
+        capturing_log = Path(tmp) / "sidecar-capturing.log"
         conf = Path(tmp) / "nginx.conf"
         conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=ports["model"], port=ports["nginx"]))
         with (
@@ -230,7 +222,9 @@ def main() -> None:
             process([PYTHON, str(S3_SINK), str(ports["s3"])], ports["s3"]),
             process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]) as nginx_master,
             process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0")) as plain,
-            process(**sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100")) as capturing,
+            process(
+                **sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100"), log=capturing_log
+            ) as capturing,
         ):
             targets = {
                 "direct": (ports["model"], None),
@@ -254,6 +248,7 @@ def main() -> None:
             time.sleep(1)
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{ports['on_m']}/metrics").read().decode()
             s3_stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['s3']}/stats").read())
+        warnings = [line for line in capturing_log.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
 
     print(f"\nMachine: {os.cpu_count()} cores; Python {sys.version.split()[0]}; all processes on 127.0.0.1\n")
     print(
@@ -290,6 +285,8 @@ def main() -> None:
     for line in metrics.splitlines():
         if not line.startswith("#") and any(name in line for name in wanted):
             print(f"  {line}")
+    for line in warnings:
+        print(f"  sidecar log: {line}")
     print(f"S3 sink received {s3_stats['puts']:,} PutObject calls, {s3_stats['bytes'] / 2**20:.1f} MiB.")
 
 

@@ -16,18 +16,19 @@ import json
 import time
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, int | None]:
-    """Read one response; return (status, nanoseconds at the first body chunk or None)."""
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, int | None, bool]:
+    """Read one response; return (status, nanoseconds at the first body chunk or None, keep-alive)."""
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     lower = head.lower()
+    keep_alive = b"connection: close" not in lower
     if b"transfer-encoding: chunked" in lower:
         first_chunk_at = None
         while True:
             size = int((await reader.readline()).split(b";", 1)[0], 16)
             if size == 0:
                 await reader.readline()
-                return status, first_chunk_at
+                return status, first_chunk_at, keep_alive
             await reader.readexactly(size + 2)
             if first_chunk_at is None:
                 first_chunk_at = time.perf_counter_ns()
@@ -35,7 +36,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, int | None]:
     length = int(lower[start + 15 : lower.find(b"\r\n", start)]) if start >= 0 else 0
     if length:
         await reader.readexactly(length)
-    return status, None
+    return status, None, keep_alive
 
 
 async def client(
@@ -46,8 +47,11 @@ async def client(
         for _ in range(count):
             started = time.perf_counter_ns()
             writer.write(request)
-            status, first_chunk_at = await read_response(reader)
+            status, first_chunk_at, keep_alive = await read_response(reader)
             finished = time.perf_counter_ns()
+            if not keep_alive:  # the server closes this connection: open a new one (not timed)
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
             if status != 200:
                 errors.append(f"status {status}")
             latencies.append(finished - started)

@@ -18,7 +18,7 @@ stats = {"puts": 0, "bytes": 0}
 async def handle(request: web.BaseRequest) -> web.StreamResponse:
     if request.method == "GET" and request.path == "/stats":
         return web.Response(text=json.dumps(stats), content_type="application/json")
-    body = await request.read()
+    body = await request.content.read()  # request.read() would stop at aiohttp's 1 MiB default
     if request.method == "PUT":
         stats["puts"] += 1
         stats["bytes"] += len(body)
