@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +102,10 @@ async def serve(settings: Settings) -> int:
         await session.close()
         executor.shutdown(wait=False)
         return EXIT_CANNOT_LISTEN
+    # boto3's service model is ~90k long-lived objects; a full garbage collection scans them all
+    # (~40 ms here), which showed up as p99 spikes. Frozen objects are never scanned again.
+    gc.collect()
+    gc.freeze()
     uploader_task = asyncio.create_task(uploader.run())
     log.info(
         "proxying :%d -> %s, capturing to s3://%s/%s, metrics on :%d",
