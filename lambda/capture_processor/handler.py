@@ -65,6 +65,7 @@ def _report(report: ObjectReport) -> None:
         bytes_decoded=report.bytes_decoded,
         quarantined=report.quarantined,
         redactions=report.redactions,
+        files_written=len(report.output_keys),
         output_keys=report.output_keys,
     )
     emit_metrics({"Tier": report.tier}, report.metrics())
