@@ -176,6 +176,7 @@ class CapturePipeline(Construct):
         super().__init__(scope, construct_id)
         region = Stack.of(self).region
         _validate(
+            bucket_in_other_stack=Stack.of(bucket) is not Stack.of(self),
             capture_prefixes=capture_prefixes,
             output_prefix=output_prefix,
             quarantine_prefix=quarantine_prefix,
@@ -381,6 +382,7 @@ def _pandas_layer_arn(region: str) -> str:
 
 def _validate(
     *,
+    bucket_in_other_stack: bool,
     capture_prefixes: Sequence[str],
     output_prefix: str,
     quarantine_prefix: str,
@@ -394,6 +396,15 @@ def _validate(
 ) -> None:
     problems = Problems()
     code = "CapturePipeline"
+    if bucket_in_other_stack:
+        # The bucket's stack would hold the notification (referencing our queue) while we
+        # reference the bucket: a cross-stack cycle that only surfaces at synth.
+        problems.add(
+            f"{code}.BucketInOtherStack",
+            "bucket",
+            "must belong to the same stack as the pipeline (or be imported into it, e.g. Bucket.from_bucket_name)",
+            "another stack",
+        )
     prefixes = {"output_prefix": output_prefix, "quarantine_prefix": quarantine_prefix}
     prefixes.update({f"capture_prefixes[{index}]": prefix for index, prefix in enumerate(capture_prefixes)})
     if isinstance(capture_prefixes, str) or not capture_prefixes:

@@ -299,6 +299,24 @@ def test_each_validation_error_names_code_path_and_value(props: dict[str, Any], 
     assert "(got " in str(raised.value)
 
 
+def test_a_bucket_of_another_stack_is_refused_before_synth() -> None:
+    app = cdk.App()
+    storage = cdk.Stack(app, "Storage", env=ENV)
+    key = kms.Key(storage, "Key")
+    bucket = s3.Bucket(storage, "Bucket", encryption_key=key)
+    consumer = cdk.Stack(app, "Pipeline", env=ENV)
+
+    with pytest.raises(ConfigError, match=r"\[CapturePipeline.BucketInOtherStack\] bucket: must belong"):
+        CapturePipeline(
+            consumer,
+            "Capture",
+            bucket=bucket,
+            encryption_key=key,
+            capture_prefixes=CAPTURE_PREFIXES,
+            pandas_layer_arn=LAYER_ARN,
+        )
+
+
 def test_all_problems_are_reported_at_once() -> None:
     with pytest.raises(ValueError) as raised:
         pipeline_stack(memory_size=1, reserved_concurrency=-1, redact=("ssn",))
