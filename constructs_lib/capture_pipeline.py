@@ -52,8 +52,7 @@ DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 @dataclass(frozen=True)
 class GlueColumn:
     name: str
-    type: str
-    comment: str = ""
+    type: str  # Hive type as Glue and Athena spell it
 
 
 def _columns(spec: str) -> tuple[GlueColumn, ...]:
