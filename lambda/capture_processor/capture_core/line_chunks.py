@@ -40,16 +40,14 @@ class OversizedLine:
 class DecodeStatus:
     bytes_read: int = 0  # as stored (compressed when gzip)
     bytes_decoded: int = 0
-    gzip: bool = False
     ended_early: bool = False  # gzip stream cut short: everything before the cut was still used
 
 
 def decoded_blocks(stream: Readable, status: DecodeStatus, read_size: int = READ_SIZE) -> Iterator[bytes]:
     first = stream.read(read_size)
     status.bytes_read += len(first)
-    status.gzip = first.startswith(GZIP_MAGIC)
     raw = _raw_blocks(stream, first, status, read_size)
-    blocks = _gunzip(raw, status, read_size) if status.gzip else raw
+    blocks = _gunzip(raw, status, read_size) if first.startswith(GZIP_MAGIC) else raw
     for block in blocks:
         status.bytes_decoded += len(block)
         yield block
@@ -96,8 +94,9 @@ def _gunzip(raw: Iterator[bytes], status: DecodeStatus, out_size: int) -> Iterat
 def line_chunks(
     blocks: Iterator[bytes], *, chunk_bytes: int, max_line_bytes: int
 ) -> Iterator[LineChunk | OversizedLine]:
-    """Whole lines grouped into chunks of about `chunk_bytes`; a line longer than
-    `max_line_bytes` is reported as an OversizedLine (its prefix) instead of being buffered."""
+    """Whole lines grouped into chunks of about `chunk_bytes`. A line is reported as an
+    OversizedLine (its prefix) once more than `max_line_bytes` of it is buffered, so lines up to
+    one read block longer than the limit may still pass: the limit bounds memory."""
     pending = bytearray()
     line_number = 1
     skipping = False  # inside an oversized line, discarding until its newline
