@@ -320,6 +320,19 @@ def test_good_and_bad_lines_mixed(pipeline: Pipeline) -> None:
     assert [key.split("/")[:2] for key in pipeline.keys("quarantine/")] == [["quarantine", "tier=sme"]]
 
 
+def test_a_line_that_is_not_utf8_is_quarantined(pipeline: Pipeline) -> None:
+    bad = capture_line("bad", input_text="caf\u00e9").encode().replace(b"\\u00e9", b"\xe9")
+    lines = [capture_line("good-1").encode(), bad, capture_line("good-2").encode()]
+    key = pipeline.put("h/sme/ep/v/2026/11/30/10/x.jsonl", b"\n".join(lines))
+
+    assert pipeline.run(key) == {"batchItemFailures": []}
+
+    assert [row["event_id"] for row in pipeline.rows()] == ["good-1", "good-2"]
+    [entry] = pipeline.quarantine()
+    assert entry["line_number"] == 2 and entry["reason"].startswith("not UTF-8 text")
+    assert "caf\ufffd" in entry["raw"]
+
+
 def test_empty_object_writes_nothing_and_succeeds(pipeline: Pipeline) -> None:
     key = pipeline.put("h/sme/ep/v/2026/11/30/10/empty.jsonl", b"")
 

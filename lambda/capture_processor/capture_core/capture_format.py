@@ -86,6 +86,10 @@ def _read_whole_chunk(data: bytes) -> pa.Table | None:
             table = pa_json.read_json(io.BytesIO(data), pa_json.ReadOptions(block_size=block_size), _PARSE_OPTIONS)
         except pa.ArrowInvalid:
             continue
+        try:
+            table.validate(full=True)  # Arrow's JSON reader does not check UTF-8 itself
+        except pa.ArrowInvalid:
+            return None
         sides = table.column("captureData")
         is_capture = pc.or_(
             pc.is_valid(pc.struct_field(sides, "endpointInput")),
@@ -112,7 +116,9 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
     """One line as a dict shaped exactly like RAW_SCHEMA, or MalformedLineError with the reason."""
     try:
         record = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+    except UnicodeDecodeError as error:
+        raise MalformedLineError(f"not UTF-8 text: {error}") from None
+    except ValueError as error:  # JSONDecodeError is a ValueError
         raise MalformedLineError(f"invalid JSON: {error}") from None
     if not isinstance(record, dict):
         raise MalformedLineError(f"a capture line must be a JSON object, got {type(record).__name__}")

@@ -32,9 +32,6 @@ class ParsedChunk:
     counters: dict[str, int]  # parser-specific counts, e.g. ALB lines with newer trailing fields
 
 
-TIME_SOURCES = ("record", "object_key", "last_modified")
-
-
 def fill_missing_times(times: list[datetime | None], context: ChunkContext) -> tuple[list[datetime], list[str]]:
     """Each row's partition time and where it came from: its own time, else the key's, else
     the object's LastModified (the placeholder "{%s}" in public samples is one such case)."""
