@@ -40,6 +40,11 @@ PANDAS_LAYER_ACCOUNT = "336392948345"
 # pandas_layer_arn (find it on that page, or see docs/capture-processor.md).
 PANDAS_LAYER_VERSIONS: Mapping[str, int] = {
     "af-south-1": 11,
+    # Not read from that page but seen in public deployments of the same layer name (a published layer
+    # version stays available); check with `aws lambda get-layer-version-by-arn` before relying on them.
+    "ca-central-1": 15,
+    "us-east-1": 16,
+    "us-west-2": 15,
 }
 
 FUNCTION_TIMEOUT = Duration.minutes(15)  # a 1 GiB object takes minutes at 1 GiB of memory
@@ -255,12 +260,19 @@ class CapturePipeline(Construct):
                 report_batch_item_failures=True,
             )
         )
-        for prefix in capture_prefixes:
-            bucket.grant_read(self.function, f"{prefix}*")
-        for prefix in (output_prefix, quarantine_prefix):
-            bucket.grant_put(self.function, f"{prefix}*")
-        encryption_key.grant_decrypt(self.function)  # SSE-KMS capture objects
-        encryption_key.grant_encrypt(self.function)  # SSE-KMS outputs (GenerateDataKey)
+        # Exact actions instead of CDK's grant_read/grant_put groups (GetObject*, List*, Abort*...):
+        # read the captures, write curated and quarantined objects, nothing else.
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ReadCaptures", actions=["s3:GetObject", "s3:GetObjectVersion"],
+            resources=[bucket.arn_for_objects(f"{prefix}*") for prefix in capture_prefixes]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="WriteCuratedAndQuarantine", actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+            resources=[bucket.arn_for_objects(f"{prefix}*") for prefix in (output_prefix, quarantine_prefix)]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            # Decrypt to read SSE-KMS captures, GenerateDataKey to write SSE-KMS outputs; only through S3.
+            sid="UseCaptureKeyThroughS3", actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=[encryption_key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"s3.{Stack.of(self).region}.amazonaws.com"}}))
 
         self.database, self.tables = self._glue_catalog(bucket, output_prefix, glue_database_name, first_partition_date)
         self.alarms = self._alarms()

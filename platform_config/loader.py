@@ -121,6 +121,9 @@ def _capture(section: Section, problems: Problems) -> CapturePolicy:
         redact=tuple(section.string_list("redact", check=known_rule) if section.has("redact")
                      else REDACTION_RULES),
         reader_role_arns=tuple(section.string_list("readerRoleArns", check=role_arn)),
+        pandas_layer_arn=section.string(
+            "pandasLayerArn", pattern=r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+",
+            hint="must be a Lambda layer version ARN (AWS SDK for pandas, Python 3.13, arm64)"),
     )
     section.finish()
     return policy

@@ -30,6 +30,7 @@ class CapturePolicy:
     access_log_retention_days: int
     redact: tuple[str, ...]
     reader_role_arns: tuple[str, ...]
+    pandas_layer_arn: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,6 +93,15 @@ REASONS: dict[str, tuple[str, str]] = {
         "The shared access-log bucket lives in the storage stack; its policy already admits S3 log delivery "
         "from every bucket of this account (statement S3ServerAccessLogsFromThisAccount in CaptureStorage).",
     ),
+    "capture-processor-runtime": (
+        "AwsSolutions-L1",
+        "Python 3.13 is pinned to match the compiled pyarrow of the AWS SDK for pandas layer; the runtime "
+        "and the layer move together (a newer runtime without its layer would fail to import pyarrow).",
+    ),
+    "cdk-bucket-notifications-handler": (
+        "AwsSolutions-IAM4",
+        "CDK's singleton that configures S3 event notifications logs through AWSLambdaBasicExecutionRole.",
+    ),
     "hugging-face-token-rotation": (
         "AwsSolutions-SMG4",
         "A Hugging Face access token can only be rotated in the Hugging Face account, not by a Lambda; "
@@ -150,3 +159,10 @@ def logical_arn(construct: IConstruct) -> str:
     """How cdk-nag shows the ARN of a resource of this stack in a finding: ``<LogicalId.Arn>``."""
     stack = Stack.of(construct)
     return f"<{stack.get_logical_id(construct.node.default_child)}.Arn>"
+
+
+def acknowledge_bucket_notifications_handler(stack: Stack) -> None:
+    """CDK's singleton Lambda that writes a bucket's notification configuration."""
+    handler = next(c for c in stack.node.children if c.node.id.startswith("BucketNotificationsHandler"))
+    acknowledge(handler, "cdk-bucket-notifications-handler",
+                managed_policy("service-role/AWSLambdaBasicExecutionRole"))

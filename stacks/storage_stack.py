@@ -7,8 +7,10 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from constructs_lib.capture_pipeline import CapturePipeline
 from constructs_lib.capture_storage import CaptureStorage
 from platform_config import PlatformConfig
+from stacks.nag_acknowledgments import acknowledge, acknowledge_bucket_notifications_handler, logical_arn
 
 
 class StorageStack(Stack):
@@ -27,6 +29,16 @@ class StorageStack(Stack):
             access_log_retention_days=capture.access_log_retention_days,
             reader_role_arns=capture.reader_role_arns,
         )
+        self.pipeline = CapturePipeline(
+            self, "CapturePipeline", bucket=self.storage.capture_bucket, encryption_key=self.storage.key,
+            capture_prefixes=[capture.prefix], redact=capture.redact, pandas_layer_arn=capture.pandas_layer_arn,
+            glue_database_name=f"{config.project.replace('-', '_')}_capture",
+        )
+        bucket = logical_arn(self.storage.capture_bucket)
+        acknowledge(self.pipeline.function.role, "s3-object-wildcard-under-fixed-prefix",
+                    *(f"Resource::{bucket}/{prefix}*" for prefix in (capture.prefix, "curated/", "quarantine/")))
+        acknowledge(self.pipeline.function, "capture-processor-runtime")
+        acknowledge_bucket_notifications_handler(self)
         CfnOutput(self, "CaptureBucketName", value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, "TlsCertificateBucketName", value=self.storage.tls_bucket.bucket_name)
         CfnOutput(self, "CaptureKeyArn", value=self.storage.key.key_arn)

@@ -22,7 +22,7 @@ from constructs_lib.capture_pipeline import (
 )
 from constructs_lib.validation import ConfigError
 
-ENV = cdk.Environment(account="123456789012", region="us-east-1")
+ENV = cdk.Environment(account="123456789012", region="eu-north-1")  # no layer version mapped here
 LAYER_ARN = "arn:aws:lambda:us-east-1:336392948345:layer:AWSSDKPandas-Python313-Arm64:7"
 CAPTURE_PREFIXES = ("data-capture/", "sidecar-capture/")
 
@@ -149,7 +149,9 @@ def test_s3_permissions_are_scoped_to_the_prefixes(template: Template) -> None:
     for statement in s3_statements:
         assert "s3:*" not in as_list(statement["Action"])
         assert "*" not in as_list(statement["Resource"])
-    readable = [s for s in s3_statements if "s3:GetObject*" in as_list(s["Action"])]
+    assert {a for s in s3_statements for a in as_list(s["Action"])} == {
+        "s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:AbortMultipartUpload"}
+    readable = [s for s in s3_statements if "s3:GetObject" in as_list(s["Action"])]
     writable = [s for s in s3_statements if "s3:PutObject" in as_list(s["Action"])]
     assert {p for s in readable for p in CAPTURE_PREFIXES if p + "*" in json.dumps(s["Resource"])} == set(
         CAPTURE_PREFIXES
@@ -168,7 +170,9 @@ def test_kms_grants_come_from_the_key(template: Template) -> None:
         for action in as_list(statement["Action"])
         if action.startswith("kms:")
     }
-    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= kms_actions
+    assert kms_actions == {"kms:Decrypt", "kms:GenerateDataKey"}
+    (statement,) = [s for s in function_statements(template) if "kms:Decrypt" in as_list(s["Action"])]
+    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "s3.eu-north-1.amazonaws.com"}}
 
 
 def test_logs_go_to_an_own_group_with_retention_and_no_managed_policy(template: Template) -> None:
