@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+# The operator's own patterns: a value the config accepts must also pass the CRD.
+from charts.endpoint_blocks import ACM_ARN_PATTERN, HOSTED_ZONE_ID_PATTERN
+from charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN as ROLE_ARN_PATTERN
 from constructs_lib.validation import DNS1123_LABEL, ConfigError, Problems
 from platform_config.model import (
     CapturePolicy,
@@ -36,10 +39,7 @@ REDACTION_RULES = ("email", "phone", "access_token")
 SUPPORTED_KUBERNETES_VERSIONS = ("1.33", "1.34", "1.35")
 ACCOUNT_PATTERN = r"\d{12}"
 REGION_PATTERN = r"[a-z]{2}(-gov)?-[a-z]+-\d"
-ROLE_ARN_PATTERN = r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}"
 DOMAIN_PATTERN = r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+"
-HOSTED_ZONE_ID_PATTERN = r"Z[A-Z0-9]{1,31}"
-ACM_ARN_PATTERN = r"arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[a-fA-F0-9-]+"
 HYPERPOD_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
 
