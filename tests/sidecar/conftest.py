@@ -82,7 +82,11 @@ class Sidecar:
     stopped: bool = field(default=False)
 
     def call(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None):
-        return http_call(self.port, method, path, body, headers)
+        try:
+            return http_call(self.port, method, path, body, headers)
+        except ConnectionError as error:  # say whether the sidecar died, and why
+            state = "running" if self.process.poll() is None else f"exited with {self.process.returncode}"
+            raise AssertionError(f"sidecar {state}; its log:\n{self.log()}") from error
 
     def metrics(self) -> dict[str, float]:
         """Samples of the sidecar's /metrics, keyed by name with labels, e.g. 'x_total{reason="a"}'."""
