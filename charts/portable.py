@@ -429,6 +429,9 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str) -> dict[s
         "BATCH_SIZE": str(_or(buffer.batch_size, 10)),
         "FLUSH_INTERVAL_SECONDS": str(_or(buffer.flush_interval_seconds, 60)),
         "MAX_PAYLOAD_SIZE_KB": str(_or(payload.max_payload_size_kb, 0)),
+        # Batches that cannot reach S3 wait on the pod's scratch volume (bounded) instead of being dropped.
+        "SPOOL_DIR": "/tmp/capture-spool",
+        "SPOOL_MAX_BYTES": str(256 * 1024 * 1024),
     }
     if capture.kms_key_id is not None:
         env["KMS_KEY_ID"] = capture.kms_key_id

@@ -174,6 +174,8 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "FLUSH_INTERVAL_SECONDS": "60",
         "MAX_PAYLOAD_SIZE_KB": "0",
         "KMS_KEY_ID": samples.KMS_KEY_ARN,
+        "SPOOL_DIR": "/tmp/capture-spool",  # on the pod's scratch volume, mounted at /tmp
+        "SPOOL_MAX_BYTES": "268435456",
     }
     assert sidecar["restartPolicy"] == "Always"  # native sidecar: outlives the model server on shutdown
     context = sidecar["securityContext"]

@@ -176,7 +176,10 @@ class SidecarLauncher:
             )
         sidecar = Sidecar(process, int(env["LISTEN_PORT"]), int(env["METRICS_PORT"]), prefix, log_path)
         self.started.append(sidecar)
+        # Both listeners: the proxy port may open after the metrics port (a test that called the proxy
+        # as soon as /metrics answered was refused now and then).
         wait_for_port(sidecar.metrics_port, process)
+        wait_for_port(sidecar.port, process)
         return sidecar
 
     def close(self) -> None:
