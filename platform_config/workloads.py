@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from charts import PortableModelServer, WorkloadServiceAccount, parse_models
@@ -31,7 +31,6 @@ from constructs_lib.validation import Problems, join_path
 # Looks like a CDK token on purpose: every validator already skips unresolved tokens.
 DEPLOY_TIME = {"CertificateArn": "${Token[DeployTime.CertificateArn]}",
                "HostedZoneId": "${Token[DeployTime.HostedZoneId]}"}
-PLATFORM_KEYS = ("endpointDomain",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,13 +68,7 @@ class WorkloadPlan:
     models: tuple[Workload, ...] = ()
     portable: tuple[PortableModelServer, ...] = ()
     service_accounts: tuple[WorkloadServiceAccount, ...] = ()
-    identities: tuple[IdentityPlan, ...] = field(default_factory=tuple)
-
-    @property
-    def deploy_time_values(self) -> set[str]:
-        """Names of the deploy-time values (``CertificateArn``...) these workloads still need."""
-        text = repr((self.models, self.portable))
-        return {name for name, marker in DEPLOY_TIME.items() if marker in text}
+    identities: tuple[IdentityPlan, ...] = ()
 
 
 def platform_values(config: Any, *, certificate_arn: str | None = None,
