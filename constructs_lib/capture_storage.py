@@ -93,7 +93,6 @@ class CaptureStorage(Construct):
             bucket_name=capture_bucket_name,
             encryption_key=self.key,
             access_logs_bucket=self.access_log_bucket,
-            access_logs_prefix=f"{capture_bucket_name}/",
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-captures",
@@ -108,7 +107,6 @@ class CaptureStorage(Construct):
             bucket_name=tls_bucket_name,
             encryption_key=self.key,
             access_logs_bucket=self.access_log_bucket,
-            access_logs_prefix=f"{tls_bucket_name}/",
             lifecycle_rules=[
                 s3.LifecycleRule(id="purge-old-certificate-versions",
                                  noncurrent_version_expiration=Duration.days(noncurrent_version_retention_days)),

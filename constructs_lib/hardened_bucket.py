@@ -17,12 +17,12 @@ def hardened_bucket(
     bucket_name: str,
     encryption_key: kms.IKey | None,
     access_logs_bucket: s3.IBucket | None,
-    access_logs_prefix: str = "",
     lifecycle_rules: Sequence[s3.LifecycleRule] = (),
 ) -> s3.Bucket:
     """SSE-KMS with a bucket key (or SSE-S3 when ``encryption_key`` is None, for log sinks that
     AWS services can only write with SSE-S3), versioning, every public access blocked, TLS-only
-    bucket policy, ACLs disabled (object ownership enforced), server access logs, RETAIN.
+    bucket policy, ACLs disabled (object ownership enforced), server access logs under
+    ``<bucket name>/`` in ``access_logs_bucket`` (so one log bucket serves many), RETAIN.
 
     Buckets hold captured prompts and certificates: they are never deleted with the stack.
     """
@@ -40,7 +40,7 @@ def hardened_bucket(
         minimum_tls_version=1.2,
         object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         server_access_logs_bucket=access_logs_bucket,
-        server_access_logs_prefix=access_logs_prefix or None,
+        server_access_logs_prefix=f"{bucket_name}/" if access_logs_bucket else None,
         lifecycle_rules=[
             *lifecycle_rules,
             s3.LifecycleRule(id="abort-incomplete-uploads",

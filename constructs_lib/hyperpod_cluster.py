@@ -139,7 +139,6 @@ class HyperPodCluster(Construct):
             encryption_key=encryption_key,
             access_logs_bucket=access_logs_bucket,
             # Without a log bucket, a prefix alone would make S3 log the bucket into itself.
-            access_logs_prefix=f"{lifecycle_bucket_name}/" if access_logs_bucket else "",
             lifecycle_rules=[
                 s3.LifecycleRule(id="purge-replaced-scripts", noncurrent_version_expiration=Duration.days(30)),
             ],

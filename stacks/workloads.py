@@ -136,9 +136,8 @@ class InferenceWorkloads(Construct):
         for chart in charts:
             manifest = cluster.add_cdk8s_chart(chart.node.id, chart)
             manifest.node.add_dependency(self.namespace_manifest)
-            for identity in self.identities.values():
-                if identity.service_account in json.dumps(chart.to_json()):
-                    manifest.node.add_dependency(identity)
+            for account in _service_accounts_of(chart):
+                manifest.node.add_dependency(self.identities[account])
             if self.external_dns is not None and chart.node.id.startswith("portable-"):
                 manifest.node.add_dependency(self.external_dns)
             self.manifests[chart.node.id] = manifest
@@ -183,6 +182,14 @@ class InferenceWorkloads(Construct):
                                    "annotations": {"eks.amazonaws.com/role-arn": role.role_arn}},
             },
         )
+
+
+def _service_accounts_of(chart: cdk8s.Chart) -> list[str]:
+    """The service accounts a workload chart runs under (each has its identity in this construct)."""
+    if isinstance(chart, PortableModelServerChart):
+        return [chart.server.name]
+    assert isinstance(chart, InferenceChart)
+    return list(chart.service_accounts)
 
 
 def _weights(scope: Construct, name: str, uri: str | None) -> dict[str, object]:
