@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aws_cdk import App
 
-from constructs_lib.validation import ConfigError
+from hyperpod_inference_iac.validation import ConfigError
 from platform_config import load_config
 from stacks.platform import add_nag_checks, build_platform
 from stacks.workloads import write_manifests

@@ -3,7 +3,7 @@
 See docs/charts.md. The config loader's entry point is :func:`parse_models`.
 """
 
-from charts.capture import (
+from hyperpod_inference_iac.charts.capture import (
     BufferConfig,
     CaptureContentTypeHeader,
     CaptureMode,
@@ -13,7 +13,7 @@ from charts.capture import (
     PayloadConfig,
     SageMakerEndpointCapture,
 )
-from charts.endpoint_blocks import (
+from hyperpod_inference_iac.charts.endpoint_blocks import (
     CustomCertificateConfig,
     DnsConfig,
     LoadBalancerConfig,
@@ -23,7 +23,7 @@ from charts.endpoint_blocks import (
     RoutingAlgorithm,
     TlsConfig,
 )
-from charts.inference_chart import (
+from hyperpod_inference_iac.charts.inference_chart import (
     InferenceChart,
     Workload,
     WorkloadServiceAccount,
@@ -31,7 +31,7 @@ from charts.inference_chart import (
     parse_model,
     parse_models,
 )
-from charts.inference_endpoint import (
+from hyperpod_inference_iac.charts.inference_endpoint import (
     EnvironmentVariable,
     InferenceEndpointConfig,
     InferenceEndpointSpec,
@@ -42,14 +42,14 @@ from charts.inference_endpoint import (
     Worker,
     WorkerProbes,
 )
-from charts.jumpstart import (
+from hyperpod_inference_iac.charts.jumpstart import (
     JumpStartModel,
     JumpStartModelRef,
     JumpStartModelSpec,
     JumpStartServer,
     SageMakerEndpoint,
 )
-from charts.model_source import (
+from hyperpod_inference_iac.charts.model_source import (
     FsxStorage,
     HuggingFaceModel,
     ModelSourceConfig,
@@ -57,8 +57,13 @@ from charts.model_source import (
     S3Storage,
     SecretKeyRef,
 )
-from charts.nvme_cache import AWS_CLI_IMAGE, EKS_AL2023_NVME_ROOT, HYPERPOD_NVME_ROOT, NvmeModelCache
-from charts.portable import (
+from hyperpod_inference_iac.charts.nvme_cache import (
+    AWS_CLI_IMAGE,
+    EKS_AL2023_NVME_ROOT,
+    HYPERPOD_NVME_ROOT,
+    NvmeModelCache,
+)
+from hyperpod_inference_iac.charts.portable import (
     DEFAULT_SIDECAR_IMAGE,
     PRESETS,
     ModelServerRuntime,

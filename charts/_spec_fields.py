@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, Self, TypeVar
 
-from constructs_lib.validation import Problems, is_token, join_path
+from hyperpod_inference_iac.validation import Problems, is_token, join_path
 
 WRONG_TYPE = "Config.WrongType"
 MISSING_FIELD = "Config.MissingField"

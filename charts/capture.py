@@ -11,8 +11,8 @@ import dataclasses
 import enum
 from typing import Any
 
-from charts._spec_fields import SpecBlock, crd_field
-from constructs_lib.validation import Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.validation import Problems, join_path
 
 S3_URI_PATTERN = r"^s3://([^/]+)(/[^,=]*)?$"
 KMS_KEY_ID_PATTERN = r"^[a-zA-Z0-9:/_-]*$"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from charts._spec_fields import SpecBlock, crd_field
-from constructs_lib.validation import Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.validation import Problems, join_path
 
 ACM_ARN_PATTERN = r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$"
 DOMAIN_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"

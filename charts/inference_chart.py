@@ -14,11 +14,11 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
-from charts._spec_fields import WRONG_TYPE, SpecBlock, crd_field
-from charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN
-from charts.inference_endpoint import InferenceEndpointConfig
-from charts.jumpstart import JumpStartModel
-from constructs_lib.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import WRONG_TYPE, SpecBlock, crd_field
+from hyperpod_inference_iac.charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN
+from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
+from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
+from hyperpod_inference_iac.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
 
 Workload = InferenceEndpointConfig | JumpStartModel
 

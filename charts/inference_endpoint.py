@@ -8,9 +8,9 @@ import enum
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from charts._spec_fields import SpecBlock, crd_field, deep_merge
-from charts.capture import DataCapture
-from charts.endpoint_blocks import (
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, deep_merge
+from hyperpod_inference_iac.charts.capture import DataCapture
+from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
     SAGEMAKER_NAME_PATTERN,
     DnsConfig,
@@ -21,9 +21,9 @@ from charts.endpoint_blocks import (
     check_dns_needs_certificate,
     tls_output_uri,
 )
-from charts.model_source import ModelSourceConfig, ModelSourceType
-from charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
-from constructs_lib.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
+from hyperpod_inference_iac.charts.model_source import ModelSourceConfig, ModelSourceType
+from hyperpod_inference_iac.charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
+from hyperpod_inference_iac.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 DEFAULT_MODEL_MOUNT_PATH = "/opt/ml/model"

@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from charts._spec_fields import SpecBlock, crd_field, deep_merge
-from charts.capture import DataCapture
-from charts.endpoint_blocks import (
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, deep_merge
+from hyperpod_inference_iac.charts.capture import DataCapture
+from hyperpod_inference_iac.charts.endpoint_blocks import (
     IAM_ROLE_ARN_PATTERN,
     INSTANCE_TYPE_PATTERN,
     SAGEMAKER_NAME_PATTERN,
@@ -21,8 +21,8 @@ from charts.endpoint_blocks import (
     check_dns_needs_certificate,
     tls_output_uri,
 )
-from charts.inference_endpoint import API_VERSION
-from constructs_lib.validation import DNS1123_LABEL, Problems, join_path
+from hyperpod_inference_iac.charts.inference_endpoint import API_VERSION
+from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
 
 _JUMPSTART_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from charts._spec_fields import SpecBlock, crd_field
-from constructs_lib.validation import Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.validation import Problems, join_path
 
 HF_MODEL_ID_PATTERN = r"^[a-zA-Z0-9_.-]+/[a-zA-Z0-9_.-]+$"
 COMMIT_SHA_PATTERN = r"^[0-9a-f]{40}$"

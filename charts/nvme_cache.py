@@ -17,8 +17,8 @@ import dataclasses
 import posixpath
 from typing import Any
 
-from charts._spec_fields import SpecBlock, crd_field
-from constructs_lib.validation import DNS1123_LABEL, Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
 
 # Pinned: a moving tag would change what runs with the workload's S3 credentials.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"

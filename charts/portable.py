@@ -20,12 +20,12 @@ import cdk8s
 import cdk8s_plus_34 as kplus
 from constructs import Construct
 
-from charts._spec_fields import SpecBlock, crd_field
-from charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
-from charts.endpoint_blocks import DOMAIN_NAME_PATTERN, IAM_ROLE_ARN_PATTERN
-from charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH, PINNED_IMAGE_PATTERN
-from charts.nvme_cache import EKS_AL2023_NVME_ROOT, NvmeModelCache
-from constructs_lib.validation import DNS1123_LABEL, Problems, join_path
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
+from hyperpod_inference_iac.charts.endpoint_blocks import DOMAIN_NAME_PATTERN, IAM_ROLE_ARN_PATTERN
+from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH, PINNED_IMAGE_PATTERN
+from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, NvmeModelCache
+from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
 
 # For dist/ manifests only: the CDK app passes the URI of the image asset it builds from sidecar/.
 # ".invalid" is a reserved TLD, so a manifest applied without replacing it fails to pull, loudly.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from aws_cdk import Duration, Size, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -26,9 +25,10 @@ from aws_cdk import aws_s3_notifications as s3_notifications
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from constructs_lib.validation import Problems, is_token
+from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.validation import Problems, is_token
 
-RUNTIME_CODE_DIR = Path(__file__).resolve().parents[1] / "lambda" / "capture_processor"
+RUNTIME_CODE_DIR = package_dir("hyperpod_inference_iac.capture_processor")
 REDACTION_RULES = ("email", "phone", "access_token")
 
 # The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
@@ -233,7 +233,7 @@ class CapturePipeline(Construct):
             runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             handler="handler.handler",
-            code=lambda_.Code.from_asset(str(RUNTIME_CODE_DIR), exclude=["__pycache__", "*.pyc"]),
+            code=lambda_.Code.from_asset(str(RUNTIME_CODE_DIR), exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer", layer_arn)],
             memory_size=memory_size,
             timeout=FUNCTION_TIMEOUT,

@@ -17,8 +17,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib.hardened_bucket import hardened_bucket
-from constructs_lib.validation import Problems
+from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.validation import Problems
 
 # Key administration without key use: using the key needs an explicit, conditioned grant.
 _KEY_ADMIN_ACTIONS = [

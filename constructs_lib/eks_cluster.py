@@ -18,7 +18,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from constructs_lib.validation import ConfigError, Problem
+from hyperpod_inference_iac.validation import ConfigError, Problem
 
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.17.1"
 GPU_TAINT_KEY = "nvidia.com/gpu"

@@ -15,7 +15,7 @@ from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
-from constructs_lib.validation import Problems
+from hyperpod_inference_iac.validation import Problems
 
 
 class EndpointDomain(Construct):

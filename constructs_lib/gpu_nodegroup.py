@@ -29,7 +29,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from constructs_lib.validation import DNS1123_LABEL, Problems, is_token, join_path
+from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, is_token, join_path
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 INSTANCE_STORE_LABEL = "node.kubernetes.io/instance-store"

@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from constructs_lib.workload_identity import service_account_principal
+from hyperpod_inference_iac.workload_identity import service_account_principal
 
 ESO_CHART_VERSION = "0.19.2"
 READER_SERVICE_ACCOUNT = "hf-token-reader"

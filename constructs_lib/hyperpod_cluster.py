@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import Duration, Stack, Token
@@ -37,10 +36,11 @@ from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from constructs_lib.hardened_bucket import hardened_bucket
-from constructs_lib.validation import Problems, is_token, join_path
+from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.validation import Problems, is_token, join_path
 
-LIFECYCLE_SCRIPTS_DIR = Path(__file__).parent / "hyperpod_lifecycle"
+LIFECYCLE_SCRIPTS_DIR = package_dir("hyperpod_inference_iac", "hyperpod_lifecycle")
 LIFECYCLE_PREFIX = "lifecycle/"
 ON_CREATE_SCRIPT = "on_create.sh"
 INSTANCE_ROLE_MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"

@@ -24,10 +24,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib.alb_controller_policy import alb_controller_statements
-from constructs_lib.capture_storage import CaptureStorage
-from constructs_lib.validation import Problems
-from constructs_lib.workload_identity import service_account_principal
+from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
+from hyperpod_inference_iac.capture_storage import CaptureStorage
+from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.workload_identity import service_account_principal
 
 OPERATOR_ADDON = "amazon-sagemaker-hyperpod-inference"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"

@@ -23,7 +23,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, is_token
+from hyperpod_inference_iac.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, is_token
 
 ROLE_NAME_MAX = 64
 

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 # The operator's own patterns: a value the config accepts must also pass the CRD.
-from charts.endpoint_blocks import ACM_ARN_PATTERN, HOSTED_ZONE_ID_PATTERN
-from charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN as ROLE_ARN_PATTERN
-from constructs_lib.validation import DNS1123_LABEL, ConfigError, Problems
+from hyperpod_inference_iac.charts.endpoint_blocks import ACM_ARN_PATTERN, HOSTED_ZONE_ID_PATTERN
+from hyperpod_inference_iac.charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN as ROLE_ARN_PATTERN
+from hyperpod_inference_iac.validation import DNS1123_LABEL, ConfigError, Problems
 from platform_config.model import (
     CapturePolicy,
     ClusterConfig,

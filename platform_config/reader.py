@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from constructs_lib.validation import Problems, join_path
+from hyperpod_inference_iac.validation import Problems, join_path
 
 T = TypeVar("T")
 _MISSING: Any = object()

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from charts import PortableModelServer, WorkloadServiceAccount, parse_models
-from charts.inference_chart import Workload
-from constructs_lib.validation import Problems, join_path
+from hyperpod_inference_iac.charts import PortableModelServer, WorkloadServiceAccount, parse_models
+from hyperpod_inference_iac.charts.inference_chart import Workload
+from hyperpod_inference_iac.validation import Problems, join_path
 
 # Looks like a CDK token on purpose: every validator already skips unresolved tokens.
 DEPLOY_TIME = {"CertificateArn": "${Token[DeployTime.CertificateArn]}",

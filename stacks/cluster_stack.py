@@ -11,14 +11,14 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib.capture_storage import CaptureStorage
-from constructs_lib.eks_cluster import InferenceCluster
-from constructs_lib.endpoint_domain import EndpointDomain
-from constructs_lib.gpu_nodegroup import GpuNodeGroup
-from constructs_lib.hugging_face_token import HuggingFaceTokenSync
-from constructs_lib.hyperpod_cluster import HyperPodCluster, InstanceGroup
-from constructs_lib.inference_operator import InferenceOperator
-from constructs_lib.network import PlatformVpc, existing_vpc
+from hyperpod_inference_iac.capture_storage import CaptureStorage
+from hyperpod_inference_iac.eks_cluster import InferenceCluster
+from hyperpod_inference_iac.endpoint_domain import EndpointDomain
+from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup
+from hyperpod_inference_iac.hugging_face_token import HuggingFaceTokenSync
+from hyperpod_inference_iac.hyperpod_cluster import HyperPodCluster, InstanceGroup
+from hyperpod_inference_iac.inference_operator import InferenceOperator
+from hyperpod_inference_iac.network import PlatformVpc, existing_vpc
 from platform_config import PlatformConfig
 from platform_config.model import NewVpc
 from stacks.nag_acknowledgments import (

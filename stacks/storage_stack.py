@@ -7,8 +7,8 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from constructs_lib.capture_pipeline import CapturePipeline
-from constructs_lib.capture_storage import CaptureStorage
+from hyperpod_inference_iac.capture_pipeline import CapturePipeline
+from hyperpod_inference_iac.capture_storage import CaptureStorage
 from platform_config import PlatformConfig
 from stacks.nag_acknowledgments import acknowledge, acknowledge_bucket_notifications_handler, logical_arn
 

@@ -21,14 +21,14 @@ from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from charts import InferenceChart, PortableModelServerChart
-from constructs_lib.validation import ConfigError, Problems, is_token
-from constructs_lib.workload_identity import WorkloadIdentity, service_account_principal
+from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.charts import InferenceChart, PortableModelServerChart
+from hyperpod_inference_iac.validation import ConfigError, Problems, is_token
+from hyperpod_inference_iac.workload_identity import WorkloadIdentity, service_account_principal
 from platform_config import PlatformConfig
 from platform_config.workloads import WorkloadPlan, plan_workloads, platform_values
 
-REPO = Path(__file__).resolve().parents[1]
-SIDECAR_DIR = REPO / "sidecar"
+SIDECAR_DIR = package_dir("hyperpod_inference_iac.sidecar")
 EXTERNAL_DNS_CHART_VERSION = "1.16.1"
 EXTERNAL_DNS_SERVICE_ACCOUNT = "external-dns"
 
@@ -123,7 +123,7 @@ class InferenceWorkloads(Construct):
         }
         self.sidecar_image = ecr_assets.DockerImageAsset(
             self, "CaptureSidecarImage", directory=str(SIDECAR_DIR),
-            exclude=["**/__pycache__", "**/*.pyc", ".pytest_cache"],
+            exclude=["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"],
         ) if self.plan.portable else None
         self.external_dns = self._external_dns(cluster, hosted_zone, config) if self.plan.portable else None
 

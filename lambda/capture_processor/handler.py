@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import boto3
+
 from capture_core.processor import ObjectReport, process_object, use_frugal_memory_pool
 from capture_core.s3_events import objects_in_message
 from capture_core.settings import Settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from capture_core.alb_format import MalformedAlbLineError, parse_alb_line, parse_request_line
 from capture_core.routing import Tier, route_object
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from capture_core.redaction import RULES, Redactor
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import cdk8s
 import pytest
 
-from charts import InferenceChart, PortableModelServerChart, parse_models
-from constructs_lib.validation import Problems
+from hyperpod_inference_iac.charts import InferenceChart, PortableModelServerChart, parse_models
+from hyperpod_inference_iac.validation import Problems
 from tests.charts import samples
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from charts import (
+from hyperpod_inference_iac.charts import (
     DataCapture,
     ModelPodCapture,
     ModelServerRuntime,

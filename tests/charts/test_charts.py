@@ -13,7 +13,7 @@ from typing import Any
 import cdk8s
 import pytest
 
-from charts import (
+from hyperpod_inference_iac.charts import (
     CaptureContentTypeHeader,
     DataCapture,
     InferenceChart,
@@ -24,8 +24,8 @@ from charts import (
     capture_prefix_hash,
     parse_models,
 )
-from charts.nvme_cache import COMPLETE_MARKER
-from constructs_lib.validation import Problems
+from hyperpod_inference_iac.charts.nvme_cache import COMPLETE_MARKER
+from hyperpod_inference_iac.validation import Problems
 from tests.charts import samples
 
 

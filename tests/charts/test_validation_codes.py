@@ -11,14 +11,14 @@ from typing import Any
 import cdk8s
 import pytest
 
-from charts import (
+from hyperpod_inference_iac.charts import (
     InferenceChart,
     PortableModelServerChart,
     WorkloadServiceAccount,
     parse_models,
 )
-from charts.capture import LoadBalancerCapture, ModelPodCapture
-from constructs_lib.validation import ConfigError, Problems
+from hyperpod_inference_iac.charts.capture import LoadBalancerCapture, ModelPodCapture
+from hyperpod_inference_iac.validation import ConfigError, Problems
 from tests.charts import samples
 
 DELETE = object()

@@ -15,8 +15,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
 
-from constructs_lib.hyperpod_cluster import LIFECYCLE_SCRIPTS_DIR, HyperPodCluster, InstanceGroup
-from constructs_lib.validation import ConfigError
+from hyperpod_inference_iac.hyperpod_cluster import LIFECYCLE_SCRIPTS_DIR, HyperPodCluster, InstanceGroup
+from hyperpod_inference_iac.validation import ConfigError
 from tests.cluster.conftest import Base, make_base, resources_of
 
 GPU_GROUP = InstanceGroup(

@@ -12,14 +12,15 @@ fields are errors), matching the cluster version.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "crds"
+from hyperpod_inference_iac._package_data import package_dir
+
+CRD_DIR = package_dir("hyperpod_inference_iac.charts", "crds")
 KUBERNETES_VERSION = "1.34.0"
 OPERATOR_PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels"}
 

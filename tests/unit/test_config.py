@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from constructs_lib.capture_storage import CaptureStorage
-from constructs_lib.validation import ConfigError
+from hyperpod_inference_iac.capture_storage import CaptureStorage
+from hyperpod_inference_iac.validation import ConfigError
 from platform_config import load_config, parse_config
 from tests.support.synth import REPO, run_cdk_synth
 

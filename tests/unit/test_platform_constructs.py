@@ -12,11 +12,11 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
 
-from constructs_lib.eks_cluster import kubectl_layer_for
-from constructs_lib.endpoint_domain import EndpointDomain
-from constructs_lib.inference_operator import InferenceOperator
-from constructs_lib.validation import ConfigError
-from constructs_lib.workload_identity import IdentityBinding, WorkloadIdentity
+from hyperpod_inference_iac.eks_cluster import kubectl_layer_for
+from hyperpod_inference_iac.endpoint_domain import EndpointDomain
+from hyperpod_inference_iac.inference_operator import InferenceOperator
+from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 from tests.support.synth import REPO
 
 CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]
