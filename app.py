@@ -3,7 +3,9 @@
 
 One synth writes both hand-offs from one plan: CloudFormation in cdk.out/ and the Kubernetes
 manifests in dist/ (context `dist`, default `dist`; `-c outputs=cdk-outputs.json` after a deploy
-fills values that exist only then, such as a certificate this app created).
+fills values that exist only then, such as a certificate this app created). The config is checked
+whole before anything is built; a run that fails changes nothing in cdk.out/ or dist/ (dist/ is
+staged and replaces the old one only after the synth succeeded).
 """
 
 from __future__ import annotations
@@ -13,14 +15,12 @@ from pathlib import Path
 
 from aws_cdk import App
 
-from hyperpod_inference_iac.validation import ConfigError
-from platform_config import load_config
+from hyperpod_inference_iac import ConfigError, PlatformValue
+from platform_config import load_config, read_stack_outputs
+from stacks.gitops import stage_dist
 from stacks.platform import add_nag_checks, build_platform
-from stacks.workloads import write_manifests
 
 DEFAULT_CONFIG = "config/default.yaml"
-
-
 # Stack traces of construct creation hold temporary paths of the jsii runtime: two synths would differ.
 REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-stack-trace": True}
 
@@ -28,21 +28,30 @@ REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-
 def main() -> int:
     app = App(context=REPRODUCIBLE)
     context = app.node.try_get_context
+    config_path = context("config") or DEFAULT_CONFIG
+    outputs_path = context("outputs")
     try:
-        config = load_config(context("config") or DEFAULT_CONFIG)
+        config = load_config(config_path)
+        outputs = read_stack_outputs(config, Path(outputs_path)) if outputs_path else {}
         platform = build_platform(app, config)
         add_nag_checks(app)
-        app.synth()
-        outputs = context("outputs")
-        waiting = write_manifests(config, outdir=Path(context("dist") or "dist"),
-                                  sidecar_image=platform.cluster.workloads.sidecar_image_uri,
-                                  outputs_file=Path(outputs) if outputs else None)
+        complete = f"make synth CONFIG={config_path} OUTPUTS=cdk-outputs.json"
+        sidecar_image = platform.cluster.workloads.values.known.get(PlatformValue.SIDECAR_IMAGE)
+        dist = stage_dist(config, outdir=Path(context("dist") or "dist"), sidecar_image=sidecar_image,
+                          outputs=outputs, complete_with=complete)
     except ConfigError as error:
         print(f"Configuration error: {error}", file=sys.stderr)
         return 2
-    for chart in waiting:
-        print(f"dist/: {chart} waits for values that exist only after `cdk deploy`; render it with "
-              f"`make synth OUTPUTS=cdk-outputs.json`", file=sys.stderr)
+    try:
+        app.synth()
+    except BaseException:
+        dist.discard()
+        raise
+    dist.commit()
+    for name, awaiting in sorted(dist.waiting.items()):
+        needs = ", ".join(value.output_name for value in awaiting.missing)
+        print(f"dist/: {name} waits for values that exist only after `cdk deploy` ({needs}); render it with "
+              f"`{complete}`", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""cdk8s charts: the HyperPod Inference Operator's custom resources and a portable model server.
+"""cdk8s charts: the HyperPod Inference Operator's custom resources and a portable model server,
+and the workload plan both are rendered from (:func:`plan_workloads`).
 
-See docs/charts.md. The config loader's entry point is :func:`parse_models`.
+See docs/charts.md. A config loader parses ``models:`` entries with :func:`parse_models`.
 """
 
 from hyperpod_inference_iac.charts.capture import (
@@ -25,9 +26,7 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
 )
 from hyperpod_inference_iac.charts.inference_chart import (
     InferenceChart,
-    Workload,
     WorkloadServiceAccount,
-    check_across_models,
     parse_model,
     parse_models,
 )
@@ -63,8 +62,19 @@ from hyperpod_inference_iac.charts.nvme_cache import (
     HYPERPOD_NVME_ROOT,
     NvmeModelCache,
 )
+from hyperpod_inference_iac.charts.plan import (
+    IdentityPlan,
+    ModelDeployment,
+    ModelWorkload,
+    ObjectAccess,
+    PlatformContext,
+    PortableDeployment,
+    PortableWorkload,
+    Workload,
+    WorkloadPlan,
+    plan_workloads,
+)
 from hyperpod_inference_iac.charts.portable import (
-    DEFAULT_SIDECAR_IMAGE,
     PRESETS,
     ModelServerRuntime,
     PortableModelServer,
@@ -75,7 +85,6 @@ from hyperpod_inference_iac.charts.portable import (
 
 __all__ = [
     "AWS_CLI_IMAGE",
-    "DEFAULT_SIDECAR_IMAGE",
     "EKS_AL2023_NVME_ROOT",
     "HYPERPOD_NVME_ROOT",
     "PRESETS",
@@ -88,6 +97,7 @@ __all__ = [
     "EnvironmentVariable",
     "FsxStorage",
     "HuggingFaceModel",
+    "IdentityPlan",
     "InferenceChart",
     "InferenceEndpointConfig",
     "InferenceEndpointSpec",
@@ -99,6 +109,7 @@ __all__ = [
     "LoadBalancerCapture",
     "LoadBalancerConfig",
     "MetricsConfig",
+    "ModelDeployment",
     "ModelInvocationPort",
     "ModelMetrics",
     "ModelPodCapture",
@@ -106,12 +117,17 @@ __all__ = [
     "ModelSourceConfig",
     "ModelSourceType",
     "ModelVolumeMount",
+    "ModelWorkload",
     "NameValue",
     "NvmeModelCache",
+    "ObjectAccess",
     "PayloadConfig",
+    "PlatformContext",
     "PortName",
+    "PortableDeployment",
     "PortableModelServer",
     "PortableModelServerChart",
+    "PortableWorkload",
     "RoutingAlgorithm",
     "S3Storage",
     "SageMakerEndpoint",
@@ -121,10 +137,11 @@ __all__ = [
     "Worker",
     "WorkerProbes",
     "Workload",
+    "WorkloadPlan",
     "WorkloadServiceAccount",
     "capture_environment",
     "capture_prefix_hash",
-    "check_across_models",
     "parse_model",
     "parse_models",
+    "plan_workloads",
 ]

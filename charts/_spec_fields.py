@@ -22,11 +22,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, Self, TypeVar
 
-from hyperpod_inference_iac.validation import Problems, is_token, join_path
-
-WRONG_TYPE = "Config.WrongType"
-MISSING_FIELD = "Config.MissingField"
-UNKNOWN_FIELD = "Config.UnknownField"
+from hyperpod_inference_iac.platform_values import is_platform_value
+from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, Problems, is_unresolved, join_path
 
 _Block = TypeVar("_Block")
 
@@ -58,7 +55,7 @@ class Constraint:
         problems.add(self.code, path, f"{message}{'; ' + self.hint if self.hint else ''}", value)
 
     def _check_text(self, value: str, path: str, problems: Problems) -> None:
-        if is_token(value):
+        if is_unresolved(value):
             return
         if self.allowed is not None and value not in self.allowed:
             self._add(path, f"must be one of {', '.join(self.allowed)}", value, problems)
@@ -87,7 +84,7 @@ class Constraint:
                 bounds = f"{self.min_items or 0} to {self.max_items} items"
             self._add(path, f"must have {bounds}", list(items), problems)
         for index, item in enumerate(items):
-            if not isinstance(item, str) or is_token(item):
+            if not isinstance(item, str) or is_unresolved(item):
                 continue
             if self.allowed is not None and item not in self.allowed:
                 self._add(join_path(path, index), f"must be one of {', '.join(self.allowed)}", item, problems)
@@ -129,9 +126,12 @@ def key_of(spec_field: dataclasses.Field[Any]) -> str:
 
 
 def plain(value: Any) -> Any:
-    """A JSON-ready copy: enums become strings, tuples and mappings become lists and dicts."""
+    """A JSON-ready copy: enums become strings, tuples and mappings become lists and dicts. Platform
+    values stay as they are: rendering the plan resolves them."""
     if isinstance(value, SpecBlock):
         return value.to_dict()
+    if is_platform_value(value):
+        return value
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Mapping):
@@ -208,9 +208,9 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
     for key in data:
         if key not in declared:
             problems.add(
-                UNKNOWN_FIELD,
+                UNKNOWN_KEY,
                 join_path(path, str(key)),
-                f"is not a known field here (known: {', '.join(declared)}); "
+                f"is not a known key here (known: {', '.join(declared)}); "
                 "other CRD fields go in the entry's extraSpec",
             )
     hints = _type_hints(cls)
@@ -221,7 +221,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
         raw = data.get(key)
         if raw is None:
             if spec_field.default is dataclasses.MISSING and spec_field.default_factory is dataclasses.MISSING:
-                problems.add(MISSING_FIELD, sub_path, "is required")
+                problems.add(MISSING_KEY, sub_path, "is required")
                 complete = False
             continue
         wrap = spec_field.metadata.get("wrap_items")
@@ -232,10 +232,17 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
     return cls(**kwargs) if complete else None
 
 
+def _is_platform_type(hint: Any) -> bool:
+    from hyperpod_inference_iac.platform_values import PlatformValue, S3Location, S3Uri
+
+    return hint in (PlatformValue, S3Uri, S3Location)
+
+
 def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | None = None) -> tuple[Any, bool]:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        # Parsed from YAML, a field is its plain type; platform values are set by the plan, not written.
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None) and not _is_platform_type(arg))
         origin = typing.get_origin(hint)
     if origin is tuple:
         if not isinstance(raw, list):

@@ -12,10 +12,12 @@ import enum
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.patterns import KMS_KEY_ID
+from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
 from hyperpod_inference_iac.validation import Problems, join_path
 
+# The CRD's own pattern for dataCapture.s3Uri.
 S3_URI_PATTERN = r"^s3://([^/]+)(/[^,=]*)?$"
-KMS_KEY_ID_PATTERN = r"^[a-zA-Z0-9:/_-]*$"
 
 
 class CaptureMode(enum.StrEnum):
@@ -42,7 +44,7 @@ def _kms_key_id() -> Any:
     return crd_field(
         default=None,
         code="DataCapture.KmsKeyIdInvalid",
-        pattern=KMS_KEY_ID_PATTERN,
+        pattern=KMS_KEY_ID.pattern,
         max_length=2048,
         hint="give a KMS key id, key ARN or alias ARN",
     )
@@ -67,7 +69,7 @@ class SageMakerEndpointCapture(SpecBlock):
     enabled: bool = True
     capture_options: tuple[CaptureMode, ...] | None = _capture_options()
     initial_sampling_percentage: int | None = _sampling()
-    kms_key_id: str | None = _kms_key_id()
+    kms_key_id: str | PlatformValue | None = _kms_key_id()
     capture_content_type_header: CaptureContentTypeHeader | None = None
 
 
@@ -105,7 +107,7 @@ class ModelPodCapture(SpecBlock):
     enabled: bool = True
     capture_options: tuple[CaptureMode, ...] | None = _capture_options()
     initial_sampling_percentage: int | None = _sampling()
-    kms_key_id: str | None = _kms_key_id()
+    kms_key_id: str | PlatformValue | None = _kms_key_id()
     capture_content_type_header: CaptureContentTypeHeader | None = None
     buffer_config: BufferConfig | None = None
     payload_config: PayloadConfig | None = None
@@ -115,7 +117,7 @@ class ModelPodCapture(SpecBlock):
 class DataCapture(SpecBlock):
     """``spec.dataCapture``. Without ``s3_uri`` the operator writes to its TLS certificate bucket."""
 
-    s3_uri: str | None = crd_field(
+    s3_uri: str | S3Uri | None = crd_field(
         default=None,
         code="DataCapture.S3UriInvalid",
         pattern=S3_URI_PATTERN,
@@ -143,7 +145,7 @@ class DataCapture(SpecBlock):
         return dataclasses.replace(self, s3_uri=s3_uri, sagemaker_endpoint=endpoint_tier, model_pod=pod_tier)
 
     def check_destinations(
-        self, path: str, problems: Problems, *, has_endpoint_name: bool, tls_output_s3_uri: str | None
+        self, path: str, problems: Problems, *, has_endpoint_name: bool, tls_output_s3_uri: str | S3Uri | None
     ) -> None:
         """Rules that need the surrounding spec: an enabled tier must have what it writes through."""
         endpoint_on = self.sagemaker_endpoint is not None and self.sagemaker_endpoint.enabled

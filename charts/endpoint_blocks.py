@@ -7,27 +7,26 @@ import dataclasses
 import enum
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, DOMAIN_NAME, HOSTED_ZONE_ID
+from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
 from hyperpod_inference_iac.validation import Problems, join_path
 
-ACM_ARN_PATTERN = r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$"
-DOMAIN_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
-TLS_OUTPUT_S3_URI_PATTERN = r"^s3://([^/]+)/?(.*)$"
-HOSTED_ZONE_ID_PATTERN = r"^Z[A-Z0-9]+$"
-# The CRD's endpoint-name pattern; "" means "no SageMaker endpoint".
-SAGEMAKER_NAME_PATTERN = r"^$|^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
-IAM_ROLE_ARN_PATTERN = r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$"
+# The CRDs' own patterns for these two fields.
 INSTANCE_TYPE_PATTERN = r"^ml\..*"
+TLS_OUTPUT_S3_URI_PATTERN = r"^s3://([^/]+)/?(.*)$"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CustomCertificateConfig(SpecBlock):
     """An ACM certificate the operator attaches to the ALB; both fields go together."""
 
-    acm_arn: str | None = crd_field(default=None, code="Tls.AcmArnInvalid", pattern=ACM_ARN_PATTERN)
+    acm_arn: str | PlatformValue | None = crd_field(
+        default=None, code="Tls.AcmArnInvalid", pattern=ACM_CERTIFICATE_ARN.pattern
+    )
     domain_name: str | None = crd_field(
         default=None,
         code="Tls.DomainNameInvalid",
-        pattern=DOMAIN_NAME_PATTERN,
+        pattern=DOMAIN_NAME.pattern,
         max_length=253,
         hint="a concrete lowercase name on the certificate; for a wildcard certificate give the subdomain",
     )
@@ -44,23 +43,16 @@ class CustomCertificateConfig(SpecBlock):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TlsConfig(SpecBlock):
     custom_certificate_config: CustomCertificateConfig | None = None
-    tls_certificate_output_s3_uri: str | None = crd_field(
-        default=None, code="Tls.OutputS3UriInvalid", pattern=TLS_OUTPUT_S3_URI_PATTERN
+    tls_certificate_output_s3_uri: str | S3Uri | None = crd_field(
+        default=None, code="Tls.OutputS3UriInvalid", pattern=TLS_OUTPUT_S3_URI_PATTERN, hint="s3://bucket/prefix"
     )
-
-    @classmethod
-    def with_certificate(cls, *, acm_arn: str, domain_name: str, output_s3_uri: str | None = None) -> TlsConfig:
-        return cls(
-            custom_certificate_config=CustomCertificateConfig(acm_arn=acm_arn, domain_name=domain_name),
-            tls_certificate_output_s3_uri=output_s3_uri,
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DnsConfig(SpecBlock):
     """Route 53 record managed by the operator, named after the certificate's domain."""
 
-    hosted_zone_id: str = crd_field(code="Dns.HostedZoneIdInvalid", pattern=HOSTED_ZONE_ID_PATTERN)
+    hosted_zone_id: str | PlatformValue = crd_field(code="Dns.HostedZoneIdInvalid", pattern=HOSTED_ZONE_ID.pattern)
 
 
 class RoutingAlgorithm(enum.StrEnum):
@@ -71,7 +63,7 @@ class RoutingAlgorithm(enum.StrEnum):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoadBalancerConfig(SpecBlock):
     health_check_path: str | None = crd_field(default=None, code="LoadBalancer.HealthCheckPathInvalid", pattern=r"^/.*")
-    routing_algorithm: RoutingAlgorithm | None = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+    routing_algorithm: RoutingAlgorithm | None = crd_field(
         default=None, code="LoadBalancer.RoutingAlgorithmInvalid", allowed=RoutingAlgorithm
     )
     idle_timeout_seconds: int | None = crd_field(
@@ -116,5 +108,5 @@ def check_dns_needs_certificate(
         )
 
 
-def tls_output_uri(tls_config: TlsConfig | None) -> str | None:
+def tls_output_uri(tls_config: TlsConfig | None) -> str | S3Uri | None:
     return tls_config.tls_certificate_output_s3_uri if tls_config is not None else None

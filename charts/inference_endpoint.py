@@ -12,7 +12,6 @@ from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, dee
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
-    SAGEMAKER_NAME_PATTERN,
     DnsConfig,
     LoadBalancerConfig,
     MetricsConfig,
@@ -23,14 +22,17 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
 )
 from hyperpod_inference_iac.charts.model_source import ModelSourceConfig, ModelSourceType
 from hyperpod_inference_iac.charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
-from hyperpod_inference_iac.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, join_path
+from hyperpod_inference_iac.patterns import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    PINNED_IMAGE,
+    SAGEMAKER_ENDPOINT_NAME,
+    SAGEMAKER_MODEL_NAME,
+)
+from hyperpod_inference_iac.validation import Problems, join_path
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 DEFAULT_MODEL_MOUNT_PATH = "/opt/ml/model"
-# A tag or a digest, so the server cannot change under a running deployment.
-PINNED_IMAGE_PATTERN = r"^[^\s@]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
-# The CRD's modelName pattern has no trailing "$": names such as "Qwen2.5-VL-7B-Instruct" pass.
-MODEL_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
 
 class PortName(enum.StrEnum):
@@ -48,7 +50,7 @@ class EnvironmentVariable(SpecBlock):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelInvocationPort(SpecBlock):
     container_port: int = crd_field(code="Worker.ContainerPortOutOfRange", minimum=1, maximum=65535)
-    name: PortName | None = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+    name: PortName | None = crd_field(
         default=None, code="Worker.PortNameInvalid", allowed=PortName
     )
 
@@ -71,7 +73,7 @@ class WorkerProbes(SpecBlock):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Worker(SpecBlock):
     image: str = crd_field(
-        code="Worker.ImageNotPinned", pattern=PINNED_IMAGE_PATTERN, hint="pin a version tag or a digest"
+        code="Worker.ImageNotPinned", pattern=PINNED_IMAGE.pattern, hint="pin a version tag or a digest"
     )
     model_invocation_port: ModelInvocationPort
     model_volume_mount: ModelVolumeMount
@@ -104,13 +106,15 @@ class KubernetesCustomization(SpecBlock):
 class InferenceEndpointSpec(SpecBlock):
     """The typed part of ``spec``; everything else goes through ``extra_spec`` or a JsonPatch."""
 
-    model_name: str = crd_field(code="InferenceEndpoint.ModelNameInvalid", pattern=MODEL_NAME_PATTERN, max_length=63)
+    model_name: str = crd_field(
+        code="InferenceEndpoint.ModelNameInvalid", pattern=SAGEMAKER_MODEL_NAME.pattern, max_length=63
+    )
     model_source_config: ModelSourceConfig
     worker: Worker
     endpoint_name: str | None = crd_field(
         default=None,
         code="InferenceEndpoint.EndpointNameInvalid",
-        pattern=SAGEMAKER_NAME_PATTERN,
+        pattern=SAGEMAKER_ENDPOINT_NAME.pattern,
         max_length=63,
     )
     instance_type: str | None = crd_field(
@@ -195,14 +199,6 @@ class InferenceEndpointConfig(SpecBlock):
     spec: InferenceEndpointSpec
     nvme_cache: NvmeModelCache | None = None
     extra_spec: Mapping[str, Any] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str, problems: Problems) -> InferenceEndpointConfig | None:
-        """Parse and validate one ``models:`` entry of kind InferenceEndpointConfig."""
-        parsed = super().from_dict(data, path, problems)
-        if parsed is not None:
-            parsed.validate(path, problems)
-        return parsed
 
     def effective_spec(self) -> InferenceEndpointSpec:
         """The spec plus the NVMe cache's volume and loader init container (when there is a cache)."""

@@ -10,9 +10,7 @@ from typing import Any, ClassVar
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, deep_merge
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
-    IAM_ROLE_ARN_PATTERN,
     INSTANCE_TYPE_PATTERN,
-    SAGEMAKER_NAME_PATTERN,
     DnsConfig,
     LoadBalancerConfig,
     MetricsConfig,
@@ -22,20 +20,19 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
     tls_output_uri,
 )
 from hyperpod_inference_iac.charts.inference_endpoint import API_VERSION
-from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
-
-_JUMPSTART_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_ARN, SAGEMAKER_ENDPOINT_NAME, SAGEMAKER_NAME
+from hyperpod_inference_iac.validation import Problems, join_path
 
 
 def _role_arn(code: str) -> Any:
-    return crd_field(default=None, code=code, pattern=IAM_ROLE_ARN_PATTERN, max_length=2048)
+    return crd_field(default=None, code=code, pattern=IAM_ROLE_ARN.pattern, max_length=2048)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JumpStartModelRef(SpecBlock):
     """``spec.model``: which JumpStart model, which version, from which hub."""
 
-    model_id: str = crd_field(code="JumpStartModel.ModelIdInvalid", pattern=_JUMPSTART_NAME_PATTERN, max_length=63)
+    model_id: str = crd_field(code="JumpStartModel.ModelIdInvalid", pattern=SAGEMAKER_NAME.pattern, max_length=63)
     accept_eula: bool = False
     model_version: str | None = crd_field(
         default=None,
@@ -47,10 +44,20 @@ class JumpStartModelRef(SpecBlock):
     model_hub_name: str | None = crd_field(
         default=None,
         code="JumpStartModel.ModelHubNameInvalid",
-        pattern=_JUMPSTART_NAME_PATTERN,
+        pattern=SAGEMAKER_NAME.pattern,
         max_length=63,
     )
     gated_model_download_role: str | None = _role_arn("JumpStartModel.RoleArnInvalid")
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        if not self.accept_eula:
+            problems.add(
+                "JumpStartModel.EulaNotAccepted",
+                join_path(path, "acceptEula"),
+                "must be true: JumpStart refuses to deploy a model whose end-user licence agreement was not "
+                "accepted; review the model's licence, then set acceptEula: true",
+                self.accept_eula,
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,7 +71,9 @@ class JumpStartServer(SpecBlock):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SageMakerEndpoint(SpecBlock):
-    name: str = crd_field(code="JumpStartModel.EndpointNameInvalid", pattern=SAGEMAKER_NAME_PATTERN, max_length=63)
+    name: str = crd_field(
+        code="JumpStartModel.EndpointNameInvalid", pattern=SAGEMAKER_ENDPOINT_NAME.pattern, max_length=63
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,14 +120,6 @@ class JumpStartModel(SpecBlock):
     )
     spec: JumpStartModelSpec
     extra_spec: Mapping[str, Any] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str, problems: Problems) -> JumpStartModel | None:
-        """Parse and validate one ``models:`` entry of kind JumpStartModel."""
-        parsed = super().from_dict(data, path, problems)
-        if parsed is not None:
-            parsed.validate(path, problems)
-        return parsed
 
     @property
     def service_account_name(self) -> None:

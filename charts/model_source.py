@@ -11,12 +11,11 @@ import dataclasses
 import enum
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, S3_BUCKET_NAME
 from hyperpod_inference_iac.validation import Problems, join_path
 
 HF_MODEL_ID_PATTERN = r"^[a-zA-Z0-9_.-]+/[a-zA-Z0-9_.-]+$"
 COMMIT_SHA_PATTERN = r"^[0-9a-f]{40}$"
-# S3 bucket naming rules (general purpose buckets); the CRD itself leaves bucketName free.
-S3_BUCKET_NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 
 class ModelSourceType(enum.StrEnum):
@@ -28,7 +27,7 @@ class ModelSourceType(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class S3Storage(SpecBlock):
-    bucket_name: str = crd_field(code="ModelSource.S3BucketNameInvalid", pattern=S3_BUCKET_NAME_PATTERN)
+    bucket_name: str = crd_field(code="ModelSource.S3BucketNameInvalid", pattern=S3_BUCKET_NAME.pattern)
     region: str
 
 
@@ -45,7 +44,7 @@ class SecretKeyRef(SpecBlock):
 
     name: str = crd_field(
         code="HuggingFace.TokenSecretRefInvalid",
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        pattern=DNS1123_SUBDOMAIN.pattern,
         max_length=253,
         hint="the name of a Secret in the workload's namespace",
     )
@@ -92,7 +91,7 @@ class HuggingFaceModel(SpecBlock):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSourceConfig(SpecBlock):
-    model_source_type: ModelSourceType = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+    model_source_type: ModelSourceType = crd_field(
         code="ModelSource.TypeInvalid", allowed=ModelSourceType
     )
     s3_storage: S3Storage | None = None

@@ -18,7 +18,8 @@ import posixpath
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, PINNED_IMAGE
+from hyperpod_inference_iac.validation import Problems, join_path
 
 # Pinned: a moving tag would change what runs with the workload's S3 credentials.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
@@ -58,7 +59,7 @@ class NvmeModelCache(SpecBlock):
     aws_cli_image: str = crd_field(
         default=AWS_CLI_IMAGE,
         code="NvmeCache.ImageNotPinned",
-        pattern=r"^[^\s@]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$",
+        pattern=PINNED_IMAGE.pattern,
         hint="pin a version tag or digest",
     )
 

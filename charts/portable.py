@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cdk8s
 import cdk8s_plus_34 as kplus
@@ -22,14 +22,15 @@ from constructs import Construct
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
-from hyperpod_inference_iac.charts.endpoint_blocks import DOMAIN_NAME_PATTERN, IAM_ROLE_ARN_PATTERN
-from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH, PINNED_IMAGE_PATTERN
+from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH
 from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, NvmeModelCache
-from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, join_path
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, PINNED_IMAGE
+from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.validation import Problems, join_path
 
-# For dist/ manifests only: the CDK app passes the URI of the image asset it builds from sidecar/.
-# ".invalid" is a reserved TLD, so a manifest applied without replacing it fails to pull, loudly.
-DEFAULT_SIDECAR_IMAGE = "capture-sidecar.invalid/inference-capture-sidecar:0.1.0"
+if TYPE_CHECKING:
+    from hyperpod_inference_iac.charts.plan import PortableWorkload
+
 MODEL_PORT = 8000
 SIDECAR_LISTEN_PORT = 8080
 SIDECAR_METRICS_PORT = 9090
@@ -119,13 +120,12 @@ class PortableModelServer(SpecBlock):
     """
 
     name: str = crd_field(code="Portable.NameInvalid", pattern=DNS1123_LABEL.pattern, max_length=63)
-    runtime: ModelServerRuntime = crd_field(  # noqa: RUF009 (returns a dataclasses.field)
+    runtime: ModelServerRuntime = crd_field(
         code="Portable.RuntimeInvalid", allowed=ModelServerRuntime
     )
     model_cache: NvmeModelCache
-    role_arn: str = crd_field(code="ServiceAccount.RoleArnInvalid", pattern=IAM_ROLE_ARN_PATTERN)
     image: str | None = crd_field(
-        default=None, code="Portable.ImageNotPinned", pattern=PINNED_IMAGE_PATTERN, hint="pin a tag or digest"
+        default=None, code="Portable.ImageNotPinned", pattern=PINNED_IMAGE.pattern, hint="pin a tag or digest"
     )
     extra_args: tuple[str, ...] = ()
     gpu_count: int = crd_field(default=1, code="Portable.GpuCountOutOfRange", minimum=1, maximum=64)
@@ -139,7 +139,7 @@ class PortableModelServer(SpecBlock):
     )
     replicas: int = crd_field(default=1, code="Portable.ReplicasOutOfRange", minimum=0)
     hostname: str | None = crd_field(
-        default=None, code="Portable.HostnameInvalid", pattern=DOMAIN_NAME_PATTERN, max_length=253
+        default=None, code="Portable.HostnameInvalid", pattern=DOMAIN_NAME.pattern, max_length=253
     )
     node_labels: Mapping[str, str] | None = None
     data_capture: DataCapture | None = None
@@ -187,15 +187,20 @@ class PortableModelServer(SpecBlock):
             problems.add(
                 "DataCapture.NoDestination",
                 join_path(capture_path, "s3Uri"),
-                "the capture sidecar needs dataCapture.s3Uri (there is no operator TLS bucket to default to)",
+                "the capture sidecar needs a destination: set dataCapture.s3Uri (the platform has no capture bucket "
+                "to default to)",
             )
 
 
 class PortableModelServerChart(cdk8s.Chart):
-    """ServiceAccount, Deployment and Service for one :class:`PortableModelServer`.
+    """ServiceAccount, Deployment and Service for one planned portable model server.
 
-    ``cluster_name`` feeds the capture hash. ``sidecar_image`` is the capture sidecar's image URI
-    (the CDK app passes its image asset; dist/ manifests get :data:`DEFAULT_SIDECAR_IMAGE`).
+    :param workload: the server as planned (:class:`~hyperpod_inference_iac.charts.plan.PortableWorkload`):
+        its settings, its identity, where its sidecar captures and where its loader reads weights.
+    :param namespace: the namespace of the Deployment.
+    :param values: resolves the platform values the plan refers to (the capture bucket, the sidecar image).
+    :param create_namespace: also emit the Namespace. @default False
+
     Children: ``.service_account``, ``.deployment``, ``.service`` (cdk8s-plus objects).
     """
 
@@ -204,21 +209,16 @@ class PortableModelServerChart(cdk8s.Chart):
         scope: Construct,
         id: str,
         *,
+        workload: PortableWorkload,
         namespace: str,
-        cluster_name: str,
-        server: PortableModelServer,
-        sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
+        values: PlatformValues,
         create_namespace: bool = False,
     ) -> None:
-        problems = Problems()
-        if not DNS1123_LABEL.match(namespace) or len(namespace) > 63:
-            problems.add("Chart.NamespaceInvalid", "namespace", "must be a DNS-1123 label", namespace)
-        server.validate("server", problems)
-        problems.raise_if_any(source=f"PortableModelServerChart {id}")
-
+        server = workload.server
         super().__init__(scope, id, disable_resource_name_hashes=True)
         self.server = server
-        self._sidecar_image = sidecar_image
+        self.workload = workload
+        self._values = values
         self.namespace_object: cdk8s.ApiObject | None = None
         if create_namespace:
             self.namespace_object = cdk8s.ApiObject(
@@ -229,19 +229,19 @@ class PortableModelServerChart(cdk8s.Chart):
             self,
             "service-account",
             metadata=cdk8s.ApiObjectMetadata(
-                name=server.name,
+                name=workload.identity.service_account,
                 namespace=namespace,
-                annotations={"eks.amazonaws.com/role-arn": server.role_arn},
+                annotations={"eks.amazonaws.com/role-arn": workload.identity.role_arn},
             ),
         )
         self.deployment = self._deployment(namespace, labels)
         self._add_model_server()
         capture = server.pod_capture
-        if capture is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
-            # validate() guarantees the s3Uri; the checks above only narrow the types.
-            prefix_hash = capture_prefix_hash(cluster_name=cluster_name, namespace=namespace, name=server.name)
-            self._add_capture_sidecar(capture, f"{server.data_capture.s3_uri.rstrip('/')}/{prefix_hash}/pod/")
-        self.service = self._service(namespace, labels, capture_enabled=capture is not None)
+        if capture is not None and workload.capture is not None:
+            key = workload.capture_key
+            self._add_capture_sidecar(capture, values.resolve(workload.capture),
+                                      values.resolve(key) if key is not None else None)
+        self.service = self._service(namespace, labels, capture_enabled=workload.capture is not None)
 
     def _deployment(self, namespace: str, labels: dict[str, str]) -> kplus.Deployment:
         server = self.server
@@ -350,12 +350,12 @@ class PortableModelServerChart(cdk8s.Chart):
                         container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
         return manifests
 
-    def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str) -> None:
-        env = capture_environment(capture, capture_s3_uri)
+    def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None) -> None:
+        env = capture_environment(capture, capture_s3_uri, kms_key_id)
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
         sidecar = self.deployment.add_init_container(
             name="capture-sidecar",
-            image=self._sidecar_image,
+            image=self._values.get(PlatformValue.SIDECAR_IMAGE),
             # A native sidecar (init container that keeps running): it starts before the model
             # server and stops after it, so the last requests are captured and flushed.
             restart_policy=kplus.ContainerRestartPolicy.ALWAYS,
@@ -414,8 +414,9 @@ class PortableModelServerChart(cdk8s.Chart):
         return service
 
 
-def capture_environment(capture: ModelPodCapture, capture_s3_uri: str) -> dict[str, str]:
-    """The sidecar's settings: the operator's modelPod knobs, with the operator's defaults."""
+def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None) -> dict[str, str]:
+    """The sidecar's settings: the operator's modelPod knobs, with the operator's defaults. ``capture_s3_uri``
+    and ``kms_key_id`` are the planned ones (the same the sidecar's role is granted)."""
     modes = capture.capture_options or (CaptureMode.INPUT, CaptureMode.OUTPUT)
     buffer = capture.buffer_config or BufferConfig()
     payload = capture.payload_config or PayloadConfig()
@@ -433,8 +434,8 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str) -> dict[s
         "SPOOL_DIR": "/tmp/capture-spool",
         "SPOOL_MAX_BYTES": str(256 * 1024 * 1024),
     }
-    if capture.kms_key_id is not None:
-        env["KMS_KEY_ID"] = capture.kms_key_id
+    if kms_key_id is not None:
+        env["KMS_KEY_ID"] = kms_key_id
     # Unset lists keep the sidecar's own defaults, which also cover JSON Lines and event streams.
     header = capture.capture_content_type_header
     if header is not None and header.json_content_types:

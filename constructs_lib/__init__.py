@@ -1,0 +1,121 @@
+"""CDK constructs and cdk8s charts for LLM inference on Amazon SageMaker HyperPod (EKS-orchestrated).
+
+Constructs (each has a page in docs/constructs/ and an example in examples/):
+
+* :class:`CaptureStorage`, :class:`CapturePipeline`: where captured inference data lives, and its
+  post-processing into redacted Parquet for Athena;
+* :class:`PlatformVpc`, :class:`InferenceCluster`, :class:`GpuNodeGroup`: the network and the EKS cluster
+  with NVIDIA GPU nodes on instance-store NVMe;
+* :class:`HyperPodCluster`, :class:`InferenceOperator`: HyperPod attached to that cluster and its
+  inference operator add-on, with scoped roles;
+* :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
+* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
+  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
+
+Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
+:mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
+one :class:`ConfigError`), needs no feature flag of the app it lives in, and acknowledges its own
+reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
+"""
+
+from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
+from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
+from hyperpod_inference_iac.eks_cluster import (
+    KUBECTL_LAYERS,
+    NVIDIA_DEVICE_PLUGIN,
+    ClusterEndpointAccess,
+    InferenceCluster,
+    check_inference_cluster,
+)
+from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
+from hyperpod_inference_iac.external_dns import ExternalDns, external_dns_release
+from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
+from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup, LocalStorageStrategy, check_gpu_node_group
+from hyperpod_inference_iac.helm import HelmRelease
+from hyperpod_inference_iac.hugging_face_token import EXTERNAL_SECRETS, HuggingFaceTokenSync, SecretSync
+from hyperpod_inference_iac.hyperpod_cluster import (
+    DeepHealthCheck,
+    HyperPodCluster,
+    InstanceGroup,
+    NodeRecovery,
+    check_hyperpod_cluster,
+)
+from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
+from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri
+from hyperpod_inference_iac.network import (
+    PlatformVpc,
+    check_existing_vpc,
+    check_platform_vpc,
+    deploy_time_availability_zones,
+    existing_vpc,
+)
+from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.s3_access import (
+    bucket_arn,
+    grant_key_through_s3,
+    grant_object_reads,
+    grant_object_writes,
+    kms_through_s3,
+)
+from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
+from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "EXTERNAL_SECRETS",
+    "KUBECTL_LAYERS",
+    "NVIDIA_DEVICE_PLUGIN",
+    "AwaitingDeploy",
+    "CapturePipeline",
+    "CaptureStorage",
+    "ClusterEndpointAccess",
+    "ConfigError",
+    "DeepHealthCheck",
+    "EndpointDomain",
+    "ExternalDns",
+    "GpuNodeGroup",
+    "HelmRelease",
+    "HuggingFaceTokenSync",
+    "HyperPodCluster",
+    "IdentityBinding",
+    "InferenceCluster",
+    "InferenceOperator",
+    "InferenceWorkloads",
+    "InstanceGroup",
+    "KeyPaths",
+    "LocalStorageStrategy",
+    "NodeRecovery",
+    "PlatformValue",
+    "PlatformValues",
+    "PlatformVpc",
+    "Prerequisite",
+    "Problem",
+    "Problems",
+    "RedactionRule",
+    "S3Location",
+    "S3Uri",
+    "SecretSync",
+    "StagedManifests",
+    "WorkloadIdentity",
+    "bucket_arn",
+    "check_capture_pipeline",
+    "check_capture_storage",
+    "check_endpoint_domain",
+    "check_existing_vpc",
+    "check_gpu_node_group",
+    "check_hyperpod_cluster",
+    "check_inference_cluster",
+    "check_inference_operator",
+    "check_platform_vpc",
+    "check_workload_identity",
+    "deploy_time_availability_zones",
+    "existing_vpc",
+    "external_dns_release",
+    "grant_key_through_s3",
+    "grant_object_reads",
+    "grant_object_writes",
+    "kms_through_s3",
+    "sidecar_image_uri",
+    "stage_manifests",
+]

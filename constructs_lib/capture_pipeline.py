@@ -8,11 +8,12 @@ folder asset; pyarrow comes from the AWS SDK for pandas managed layer.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Size, Stack, Token
+from aws_cdk import Aws, CfnMapping, Duration, Size, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
@@ -26,10 +27,10 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
-from hyperpod_inference_iac.validation import Problems, is_token
-
-RUNTIME_CODE_DIR = package_dir("hyperpod_inference_iac.capture_processor")
-REDACTION_RULES = ("email", "phone", "access_token")
+from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
+from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
+from hyperpod_inference_iac.s3_access import kms_through_s3, objects_arn
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -135,63 +136,150 @@ ALB_COLUMNS = _columns(
 )
 
 
+class RedactionRule(enum.StrEnum):
+    """What the capture processor masks in payloads and URLs (lambda/capture_processor's rule names)."""
+
+    EMAIL = "email"
+    PHONE = "phone"
+    ACCESS_TOKEN = "access_token"
+
+
+def check_capture_pipeline(
+    problems: Problems,
+    at: KeyPaths = PROPS,
+    *,
+    region: str,
+    capture_prefixes: Sequence[str] = ("data-capture/",),
+    output_prefix: str = "curated/",
+    quarantine_prefix: str = "quarantine/",
+    memory_size: int = 1024,
+    reserved_concurrency: int | None = None,
+    redact: Sequence[str] = tuple(RedactionRule),
+    pandas_layer_arn: str | None = None,
+    glue_database_name: str = "inference_capture",
+    first_partition_date: str = "2025-01-01",
+) -> None:
+    """Every rule of :class:`CapturePipeline`'s properties (a config loader calls it with its key paths)."""
+    code = "CapturePipeline"
+    prefixes = {at.at("output_prefix"): output_prefix, at.at("quarantine_prefix"): quarantine_prefix}
+    prefixes.update({at.at("capture_prefixes", index): prefix for index, prefix in enumerate(capture_prefixes)})
+    if isinstance(capture_prefixes, str) or not capture_prefixes:
+        problems.add(f"{code}.NoCapturePrefixes", at.at("capture_prefixes"), "list at least one key prefix",
+                     capture_prefixes)
+    for path, prefix in prefixes.items():
+        if not is_unresolved(prefix) and (not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/"):
+            problems.add(f"{code}.InvalidPrefix", path, "must be an S3 key prefix ending in '/', e.g. 'data/'", prefix)
+    paths = sorted(path for path, prefix in prefixes.items() if isinstance(prefix, str) and not is_unresolved(prefix))
+    for index, first in enumerate(paths):
+        for second in paths[index + 1 :]:
+            a, b = prefixes[first], prefixes[second]
+            if a.startswith(b) or b.startswith(a):
+                # Overlaps would loop (outputs re-trigger processing) or be rejected by S3
+                # (overlapping notification filters for one event type).
+                problems.add(f"{code}.OverlappingPrefixes", f"{first}, {second}", "prefixes must not overlap", (a, b))
+    if not is_unresolved(memory_size) and not 128 <= memory_size <= 10240:
+        problems.add(f"{code}.MemoryOutOfRange", at.at("memory_size"), "must be 128..10240 MiB (1024 advised)",
+                     memory_size)
+    if reserved_concurrency is not None and not is_unresolved(reserved_concurrency) and reserved_concurrency < 1:
+        problems.add(f"{code}.ConcurrencyOutOfRange", at.at("reserved_concurrency"),
+                     "must be at least 1 (0 would stop processing), or None", reserved_concurrency)
+    if isinstance(redact, str):
+        problems.add(f"{code}.UnknownRedactionRule", at.at("redact"), "must be a list of rule names", redact)
+    else:
+        for index, rule in enumerate(redact):
+            if rule not in RedactionRule._value2member_map_:
+                problems.add(f"{code}.UnknownRedactionRule", at.at("redact", index),
+                             f"must be one of {', '.join(RedactionRule)}", rule)
+    if pandas_layer_arn is None:
+        if not is_unresolved(region) and region not in PANDAS_LAYER_VERSIONS:
+            problems.add(
+                f"{code}.NoPandasLayerForRegion",
+                at.at("pandas_layer_arn"),
+                f"no {PANDAS_LAYER_NAME} version is mapped for {region} (mapped: "
+                f"{', '.join(sorted(PANDAS_LAYER_VERSIONS))}); give the layer version ARN from "
+                "https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html",
+                region,
+            )
+    elif not is_unresolved(pandas_layer_arn) and not LAMBDA_LAYER_VERSION_ARN.match(pandas_layer_arn):
+        problems.add(f"{code}.InvalidLayerArn", at.at("pandas_layer_arn"),
+                     f"must be a Lambda layer version ARN ({PANDAS_LAYER_NAME})", pandas_layer_arn)
+    if not is_unresolved(glue_database_name) and not GLUE_NAME.match(glue_database_name):
+        problems.add(f"{code}.InvalidGlueName", at.at("glue_database_name"),
+                     "must be lower case letters, digits and underscores (Athena-compatible)", glue_database_name)
+    if not DATE.match(first_partition_date):
+        problems.add(f"{code}.InvalidDate", at.at("first_partition_date"), "must be YYYY-MM-DD", first_partition_date)
+
+
 class CapturePipeline(Construct):
     """Post-processes captured inference data into Parquet, with redaction and a quarantine.
 
     Children, as escape hatches: ``queue``, ``dead_letter_queue``, ``function``,
     ``log_group``, ``database``, ``tables`` (``"capture_records"``, ``"alb_access_logs"``) and
     ``alarms`` (``"dead_letters"``, ``"function_errors"``; no actions: add your own).
+    Its cdk-nag findings (the object wildcards under its prefixes, the pinned runtime, CDK's
+    bucket-notification handler) are acknowledged here, with reasons (:mod:`hyperpod_inference_iac.nag`).
     """
 
     def __init__(
         self,
         scope: Construct,
-        construct_id: str,
+        id: str,
         *,
         bucket: s3.IBucket,
-        encryption_key: kms.IKey,
-        capture_prefixes: Sequence[str],
+        encryption_key: kms.IKey | None,
+        capture_prefixes: Sequence[str] = ("data-capture/",),
         output_prefix: str = "curated/",
         quarantine_prefix: str = "quarantine/",
         memory_size: int = 1024,
         reserved_concurrency: int | None = None,
-        redact: Sequence[str] = REDACTION_RULES,
+        redact: Sequence[RedactionRule | str] = tuple(RedactionRule),
         pandas_layer_arn: str | None = None,
         glue_database_name: str = "inference_capture",
         first_partition_date: str = "2025-01-01",
         log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+        code: lambda_.Code | None = None,
     ) -> None:
         """
-        :param bucket: holds the capture objects; outputs go to the same bucket.
-        :param encryption_key: the capture bucket's key; the function may decrypt and encrypt with it.
-        :param capture_prefixes: key prefixes whose ObjectCreated events are processed, e.g.
-            ``"data-capture/"``; each ends in ``/`` and none overlaps another or the outputs.
-        :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it).
-        :param quarantine_prefix: where rejected lines go, as JSON Lines.
-        :param memory_size: MiB; 1024 keeps a 1 GiB object within memory (see the docs).
-        :param reserved_concurrency: caps parallel invocations; None shares the account pool.
+        :param bucket: holds the capture objects; outputs go to the same bucket. It must belong to this
+            stack (or be imported into it): its notification configuration references the queue.
+        :param encryption_key: the capture bucket's key; the function may decrypt and encrypt with it,
+            through S3 only. None for an SSE-S3 bucket.
+        :param capture_prefixes: key prefixes whose ObjectCreated events are processed; each ends in
+            ``/`` and none overlaps another or the outputs. @default ``["data-capture/"]``
+        :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it). @default ``curated/``
+        :param quarantine_prefix: where rejected lines go, as JSON Lines. @default ``quarantine/``
+        :param memory_size: MiB; 1024 keeps a 1 GiB object within memory (see the docs). @default 1024
+        :param reserved_concurrency: caps parallel invocations. @default None (the account pool)
         :param redact: rules applied to payloads and URLs; empty switches redaction off.
-        :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64; required
-            in regions missing from PANDAS_LAYER_VERSIONS.
-        :param glue_database_name: the Glue database holding the two tables.
-        :param first_partition_date: earliest ``dt`` Athena projects (YYYY-MM-DD).
-        :param log_retention: how long the function's logs are kept.
+            @default every :class:`RedactionRule`
+        :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64.
+            @default the version mapped for the stack's region (``PANDAS_LAYER_VERSIONS``); for a stack
+            without an explicit region, a CloudFormation mapping of those regions
+        :param glue_database_name: the Glue database holding the two tables. @default ``inference_capture``
+        :param first_partition_date: earliest ``dt`` Athena projects (YYYY-MM-DD). @default 2025-01-01
+        :param log_retention: how long the function's logs are kept. @default three months
+        :param code: the function's code. @default the runtime shipped in this package
+            (``hyperpod_inference_iac.capture_processor``)
         """
-        super().__init__(scope, construct_id)
-        region = Stack.of(self).region
-        _validate(
-            bucket_in_other_stack=Stack.of(bucket) is not Stack.of(self),
-            capture_prefixes=capture_prefixes,
-            output_prefix=output_prefix,
-            quarantine_prefix=quarantine_prefix,
-            memory_size=memory_size,
-            reserved_concurrency=reserved_concurrency,
-            redact=redact,
-            pandas_layer_arn=pandas_layer_arn,
-            region=region,
-            glue_database_name=glue_database_name,
-            first_partition_date=first_partition_date,
-        )
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        region = stack.region
+        problems = Problems()
+        if Stack.of(bucket) is not stack:
+            # The bucket's stack would hold the notification (referencing our queue) while we
+            # reference the bucket: a cross-stack cycle that only surfaces at synth.
+            problems.add("CapturePipeline.BucketInOtherStack", "bucket",
+                         "must belong to the same stack as the pipeline (or be imported into it, e.g. "
+                         "Bucket.from_bucket_name)", "another stack")
+        check_capture_pipeline(
+            problems, region=region, capture_prefixes=capture_prefixes, output_prefix=output_prefix,
+            quarantine_prefix=quarantine_prefix, memory_size=memory_size, reserved_concurrency=reserved_concurrency,
+            redact=redact, pandas_layer_arn=pandas_layer_arn, glue_database_name=glue_database_name,
+            first_partition_date=first_partition_date)
+        problems.raise_if_any(f"CapturePipeline {self.node.path}")
+        self.capture_prefixes = tuple(capture_prefixes)
+        self.output_prefix = output_prefix
+        self.quarantine_prefix = quarantine_prefix
         # SQS-managed encryption (SSE-SQS), not the capture key: S3 can deliver to a KMS-encrypted
         # queue only if the key policy trusts s3.amazonaws.com for this bucket. With one key for
         # both bucket and queue that policy references the bucket, which references the key (a
@@ -226,15 +314,17 @@ class CapturePipeline(Construct):
         # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.log_group.grant_write(role)
-        layer_arn = pandas_layer_arn or _pandas_layer_arn(region)
         self.function = lambda_.Function(
             self,
             "Function",
             runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             handler="handler.handler",
-            code=lambda_.Code.from_asset(str(RUNTIME_CODE_DIR), exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer", layer_arn)],
+            code=code or lambda_.Code.from_asset(
+                str(package_dir("hyperpod_inference_iac.capture_processor")),
+                exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
+            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer",
+                                                                pandas_layer_arn or self._pandas_layer_arn(region))],
             memory_size=memory_size,
             timeout=FUNCTION_TIMEOUT,
             # Parquet partitions are staged in /tmp before upload; ~25% of the source size.
@@ -245,7 +335,7 @@ class CapturePipeline(Construct):
             environment={
                 "OUTPUT_PREFIX": output_prefix,
                 "QUARANTINE_PREFIX": quarantine_prefix,
-                "REDACT": ",".join(redact) if redact else "none",
+                "REDACT": ",".join(str(rule) for rule in redact) if redact else "none",
                 # glibc keeps one malloc arena per thread (parsers, Parquet writer, uploads); two
                 # arenas cut peak RSS by ~35 MiB for a 1 GiB object (docs/capture-processor.md).
                 "MALLOC_ARENA_MAX": "2",
@@ -262,20 +352,38 @@ class CapturePipeline(Construct):
         )
         # Exact actions instead of CDK's grant_read/grant_put groups (GetObject*, List*, Abort*...):
         # read the captures, write curated and quarantined objects, nothing else.
+        reads = [objects_arn(bucket.bucket_arn, prefix) for prefix in capture_prefixes]
+        writes = [objects_arn(bucket.bucket_arn, prefix) for prefix in (output_prefix, quarantine_prefix)]
         role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ReadCaptures", actions=["s3:GetObject", "s3:GetObjectVersion"],
-            resources=[bucket.arn_for_objects(f"{prefix}*") for prefix in capture_prefixes]))
+            sid="ReadCaptures", actions=["s3:GetObject", "s3:GetObjectVersion"], resources=reads))
         role.add_to_principal_policy(iam.PolicyStatement(
-            sid="WriteCuratedAndQuarantine", actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-            resources=[bucket.arn_for_objects(f"{prefix}*") for prefix in (output_prefix, quarantine_prefix)]))
-        role.add_to_principal_policy(iam.PolicyStatement(
-            # Decrypt to read SSE-KMS captures, GenerateDataKey to write SSE-KMS outputs; only through S3.
-            sid="UseCaptureKeyThroughS3", actions=["kms:Decrypt", "kms:GenerateDataKey"],
-            resources=[encryption_key.key_arn],
-            conditions={"StringEquals": {"kms:ViaService": f"s3.{Stack.of(self).region}.amazonaws.com"}}))
+            sid="WriteCuratedAndQuarantine", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=writes))
+        if encryption_key is not None:
+            role.add_to_principal_policy(iam.PolicyStatement(
+                # Decrypt to read SSE-KMS captures, GenerateDataKey to write SSE-KMS outputs; only through S3.
+                sid="UseCaptureKeyThroughS3", actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                resources=[encryption_key.key_arn], conditions=kms_through_s3(region, bucket.bucket_arn)))
+        self.role = role
 
         self.database, self.tables = self._glue_catalog(bucket, output_prefix, glue_database_name, first_partition_date)
         self.alarms = self._alarms()
+        self._acknowledge_reviewed_findings(bucket, (*capture_prefixes, output_prefix, quarantine_prefix))
+
+    def _pandas_layer_arn(self, region: str) -> str:
+        if not is_unresolved(region):
+            return _pandas_layer_arn(region)
+        # No region at synth (an environment-agnostic stack): CloudFormation picks the version.
+        mapping = CfnMapping(self, "PandasLayerVersions", mapping={
+            name: {"arn": _pandas_layer_arn(name)} for name in sorted(PANDAS_LAYER_VERSIONS)})
+        return mapping.find_in_map(Aws.REGION, "arn")
+
+    def _acknowledge_reviewed_findings(self, bucket: s3.IBucket, prefixes: Sequence[str]) -> None:
+        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
+                    *resource_evidence(self, *(objects_arn(bucket.bucket_arn, prefix) for prefix in prefixes)))
+        acknowledge(self.function, "capture-processor-runtime")
+        for handler in stack_singletons(Stack.of(self), "BucketNotificationsHandler"):
+            acknowledge(handler, "cdk-bucket-notifications-handler",
+                        managed_policy("service-role/AWSLambdaBasicExecutionRole"))
 
     def _glue_catalog(
         self, bucket: s3.IBucket, output_prefix: str, database_name: str, first_date: str
@@ -389,82 +497,3 @@ class CapturePipeline(Construct):
 
 def _pandas_layer_arn(region: str) -> str:
     return f"arn:aws:lambda:{region}:{PANDAS_LAYER_ACCOUNT}:layer:{PANDAS_LAYER_NAME}:{PANDAS_LAYER_VERSIONS[region]}"
-
-
-def _validate(
-    *,
-    bucket_in_other_stack: bool,
-    capture_prefixes: Sequence[str],
-    output_prefix: str,
-    quarantine_prefix: str,
-    memory_size: int,
-    reserved_concurrency: int | None,
-    redact: Sequence[str],
-    pandas_layer_arn: str | None,
-    region: str,
-    glue_database_name: str,
-    first_partition_date: str,
-) -> None:
-    problems = Problems()
-    code = "CapturePipeline"
-    if bucket_in_other_stack:
-        # The bucket's stack would hold the notification (referencing our queue) while we
-        # reference the bucket: a cross-stack cycle that only surfaces at synth.
-        problems.add(
-            f"{code}.BucketInOtherStack",
-            "bucket",
-            "must belong to the same stack as the pipeline (or be imported into it, e.g. Bucket.from_bucket_name)",
-            "another stack",
-        )
-    prefixes = {"output_prefix": output_prefix, "quarantine_prefix": quarantine_prefix}
-    prefixes.update({f"capture_prefixes[{index}]": prefix for index, prefix in enumerate(capture_prefixes)})
-    if isinstance(capture_prefixes, str) or not capture_prefixes:
-        problems.add(f"{code}.NoCapturePrefixes", "capture_prefixes", "list at least one key prefix", capture_prefixes)
-    for path, prefix in prefixes.items():
-        if not is_token(prefix) and (not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/"):
-            problems.add(f"{code}.InvalidPrefix", path, "must be an S3 key prefix ending in '/', e.g. 'data/'", prefix)
-    paths = sorted(path for path, prefix in prefixes.items() if isinstance(prefix, str))
-    for index, first in enumerate(paths):
-        for second in paths[index + 1 :]:
-            a, b = prefixes[first], prefixes[second]
-            if a.startswith(b) or b.startswith(a):
-                # Overlaps would loop (outputs re-trigger processing) or be rejected by S3
-                # (overlapping notification filters for one event type).
-                problems.add(f"{code}.OverlappingPrefixes", f"{first}, {second}", "prefixes must not overlap", (a, b))
-    if not 128 <= memory_size <= 10240:
-        problems.add(f"{code}.MemoryOutOfRange", "memory_size", "must be 128..10240 MiB (1024 advised)", memory_size)
-    if reserved_concurrency is not None and reserved_concurrency < 1:
-        problems.add(
-            f"{code}.ConcurrencyOutOfRange",
-            "reserved_concurrency",
-            "must be at least 1 (0 would stop processing), or None",
-            reserved_concurrency,
-        )
-    unknown = [rule for rule in redact if rule not in REDACTION_RULES]
-    if isinstance(redact, str) or unknown:
-        problems.add(
-            f"{code}.UnknownRedactionRule", "redact", f"rules must be among {', '.join(REDACTION_RULES)}", redact
-        )
-    if pandas_layer_arn is None and (Token.is_unresolved(region) or region not in PANDAS_LAYER_VERSIONS):
-        problems.add(
-            f"{code}.NoPandasLayerForRegion",
-            "pandas_layer_arn",
-            f"no {PANDAS_LAYER_NAME} version is mapped for this region (mapped: "
-            f"{', '.join(sorted(PANDAS_LAYER_VERSIONS))}); pass pandas_layer_arn from "
-            "https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html (needs an explicit stack region)",
-            region,
-        )
-    elif pandas_layer_arn is not None and not is_token(pandas_layer_arn) and ":layer:" not in pandas_layer_arn:
-        problems.add(
-            f"{code}.InvalidLayerArn", "pandas_layer_arn", "must be a Lambda layer version ARN", pandas_layer_arn
-        )
-    if not GLUE_NAME.match(glue_database_name):
-        problems.add(
-            f"{code}.InvalidGlueName",
-            "glue_database_name",
-            "must be lower case letters, digits and underscores (Athena-compatible)",
-            glue_database_name,
-        )
-    if not DATE.match(first_partition_date):
-        problems.add(f"{code}.InvalidDate", "first_partition_date", "must be YYYY-MM-DD", first_partition_date)
-    problems.raise_if_any(source="CapturePipeline props")

@@ -2,66 +2,139 @@
 access entries only, no nested-stack cluster provider).
 
 Kubernetes-side objects (Helm charts, manifests) go through the kubectl Lambda, which needs a
-kubectl layer matching the cluster's minor version; :func:`kubectl_layer_for` maps the version to
-its PyPI package and fails with the package name when it is not installed.
+kubectl layer matching the cluster's minor version; :data:`KUBECTL_LAYERS` maps each supported
+minor to its package (all of them are dependencies of this library).
 """
 
 from __future__ import annotations
 
+import enum
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from aws_cdk import RemovalPolicy, Size
+from aws_cdk import Annotations, RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from hyperpod_inference_iac.validation import ConfigError, Problem
+from hyperpod_inference_iac.helm import HelmRelease
+from hyperpod_inference_iac.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
+from hyperpod_inference_iac.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
-NVIDIA_DEVICE_PLUGIN_VERSION = "0.17.1"
 GPU_TAINT_KEY = "nvidia.com/gpu"
+# The AL2023 NVIDIA AMI carries the driver but not the Kubernetes device plugin; only on GPU nodes.
+NVIDIA_DEVICE_PLUGIN = HelmRelease(
+    release="nvidia-device-plugin", chart="nvidia-device-plugin", repository="https://nvidia.github.io/k8s-device-plugin",
+    version="0.17.1", namespace="kube-system",
+    values={"nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]},
+    purpose="advertises nvidia.com/gpu on GPU nodes (workloads request GPUs through it)",
+)
+# Supported Kubernetes minors: each has an EKS release and a kubectl layer package (a dependency).
+KUBECTL_LAYERS: Mapping[str, tuple[str, str]] = {
+    "1.33": ("aws_cdk.lambda_layer_kubectl_v33", "KubectlV33Layer"),
+    "1.34": ("aws_cdk.lambda_layer_kubectl_v34", "KubectlV34Layer"),
+    "1.35": ("aws_cdk.lambda_layer_kubectl_v35", "KubectlV35Layer"),
+}
+DEFAULT_KUBERNETES_VERSION = "1.34"
+CLUSTER_ROLE_MANAGED_POLICIES = ("AmazonEKSClusterPolicy",)
+NODE_ROLE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
+
+
+class ClusterEndpointAccess(enum.StrEnum):
+    """Who can reach the Kubernetes API server."""
+
+    PRIVATE = "private"  # only from inside the VPC (CI deploys through CloudFormation and the kubectl Lambda)
+    PUBLIC_AND_PRIVATE = "public_and_private"  # also from the internet (warned: acknowledge it if you mean it)
+
+
+def check_inference_cluster(
+    problems: Problems,
+    at: KeyPaths = PROPS,
+    *,
+    cluster_name: str,
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+    endpoint_access: str = ClusterEndpointAccess.PRIVATE,
+    admin_role_arns: Sequence[str] = (),
+    system_instance_type: str = "m6i.large",
+) -> None:
+    """Every rule of :class:`InferenceCluster`'s properties (a config loader calls it with its key paths)."""
+    if not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
+        problems.add("InferenceCluster.BadName", at.at("cluster_name"),
+                     "must be 1-100 letters, digits, '-' and '_', starting with a letter or digit", cluster_name)
+    if kubernetes_version not in KUBECTL_LAYERS:
+        problems.add("InferenceCluster.UnsupportedKubernetesVersion", at.at("kubernetes_version"),
+                     f"must be one of {', '.join(KUBECTL_LAYERS)} (an EKS release with a kubectl layer package "
+                     f"this library depends on)", kubernetes_version)
+    if endpoint_access not in ClusterEndpointAccess._value2member_map_:
+        problems.add("InferenceCluster.EndpointAccess", at.at("endpoint_access"),
+                     f"must be one of {', '.join(ClusterEndpointAccess)}", endpoint_access)
+    for index, arn in enumerate(admin_role_arns):
+        if not is_unresolved(arn) and not IAM_ROLE_ARN.match(arn):
+            problems.add("InferenceCluster.BadAdminRoleArn", at.at("admin_role_arns", index),
+                         "must be an IAM role ARN such as arn:aws:iam::111122223333:role/platform-admins", arn)
+    if not is_unresolved(system_instance_type) and not EC2_INSTANCE_TYPE.match(system_instance_type):
+        problems.add("InferenceCluster.BadInstanceType", at.at("system_instance_type"),
+                     "must be an EC2 instance type such as m6i.large", system_instance_type)
 
 
 def kubectl_layer_for(scope: Construct, kubernetes_version: str) -> lambda_.ILayerVersion:
-    minor = kubernetes_version.split(".")[-1]
-    package = f"aws-cdk.lambda-layer-kubectl-v{minor}"
-    module_name = f"aws_cdk.lambda_layer_kubectl_v{minor}"
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise ConfigError([Problem(
-            "InferenceCluster.MissingKubectlLayer", "kubernetes_version",
-            f"needs the kubectl layer of that minor version: add '{package}' to the project's dependencies "
-            f"(pip install '{package}')", kubernetes_version)], source="InferenceCluster") from None
-    return getattr(module, f"KubectlV{minor}Layer")(scope, "KubectlLayer")
+    module_name, class_name = KUBECTL_LAYERS[kubernetes_version]
+    return getattr(importlib.import_module(module_name), class_name)(scope, "KubectlLayer")
 
 
 class InferenceCluster(Construct):
-    """:param endpoint_access: ``private`` (default: the API server is reachable only from the VPC;
-        CI deploys through CloudFormation and the kubectl Lambda, which runs in the VPC) or
-        ``public_and_private``.
+    """An ``aws_eks_v2`` cluster for inference: private endpoint, no implicit creator admin, secrets
+    envelope-encrypted with a customer key, every control-plane log, a small system node group for
+    controllers, and the NVIDIA device plugin.
+
+    :param cluster_name: EKS cluster name.
+    :param kubernetes_version: a minor in :data:`KUBECTL_LAYERS`. @default ``1.34``
+    :param vpc: the VPC; the cluster and nodes use its private subnets.
+    :param endpoint_access: :class:`ClusterEndpointAccess`. ``PUBLIC_AND_PRIVATE`` adds an acknowledgeable
+        warning (``@hyperpod-inference-iac/InferenceCluster:publicEndpoint``). @default PRIVATE
     :param admin_role_arns: roles given cluster admin through EKS access entries; the role that
-        deploys the stack gets no implicit admin rights.
-    :param system_instance_type: a small on-demand node group for controllers (operator,
-        cert-manager, load balancer controller), so GPU nodes only run models.
+        deploys the stack gets no implicit admin rights. @default none
+    :param system_instance_type: the system node group's instance type (operator, cert-manager, load
+        balancer controller), so GPU nodes only run models. @default ``m6i.large``
+    :param kubectl_layer: the kubectl Lambda layer. @default the layer of ``kubernetes_version``
+    :param install_device_plugin: install the NVIDIA device plugin (Helm) for GPU nodes: the AL2023
+        NVIDIA AMI carries the driver but not the plugin. @default True
+
+    Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``system_nodegroup``,
+    ``device_plugin`` (None when not installed). The cluster role's and system nodes' AWS managed
+    policies and CDK's kubectl provider are acknowledged for cdk-nag here.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
         cluster_name: str,
-        kubernetes_version: str,
         vpc: ec2.IVpc,
-        endpoint_access: str = "private",
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+        endpoint_access: ClusterEndpointAccess = ClusterEndpointAccess.PRIVATE,
         admin_role_arns: Sequence[str] = (),
         system_instance_type: str = "m6i.large",
+        kubectl_layer: lambda_.ILayerVersion | None = None,
+        install_device_plugin: bool = True,
     ) -> None:
-        super().__init__(scope, id_)
-        kubectl_layer = kubectl_layer_for(self, kubernetes_version)
+        super().__init__(scope, id)
+        problems = Problems()
+        check_inference_cluster(problems, cluster_name=cluster_name, kubernetes_version=kubernetes_version,
+                                endpoint_access=endpoint_access, admin_role_arns=admin_role_arns,
+                                system_instance_type=system_instance_type)
+        problems.raise_if_any(f"InferenceCluster {self.node.path}")
+        endpoint_access = ClusterEndpointAccess(endpoint_access)
+        if endpoint_access is ClusterEndpointAccess.PUBLIC_AND_PRIVATE:
+            Annotations.of(self).add_warning_v2(
+                "@hyperpod-inference-iac/InferenceCluster:publicEndpoint",
+                "the Kubernetes API server is reachable from the internet (endpoint_access=PUBLIC_AND_PRIVATE); "
+                "authentication still applies, but PRIVATE keeps it inside the VPC")
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description=f"Envelope encryption of Kubernetes secrets in {cluster_name}",
                                    removal_policy=RemovalPolicy.RETAIN)
@@ -73,7 +146,7 @@ class InferenceCluster(Construct):
             version=eks.KubernetesVersion.of(kubernetes_version),
             vpc=vpc,
             vpc_subnets=[private],
-            endpoint_access=eks.EndpointAccess.PRIVATE if endpoint_access == "private"
+            endpoint_access=eks.EndpointAccess.PRIVATE if endpoint_access is ClusterEndpointAccess.PRIVATE
             else eks.EndpointAccess.PUBLIC_AND_PRIVATE,
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
@@ -82,8 +155,9 @@ class InferenceCluster(Construct):
             cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
                              eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
                              eks.ClusterLoggingTypes.SCHEDULER],
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=kubectl_layer,
-                                                                memory=Size.gibibytes(1)),
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kubectl_layer or kubectl_layer_for(self, kubernetes_version),
+                memory=Size.gibibytes(1)),
         )
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes", nodegroup_name="system", ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
@@ -93,12 +167,10 @@ class InferenceCluster(Construct):
         for index, arn in enumerate(admin_role_arns):
             self.cluster.grant_access(f"Admin{index}", arn, [eks.AccessPolicy.from_access_policy_name(
                 "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
-        # AL2023 NVIDIA AMIs carry the driver but not the Kubernetes device plugin.
-        self.device_plugin = self.cluster.add_helm_chart(
-            "NvidiaDevicePlugin", chart="nvidia-device-plugin", repository="https://nvidia.github.io/k8s-device-plugin",
-            version=NVIDIA_DEVICE_PLUGIN_VERSION, namespace="kube-system", release="nvidia-device-plugin",
-            values={
-                "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            },
-        )
+        self.device_plugin = NVIDIA_DEVICE_PLUGIN.install(self.cluster, "NvidiaDevicePlugin") \
+            if install_device_plugin else None
+        acknowledge(self.cluster.role, "eks-service-managed-policies",
+                    *(managed_policy(name) for name in CLUSTER_ROLE_MANAGED_POLICIES))
+        acknowledge(self.system_nodegroup.role, "eks-service-managed-policies",
+                    *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
+        acknowledge_kubectl_provider(self.cluster.kubectl_provider)  # type: ignore[arg-type]

@@ -18,77 +18,43 @@ for the cluster connection (API endpoint, CA), so no cluster details are written
 
 from __future__ import annotations
 
-import re
+import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from aws_cdk import Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from hyperpod_inference_iac.validation import DNS1123_LABEL, Problems, is_token, join_path
+from hyperpod_inference_iac.instance_store import (
+    GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
+    NEURON_FAMILIES,
+    NVME_GPU_FAMILIES,
+    families_with_nvme,
+    family_and_size,
+    size_order,
+)
+from hyperpod_inference_iac.nag import acknowledge, managed_policy
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_NAME, LABEL_VALUE
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 INSTANCE_STORE_LABEL = "node.kubernetes.io/instance-store"
 NODEGROUP_LABEL = "hyperpod-inference-iac/nodegroup"
 GPU_TAINT_KEY = "nvidia.com/gpu"
-# Where nodeadm mounts the RAID0 (or RAID10) array; the first disk for the Mount strategy.
-LOCAL_STORAGE_MOUNT = "/mnt/k8s-disks/0"
-LOCAL_STORAGE_STRATEGIES = ("RAID0", "RAID10", "Mount")
 NODEADM_CONTENT_TYPE = "application/node.eks.aws"
+ROOT_VOLUME_GIB = (20, 16384)  # gp3 limits; the AL2023 NVIDIA AMI needs at least 20
+MAX_NODES = 1000  # EKS managed node group quota (nodes per group)
+NODE_ROLE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
 
 
-@dataclass(frozen=True)
-class _Family:
-    """Sizes of an x86_64 NVIDIA GPU family that have instance-store NVMe, and a note for reviewers."""
+class LocalStorageStrategy(enum.StrEnum):
+    """nodeadm's ``spec.instance.localStorage.strategy`` for the instance-store disks."""
 
-    sizes: frozenset[str]
-    note: str
-
-
-def _sizes(*names: str) -> frozenset[str]:
-    return frozenset(names)
-
-
-_G_SIZES = _sizes("xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")
-
-# x86_64 NVIDIA GPU families with instance-store NVMe SSDs on every listed size (EC2 instance type
-# pages, "Instance storage" column). An unlisted family is rejected rather than guessed at: a new
-# family is added here once its instance-store column has been checked.
-NVME_GPU_FAMILIES: Mapping[str, _Family] = {
-    "g4dn": _Family(_sizes("xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "metal"),
-                    "NVIDIA T4; 1 NVMe SSD (125 GB to 900 GB), 2 on metal"),
-    "g5": _Family(_G_SIZES, "NVIDIA A10G; 1 or 2 NVMe SSDs (250 GB on g5.xlarge up to 2 x 3.8 TB)"),
-    "g6": _Family(_G_SIZES, "NVIDIA L4; NVMe SSDs on every size (250 GB on g6.xlarge and up)"),
-    "gr6": _Family(_sizes("4xlarge", "8xlarge"), "NVIDIA L4, more memory per vCPU; NVMe SSD"),
-    "g6e": _Family(_G_SIZES, "NVIDIA L40S; NVMe SSDs on every size (250 GB on g6e.xlarge and up)"),
-    "p3dn": _Family(_sizes("24xlarge"), "NVIDIA V100 32 GB; 2 x 900 GB NVMe"),
-    "p4d": _Family(_sizes("24xlarge"), "NVIDIA A100 40 GB; 8 x 1 TB NVMe"),
-    "p4de": _Family(_sizes("24xlarge"), "NVIDIA A100 80 GB; 8 x 1 TB NVMe"),
-    "p5": _Family(_sizes("4xlarge", "48xlarge"), "NVIDIA H100; 1 x 3.84 TB (4xlarge) or 8 x 3.84 TB NVMe"),
-    "p5e": _Family(_sizes("48xlarge"), "NVIDIA H200; 8 x 3.84 TB NVMe"),
-    "p5en": _Family(_sizes("48xlarge"), "NVIDIA H200; 8 x 3.84 TB NVMe"),
-    "p6-b200": _Family(_sizes("48xlarge"), "NVIDIA B200; 8 x 3.84 TB NVMe"),
-}
-# NVIDIA GPU families without any instance store (EBS only): the reason for NoInstanceStore.
-GPU_FAMILIES_WITHOUT_INSTANCE_STORE: Mapping[str, str] = {
-    "p2": "NVIDIA K80, EBS only",
-    "p3": "NVIDIA V100, EBS only (p3dn.24xlarge is the V100 size with NVMe)",
-    "g3": "NVIDIA M60, EBS only",
-    "g3s": "NVIDIA M60, EBS only",
-    "g5g": "NVIDIA T4G on Graviton (arm64), EBS only",
-}
-# AWS Trainium / Inferentia accelerators: no NVIDIA GPU, so the NVIDIA AMI and device plugin do not
-# apply (trn1, trn1n and trn2 do have instance-store NVMe; inf1 and inf2 are EBS only).
-NEURON_FAMILIES = frozenset({"inf1", "inf2", "trn1", "trn1n", "trn2"})
-
-_INSTANCE_TYPE = re.compile(r"^(?P<family>[a-z][a-z0-9]*(-[a-z0-9]+)?)\.(?P<size>[a-z0-9]+)$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    RAID0 = "RAID0"  # one striped array: all capacity and bandwidth
+    RAID10 = "RAID10"  # mirrored stripes; nodeadm needs at least 4 instance-store disks
+    MOUNT = "Mount"  # each disk mounted on its own under /mnt/k8s-disks/
 
 
 class GpuNodeGroup(Construct):
@@ -107,44 +73,49 @@ class GpuNodeGroup(Construct):
     :param name: node group name, a DNS-1123 label (also the value of the ``.../nodegroup`` label).
     :param instance_types: EC2 instance types, e.g. ``["g6e.12xlarge"]``; each must be an x86_64 NVIDIA
         GPU type with instance-store NVMe (see ``NVME_GPU_FAMILIES``).
-    :param min_size: minimum number of nodes (0 lets the group scale to zero).
-    :param desired_size: initial number of nodes; ``min_size <= desired_size <= max_size``.
-    :param max_size: maximum number of nodes (at least 1).
+    :param min_size: minimum number of nodes (0 lets the group scale to zero). @default 0
+    :param desired_size: initial number of nodes; ``min_size <= desired_size <= max_size``. @default 1
+    :param max_size: maximum number of nodes (1..1000). @default 2
     :param root_volume_gib: size of the encrypted gp3 root volume (OS, and what instance store does not
-        take); 20..16384, default 200.
-    :param labels: extra Kubernetes node labels; they may not redefine the labels above.
-    :param subnets: where nodes are placed; default: the cluster's private subnets.
-    :param local_storage_strategy: nodeadm's ``localStorage.strategy``: ``RAID0`` (default, one striped
-        array, all capacity and bandwidth), ``RAID10`` (mirrored stripes; nodeadm needs at least 4
-        instance-store disks, e.g. the 8-disk p4d.24xlarge or p5.48xlarge, while most g sizes have 1 or 2)
-        or ``Mount`` (each disk mounted on its own under ``/mnt/k8s-disks/``).
+        take); 20..16384. @default 200
+    :param labels: extra Kubernetes node labels; they may not redefine the labels above. @default none
+    :param subnets: where nodes are placed. @default the cluster's private subnets
+    :param local_storage_strategy: nodeadm's ``localStorage.strategy`` (:class:`LocalStorageStrategy`):
+        ``RAID10`` needs at least 4 instance-store disks (e.g. the 8-disk p4d.24xlarge or p5.48xlarge, while
+        most g sizes have 1 or 2). @default RAID0
+
+    The node role's AWS managed policies (required by EKS) are acknowledged for cdk-nag here.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         name: str,
         instance_types: Sequence[str],
-        min_size: int,
-        desired_size: int,
-        max_size: int,
+        min_size: int = 0,
+        desired_size: int = 1,
+        max_size: int = 2,
         root_volume_gib: int = 200,
         labels: Mapping[str, str] | None = None,
         subnets: ec2.SubnetSelection | None = None,
-        local_storage_strategy: str = "RAID0",
+        local_storage_strategy: LocalStorageStrategy = LocalStorageStrategy.RAID0,
     ) -> None:
-        super().__init__(scope, id_)
+        super().__init__(scope, id)
         user_labels = dict(labels or {})
-        _validate(name, instance_types, min_size, desired_size, max_size, root_volume_gib, user_labels,
-                  local_storage_strategy)
+        problems = Problems()
+        check_gpu_node_group(problems, name=name, instance_types=instance_types, min_size=min_size,
+                             desired_size=desired_size, max_size=max_size, root_volume_gib=root_volume_gib,
+                             labels=user_labels, local_storage_strategy=local_storage_strategy)
+        problems.raise_if_any(f"GpuNodeGroup {self.node.path}")
+        local_storage_strategy = LocalStorageStrategy(local_storage_strategy)
 
         self.node_config: dict[str, Any] = {
             "apiVersion": "node.eks.aws/v1alpha1",
             "kind": "NodeConfig",
-            "spec": {"instance": {"localStorage": {"strategy": local_storage_strategy}}},
+            "spec": {"instance": {"localStorage": {"strategy": str(local_storage_strategy)}}},
         }
         # MultipartUserData uses a fixed boundary, so two synths render byte-identical user data.
         user_data = ec2.MultipartUserData()
@@ -199,59 +170,64 @@ class GpuNodeGroup(Construct):
         # the table above is the check that applies here.
         cfn_nodegroup: eks.CfnNodegroup = self.nodegroup.node.default_child  # type: ignore[assignment]
         cfn_nodegroup.instance_types = list(instance_types)
+        acknowledge(self.nodegroup.role, "eks-service-managed-policies",
+                    *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
 
 
-def _validate(
+def check_gpu_node_group(
+    problems: Problems,
+    at: KeyPaths = PROPS,
+    *,
     name: str,
     instance_types: Sequence[str],
-    min_size: int,
-    desired_size: int,
-    max_size: int,
-    root_volume_gib: int,
-    labels: Mapping[str, str],
-    strategy: str,
+    min_size: int = 0,
+    desired_size: int = 1,
+    max_size: int = 2,
+    root_volume_gib: int = 200,
+    labels: Mapping[str, str] | None = None,
+    local_storage_strategy: str = LocalStorageStrategy.RAID0,
 ) -> None:
-    problems = Problems()
-    if not is_token(name) and (not DNS1123_LABEL.match(name) or len(name) > 63):
-        problems.add("GpuNodeGroup.BadName", "name",
+    """Every rule of :class:`GpuNodeGroup`'s properties (a config loader calls it with its key paths)."""
+    if not is_unresolved(name) and (not DNS1123_LABEL.match(name) or len(name) > 63):
+        problems.add("GpuNodeGroup.BadName", at.at("name"),
                      "must be a DNS-1123 label: 1-63 lowercase letters, digits or '-', starting and ending "
                      "with a letter or digit", name)
     if not instance_types:
-        problems.add("GpuNodeGroup.NoInstanceTypes", "instance_types",
+        problems.add("GpuNodeGroup.NoInstanceTypes", at.at("instance_types"),
                      "must name at least one instance type, e.g. ['g6e.12xlarge']")
     for index, instance_type in enumerate(instance_types):
-        _check_instance_type(instance_type, join_path("instance_types", index), problems)
-    _check_sizes(min_size, desired_size, max_size, problems)
-    if not _unresolved(root_volume_gib) and not 20 <= root_volume_gib <= 16384:
-        problems.add("GpuNodeGroup.RootVolume", "root_volume_gib",
-                     "must be 20..16384 GiB (gp3 limits; the AL2023 NVIDIA AMI needs at least 20)",
-                     root_volume_gib)
-    for key, value in labels.items():
-        _check_label(key, value, problems)
-    if strategy not in LOCAL_STORAGE_STRATEGIES:
-        problems.add("GpuNodeGroup.LocalStorageStrategy", "local_storage_strategy",
-                     f"must be one of {', '.join(LOCAL_STORAGE_STRATEGIES)} (nodeadm localStorage.strategy)",
-                     strategy)
-    problems.raise_if_any("GpuNodeGroup")
+        _check_instance_type(instance_type, at.at("instance_types", index), problems)
+    _check_sizes(min_size, desired_size, max_size, at, problems)
+    low, high = ROOT_VOLUME_GIB
+    if not is_unresolved(root_volume_gib) and not low <= root_volume_gib <= high:
+        problems.add("GpuNodeGroup.RootVolume", at.at("root_volume_gib"),
+                     f"must be an integer from {low} to {high} (GiB; gp3 limits, the AL2023 NVIDIA AMI needs at "
+                     f"least {low})", root_volume_gib)
+    for key, value in (labels or {}).items():
+        _check_label(key, value, at, problems)
+    if local_storage_strategy not in LocalStorageStrategy._value2member_map_:
+        problems.add("GpuNodeGroup.LocalStorageStrategy", at.at("local_storage_strategy"),
+                     f"must be one of {', '.join(LocalStorageStrategy)} (nodeadm localStorage.strategy)",
+                     local_storage_strategy)
 
 
 def _check_instance_type(instance_type: str, path: str, problems: Problems) -> None:
-    if is_token(instance_type):
+    if is_unresolved(instance_type):
         return
-    match = _INSTANCE_TYPE.match(instance_type)
-    if match is None:
+    parts = family_and_size(instance_type) if not instance_type.startswith("ml.") else None
+    if parts is None:
         problems.add("GpuNodeGroup.BadInstanceType", path,
                      "must be an EC2 instance type '<family>.<size>', e.g. 'g6e.12xlarge' "
                      "(without the 'ml.' prefix SageMaker uses)", instance_type)
         return
-    family, size = match["family"], match["size"]
+    family, size = parts
     suggestion = f"families with instance-store NVMe: {', '.join(NVME_GPU_FAMILIES)}"
     if family in NVME_GPU_FAMILIES:
         known = NVME_GPU_FAMILIES[family].sizes
         if size not in known:
             problems.add("GpuNodeGroup.BadInstanceType", path,
                          f"{family} has no size '{size}'; sizes with instance-store NVMe: "
-                         f"{', '.join(sorted(known, key=_size_order))}", instance_type)
+                         f"{', '.join(sorted(known, key=size_order))}", instance_type)
     elif family in GPU_FAMILIES_WITHOUT_INSTANCE_STORE:
         problems.add("GpuNodeGroup.NoInstanceStore", path,
                      f"{instance_type} has no instance-store NVMe ({GPU_FAMILIES_WITHOUT_INSTANCE_STORE[family]}), "
@@ -264,45 +240,35 @@ def _check_instance_type(instance_type: str, path: str, problems: Problems) -> N
     else:
         problems.add("GpuNodeGroup.UnsupportedFamily", path,
                      f"{family} is not a known x86_64 NVIDIA GPU family with instance-store NVMe (arm64 and AMD GPU "
-                     f"families do not fit the AL2023_X86_64_NVIDIA AMI); {suggestion}", instance_type)
+                     f"families do not fit the AL2023_X86_64_NVIDIA AMI); {suggestion} (all: {families_with_nvme()})",
+                     instance_type)
 
 
-def _unresolved(value: Any) -> bool:
-    """An unresolved token (string, or a number encoded by ``Token.as_number``) is checked at deploy time."""
-    return is_token(value) or (isinstance(value, int | float) and Token.is_unresolved(value))
-
-
-def _size_order(size: str) -> tuple[int, str]:
-    digits = re.match(r"^(\d*)", size)
-    return (int(digits[1]) if digits and digits[1] else 1 if size == "xlarge" else 10**6, size)
-
-
-def _check_sizes(min_size: int, desired_size: int, max_size: int, problems: Problems) -> None:
-    values = {"min_size": min_size, "desired_size": desired_size, "max_size": max_size}
-    if any(_unresolved(v) for v in values.values()):
+def _check_sizes(min_size: int, desired_size: int, max_size: int, at: KeyPaths, problems: Problems) -> None:
+    if any(is_unresolved(v) for v in (min_size, desired_size, max_size)):
         return
     if min_size < 0:
-        problems.add("GpuNodeGroup.Sizes", "min_size", "must be 0 or more", min_size)
-    if max_size < 1:
-        problems.add("GpuNodeGroup.Sizes", "max_size", "must be at least 1", max_size)
-    if not min_size <= desired_size <= max_size:
-        problems.add("GpuNodeGroup.Sizes", "desired_size",
+        problems.add("GpuNodeGroup.Sizes", at.at("min_size"), "must be 0 or more", min_size)
+    if not 1 <= max_size <= MAX_NODES:
+        problems.add("GpuNodeGroup.Sizes", at.at("max_size"), f"must be an integer from 1 to {MAX_NODES}", max_size)
+    elif min_size >= 0 and not min_size <= desired_size <= max_size:
+        problems.add("GpuNodeGroup.Sizes", at.at("desired_size"),
                      f"must satisfy min_size <= desired_size <= max_size (min {min_size}, max {max_size})",
                      desired_size)
 
 
-def _check_label(key: str, value: str, problems: Problems) -> None:
-    path = join_path("labels", key)
+def _check_label(key: str, value: str, at: KeyPaths, problems: Problems) -> None:
+    path = at.at("labels", key)
     if key in (GPU_PRESENT_LABEL, INSTANCE_STORE_LABEL, NODEGROUP_LABEL):
         problems.add("GpuNodeGroup.BadLabel", path,
                      "is set by GpuNodeGroup (workloads select GPU/NVMe nodes by it) and may not be redefined", value)
         return
     prefix, _, label_name = key.rpartition("/")
-    if not _LABEL_NAME.match(label_name) or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix))):
+    if not LABEL_NAME.match(label_name) or (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix))):
         problems.add("GpuNodeGroup.BadLabel", path,
                      "must be a Kubernetes label key: optional DNS-subdomain prefix and '/', then 1-63 "
                      "alphanumerics, '-', '_' or '.'", key)
-    if not is_token(value) and not _LABEL_VALUE.match(value):
+    if not is_unresolved(value) and not LABEL_VALUE.match(value):
         problems.add("GpuNodeGroup.BadLabel", path,
                      "value must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
                      value)

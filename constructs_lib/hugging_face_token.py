@@ -4,12 +4,16 @@ template, a manifest, an environment variable in ``dist/`` or a log line.
 
 Flow: ``aws secretsmanager put-secret-value --secret-id <name> --secret-string hf_...`` (once, by a
 person or a pipeline with that right) -> ESO's ``SecretStore`` in the inference namespace
-authenticates as the ``hf-token-reader`` service account (IRSA, ``GetSecretValue`` on this one
-secret only) -> ``ExternalSecret`` writes Secret ``<kubernetes_secret_name>`` with key ``token``.
+authenticates as the reader service account (IRSA, ``GetSecretValue`` on this one secret only) ->
+``ExternalSecret`` writes the Secret ``tokenSecretRef`` names, key ``token``.
+
+The Kubernetes objects come from :meth:`SecretSync.manifests`, which both the construct (applied by the
+kubectl provider) and the GitOps hand-off (``dist/``) render.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import RemovalPolicy, Stack
@@ -18,69 +22,97 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from hyperpod_inference_iac.helm import HelmRelease
+from hyperpod_inference_iac.nag import acknowledge
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
-ESO_CHART_VERSION = "0.19.2"
-READER_SERVICE_ACCOUNT = "hf-token-reader"
+EXTERNAL_SECRETS = HelmRelease(
+    release="external-secrets", chart="external-secrets", repository="https://charts.external-secrets.io",
+    version="0.19.2", namespace="external-secrets", create_namespace=True, values={"installCRDs": True},
+    purpose="syncs the Hugging Face token from Secrets Manager into the inference namespace",
+)
+SECRET_STORE = "aws-secrets-manager"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretSync:
+    """One Secrets Manager secret kept in sync as one Kubernetes Secret.
+
+    :param namespace: where the Secret (and the workloads reading it) live.
+    :param secrets_manager_name: the Secrets Manager secret's name.
+    :param kubernetes_secret_name: the Secret ``tokenSecretRef.name`` names. @default ``hf-token``
+    :param key: the key in that Secret (``tokenSecretRef.key``). @default ``token``
+    :param reader_service_account: the service account ESO authenticates as. @default ``hf-token-reader``
+    :param reader_role_name: its role's name; fixed so GitOps manifests can name it. @default generated
+    :param refresh_interval_seconds: how often ESO re-reads the secret. @default 3600
+    """
+
+    namespace: str
+    secrets_manager_name: str
+    kubernetes_secret_name: str = "hf-token"
+    key: str = "token"
+    reader_service_account: str = "hf-token-reader"
+    reader_role_name: str | None = None
+    refresh_interval_seconds: int = 3600
+
+    def manifests(self, *, region: str, reader_role_arn: str) -> list[dict[str, Any]]:
+        """ServiceAccount (IRSA), SecretStore and ExternalSecret."""
+        return [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": self.reader_service_account, "namespace": self.namespace,
+                          "annotations": {"eks.amazonaws.com/role-arn": reader_role_arn}}},
+            {"apiVersion": "external-secrets.io/v1", "kind": "SecretStore",
+             "metadata": {"name": SECRET_STORE, "namespace": self.namespace},
+             "spec": {"provider": {"aws": {
+                 "service": "SecretsManager", "region": region,
+                 "auth": {"jwt": {"serviceAccountRef": {"name": self.reader_service_account}}}}}}},
+            {"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+             "metadata": {"name": self.kubernetes_secret_name, "namespace": self.namespace},
+             "spec": {"refreshInterval": f"{self.refresh_interval_seconds}s",
+                      "secretStoreRef": {"name": SECRET_STORE, "kind": "SecretStore"},
+                      "target": {"name": self.kubernetes_secret_name, "creationPolicy": "Owner"},
+                      "data": [{"secretKey": self.key, "remoteRef": {"key": self.secrets_manager_name}}]}},
+        ]
 
 
 class HuggingFaceTokenSync(Construct):
-    """:param secret_name: Secrets Manager name of the token (created empty; you put the value).
-    :param namespace: where the model deployments (and so the synced Secret) live.
-    :param kubernetes_secret_name: the Secret named by ``tokenSecretRef.name``; its key is ``token``.
-    :param install_operator: install External Secrets Operator with Helm (turn off if you run it already).
+    """The Secrets Manager secret (created empty: you put the value), the reader's role and the sync objects.
+
+    :param cluster: the cluster to sync into.
+    :param sync: what to sync where (:class:`SecretSync`).
+    :param install_operator: install External Secrets Operator with Helm (:data:`EXTERNAL_SECRETS`); turn off
+        if the cluster runs it already. @default True
+
+    Attributes: ``secret``, ``reader_role``, ``operator_chart`` (None when not installed), ``manifest``.
+    The secret's missing rotation (a Hugging Face token rotates in the Hugging Face account) is
+    acknowledged for cdk-nag here.
     """
 
-    SECRET_KEY = "token"
-
-    def __init__(
-        self,
-        scope: Construct,
-        id_: str,
-        *,
-        cluster: eks.Cluster,
-        secret_name: str,
-        namespace: str,
-        kubernetes_secret_name: str = "hf-token",
-        install_operator: bool = True,
-        refresh_interval_seconds: int = 3600,
-    ) -> None:
-        super().__init__(scope, id_)
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, sync: SecretSync,
+                 install_operator: bool = True) -> None:
+        super().__init__(scope, id)
         stack = Stack.of(self)
-        self.kubernetes_secret_name = kubernetes_secret_name
+        self.sync = sync
+        self.kubernetes_secret_name = sync.kubernetes_secret_name
         self.secret = secretsmanager.Secret(
-            self, "Secret", secret_name=secret_name, removal_policy=RemovalPolicy.RETAIN,
+            self, "Secret", secret_name=sync.secrets_manager_name, removal_policy=RemovalPolicy.RETAIN,
             description="Hugging Face access token for model downloads; set the value with "
                         "`aws secretsmanager put-secret-value` (never in code or config)",
         )
         self.reader_role = iam.Role(
-            self, "ReaderRole",
-            assumed_by=service_account_principal(self, "ReaderTrust", cluster=cluster, namespace=namespace,
-                                                 service_account=READER_SERVICE_ACCOUNT),
-            description=f"External Secrets: read the Hugging Face token into {namespace}",
+            self, "ReaderRole", role_name=sync.reader_role_name,
+            assumed_by=service_account_principal(self, "ReaderTrust", cluster=cluster, namespace=sync.namespace,
+                                                 service_account=sync.reader_service_account),
+            description=f"External Secrets: read the Hugging Face token into {sync.namespace}",
         )
         self.secret.grant_read(self.reader_role)
-
-        self.operator_chart = cluster.add_helm_chart(
-            "ExternalSecretsOperator", chart="external-secrets", repository="https://charts.external-secrets.io",
-            version=ESO_CHART_VERSION, namespace="external-secrets", create_namespace=True, wait=True,
-            values={"installCRDs": True},
-        ) if install_operator else None
-        objects: list[dict[str, Any]] = [
-            {"apiVersion": "v1", "kind": "ServiceAccount",
-             "metadata": {"name": READER_SERVICE_ACCOUNT, "namespace": namespace,
-                          "annotations": {"eks.amazonaws.com/role-arn": self.reader_role.role_arn}}},
-            {"apiVersion": "external-secrets.io/v1", "kind": "SecretStore",
-             "metadata": {"name": "aws-secrets-manager", "namespace": namespace},
-             "spec": {"provider": {"aws": {"service": "SecretsManager", "region": stack.region,
-                                           "auth": {"jwt": {"serviceAccountRef": {"name": READER_SERVICE_ACCOUNT}}}}}}},
-            {"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
-             "metadata": {"name": kubernetes_secret_name, "namespace": namespace},
-             "spec": {"refreshInterval": f"{refresh_interval_seconds}s",
-                      "secretStoreRef": {"name": "aws-secrets-manager", "kind": "SecretStore"},
-                      "target": {"name": kubernetes_secret_name, "creationPolicy": "Owner"},
-                      "data": [{"secretKey": self.SECRET_KEY, "remoteRef": {"key": secret_name}}]}},
-        ]
+        self.operator_chart = EXTERNAL_SECRETS.install(cluster, "ExternalSecretsOperator", wait=True) \
+            if install_operator else None
+        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{sync.reader_role_name}" \
+            if sync.reader_role_name else self.reader_role.role_arn
+        objects = sync.manifests(region=stack.region, reader_role_arn=role_arn)
         self.manifest = cluster.add_manifest("TokenSync", *objects)
+        self.manifest.node.add_dependency(self.reader_role)
         if self.operator_chart is not None:
             self.manifest.node.add_dependency(self.operator_chart)
+        acknowledge(self.secret, "hugging-face-token-rotation")

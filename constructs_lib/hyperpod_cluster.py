@@ -21,12 +21,12 @@ always does) and already run HyperPod's dependency Helm chart before nodes join.
 
 from __future__ import annotations
 
-import re
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
-from aws_cdk import Duration, Stack, Token
+from aws_cdk import DefaultStackSynthesizer, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -38,21 +38,30 @@ from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
-from hyperpod_inference_iac.validation import Problems, is_token, join_path
+from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
+from hyperpod_inference_iac.patterns import S3_BUCKET_NAME, SAGEMAKER_INSTANCE_TYPE, SAGEMAKER_NAME
+from hyperpod_inference_iac.s3_access import kms_through_s3
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 LIFECYCLE_SCRIPTS_DIR = package_dir("hyperpod_inference_iac", "hyperpod_lifecycle")
 LIFECYCLE_PREFIX = "lifecycle/"
 ON_CREATE_SCRIPT = "on_create.sh"
 INSTANCE_ROLE_MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
-DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
-NODE_RECOVERY_MODES = ("Automatic", "None")
 CLUSTER_LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters/"
+MAX_SUBNETS = 16  # VpcConfig.Subnets
+SECURITY_GROUPS = (1, 5)  # VpcConfig.SecurityGroupIds
+INSTANCE_COUNT_MAX = 1000
+EBS_VOLUME_GIB = (1, 16384)
 
-# Patterns from the AWS::SageMaker::Cluster registry schema.
-_CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-_INSTANCE_GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-_ML_INSTANCE_TYPE = re.compile(r"^ml\.[a-z][a-z0-9]*(-[a-z0-9]+)?\.[a-z0-9]+$")
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+class NodeRecovery(enum.StrEnum):
+    AUTOMATIC = "Automatic"  # HyperPod replaces or reboots faulty nodes
+    NONE = "None"
+
+
+class DeepHealthCheck(enum.StrEnum):
+    INSTANCE_STRESS = "InstanceStress"  # GPU/accelerator stress test
+    INSTANCE_CONNECTIVITY = "InstanceConnectivity"  # EFA/NCCL
 
 # What HyperPod does with the execution role in the customer VPC (VpcConfig): attach and clean up
 # the nodes' network interfaces. These EC2 actions have no resource-level scoping.
@@ -91,7 +100,7 @@ class InstanceGroup:
     instance_count: int
     threads_per_core: int = 1
     ebs_volume_gib: int = 500
-    deep_health_checks: Sequence[str] = ()
+    deep_health_checks: Sequence[DeepHealthCheck | str] = ()
 
 
 class HyperPodCluster(Construct):
@@ -105,31 +114,47 @@ class HyperPodCluster(Construct):
     :param security_groups: security groups of those interfaces (1..5); they must allow traffic to and
         from the EKS cluster security group.
     :param instance_groups: at least one :class:`InstanceGroup`, names unique.
-    :param node_recovery: ``Automatic`` (default: HyperPod replaces or reboots faulty nodes) or ``None``.
-    :param lifecycle_bucket_name: name of the lifecycle-script bucket this construct creates
-        (deterministic, chosen by the caller). The role reads it through an explicit grant, so it need
-        not start with ``sagemaker-`` (the managed policy's own S3 scope).
-    :param access_logs_bucket: where the lifecycle bucket's server access logs go; default none.
-    :param encryption_key: KMS key of the lifecycle bucket; default SSE-S3.
+    :param node_recovery: :class:`NodeRecovery`. @default AUTOMATIC
+    :param lifecycle_bucket_name: name of the lifecycle-script bucket this construct creates. The role
+        reads it through an explicit grant, so it need not start with ``sagemaker-`` (the managed policy's
+        own S3 scope). @default a name CloudFormation generates
+    :param lifecycle_scripts: folder whose files are deployed under ``lifecycle/``; it must hold
+        ``on_create.sh``. @default the script shipped in this package (``hyperpod_lifecycle/``)
+    :param access_logs_bucket: where the lifecycle bucket's server access logs go (its policy must admit
+        ``logging.s3.amazonaws.com``, as :class:`~hyperpod_inference_iac.CaptureStorage`'s does). @default none
+    :param encryption_key: KMS key of the lifecycle bucket. @default SSE-S3
+
+    Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
+    ``lifecycle_deployment``, ``access_entry``. Its cdk-nag findings (the instance-role managed policy,
+    node permissions without resource scoping, CDK's BucketDeployment) are acknowledged here.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
         cluster_name: str,
-        eks_cluster: eks.Cluster,
+        eks_cluster: eks.ICluster,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         instance_groups: Sequence[InstanceGroup],
-        lifecycle_bucket_name: str,
-        node_recovery: str = "Automatic",
+        lifecycle_bucket_name: str | None = None,
+        lifecycle_scripts: str | Path | None = None,
+        node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC,
         access_logs_bucket: s3.IBucket | None = None,
         encryption_key: kms.IKey | None = None,
     ) -> None:
-        super().__init__(scope, id_)
-        _validate(cluster_name, subnets, security_groups, instance_groups, node_recovery, lifecycle_bucket_name)
+        super().__init__(scope, id)
+        problems = Problems()
+        check_hyperpod_cluster(problems, cluster_name=cluster_name, instance_groups=instance_groups,
+                               node_recovery=node_recovery, lifecycle_bucket_name=lifecycle_bucket_name,
+                               subnet_count=len(subnets), security_group_count=len(security_groups))
+        scripts = Path(lifecycle_scripts) if lifecycle_scripts is not None else LIFECYCLE_SCRIPTS_DIR
+        if not (scripts / ON_CREATE_SCRIPT).is_file():
+            problems.add("HyperPodCluster.NoOnCreateScript", "lifecycle_scripts",
+                         f"must be a folder holding {ON_CREATE_SCRIPT}", str(scripts))
+        problems.raise_if_any(f"HyperPodCluster {self.node.path}")
         stack = Stack.of(self)
 
         self.lifecycle_bucket = hardened_bucket(
@@ -146,9 +171,7 @@ class HyperPodCluster(Construct):
         self.lifecycle_deployment = s3_deployment.BucketDeployment(
             self,
             "LifecycleScripts",
-            sources=[s3_deployment.Source.asset(
-                str(LIFECYCLE_SCRIPTS_DIR), exclude=["*.md", "__pycache__", ".*"],
-            )],
+            sources=[s3_deployment.Source.asset(str(scripts), exclude=["*.md", "__pycache__", ".*"])],
             destination_bucket=self.lifecycle_bucket,
             destination_key_prefix=LIFECYCLE_PREFIX,
             prune=True,
@@ -192,7 +215,7 @@ class HyperPodCluster(Construct):
                 eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=eks_cluster.cluster_arn),
             ),
             instance_groups=[self._instance_group(group, source_s3_uri) for group in instance_groups],
-            node_recovery=node_recovery,
+            node_recovery=str(node_recovery),
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
                 security_group_ids=[sg.security_group_id for sg in security_groups],
                 subnets=[subnet.subnet_id for subnet in subnets],
@@ -204,6 +227,29 @@ class HyperPodCluster(Construct):
         role_policy = self.execution_role.node.find_child("DefaultPolicy")
         self.cfn_cluster.node.add_dependency(self.lifecycle_deployment, role_policy, self.access_entry)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
+        self._acknowledge_reviewed_findings(stack)
+
+    def _acknowledge_reviewed_findings(self, stack: Stack) -> None:
+        role = self.execution_role
+        acknowledge(role, "hyperpod-managed-policy", managed_policy(INSTANCE_ROLE_MANAGED_POLICY))
+        bucket = self.lifecycle_bucket
+        acknowledge(role, "s3-object-wildcard-under-fixed-prefix",
+                    *resource_evidence(self, bucket.arn_for_objects(f"{LIFECYCLE_PREFIX}*")))
+        partition, region, account = stack.partition, stack.region, stack.account
+        log_group = f"arn:{partition}:logs:{region}:{account}:log-group:{CLUSTER_LOG_GROUP_PREFIX}*"
+        acknowledge(role, "hyperpod-node-permissions", *resource_evidence(self,
+            "*", f"arn:{partition}:ec2:{region}:{account}:network-interface/*",
+            f"arn:{partition}:ecr:{region}:*:repository/*", log_group, f"{log_group}:log-stream:*"))
+        assets = f"cdk-{DefaultStackSynthesizer.DEFAULT_QUALIFIER}-assets-{account}-{region}"
+        deployment_role = self.lifecycle_deployment.handler_role
+        acknowledge(deployment_role, "cdk-bucket-deployment-managed-policy",
+                    managed_policy("service-role/AWSLambdaBasicExecutionRole"))
+        acknowledge(deployment_role, "cdk-bucket-deployment", "Action::s3:GetBucket*", "Action::s3:GetObject*",
+                    "Action::s3:List*", "Action::s3:Abort*", "Action::s3:DeleteObject*",
+                    "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*",
+                    *resource_evidence(self, f"arn:{partition}:s3:::{assets}/*", bucket.arn_for_objects("*")))
+        for handler in stack_singletons(stack, "Custom::CDKBucketDeployment"):
+            acknowledge(handler, "cdk-bucket-deployment-runtime")
 
     def _instance_group(
         self, group: InstanceGroup, source_s3_uri: str
@@ -224,7 +270,7 @@ class HyperPodCluster(Construct):
             life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
                 source_s3_uri=source_s3_uri, on_create=ON_CREATE_SCRIPT,
             ),
-            on_start_deep_health_checks=list(group.deep_health_checks) or None,
+            on_start_deep_health_checks=[str(check) for check in group.deep_health_checks] or None,
         )
 
     def _grant_read_lifecycle_scripts(self, stack: Stack, encryption_key: kms.IKey | None) -> None:
@@ -243,13 +289,10 @@ class HyperPodCluster(Construct):
         if encryption_key is not None:
             role.add_to_principal_policy(iam.PolicyStatement(
                 sid="DecryptLifecycleScripts", actions=["kms:Decrypt"], resources=[encryption_key.key_arn],
-                conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"},
-                            # The bucket key's encryption context is the bucket ARN.
-                            "StringLike": {"kms:EncryptionContext:aws:s3:arn": [
-                                bucket.bucket_arn, bucket.arn_for_objects("*")]}},
+                conditions=kms_through_s3(stack.region, bucket.bucket_arn),
             ))
 
-    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.Cluster) -> None:
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster) -> None:
         role = self.execution_role
         in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         role.add_to_principal_policy(iam.PolicyStatement(
@@ -280,75 +323,79 @@ class HyperPodCluster(Construct):
         ))
 
 
-def _unresolved(value: Any) -> bool:
-    return is_token(value) or (isinstance(value, int | float) and Token.is_unresolved(value))
-
-
-def _validate(
+def check_hyperpod_cluster(
+    problems: Problems,
+    at: KeyPaths = PROPS,
+    *,
     cluster_name: str,
-    subnets: Sequence[ec2.ISubnet],
-    security_groups: Sequence[ec2.ISecurityGroup],
     instance_groups: Sequence[InstanceGroup],
-    node_recovery: str,
-    bucket_name: str,
+    node_recovery: str = NodeRecovery.AUTOMATIC,
+    lifecycle_bucket_name: str | None = None,
+    subnet_count: int | None = None,
+    security_group_count: int | None = None,
+    instance_group_names: dict[str, str] | None = None,
 ) -> None:
-    problems = Problems()
-    if not _unresolved(cluster_name) and not _CLUSTER_NAME.match(cluster_name):
-        problems.add("HyperPodCluster.BadName", "cluster_name",
+    """Every rule of :class:`HyperPodCluster`'s properties (a config loader calls it with its key paths;
+    ``instance_group_names`` maps :class:`InstanceGroup` fields to its keys)."""
+    if not is_unresolved(cluster_name) and not SAGEMAKER_NAME.match(cluster_name):
+        problems.add("HyperPodCluster.BadName", at.at("cluster_name"),
                      "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
                      cluster_name)
-    if not subnets:
-        problems.add("HyperPodCluster.NoSubnets", "subnets",
-                     "must name at least one subnet for the nodes' network interfaces (VpcConfig.Subnets)")
-    elif len(subnets) > 16:
-        problems.add("HyperPodCluster.NoSubnets", "subnets", "VpcConfig allows at most 16 subnets", len(subnets))
-    if not 1 <= len(security_groups) <= 5:
-        problems.add("HyperPodCluster.SecurityGroups", "security_groups",
-                     "must name 1 to 5 security groups (VpcConfig.SecurityGroupIds)", len(security_groups))
-    if node_recovery not in NODE_RECOVERY_MODES:
-        problems.add("HyperPodCluster.NodeRecovery", "node_recovery",
-                     f"must be one of {', '.join(NODE_RECOVERY_MODES)}", node_recovery)
-    if not _unresolved(bucket_name) and (not _BUCKET_NAME.match(bucket_name) or ".." in bucket_name):
-        problems.add("HyperPodCluster.BadBucketName", "lifecycle_bucket_name",
-                     "must be an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-'", bucket_name)
+    if subnet_count is not None:
+        if subnet_count < 1:
+            problems.add("HyperPodCluster.NoSubnets", at.at("subnets"),
+                         "must name at least one subnet for the nodes' network interfaces (VpcConfig.Subnets)")
+        elif subnet_count > MAX_SUBNETS:
+            problems.add("HyperPodCluster.TooManySubnets", at.at("subnets"),
+                         f"VpcConfig allows at most {MAX_SUBNETS} subnets", subnet_count)
+    if security_group_count is not None and not SECURITY_GROUPS[0] <= security_group_count <= SECURITY_GROUPS[1]:
+        problems.add("HyperPodCluster.SecurityGroups", at.at("security_groups"),
+                     "must name 1 to 5 security groups (VpcConfig.SecurityGroupIds)", security_group_count)
+    if node_recovery not in NodeRecovery._value2member_map_:
+        problems.add("HyperPodCluster.NodeRecovery", at.at("node_recovery"),
+                     f"must be one of {', '.join(NodeRecovery)}", node_recovery)
+    if lifecycle_bucket_name is not None and not is_unresolved(lifecycle_bucket_name) and (
+            not S3_BUCKET_NAME.match(lifecycle_bucket_name) or ".." in lifecycle_bucket_name):
+        problems.add("HyperPodCluster.BadBucketName", at.at("lifecycle_bucket_name"),
+                     "must be an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-'", lifecycle_bucket_name)
     if not instance_groups:
-        problems.add("HyperPodCluster.NoInstanceGroups", "instance_groups",
+        problems.add("HyperPodCluster.NoInstanceGroups", at.at("instance_groups"),
                      "must define at least one instance group")
     seen: set[str] = set()
     for index, group in enumerate(instance_groups):
-        path = join_path("instance_groups", index)
+        group_at = at.child("instance_groups", index, names=instance_group_names)
         if group.name in seen:
-            problems.add("HyperPodCluster.DuplicateInstanceGroup", join_path(path, "name"),
+            problems.add("HyperPodCluster.DuplicateInstanceGroup", group_at.at("name"),
                          "instance group names must be unique in a cluster", group.name)
         seen.add(group.name)
-        _check_instance_group(group, path, problems)
-    problems.raise_if_any("HyperPodCluster")
+        _check_instance_group(group, group_at, problems)
 
 
-def _check_instance_group(group: InstanceGroup, path: str, problems: Problems) -> None:
-    if not _unresolved(group.name) and not _INSTANCE_GROUP_NAME.match(group.name):
-        problems.add("HyperPodCluster.BadName", join_path(path, "name"),
+def _check_instance_group(group: InstanceGroup, at: KeyPaths, problems: Problems) -> None:
+    if not is_unresolved(group.name) and not SAGEMAKER_NAME.match(group.name):
+        problems.add("HyperPodCluster.BadName", at.at("name"),
                      "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
                      group.name)
-    if not _unresolved(group.instance_type) and not _ML_INSTANCE_TYPE.match(group.instance_type):
+    if not is_unresolved(group.instance_type) and not SAGEMAKER_INSTANCE_TYPE.match(group.instance_type):
         hint = f" (did you mean 'ml.{group.instance_type}'?)" if not group.instance_type.startswith("ml.") else ""
-        problems.add("HyperPodCluster.BadInstanceType", join_path(path, "instance_type"),
+        problems.add("HyperPodCluster.BadInstanceType", at.at("instance_type"),
                      f"must be a SageMaker instance type 'ml.<family>.<size>', e.g. 'ml.g6e.12xlarge'{hint}",
                      group.instance_type)
-    if not _unresolved(group.instance_count) and group.instance_count < 0:
-        problems.add("HyperPodCluster.InstanceCount", join_path(path, "instance_count"), "must be 0 or more",
-                     group.instance_count)
-    if not _unresolved(group.threads_per_core) and group.threads_per_core not in (1, 2):
-        problems.add("HyperPodCluster.ThreadsPerCore", join_path(path, "threads_per_core"),
+    if not is_unresolved(group.instance_count) and not 0 <= group.instance_count <= INSTANCE_COUNT_MAX:
+        problems.add("HyperPodCluster.InstanceCount", at.at("instance_count"),
+                     f"must be an integer from 0 to {INSTANCE_COUNT_MAX}", group.instance_count)
+    if not is_unresolved(group.threads_per_core) and group.threads_per_core not in (1, 2):
+        problems.add("HyperPodCluster.ThreadsPerCore", at.at("threads_per_core"),
                      "must be 1 (multithreading off) or 2 (on)", group.threads_per_core)
-    if not _unresolved(group.ebs_volume_gib) and not 1 <= group.ebs_volume_gib <= 16384:
-        problems.add("HyperPodCluster.VolumeSize", join_path(path, "ebs_volume_gib"),
-                     "must be 1..16384 GiB (EbsVolumeConfig.VolumeSizeInGB)", group.ebs_volume_gib)
+    low, high = EBS_VOLUME_GIB
+    if not is_unresolved(group.ebs_volume_gib) and not low <= group.ebs_volume_gib <= high:
+        problems.add("HyperPodCluster.VolumeSize", at.at("ebs_volume_gib"),
+                     f"must be an integer from {low} to {high} (GiB; EbsVolumeConfig.VolumeSizeInGB)",
+                     group.ebs_volume_gib)
     checks = list(group.deep_health_checks)
-    checks_path = join_path(path, "deep_health_checks")
     for check_index, check in enumerate(checks):
-        if check not in DEEP_HEALTH_CHECKS:
-            problems.add("HyperPodCluster.DeepHealthCheck", join_path(checks_path, check_index),
-                         f"must be one of {', '.join(DEEP_HEALTH_CHECKS)}", check)
+        if check not in DeepHealthCheck._value2member_map_:
+            problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks", check_index),
+                         f"must be one of {', '.join(DeepHealthCheck)}", check)
     if len(set(checks)) != len(checks):
-        problems.add("HyperPodCluster.DeepHealthCheck", checks_path, "must not repeat a check", checks)
+        problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks"), "must not repeat a check", checks)

@@ -15,64 +15,119 @@ the kubectl Lambda (262 KB request limit). Roles:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import Stack
+from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
-from hyperpod_inference_iac.capture_storage import CaptureStorage
-from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
+from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION
+from hyperpod_inference_iac.s3_access import (
+    KMS_READ_ACTIONS,
+    KMS_WRITE_ACTIONS,
+    SAME_ACCOUNT,
+    bucket_arn,
+    grant_key_through_s3,
+    grant_object_writes,
+    objects_arn,
+)
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
 OPERATOR_ADDON = "amazon-sagemaker-hyperpod-inference"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_SERVICE_ACCOUNT = "hyperpod-inference-controller-manager"
 EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+OPERATOR_MANAGED_POLICY = "AmazonSageMakerHyperPodInferenceAccess"
+DEFAULT_ADDON_VERSION = "v1.0.0-eksbuild.1"
 # EKS add-ons the operator's manager checks for before it starts (CSI drivers, cert-manager CRDs),
 # plus metrics-server for autoscaling and the Pod Identity agent for workload identities.
 DEPENDENCY_ADDONS = ("eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver")
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
+S3_CSI_SERVICE_ACCOUNT = ("kube-system", "s3-csi-driver-sa")
+
+
+def check_inference_operator(problems: Problems, at: KeyPaths = PROPS, *, execution_role_name: str,
+                             addon_version: str = DEFAULT_ADDON_VERSION) -> None:
+    """Every rule of :class:`InferenceOperator`'s properties."""
+    if not is_unresolved(execution_role_name):
+        if not execution_role_name.startswith(EXECUTION_ROLE_PREFIX):
+            problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
+                         f"must start with {EXECUTION_ROLE_PREFIX} (the add-on refuses other names)",
+                         execution_role_name)
+        elif len(execution_role_name) > 64:
+            problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
+                         "must be at most 64 characters (IAM role names)", execution_role_name)
+    if not is_unresolved(addon_version) and not EKS_ADDON_VERSION.match(addon_version):
+        problems.add("InferenceOperator.AddonVersion", at.at("addon_version"),
+                     "must be an EKS add-on version such as v1.0.0-eksbuild.1", addon_version)
 
 
 class InferenceOperator(Construct):
     """Install the operator and everything it needs on ``cluster``.
 
+    :param cluster: the ``aws_eks_v2`` cluster (with its OIDC provider, for the IRSA roles).
+    :param hyperpod_cluster_arn: the HyperPod cluster the operator deploys onto.
+    :param tls_bucket: the operator's TLS certificate output bucket (its name must start with
+        ``hyperpod-tls``: the AWS-managed policy covers only those).
+    :param tls_bucket_key: that bucket's KMS key. @default none (SSE-S3)
+    :param capture_bucket: the bucket data capture writes to. @default none: no capture permissions
+    :param capture_key: the capture bucket's KMS key. @default none (SSE-S3)
+    :param capture_prefix: key prefix in the capture bucket the operator may write to. @default ``data-capture/``
+    :param certificate: the ACM certificate of the endpoint domains (describe/get/tag only it).
+        @default none: no custom domains
+    :param hosted_zone: the Route 53 zone whose records the operator manages (only it). @default none
     :param execution_role_name: must start with ``SageMakerHyperPodInference`` (checked).
-    :param capture_prefix: key prefix in the capture bucket the operator may write captures to.
-    :param certificate_arn: the ACM certificate of the endpoint domains (describe/get only it).
-    :param hosted_zone_id: the Route 53 zone whose records the operator manages (only it).
+        @default ``SageMakerHyperPodInference-<stack name>``
+    :param addon_version: pinned add-on version. Dependency add-ons take EKS's default for the cluster's
+        Kubernetes minor (pinning those too would break on each EKS release). @default ``v1.0.0-eksbuild.1``
+    :param enable_custom_service_accounts: lets workloads run under their own labelled service
+        accounts (the add-on's ``enableCustomServiceAccounts``). @default False
     :param mounted_buckets: buckets the operator mounts through Mountpoint for S3 (model weights);
-        the TLS bucket is always included.
-    :param addon_version: pinned add-on version; dependency add-ons take EKS's default for the
-        cluster's Kubernetes minor (pinning those too would break on each EKS release).
+        the TLS bucket is always included. @default none
+    :param install_fsx_csi_driver: also install the FSx for Lustre CSI add-on. @default False
+
+    Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``addon``
+    (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the add-on's configuration values).
+    Its cdk-nag findings (AWS's operator policy, the load balancer controller's published policy, KEDA's
+    metric reads, object wildcards under fixed prefixes) are acknowledged here.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
         cluster: eks.Cluster,
         hyperpod_cluster_arn: str,
-        storage: CaptureStorage,
-        capture_prefix: str,
-        certificate_arn: str,
-        hosted_zone_id: str,
-        execution_role_name: str,
-        addon_version: str,
+        tls_bucket: s3.IBucket,
+        tls_bucket_key: kms.IKey | None = None,
+        capture_bucket: s3.IBucket | None = None,
+        capture_key: kms.IKey | None = None,
+        capture_prefix: str = "data-capture/",
+        certificate: acm.ICertificate | None = None,
+        hosted_zone: route53.IHostedZone | None = None,
+        execution_role_name: str | None = None,
+        addon_version: str = DEFAULT_ADDON_VERSION,
         enable_custom_service_accounts: bool = False,
         mounted_buckets: Sequence[s3.IBucket] = (),
         install_fsx_csi_driver: bool = False,
     ) -> None:
-        super().__init__(scope, id_)
-        _validate(execution_role_name)
+        super().__init__(scope, id)
         stack = Stack.of(self)
-        self._cluster_name = cluster.cluster_name
+        execution_role_name = execution_role_name or f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}"[:64]
+        problems = Problems()
+        check_inference_operator(problems, execution_role_name=execution_role_name, addon_version=addon_version)
+        problems.raise_if_any(f"InferenceOperator {self.node.path}")
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
@@ -86,17 +141,24 @@ class InferenceOperator(Construct):
             ),
             # AWS's policy for the operator (SageMaker endpoints, load balancers, ECR); maintained by AWS
             # as the operator evolves. Everything touching our data is granted below, scoped.
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
-                "AmazonSageMakerHyperPodInferenceAccess")],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(OPERATOR_MANAGED_POLICY)],
         )
-        storage.grant_write_captures(self.execution_role, prefix=capture_prefix)
-        storage.grant_write_tls_certificates(self.execution_role)
-        self.execution_role.add_to_principal_policy(iam.PolicyStatement(
-            sid="UseEndpointCertificate", resources=[certificate_arn],
-            actions=["acm:DescribeCertificate", "acm:GetCertificate", "acm:AddTagsToCertificate"]))
-        self.execution_role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ManageEndpointRecords", resources=[f"arn:{stack.partition}:route53:::hostedzone/{hosted_zone_id}"],
-            actions=["route53:GetHostedZone", "route53:ListResourceRecordSets", "route53:ChangeResourceRecordSets"]))
+        tls_arn = bucket_arn(tls_bucket)
+        wildcards = [objects_arn(tls_arn)]
+        if capture_bucket is not None:
+            capture_arn = bucket_arn(capture_bucket)
+            grant_object_writes(self.execution_role, bucket_arn=capture_arn, prefix=capture_prefix, key=capture_key)
+            wildcards.insert(0, objects_arn(capture_arn, capture_prefix))
+        self._grant_tls_output(tls_arn, tls_bucket_key)
+        if certificate is not None:
+            self.execution_role.add_to_principal_policy(iam.PolicyStatement(
+                sid="UseEndpointCertificate", resources=[certificate.certificate_arn],
+                actions=["acm:DescribeCertificate", "acm:GetCertificate", "acm:AddTagsToCertificate"]))
+        if hosted_zone is not None:
+            self.execution_role.add_to_principal_policy(iam.PolicyStatement(
+                sid="ManageEndpointRecords", resources=[hosted_zone.hosted_zone_arn],
+                actions=["route53:GetHostedZone", "route53:ListResourceRecordSets",
+                         "route53:ChangeResourceRecordSets"]))
 
         self.alb_controller_role = self._irsa_role(
             cluster, "AlbControllerRole", "aws-load-balancer-controller",
@@ -109,46 +171,63 @@ class InferenceOperator(Construct):
                 "aps:QueryMetrics", "aps:GetLabels", "aps:GetSeries", "aps:GetMetricMetadata"],
                 resources=[f"arn:{stack.partition}:aps:{stack.region}:{stack.account}:workspace/*"]),
         ])
+        namespace, account_name = S3_CSI_SERVICE_ACCOUNT
         self.s3_csi_role = iam.Role(
             self, "S3CsiDriverRole",
-            assumed_by=service_account_principal(self, "S3CsiTrust", cluster=cluster, namespace="kube-system",
-                                                 service_account="s3-csi-driver-sa"),
+            assumed_by=service_account_principal(self, "S3CsiTrust", cluster=cluster, namespace=namespace,
+                                                 service_account=account_name),
             description="Mountpoint for S3 CSI driver: read-only on the buckets the operator mounts",
         )
-        storage.grant_read_tls_certificates(self.s3_csi_role)
+        if tls_bucket_key is not None:
+            grant_key_through_s3(self.s3_csi_role, tls_bucket_key, KMS_READ_ACTIONS, tls_arn)
+        self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[tls_arn]))
+        self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"],
+                                                                     resources=[objects_arn(tls_arn)]))
         for bucket in mounted_buckets:
             self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(
                 actions=["s3:ListBucket"], resources=[bucket.bucket_arn]))
             self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(
                 actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]))
 
-        self.dependency_addons = [self._addon(name) for name in DEPENDENCY_ADDONS]
+        self.dependency_addons = [self._addon(cluster, name) for name in DEPENDENCY_ADDONS]
         if install_fsx_csi_driver:
-            self.dependency_addons.append(self._addon(FSX_CSI_ADDON))
-        mountpoint = next(a for a in self.dependency_addons if a.addon_name == "aws-mountpoint-s3-csi-driver")
-        mountpoint.service_account_role_arn = self.s3_csi_role.role_arn
+            self.dependency_addons.append(self._addon(cluster, FSX_CSI_ADDON))
+        mountpoint = self.dependency_addons[DEPENDENCY_ADDONS.index("aws-mountpoint-s3-csi-driver")]
+        _cfn_addon(mountpoint).service_account_role_arn = self.s3_csi_role.role_arn
 
-        self.configuration = {
+        self.configuration: Mapping[str, Any] = {
             "executionRoleArn": self.execution_role.role_arn,
-            "tlsCertificateS3Bucket": storage.tls_bucket.bucket_name,
+            "tlsCertificateS3Bucket": tls_bucket.bucket_name,
             "hyperpodClusterArn": hyperpod_cluster_arn,
             "enableCustomServiceAccounts": enable_custom_service_accounts,
             "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": self.alb_controller_role.role_arn}},
             "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": self.keda_role.role_arn}}}},
         }
-        self.addon = eks_l1.CfnAddon(
-            self, "Addon", cluster_name=cluster.cluster_name, addon_name=OPERATOR_ADDON, addon_version=addon_version,
-            configuration_values=stack.to_json_string(self.configuration),
-            resolve_conflicts="OVERWRITE",
-        )
+        self.addon = eks.Addon(self, "Addon", cluster=cluster, addon_name=OPERATOR_ADDON, addon_version=addon_version,
+                               configuration_values=dict(self.configuration))
+        _cfn_addon(self.addon).resolve_conflicts = "OVERWRITE"
         for dependency in self.dependency_addons:
             self.addon.node.add_dependency(dependency)
+        self._acknowledge_reviewed_findings(stack, wildcards)
 
-    def _irsa_role(self, cluster: eks.Cluster, id_: str, service_account: str,
+    def _grant_tls_output(self, tls_arn: str, key: kms.IKey | None) -> None:
+        """What the operator needs on its TLS output bucket: tagged writes only."""
+        role = self.execution_role
+        if key is not None:
+            grant_key_through_s3(role, key, KMS_WRITE_ACTIONS, tls_arn)
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:DeleteObject"], resources=[objects_arn(tls_arn)],
+            conditions=SAME_ACCOUNT))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:PutObject", "s3:PutObjectTagging"], resources=[objects_arn(tls_arn)],
+            conditions={"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}",
+                                         "s3:RequestObjectTag/CreatedBy": "HyperPodInference"}}))
+
+    def _irsa_role(self, cluster: eks.Cluster, id: str, service_account: str,
                    statements: list[iam.PolicyStatement]) -> iam.Role:
         role = iam.Role(
-            self, id_,
-            assumed_by=service_account_principal(self, f"{id_}Trust", cluster=cluster,
+            self, id,
+            assumed_by=service_account_principal(self, f"{id}Trust", cluster=cluster,
                                                  namespace=OPERATOR_NAMESPACE, service_account=service_account),
             description=f"{OPERATOR_NAMESPACE}/{service_account} of the inference operator add-on",
         )
@@ -156,22 +235,29 @@ class InferenceOperator(Construct):
             role.add_to_principal_policy(statement)
         return role
 
-    def _addon(self, name: str) -> eks_l1.CfnAddon:
-        return eks_l1.CfnAddon(self, _construct_id(name), cluster_name=self._cluster_name, addon_name=name,
-                               resolve_conflicts="OVERWRITE")
+    def _addon(self, cluster: eks.ICluster, name: str) -> eks.Addon:
+        addon = eks.Addon(self, _construct_id(name), cluster=cluster, addon_name=name)
+        _cfn_addon(addon).resolve_conflicts = "OVERWRITE"
+        return addon
+
+    def _acknowledge_reviewed_findings(self, stack: Stack, wildcards: Sequence[str]) -> None:
+        partition, region, account = stack.partition, stack.region, stack.account
+        acknowledge(self.execution_role, "operator-managed-policy", managed_policy(OPERATOR_MANAGED_POLICY))
+        acknowledge(self.execution_role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, *wildcards))
+        acknowledge(self.s3_csi_role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, wildcards[-1]))
+        elb = f"arn:{partition}:elasticloadbalancing:{region}:{account}"
+        acknowledge(self.alb_controller_role, "alb-controller-policy", *resource_evidence(self,
+            "*", f"arn:{partition}:ec2:{region}:{account}:security-group/*",
+            *(f"{elb}:{kind}" for kind in ("loadbalancer/app/*/*", "loadbalancer/net/*/*", "targetgroup/*/*",
+                                           "listener/app/*/*/*", "listener/net/*/*/*", "listener-rule/app/*/*/*",
+                                           "listener-rule/net/*/*/*"))))
+        acknowledge(self.keda_role, "keda-metric-reads",
+                    *resource_evidence(self, "*", f"arn:{partition}:aps:{region}:{account}:workspace/*"))
+
+
+def _cfn_addon(addon: eks.Addon) -> eks_l1.CfnAddon:
+    return addon.node.default_child  # type: ignore[return-value]
 
 
 def _construct_id(addon_name: str) -> str:
     return "".join(part.capitalize() for part in addon_name.split("-")) + "Addon"
-
-
-def _validate(execution_role_name: str) -> None:
-    problems = Problems()
-    if not execution_role_name.startswith(EXECUTION_ROLE_PREFIX):
-        problems.add("InferenceOperator.ExecutionRoleName", "execution_role_name",
-                     f"must start with {EXECUTION_ROLE_PREFIX} (the add-on refuses other names)", execution_role_name)
-    if len(execution_role_name) > 64:
-        problems.add("InferenceOperator.ExecutionRoleName", "execution_role_name", "must be at most 64 characters",
-                     execution_role_name)
-    problems.raise_if_any("InferenceOperator")
-

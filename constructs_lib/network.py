@@ -4,48 +4,128 @@ Private subnets carry the tags the AWS Load Balancer Controller uses to place in
 balancers (``kubernetes.io/role/internal-elb``) and public ones for internet-facing ones
 (``kubernetes.io/role/elb``). An S3 gateway endpoint keeps model weights and captured data off
 the NAT gateway (cheaper, and the traffic never leaves the AWS network).
+
+Availability zones without an account lookup: ``ec2.Vpc`` asks the stack for its zones, and a stack
+with an explicit account and region answers by looking them up in the account at synth (credentials,
+``cdk.context.json``). :func:`deploy_time_availability_zones` gives ``Fn::Select``/``Fn::GetAZs``
+tokens that CloudFormation resolves at deploy time instead; a stack returns them from its
+``availability_zones`` property (see :class:`PlatformVpc`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy, Tags
+from aws_cdk import Annotations, Fn, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from hyperpod_inference_iac.patterns import SUBNET_ID, VPC_ID
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
+
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
+ZONE_COUNT = (2, 6)
+CIDR_PREFIX = (16, 24)
+
+
+def deploy_time_availability_zones(count: int) -> list[str]:
+    """The first ``count`` zones of the stack's region, resolved by CloudFormation (no lookup)."""
+    return [Fn.select(index, Fn.get_azs()) for index in range(count)]
+
+
+def check_cidr(problems: Problems, path: str, cidr: str, code: str = "Network.BadCidr") -> None:
+    try:
+        network = ipaddress.ip_network(cidr)
+        if network.version != 4 or not CIDR_PREFIX[0] <= network.prefixlen <= CIDR_PREFIX[1]:
+            raise ValueError
+    except ValueError:
+        problems.add(code, path, f"must be an IPv4 CIDR block from /{CIDR_PREFIX[0]} to /{CIDR_PREFIX[1]}", cidr)
+
+
+def check_platform_vpc(problems: Problems, at: KeyPaths = PROPS, *, cidr: str = "10.42.0.0/16", max_azs: int = 2,
+                       nat_gateways: int = 1) -> None:
+    """Every rule of :class:`PlatformVpc`'s properties."""
+    if not is_unresolved(cidr):
+        check_cidr(problems, at.at("cidr"), cidr)
+    low, high = ZONE_COUNT
+    if not low <= max_azs <= high:
+        problems.add("Network.ZoneCount", at.at("max_azs"), f"must be an integer from {low} to {high} (EKS needs two "
+                     "zones at least)", max_azs)
+    if not 1 <= nat_gateways <= max(max_azs, 1):
+        problems.add("Network.NatGateways", at.at("nat_gateways"),
+                     f"must be an integer from 1 to the number of zones ({max_azs})", nat_gateways)
+
+
+def check_existing_vpc(problems: Problems, at: KeyPaths = PROPS, *, vpc_id: str, vpc_cidr: str,
+                       availability_zones: Sequence[str], private_subnet_ids: Sequence[str]) -> None:
+    """Every rule of :func:`existing_vpc`'s arguments."""
+    if not is_unresolved(vpc_id) and not VPC_ID.match(vpc_id):
+        problems.add("Network.BadVpcId", at.at("vpc_id"), "must be a VPC id such as vpc-0123456789abcdef0", vpc_id)
+    if not is_unresolved(vpc_cidr):
+        check_cidr(problems, at.at("vpc_cidr"), vpc_cidr)
+    if len(availability_zones) < ZONE_COUNT[0]:
+        problems.add("Network.ZoneCount", at.at("availability_zones"), "needs at least 2 zones (EKS needs two)",
+                     list(availability_zones))
+    for index, subnet in enumerate(private_subnet_ids):
+        if not is_unresolved(subnet) and not SUBNET_ID.match(subnet):
+            problems.add("Network.BadSubnetId", at.at("private_subnet_ids", index),
+                         "must be a subnet id such as subnet-0123456789abcdef0", subnet)
+    if len(availability_zones) != len(private_subnet_ids):
+        problems.add("Network.SubnetsPerZone", at.at("private_subnet_ids"),
+                     f"needs one private subnet per availability zone ({len(availability_zones)} zones)",
+                     list(private_subnet_ids))
 
 
 class PlatformVpc(Construct):
-    """A new VPC (``cidr``, ``max_azs``, ``nat_gateways``) with flow logs and an S3 gateway endpoint.
+    """A new VPC with flow logs and an S3 gateway endpoint.
 
-    :param cidr: IPv4 block of the VPC; private subnets get /19s so large GPU node groups with
-        prefix delegation do not run out of addresses.
-    :param availability_zones: the zones to use (never looked up in the account at synth): names,
-        or ``Fn::Select``/``Fn::GetAZs`` tokens resolved by CloudFormation at deploy time.
+    :param cidr: IPv4 block of the VPC (/16 to /24); private subnets get /19s so large GPU node groups
+        with prefix delegation do not run out of addresses. @default ``10.42.0.0/16``
+    :param max_azs: number of zones (2..6). @default 2
+    :param nat_gateways: NAT gateways (1 to the number of zones; one per zone survives a zone outage).
+        @default 1
+    :param availability_zones: zone names or tokens. @default the first ``max_azs`` zones as
+        CloudFormation resolves them at deploy time (:func:`deploy_time_availability_zones`)
+    :param flow_log_retention: how long flow logs are kept. @default one year
+
+    ``ec2.Vpc`` still asks the stack for its zones. In a stack with an explicit account and region that
+    is an account lookup at synth, unless the stack answers itself (``availability_zones`` property
+    returning :func:`deploy_time_availability_zones`) or ``cdk.context.json`` holds the answer; the
+    construct then adds the warning ``@hyperpod-inference-iac/PlatformVpc:availabilityZoneLookup``.
+
+    Attributes: ``vpc``, ``flow_log_group``, ``flow_log``.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
-        cidr: str,
+        cidr: str = "10.42.0.0/16",
         max_azs: int = 2,
         nat_gateways: int = 1,
         availability_zones: Sequence[str] | None = None,
         flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
     ) -> None:
-        super().__init__(scope, id_)
+        super().__init__(scope, id)
+        problems = Problems()
+        check_platform_vpc(problems, cidr=cidr, max_azs=max_azs, nat_gateways=nat_gateways)
+        problems.raise_if_any(f"PlatformVpc {self.node.path}")
+        if _zones_need_lookup(Stack.of(self)):
+            Annotations.of(self).add_warning_v2(
+                "@hyperpod-inference-iac/PlatformVpc:availabilityZoneLookup",
+                "this stack has an explicit account and region, so ec2.Vpc looks its availability zones up in the "
+                "account at synth (credentials needed, result cached in cdk.context.json). To synthesize offline, "
+                "let the stack answer: override its availability_zones property to return "
+                "deploy_time_availability_zones(n)")
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(cidr),
-            availability_zones=list(availability_zones) if availability_zones else None,
-            max_azs=None if availability_zones else max_azs,
+            availability_zones=list(availability_zones or deploy_time_availability_zones(max_azs)),
             nat_gateways=nat_gateways,
             restrict_default_security_group=True,
             subnet_configuration=[
@@ -67,14 +147,28 @@ class PlatformVpc(Construct):
         )
 
 
-def existing_vpc(scope: Construct, id_: str, *, vpc_id: str, vpc_cidr: str, availability_zones: Sequence[str],
+def _zones_need_lookup(stack: Stack) -> bool:
+    """Whether reading ``stack.availability_zones`` would look zones up in the account at synth."""
+    if is_unresolved(stack.account) or is_unresolved(stack.region):
+        return False  # environment-agnostic: the stack answers with Fn::GetAZs itself
+    if type(stack).availability_zones is not Stack.availability_zones:
+        return False  # the stack answers itself
+    key = f"availability-zones:account={stack.account}:region={stack.region}"
+    return stack.node.try_get_context(key) is None
+
+
+def existing_vpc(scope: Construct, id: str, *, vpc_id: str, vpc_cidr: str, availability_zones: Sequence[str],
                  private_subnet_ids: Sequence[str]) -> ec2.IVpc:
     """An existing VPC from its attributes: no ``Vpc.from_lookup``, so synth needs no AWS account.
 
     The caller is responsible for the subnet tags (``kubernetes.io/role/internal-elb``) and an S3
-    endpoint in an existing VPC; docs/configuration.md says so.
+    endpoint in an existing VPC; the docs say so.
     """
+    problems = Problems()
+    check_existing_vpc(problems, vpc_id=vpc_id, vpc_cidr=vpc_cidr, availability_zones=availability_zones,
+                       private_subnet_ids=private_subnet_ids)
+    problems.raise_if_any("existing_vpc")
     return ec2.Vpc.from_vpc_attributes(
-        scope, id_, vpc_id=vpc_id, vpc_cidr_block=vpc_cidr, availability_zones=list(availability_zones),
+        scope, id, vpc_id=vpc_id, vpc_cidr_block=vpc_cidr, availability_zones=list(availability_zones),
         private_subnet_ids=list(private_subnet_ids),
     )

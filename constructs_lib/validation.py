@@ -1,20 +1,44 @@
-"""One way to report bad input, shared by the config loader, the constructs and the charts.
+"""One way to report bad input, shared by the constructs, the charts and the repository's config loader.
 
 Every check appends a :class:`Problem` (stable code, key path, message, offending value) to a
 :class:`Problems` collector instead of raising at the first one, so a user sees every mistake
 in one run. ``Problems.raise_if_any()`` then raises one :class:`ConfigError` whose message
 lists them all, one per line, e.g.::
 
-    [DataCapture.SamplingOutOfRange] models[0].dataCapture.modelPod.initialSamplingPercentage:
+    [DataCapture.SamplingOutOfRange] models[0].spec.dataCapture.modelPod.initialSamplingPercentage:
     must be an integer from 0 to 100 (got 150)
+
+Each construct's rules live in one ``check_*`` function that takes a :class:`KeyPaths`: the
+construct calls it with its own property names (``instance_types[0]``), a config loader with the
+keys of its file (``cluster.gpuNodeGroups[0].instanceTypes[0]``). One rule, one code, reported
+once, under the name the reader wrote.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from aws_cdk import Token
+
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
+
+__all__ = [
+    "DNS1123_LABEL",
+    "DNS1123_SUBDOMAIN",
+    "ConfigError",
+    "KeyPaths",
+    "Problem",
+    "Problems",
+    "is_unresolved",
+    "join_path",
+]
+
+# Codes of the shape errors every parser reports (config loader and charts alike).
+WRONG_TYPE = "Config.WrongType"
+MISSING_KEY = "Config.MissingKey"
+UNKNOWN_KEY = "Config.UnknownKey"
 
 _NOT_GIVEN: Any = object()
 
@@ -48,15 +72,22 @@ class ConfigError(ValueError):
 
 @dataclass
 class Problems:
-    """Collects problems; paths are joined with :meth:`at` so nested validators stay readable."""
+    """Collects problems. The same problem (code, path, value) is kept once, whoever reports it."""
 
     items: list[Problem] = field(default_factory=list)
 
     def add(self, code: str, path: str, message: str, value: Any = _NOT_GIVEN) -> None:
-        self.items.append(Problem(code, path, message, value))
+        problem = Problem(code, path, message, value)
+        if not any(_same(problem, known) for known in self.items):
+            self.items.append(problem)
 
-    def extend(self, other: Problems) -> None:
-        self.items.extend(other.items)
+    def extend(self, other: Iterable[Problem]) -> None:
+        for problem in other:
+            self.add(problem.code, problem.path, problem.message, problem.value)
+
+    def has_at_or_below(self, path: str) -> bool:
+        """True when a problem was already reported at ``path`` or inside it."""
+        return any(p.path == path or p.path.startswith((f"{path}.", f"{path}[")) for p in self.items)
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -72,6 +103,10 @@ class Problems:
             raise ConfigError(self.items, source=source)
 
 
+def _same(a: Problem, b: Problem) -> bool:
+    return a.code == b.code and a.path == b.path and repr(a.value) == repr(b.value)
+
+
 def join_path(parent: str, child: str | int) -> str:
     """``join_path("models", 0) == "models[0]"``; ``join_path("a", "b") == "a.b"``."""
     if isinstance(child, int):
@@ -79,10 +114,56 @@ def join_path(parent: str, child: str | int) -> str:
     return f"{parent}.{child}" if parent else child
 
 
+@dataclass(frozen=True)
+class KeyPaths:
+    """Names the place a value came from, in the vocabulary of whoever supplied it.
+
+    ``KeyPaths()`` speaks a construct's property names: ``at("instance_types", 0)`` is
+    ``instance_types[0]``. ``KeyPaths("cluster.gpuNodeGroups[0]", {"instance_types": "instanceTypes"})``
+    speaks a config file's keys: the same call gives ``cluster.gpuNodeGroups[0].instanceTypes[0]``.
+    A property without a mapping keeps its own name.
+    """
+
+    base: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def at(self, prop: str = "", *more: str | int) -> str:
+        local = prop
+        for part in more:
+            local = join_path(local, part)
+        if local in self.names:  # a whole path renamed, e.g. capture_prefixes[0] -> prefix
+            return join_path(self.base, self.names[local]) if self.names[local] else self.base
+        path = self.base
+        if prop:
+            path = join_path(path, self.names.get(prop, prop))
+        for part in more:
+            path = join_path(path, part)
+        return path or "(top level)"
+
+    def child(self, prop: str, *more: str | int, names: Mapping[str, str] | None = None) -> KeyPaths:
+        """The paths of a nested block (an instance group, a list entry)."""
+        return KeyPaths(self.at(prop, *more), dict(names or {}))
+
+
+def is_unresolved(value: Any) -> bool:
+    """True for a value CloudFormation resolves at deploy time (a CDK token, as a string, a number or a
+    list): such values are checked by the service, not here. Plain values are never tokens."""
+    # The CDK's own check decides; the cheap tests before it only skip the jsii round trip for values
+    # that cannot hold a token at all (an int never encodes one: Token.as_number gives a float).
+    if isinstance(value, str):
+        return "Token[" in value and Token.is_unresolved(value)
+    if isinstance(value, float):
+        return Token.is_unresolved(value)
+    if isinstance(value, list):
+        return Token.is_unresolved(value) or any(is_unresolved(item) for item in value)
+    return False
+
+
 def is_token(value: Any) -> bool:
-    """True for an unresolved CDK token (``${Token[...]}``): such values are checked at deploy time."""
+    """Transitional: the workload plan's deploy-time markers look like tokens; replaced by the plan's
+    own deploy-time type."""
     return isinstance(value, str) and "${Token[" in value
 
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+PROPS = KeyPaths()
+"""A construct's own view: problems are named after its properties."""

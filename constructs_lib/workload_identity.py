@@ -13,69 +13,85 @@ Two bindings, both exact to one namespace and one service account:
 
 from __future__ import annotations
 
-from enum import Enum
+import enum
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from hyperpod_inference_iac.validation import DNS1123_LABEL, DNS1123_SUBDOMAIN, Problems, is_token
+from hyperpod_inference_iac.nag import acknowledge, resource_evidence
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
+from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes, objects_arn
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 ROLE_NAME_MAX = 64
 
 
-class IdentityBinding(Enum):
+class IdentityBinding(enum.Enum):
     IRSA = "irsa"
     POD_IDENTITY = "pod-identity"
 
 
-def service_account_principal(scope: Construct, id_: str, *, cluster: eks.ICluster, namespace: str,
+def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str,
                               service_account: str) -> iam.IPrincipal:
     """An OIDC (IRSA) principal that only the one service account can assume."""
     provider = cluster.open_id_connect_provider
     issuer = provider.open_id_connect_provider_issuer
-    conditions = CfnJson(scope, id_, value={
+    conditions = CfnJson(scope, id, value={
         f"{issuer}:aud": "sts.amazonaws.com",
         f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
     })
     return iam.OpenIdConnectPrincipal(provider).with_conditions({"StringEquals": conditions})
 
 
-def deterministic_role_arn(stack: Stack, role_name: str) -> str:
-    """The ARN a named role will have, known before deploy (no token), for manifests in dist/."""
-    return f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}"
+def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, *, namespace: str, service_account: str,
+                            role_name: str | None = None) -> None:
+    """Every rule of :class:`WorkloadIdentity`'s properties."""
+    if not is_unresolved(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+        problems.add("WorkloadIdentity.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
+    if not is_unresolved(service_account) and (len(service_account) > 253
+                                               or not DNS1123_SUBDOMAIN.match(service_account)):
+        problems.add("WorkloadIdentity.BadServiceAccount", at.at("service_account"), "must be a DNS-1123 subdomain",
+                     service_account)
+    if role_name is not None and not is_unresolved(role_name) and (
+            not role_name or len(role_name) > ROLE_NAME_MAX or not role_name.replace("-", "").isalnum()):
+        problems.add("WorkloadIdentity.BadRoleName", at.at("role_name"),
+                     f"must be 1-{ROLE_NAME_MAX} letters, digits and '-'", role_name)
 
 
 class WorkloadIdentity(Construct):
     """The identity of one inference workload: a role bound to exactly one service account.
 
-    :param role_name: fixed name, so the role ARN is known before deploy and can be written into
-        a ServiceAccount annotation in ``dist/`` without CDK tokens.
-    :param weights_bucket: the bucket holding this workload's model weights; read-only access is
-        granted to ``weights_prefix`` only (``s3:ListBucket`` conditioned on ``s3:prefix``).
-    :param weights_key: the KMS key of that bucket, if any: ``kms:Decrypt`` through S3 only.
+    :param cluster: the cluster whose pods assume the role.
+    :param namespace: the service account's namespace.
+    :param service_account: the service account's name.
+    :param role_name: fixed name, so the role ARN is known before deploy and can be written into a
+        ServiceAccount annotation in GitOps manifests without CDK tokens. @default generated
+    :param binding: :class:`IdentityBinding`. @default IRSA
+
+    Grants: :meth:`grant_read_objects` and :meth:`grant_write_objects`, each on one prefix of one bucket
+    (a whole bucket is never granted), with the bucket's key used through S3 only; each grant's object
+    wildcard is acknowledged for cdk-nag with its exact resource. The identity is ``IGrantable``.
     """
 
     def __init__(
         self,
         scope: Construct,
-        id_: str,
+        id: str,
         *,
         cluster: eks.ICluster,
         namespace: str,
         service_account: str,
-        role_name: str,
+        role_name: str | None = None,
         binding: IdentityBinding = IdentityBinding.IRSA,
-        weights_bucket: s3.IBucket | None = None,
-        weights_prefix: str = "",
-        weights_key: kms.IKey | None = None,
     ) -> None:
-        super().__init__(scope, id_)
-        _validate(namespace, service_account, role_name, weights_bucket, weights_prefix)
+        super().__init__(scope, id)
+        problems = Problems()
+        check_workload_identity(problems, namespace=namespace, service_account=service_account, role_name=role_name)
+        problems.raise_if_any(f"WorkloadIdentity {self.node.path}")
         stack = Stack.of(self)
         self.namespace = namespace
         self.service_account = service_account
@@ -104,42 +120,32 @@ class WorkloadIdentity(Construct):
             )
         else:
             self.association = None
-        self.role_arn = deterministic_role_arn(stack, role_name)
-        if weights_bucket is not None:
-            self._grant_weights(weights_bucket, weights_prefix, weights_key)
+        # Deterministic when named (no token), for manifests outside CDK.
+        self.role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name \
+            else self.role.role_arn
 
-    def _grant_weights(self, bucket: s3.IBucket, prefix: str, key: kms.IKey | None) -> None:
-        prefix = prefix.strip("/")
-        self.role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ListWeightsPrefix", actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
-        ))
-        self.role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ReadWeights", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{prefix}/*")],
-        ))
-        if key is not None:
-            stack = Stack.of(self)
-            self.role.add_to_principal_policy(iam.PolicyStatement(
-                sid="DecryptWeightsThroughS3", actions=["kms:Decrypt"], resources=[key.key_arn],
-                conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"},
-                            "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket.bucket_arn,
-                                                                                bucket.arn_for_objects("*")]}},
-            ))
+    @property
+    def grant_principal(self) -> iam.IPrincipal:
+        return self.role.grant_principal
+
+    def grant_read_objects(self, *, bucket_arn: str, prefix: str, key: kms.IKey | None = None) -> None:
+        """Read-only on ``prefix`` (e.g. model weights); ``s3:ListBucket`` conditioned on ``s3:prefix``."""
+        _require_prefix(prefix)
+        grant_object_reads(self.role, bucket_arn=bucket_arn, prefix=prefix, key=key)
+        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
+                    *resource_evidence(self, objects_arn(bucket_arn, prefix)))
+
+    def grant_write_objects(self, *, bucket_arn: str, prefix: str, key: kms.IKey | None = None) -> None:
+        """Write-only on ``prefix`` (e.g. one workload's capture prefix)."""
+        _require_prefix(prefix)
+        grant_object_writes(self.role, bucket_arn=bucket_arn, prefix=prefix, key=key)
+        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
+                    *resource_evidence(self, objects_arn(bucket_arn, prefix)))
 
 
-def _validate(namespace: str, service_account: str, role_name: str, bucket: s3.IBucket | None,
-              prefix: str) -> None:
-    problems = Problems()
-    if not is_token(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
-        problems.add("WorkloadIdentity.BadNamespace", "namespace", "must be a DNS-1123 label", namespace)
-    if not is_token(service_account) and (len(service_account) > 253
-                                          or not DNS1123_SUBDOMAIN.match(service_account)):
-        problems.add("WorkloadIdentity.BadServiceAccount", "service_account", "must be a DNS-1123 subdomain",
-                     service_account)
-    if not is_token(role_name) and (len(role_name) > ROLE_NAME_MAX or not role_name.replace("-", "").isalnum()):
-        problems.add("WorkloadIdentity.BadRoleName", "role_name",
-                     f"must be 1-{ROLE_NAME_MAX} letters, digits and '-'", role_name)
-    if bucket is not None and not prefix.strip("/"):
-        problems.add("WorkloadIdentity.WholeBucket", "weights_prefix",
-                     "must name the prefix of this workload's weights; a whole bucket is never granted", prefix)
-    problems.raise_if_any("WorkloadIdentity")
+def _require_prefix(prefix: str) -> None:
+    if not prefix.strip("/"):
+        problems = Problems()
+        problems.add("WorkloadIdentity.WholeBucket", "prefix",
+                     "must name the prefix of this workload's objects; a whole bucket is never granted", prefix)
+        problems.raise_if_any("WorkloadIdentity")

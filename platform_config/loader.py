@@ -1,23 +1,49 @@
-"""Read and validate a deployment configuration file before anything is built.
+"""Read, check and plan a deployment configuration file before anything is built.
 
-``load_config(path)`` returns a :class:`PlatformConfig` or raises one :class:`ConfigError` that
-lists every problem with its key path, the bad value and what is allowed.
+``load_config(path)`` returns a :class:`PlatformConfig` or raises one :class:`ConfigError` that lists
+every problem of the file, each once, under its key path, with the bad value and what is allowed.
+
+Division of work, so every rule exists once:
+
+* this module reads the file's shape (types, required and unknown keys) and the few rules that belong to
+  this app's file alone (``project``, ``environment``, which VPC kind);
+* each value a construct takes is checked by that construct's own ``check_*`` function, called here with
+  the file's key paths (:class:`~hyperpod_inference_iac.KeyPaths`): the same rule, the same code, whether
+  the value comes from this file or from another team's Python;
+* the ``models:`` and ``portable:`` entries are parsed by the charts and planned once, with everything
+  else, by :func:`~hyperpod_inference_iac.charts.plan_workloads`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-# The operator's own patterns: a value the config accepts must also pass the CRD.
-from hyperpod_inference_iac.charts.endpoint_blocks import ACM_ARN_PATTERN, HOSTED_ZONE_ID_PATTERN
-from hyperpod_inference_iac.charts.endpoint_blocks import IAM_ROLE_ARN_PATTERN as ROLE_ARN_PATTERN
-from hyperpod_inference_iac.validation import DNS1123_LABEL, ConfigError, Problems
+from hyperpod_inference_iac import (
+    ClusterEndpointAccess,
+    InstanceGroup,
+    KeyPaths,
+    NodeRecovery,
+    RedactionRule,
+    check_capture_pipeline,
+    check_capture_storage,
+    check_endpoint_domain,
+    check_existing_vpc,
+    check_gpu_node_group,
+    check_hyperpod_cluster,
+    check_inference_cluster,
+    check_inference_operator,
+    check_platform_vpc,
+)
+from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
+from hyperpod_inference_iac.charts.inference_chart import parse_model
+from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
+from hyperpod_inference_iac.inference_operator import DEFAULT_ADDON_VERSION
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, REGION
+from hyperpod_inference_iac.validation import WRONG_TYPE, ConfigError, Problems, join_path
 from platform_config.model import (
     CapturePolicy,
     ClusterConfig,
@@ -26,21 +52,31 @@ from platform_config.model import (
     ExistingVpc,
     GpuNodeGroupConfig,
     HyperPodConfig,
-    HyperPodInstanceGroupConfig,
     NewVpc,
     OperatorConfig,
     PlatformConfig,
 )
 from platform_config.reader import Section
-from platform_config.workloads import plan_workloads, platform_values
 
-REDACTION_RULES = ("email", "phone", "access_token")
-# Kubernetes minors with an EKS release, a kubectl layer package and a cdk8s-plus package we can pin.
-SUPPORTED_KUBERNETES_VERSIONS = ("1.33", "1.34", "1.35")
-ACCOUNT_PATTERN = r"\d{12}"
-REGION_PATTERN = r"[a-z]{2}(-gov)?-[a-z]+-\d"
-DOMAIN_PATTERN = r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+"
-HYPERPOD_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
+PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
+
+# Config keys of the construct properties they set (KeyPaths names).
+_CAPTURE_KEYS = {"retention_days": "retentionDays",
+                 "noncurrent_version_retention_days": "noncurrentVersionRetentionDays",
+                 "access_log_retention_days": "accessLogRetentionDays", "reader_role_arns": "readerRoleArns",
+                 "capture_prefixes[0]": "prefix", "pandas_layer_arn": "pandasLayerArn"}
+_NEW_VPC_KEYS = {"max_azs": "maxAzs", "nat_gateways": "natGateways"}
+_EXISTING_VPC_KEYS = {"vpc_id": "vpcId", "vpc_cidr": "vpcCidr", "availability_zones": "availabilityZones",
+                      "private_subnet_ids": "privateSubnetIds"}
+_CLUSTER_KEYS = {"cluster_name": "name", "kubernetes_version": "kubernetesVersion", "endpoint_access": "endpointAccess",
+                 "admin_role_arns": "adminRoleArns", "system_instance_type": "systemInstanceType"}
+_NODE_GROUP_KEYS = {"instance_types": "instanceTypes", "min_size": "minSize", "desired_size": "desiredSize",
+                    "max_size": "maxSize", "root_volume_gib": "rootVolumeGiB"}
+_HYPERPOD_KEYS = {"cluster_name": "clusterName", "node_recovery": "nodeRecovery", "instance_groups": "instanceGroups"}
+_INSTANCE_GROUP_KEYS = {"instance_type": "instanceType", "instance_count": "instanceCount",
+                        "threads_per_core": "threadsPerCore", "ebs_volume_gib": "ebsVolumeGiB",
+                        "deep_health_checks": "deepHealthChecks"}
+_DOMAIN_KEYS = {"zone_name": "zoneName", "endpoint_domains": "endpointDomains"}
 
 
 def load_config(path: str | Path) -> PlatformConfig:
@@ -49,7 +85,7 @@ def load_config(path: str | Path) -> PlatformConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError([], source=f"{path} (cannot be read: {error.strerror}; pass an existing file with "
-                                     f"`-c config=path/to/file.yaml`)") from None
+                                     f"CONFIG=path/to/file.yaml or -c config=path/to/file.yaml)") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -62,205 +98,176 @@ def load_config(path: str | Path) -> PlatformConfig:
 
 
 def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
+    """Every problem of the file in one :class:`ConfigError`, or the checked and planned config."""
     problems = Problems()
     root = Section(data, "", problems)
-
-    project = root.string("project", required=True, pattern=r"[a-z][a-z0-9-]{1,18}[a-z0-9]",
+    project = root.string("project", required=True, pattern=PROJECT,
                           hint="must be 3-20 characters of lowercase letters, digits and '-', starting with a "
                                "letter (it prefixes bucket names, which S3 limits to 63 characters)") or "invalid"
     env_section = root.section("environment", required=True)
     environment = Environment(
-        account=env_section.string("account", required=True, pattern=ACCOUNT_PATTERN,
+        account=env_section.string("account", required=True, pattern=ACCOUNT_ID.pattern,
                                    hint="must be a 12-digit AWS account id, quoted in YAML") or "000000000000",
-        region=env_section.string("region", required=True, pattern=REGION_PATTERN,
+        region=env_section.string("region", required=True, pattern=REGION.pattern,
                                   hint="must be an AWS region name such as us-west-2") or "us-east-1",
     )
     env_section.finish()
-    tags = root.string_map("tags")
-
     config = PlatformConfig(
         source=source,
         project=project,
         environment=environment,
-        tags=tags,
-        capture=_capture(root.section("capture"), problems),
-        vpc=_vpc(root.section("network"), problems),
-        cluster=_cluster(root.section("cluster", required=True), problems),
+        tags=root.string_map("tags"),
+        capture=_capture(root.section("capture"), environment),
+        vpc=_vpc(root.section("network")),
+        cluster=_cluster(root.section("cluster", required=True)),
         hyperpod=_hyperpod(root.section("hyperpod", required=True)),
         operator=_operator(root.section("operator")),
         domain=_domain(root.section("domain", required=True)),
-        models_source=tuple(item for _, item in root.items("models")),
-        portable_source=tuple(item for _, item in root.items("portable")),
+        models=tuple(_models(root)),
+        portable=tuple(_portable(root)),
     )
     root.finish()
-    if not problems:  # workloads are wired from platform values, which need a valid platform first
-        config = dataclasses.replace(config, workloads=plan_workloads(
-            list(config.models_source), list(config.portable_source), values=platform_values(config),
-            custom_service_accounts_enabled=config.operator.enable_custom_service_accounts, problems=problems))
+    check_inference_operator(problems, KeyPaths("operator", {"addon_version": "addonVersion"}),
+                             execution_role_name=config.operator_execution_role_name,
+                             addon_version=config.operator.addon_version)
+    # The workloads are planned with the rest of the file: their problems are reported in the same run,
+    # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
+    plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable, problems=problems)
     problems.raise_if_any(source)
-    return config
+    return dataclasses.replace(config, workloads=plan)
 
 
-def _capture(section: Section, problems: Problems) -> CapturePolicy:
-    def known_rule(path: str, rule: str) -> None:
-        if rule not in REDACTION_RULES:
-            problems.add("Capture.UnknownRedactionRule", path, f"must be one of {', '.join(REDACTION_RULES)}", rule)
-
-    def role_arn(path: str, arn: str) -> None:
-        _check_pattern(problems, path, arn, ROLE_ARN_PATTERN, "Config.BadFormat", "must be an IAM role ARN")
-
+def _capture(section: Section, environment: Environment) -> CapturePolicy:
+    problems = section.problems
+    defaults = CapturePolicy()
+    redact = section.string_list("redact") if section.has("redact") else [str(rule) for rule in defaults.redact]
     policy = CapturePolicy(
-        prefix=section.string("prefix", default="data-capture/", pattern=r"([a-z0-9][a-z0-9._-]*/)+",
-                              hint="must be lowercase path segments each ending in '/', e.g. data-capture/")
-        or "data-capture/",
-        retention_days=section.integer("retentionDays", default=30, minimum=1, maximum=3650) or 30,
-        noncurrent_version_retention_days=section.integer("noncurrentVersionRetentionDays", default=7,
-                                                          minimum=1, maximum=365) or 7,
-        access_log_retention_days=section.integer("accessLogRetentionDays", default=365, minimum=1,
-                                                  maximum=3650) or 365,
-        redact=tuple(section.string_list("redact", check=known_rule) if section.has("redact")
-                     else REDACTION_RULES),
-        reader_role_arns=tuple(section.string_list("readerRoleArns", check=role_arn)),
-        pandas_layer_arn=section.string(
-            "pandasLayerArn", pattern=r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+",
-            hint="must be a Lambda layer version ARN (AWS SDK for pandas, Python 3.13, arm64)"),
+        prefix=section.string("prefix", default=defaults.prefix) or defaults.prefix,
+        retention_days=_integer(section, "retentionDays", defaults.retention_days),
+        noncurrent_version_retention_days=_integer(section, "noncurrentVersionRetentionDays",
+                                                   defaults.noncurrent_version_retention_days),
+        access_log_retention_days=_integer(section, "accessLogRetentionDays", defaults.access_log_retention_days),
+        redact=tuple(RedactionRule(rule) for rule in redact if rule in RedactionRule._value2member_map_),
+        reader_role_arns=tuple(section.string_list("readerRoleArns")),
+        pandas_layer_arn=section.string("pandasLayerArn"),
     )
     section.finish()
+    at = KeyPaths(section.path, _CAPTURE_KEYS)
+    check_capture_storage(problems, at, retention_days=policy.retention_days,
+                          noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
+                          access_log_retention_days=policy.access_log_retention_days,
+                          reader_role_arns=policy.reader_role_arns)
+    check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
+                           pandas_layer_arn=policy.pandas_layer_arn)
     return policy
 
 
-def _vpc(section: Section, problems: Problems) -> NewVpc | ExistingVpc:
+def _vpc(section: Section) -> NewVpc | ExistingVpc:
+    problems = section.problems
     existing = section.optional_section("existingVpc")
     create = section.optional_section("newVpc")
     section.finish()
     if existing is not None and create is not None:
         problems.add("Network.BothVpcKinds", section.path, "give either newVpc or existingVpc, not both")
     if existing is not None:
-        def subnet(path: str, value: str) -> None:
-            _check_pattern(problems, path, value, r"subnet-[0-9a-f]{8,17}", "Config.BadFormat",
-                           "must be a subnet id such as subnet-0123456789abcdef0")
-
         vpc = ExistingVpc(
-            vpc_id=existing.string("vpcId", required=True, pattern=r"vpc-[0-9a-f]{8,17}",
-                                   hint="must be a VPC id such as vpc-0123456789abcdef0") or "vpc-00000000",
-            vpc_cidr=_cidr(existing, "vpcCidr", problems, required=True),
-            availability_zones=tuple(existing.string_list("availabilityZones", required=True, min_items=2)),
-            private_subnet_ids=tuple(existing.string_list("privateSubnetIds", required=True, min_items=2,
-                                                          check=subnet)),
+            vpc_id=existing.string("vpcId", required=True) or "vpc-00000000",
+            vpc_cidr=existing.string("vpcCidr", required=True) or "10.0.0.0/16",
+            availability_zones=tuple(existing.string_list("availabilityZones", required=True)),
+            private_subnet_ids=tuple(existing.string_list("privateSubnetIds", required=True)),
         )
         existing.finish()
-        if len(vpc.availability_zones) != len(vpc.private_subnet_ids):
-            problems.add("Network.SubnetsPerZone", existing.at("privateSubnetIds"),
-                         f"needs one private subnet per availability zone ({len(vpc.availability_zones)} zones)",
-                         list(vpc.private_subnet_ids))
+        check_existing_vpc(problems, KeyPaths(existing.path, _EXISTING_VPC_KEYS), vpc_id=vpc.vpc_id,
+                           vpc_cidr=vpc.vpc_cidr, availability_zones=vpc.availability_zones,
+                           private_subnet_ids=vpc.private_subnet_ids)
         return vpc
     create = create or Section({}, section.at("newVpc"), problems)
+    defaults = NewVpc()
     vpc = NewVpc(
-        cidr=_cidr(create, "cidr", problems, default="10.42.0.0/16"),
-        max_azs=create.integer("maxAzs", default=2, minimum=2, maximum=6) or 2,
-        nat_gateways=create.integer("natGateways", default=1, minimum=1, maximum=6) or 1,
+        cidr=create.string("cidr", default=defaults.cidr) or defaults.cidr,
+        max_azs=_integer(create, "maxAzs", defaults.max_azs),
+        nat_gateways=_integer(create, "natGateways", defaults.nat_gateways),
     )
     create.finish()
+    check_platform_vpc(problems, KeyPaths(create.path, _NEW_VPC_KEYS), cidr=vpc.cidr, max_azs=vpc.max_azs,
+                       nat_gateways=vpc.nat_gateways)
     return vpc
 
 
-def _cidr(section: Section, key: str, problems: Problems, *, required: bool = False,
-          default: str | None = None) -> str:
-    value = section.string(key, required=required, default=default) or default or "10.42.0.0/16"
-    try:
-        network = ipaddress.ip_network(value)
-        if network.version != 4 or not 16 <= network.prefixlen <= 24:
-            raise ValueError
-    except ValueError:
-        problems.add("Network.BadCidr", section.at(key), "must be an IPv4 CIDR block from /16 to /24", value)
-    return value
-
-
-def _cluster(section: Section, problems: Problems) -> ClusterConfig:
+def _cluster(section: Section) -> ClusterConfig:
+    problems = section.problems
     groups = []
     for path, item in section.items("gpuNodeGroups", required=True, min_items=1):
         group = Section(item, path, problems)
-        min_size = group.integer("minSize", default=0, minimum=0, maximum=100)
-        desired = group.integer("desiredSize", default=1, minimum=0, maximum=100)
-        max_size = group.integer("maxSize", default=2, minimum=1, maximum=100)
-        if None not in (min_size, desired, max_size) and not min_size <= desired <= max_size:  # type: ignore[operator]
-            problems.add("Cluster.NodeGroupSizes", path, "needs minSize <= desiredSize <= maxSize",
-                         {"minSize": min_size, "desiredSize": desired, "maxSize": max_size})
-        groups.append(GpuNodeGroupConfig(
-            name=group.string("name", required=True, pattern=DNS1123_LABEL.pattern,
-                              hint="must be a lowercase DNS label") or "invalid",
-            instance_types=tuple(group.string_list("instanceTypes", required=True, min_items=1)),
-            min_size=min_size or 0, desired_size=desired or 0, max_size=max_size or 1,
-            root_volume_gib=group.integer("rootVolumeGiB", default=200, minimum=50, maximum=16384) or 200,
+        defaults = GpuNodeGroupConfig(name="", instance_types=())
+        config = GpuNodeGroupConfig(
+            name=group.string("name", required=True) or "invalid",
+            instance_types=tuple(group.string_list("instanceTypes", required=True)),
+            min_size=_integer(group, "minSize", defaults.min_size),
+            desired_size=_integer(group, "desiredSize", defaults.desired_size),
+            max_size=_integer(group, "maxSize", defaults.max_size),
+            root_volume_gib=_integer(group, "rootVolumeGiB", defaults.root_volume_gib),
             labels=group.string_map("labels"),
-        ))
+        )
         group.finish()
+        check_gpu_node_group(problems, KeyPaths(path, _NODE_GROUP_KEYS), name=config.name,
+                             instance_types=config.instance_types, min_size=config.min_size,
+                             desired_size=config.desired_size, max_size=config.max_size,
+                             root_volume_gib=config.root_volume_gib, labels=config.labels)
+        groups.append(config)
     names = [g.name for g in groups]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.add("Cluster.DuplicateNodeGroup", section.at("gpuNodeGroups"), "node group names must be unique",
                      name)
-
-    def admin(path: str, arn: str) -> None:
-        _check_pattern(problems, path, arn, ROLE_ARN_PATTERN, "Config.BadFormat", "must be an IAM role ARN")
-
+    endpoint_access = section.string("endpointAccess", default=str(ClusterEndpointAccess.PRIVATE)) or "private"
     config = ClusterConfig(
-        name=section.string("name", required=True, pattern=r"[a-zA-Z][a-zA-Z0-9-]{0,99}",
-                            hint="must start with a letter; letters, digits and '-' only") or "invalid",
-        kubernetes_version=section.string("kubernetesVersion", default="1.34",
-                                          allowed=SUPPORTED_KUBERNETES_VERSIONS) or "1.34",
-        endpoint_access=section.string("endpointAccess", default="private",
-                                       allowed=("private", "public_and_private")) or "private",
-        admin_role_arns=tuple(section.string_list("adminRoleArns", check=admin)),
-        system_instance_type=section.string("systemInstanceType", default="m6i.large",
-                                            pattern=r"[a-z0-9-]+\.[a-z0-9]+",
-                                            hint="must be an EC2 instance type such as m6i.large") or "m6i.large",
+        name=section.string("name", required=True) or "invalid",
+        kubernetes_version=section.string("kubernetesVersion", default=DEFAULT_KUBERNETES_VERSION)
+        or DEFAULT_KUBERNETES_VERSION,
+        endpoint_access=ClusterEndpointAccess._value2member_map_.get(endpoint_access, ClusterEndpointAccess.PRIVATE),
+        admin_role_arns=tuple(section.string_list("adminRoleArns")),
+        system_instance_type=section.string("systemInstanceType", default="m6i.large") or "m6i.large",
         gpu_node_groups=tuple(groups),
     )
     section.finish()
+    check_inference_cluster(problems, KeyPaths(section.path, _CLUSTER_KEYS), cluster_name=config.name,
+                            kubernetes_version=config.kubernetes_version, endpoint_access=endpoint_access,
+                            admin_role_arns=config.admin_role_arns, system_instance_type=config.system_instance_type)
     return config
 
 
 def _hyperpod(section: Section) -> HyperPodConfig:
     problems = section.problems
     groups = []
-    for path, item in section.items("instanceGroups", required=True, min_items=1):
+    for path, item in section.items("instanceGroups", required=True):
         group = Section(item, path, problems)
-        groups.append(HyperPodInstanceGroupConfig(
-            name=group.string("name", required=True, pattern=HYPERPOD_NAME_PATTERN,
-                              hint="must be 1-63 letters, digits and '-'") or "invalid",
-            instance_type=group.string("instanceType", required=True, pattern=r"ml\.[a-z0-9-]+\.[a-z0-9]+",
-                                       hint="must be a SageMaker instance type such as ml.g5.12xlarge")
-            or "ml.invalid",
-            instance_count=group.integer("instanceCount", default=1, minimum=0, maximum=1000) or 0,
-            threads_per_core=group.integer("threadsPerCore", default=1, minimum=1, maximum=2) or 1,
-            ebs_volume_gib=group.integer("ebsVolumeGiB", default=500, minimum=1, maximum=16384) or 500,
-            deep_health_checks=tuple(group.string_list(
-                "deepHealthChecks",
-                check=lambda p, v: v in ("InstanceStress", "InstanceConnectivity") or problems.add(
-                    "HyperPod.UnknownDeepHealthCheck", p, "must be InstanceStress or InstanceConnectivity", v),
-            )),
+        groups.append(InstanceGroup(
+            name=group.string("name", required=True) or "invalid",
+            instance_type=group.string("instanceType", required=True) or "ml.invalid.invalid",
+            instance_count=_integer(group, "instanceCount", 1),
+            threads_per_core=_integer(group, "threadsPerCore", 1),
+            ebs_volume_gib=_integer(group, "ebsVolumeGiB", 500),
+            deep_health_checks=tuple(group.string_list("deepHealthChecks")),
         ))
         group.finish()
+    node_recovery = section.string("nodeRecovery", default=str(NodeRecovery.AUTOMATIC)) or "Automatic"
     config = HyperPodConfig(
-        cluster_name=section.string("clusterName", required=True, pattern=HYPERPOD_NAME_PATTERN,
-                                    hint="must be 1-63 letters, digits and '-'") or "invalid",
-        node_recovery=section.string("nodeRecovery", default="Automatic", allowed=("Automatic", "None"))
-        or "Automatic",
+        cluster_name=section.string("clusterName", required=True) or "invalid",
+        node_recovery=NodeRecovery._value2member_map_.get(node_recovery, NodeRecovery.AUTOMATIC),
         instance_groups=tuple(groups),
     )
     section.finish()
+    check_hyperpod_cluster(problems, KeyPaths(section.path, _HYPERPOD_KEYS), cluster_name=config.cluster_name,
+                           instance_groups=config.instance_groups, node_recovery=node_recovery,
+                           instance_group_names=_INSTANCE_GROUP_KEYS)
     return config
 
 
 def _operator(section: Section) -> OperatorConfig:
     config = OperatorConfig(
-        addon_version=section.string("addonVersion", default="v1.0.0-eksbuild.1",
-                                     pattern=r"v\d+\.\d+\.\d+-eksbuild\.\d+",
-                                     hint="must be an EKS add-on version such as v1.0.0-eksbuild.1")
-        or "v1.0.0-eksbuild.1",
+        addon_version=section.string("addonVersion", default=DEFAULT_ADDON_VERSION) or DEFAULT_ADDON_VERSION,
         enable_custom_service_accounts=section.boolean("enableCustomServiceAccounts", default=False),
-        namespace=section.string("inferenceNamespace", default="inference", pattern=DNS1123_LABEL.pattern,
-                                 hint="must be a lowercase DNS label") or "inference",
+        namespace=section.string("inferenceNamespace", default="inference") or "inference",
     )
     section.finish()
     return config
@@ -268,32 +275,46 @@ def _operator(section: Section) -> OperatorConfig:
 
 def _domain(section: Section) -> DomainConfig:
     problems = section.problems
-    zone_name = section.string("zoneName", required=True, pattern=DOMAIN_PATTERN,
-                               hint="must be a lowercase DNS name such as inference.example.com") or "example.com"
-
-    def in_zone(path: str, name: str) -> None:
-        if not _check_pattern(problems, path, name, DOMAIN_PATTERN, "Domain.BadDomainName",
-                              "must be a concrete lowercase DNS name (no wildcard: the operator needs the exact "
-                              "name)"):
-            return
-        if not name.endswith("." + zone_name):
-            problems.add("Domain.OutsideZone", path, f"must be a subdomain of the zone {zone_name}", name)
-
     config = DomainConfig(
-        zone_name=zone_name,
-        existing_hosted_zone_id=section.string("existingHostedZoneId", pattern=HOSTED_ZONE_ID_PATTERN,
+        zone_name=section.string("zoneName", required=True) or "example.com",
+        existing_hosted_zone_id=section.string("existingHostedZoneId", pattern=HOSTED_ZONE_ID.pattern,
                                                hint="must be a Route 53 hosted zone id such as Z0123456789ABC"),
-        endpoint_domains=tuple(section.string_list("endpointDomains", required=True, min_items=1,
-                                                   check=in_zone)),
-        existing_certificate_arn=section.string("existingCertificateArn", pattern=ACM_ARN_PATTERN,
+        endpoint_domains=tuple(section.string_list("endpointDomains", required=True)),
+        existing_certificate_arn=section.string("existingCertificateArn", pattern=ACM_CERTIFICATE_ARN.pattern,
                                                 hint="must be an ACM certificate ARN"),
     )
     section.finish()
+    check_endpoint_domain(problems, KeyPaths(section.path, _DOMAIN_KEYS), zone_name=config.zone_name,
+                          endpoint_domains=config.endpoint_domains)
     return config
 
 
-def _check_pattern(problems: Problems, path: str, value: str, pattern: str, code: str, message: str) -> bool:
-    if re.fullmatch(pattern, value):
-        return True
-    problems.add(code, path, message, value)
-    return False
+def _models(root: Section) -> list[ModelDeployment]:
+    problems = root.problems
+    deployments = []
+    for path, entry in root.items("models"):
+        workload = parse_model(entry, path, problems)
+        if workload is None:
+            continue
+        domain = entry.get("endpointDomain")
+        if domain is not None and not isinstance(domain, str):
+            problems.add(WRONG_TYPE, join_path(path, "endpointDomain"), "must be a string", domain)
+            domain = None
+        deployments.append(ModelDeployment(workload, endpoint_domain=domain, path=path))
+    return deployments
+
+
+def _portable(root: Section) -> list[PortableDeployment]:
+    problems = root.problems
+    deployments = []
+    for path, entry in root.items("portable"):
+        server = PortableModelServer.from_dict(entry, path, problems)
+        if server is not None:
+            deployments.append(PortableDeployment(server, path=path))
+    return deployments
+
+
+def _integer(section: Section, key: str, default: int) -> int:
+    """An integer whose range the construct that takes it checks (one rule, one code)."""
+    value = section.integer(key, default=default)
+    return default if value is None else value

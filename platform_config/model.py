@@ -1,9 +1,30 @@
-"""Typed, already-validated deployment configuration (see docs/configuration.md for every key)."""
+"""The app's configuration, typed and already checked (see docs/configuration.md for every key).
+
+Parsed once by :func:`platform_config.load_config`; the workloads are planned once, with the rest of the
+file, into :attr:`PlatformConfig.workloads`. Names AWS lets us choose are derived here, so they are
+known before deploy and manifests outside CDK never hold tokens.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from hyperpod_inference_iac import (
+    ClusterEndpointAccess,
+    DeepHealthCheck,
+    InstanceGroup,
+    NodeRecovery,
+    PlatformValue,
+    RedactionRule,
+    S3Location,
+    SecretSync,
+)
+from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
+
+# The names the operator's execution role and the Hugging Face token sync get in this app.
+OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
+TOKEN_SECRET = "hf-token"
+TLS_OUTPUT_PREFIX = "certificates/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,20 +45,20 @@ class Environment:
 class CapturePolicy:
     """Who may read captured prompts, for how long they are kept, and how they are redacted."""
 
-    prefix: str
-    retention_days: int
-    noncurrent_version_retention_days: int
-    access_log_retention_days: int
-    redact: tuple[str, ...]
-    reader_role_arns: tuple[str, ...]
+    prefix: str = "data-capture/"
+    retention_days: int = 30
+    noncurrent_version_retention_days: int = 7
+    access_log_retention_days: int = 365
+    redact: tuple[RedactionRule, ...] = tuple(RedactionRule)
+    reader_role_arns: tuple[str, ...] = ()
     pandas_layer_arn: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class NewVpc:
-    cidr: str
-    max_azs: int
-    nat_gateways: int
+    cidr: str = "10.42.0.0/16"
+    max_azs: int = 2
+    nat_gateways: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,10 +73,10 @@ class ExistingVpc:
 class GpuNodeGroupConfig:
     name: str
     instance_types: tuple[str, ...]
-    min_size: int
-    desired_size: int
-    max_size: int
-    root_volume_gib: int
+    min_size: int = 0
+    desired_size: int = 1
+    max_size: int = 2
+    root_volume_gib: int = 200
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -63,27 +84,17 @@ class GpuNodeGroupConfig:
 class ClusterConfig:
     name: str
     kubernetes_version: str
-    endpoint_access: str
+    endpoint_access: ClusterEndpointAccess
     admin_role_arns: tuple[str, ...]
     system_instance_type: str
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
-class HyperPodInstanceGroupConfig:
-    name: str
-    instance_type: str
-    instance_count: int
-    threads_per_core: int
-    ebs_volume_gib: int
-    deep_health_checks: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
 class HyperPodConfig:
     cluster_name: str
-    node_recovery: str
-    instance_groups: tuple[HyperPodInstanceGroupConfig, ...]
+    node_recovery: NodeRecovery
+    instance_groups: tuple[InstanceGroup, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,11 +124,10 @@ class PlatformConfig:
     hyperpod: HyperPodConfig
     operator: OperatorConfig
     domain: DomainConfig
-    # Model deployments, parsed and validated by the charts package (same rules for YAML and Python
-    # users) and wired to this platform (platform_config/workloads.py).
-    models_source: tuple[Any, ...] = ()
-    portable_source: tuple[Any, ...] = ()
-    workloads: Any = None
+    models: tuple[ModelDeployment, ...] = ()
+    portable: tuple[PortableDeployment, ...] = ()
+    # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
+    workloads: WorkloadPlan | None = None
 
     # Deterministic names: known before deploy, so manifests in dist/ never hold CDK tokens.
     @property
@@ -140,12 +150,66 @@ class PlatformConfig:
     @property
     def operator_execution_role_name(self) -> str:
         # The operator add-on accepts only execution roles named SageMakerHyperPodInference*.
-        return f"SageMakerHyperPodInference-{self.project}"
-
-    @property
-    def hugging_face_secret_name(self) -> str:
-        return f"{self.project}/huggingface-token"
+        return f"{OPERATOR_ROLE_PREFIX}-{self.project}"
 
     @property
     def capture_key_alias(self) -> str:
         return f"alias/{self.project}/capture"
+
+    @property
+    def capture_key_alias_arn(self) -> str:
+        env = self.environment
+        return f"arn:{env.partition}:kms:{env.region}:{env.account}:{self.capture_key_alias}"
+
+    @property
+    def external_dns_role_name(self) -> str:
+        return f"{self.project}-external-dns"
+
+    @property
+    def hugging_face_sync(self) -> SecretSync:
+        return SecretSync(namespace=self.operator.namespace, secrets_manager_name=f"{self.project}/huggingface-token",
+                          kubernetes_secret_name=TOKEN_SECRET, reader_role_name=f"{self.project}-hf-token-reader")
+
+    @property
+    def known_values(self) -> dict[PlatformValue, str]:
+        """Platform values this file determines (the others exist only after a deploy)."""
+        known = {
+            PlatformValue.CAPTURE_BUCKET: self.capture_bucket_name,
+            PlatformValue.CAPTURE_KEY_ID: self.capture_key_alias_arn,
+            PlatformValue.TLS_BUCKET: self.tls_bucket_name,
+        }
+        if self.domain.existing_certificate_arn:
+            known[PlatformValue.CERTIFICATE_ARN] = self.domain.existing_certificate_arn
+        if self.domain.existing_hosted_zone_id:
+            known[PlatformValue.HOSTED_ZONE_ID] = self.domain.existing_hosted_zone_id
+        return known
+
+    @property
+    def platform_context(self) -> PlatformContext:
+        """What the workloads need to know about this platform."""
+        sync = self.hugging_face_sync
+        return PlatformContext(
+            cluster_name=self.cluster.name, namespace=self.operator.namespace, account=self.environment.account,
+            partition=self.environment.partition, role_name_prefix=self.project,
+            capture=S3Location(PlatformValue.CAPTURE_BUCKET, self.capture.prefix),
+            capture_key=PlatformValue.CAPTURE_KEY_ID,
+            tls_output=S3Location(PlatformValue.TLS_BUCKET, TLS_OUTPUT_PREFIX),
+            endpoint_domains=self.domain.endpoint_domains, zone_name=self.domain.zone_name,
+            custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
+            synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
+        )
+
+
+__all__ = [
+    "CapturePolicy",
+    "ClusterConfig",
+    "DeepHealthCheck",
+    "DomainConfig",
+    "Environment",
+    "ExistingVpc",
+    "GpuNodeGroupConfig",
+    "HyperPodConfig",
+    "NewVpc",
+    "OperatorConfig",
+    "PlatformConfig",
+]

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, Problems, join_path
 
 T = TypeVar("T")
 _MISSING: Any = object()
@@ -50,7 +50,7 @@ class Section:
         self._read.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                self.problems.add("Config.MissingKey", self.at(key), "is required")
+                self.problems.add(MISSING_KEY, self.at(key), "is required")
             return _MISSING
         return self.data[key]
 
@@ -60,10 +60,12 @@ class Section:
         value = self._get(key, required, default)
         if value is _MISSING:
             return default
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            self.problems.add("Config.WrongType", self.at(key), f"must be a string, not {_type_name(value)}", value)
+        if not isinstance(value, str):
+            # A YAML number is not silently turned into a string: 012345678901 would lose its leading zero,
+            # 1.30 would become 1.3. Quote it.
+            self.problems.add(WRONG_TYPE, self.at(key),
+                              f"must be a string, not {_type_name(value)} (quote it in YAML)", value)
             return default
-        value = str(value)
         if allowed is not None and value not in allowed:
             self.problems.add("Config.NotAllowed", self.at(key), f"must be one of {', '.join(allowed)}", value)
             return default
@@ -81,7 +83,7 @@ class Section:
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problems.add("Config.WrongType", self.at(key), f"must be an integer, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), f"must be an integer, not {_type_name(value)}", value)
             return default
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
@@ -94,7 +96,7 @@ class Section:
         if value is _MISSING:
             return default
         if not isinstance(value, bool):
-            self.problems.add("Config.WrongType", self.at(key), "must be true or false", value)
+            self.problems.add(WRONG_TYPE, self.at(key), "must be true or false", value)
             return default
         return value
 
@@ -115,7 +117,7 @@ class Section:
         if value is _MISSING:
             value = []
         if not isinstance(value, list):
-            self.problems.add("Config.WrongType", self.at(key), f"must be a list, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), f"must be a list, not {_type_name(value)}", value)
             return []
         if len(value) < min_items:
             self.problems.add("Config.TooFewItems", self.at(key), f"needs at least {min_items} item(s)", value)
@@ -126,7 +128,7 @@ class Section:
         out: list[str] = []
         for path, item in self.items(key, required=required, min_items=min_items):
             if not isinstance(item, str):
-                self.problems.add("Config.WrongType", path, f"must be a string, not {_type_name(item)}", item)
+                self.problems.add(WRONG_TYPE, path, f"must be a string, not {_type_name(item)}", item)
                 continue
             if check is not None:
                 check(path, item)
@@ -140,7 +142,7 @@ class Section:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            self.problems.add("Config.WrongType", self.at(key), "must be a mapping of strings to strings", value)
+            self.problems.add(WRONG_TYPE, self.at(key), "must be a mapping of strings to strings", value)
             return {}
         return dict(value)
 
@@ -149,5 +151,5 @@ class Section:
         for key in self.data:
             if key not in self._read:
                 known = ", ".join(sorted(self._read)) or "(none)"
-                self.problems.add("Config.UnknownKey", self.at(str(key)),
+                self.problems.add(UNKNOWN_KEY, self.at(str(key)),
                                   f"is not a known key; known keys here: {known}")

@@ -1,4 +1,4 @@
-"""Capture storage: the KMS key and the buckets for captured data and operator certificates."""
+"""Capture storage: the KMS key, the capture, TLS and access-log buckets, and the capture pipeline."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from hyperpod_inference_iac.capture_pipeline import CapturePipeline
-from hyperpod_inference_iac.capture_storage import CaptureStorage
+from hyperpod_inference_iac import CapturePipeline, CaptureStorage, PlatformValue
 from platform_config import PlatformConfig
-from stacks.nag_acknowledgments import acknowledge, acknowledge_bucket_notifications_handler, logical_arn
 
 
 class StorageStack(Stack):
-    def __init__(self, scope: Construct, id_: str, *, config: PlatformConfig, **kwargs: Any) -> None:
-        super().__init__(scope, id_, **kwargs)
+    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
+        super().__init__(scope, id, **kwargs)
         capture = config.capture
         self.storage = CaptureStorage(
             self,
@@ -34,11 +32,6 @@ class StorageStack(Stack):
             capture_prefixes=[capture.prefix], redact=capture.redact, pandas_layer_arn=capture.pandas_layer_arn,
             glue_database_name=f"{config.project.replace('-', '_')}_capture",
         )
-        bucket = logical_arn(self.storage.capture_bucket)
-        acknowledge(self.pipeline.function.role, "s3-object-wildcard-under-fixed-prefix",
-                    *(f"Resource::{bucket}/{prefix}*" for prefix in (capture.prefix, "curated/", "quarantine/")))
-        acknowledge(self.pipeline.function, "capture-processor-runtime")
-        acknowledge_bucket_notifications_handler(self)
-        CfnOutput(self, "CaptureBucketName", value=self.storage.capture_bucket.bucket_name)
-        CfnOutput(self, "TlsCertificateBucketName", value=self.storage.tls_bucket.bucket_name)
+        CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
+        CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)
         CfnOutput(self, "CaptureKeyArn", value=self.storage.key.key_arn)

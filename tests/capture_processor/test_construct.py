@@ -172,7 +172,12 @@ def test_kms_grants_come_from_the_key(template: Template) -> None:
     }
     assert kms_actions == {"kms:Decrypt", "kms:GenerateDataKey"}
     (statement,) = [s for s in function_statements(template) if "kms:Decrypt" in as_list(s["Action"])]
-    assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "s3.eu-north-1.amazonaws.com"}}
+    # Only through S3 in this region, only for this bucket's objects (bucket keys: the bucket ARN).
+    conditions = statement["Condition"]
+    assert conditions["StringEquals"] == {"kms:ViaService": "s3.eu-north-1.amazonaws.com",
+                                          "aws:ResourceAccount": "${aws:PrincipalAccount}"}
+    (bucket, objects) = conditions["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
+    assert "Fn::GetAtt" in bucket and objects["Fn::Join"][1][-1] == "/*"
 
 
 def test_logs_go_to_an_own_group_with_retention_and_no_managed_policy(template: Template) -> None:
@@ -290,7 +295,7 @@ def test_redaction_can_be_switched_off() -> None:
         ({"output_prefix": "data-capture/curated/"}, "[CapturePipeline.OverlappingPrefixes]"),
         ({"memory_size": 64}, "[CapturePipeline.MemoryOutOfRange] memory_size: must be 128..10240 MiB"),
         ({"reserved_concurrency": 0}, "[CapturePipeline.ConcurrencyOutOfRange] reserved_concurrency:"),
-        ({"redact": ("email", "ssn")}, "[CapturePipeline.UnknownRedactionRule] redact:"),
+        ({"redact": ("email", "ssn")}, "[CapturePipeline.UnknownRedactionRule] redact[1]:"),
         ({"pandas_layer_arn": "pandas"}, "[CapturePipeline.InvalidLayerArn] pandas_layer_arn:"),
         ({"glue_database_name": "Capture-DB"}, "[CapturePipeline.InvalidGlueName] glue_database_name:"),
         ({"first_partition_date": "2025/01/01"}, "[CapturePipeline.InvalidDate] first_partition_date:"),

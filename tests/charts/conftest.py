@@ -15,7 +15,7 @@ from tests.charts import samples
 @pytest.fixture(scope="session")
 def inference_chart() -> InferenceChart:
     problems = Problems()
-    models = parse_models(samples.model_entries(), problems=problems, custom_service_accounts_enabled=True)
+    models = [workload for _, workload in parse_models(samples.model_entries(), problems=problems)]
     problems.raise_if_any()
     return InferenceChart(
         cdk8s.Testing.app(),
@@ -37,29 +37,16 @@ def inference_manifests(inference_chart: InferenceChart) -> list[dict[str, Any]]
 def portable_charts() -> dict[str, PortableModelServerChart]:
     """One chart per runtime; vLLM with capture and a hostname, the others without."""
     app = cdk8s.Testing.app()
+    servers = {
+        "vllm": samples.portable_server(),
+        "tgi": samples.portable_server(name="mistral-7b", runtime="tgi", data_capture=None, hostname=None),
+        "sglang": samples.portable_server(name="llama-8b", runtime="sglang", data_capture=None, node_labels=None),
+    }
     return {
-        "vllm": PortableModelServerChart(
-            app,
-            "portable-vllm",
-            namespace=samples.NAMESPACE,
-            cluster_name=samples.CLUSTER_NAME,
-            server=samples.portable_server(),
-            create_namespace=True,
-        ),
-        "tgi": PortableModelServerChart(
-            app,
-            "portable-tgi",
-            namespace=samples.NAMESPACE,
-            cluster_name=samples.CLUSTER_NAME,
-            server=samples.portable_server(name="mistral-7b", runtime="tgi", data_capture=None, hostname=None),
-        ),
-        "sglang": PortableModelServerChart(
-            app,
-            "portable-sglang",
-            namespace=samples.NAMESPACE,
-            cluster_name=samples.CLUSTER_NAME,
-            server=samples.portable_server(name="llama-8b", runtime="sglang", data_capture=None, node_labels=None),
-        ),
+        runtime: PortableModelServerChart(
+            app, f"portable-{runtime}", workload=samples.planned_portable(server), namespace=samples.NAMESPACE,
+            values=samples.VALUES, create_namespace=runtime == "vllm")
+        for runtime, server in servers.items()
     }
 
 

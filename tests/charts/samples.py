@@ -13,9 +13,15 @@ from hyperpod_inference_iac.charts import (
     ModelPodCapture,
     ModelServerRuntime,
     NvmeModelCache,
+    PlatformContext,
+    PortableDeployment,
     PortableModelServer,
+    PortableWorkload,
     WorkloadServiceAccount,
+    plan_workloads,
 )
+from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.validation import Problems
 
 NAMESPACE = "inference"
 CLUSTER_NAME = "gpu-cluster"
@@ -189,7 +195,6 @@ def portable_server(**changes: Any) -> PortableModelServer:
         name="qwen3-8b",
         runtime=ModelServerRuntime.VLLM,
         model_cache=NvmeModelCache(model_key="qwen3-8b", source_s3_uri="s3://example-model-weights/qwen3-8b/"),
-        role_arn=f"arn:aws:iam::{ACCOUNT}:role/portable-qwen3-8b",
         gpu_count=2,
         hostname="qwen3-8b.portable.example.com",
         node_labels={"node.kubernetes.io/instance-type": "g5.12xlarge"},
@@ -199,3 +204,25 @@ def portable_server(**changes: Any) -> PortableModelServer:
         ),
     )
     return PortableModelServer(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, **changes})
+
+
+def context(**changes: Any) -> PlatformContext:
+    """A platform without capture bucket or domain of its own: every workload names its destinations."""
+    base: dict[str, Any] = {
+        "cluster_name": CLUSTER_NAME, "namespace": NAMESPACE, "account": ACCOUNT, "role_name_prefix": "test",
+        "custom_service_accounts_enabled": True, "synced_secrets": {"hf-token": ("token",)},
+    }
+    return PlatformContext(**{**base, **changes})
+
+
+# What a rendering knows about the platform in these tests: only the sidecar image (a reserved TLD, so a
+# manifest applied by mistake fails to pull, loudly).
+VALUES = PlatformValues({PlatformValue.SIDECAR_IMAGE: "capture-sidecar.invalid/inference-capture-sidecar:0.1.0"})
+
+
+def planned_portable(server: PortableModelServer) -> PortableWorkload:
+    problems = Problems()
+    plan = plan_workloads(context(), portable=[PortableDeployment(server, path="server")], problems=problems)
+    problems.raise_if_any()
+    (workload,) = plan.portable
+    return workload

@@ -48,7 +48,7 @@ def test_yaml_entries_come_out_as_the_same_crd_spec() -> None:
     """The config's camelCase shape is the CRD's: nothing renamed, dropped or defaulted."""
     entries = samples.model_entries()
     problems = Problems()
-    models = parse_models(entries, problems=problems, custom_service_accounts_enabled=True)
+    models = [workload for _, workload in parse_models(entries, problems=problems)]
     assert not problems
     for entry, model in zip(entries[1:], models[1:], strict=True):  # models[0] expands its nvmeCache
         assert model.manifest(namespace=samples.NAMESPACE)["spec"] == entry["spec"]
@@ -130,10 +130,9 @@ def test_capture_destination_and_key_go_where_they_belong() -> None:
 
 def test_extra_spec_and_json_patch_reach_the_emitted_resource() -> None:
     problems = Problems()
-    (model,) = parse_models(
+    ((_, model),) = parse_models(
         [{**samples.model_entries()[2], "extraSpec": {"kvCacheSpec": {"enableL2Cache": False}, "replicas": 3}}],
         problems=problems,
-        custom_service_accounts_enabled=False,
     )
     assert not problems
     chart = InferenceChart(cdk8s.Testing.app(), "escape-hatches", namespace=samples.NAMESPACE, models=[model])
@@ -185,7 +184,7 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
 
 def test_sidecar_content_types_follow_the_capture_policy_when_set() -> None:
     header = CaptureContentTypeHeader(json_content_types=("application/json", "application/x-ndjson"))
-    env = capture_environment(ModelPodCapture(capture_content_type_header=header), "s3://bucket/p/0123/pod/")
+    env = capture_environment(ModelPodCapture(capture_content_type_header=header), "s3://bucket/p/0123/pod/", None)
     assert env["JSON_CONTENT_TYPES"] == "application/json,application/x-ndjson"
     assert "CSV_CONTENT_TYPES" not in env
 
@@ -223,7 +222,9 @@ def test_portable_service_account_carries_the_workload_role(
     portable_manifests: dict[str, list[dict[str, Any]]],
 ) -> None:
     (account,) = _of_kind(portable_manifests["vllm"], "ServiceAccount")
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": samples.portable_server().role_arn}
+    role_arn = samples.planned_portable(samples.portable_server()).identity.role_arn
+    assert role_arn == f"arn:aws:iam::{samples.ACCOUNT}:role/test-qwen3-8b"
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role_arn}
     assert _deployment_pod(portable_manifests["vllm"])["serviceAccountName"] == account["metadata"]["name"]
 
 

@@ -13,11 +13,14 @@ import pytest
 
 from hyperpod_inference_iac.charts import (
     InferenceChart,
-    PortableModelServerChart,
+    ModelDeployment,
+    PortableDeployment,
     WorkloadServiceAccount,
     parse_models,
+    plan_workloads,
 )
 from hyperpod_inference_iac.charts.capture import LoadBalancerCapture, ModelPodCapture
+from hyperpod_inference_iac.platform_values import S3Location
 from hyperpod_inference_iac.validation import ConfigError, Problems
 from tests.charts import samples
 
@@ -36,9 +39,12 @@ def _set(entry: dict[str, Any], dotted: str, value: Any) -> None:
         node[last] = value
 
 
-def _load(entries: list[Any], *, custom_service_accounts_enabled: bool = True) -> None:
+def _load(entries: list[Any], *, custom_service_accounts_enabled: bool = True, **context: Any) -> None:
+    """The path of a config file's ``models:`` list: parse (shape), then plan (every rule, once)."""
     problems = Problems()
-    parse_models(entries, problems=problems, custom_service_accounts_enabled=custom_service_accounts_enabled)
+    models = [ModelDeployment(workload, path=path) for path, workload in parse_models(entries, problems=problems)]
+    plan_workloads(samples.context(custom_service_accounts_enabled=custom_service_accounts_enabled, **context),
+                   models=models, problems=problems)
     problems.raise_if_any(source="config.yaml")
 
 
@@ -382,8 +388,25 @@ MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
         {"spec.modelSourceConfig.prefetchEnabled": "yes"},
         "models[1].spec.modelSourceConfig.prefetchEnabled",
     ),
-    ("Config.MissingField", 1, {"spec.worker.image": DELETE}, "models[1].spec.worker.image"),
-    ("Config.UnknownField", 1, {"spec.worker.imagePullPolicy": "Always"}, "models[1].spec.worker.imagePullPolicy"),
+    ("Config.MissingKey", 1, {"spec.worker.image": DELETE}, "models[1].spec.worker.image"),
+    ("Config.UnknownKey", 1, {"spec.worker.imagePullPolicy": "Always"}, "models[1].spec.worker.imagePullPolicy"),
+    ("JumpStartModel.EulaNotAccepted", 4, {"spec.model.acceptEula": False}, "models[4].spec.model.acceptEula"),
+    (
+        "HuggingFace.TokenSecretNotSynced",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name": "my-token"},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name",
+    ),
+    (
+        "HuggingFace.TokenSecretKeyMissing",
+        1,
+        {"spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.key": "value"},
+        "models[1].spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.key",
+    ),
+    ("NvmeCache.NoInstanceStore", 0, {"spec.instanceType": "ml.m5.12xlarge"}, "models[0].spec.instanceType"),
+    ("Model.CrdSchemaViolation", 3, {"extraSpec": {"kvCacheSpec": {"enableL1Cache": "yes"}}},
+     "models[3].extraSpec.kvCacheSpec.enableL1Cache"),
+    ("Model.CrdSchemaViolation", 3, {"extraSpec": {"workerr": {}}}, "models[3].extraSpec.workerr"),
 ]
 
 
@@ -398,6 +421,40 @@ def test_model_entry_problem(code: str, index: int, changes: dict[str, Any], pat
         _load(entries)
     assert (code, path) in _problems_of(raised.value), str(raised.value)
     assert code in str(raised.value) and path in str(raised.value)
+
+
+PLATFORM = {
+    "capture": S3Location("platform-capture", "data-capture/"),
+    "tls_output": S3Location("hyperpod-tls-platform", "certificates/"),
+    "endpoint_domains": ("qwen3.inference.example.com", "llama3.inference.example.com"),
+    "zone_name": "inference.example.com",
+}
+# (code, model index, changes, expected path, platform context changes): rules between a workload and the
+# platform it runs on.
+PLAN_CASES: list[tuple[str, int, dict[str, Any], str, dict[str, Any]]] = [
+    ("Model.EndpointDomainNotCertified", 1, {"endpointDomain": "mistral.inference.example.com"},
+     "models[1].endpointDomain", PLATFORM),
+    ("Model.EndpointDomainConflict", 0, {"endpointDomain": "qwen3.inference.example.com"},
+     "models[0].endpointDomain", PLATFORM),
+    ("Model.EndpointDomainUnavailable", 1, {"endpointDomain": "qwen3.inference.example.com"},
+     "models[1].endpointDomain", {**PLATFORM, "tls_output": None}),
+    ("DataCapture.BucketNotGranted", 0, {}, "models[0].spec.dataCapture.s3Uri", PLATFORM),
+    ("Tls.OutputBucketNotGranted", 2, {}, "models[2].spec.tlsConfig.tlsCertificateOutputS3Uri", PLATFORM),
+]
+
+
+@pytest.mark.parametrize(("code", "index", "changes", "path", "platform"), PLAN_CASES, ids=[c[0] for c in PLAN_CASES])
+def test_model_on_platform_problem(code: str, index: int, changes: dict[str, Any], path: str,
+                                   platform: dict[str, Any]) -> None:
+    entries = samples.model_entries()
+    entries[index].update(changes)
+    problems = Problems()
+    models = [ModelDeployment(workload, endpoint_domain=entries[int(entry_path[7:-1])].get("endpointDomain"),
+                              path=entry_path) for entry_path, workload in parse_models(entries, problems=problems)]
+    plan_workloads(samples.context(**platform), models=models, problems=problems)
+    with pytest.raises(ConfigError) as raised:
+        problems.raise_if_any()
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
 
 
 def test_the_valid_samples_load_without_problems() -> None:
@@ -427,7 +484,7 @@ def test_models_must_be_a_list() -> None:
 
 def _models() -> list[Any]:
     problems = Problems()
-    models = parse_models(samples.model_entries(), problems=problems, custom_service_accounts_enabled=True)
+    models = [workload for _, workload in parse_models(samples.model_entries(), problems=problems)]
     problems.raise_if_any()
     return models
 
@@ -518,7 +575,7 @@ PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
         "server.terminationGracePeriodSeconds",
     ),
     ("Portable.PreStopOutOfRange", {"pre_stop_sleep_seconds": 601}, "server.preStopSleepSeconds"),
-    ("ServiceAccount.RoleArnInvalid", {"role_arn": "portable-qwen3-8b"}, "server.roleArn"),
+    ("Portable.HostnameOutsideZone", {"hostname": "qwen3.other.example.org"}, "server.hostname"),
     (
         "Portable.TierNotSupported",
         {
@@ -546,15 +603,12 @@ PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("code", "changes", "path"), PORTABLE_CASES, ids=[c[0] for c in PORTABLE_CASES])
-def test_portable_chart_problem(code: str, changes: dict[str, Any], path: str) -> None:
+def test_portable_server_problem(code: str, changes: dict[str, Any], path: str) -> None:
+    problems = Problems()
+    plan_workloads(samples.context(zone_name="portable.example.com"),
+                   portable=[PortableDeployment(samples.portable_server(**changes), path="server")], problems=problems)
     with pytest.raises(ConfigError) as raised:
-        PortableModelServerChart(
-            cdk8s.Testing.app(),
-            "portable",
-            namespace=samples.NAMESPACE,
-            cluster_name=samples.CLUSTER_NAME,
-            server=samples.portable_server(**changes),
-        )
+        problems.raise_if_any()
     assert (code, path) in _problems_of(raised.value), str(raised.value)
 
 
@@ -603,7 +657,7 @@ def _codes_in(path: Path) -> set[str]:
 
 def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
-    tested = {case[0] for case in MODEL_CASES + CHART_CASES + PORTABLE_CASES} | {"ServiceAccount.Shared"}
+    tested = {case[0] for case in MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES} | {"ServiceAccount.Shared"}
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()
     assert sorted(code for code in emitted if f"`{code}`" not in documented) == []

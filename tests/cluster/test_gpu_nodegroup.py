@@ -248,7 +248,7 @@ def test_all_problems_reported_at_once(scratch: Base, unique_id: Callable[[], st
         "GpuNodeGroup.BadName", "GpuNodeGroup.NoInstanceStore", "GpuNodeGroup.UnsupportedFamily",
         "GpuNodeGroup.Sizes", "GpuNodeGroup.LocalStorageStrategy",
     ]
-    assert str(error).startswith("5 problem(s) in GpuNodeGroup:")
+    assert str(error).startswith("5 problem(s) in GpuNodeGroup ")
 
 
 def test_unresolved_tokens_are_left_to_deploy_time(scratch: Base, unique_id: Callable[[], str]) -> None:

@@ -192,7 +192,9 @@ def test_execution_role_only_reads_the_lifecycle_prefix(built: Built) -> None:
     key_arn = {"Fn::GetAtt": [built.logical_id(built.base.stack.node.find_child("Key")), "Arn"]}
     assert by_sid["DecryptLifecycleScripts"] == {
         "Sid": "DecryptLifecycleScripts", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": key_arn,
-        "Condition": {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com"},
+        # The library's one KMS-through-S3 rule: this region's S3, this bucket's objects, the caller's account.
+        "Condition": {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com",
+                                       "aws:ResourceAccount": "${aws:PrincipalAccount}"},
                       "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, objects_arn]}},
     }
     s3_actions = {a for s in _execution_statements(built) for a in _actions(s) if a.startswith("s3:")}

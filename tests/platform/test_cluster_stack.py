@@ -98,8 +98,9 @@ def test_operator_capture_statements_are_scoped_as_the_brief_lists(cluster: dict
     for statement in kms:
         assert statement["Resource"] == {"Fn::ImportValue": statement["Resource"]["Fn::ImportValue"]}
         assert "CaptureStorageKey" in statement["Resource"]["Fn::ImportValue"]
-        assert statement["Condition"]["StringLike"]["kms:ViaService"] == f"s3.{REGION}.amazonaws.com"
-        assert statement["Condition"]["StringEquals"] == {"aws:ResourceAccount": "${aws:PrincipalAccount}"}
+        # The brief's s3.*.amazonaws.com, narrowed to this region; the key in the caller's account.
+        assert statement["Condition"]["StringEquals"] == {"kms:ViaService": f"s3.{REGION}.amazonaws.com",
+                                                          "aws:ResourceAccount": "${aws:PrincipalAccount}"}
     contexts = sorted(s["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"][0] for s in kms)
     assert contexts == [f"arn:aws:s3:::{TLS_BUCKET}", f"arn:aws:s3:::{CAPTURE_BUCKET}"]
 

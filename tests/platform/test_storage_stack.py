@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -61,15 +62,30 @@ def test_data_buckets_use_the_customer_key_with_bucket_key(storage: dict[str, An
             "SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::GetAtt": [key_ids[0], "Arn"]}}
 
 
+LOG_BUCKET = "llm-platform-s3-logs-111122223333-us-west-2"
+
+
 def test_data_buckets_log_to_the_log_bucket(storage: dict[str, Any]) -> None:
-    buckets = _buckets(storage)
-    log_id = next(k for k, p in buckets.items() if p["BucketName"].startswith("llm-platform-s3-logs"))
-    for props in buckets.values():
-        if props["BucketName"].startswith("llm-platform-s3-logs"):
+    for props in _buckets(storage).values():
+        if props["BucketName"] == LOG_BUCKET:
             assert "LoggingConfiguration" not in props
         else:
-            assert props["LoggingConfiguration"] == {"DestinationBucketName": {"Ref": log_id},
+            assert props["LoggingConfiguration"] == {"DestinationBucketName": LOG_BUCKET,
                                                      "LogFilePrefix": props["BucketName"] + "/"}
+
+
+def test_the_log_bucket_admits_log_delivery_from_the_platform_buckets_only(storage: dict[str, Any]) -> None:
+    policy = next(v["Properties"]["PolicyDocument"] for v in storage["Resources"].values()
+                  if v["Type"] == "AWS::S3::BucketPolicy"
+                  and "AccessLogBucket" in json.dumps(v["Properties"]["Bucket"]))
+    deliveries = [s for s in policy["Statement"] if s.get("Principal") == {"Service": "logging.s3.amazonaws.com"}]
+    sources = sorted(s["Condition"]["ArnLike"]["aws:SourceArn"] for s in deliveries)
+    assert sources == [f"arn:aws:s3:::{name}-111122223333-us-west-2" for name in (
+        "hyperpod-tls-llm-platform", "llm-platform-capture", "llm-platform-hp-lifecycle")]
+    for statement in deliveries:
+        name = statement["Condition"]["ArnLike"]["aws:SourceArn"].removeprefix("arn:aws:s3:::")
+        assert statement["Resource"]["Fn::Join"][1][-1] == f"/{name}/*"  # only under its own prefix
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": "111122223333"}
 
 
 def test_capture_lifecycle_expires_after_retention(template: Template) -> None:
@@ -123,7 +139,9 @@ def test_capture_readers_are_granted_in_bucket_and_key_policy(storage: dict[str,
     decrypt = next(s for s in key["Properties"]["KeyPolicy"]["Statement"]
                    if s["Sid"] == "CaptureReadersDecryptThroughS3")
     assert decrypt["Action"] == "kms:Decrypt"
-    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com"}}
+    bucket = "arn:aws:s3:::llm-platform-capture-111122223333-us-west-2"
+    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com"},
+                                    "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket, f"{bucket}/*"]}}
 
 
 def test_data_is_retained_when_the_stack_is_deleted(storage: dict[str, Any]) -> None:

@@ -1,8 +1,12 @@
-"""Configuration validation: one test per error code, all errors at once, readable CLI failure."""
+"""Configuration validation: one test per error code, every problem once under its key path, all of them
+in one run, a readable failure (exit 2, no traceback) that changes nothing on disk."""
 
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from hyperpod_inference_iac.capture_storage import CaptureStorage
+from hyperpod_inference_iac import CaptureStorage, PlatformValue
 from hyperpod_inference_iac.validation import ConfigError
-from platform_config import load_config, parse_config
-from tests.support.synth import REPO, run_cdk_synth
+from platform_config import load_config, parse_config, read_stack_outputs
+from tests.support.synth import REPO, cli_env, run_cdk_synth
 
 DEFAULT = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
 
@@ -24,12 +28,16 @@ def _with(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     return data
 
 
+def _node(data: Any, parts: list[str]) -> Any:
+    for part in parts:
+        data = data[int(part)] if part.isdigit() else data[part]
+    return data
+
+
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     def change(data: dict[str, Any]) -> None:
         *parents, last = path.split(".")
-        node: Any = data
-        for part in parents:
-            node = node[int(part)] if part.isdigit() else node[part]
+        node = _node(data, parents)
         if isinstance(node, list):
             node[int(last)] = value
         else:
@@ -40,65 +48,150 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 def _delete(path: str) -> Callable[[dict[str, Any]], None]:
     def change(data: dict[str, Any]) -> None:
         *parents, last = path.split(".")
-        node: Any = data
-        for part in parents:
-            node = node[part]
-        del node[last]
+        del _node(data, parents)[last]
     return change
 
 
+def _problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    return [(p.code, p.path) for p in caught.value.problems]
+
+
+EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "availabilityZones": ["a", "b"],
+                "privateSubnetIds": ["subnet-01234567", "subnet-89abcdef"]}
+
+# (code, key path, change): each breaks the default file in exactly one place, and that place is reported,
+# once, with that code.
 CASES = [
     ("Config.NotAMapping", "environment", _set("environment", ["us-west-2"])),
     ("Config.MissingKey", "environment.account", _delete("environment.account")),
     ("Config.WrongType", "capture.retentionDays", _set("capture.retentionDays", "thirty")),
-    ("Config.NotAllowed", "cluster.kubernetesVersion", _set("cluster.kubernetesVersion", "1.20")),
+    ("Config.WrongType", "environment.account", _set("environment.account", 111122223333)),
+    ("Config.WrongType", "cluster.kubernetesVersion", _set("cluster.kubernetesVersion", 1.34)),
     ("Config.BadFormat", "environment.account", _set("environment.account", "1234")),
-    ("Config.OutOfRange", "capture.retentionDays", _set("capture.retentionDays", 0)),
+    ("Config.BadFormat", "project", _set("project", "a-very-long-project-n")),
     ("Config.TooFewItems", "cluster.gpuNodeGroups", _set("cluster.gpuNodeGroups", [])),
     ("Config.UnknownKey", "capture.retentionDay", _set("capture.retentionDay", 3)),
-    ("Config.BadFormat", "project", _set("project", "a-very-long-project-n")),
-    ("Capture.UnknownRedactionRule", "capture.redact[1]", _set("capture.redact", ["email", "ssn"])),
-    ("Network.BothVpcKinds", "network", _set("network.existingVpc", {
-        "vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "availabilityZones": ["a", "b"],
-        "privateSubnetIds": ["subnet-01234567", "subnet-89abcdef"]})),
-    ("Network.SubnetsPerZone", "network.existingVpc.privateSubnetIds", lambda d: d.update(network={"existingVpc": {
-        "vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "availabilityZones": ["a", "b", "c"],
-        "privateSubnetIds": ["subnet-01234567", "subnet-89abcdef"]}})),
+    ("Config.UnknownKey", "portable[0].roleArn", _set("portable.0.roleArn", "arn:aws:iam::111122223333:role/x")),
+    ("CaptureStorage.RetentionOutOfRange", "capture.retentionDays", _set("capture.retentionDays", 0)),
+    ("CaptureStorage.BadReaderRoleArn", "capture.readerRoleArns[0]", _set("capture.readerRoleArns", ["analysts"])),
+    ("CapturePipeline.UnknownRedactionRule", "capture.redact[1]", _set("capture.redact", ["email", "ssn"])),
+    ("CapturePipeline.InvalidPrefix", "capture.prefix", _set("capture.prefix", "data-capture")),
+    ("CapturePipeline.NoPandasLayerForRegion", "capture.pandasLayerArn", _set("environment.region", "eu-west-3")),
+    ("CapturePipeline.InvalidLayerArn", "capture.pandasLayerArn", _set("capture.pandasLayerArn", "pandas")),
+    ("Network.BothVpcKinds", "network", _set("network.existingVpc", EXISTING_VPC)),
+    ("Network.SubnetsPerZone", "network.existingVpc.privateSubnetIds",
+     lambda d: d.update(network={"existingVpc": {**EXISTING_VPC, "availabilityZones": ["a", "b", "c"]}})),
+    ("Network.BadSubnetId", "network.existingVpc.privateSubnetIds[1]",
+     lambda d: d.update(network={"existingVpc": {**EXISTING_VPC, "privateSubnetIds": ["subnet-01234567", "s-1"]}})),
+    ("Network.BadVpcId", "network.existingVpc.vpcId",
+     lambda d: d.update(network={"existingVpc": {**EXISTING_VPC, "vpcId": "vpc-x"}})),
     ("Network.BadCidr", "network.newVpc.cidr", _set("network.newVpc.cidr", "10.0.0.0/8")),
-    ("Cluster.NodeGroupSizes", "cluster.gpuNodeGroups[0]", _set("cluster.gpuNodeGroups.0.desiredSize", 9)),
+    ("Network.ZoneCount", "network.newVpc.maxAzs", _set("network.newVpc.maxAzs", 1)),
+    ("Network.NatGateways", "network.newVpc.natGateways", _set("network.newVpc.natGateways", 3)),
+    ("InferenceCluster.UnsupportedKubernetesVersion", "cluster.kubernetesVersion",
+     _set("cluster.kubernetesVersion", "1.20")),
+    ("InferenceCluster.EndpointAccess", "cluster.endpointAccess", _set("cluster.endpointAccess", "privat")),
+    ("InferenceCluster.BadAdminRoleArn", "cluster.adminRoleArns[0]", _set("cluster.adminRoleArns", ["admins"])),
+    ("InferenceCluster.BadName", "cluster.name", _set("cluster.name", "-llm")),
+    ("InferenceCluster.BadInstanceType", "cluster.systemInstanceType", _set("cluster.systemInstanceType", "large")),
+    ("GpuNodeGroup.Sizes", "cluster.gpuNodeGroups[0].desiredSize", _set("cluster.gpuNodeGroups.0.desiredSize", 9)),
+    ("GpuNodeGroup.RootVolume", "cluster.gpuNodeGroups[0].rootVolumeGiB",
+     _set("cluster.gpuNodeGroups.0.rootVolumeGiB", 10)),
+    ("GpuNodeGroup.NoInstanceStore", "cluster.gpuNodeGroups[0].instanceTypes[0]",
+     _set("cluster.gpuNodeGroups.0.instanceTypes", ["p3.8xlarge"])),
+    ("GpuNodeGroup.BadLabel", "cluster.gpuNodeGroups[0].labels.nvidia.com/gpu.present",
+     _set("cluster.gpuNodeGroups.0.labels", {"nvidia.com/gpu.present": "false"})),
     ("Cluster.DuplicateNodeGroup", "cluster.gpuNodeGroups",
      lambda d: d["cluster"]["gpuNodeGroups"].append(copy.deepcopy(d["cluster"]["gpuNodeGroups"][0]))),
-    ("HyperPod.UnknownDeepHealthCheck", "hyperpod.instanceGroups[0].deepHealthChecks[0]",
+    ("HyperPodCluster.DeepHealthCheck", "hyperpod.instanceGroups[0].deepHealthChecks[0]",
      _set("hyperpod.instanceGroups.0.deepHealthChecks", ["Quick"])),
-    ("Domain.BadDomainName", "domain.endpointDomains[0]", _set("domain.endpointDomains", ["*.inference.example.com"])),
-    ("Domain.OutsideZone", "domain.endpointDomains[0]", _set("domain.endpointDomains", ["api.other.org"])),
+    ("HyperPodCluster.BadInstanceType", "hyperpod.instanceGroups[0].instanceType",
+     _set("hyperpod.instanceGroups.0.instanceType", "g5.12xlarge")),
+    ("HyperPodCluster.NodeRecovery", "hyperpod.nodeRecovery", _set("hyperpod.nodeRecovery", "Manual")),
+    ("HyperPodCluster.BadName", "hyperpod.clusterName", _set("hyperpod.clusterName", "hp_cluster")),
+    ("HyperPodCluster.NoInstanceGroups", "hyperpod.instanceGroups", _set("hyperpod.instanceGroups", [])),
+    ("InferenceOperator.AddonVersion", "operator.addonVersion", _set("operator.addonVersion", "1.0.0")),
+    ("EndpointDomain.Wildcard", "domain.endpointDomains[0]",
+     _set("domain.endpointDomains.0", "*.inference.example.com")),
+    ("EndpointDomain.OutsideZone", "domain.endpointDomains[0]", _set("domain.endpointDomains.0", "api.other.org")),
+    ("EndpointDomain.BadZoneName", "domain.zoneName", _set("domain.zoneName", "Inference")),
+    ("Config.BadFormat", "domain.existingCertificateArn", _set("domain.existingCertificateArn", "cert")),
+    ("Model.EndpointDomainNotCertified", "models[0].endpointDomain",
+     _set("models.0.endpointDomain", "other.inference.example.com")),
+    ("HuggingFace.TokenSecretNotSynced", "models[0].spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name",
+     _set("models.0.spec.modelSourceConfig.huggingFaceModel.tokenSecretRef.name", "hugging-face")),
+    ("NvmeCache.NoInstanceStore", "models[1].spec.instanceType", _set("models.1.spec.instanceType", "ml.m5.4xlarge")),
+    ("JumpStartModel.EulaNotAccepted", "models[2].spec.model.acceptEula",
+     _set("models.2.spec.model.acceptEula", False)),
+    ("DataCapture.BucketNotGranted", "models[1].spec.dataCapture.s3Uri",
+     _set("models.1.spec.dataCapture.s3Uri", "s3://somebody-elses-bucket/captures")),
+    ("Portable.HostnameOutsideZone", "portable[0].hostname", _set("portable.0.hostname", "qwen.other.example.org")),
+    ("ServiceAccount.Shared", "portable[0].name", _set("portable.0.name", "qwen3-8b")),
 ]
 
 
-@pytest.mark.parametrize(("code", "path", "change"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("code", "path", "change"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_each_error_code_names_key_path(code: str, path: str, change: Callable[[dict[str, Any]], None]) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(_with(change))
-    matching = [p for p in caught.value.problems if p.code == code]
-    assert matching, str(caught.value)
-    assert matching[0].path == path, str(caught.value)
+    matching = [p for p in caught.value.problems if p.code == code and p.path == path]
+    assert len(matching) == 1, str(caught.value)
     assert f"[{code}] {path}:" in str(caught.value)
 
 
 def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
+    assert config.workloads is not None and len(config.workloads.models) == 3
 
 
-def test_all_errors_are_reported_at_once() -> None:
+@pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])
+def test_every_documented_kubernetes_version_is_accepted(version: str) -> None:
+    assert parse_config(_with(_set("cluster.kubernetesVersion", version))).cluster.kubernetes_version == version
+
+
+WORKLOAD_MISTAKES = [
+    ("models.0.spec.dataCapture.modelPod.initialSamplingPercentage", 150),
+    ("models.0.spec.modelSourceConfig.huggingFaceModel.commitSHA", "e0bc86c"),
+    ("models.0.spec.dataCapture.modelPod.bufferConfig.batchSize", 5000),
+    ("models.0.spec.dataCapture.modelPod.bufferConfig.flushIntervalSeconds", 5),
+    ("models.0.spec.dataCapture.modelPod.payloadConfig.maxPayloadSizeKB", 99999),
+    ("portable.0.dataCapture.modelPod.initialSamplingPercentage", 150),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), WORKLOAD_MISTAKES, ids=[m[0] for m in WORKLOAD_MISTAKES])
+def test_one_workload_mistake_is_one_problem(path: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(_set(path, value)))
+    assert len(caught.value.problems) == 1, str(caught.value)
+    assert str(caught.value).startswith("1 problem(s)")
+
+
+def test_an_error_in_models_1_is_reported_under_models_1_even_when_models_0_does_not_parse() -> None:
+    data = _with(_set("models.0.kind", "InferenceService"))
+    data["models"][1]["spec"]["dataCapture"]["modelPod"]["initialSamplingPercentage"] = 150
+    assert sorted(_problems(data)) == [
+        ("DataCapture.SamplingOutOfRange", "models[1].spec.dataCapture.modelPod.initialSamplingPercentage"),
+        ("Model.KindInvalid", "models[0].kind"),
+    ]
+
+
+def test_model_errors_are_reported_with_platform_errors_in_the_same_run() -> None:
     data = _with(_set("capture.retentionDays", -1))
     data["environment"]["region"] = "mars-1"
-    data["cluster"]["endpointAccess"] = "public"
-    with pytest.raises(ConfigError) as caught:
-        parse_config(data)
-    assert {p.path for p in caught.value.problems} >= {
-        "capture.retentionDays", "environment.region", "cluster.endpointAccess"}
-    assert str(caught.value).startswith("3 problem(s)")
+    data["models"][0]["spec"]["replicas"] = -1
+    data["models"][2]["spec"]["model"]["acceptEula"] = False
+    data["portable"][0]["gpuCount"] = 0
+    assert sorted(_problems(data)) == sorted([
+        ("CaptureStorage.RetentionOutOfRange", "capture.retentionDays"),
+        ("Config.BadFormat", "environment.region"),
+        ("InferenceEndpoint.ReplicasOutOfRange", "models[0].spec.replicas"),
+        ("JumpStartModel.EulaNotAccepted", "models[2].spec.model.acceptEula"),
+        ("Portable.GpuCountOutOfRange", "portable[0].gpuCount"),
+    ])
 
 
 def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
@@ -111,31 +204,80 @@ def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
 
 
 def test_missing_file_says_how_to_fix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"cannot be read.*-c config="):
+    with pytest.raises(ConfigError, match=r"cannot be read.*CONFIG="):
         load_config(tmp_path / "nope.yaml")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "code"),
     [({"tls_bucket_name": "my-certs"}, "CaptureStorage.TlsBucketPrefix"),
-     ({"retention_days": 0}, "CaptureStorage.RetentionOutOfRange")],
+     ({"retention_days": 0}, "CaptureStorage.RetentionOutOfRange"),
+     ({"capture_bucket_name": "Captures"}, "CaptureStorage.BadBucketName")],
 )
-def test_capture_storage_props_are_validated(kwargs: dict[str, Any], code: str) -> None:
+def test_capture_storage_props_are_validated_by_the_same_rules(kwargs: dict[str, Any], code: str) -> None:
     from aws_cdk import App, Stack
 
-    props = {"capture_bucket_name": "c", "tls_bucket_name": "hyperpod-tls-x", "access_log_bucket_name": "l",
-             "key_alias": "alias/x", "retention_days": 30, **kwargs}
     with pytest.raises(ConfigError) as caught:
-        CaptureStorage(Stack(App(), "S"), "Storage", **props)
+        CaptureStorage(Stack(App(), "S"), "Storage", **kwargs)
     assert caught.value.codes == [code]
 
 
-@pytest.mark.xdist_group("cdk-synth")
-def test_cdk_synth_with_bad_config_fails_readably(tmp_path: Path) -> None:
+# -- stack outputs -------------------------------------------------------------------------------------------
+def _created_domain() -> Any:
+    data = _with(_delete("domain.existingCertificateArn"))
+    return parse_config(data)
+
+
+@pytest.mark.parametrize(("content", "code"), [
+    ("not json", "Outputs.BadFile"),
+    ("[1, 2]", "Outputs.BadFile"),
+    ('{"other-stack": {"CertificateArn": "x"}}', "Outputs.StackMissing"),
+    ('{"llm-platform-cluster": {"HostedZoneId": "Z999"}}', "Outputs.Conflict"),
+    ('{"llm-platform-cluster": {"CertificateArn": 5}}', "Outputs.BadValue"),
+])
+def test_outputs_file_mistakes_are_refused(tmp_path: Path, content: str, code: str) -> None:
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        read_stack_outputs(_created_domain(), outputs)
+    assert caught.value.codes == [code]
+
+
+def test_outputs_fill_only_what_the_config_does_not_know(tmp_path: Path) -> None:
+    certificate = "arn:aws:acm:us-west-2:111122223333:certificate/11111111-2222-3333-4444-555555555555"
+    outputs = tmp_path / "cdk-outputs.json"
+    zone = DEFAULT["domain"]["existingHostedZoneId"]
+    outputs.write_text(json.dumps({"llm-platform-cluster": {"CertificateArn": certificate, "HostedZoneId": zone}}))
+    values = read_stack_outputs(_created_domain(), outputs)
+    assert values[PlatformValue.CERTIFICATE_ARN] == certificate
+
+
+# -- the command line: exit 2, no traceback, nothing changed ---------------------------------------------
+def test_config_check_command_exits_2_with_every_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(_with(_set("capture.retentionDays", 99999))))
-    result = run_cdk_synth(tmp_path / "out", config=bad)
-    assert result.returncode != 0
-    assert "[Config.OutOfRange] capture.retentionDays: must be an integer from 1 to 3650 (got 99999)" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "platform_config", str(bad)], cwd=REPO, capture_output=True,
+                            text=True, check=False, env=cli_env())
+    assert result.returncode == 2
+    assert "[CaptureStorage.RetentionOutOfRange] capture.retentionDays: must be an integer from 1 to 3650" \
+        in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    assert not list((tmp_path / "out").glob("*.template.json")), "no half-written output"
+
+
+@pytest.mark.xdist_group("cdk-synth")
+def test_cdk_synth_with_bad_config_fails_readably_and_changes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "dist").mkdir(parents=True)
+    (out / "dist" / "model-old.k8s.yaml").write_text("kept: true\n")
+    (out / "old.template.json").write_text("{}")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with(_set("capture.retentionDays", 99999))))
+    result = run_cdk_synth(out, config=bad)
+    assert result.returncode != 0
+    assert "[CaptureStorage.RetentionOutOfRange] capture.retentionDays: must be an integer from 1 to 3650" \
+        in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "cdk.out"}
+    assert {p: b for p, b in after.items() if p in before} == before
+    assert not list(out.glob("*.template.json"))[1:], "no half-written output"

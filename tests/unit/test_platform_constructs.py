@@ -1,45 +1,59 @@
-"""Constructs of the cluster platform, synthesized in small stacks: identities, domain, validation."""
+"""Constructs of the cluster platform, synthesized in small stacks: identities, domain, operator, ExternalDNS,
+validation, closed sets that fail closed, warnings, and no dependence on an app's feature flags."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk import Annotations as CdkAnnotations
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
-from hyperpod_inference_iac.eks_cluster import kubectl_layer_for
-from hyperpod_inference_iac.endpoint_domain import EndpointDomain
-from hyperpod_inference_iac.inference_operator import InferenceOperator
+from hyperpod_inference_iac import (
+    CaptureStorage,
+    ClusterEndpointAccess,
+    EndpointDomain,
+    ExternalDns,
+    IdentityBinding,
+    InferenceCluster,
+    InferenceOperator,
+    PlatformVpc,
+    WorkloadIdentity,
+)
 from hyperpod_inference_iac.validation import ConfigError
-from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 from tests.support.synth import REPO
 
 CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]
 ENV = Environment(account="123456789012", region="us-west-2")
 
 
-def _stack() -> Stack:
-    return Stack(App(context=CONTEXT), "Probe", env=ENV)
+def _stack(context: dict[str, Any] | None = None) -> Stack:
+    return Stack(App(context=CONTEXT if context is None else context), "Probe", env=ENV)
 
 
 def _cluster(stack: Stack) -> eks.Cluster:
+    from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
     return eks.Cluster(stack, "Cluster", version=eks.KubernetesVersion.V1_34, vpc=vpc,
-                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP, default_capacity=0)
+                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP, default_capacity=0,
+                       kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV34Layer(stack, "L")))
 
 
 @pytest.fixture(scope="module")
 def identities() -> dict[str, Any]:
     stack = _stack()
     cluster = _cluster(stack)
-    weights = s3.Bucket.from_bucket_name(stack, "Weights", "model-weights")
-    WorkloadIdentity(stack, "Irsa", cluster=cluster, namespace="inference", service_account="qwen",
-                     role_name="p-qwen", weights_bucket=weights, weights_prefix="qwen3-8b/")
+    irsa = WorkloadIdentity(stack, "Irsa", cluster=cluster, namespace="inference", service_account="qwen",
+                            role_name="p-qwen")
+    irsa.grant_read_objects(bucket_arn="arn:aws:s3:::model-weights", prefix="qwen3-8b/")
     WorkloadIdentity(stack, "PodIdentity", cluster=cluster, namespace="inference", service_account="llama",
                      role_name="p-llama", binding=IdentityBinding.POD_IDENTITY)
     return Template.from_stack(stack).to_json()
@@ -65,11 +79,12 @@ def test_irsa_identity_reads_only_its_weights_prefix(identities: dict[str, Any])
     role_id, _ = _role(identities, "p-qwen")
     (policy,) = [v for v in identities["Resources"].values()
                  if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
-    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
-    assert statements["ListWeightsPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["qwen3-8b", "qwen3-8b/*"]}}
-    assert statements["ReadWeights"]["Action"] == "s3:GetObject"
-    assert "qwen3-8b/*" in json.dumps(statements["ReadWeights"]["Resource"])
-    assert set(statements) == {"ListWeightsPrefix", "ReadWeights"}
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statements == [
+        {"Action": "s3:ListBucket", "Effect": "Allow", "Resource": "arn:aws:s3:::model-weights",
+         "Condition": {"StringLike": {"s3:prefix": ["qwen3-8b", "qwen3-8b/*"]}}},
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": "arn:aws:s3:::model-weights/qwen3-8b/*"},
+    ]
 
 
 def test_pod_identity_binds_one_service_account(identities: dict[str, Any]) -> None:
@@ -89,17 +104,23 @@ def test_pod_identity_binds_one_service_account(identities: dict[str, Any]) -> N
     ({"namespace": "Inference"}, "WorkloadIdentity.BadNamespace"),
     ({"service_account": "bad_name"}, "WorkloadIdentity.BadServiceAccount"),
     ({"role_name": "x" * 65}, "WorkloadIdentity.BadRoleName"),
-    ({"weights_prefix": "/"}, "WorkloadIdentity.WholeBucket"),
 ])
 def test_workload_identity_validation(kwargs: dict[str, Any], code: str) -> None:
     stack = Stack(App(context=CONTEXT), "V", env=ENV)
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")
     props: dict[str, Any] = {"cluster": cluster, "namespace": "inference", "service_account": "sa",
-                             "role_name": "r", "weights_bucket": s3.Bucket.from_bucket_name(stack, "B", "weights"),
-                             "weights_prefix": "p/", **kwargs}
+                             "role_name": "r", **kwargs}
     with pytest.raises(ConfigError) as caught:
         WorkloadIdentity(stack, "Identity", **props)
     assert caught.value.codes == [code]
+
+
+def test_a_whole_bucket_is_never_granted() -> None:
+    stack = _stack()
+    identity = WorkloadIdentity(stack, "Identity", cluster=_cluster(stack), namespace="inference", service_account="sa")
+    with pytest.raises(ConfigError) as caught:
+        identity.grant_read_objects(bucket_arn="arn:aws:s3:::weights", prefix="/")
+    assert caught.value.codes == ["WorkloadIdentity.WholeBucket"]
 
 
 def test_new_domain_creates_zone_and_dns_validated_certificate() -> None:
@@ -119,19 +140,26 @@ def test_new_domain_creates_zone_and_dns_validated_certificate() -> None:
 
 
 def test_existing_zone_and_certificate_create_nothing() -> None:
+    from aws_cdk import aws_certificatemanager as acm
+
     stack = _stack()
+    zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
+                                                          zone_name="inference.example.com")
+    certificate = acm.Certificate.from_certificate_arn(
+        stack, "Certificate", "arn:aws:acm:us-west-2:123456789012:certificate/abc-123")
     domain = EndpointDomain(stack, "Domain", zone_name="inference.example.com",
-                            endpoint_domains=["a.inference.example.com"], existing_hosted_zone_id="Z0123456789ABC",
-                            existing_certificate_arn="arn:aws:acm:us-west-2:123456789012:certificate/abc-123")
+                            endpoint_domains=["a.inference.example.com"], hosted_zone=zone, certificate=certificate)
     created = {type(c).__name__ for c in domain.node.find_all()}
     assert not created & {"CfnHostedZone", "CfnCertificate"}
-    assert domain.hosted_zone.hosted_zone_id == "Z0123456789ABC"
+    assert domain.hosted_zone is zone and domain.certificate is certificate
 
 
 @pytest.mark.parametrize(("domains", "code"), [
     ([], "EndpointDomain.NoDomains"),
     (["*.inference.example.com"], "EndpointDomain.Wildcard"),
     (["api.other.org"], "EndpointDomain.OutsideZone"),
+    (["Api.inference.example.com"], "EndpointDomain.BadDomainName"),
+    (["a.inference.example.com", "a.inference.example.com"], "EndpointDomain.Duplicate"),
 ])
 def test_endpoint_domain_validation(domains: list[str], code: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -139,16 +167,128 @@ def test_endpoint_domain_validation(domains: list[str], code: str) -> None:
     assert caught.value.codes == [code]
 
 
-def test_missing_kubectl_layer_names_the_package_to_install() -> None:
+def test_closed_sets_fail_closed() -> None:
+    """A misspelt enum value is refused, never read as the other choice."""
+    stack = _stack()
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
     with pytest.raises(ConfigError) as caught:
-        kubectl_layer_for(_stack(), "1.99")
-    assert caught.value.codes == ["InferenceCluster.MissingKubectlLayer"]
-    assert "pip install 'aws-cdk.lambda-layer-kubectl-v99'" in str(caught.value)
+        InferenceCluster(stack, "Eks", cluster_name="c", vpc=vpc, endpoint_access="privat")  # type: ignore[arg-type]
+    assert caught.value.codes == ["InferenceCluster.EndpointAccess"]
+
+
+def test_unsupported_kubernetes_version_says_which_are() -> None:
+    stack = _stack()
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
+    with pytest.raises(ConfigError) as caught:
+        InferenceCluster(stack, "Eks", cluster_name="c", vpc=vpc, kubernetes_version="1.99")
+    assert caught.value.codes == ["InferenceCluster.UnsupportedKubernetesVersion"]
+    assert "1.33, 1.34, 1.35" in str(caught.value)
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])
+def test_every_supported_kubernetes_version_builds_with_its_kubectl_layer(version: str) -> None:
+    stack = _stack()
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Eks", cluster_name="c", vpc=vpc, kubernetes_version=version)
+    template = Template.from_stack(stack)
+    template.has_resource_properties("AWS::EKS::Cluster", {"Version": version})
+    layers = [c for c in cluster.node.find_all() if type(c).__name__ == f"KubectlV{version.split('.')[1]}Layer"]
+    assert layers, f"no kubectl layer for {version}"
+
+
+def test_public_endpoint_is_warned_and_the_warning_can_be_acknowledged() -> None:
+    stack = _stack()
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Eks", cluster_name="c", vpc=vpc,
+                               endpoint_access=ClusterEndpointAccess.PUBLIC_AND_PRIVATE)
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp(".*reachable from the internet.*"))
+    other = _stack()
+    vpc2 = ec2.Vpc(other, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
+    quiet = InferenceCluster(other, "Eks", cluster_name="c", vpc=vpc2,
+                             endpoint_access=ClusterEndpointAccess.PUBLIC_AND_PRIVATE)
+    CdkAnnotations.of(quiet).acknowledge_warning("@hyperpod-inference-iac/InferenceCluster:publicEndpoint",
+                                                 "reviewed: CI runners outside the VPC")
+    Annotations.from_stack(other).has_no_warning("*", Match.string_like_regexp(".*reachable from the internet.*"))
+    assert cluster.cluster is not None
+
+
+def test_capture_storage_needs_no_feature_flag() -> None:
+    """Outside an app's cdk.json (no context at all), the construct still synthesizes, with server access
+    logs through the log bucket's policy (not a LogDeliveryWrite ACL)."""
+    stack = _stack(context={})
+    CaptureStorage(stack, "Storage", capture_bucket_name="captures-123456789012", key_alias="alias/capture")
+    template = Template.from_stack(stack).to_json()
+    buckets = [v for v in template["Resources"].values() if v["Type"] == "AWS::S3::Bucket"]
+    assert len(buckets) == 3
+    assert all("AccessControl" not in b["Properties"] for b in buckets)
+    logged = [b for b in buckets if "LoggingConfiguration" in b["Properties"]]
+    assert len(logged) == 2
+
+
+def test_capture_storage_brings_your_own_key_and_log_bucket() -> None:
+    from aws_cdk import aws_kms as kms
+
+    stack = _stack(context={})
+    key = kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:123456789012:key/1a2b3c4d-0000-1111-2222-3333")
+    logs = s3.Bucket.from_bucket_name(stack, "Logs", "central-access-logs")
+    storage = CaptureStorage(stack, "Storage", encryption_key=key, access_logs_bucket=logs)
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::KMS::Key", 0)
+    template.resource_count_is("AWS::S3::Bucket", 2)
+    assert storage.key is key and storage.access_log_bucket is logs
+
+
+def test_vpc_without_zones_warns_that_a_concrete_environment_means_a_lookup() -> None:
+    stack = _stack()
+    PlatformVpc(stack, "Network")
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp(".*looks its availability zones up.*"))
+
+
+def test_vpc_in_an_environment_agnostic_stack_needs_no_lookup() -> None:
+    app = App(context={})
+    stack = Stack(app, "Agnostic")
+    PlatformVpc(stack, "Network")
+    assembly = app.synth()
+    manifest = json.loads((Path(assembly.directory) / "manifest.json").read_text())
+    assert "missing" not in manifest
+    messages = assembly.get_stack_by_name(stack.stack_name).messages
+    assert not [m for m in messages if "availability zones" in str(m.entry.data)]
 
 
 def test_operator_execution_role_needs_the_required_prefix() -> None:
+    stack = _stack()
+    cluster = _cluster(stack)
+    tls = s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x")
     with pytest.raises(ConfigError) as caught:
-        InferenceOperator(_stack(), "Operator", cluster=None, hyperpod_cluster_arn="", storage=None,  # type: ignore[arg-type]
-                          capture_prefix="", certificate_arn="", hosted_zone_id="", execution_role_name="MyRole",
-                          addon_version="v1.0.0-eksbuild.1")
+        InferenceOperator(stack, "Operator", cluster=cluster, hyperpod_cluster_arn="arn", tls_bucket=tls,
+                          execution_role_name="MyRole")
     assert caught.value.codes == ["InferenceOperator.ExecutionRoleName"]
+
+
+def test_operator_takes_buckets_and_keys_without_certificate_or_zone() -> None:
+    stack = _stack()
+    cluster = _cluster(stack)
+    tls = s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x")
+    captures = s3.Bucket.from_bucket_name(stack, "Captures", "captures-x")
+    operator = InferenceOperator(stack, "Operator", cluster=cluster, hyperpod_cluster_arn="arn", tls_bucket=tls,
+                                 capture_bucket=captures)
+    statements = json.dumps(Template.from_stack(stack).find_resources("AWS::IAM::Policy"))
+    assert "captures-x/data-capture/*" in statements
+    assert "UseEndpointCertificate" not in statements and "route53:" not in statements
+    assert operator.addon.addon_name
+
+
+def test_external_dns_changes_records_in_its_zones_only() -> None:
+    stack = _stack()
+    cluster = _cluster(stack)
+    zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
+                                                          zone_name="inference.example.com")
+    dns = ExternalDns(stack, "Dns", cluster=cluster, hosted_zones=[zone], owner_id="c", role_name="c-external-dns")
+    policies = Template.from_stack(stack).find_resources("AWS::IAM::Policy")
+    (policy,) = [p for p in policies.values() if "ChangeRecordsInNamedZones" in json.dumps(p)]
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert "hostedzone/Z0123456789ABC" in json.dumps(statements["ChangeRecordsInNamedZones"]["Resource"])
+    assert statements["FindTheZones"]["Action"] == "route53:ListHostedZones"
+    assert dns.release.values["extraArgs"] == ["--zone-id-filter=Z0123456789ABC"]
+    assert dns.release.values["serviceAccount"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/c-external-dns"}

@@ -1,15 +1,20 @@
-"""Every cdk-nag acknowledgment of this project, each with its reason, in one place.
+"""The cdk-nag findings this library's constructs produce by design, each reviewed once, with its reason.
 
-Stacks never call ``Validations.of(...).acknowledge`` directly: they call :func:`acknowledge`
-with a key of :data:`REASONS` and the exact evidence of each finding (the wildcard resource or
-the managed policy), so a reviewer reads the whole list of accepted findings here, and a new
-wildcard or managed policy that nobody reviewed still fails the synth. Acknowledgments are
-attached to the one construct they concern (never a stack, never a path).
+Each construct acknowledges its own findings on the exact child they concern, with the exact
+evidence (the wildcard resource, the managed policy), through the CDK's own
+``Validations.of(...).acknowledge`` (no dependency on cdk-nag). So a consumer's cdk-nag run over
+these constructs starts clean, while a new wildcard or managed policy that nobody reviewed still
+fails it. ``REASONS`` is the whole list: a reviewer reads every accepted finding here.
+
+An app adds acknowledgments of its own through :func:`acknowledge` with reasons of its own
+(:func:`register_reason`); it never needs to repeat one of these.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
 from aws_cdk import Acknowledgment, CfnCondition, Stack, Validations
 from aws_cdk import aws_lambda as lambda_
@@ -73,7 +78,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "cdk-bucket-deployment": (
         "AwsSolutions-IAM5",
         "CDK's BucketDeployment copies the staged lifecycle scripts from the CDK asset bucket into the "
-        "lifecycle bucket; its generated role is limited to those two buckets and the capture key.",
+        "lifecycle bucket; its generated role is limited to those two buckets and the bucket's key.",
     ),
     "cdk-bucket-deployment-managed-policy": (
         "AwsSolutions-IAM4",
@@ -86,12 +91,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "external-dns-zone-discovery": (
         "AwsSolutions-IAM5",
         "ExternalDNS must call route53:ListHostedZones (no resource-level permissions) to find its zone; "
-        "record changes are allowed in the one hosted zone only, and --zone-id-filter pins it.",
-    ),
-    "log-bucket-in-another-stack": (
-        "Annotation::@aws-cdk/aws-s3:accessLogsPolicyNotAdded",
-        "The shared access-log bucket lives in the storage stack; its policy already admits S3 log delivery "
-        "from every bucket of this account (statement S3ServerAccessLogsFromThisAccount in CaptureStorage).",
+        "record changes are allowed in the named hosted zones only, and --zone-id-filter pins them.",
     ),
     "capture-processor-runtime": (
         "AwsSolutions-L1",
@@ -110,6 +110,13 @@ REASONS: dict[str, tuple[str, str]] = {
 }
 
 
+def register_reason(key: str, rule: str, reason: str) -> None:
+    """Add an app's own reviewed reason (``rule`` such as ``AwsSolutions-IAM5``); keys are unique."""
+    if key in REASONS and REASONS[key] != (rule, reason):
+        raise ValueError(f"acknowledgment reason {key!r} is already registered with another text")
+    REASONS[key] = (rule, reason)
+
+
 def acknowledge(construct: IConstruct, reason_key: str, *evidence: str) -> None:
     """Acknowledge ``REASONS[reason_key]`` on ``construct`` (and its children), once per piece of
     evidence (``Policy::...``, ``Resource::...``, ``Action::...``) or for the whole rule when the
@@ -122,6 +129,44 @@ def acknowledge(construct: IConstruct, reason_key: str, *evidence: str) -> None:
 def managed_policy(name: str) -> str:
     """Evidence of an IAM4 finding for the AWS managed policy ``name`` (e.g. ``service-role/X``)."""
     return f"Policy::arn:<AWS::Partition>:iam::aws:policy/{name}"
+
+
+def logical_arn(construct: IConstruct) -> str:
+    """How cdk-nag shows the ARN of a resource of this stack in a finding: ``<LogicalId.Arn>``."""
+    stack = Stack.of(construct)
+    return f"<{stack.get_logical_id(construct.node.default_child)}.Arn>"  # type: ignore[arg-type]
+
+
+def resource_evidence(scope: IConstruct, *arns: str) -> list[str]:
+    """``Resource::...`` evidence for ARNs exactly as cdk-nag prints them in a finding of ``scope``'s
+    stack: tokens are resolved and flattened the way cdk-nag's ``flattenCfnReference`` does."""
+    return [f"Resource::{nag_text(scope, arn)}" for arn in arns]
+
+
+def nag_text(scope: IConstruct, value: Any) -> str:
+    """``value`` as cdk-nag renders it in finding ids (``Ref`` -> ``<Id>``, ``GetAtt`` -> ``<Id.Attr>``)."""
+    return _flatten(Stack.of(scope).resolve(value))
+
+
+def _flatten(node: Any) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(_flatten(item) for item in items)
+        if "Fn::Sub" in node:
+            return _flatten(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{_flatten(resource)}.{_flatten(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return _flatten(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{_flatten(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"))
 
 
 def acknowledge_kubectl_provider(provider: IConstruct) -> None:
@@ -143,26 +188,7 @@ def acknowledge_kubectl_provider(provider: IConstruct) -> None:
     acknowledge(provider, "cdk-provider-framework-invoke", f"Resource::<{stack.get_logical_id(handler)}.Arn>:*")
 
 
-def acknowledge_bucket_deployment(deployment: IConstruct, handler_role: IConstruct, *evidence: str) -> None:
-    """The findings of CDK's BucketDeployment: its role (given) and its singleton handler function."""
-    stack = Stack.of(deployment)
-    handler = next(c for c in stack.node.children if c.node.id.startswith("Custom::CDKBucketDeployment"))
-    acknowledge(handler_role, "cdk-bucket-deployment-managed-policy",
-                managed_policy("service-role/AWSLambdaBasicExecutionRole"))
-    acknowledge(handler_role, "cdk-bucket-deployment", "Action::s3:GetBucket*", "Action::s3:GetObject*",
-                "Action::s3:List*", "Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::kms:GenerateDataKey*",
-                "Action::kms:ReEncrypt*", *evidence)
-    acknowledge(handler, "cdk-bucket-deployment-runtime")
-
-
-def logical_arn(construct: IConstruct) -> str:
-    """How cdk-nag shows the ARN of a resource of this stack in a finding: ``<LogicalId.Arn>``."""
-    stack = Stack.of(construct)
-    return f"<{stack.get_logical_id(construct.node.default_child)}.Arn>"
-
-
-def acknowledge_bucket_notifications_handler(stack: Stack) -> None:
-    """CDK's singleton Lambda that writes a bucket's notification configuration."""
-    handler = next(c for c in stack.node.children if c.node.id.startswith("BucketNotificationsHandler"))
-    acknowledge(handler, "cdk-bucket-notifications-handler",
-                managed_policy("service-role/AWSLambdaBasicExecutionRole"))
+def stack_singletons(stack: Stack, id_prefix: str) -> Iterable[IConstruct]:
+    """CDK's stack-level singletons (bucket-notification and bucket-deployment handlers) whose id starts
+    with ``id_prefix``; the construct that caused them acknowledges their findings."""
+    return [child for child in stack.node.children if child.node.id.startswith(id_prefix)]

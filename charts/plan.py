@@ -1,0 +1,439 @@
+"""One plan for every workload on the cluster: made once, checked once, rendered twice.
+
+:func:`plan_workloads` takes typed workloads (operator custom resources and portable model servers)
+and what they need to know about the platform (:class:`PlatformContext`), and returns a
+:class:`WorkloadPlan` in which each workload carries, from the same object:
+
+* its runtime configuration (the custom resource, or the Deployment's settings: the sidecar's capture
+  prefix, the loader's weights prefix, the key it encrypts with), with the platform's own values as
+  :class:`~hyperpod_inference_iac.platform_values.PlatformValue` references;
+* its identity (:class:`IdentityPlan`): one role for its service account, allowed exactly the S3
+  prefixes and keys that runtime configuration names (:class:`ObjectAccess`), nothing else.
+
+A role therefore cannot disagree with what its runtime does. Every problem is reported once, under the
+path the workload came from (``models[1].spec...``), all of them in one run.
+
+The CDK app renders the plan through :class:`~hyperpod_inference_iac.InferenceWorkloads` (identities and
+manifests applied by the kubectl provider) and :func:`~hyperpod_inference_iac.gitops.write_manifests`
+renders the same plan into ``dist/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hyperpod_inference_iac.charts.capture import DataCapture
+from hyperpod_inference_iac.charts.crd_schema import schema_errors
+from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
+from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
+from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
+from hyperpod_inference_iac.charts.model_source import ModelSourceType
+from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
+from hyperpod_inference_iac.charts.portable import PortableModelServer, capture_prefix_hash
+from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
+from hyperpod_inference_iac.patterns import DNS1123_LABEL
+from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+
+Workload = InferenceEndpointConfig | JumpStartModel
+ROLE_NAME_MAX = 64
+
+# Stand-ins that satisfy the CRDs' patterns, used only to check the emitted objects against the CRD
+# schema before any real value exists (the real values are the platform's own, checked where made).
+_SCHEMA_CHECK_VALUES = PlatformValues({
+    PlatformValue.CAPTURE_BUCKET: "capture-bucket",
+    PlatformValue.CAPTURE_KEY_ID: "arn:aws:kms:us-east-1:000000000000:alias/capture",
+    PlatformValue.TLS_BUCKET: "hyperpod-tls-bucket",
+    PlatformValue.CERTIFICATE_ARN: "arn:aws:acm:us-east-1:000000000000:certificate/00000000-0000-0000-0000-0000",
+    PlatformValue.HOSTED_ZONE_ID: "Z0000000000000000000",
+    PlatformValue.SIDECAR_IMAGE: "capture-sidecar:0",
+})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlatformContext:
+    """What the workloads of one namespace need to know about the platform they run on.
+
+    :param cluster_name: the EKS cluster (part of the portable capture hash).
+    :param namespace: where the workloads and their service accounts live.
+    :param account: the AWS account of the workload roles (their ARNs are derived, so manifests
+        outside CDK can name them).
+    :param partition: the AWS partition. @default ``aws``
+    :param role_name_prefix: each workload role is ``<prefix>-<service account>`` (at most 64 characters).
+    :param capture: where captured data goes when a workload's ``dataCapture`` names no ``s3Uri``; the
+        operator's execution role may write there. @default none: every capture block needs its own s3Uri
+    :param capture_key: the key captures are encrypted with when a tier names none. @default none
+    :param tls_output: the operator's TLS certificate output location (``endpointDomain`` shortcut).
+    :param endpoint_domains: the names the platform certificate covers (``endpointDomain`` must be one).
+    :param zone_name: the Route 53 zone of the endpoint names and of portable hostnames.
+    :param custom_service_accounts_enabled: the operator add-on's ``enableCustomServiceAccounts``.
+    :param synced_secrets: Kubernetes Secrets the platform keeps in the namespace, by name, with their
+        keys (``tokenSecretRef`` must name one of them).
+    :param known_values: platform values already known (deterministic bucket names), used to tell whether
+        a URI a workload writes is the platform's. @default none
+    """
+
+    cluster_name: str
+    namespace: str
+    account: str
+    partition: str = "aws"
+    role_name_prefix: str
+    capture: S3Location | None = None
+    capture_key: str | PlatformValue | None = None
+    tls_output: S3Location | None = None
+    endpoint_domains: tuple[str, ...] = ()
+    zone_name: str | None = None
+    custom_service_accounts_enabled: bool = False
+    synced_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    known_values: Mapping[PlatformValue, str] = dataclasses.field(default_factory=dict)
+
+    def role_name(self, service_account: str) -> str:
+        return f"{self.role_name_prefix}-{service_account}"[:ROLE_NAME_MAX]
+
+    def role_arn(self, role_name: str) -> str:
+        return f"arn:{self.partition}:iam::{self.account}:role/{role_name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDeployment:
+    """One operator custom resource to plan, with the platform shortcut ``endpoint_domain`` (TLS with the
+    platform certificate and DNS in the platform zone) and the path it came from (for problems)."""
+
+    workload: Workload
+    endpoint_domain: str | None = None
+    path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PortableDeployment:
+    server: PortableModelServer
+    path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectAccess:
+    """What one runtime does with one S3 prefix: read it, or write to it (with ``key``)."""
+
+    location: S3Location
+    write: bool
+    purpose: str
+    key: str | PlatformValue | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityPlan:
+    """The role of one service account and exactly the object accesses its runtimes need."""
+
+    service_account: str
+    role_name: str
+    role_arn: str
+    accesses: tuple[ObjectAccess, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelWorkload:
+    path: str
+    workload: Workload
+    identity: IdentityPlan | None = None
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def chart_id(self) -> str:
+        return f"model-{self.workload.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PortableWorkload:
+    path: str
+    server: PortableModelServer
+    identity: IdentityPlan
+    weights: S3Location
+    capture: S3Location | None = None
+    capture_key: str | PlatformValue | None = None
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+    @property
+    def chart_id(self) -> str:
+        return f"portable-{self.server.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadPlan:
+    context: PlatformContext
+    models: tuple[ModelWorkload, ...] = ()
+    portable: tuple[PortableWorkload, ...] = ()
+
+    @property
+    def identities(self) -> tuple[IdentityPlan, ...]:
+        found = [m.identity for m in self.models if m.identity is not None]
+        return (*found, *(p.identity for p in self.portable))
+
+    @property
+    def needs_external_dns(self) -> bool:
+        return any(p.server.hostname for p in self.portable)
+
+    @property
+    def needs_sidecar_image(self) -> bool:
+        return any(p.capture is not None for p in self.portable)
+
+    @property
+    def secret_refs(self) -> tuple[str, ...]:
+        return tuple(sorted({name for m in self.models if (name := token_secret_of(m.workload)) is not None}))
+
+
+def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment] = (),
+                   portable: Sequence[PortableDeployment] = (), problems: Problems) -> WorkloadPlan:
+    """Wire, check and plan every workload; problems are collected (each once), never raised here."""
+    planned_models = [_plan_model(context, entry, problems) for entry in models]
+    planned_portable = [_plan_portable(context, entry, problems) for entry in portable]
+    _check_across(context, planned_models, planned_portable, problems)
+    return WorkloadPlan(context=context, models=tuple(planned_models), portable=tuple(planned_portable))
+
+
+# -- operator custom resources ---------------------------------------------------------------------
+def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Problems) -> ModelWorkload:
+    path = entry.path or join_path("models", entry.workload.name)
+    workload = _wire_model(context, entry, path, problems)
+    before = len(problems)
+    workload.validate(path, problems)
+    _check_model_on_platform(context, workload, path, problems)
+    if len(problems) == before:
+        _check_against_crd(workload, path, problems)
+    account = workload.service_account_name
+    identity = None
+    if account is not None:
+        role_name = context.role_name(account)
+        weights = _weights_of(workload)
+        accesses = (ObjectAccess(weights, write=False, purpose="model weights"),) if weights else ()
+        identity = IdentityPlan(account, role_name, context.role_arn(role_name), accesses)
+    return ModelWorkload(path, workload, identity)
+
+
+def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, problems: Problems) -> Workload:
+    """The platform shortcuts, applied to the typed workload (never silently over what the user wrote)."""
+    workload = entry.workload
+    spec = workload.spec
+    changes: dict[str, Any] = {}
+    if entry.endpoint_domain is not None:
+        domain_path = join_path(path, "endpointDomain")
+        if entry.endpoint_domain not in context.endpoint_domains:
+            problems.add("Model.EndpointDomainNotCertified", domain_path,
+                         f"must be one of the platform's endpoint domains ({', '.join(context.endpoint_domains)}), "
+                         "the names its certificate covers", entry.endpoint_domain)
+        if spec.tls_config is not None or spec.dns_config is not None:
+            problems.add("Model.EndpointDomainConflict", domain_path,
+                         "sets tlsConfig and dnsConfig for you: remove spec.tlsConfig and spec.dnsConfig, or remove "
+                         "endpointDomain and give both yourself")
+        elif context.tls_output is None:
+            problems.add("Model.EndpointDomainUnavailable", domain_path,
+                         "the platform has no TLS certificate output bucket; give spec.tlsConfig yourself")
+        else:
+            changes["tls_config"] = TlsConfig(
+                custom_certificate_config=CustomCertificateConfig(
+                    acm_arn=PlatformValue.CERTIFICATE_ARN, domain_name=entry.endpoint_domain),
+                tls_certificate_output_s3_uri=S3Uri(context.tls_output))
+            changes["dns_config"] = DnsConfig(hosted_zone_id=PlatformValue.HOSTED_ZONE_ID)
+    if spec.data_capture is not None:
+        changes["data_capture"] = _wire_capture(context, spec.data_capture, tiers=("sagemaker_endpoint", "model_pod"))
+    if not changes:
+        return workload
+    return dataclasses.replace(workload, spec=dataclasses.replace(spec, **changes))  # type: ignore[arg-type]
+
+
+def _wire_capture(context: PlatformContext, capture: DataCapture, *, tiers: Sequence[str]) -> DataCapture:
+    """A ``dataCapture`` without ``s3Uri`` captures into the platform location; its enabled tiers without
+    ``kmsKeyId`` encrypt with the platform key."""
+    changes: dict[str, Any] = {}
+    if capture.s3_uri is None and context.capture is not None:
+        changes["s3_uri"] = S3Uri(context.capture)
+    for tier in tiers:
+        block = getattr(capture, tier)
+        if block is not None and block.enabled and block.kms_key_id is None and context.capture_key is not None:
+            changes[tier] = dataclasses.replace(block, kms_key_id=context.capture_key)
+    return dataclasses.replace(capture, **changes) if changes else capture
+
+
+def _check_model_on_platform(context: PlatformContext, workload: Workload, path: str, problems: Problems) -> None:
+    """Rules between a workload and the platform it runs on (identity, secrets, buckets, nodes)."""
+    spec_path = join_path(path, "spec")
+    capture = workload.spec.data_capture
+    if capture is not None and capture.s3_uri is not None:
+        _check_operator_may_write(context, context.capture, capture.s3_uri, join_path(spec_path, "dataCapture.s3Uri"),
+                                  "DataCapture.BucketNotGranted", "captures", problems)
+    tls = workload.spec.tls_config
+    if tls is not None and tls.tls_certificate_output_s3_uri is not None and context.tls_output is not None:
+        _check_operator_may_write(context, context.tls_output, tls.tls_certificate_output_s3_uri,
+                                  join_path(spec_path, "tlsConfig.tlsCertificateOutputS3Uri"),
+                                  "Tls.OutputBucketNotGranted", "TLS certificates", problems)
+    secret = token_secret_of(workload)
+    if secret is not None and secret not in context.synced_secrets:
+        synced = ", ".join(sorted(context.synced_secrets)) or "none"
+        problems.add("HuggingFace.TokenSecretNotSynced",
+                     join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.name"),
+                     f"names a Secret nothing syncs into namespace {context.namespace} (synced: {synced}); use the "
+                     "platform's Hugging Face token Secret", secret)
+    elif secret is not None:
+        key = workload.spec.model_source_config.hugging_face_model.token_secret_ref.key  # type: ignore[union-attr]
+        if key not in context.synced_secrets[secret]:
+            problems.add("HuggingFace.TokenSecretKeyMissing",
+                         join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.key"),
+                         f"Secret {secret} holds only {', '.join(context.synced_secrets[secret])}", key)
+    if isinstance(workload, InferenceEndpointConfig) and workload.nvme_cache is not None:
+        _check_nvme_nodes(workload, path, problems)
+
+
+def _check_operator_may_write(context: PlatformContext, granted: S3Location | None, uri: str | S3Uri, path: str,
+                              code: str, what: str, problems: Problems) -> None:
+    """A location the operator writes to must be one its execution role may write: the platform's."""
+    if isinstance(uri, S3Uri) or is_unresolved(uri) or granted is None:
+        return  # the platform's own location, or no platform location (the caller grants the operator)
+    bucket = granted.bucket
+    if isinstance(bucket, PlatformValue):
+        bucket = context.known_values.get(bucket)
+    if bucket is not None and S3Location.parse(uri).within(S3Location(bucket, granted.prefix)):
+        return
+    where = f"s3://{bucket}/{granted.prefix}" if bucket is not None else "the platform's location"
+    problems.add(code, path, f"the operator's execution role may write {what} only under {where}; remove the URI "
+                 "to use the platform's", uri)
+
+
+def _check_nvme_nodes(workload: InferenceEndpointConfig, path: str, problems: Problems) -> None:
+    spec = workload.spec
+    types = [(join_path(path, "spec.instanceType"), spec.instance_type)] if spec.instance_type else []
+    types += [(join_path(join_path(path, "spec.instanceTypes"), i), t) for i, t in enumerate(spec.instance_types or ())]
+    for type_path, instance_type in types:
+        if not is_unresolved(instance_type) and not has_instance_store_nvme(instance_type):
+            problems.add("NvmeCache.NoInstanceStore", type_path,
+                         f"{instance_type} has no instance-store NVMe for the nvmeCache to live on; use a type of a "
+                         f"family with NVMe ({families_with_nvme()}) or remove nvmeCache", instance_type)
+
+
+def _check_against_crd(workload: Workload, path: str, problems: Problems) -> None:
+    """The emitted object against the CRD's own schema (catches what the types leave open: extraSpec)."""
+    manifest = _SCHEMA_CHECK_VALUES.resolve(workload.manifest(namespace="schema-check"))
+    extra = set((workload.extra_spec or {}).keys())
+    for location, message, value in schema_errors(manifest):
+        if location[:1] != ("spec",) or is_unresolved(value):
+            continue  # tokens are checked by the API server at deploy time
+        keys = [str(part) for part in location[1:]]
+        base = join_path(path, "extraSpec" if keys and keys[0] in extra else "spec")
+        error_path = base
+        for part in location[1:]:
+            error_path = join_path(error_path, part if isinstance(part, int) else str(part))
+        if not problems.has_at_or_below(error_path):
+            problems.add("Model.CrdSchemaViolation", error_path,
+                         f"the operator's CRD refuses this: {message}")
+
+
+def _weights_of(workload: Workload) -> S3Location | None:
+    cache = getattr(workload, "nvme_cache", None)
+    if isinstance(cache, NvmeModelCache):
+        return S3Location.parse(cache.source_s3_uri)
+    source = getattr(workload.spec, "model_source_config", None)
+    storage = getattr(source, "s3_storage", None)
+    if storage is not None:
+        location = (source.model_location or "").strip("/")  # type: ignore[union-attr]
+        return S3Location(storage.bucket_name, f"{location}/" if location else "")
+    return None
+
+
+def token_secret_of(workload: Workload) -> str | None:
+    """The Secret a workload's Hugging Face source reads its token from, if any."""
+    source = getattr(workload.spec, "model_source_config", None)
+    if source is None or source.model_source_type != ModelSourceType.HUGGING_FACE:
+        return None
+    model = source.hugging_face_model
+    return model.token_secret_ref.name if model is not None and model.token_secret_ref is not None else None
+
+
+# -- portable model servers --------------------------------------------------------------------------
+def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems: Problems) -> PortableWorkload:
+    path = entry.path or join_path("portable", entry.server.name)
+    server = entry.server
+    if server.data_capture is not None:
+        server = dataclasses.replace(server, data_capture=_wire_capture(context, server.data_capture,
+                                                                         tiers=("model_pod",)))
+    server.validate(path, problems)
+    if server.hostname is not None and context.zone_name is not None and not is_unresolved(server.hostname) \
+            and not server.hostname.endswith("." + context.zone_name):
+        problems.add("Portable.HostnameOutsideZone", join_path(path, "hostname"),
+                     f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records "
+                     "there only", server.hostname)
+    weights = S3Location.parse(server.model_cache.source_s3_uri)
+    accesses = [ObjectAccess(weights, write=False, purpose="model weights (NVMe cache loader)")]
+    capture_location, capture_key = None, None
+    pod = server.pod_capture
+    if pod is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
+        uri = server.data_capture.s3_uri
+        base = uri.location if isinstance(uri, S3Uri) else S3Location.parse(uri)
+        digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=context.namespace,
+                                     name=server.name)
+        capture_location = base.child(digest, "pod")
+        capture_key = pod.kms_key_id
+        accesses.append(ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",
+                                     key=capture_key))
+    role_name = context.role_name(server.name)
+    identity = IdentityPlan(server.name, role_name, context.role_arn(role_name), tuple(accesses))
+    return PortableWorkload(path, server, identity, weights, capture_location, capture_key)
+
+
+# -- across workloads ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class NamedWorkload:
+    """What the rules across workloads look at: where it came from, its kind, name and service account."""
+
+    path: str
+    kind: str
+    name: str
+    service_account: str | None
+    custom_account: bool  # named in spec.kubernetes.serviceAccountName (needs the operator's flag)
+
+
+def check_workload_set(workloads: Sequence[NamedWorkload], *, namespace: str, custom_service_accounts_enabled: bool,
+                       problems: Problems) -> None:
+    """Rules across the workloads of one namespace (the plan and :class:`InferenceChart` both apply them)."""
+    if not DNS1123_LABEL.match(namespace) or len(namespace) > 63:
+        problems.add("Chart.NamespaceInvalid", "namespace", "must be a DNS-1123 label", namespace)
+    names: dict[str, str] = {}
+    accounts: dict[str, str] = {}
+    for item in workloads:
+        key = f"{item.kind}/{item.name}"
+        if key in names:
+            problems.add("Model.DuplicateName", join_path(item.path, "name"),
+                         f"is already used by {names[key]}; names are unique within a namespace", item.name)
+        names.setdefault(key, item.path)
+        if item.service_account is None:
+            continue
+        account_path = join_path(item.path, "spec.kubernetes.serviceAccountName" if item.custom_account else "name")
+        if item.custom_account and not custom_service_accounts_enabled:
+            problems.add("ServiceAccount.CustomAccountsDisabled", account_path,
+                         "the cluster's inference operator has enableCustomServiceAccounts off; enable it in the "
+                         "add-on configuration or remove serviceAccountName", item.service_account)
+        if item.service_account in accounts:
+            problems.add("ServiceAccount.Shared", account_path,
+                         f"service account {item.service_account} is already used by {accounts[item.service_account]}; "
+                         "give each workload its own service account so each role stays scoped to one model's data",
+                         item.service_account)
+        accounts.setdefault(item.service_account, item.path)
+
+
+def named(path: str, workload: Workload | PortableModelServer) -> NamedWorkload:
+    if isinstance(workload, PortableModelServer):
+        return NamedWorkload(path, "Deployment", workload.name, workload.name, custom_account=False)
+    account = workload.service_account_name
+    return NamedWorkload(path, workload.KIND, workload.name, account, custom_account=account is not None)
+
+
+def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], portable: Sequence[PortableWorkload],
+                  problems: Problems) -> None:
+    check_workload_set([*(named(m.path, m.workload) for m in models), *(named(p.path, p.server) for p in portable)],
+                       namespace=context.namespace,
+                       custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)

@@ -1,0 +1,185 @@
+"""Apply a :class:`~hyperpod_inference_iac.charts.plan.WorkloadPlan` to a cluster: one IAM role per planned
+identity with exactly the accesses the plan lists for it, the namespace, and one small manifest per
+workload (the kubectl provider's request limit is 262 KB), each applied after what it needs.
+
+The roles' grants and the runtimes' settings come from the same plan objects: the prefix a portable
+capture sidecar writes is the prefix its role may write, the prefix an NVMe loader reads is the prefix
+its role may read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import cdk8s
+from aws_cdk import DefaultStackSynthesizer, Stack
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_route53 as route53
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IConstruct
+
+from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.charts.plan import IdentityPlan, ModelWorkload, ObjectAccess, WorkloadPlan, token_secret_of
+from hyperpod_inference_iac.charts.render import render_workloads
+from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
+from hyperpod_inference_iac.s3_access import bucket_arn
+from hyperpod_inference_iac.validation import Problems, is_unresolved
+from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
+
+SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
+
+
+def sidecar_image_uri(stack: Stack, asset: ecr_assets.DockerImageAsset) -> str:
+    """The image asset's URI without a token when the stack's account and region are known: the bootstrap's
+    container asset repository (default qualifier) and the asset hash, as GitOps manifests need it."""
+    if is_unresolved(stack.account) or is_unresolved(stack.region):
+        return asset.image_uri
+    qualifier = DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    return (f"{stack.account}.dkr.ecr.{stack.region}.amazonaws.com/cdk-{qualifier}-container-assets-"
+            f"{stack.account}-{stack.region}:{asset.asset_hash}")
+
+
+class InferenceWorkloads(Construct):
+    """The workloads of one plan on ``cluster``.
+
+    :param cluster: the ``aws_eks_v2`` cluster.
+    :param plan: what to deploy (:func:`~hyperpod_inference_iac.charts.plan.plan_workloads`).
+    :param capture_bucket: the platform's capture bucket, when the plan captures into it. @default none
+    :param capture_key: the key of that bucket. @default none
+    :param tls_bucket: the operator's TLS output bucket, when the plan uses ``endpointDomain``. @default none
+    :param certificate: the platform certificate, when the plan uses ``endpointDomain``. @default none
+    :param hosted_zone: the platform zone, when the plan uses ``endpointDomain``. @default none
+    :param known_values: platform values known before deploy (deterministic names), preferred to the
+        tokens of the objects above so the applied manifests equal the GitOps ones. @default none
+    :param sidecar_image: the capture sidecar's image URI. @default an image asset built at deploy time
+        from the context shipped in this package (``hyperpod_inference_iac.sidecar``)
+    :param binding: how identities bind to service accounts. @default IRSA
+    :param depends_on: what every manifest waits for (the operator add-on, the device plugin, nodes).
+    :param external_dns: waited for by manifests whose Service publishes a hostname. @default none
+    :param secret_sync: waited for by models that read a synced token Secret. @default none
+    :param namespace_labels: labels of the namespace. @default none
+
+    Attributes: ``identities`` (service account -> :class:`~hyperpod_inference_iac.WorkloadIdentity`),
+    ``namespace_manifest``, ``manifests`` (chart id -> ``KubernetesManifest``), ``values`` (what the
+    manifests were rendered with), ``sidecar_image`` (the asset, when built here).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.Cluster,
+        plan: WorkloadPlan,
+        capture_bucket: s3.IBucket | None = None,
+        capture_key: kms.IKey | None = None,
+        tls_bucket: s3.IBucket | None = None,
+        certificate: acm.ICertificate | None = None,
+        hosted_zone: route53.IHostedZone | None = None,
+        known_values: Mapping[PlatformValue, str] | None = None,
+        sidecar_image: str | None = None,
+        binding: IdentityBinding = IdentityBinding.IRSA,
+        depends_on: Sequence[IConstruct] = (),
+        external_dns: IConstruct | None = None,
+        secret_sync: IConstruct | None = None,
+        namespace_labels: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        self.plan = plan
+        self._capture_bucket, self._capture_key = capture_bucket, capture_key
+        self.sidecar_image: ecr_assets.DockerImageAsset | None = None
+        if sidecar_image is None and plan.needs_sidecar_image:
+            self.sidecar_image = ecr_assets.DockerImageAsset(
+                self, "CaptureSidecarImage", directory=str(package_dir("hyperpod_inference_iac.sidecar")),
+                exclude=SIDECAR_ASSET_EXCLUDES)
+            sidecar_image = sidecar_image_uri(stack, self.sidecar_image)
+        from_objects: dict[PlatformValue, str] = {}
+        for value, source in ((PlatformValue.CAPTURE_BUCKET, capture_bucket and capture_bucket.bucket_name),
+                              (PlatformValue.CAPTURE_KEY_ID, capture_key and capture_key.key_arn),
+                              (PlatformValue.TLS_BUCKET, tls_bucket and tls_bucket.bucket_name),
+                              (PlatformValue.CERTIFICATE_ARN, certificate and certificate.certificate_arn),
+                              (PlatformValue.HOSTED_ZONE_ID, hosted_zone and hosted_zone.hosted_zone_id),
+                              (PlatformValue.SIDECAR_IMAGE, sidecar_image)):
+            if source:
+                from_objects[value] = source
+        self.values = PlatformValues(dict(known_values or {})).merged(from_objects)
+
+        self.identities = {
+            identity.service_account: self._identity(cluster, identity, binding) for identity in plan.identities
+        }
+        app = cdk8s.App()
+        rendered = render_workloads(app, plan, self.values, namespace_labels=namespace_labels)
+        if rendered.waiting:
+            _missing_resources(self, {chart: awaiting.missing for chart, awaiting in rendered.waiting.items()})
+        self.namespace_manifest = cluster.add_cdk8s_chart("Namespace", rendered.namespace)
+        for dependency in depends_on:
+            self.namespace_manifest.node.add_dependency(dependency)
+        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        for chart_id, chart in rendered.charts.items():
+            manifest = cluster.add_cdk8s_chart(chart_id, chart)
+            manifest.node.add_dependency(self.namespace_manifest)
+            workload = rendered.workloads[chart_id]
+            if workload.identity is not None:
+                manifest.node.add_dependency(self.identities[workload.identity.service_account])
+            hostname = getattr(getattr(workload, "server", None), "hostname", None)
+            if hostname and external_dns is not None:
+                manifest.node.add_dependency(external_dns)
+            if secret_sync is not None and isinstance(workload, ModelWorkload) \
+                    and token_secret_of(workload.workload) is not None:
+                manifest.node.add_dependency(secret_sync)
+            self.manifests[chart_id] = manifest
+
+    def _identity(self, cluster: eks.Cluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
+        workload_identity = WorkloadIdentity(
+            self, f"Identity-{identity.service_account}", cluster=cluster, namespace=self.plan.context.namespace,
+            service_account=identity.service_account, role_name=identity.role_name, binding=binding)
+        for access in identity.accesses:
+            arn, key = self._bucket_arn(access), self._key(identity, access)
+            if access.write:
+                workload_identity.grant_write_objects(bucket_arn=arn, prefix=access.location.prefix, key=key)
+            else:
+                workload_identity.grant_read_objects(bucket_arn=arn, prefix=access.location.prefix, key=key)
+        return workload_identity
+
+    def _bucket_arn(self, access: ObjectAccess) -> str:
+        bucket = access.location.bucket
+        if bucket is PlatformValue.CAPTURE_BUCKET:
+            if self._capture_bucket is None:
+                _missing_resources(self, {access.purpose: (bucket,)})
+            return bucket_arn(self._capture_bucket)  # type: ignore[arg-type]
+        if isinstance(bucket, PlatformValue):
+            _missing_resources(self, {access.purpose: (bucket,)})
+        return f"arn:{Stack.of(self).partition}:s3:::{bucket}"
+
+    def _key(self, identity: IdentityPlan, access: ObjectAccess) -> kms.IKey | None:
+        key = access.key
+        if key is None:
+            return None
+        if key is PlatformValue.CAPTURE_KEY_ID:
+            if self._capture_key is None:
+                _missing_resources(self, {access.purpose: (key,)})
+            return self._capture_key
+        if isinstance(key, str) and ":key/" in key:
+            return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
+        problems = Problems()
+        problems.add("InferenceWorkloads.KeyNotGrantable", access.purpose,
+                     "a workload's own kmsKeyId must be a key ARN (arn:...:key/<id>) so its role can be granted "
+                     "that key; an alias cannot be granted", key)
+        problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
+        return None
+
+
+def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:
+    problems = Problems()
+    for what, values in needs.items():
+        names = ", ".join(value.name.lower() for value in values)
+        problems.add("InferenceWorkloads.MissingPlatformResource", what,
+                     f"the plan refers to the platform's {names}: pass it to InferenceWorkloads (or known_values)")
+    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
+
+
+__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_uri"]

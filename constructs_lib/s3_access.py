@@ -1,0 +1,101 @@
+"""The S3 and KMS permissions of this library, written once.
+
+Every grant on objects of an SSE-KMS bucket needs the same KMS rule: the key may be used only by
+S3 in this region (``kms:ViaService``) and only for that bucket's objects
+(``kms:EncryptionContext:aws:s3:arn``: the bucket ARN for bucket keys, the object ARN otherwise).
+:func:`kms_through_s3` is that rule; the grant functions below and every key policy of the library
+use it, so it cannot exist in two shapes.
+
+Grants take bucket ARNs (strings) as well as bucket objects' ARNs, so a role in one stack can be
+granted on a bucket of another by its deterministic name, without a cross-stack export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aws_cdk import Stack, Token
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+
+# Identity policies: the resource (bucket, key) must belong to the caller's own account.
+SAME_ACCOUNT = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
+OBJECT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
+OBJECT_READ_ACTIONS = ("s3:GetObject",)
+# What writing an object with SSE-KMS needs (Decrypt: multipart uploads re-read their data keys).
+KMS_WRITE_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
+KMS_READ_ACTIONS = ("kms:Decrypt",)
+
+
+def kms_through_s3(region: str, bucket_arn: str, *, in_key_policy: bool = False) -> dict[str, Any]:
+    """Conditions that limit use of a key to S3 in ``region`` working on ``bucket_arn``'s objects.
+
+    In an identity policy the key must also be in the caller's account; in a key policy that is
+    always true and ``kms:CallerAccount`` (set by the key policy's own statements) takes its place.
+    """
+    conditions: dict[str, Any] = {
+        "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"},
+        "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, f"{bucket_arn}/*"]},
+    }
+    if not in_key_policy:
+        conditions["StringEquals"]["aws:ResourceAccount"] = "${aws:PrincipalAccount}"
+    return conditions
+
+
+def objects_arn(bucket_arn: str, prefix: str = "") -> str:
+    """``arn:...:bucket/prefix*``; ``prefix`` is a key prefix such as ``data-capture/`` (or empty)."""
+    return f"{bucket_arn}/{prefix}*"
+
+
+def grant_key_through_s3(grantee: iam.IGrantable, key: kms.IKey, actions: Sequence[str], bucket_arn: str) -> None:
+    iam.Grant.add_to_principal(
+        grantee=grantee, actions=list(actions), resource_arns=[key.key_arn],
+        conditions=kms_through_s3(key.env.region, bucket_arn),
+    )
+
+
+def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
+                        actions: Sequence[str] = OBJECT_WRITE_ACTIONS,
+                        conditions: Mapping[str, Any] | None = None) -> iam.Grant:
+    """Write objects under ``prefix`` (and use ``key`` for them, through S3 only)."""
+    if key is not None:
+        grant_key_through_s3(grantee, key, KMS_WRITE_ACTIONS, bucket_arn)
+    return iam.Grant.add_to_principal(
+        grantee=grantee, actions=list(actions), resource_arns=[objects_arn(bucket_arn, prefix)],
+        conditions=dict(conditions or SAME_ACCOUNT),
+    )
+
+
+def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
+                       actions: Sequence[str] = OBJECT_READ_ACTIONS, list_bucket: bool = True) -> iam.Grant:
+    """Read objects under ``prefix``; list the bucket only for keys under ``prefix``."""
+    if key is not None:
+        grant_key_through_s3(grantee, key, KMS_READ_ACTIONS, bucket_arn)
+    if list_bucket:
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["s3:ListBucket"], resource_arns=[bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [prefix.rstrip("/"), f"{prefix}*"]}} if prefix else None,
+        )
+    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
+                                      resource_arns=[objects_arn(bucket_arn, prefix)])
+
+
+def literal_bucket_name(bucket: s3.IBucket) -> str | None:
+    """The name a bucket of this app was given, as a plain string; None when CloudFormation names it."""
+    cfn_bucket = bucket.node.default_child if isinstance(bucket, s3.Bucket) else None
+    name = cfn_bucket.bucket_name if isinstance(cfn_bucket, s3.CfnBucket) else None
+    return name if isinstance(name, str) and not Token.is_unresolved(name) else None
+
+
+def bucket_name(bucket: s3.IBucket) -> str:
+    """The bucket's name, literal when known (no cross-stack export), else its token."""
+    return literal_bucket_name(bucket) or bucket.bucket_name
+
+
+def bucket_arn(bucket: s3.IBucket) -> str:
+    """The bucket's ARN, as a literal string when the bucket has a literal name (so a grant in another
+    stack reads the real bucket and needs no cross-stack export), else the bucket's own token."""
+    name = literal_bucket_name(bucket)
+    return f"arn:{Stack.of(bucket).partition}:s3:::{name}" if name else bucket.bucket_arn

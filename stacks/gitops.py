@@ -1,0 +1,55 @@
+"""This app's GitOps hand-off (``dist/``): the workload plan the cluster stack applies, plus what those
+workloads need on the cluster, rendered from the same definitions the stacks install."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hyperpod_inference_iac import (
+    EXTERNAL_SECRETS,
+    NVIDIA_DEVICE_PLUGIN,
+    PlatformValue,
+    PlatformValues,
+    Prerequisite,
+    StagedManifests,
+    external_dns_release,
+    stage_manifests,
+)
+from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
+from platform_config import PlatformConfig
+
+
+def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None,
+               outputs: dict[PlatformValue, str] | None = None, complete_with: str = "") -> StagedManifests:
+    """``dist/`` staged beside ``outdir`` (commit it once the synth succeeded). ``sidecar_image`` is the
+    capture sidecar image the cluster stack builds (its deterministic URI)."""
+    plan = config.workloads
+    assert plan is not None
+    env = config.environment
+    values = PlatformValues(config.known_values).merged(dict(outputs or {}))
+    if sidecar_image is not None:
+        values = values.merged({PlatformValue.SIDECAR_IMAGE: sidecar_image})
+    sync = config.hugging_face_sync
+    reader_role_arn = f"arn:{env.partition}:iam::{env.account}:role/{sync.reader_role_name}"
+    releases = [NVIDIA_DEVICE_PLUGIN, EXTERNAL_SECRETS]
+    if plan.needs_external_dns:
+        releases.append(external_dns_release(
+            zone_ids=[PlatformValue.HOSTED_ZONE_ID], domain_filters=[config.domain.zone_name],
+            owner_id=config.cluster.name,
+            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.external_dns_role_name}"))
+    prerequisites = [
+        Prerequisite(f"the EKS add-on {OPERATOR_ADDON} {config.operator.addon_version} (its CRDs and controller), "
+                     "installed by the cluster stack",
+                     "kubectl get crd inferenceendpointconfigs.inference.sagemaker.aws.amazon.com "
+                     "jumpstartmodels.inference.sagemaker.aws.amazon.com"),
+        Prerequisite(f"the IAM roles these manifests name (workload roles {config.project}-*, the token reader), "
+                     "created by the cluster stack",
+                     f"aws iam get-role --role-name {sync.reader_role_name}"),
+        Prerequisite(f"the token's value in Secrets Manager secret {sync.secrets_manager_name} (docs/secrets.md)",
+                     f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
+    ]
+    return stage_manifests(
+        plan, outdir=outdir, values=values,
+        supporting={"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)},
+        helm_releases=releases, prerequisites=prerequisites,
+        namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with)
