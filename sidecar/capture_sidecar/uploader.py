@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from itertools import groupby
@@ -59,6 +60,7 @@ class CaptureUploader:
         queue_max_records: int,
         queue_max_bytes: int,
         upload_concurrency: int,
+        release_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._writer = writer
         self._spool = spool
@@ -69,6 +71,9 @@ class CaptureUploader:
         self._flush_interval = flush_interval_seconds
         self._queue_max_records = queue_max_records
         self._queue_max_bytes = queue_max_bytes
+        # Called with a record's size once it has left memory (uploaded, spooled or dropped);
+        # the proxy's MemoryBudget counts captured bytes until then.
+        self._release_bytes = release_bytes or (lambda _: None)
         self._pending: deque[CapturedExchange] = deque()
         self._pending_bytes = 0
         self._batch_ready = asyncio.Event()
@@ -80,17 +85,18 @@ class CaptureUploader:
         metrics.queue_depth = lambda: len(self._pending) + self._in_flight_records
         metrics.spool_bytes = lambda: spool.size_bytes if spool is not None else 0
 
-    def offer(self, exchange: CapturedExchange) -> None:
-        """Queue one exchange for upload, or drop it if the queue is full. Never blocks."""
+    def offer(self, exchange: CapturedExchange) -> bool:
+        """Queue one exchange for upload (True), or drop it if the queue is full. Never blocks."""
         size = exchange.size_bytes
         if len(self._pending) >= self._queue_max_records or self._pending_bytes + size > self._queue_max_bytes:
             self._metrics.records_dropped[DROP_QUEUE_FULL] += 1
-            return
+            return False
         self._pending.append(exchange)
         self._pending_bytes += size
         self._metrics.records_captured += 1
         if len(self._pending) >= self._batch_size:
             self._batch_ready.set()
+        return True
 
     async def run(self) -> None:
         """Upload full batches as soon as they form, and whatever is buffered every flush interval."""
@@ -155,6 +161,7 @@ class CaptureUploader:
         finally:
             self._in_flight_records -= len(batch)
             self._upload_slots.release()
+            self._release_bytes(sum(exchange.size_bytes for exchange in batch))
         for outcome in outcomes:
             self._record_outcome(outcome)
 
