@@ -750,6 +750,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.until_close = False  # response body delimited by the connection closing
         self.close_client_after = False
         self.message_done = False
+        self.keep_alive = False  # llhttp's verdict, read while the message is current
 
     # ----- asyncio.Protocol -----
 
@@ -899,6 +900,7 @@ class UpstreamConnection(asyncio.Protocol):
             parts.append(b"Connection: keep-alive\r\n")
         parts.append(_CRLF)
         self.close_client_after = close_client
+        self.keep_alive = self.parser.should_keep_alive()
         client.to_client.append(b"".join(parts))
         exchange.response_started = True
         if self.no_body:
@@ -937,6 +939,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.informational:
             self.informational = False
             return
+        self.keep_alive = self.parser.should_keep_alive()  # reset once the message is over
         self.message_done = True
 
     # ----- internals -----
@@ -959,7 +962,7 @@ class UpstreamConnection(asyncio.Protocol):
             and not self.until_close
             and exchange.request_done
             and not exchange.to_upstream
-            and self.parser.should_keep_alive()
+            and self.keep_alive
         )
         no_body = self.no_body
         self.exchange = self.client = None
