@@ -26,7 +26,6 @@ import asyncio
 import logging
 import random
 import ssl
-import sys
 import time
 from collections import deque
 from datetime import UTC, datetime
@@ -85,6 +84,9 @@ MAX_IDLE_UPSTREAM_CONNECTIONS = 256
 # (a keep-alive connection the model server closed just as the request was sent).
 MAX_REPLAY_BYTES = 64 * 1024
 RETRY_AFTER_SECONDS = 1
+# A captured body is cut here (with the truncation marks) even without MAX_PAYLOAD_SIZE_KB:
+# one record's encoding must fit the memory bound (docs/capture-sidecar.md, *Memory bounds*).
+MAX_CAPTURED_BODY_BYTES = 16 * 1024 * 1024
 
 BODY_NONE = 0
 BODY_LENGTH = 1  # Content-Length: streamed through as it arrives
@@ -228,7 +230,8 @@ class CaptureProxy:
         self.sampling_fraction = settings.sampling_percentage / 100.0
         self.capture_input = settings.capture_input
         self.capture_output = settings.capture_output
-        self.payload_limit = settings.max_payload_bytes or sys.maxsize
+        # MAX_PAYLOAD_SIZE_KB=0 ("no cap") still stops at MAX_CAPTURED_BODY_BYTES, for the memory bound.
+        self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
         self.connections: set[ClientConnection] = set()
         self.closing = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from .metrics import (
     DROP_UPLOAD_FAILED,
     SidecarMetrics,
 )
-from .records import CapturedExchange, ContentTypeEncodings, encode_records, hour_of, object_key
+from .records import CapturedExchange, ContentTypeEncodings, encode_record_pieces, hour_of, object_key
 from .s3_writer import S3Writer, Spool
 
 log = logging.getLogger("capture_sidecar.uploader")
@@ -35,6 +36,11 @@ FAILURE_LOG_INTERVAL_SECONDS = 10.0
 # Upper bounds of one object when a backlog is coalesced (BATCH_SIZE's own maximum is 1000).
 MAX_RECORDS_PER_OBJECT = 1000
 MAX_OBJECT_BYTES = 16 * 1024 * 1024
+# A record this large can encode to 6x its size (JSON text that is all control characters); one
+# at a time across the upload workers.
+LARGE_RECORD_BYTES = 2 * 1024 * 1024
+_large_record = threading.Lock()
+JOIN_OBJECTS_UP_TO_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -166,23 +172,52 @@ class CaptureUploader:
             self._record_outcome(outcome)
 
     def _write_batch(self, batch: list[CapturedExchange]) -> list[UploadOutcome]:
-        """Runs in a worker thread: one object per invocation hour, like SageMaker's layout."""
-        outcomes = []
+        """Runs in a worker thread: one object per invocation hour, like SageMaker's layout.
+
+        Memory: an object is cut once its encoded records pass MAX_OBJECT_BYTES, and a record
+        over LARGE_RECORD_BYTES is encoded and written alone while holding `_large_record`, so
+        at most one such record's encoding (up to 6x its size for text that is all escapes) is
+        in memory at a time (docs/capture-sidecar.md, *Memory bounds*).
+        """
+        outcomes: list[UploadOutcome] = []
+        prefix = self._writer.location.prefix
         for _, group in groupby(batch, key=hour_of):
-            exchanges = list(group)
-            body = encode_records(exchanges, self._encodings)
-            key = object_key(self._writer.location.prefix, exchanges[0].inference_time)
-            outcomes.append(self._put_or_spool(key, body, len(exchanges)))
+            pieces: list[bytes] = []
+            encoded = 0
+            first: CapturedExchange | None = None
+            count = 0
+            for exchange in group:
+                if exchange.size_bytes > LARGE_RECORD_BYTES:
+                    with _large_record:
+                        record = encode_record_pieces(exchange, self._encodings)
+                        key = object_key(prefix, exchange.inference_time)
+                        outcomes.append(self._put_or_spool(key, record, 1))
+                    continue
+                record = encode_record_pieces(exchange, self._encodings)
+                size = sum(map(len, record))
+                if first is not None and encoded + size > MAX_OBJECT_BYTES:
+                    outcomes.append(self._put_or_spool(object_key(prefix, first.inference_time), pieces, count))
+                    pieces, encoded, first, count = [], 0, None, 0
+                if first is None:
+                    first = exchange
+                pieces += record
+                encoded += size
+                count += 1
+            if first is not None:
+                outcomes.append(self._put_or_spool(object_key(prefix, first.inference_time), pieces, count))
         return outcomes
 
-    def _put_or_spool(self, key: str, body: bytes, records: int) -> UploadOutcome:
+    def _put_or_spool(self, key: str, body: list[bytes], records: int) -> UploadOutcome:
+        size = sum(map(len, body))
+        # Small objects (the usual batch) are joined: one send; large ones go as pieces, no copy.
+        payload: bytes | list[bytes] = b"".join(body) if size <= JOIN_OBJECTS_UP_TO_BYTES else body
         try:
-            self._writer.put(key, body)
-            return UploadOutcome(records, len(body), uploaded=True, spooled=False, error=None)
-        except Exception as error:  # any boto3/botocore failure means "not written"
+            self._writer.put(key, payload)
+            return UploadOutcome(records, size, uploaded=True, spooled=False, error=None)
+        except Exception as error:  # any S3 or connection failure means "not written"
             description = f"{type(error).__name__}: {error}"
-        spooled = self._spool is not None and self._spool.store(key, body)
-        return UploadOutcome(records, len(body), uploaded=False, spooled=spooled, error=description)
+        spooled = self._spool is not None and self._spool.store(key, payload)
+        return UploadOutcome(records, size, uploaded=False, spooled=spooled, error=description)
 
     def _record_outcome(self, outcome: UploadOutcome) -> None:
         metrics = self._metrics
