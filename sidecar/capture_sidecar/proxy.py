@@ -84,6 +84,7 @@ MAX_IDLE_UPSTREAM_CONNECTIONS = 256
 # (a keep-alive connection the model server closed just as the request was sent).
 MAX_REPLAY_BYTES = 64 * 1024
 RETRY_AFTER_SECONDS = 1
+LINGER_SECONDS = 2.0
 # A captured body is cut here (with the truncation marks) even without MAX_PAYLOAD_SIZE_KB:
 # one record's encoding must fit the memory bound (docs/capture-sidecar.md, *Memory bounds*).
 MAX_CAPTURED_BODY_BYTES = 16 * 1024 * 1024
@@ -343,6 +344,7 @@ class ClientConnection(asyncio.Protocol):
         self.closed = False
         self.close_after_response = False
         self.idle_since = 0.0
+        self.discarding = False  # answered and closing: what the client still sends is dropped
 
     # ----- asyncio.Protocol -----
 
@@ -355,6 +357,8 @@ class ClientConnection(asyncio.Protocol):
             transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.discarding:
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
@@ -377,6 +381,8 @@ class ClientConnection(asyncio.Protocol):
             self._pump()
 
     def eof_received(self) -> bool:
+        if self.discarding:
+            return False
         # A client that half-closes after its request still gets the response (then we close).
         if not self.exchanges and self.parsing is None:
             return False
@@ -691,9 +697,9 @@ class ClientConnection(asyncio.Protocol):
             self._close()  # a response is still going out ahead of this request
             return
         self.write(_plain_response(status, reason, message, close=True, extra=extra))
-        self._close()
+        self._close(linger=True)
 
-    def _close(self) -> None:
+    def _close(self, *, linger: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
@@ -706,8 +712,20 @@ class ClientConnection(asyncio.Protocol):
         if self.parsing is not None:
             self.proxy.drop_capture(self.parsing, None)
             self.parsing = None
-        if transport is not None:
-            transport.close()  # flushes what is buffered, then closes
+        if transport is None:
+            return
+        if linger and transport.can_write_eof():
+            # Lingering close, like nginx's: closing with unread request bytes in the socket
+            # makes the kernel send a reset, which can destroy the answer (413, 503) before the
+            # client reads it. Send it and a FIN, drop what still arrives, close a bit later.
+            self.discarding = True
+            transport.write_eof()
+            if self.reading_paused:
+                self.reading_paused = False
+                transport.resume_reading()
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+            return
+        transport.close()  # flushes what is buffered, then closes
 
     def close_when_done(self) -> None:
         if not self.exchanges and self.parsing is None:
