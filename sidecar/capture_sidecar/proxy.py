@@ -87,7 +87,7 @@ RETRY_AFTER_SECONDS = 1
 LINGER_SECONDS = 2.0
 # A captured body is cut here (with the truncation marks) even without MAX_PAYLOAD_SIZE_KB:
 # one record's encoding must fit the memory bound (docs/capture-sidecar.md, *Memory bounds*).
-MAX_CAPTURED_BODY_BYTES = 16 * 1024 * 1024
+MAX_CAPTURED_BODY_BYTES = 8 * 1024 * 1024
 
 BODY_NONE = 0
 BODY_LENGTH = 1  # Content-Length: streamed through as it arrives

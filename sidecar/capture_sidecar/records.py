@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 ENCODING_JSON = "JSON"
 ENCODING_CSV = "CSV"
@@ -40,7 +41,7 @@ class CapturedExchange:
     request: CapturedPayload | None  # None when Input is not a capture mode
     response: CapturedPayload | None  # None when Output is not a capture mode
 
-    @property
+    @cached_property  # asked several times per record on the event loop; frozen, so computed once
     def size_bytes(self) -> int:
         return sum(len(payload.data) for payload in (self.request, self.response) if payload is not None)
 
@@ -98,6 +99,8 @@ def _payload_object(payload: CapturedPayload, mode: str, encodings: ContentTypeE
 # Bodies are encoded a slice at a time, so the transient copies (str, escaped str, bytes) of one
 # record never exceed a few MiB whatever its size; the pieces are sent to S3 without joining.
 TEXT_SLICE_BYTES = 256 * 1024
+# json.dumps(text, ensure_ascii=False) for a str, without building an encoder per call.
+_json_string = json.encoder.py_encode_basestring if json.encoder.c_encode_basestring is None else json.encoder.c_encode_basestring
 BASE64_SLICE_BYTES = 3 * 87_381  # a multiple of 3: base64 of the slices concatenates to that of the whole
 
 
@@ -122,7 +125,7 @@ def _text_pieces(payload: CapturedPayload) -> list[bytes] | None:
                 text = chunk[: error.start].decode("utf-8")
             else:
                 return None
-        pieces.append(json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8"))
+        pieces.append(_json_string(text)[1:-1].encode("utf-8"))
         start = end
     return pieces
 
@@ -136,7 +139,7 @@ def _payload_pieces(payload: CapturedPayload, mode: str, encodings: ContentTypeE
         pieces = [base64.b64encode(data[i : i + BASE64_SLICE_BYTES]) for i in range(0, len(data), BASE64_SLICE_BYTES)]
     head = (
         b'{"observedContentType":'
-        + json.dumps(payload.content_type, ensure_ascii=False).encode("utf-8")
+        + (b"null" if payload.content_type is None else _json_string(payload.content_type).encode("utf-8"))
         + b',"mode":"'
         + mode.encode()
         + b'","data":"'
@@ -156,22 +159,18 @@ def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncod
     if exchange.response is not None:
         pieces.append(b',"endpointOutput":' if exchange.request is not None else b'"endpointOutput":')
         pieces += _payload_pieces(exchange.response, "OUTPUT", encodings)
-    event_metadata = {
-        "eventId": str(uuid.uuid4()),
-        "inferenceTime": format_inference_time(exchange.inference_time),
-    }
+    # eventId and inferenceTime never need escaping; json.dumps with options builds an encoder
+    # per call (~10 µs), the C string encoder does not.
+    metadata = f'}},"eventMetadata":{{"eventId":"{uuid.uuid4()}","inferenceTime":"{format_inference_time(exchange.inference_time)}"'
     if exchange.inference_id is not None:
-        event_metadata["inferenceId"] = exchange.inference_id
-    pieces.append(
-        b'},"eventMetadata":'
-        + json.dumps(event_metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        + b',"eventVersion":"0"}\n'
-    )
+        metadata += ',"inferenceId":' + _json_string(exchange.inference_id)
+    pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')
     return pieces
 
 
 def format_inference_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """`YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC); isoformat is ~4x faster than strftime."""
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def encode_record_whole(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> bytes:

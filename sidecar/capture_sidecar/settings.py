@@ -29,7 +29,7 @@ GIB = 1024 * MIB
 DEFAULT_MAX_REQUEST_BODY_BYTES = 8 * MIB
 # Every body byte held in memory at once (buffered chunked bodies, capture copies, the queue,
 # raw bytes being uploaded); with the upload bound it keeps the worst case under 512 MiB.
-DEFAULT_MAX_INFLIGHT_BODY_BYTES = 128 * MIB
+DEFAULT_MAX_INFLIGHT_BODY_BYTES = 96 * MIB
 
 
 @dataclass(frozen=True)
