@@ -100,8 +100,12 @@ def scenarios(quick: bool) -> list[Scenario]:
     scale = 0.2 if quick else 1.0
     return [
         Scenario("json32", "small JSON, 32 connections (wrk)", "/v1/completions", 32, "wrk"),
-        Scenario("sse32", "SSE 40 events 1 ms apart, 32 streams (wrk)", "/v1/stream?events=40&delay_ms=1", 32, "wrk", 41),
-        Scenario("json1", "small JSON, 1 client (loadgen)", "/v1/completions", 1, "loadgen", requests=int(3000 * scale)),
+        Scenario(
+            "sse32", "SSE 40 events 1 ms apart, 32 streams (wrk)", "/v1/stream?events=40&delay_ms=1", 32, "wrk", 41
+        ),
+        Scenario(
+            "json1", "small JSON, 1 client (loadgen)", "/v1/completions", 1, "loadgen", requests=int(3000 * scale)
+        ),
         Scenario(
             "sse64",
             "SSE 10 events 2 ms apart, 64 clients (loadgen)",
@@ -116,6 +120,7 @@ def scenarios(quick: bool) -> list[Scenario]:
 
 def need_tools() -> tuple[str, str]:
     """nginx and wrk, installed from Debian's packages when missing and possible."""
+
     def find() -> tuple[str | None, str | None]:
         return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None), shutil.which(
             "wrk"
@@ -285,13 +290,13 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 
 def spread(values: list[float], digits: int = 0) -> str:
-    """median [min–max] over the runs."""
+    """median [min-max] over the runs."""
     values = [v for v in values if v is not None]
     if not values:
         return "-"
     if len(values) == 1:
         return fmt(values[0], digits)
-    return f"{fmt(statistics.median(values), digits)} [{fmt(min(values), digits)}–{fmt(max(values), digits)}]"
+    return f"{fmt(statistics.median(values), digits)} [{fmt(min(values), digits)}-{fmt(max(values), digits)}]"
 
 
 def main() -> None:
@@ -316,7 +321,9 @@ def main() -> None:
         model = stack.enter_context(process([PYTHON, str(STANDIN), str(ports["model"])], ports["model"]))
         stack.enter_context(process([PYTHON, str(S3_SINK), str(ports["s3"])], ports["s3"]))
         nginx_master = stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]))
-        plain = stack.enter_context(process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0")))
+        plain = stack.enter_context(
+            process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0"))
+        )
         capturing = stack.enter_context(
             process(**sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100"), log=capturing_log)
         )
@@ -333,10 +340,14 @@ def main() -> None:
                     if scenario.tool == "wrk":
                         warm = Scenario(**{**scenario.__dict__})
                         run_wrk(wrk, script, port, warm, 1)
-                        cell = measure(lambda: run_wrk(wrk, script, port, scenario, args.seconds), model.pid, pid)
+                        cell = measure(
+                            lambda p=port, sc=scenario: run_wrk(wrk, script, p, sc, args.seconds), model.pid, pid
+                        )
                     else:
-                        run_loadgen(port, Scenario(**{**scenario.__dict__, "requests": max(64, scenario.requests // 10)}))
-                        cell = measure(lambda: run_loadgen(port, scenario), model.pid, pid)
+                        run_loadgen(
+                            port, Scenario(**{**scenario.__dict__, "requests": max(64, scenario.requests // 10)})
+                        )
+                        cell = measure(lambda p=port, sc=scenario: run_loadgen(p, sc), model.pid, pid)
                     results.setdefault((scenario.key, target), []).append(cell)
                 rss.append(rss_mib(capturing.pid))
                 print(f"run {run + 1}/{args.runs}: {scenario.name}", file=sys.stderr)
@@ -347,7 +358,7 @@ def main() -> None:
 
     print(
         f"\nMachine: {os.cpu_count()} cores, load average before the end {os.getloadavg()[0]:.1f}; "
-        f"Python {sys.version.split()[0]}; {args.runs} run(s); cells: median [min–max]\n"
+        f"Python {sys.version.split()[0]}; {args.runs} run(s); cells: median [min-max]\n"
     )
     print(
         "| scenario | target | req/s | vs direct | p50 µs | p99 µs | added p50 µs | 1st chunk p50 µs "
@@ -375,17 +386,24 @@ def main() -> None:
                 if c.proxy_cpu_us and r.proxy_cpu_us
             ]
             is_direct = target == "direct"
+            first_cell = (
+                ""
+                if is_direct or not added_first
+                else spread([a for a, _ in added_first]) + " / " + spread([b for _, b in added_first])
+            )
             print(
                 f"| {scenario.name} | {target} | {spread([c.throughput for c in cells])} "
                 f"| {spread([v * 100 for v in vs_direct])} % | {spread([c.p50_us for c in cells])} "
                 f"| {spread([c.p99_us for c in cells])} | {'' if is_direct else spread(added)} "
                 f"| {spread([c.first_p50_us for c in cells])} | {spread([c.first_p99_us for c in cells])} "
-                f"| {'' if is_direct or not added_first else spread([a for a, _ in added_first]) + ' / ' + spread([b for _, b in added_first])} "
+                f"| {first_cell} "
                 f"| {spread(cpu)} | {spread(per_event, 1) if per_event else '-'} "
                 f"| {spread(ratio, 1) + 'x' if ratio and target != 'nginx' else ''} "
                 f"| {sum(c.errors for c in cells)} |"
             )
-    print(f"\nSidecar with capture 100 %: RSS {rss_start:.1f} MiB at start, at most {max(rss):.1f} MiB after a scenario.")
+    print(
+        f"\nSidecar with capture 100 %: RSS {rss_start:.1f} MiB at start, at most {max(rss):.1f} MiB after a scenario."
+    )
     wanted = ("records_captured_total", "records_uploaded_total", "records_dropped_total", "uploads_total")
     print("Its counters at the end:")
     for line in metrics.splitlines():

@@ -134,34 +134,34 @@ class _Exchange:
     """One request/response on a client connection."""
 
     __slots__ = (
-        "method",
-        "url",
-        "headers",
-        "body_mode",
-        "declared_length",
-        "request_done",
-        "keep_alive",
-        "http10",
-        "to_upstream",
-        "to_upstream_bytes",
-        "replay",
-        "replay_bytes",
-        "started",
-        "upstream",
-        "capture",
-        "reserved",
         "arrival",
-        "request_type",
+        "body_mode",
+        "capture",
+        "declared_length",
+        "headers",
+        "http10",
         "inference_id",
         "input_chunks",
         "input_kept",
         "input_total",
+        "keep_alive",
+        "method",
         "output_chunks",
         "output_kept",
         "output_total",
-        "response_type",
+        "replay",
+        "replay_bytes",
+        "request_done",
+        "request_type",
+        "reserved",
         "response_started",
+        "response_type",
         "retried",
+        "started",
+        "to_upstream",
+        "to_upstream_bytes",
+        "upstream",
+        "url",
     )
 
     def __init__(self) -> None:
@@ -541,9 +541,11 @@ class ClientConnection(asyncio.Protocol):
             raise _Rejected
 
     def _upstream_head(self, exchange: _Exchange, length: int | None) -> bytes:
-        named = _connection_tokens(exchange.headers) if any(
-            name.lower() == b"connection" for name, _ in exchange.headers
-        ) else frozenset()
+        named = (
+            _connection_tokens(exchange.headers)
+            if any(name.lower() == b"connection" for name, _ in exchange.headers)
+            else frozenset()
+        )
         parts = [exchange.method, b" ", exchange.url, b" HTTP/1.1\r\nHost: ", self.proxy.host_header, _CRLF]
         for name, value in exchange.headers:
             lower = name.lower()
@@ -886,7 +888,6 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         client = self.client
         assert exchange is not None and client is not None
-        proxy = self.pool.proxy
         headers = self.headers
         named = _connection_tokens(headers)
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", self.reason, _CRLF]
@@ -905,7 +906,7 @@ class UpstreamConnection(asyncio.Protocol):
             parts += (name, b": ", value, _CRLF)
         self.no_body = exchange.method == b"HEAD" or status in (204, 304)
         self.chunked_out = self.until_close = False
-        close_client = not exchange.keep_alive or client.close_after_response and len(client.exchanges) <= 1
+        close_client = not exchange.keep_alive or (client.close_after_response and len(client.exchanges) <= 1)
         if length is not None:
             parts += (b"Content-Length: ", length, _CRLF)
         elif not self.no_body:

@@ -100,7 +100,9 @@ def _payload_object(payload: CapturedPayload, mode: str, encodings: ContentTypeE
 # record never exceed a few MiB whatever its size; the pieces are sent to S3 without joining.
 TEXT_SLICE_BYTES = 256 * 1024
 # json.dumps(text, ensure_ascii=False) for a str, without building an encoder per call.
-_json_string = json.encoder.py_encode_basestring if json.encoder.c_encode_basestring is None else json.encoder.c_encode_basestring
+_json_string = (
+    json.encoder.py_encode_basestring if json.encoder.c_encode_basestring is None else json.encoder.c_encode_basestring
+)
 BASE64_SLICE_BYTES = 3 * 87_381  # a multiple of 3: base64 of the slices concatenates to that of the whole
 
 
@@ -161,7 +163,8 @@ def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncod
         pieces += _payload_pieces(exchange.response, "OUTPUT", encodings)
     # eventId and inferenceTime never need escaping; json.dumps with options builds an encoder
     # per call (~10 µs), the C string encoder does not.
-    metadata = f'}},"eventMetadata":{{"eventId":"{uuid.uuid4()}","inferenceTime":"{format_inference_time(exchange.inference_time)}"'
+    moment = format_inference_time(exchange.inference_time)
+    metadata = f'}},"eventMetadata":{{"eventId":"{uuid.uuid4()}","inferenceTime":"{moment}"'
     if exchange.inference_id is not None:
         metadata += ',"inferenceId":' + _json_string(exchange.inference_id)
     pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')

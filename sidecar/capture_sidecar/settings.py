@@ -214,9 +214,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         spool_dir=spool_dir,
         spool_max_bytes=reader.integer("SPOOL_MAX_BYTES", 512 * MIB, MIB, 1024 * GIB),
         shutdown_grace_seconds=reader.number("SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),
-        max_request_body_bytes=reader.integer(
-            "MAX_REQUEST_BODY_BYTES", DEFAULT_MAX_REQUEST_BODY_BYTES, 1024, 4 * GIB
-        ),
+        max_request_body_bytes=reader.integer("MAX_REQUEST_BODY_BYTES", DEFAULT_MAX_REQUEST_BODY_BYTES, 1024, 4 * GIB),
         max_inflight_body_bytes=reader.integer(
             "MAX_INFLIGHT_BODY_BYTES", DEFAULT_MAX_INFLIGHT_BODY_BYTES, MIB, 64 * GIB
         ),

@@ -8,7 +8,6 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-
 from capture_sidecar import records
 from capture_sidecar.records import (
     CapturedExchange,
@@ -26,7 +25,7 @@ EVENT_ID = re.compile(rb'"eventId":"[0-9a-f-]{36}"')
 BODIES = [
     b"",
     b'{"prompt": "plain"}',
-    ('{"prompt": "' + "é¿\"\\\n\t\x01𝄞" * 40_000 + '"}').encode(),  # escapes and every UTF-8 width
+    ('{"prompt": "' + 'é¿"\\\n\t\x01𝄞' * 40_000 + '"}').encode(),  # escapes and every UTF-8 width
     ("x" * (records.TEXT_SLICE_BYTES - 1) + "€" + "y" * 10).encode(),  # a character across a slice cut
     os.urandom(700_000),  # not UTF-8: BASE64, in several slices
     bytes(range(256)) * 3000,

@@ -9,7 +9,6 @@ from unittest import mock
 import botocore.auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-
 from capture_sidecar.s3_writer import S3Writer, signature_v4_headers
 from capture_sidecar.settings import S3Location
 
@@ -48,8 +47,12 @@ def test_signature_matches_botocore_for_virtual_hosted_and_path_style_keys() -> 
             now=NOW,
         )
         assert key_path  # the path above is this key, encoded as the writer encodes it
-        theirs = botocore_authorization(f"http://{host}{path}", {"Content-Type": extra["content-type"],
-                                        "x-amz-server-side-encryption": "aws:kms"}, body, token)
+        theirs = botocore_authorization(
+            f"http://{host}{path}",
+            {"Content-Type": extra["content-type"], "x-amz-server-side-encryption": "aws:kms"},
+            body,
+            token,
+        )
         assert ours["authorization"] == theirs
 
 
