@@ -12,7 +12,7 @@ export CDK_DISABLE_VERSION_CHECK := true
 CONFIG ?= config/default.yaml
 CDK := $(CURDIR)/node_modules/.bin/cdk
 
-.PHONY: setup synth test lint bench clean
+.PHONY: setup synth test lint bench bench-sidecar clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -39,6 +39,10 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/synth_bench.py
+
+## bench-sidecar: capture sidecar vs nginx vs direct (installs nginx-light and wrk from Debian when root, else says what to install).
+bench-sidecar: setup
+	$(BIN)/python benchmarks/sidecar_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

@@ -1,14 +1,20 @@
-"""Capture sidecar benchmark: added latency, throughput and first-chunk latency versus calling the
-model server directly, with nginx as the reference proxy, all in one run on 127.0.0.1.
+"""Capture sidecar benchmark: CPU per request, throughput and added latency of the sidecar against
+nginx as a plain reverse proxy and against calling the model server directly, in one run on
+127.0.0.1.
 
-    .venv/bin/python benchmarks/sidecar_bench.py [--quick]
+    .venv/bin/python benchmarks/sidecar_bench.py [--runs 3] [--seconds 5] [--quick]
+    make bench-sidecar
 
 Processes (each its own): the stand-in model server (tests/sidecar/standin_server.py), an S3
-sink (benchmarks/sidecar_s3_sink.py), nginx (`proxy_buffering off`, one worker, upstream
-keep-alive), the sidecar with capture off (SAMPLING_PERCENTAGE=0, pure proxy cost) and with
-capture of every request (100 %, default batching of 10 records per PutObject), and the load
-generator (benchmarks/sidecar_loadgen.py, a closed loop on keep-alive connections). Needs nginx
-on PATH (Debian: apt-get install nginx-light) and prints a Markdown table.
+sink (benchmarks/sidecar_s3_sink.py, so S3's CPU is not charged to the box), nginx (one worker,
+`proxy_buffering off`, upstream keep-alive), the sidecar with capture off (SAMPLING_PERCENTAGE=0)
+and with capture of every request (100 %, default batching). Load: wrk (C, cheap) for CPU and
+throughput; benchmarks/sidecar_loadgen.py (closed loop, records the first body chunk) for
+latencies. CPU is user + system time from /proc of the proxy process and its children (nginx's
+worker; the sidecar's upload threads are in its own figure), divided by the requests served.
+
+Needs nginx and wrk (Debian: apt-get install -y nginx-light wrk). When they are missing and this
+runs as root on a Debian-like system, it installs them; otherwise it says what to install.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +41,7 @@ PYTHON = sys.executable
 STANDIN = REPO / "tests" / "sidecar" / "standin_server.py"
 S3_SINK = REPO / "benchmarks" / "sidecar_s3_sink.py"
 LOADGEN = REPO / "benchmarks" / "sidecar_loadgen.py"
+BODY = '{"prompt": "What is the capital of France?", "max_tokens": 16}'
 
 NGINX_CONF = """
 worker_processes 1;
@@ -62,26 +70,79 @@ http {{
 }}
 """
 
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('\\n{{"requests": %d, "duration_us": %d, "errors": %d, "non2xx": %d, '
+    .. '"p50_us": %d, "p99_us": %d}}\\n', summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status, latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+TARGETS = ("direct", "nginx", "sidecar, capture off", "sidecar, capture 100 %")
+
 
 @dataclass(frozen=True)
 class Scenario:
+    key: str
     name: str
     path: str
     concurrency: int
-    requests: int
-    streamed: bool = False
+    tool: str  # "wrk" or "loadgen"
+    events: int = 0  # SSE events per response (for CPU per event)
+    requests: int = 0  # loadgen requests
 
 
-@dataclass(frozen=True)
-class Measurement:
-    p50_us: float
-    p99_us: float
-    throughput: float
-    first_chunk_p50_us: float | None
-    first_chunk_p99_us: float | None
-    errors: int
-    proxy_cpu_us_per_request: float | None  # None when calling the model server directly
-    model_cpu_us_per_request: float
+def scenarios(quick: bool) -> list[Scenario]:
+    scale = 0.2 if quick else 1.0
+    return [
+        Scenario("json32", "small JSON, 32 connections (wrk)", "/v1/completions", 32, "wrk"),
+        Scenario(
+            "sse32", "SSE 40 events 1 ms apart, 32 streams (wrk)", "/v1/stream?events=40&delay_ms=1", 32, "wrk", 41
+        ),
+        Scenario(
+            "json1", "small JSON, 1 client (loadgen)", "/v1/completions", 1, "loadgen", requests=int(3000 * scale)
+        ),
+        Scenario(
+            "sse64",
+            "SSE 10 events 2 ms apart, 64 clients (loadgen)",
+            "/v1/stream?events=10&delay_ms=2",
+            64,
+            "loadgen",
+            11,
+            requests=int(3200 * scale),
+        ),
+    ]
+
+
+def need_tools() -> tuple[str, str]:
+    """nginx and wrk, installed from Debian's packages when missing and possible."""
+
+    def find() -> tuple[str | None, str | None]:
+        return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None), shutil.which(
+            "wrk"
+        )
+
+    nginx, wrk = find()
+    if nginx and wrk:
+        return nginx, wrk
+    missing = [name for name, path in (("nginx-light", nginx), ("wrk", wrk)) if not path]
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"installing {' '.join(missing)} (Debian packages) ...", file=sys.stderr)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, **quiet)
+        done = subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=False, **quiet)
+        nginx, wrk = find()
+        if done.returncode == 0 and nginx and wrk:
+            return nginx, wrk
+    sys.exit(
+        f"sidecar benchmark: needs {' and '.join(missing)} on PATH.\n"
+        f"  Debian/Ubuntu: sudo apt-get install -y {' '.join(missing)}\n"
+        "  (nginx is the reference proxy, wrk the load generator.)"
+    )
 
 
 def free_port() -> int:
@@ -145,7 +206,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its direct children (nginx's worker)."""
+    """User + system CPU time of a process (all its threads) and its direct children."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     total = 0.0
     for each in [pid, *map(int, children)]:
@@ -154,138 +215,201 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def percentile(sorted_values: list[int], fraction: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * fraction))] / 1000
+@dataclass(frozen=True)
+class Cell:
+    throughput: float
+    p50_us: float
+    p99_us: float
+    first_p50_us: float | None
+    first_p99_us: float | None
+    proxy_cpu_us: float | None
+    model_cpu_us: float
+    errors: int
 
 
-def load(
-    port: int, scenario: Scenario, model_pid: int, proxy_pid: int | None, requests: int | None = None
-) -> Measurement:
-    model_cpu_before = cpu_seconds(model_pid)
-    proxy_cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
+def run_wrk(wrk: str, script: Path, port: int, scenario: Scenario, seconds: float) -> dict:
+    command = [wrk, "-t2", f"-c{scenario.concurrency}", f"-d{max(1, round(seconds))}s", "-s", str(script)]
+    command.append(f"http://127.0.0.1:{port}{scenario.path}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    last = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not last:
+        raise RuntimeError(f"wrk failed on {port}: {done.stdout}\n{done.stderr}")
+    result = json.loads(last[-1])
+    return {
+        "requests": result["requests"],
+        "seconds": result["duration_us"] / 1e6,
+        "errors": result["errors"] + result["non2xx"],
+        "p50_us": result["p50_us"],
+        "p99_us": result["p99_us"],
+        "first": [],
+    }
+
+
+def run_loadgen(port: int, scenario: Scenario) -> dict:
     command = [PYTHON, str(LOADGEN), "--port", str(port), "--path", scenario.path]
-    command += ["--concurrency", str(scenario.concurrency), "--requests", str(requests or scenario.requests)]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    if completed.returncode != 0:
-        raise RuntimeError(f"load generator failed on port {port}:\n{completed.stderr}")
-    output = completed.stdout
-    result = json.loads(output)
-    count = result["requests"]
-    proxy_cpu = (cpu_seconds(proxy_pid) - proxy_cpu_before) / count * 1e6 if proxy_pid else None
-    model_cpu = (cpu_seconds(model_pid) - model_cpu_before) / count * 1e6
+    command += ["--concurrency", str(scenario.concurrency), "--requests", str(scenario.requests)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"load generator failed on port {port}:\n{done.stderr}")
+    result = json.loads(done.stdout)
     latencies = sorted(result["latencies_ns"])
-    first_chunks = sorted(result["first_chunk_ns"])
-    return Measurement(
-        p50_us=percentile(latencies, 0.50),
-        p99_us=percentile(latencies, 0.99),
+    return {
+        "requests": result["requests"],
+        "seconds": result["seconds"],
+        "errors": result["errors"],
+        "p50_us": pct(latencies, 0.5),
+        "p99_us": pct(latencies, 0.99),
+        "first": sorted(result["first_chunk_ns"]),
+    }
+
+
+def pct(sorted_ns: list[int], fraction: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * fraction))] / 1000
+
+
+def measure(run, model_pid: int, proxy_pid: int | None) -> Cell:
+    model_before = cpu_seconds(model_pid)
+    proxy_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
+    result = run()
+    count = max(1, result["requests"])
+    first = result["first"]
+    return Cell(
         throughput=result["requests"] / result["seconds"],
-        first_chunk_p50_us=percentile(first_chunks, 0.50) if first_chunks else None,
-        first_chunk_p99_us=percentile(first_chunks, 0.99) if first_chunks else None,
+        p50_us=result["p50_us"],
+        p99_us=result["p99_us"],
+        first_p50_us=pct(first, 0.5) if first else None,
+        first_p99_us=pct(first, 0.99) if first else None,
+        proxy_cpu_us=(cpu_seconds(proxy_pid) - proxy_before) / count * 1e6 if proxy_pid else None,
+        model_cpu_us=(cpu_seconds(model_pid) - model_before) / count * 1e6,
         errors=result["errors"],
-        proxy_cpu_us_per_request=proxy_cpu,
-        model_cpu_us_per_request=model_cpu,
     )
-
-
-def scenarios(scale: float) -> list[Scenario]:
-    def n(count: int) -> int:
-        return max(64, int(count * scale))
-
-    return [
-        Scenario("small JSON, 1 client", "/v1/completions", 1, n(3000)),
-        Scenario("small JSON, 64 clients", "/v1/completions", 64, n(20000)),
-        Scenario("JSON, 20 ms model time, 64 clients", "/v1/completions?delay_ms=20", 64, n(6400)),
-        Scenario("SSE 10 events 2 ms apart, 1 client", "/v1/stream?events=10&delay_ms=2", 1, n(300), True),
-        Scenario("SSE 10 events 2 ms apart, 64 clients", "/v1/stream?events=10&delay_ms=2", 64, n(3200), True),
-    ]
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def spread(values: list[float], digits: int = 0) -> str:
+    """median [min-max] over the runs."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0], digits)
+    return f"{fmt(statistics.median(values), digits)} [{fmt(min(values), digits)}-{fmt(max(values), digits)}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the requests, to check the setup")
-    parser.add_argument("--sustained", type=int, default=50_000, help="requests for the RSS measurement")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of the whole table (medians and ranges)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk cell")
+    parser.add_argument("--quick", action="store_true", help="one run of short cells, to check the setup")
     args = parser.parse_args()
-    scale = 0.1 if args.quick else 1.0
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if args.quick:
+        args.runs, args.seconds = 1, 2.0
+    nginx, wrk = need_tools()
 
     ports = {name: free_port() for name in ("model", "s3", "nginx", "off", "off_m", "on", "on_m")}
-    with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
+    results: dict[tuple[str, str], list[Cell]] = {}
+    rss: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp, ExitStack() as stack:
+        script = Path(tmp) / "post.lua"
+        script.write_text(WRK_SCRIPT.format(body=BODY))
         capturing_log = Path(tmp) / "sidecar-capturing.log"
         conf = Path(tmp) / "nginx.conf"
         conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=ports["model"], port=ports["nginx"]))
-        with (
-            process([PYTHON, str(STANDIN), str(ports["model"])], ports["model"]) as model,
-            process([PYTHON, str(S3_SINK), str(ports["s3"])], ports["s3"]),
-            process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]) as nginx_master,
-            process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0")) as plain,
-            process(
-                **sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100"), log=capturing_log
-            ) as capturing,
-        ):
-            targets = {
-                "direct": (ports["model"], None),
-                "nginx": (ports["nginx"], nginx_master.pid),
-                "sidecar, capture off": (ports["off"], plain.pid),
-                "sidecar, capture 100 %": (ports["on"], capturing.pid),
-            }
-            rss_start = rss_mib(capturing.pid)
-            rows = []
-            for scenario in scenarios(scale):
-                results = {}
-                for target, (port, proxy_pid) in targets.items():
-                    load(port, scenario, model.pid, proxy_pid, requests=max(64, scenario.requests // 10))  # warm-up
-                    results[target] = load(port, scenario, model.pid, proxy_pid)
-                rows.append((scenario, results))
-                print(f"measured: {scenario.name}", file=sys.stderr)
-            rss_after_table = rss_mib(capturing.pid)
-            sustained = Scenario("sustained", "/v1/completions", 64, int(args.sustained * scale))
-            load(ports["on"], sustained, model.pid, capturing.pid)
-            rss_after_sustained = rss_mib(capturing.pid)
-            time.sleep(1)
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{ports['on_m']}/metrics").read().decode()
-            s3_stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['s3']}/stats").read())
+        model = stack.enter_context(process([PYTHON, str(STANDIN), str(ports["model"])], ports["model"]))
+        stack.enter_context(process([PYTHON, str(S3_SINK), str(ports["s3"])], ports["s3"]))
+        nginx_master = stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp], ports["nginx"]))
+        plain = stack.enter_context(
+            process(**sidecar_args(ports["model"], ports["off"], ports["off_m"], ports["s3"], "0"))
+        )
+        capturing = stack.enter_context(
+            process(**sidecar_args(ports["model"], ports["on"], ports["on_m"], ports["s3"], "100"), log=capturing_log)
+        )
+        targets = {
+            "direct": (ports["model"], None),
+            "nginx": (ports["nginx"], nginx_master.pid),
+            "sidecar, capture off": (ports["off"], plain.pid),
+            "sidecar, capture 100 %": (ports["on"], capturing.pid),
+        }
+        rss_start = rss_mib(capturing.pid)
+        for run in range(args.runs):
+            for scenario in scenarios(args.quick):
+                for target, (port, pid) in targets.items():
+                    if scenario.tool == "wrk":
+                        warm = Scenario(**{**scenario.__dict__})
+                        run_wrk(wrk, script, port, warm, 1)
+                        cell = measure(
+                            lambda p=port, sc=scenario: run_wrk(wrk, script, p, sc, args.seconds), model.pid, pid
+                        )
+                    else:
+                        run_loadgen(
+                            port, Scenario(**{**scenario.__dict__, "requests": max(64, scenario.requests // 10)})
+                        )
+                        cell = measure(lambda p=port, sc=scenario: run_loadgen(p, sc), model.pid, pid)
+                    results.setdefault((scenario.key, target), []).append(cell)
+                rss.append(rss_mib(capturing.pid))
+                print(f"run {run + 1}/{args.runs}: {scenario.name}", file=sys.stderr)
+        time.sleep(1.5)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{ports['on_m']}/metrics").read().decode()
+        s3_stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['s3']}/stats").read())
         warnings = [line for line in capturing_log.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
 
-    print(f"\nMachine: {os.cpu_count()} cores; Python {sys.version.split()[0]}; all processes on 127.0.0.1\n")
     print(
-        "| scenario | target | p50 µs | p99 µs | added p50 µs | added p99 µs | req/s | vs direct "
-        "| 1st chunk p50 µs | 1st chunk p99 µs | added 1st chunk p50 µs | proxy CPU µs/req "
-        "| model CPU µs/req | errors |"
+        f"\nMachine: {os.cpu_count()} cores, load average before the end {os.getloadavg()[0]:.1f}; "
+        f"Python {sys.version.split()[0]}; {args.runs} run(s); cells: median [min-max]\n"
+    )
+    print(
+        "| scenario | target | req/s | vs direct | p50 µs | p99 µs | added p50 µs | 1st chunk p50 µs "
+        "| 1st chunk p99 µs | added 1st chunk p50 / p99 µs | proxy CPU µs/req | proxy CPU µs/event "
+        "| CPU vs nginx | errors |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for scenario, results in rows:
-        direct = results["direct"]
-        for target, measured in results.items():
+    for scenario in scenarios(args.quick):
+        direct = results[(scenario.key, "direct")]
+        reference = results[(scenario.key, "nginx")]
+        for target in TARGETS:
+            cells = results[(scenario.key, target)]
+            vs_direct = [c.throughput / d.throughput for c, d in zip(cells, direct, strict=True)]
+            added = [c.p50_us - d.p50_us for c, d in zip(cells, direct, strict=True)]
+            added_first = [
+                (c.first_p50_us - d.first_p50_us, c.first_p99_us - d.first_p99_us)
+                for c, d in zip(cells, direct, strict=True)
+                if c.first_p50_us is not None and d.first_p50_us is not None
+            ]
+            cpu = [c.proxy_cpu_us for c in cells]
+            per_event = [c.proxy_cpu_us / scenario.events for c in cells if c.proxy_cpu_us] if scenario.events else []
+            ratio = [
+                c.proxy_cpu_us / r.proxy_cpu_us
+                for c, r in zip(cells, reference, strict=True)
+                if c.proxy_cpu_us and r.proxy_cpu_us
+            ]
             is_direct = target == "direct"
-            added_first = (
-                None
-                if is_direct or measured.first_chunk_p50_us is None
-                else measured.first_chunk_p50_us - (direct.first_chunk_p50_us or 0)
+            first_cell = (
+                ""
+                if is_direct or not added_first
+                else spread([a for a, _ in added_first]) + " / " + spread([b for _, b in added_first])
             )
             print(
-                f"| {scenario.name} | {target} | {fmt(measured.p50_us)} | {fmt(measured.p99_us)} "
-                f"| {'' if is_direct else fmt(measured.p50_us - direct.p50_us)} "
-                f"| {'' if is_direct else fmt(measured.p99_us - direct.p99_us)} "
-                f"| {fmt(measured.throughput)} | {measured.throughput / direct.throughput:.0%} "
-                f"| {fmt(measured.first_chunk_p50_us)} | {fmt(measured.first_chunk_p99_us)} "
-                f"| {'' if added_first is None else fmt(added_first)} "
-                f"| {fmt(measured.proxy_cpu_us_per_request)} | {fmt(measured.model_cpu_us_per_request)} "
-                f"| {measured.errors} |"
+                f"| {scenario.name} | {target} | {spread([c.throughput for c in cells])} "
+                f"| {spread([v * 100 for v in vs_direct])} % | {spread([c.p50_us for c in cells])} "
+                f"| {spread([c.p99_us for c in cells])} | {'' if is_direct else spread(added)} "
+                f"| {spread([c.first_p50_us for c in cells])} | {spread([c.first_p99_us for c in cells])} "
+                f"| {first_cell} "
+                f"| {spread(cpu)} | {spread(per_event, 1) if per_event else '-'} "
+                f"| {spread(ratio, 1) + 'x' if ratio and target != 'nginx' else ''} "
+                f"| {sum(c.errors for c in cells)} |"
             )
     print(
-        f"\nSidecar with capture 100 %: RSS {rss_start:.1f} MiB at start, {rss_after_table:.1f} MiB after the "
-        f"table, {rss_after_sustained:.1f} MiB after {sustained.requests:,} more requests at 64 clients."
+        f"\nSidecar with capture 100 %: RSS {rss_start:.1f} MiB at start, at most {max(rss):.1f} MiB after a scenario."
     )
     wanted = ("records_captured_total", "records_uploaded_total", "records_dropped_total", "uploads_total")
     print("Its counters at the end:")
     for line in metrics.splitlines():
-        if not line.startswith("#") and any(name in line for name in wanted):
+        if not line.startswith("#") and any(name in line for name in wanted) and not line.endswith(" 0"):
             print(f"  {line}")
-    for line in warnings:
+    for line in warnings[:10]:
         print(f"  sidecar log: {line}")
     print(f"S3 sink received {s3_stats['puts']:,} PutObject calls, {s3_stats['bytes'] / 2**20:.1f} MiB.")
 

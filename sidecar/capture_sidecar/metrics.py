@@ -14,7 +14,9 @@ DROP_QUEUE_FULL = "queue_full"
 DROP_UPLOAD_FAILED = "upload_failed"
 DROP_SPOOL_FULL = "spool_full"
 DROP_SHUTDOWN_TIMEOUT = "shutdown_timeout"
-DROP_REASONS = (DROP_QUEUE_FULL, DROP_UPLOAD_FAILED, DROP_SPOOL_FULL, DROP_SHUTDOWN_TIMEOUT)
+# MAX_INFLIGHT_BODY_BYTES was reached: the request is served, its capture is not kept.
+DROP_MEMORY_FULL = "memory_full"
+DROP_REASONS = (DROP_QUEUE_FULL, DROP_UPLOAD_FAILED, DROP_SPOOL_FULL, DROP_SHUTDOWN_TIMEOUT, DROP_MEMORY_FULL)
 
 
 @dataclass
@@ -30,8 +32,10 @@ class SidecarMetrics:
     records_uploaded: int = 0
     bytes_uploaded: int = 0
     records_spooled: int = 0
+    requests_rejected_memory: int = 0
     queue_depth: Callable[[], int] = lambda: 0
     spool_bytes: Callable[[], int] = lambda: 0
+    inflight_body_bytes: Callable[[], int] = lambda: 0
 
     def render(self) -> str:
         lines: list[str] = []
@@ -73,6 +77,17 @@ class SidecarMetrics:
             "records_spooled",
             "Records written to the local spool after a failed upload.",
             self.records_spooled,
+        )
+        counter(
+            "requests_rejected_memory",
+            "Requests answered 503 because buffering their body would pass MAX_INFLIGHT_BODY_BYTES.",
+            self.requests_rejected_memory,
+        )
+        metric(
+            "inflight_body_bytes",
+            "gauge",
+            "Body bytes held in memory (buffered, captured, queued, uploading); at most MAX_INFLIGHT_BODY_BYTES.",
+            [("", self.inflight_body_bytes())],
         )
         metric("queue_depth", "gauge", "Records waiting in memory for upload.", [("", self.queue_depth())])
         metric("spool_bytes", "gauge", "Bytes waiting in the local spool.", [("", self.spool_bytes())])

@@ -1,8 +1,23 @@
 """The transparent reverse proxy in front of the model server, with capture on the side.
 
-Hot path per request: one sampling decision, header filtering, one upstream call on a pooled
-connection, and for streamed responses a write per upstream chunk (never buffered). Capture
-only keeps references to the byte chunks already in hand; encoding happens at upload time.
+The data path is two `asyncio.Protocol` classes on uvloop with llhttp (httptools) as the parser,
+chosen by measurement (docs/capture-sidecar.md, *Design*): aiohttp's server + client spent
+~270 µs of CPU per small request in their own machinery, this path ~60 µs.
+
+- `ClientConnection`: one per client connection. Parses requests, answers what the proxy itself
+  answers (400, 413, 503, 502, `100 Continue`), and forwards each request to the model server on
+  a pooled connection, one request at a time (pipelined requests wait their turn, in order).
+- `UpstreamConnection`: one per model-server connection, kept alive in `UpstreamPool`. Parses
+  the response and writes it to the client as it arrives: the bytes of each body chunk are
+  written as soon as they are parsed, never held back; only hop-by-hop headers and the framing
+  of this hop are rewritten.
+
+Everything a data_received() call produces for the other side is written in one transport
+write at its end, so a small request or response costs one syscall per hop.
+
+Capture keeps references to body chunks already in hand (never a copy unless the payload cap
+cuts one), reserves their size in the `MemoryBudget`, and hands a `CapturedExchange` to the
+uploader when the response is complete; encoding happens in the upload workers.
 """
 
 from __future__ import annotations
@@ -10,237 +25,1046 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sys
+import ssl
 import time
-from collections.abc import Callable
+from collections import deque
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy, istr
-from yarl import URL
+import httptools
 
-from .metrics import SidecarMetrics
+from .metrics import DROP_MEMORY_FULL, SidecarMetrics
 from .records import CapturedExchange, CapturedPayload
 from .settings import Settings
 from .uploader import CaptureUploader
 
 log = logging.getLogger("capture_sidecar.proxy")
 
-# RFC 9110 §7.6.1 connection-specific headers, plus the legacy Proxy-Connection.
+# RFC 9110 §7.6.1 connection-specific headers, plus the legacy Proxy-Connection (lower case:
+# names are compared after bytes.lower()).
 HOP_BY_HOP_HEADERS = frozenset(
-    istr(name)
-    for name in (
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Authenticate",
-        "Proxy-Authorization",
-        "Proxy-Connection",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
+    (
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
     )
 )
-# Recomputed for each hop: aiohttp sets Host and Content-Length from the URL and the body; the
-# request body is read in full, so an Expect: 100-continue is answered here, not upstream.
-REQUEST_HEADERS_SET_PER_HOP = frozenset(istr(name) for name in ("Host", "Content-Length", "Expect"))
-RESPONSE_HEADERS_SET_PER_HOP = frozenset(istr(name) for name in ("Content-Length",))
+# Recomputed for each hop: Host and Content-Length are set for the upstream request, and the
+# sidecar answers an Expect: 100-continue itself.
+REQUEST_HEADERS_NOT_FORWARDED = HOP_BY_HOP_HEADERS | {b"host", b"content-length", b"expect"}
+RESPONSE_HEADERS_NOT_FORWARDED = HOP_BY_HOP_HEADERS | {b"content-length"}
 
 # Inference calls carry a body; GET/HEAD/OPTIONS/DELETE (health checks, metrics, model lists)
 # are proxied but never captured.
-CAPTURED_METHODS = frozenset({"POST", "PUT", "PATCH"})
-INFERENCE_ID_HEADER = istr("X-Amzn-SageMaker-Inference-Id")
+CAPTURED_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+INFERENCE_ID_HEADER = b"x-amzn-sagemaker-inference-id"
 
-# A fixed-length response up to this size is read whole and sent in one write: it is already
-# complete upstream, and one write is cheaper than streaming it. Anything else is streamed.
-SMALL_RESPONSE_BYTES = 64 * 1024
 UPSTREAM_WARNING_INTERVAL_SECONDS = 10.0
+UPSTREAM_CONNECT_TIMEOUT_SECONDS = 10.0
+# Like aiohttp's server default: an idle keep-alive client connection is closed after this.
+CLIENT_IDLE_TIMEOUT_SECONDS = 75.0
+IDLE_SWEEP_SECONDS = 5.0
+# Request line plus headers; more gets 431 (nginx allows 4 x 8 KiB, aiohttp 8 KiB a line).
+MAX_REQUEST_HEAD_BYTES = 64 * 1024
+# Body bytes of one request kept while its upstream connection is being opened; past this the
+# client is not read from until the connection is up (back-pressure, not buffering).
+MAX_PENDING_BODY_BYTES = 256 * 1024
+# Transport write buffers: above HIGH the other side is paused (slow clients, slow uploads).
+WRITE_BUFFER_HIGH = 256 * 1024
+WRITE_BUFFER_LOW = 64 * 1024
+# Idle upstream connections kept for reuse.
+MAX_IDLE_UPSTREAM_CONNECTIONS = 256
+# Requests whose bytes are kept for one retry if a reused upstream connection turns out closed
+# (a keep-alive connection the model server closed just as the request was sent).
+MAX_REPLAY_BYTES = 64 * 1024
+RETRY_AFTER_SECONDS = 1
+LINGER_SECONDS = 2.0
+# A captured body is cut here (with the truncation marks) even without MAX_PAYLOAD_SIZE_KB:
+# one record's encoding must fit the memory bound (docs/capture-sidecar.md, *Memory bounds*).
+MAX_CAPTURED_BODY_BYTES = 8 * 1024 * 1024
+
+BODY_NONE = 0
+BODY_LENGTH = 1  # Content-Length: streamed through as it arrives
+BODY_CHUNKED = 2  # chunked: buffered whole (bounded), then sent with a Content-Length
+
+_CRLF = b"\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
 
 
-def _forwardable(headers: CIMultiDictProxy[str], set_per_hop: frozenset[istr]) -> CIMultiDict[str]:
-    """Headers minus hop-by-hop ones, including any the Connection header names."""
-    named_by_connection = {
-        istr(token.strip()) for value in headers.getall("Connection", ()) for token in value.split(",")
-    }
-    forwarded: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        if name in HOP_BY_HOP_HEADERS or name in set_per_hop or name in named_by_connection:
-            continue
-        forwarded.add(name, value)
-    return forwarded
+def _plain_response(status: int, reason: str, message: str, *, close: bool, extra: bytes = b"") -> bytes:
+    body = f"capture sidecar: {message}\n".encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n".encode()
+        + extra
+        + (b"Connection: close\r\n" if close else b"")
+        + _CRLF
+        + body
+    )
 
 
-def _fail_body_when_connection_drops(upstream: aiohttp.ClientResponse) -> Callable[[], None]:
-    """Make a streamed body fail, not hang, when the upstream connection closes mid-body.
+class MemoryBudget:
+    """Bytes of bodies held in memory: buffered request bodies and every captured byte, from
+    the moment it is kept until its upload ends (MAX_INFLIGHT_BODY_BYTES). Event loop only."""
 
-    aiohttp 3.14 closes the connection on a framing error that arrives after the headers (e.g. an
-    invalid chunk size) but leaves the body reader waiting forever. Returns the undo function,
-    to call once the body is done, because the connection goes back to the pool.
-    """
-    connection = upstream.connection
-    closed = connection.protocol.closed if connection is not None and connection.protocol is not None else None
-    if closed is None or closed.done():
-        return lambda: None
-
-    def fail_body(_: asyncio.Future[None]) -> None:
-        if not upstream.content.is_eof():
-            upstream.content.set_exception(aiohttp.ClientPayloadError("model server closed the connection"))
-
-    closed.add_done_callback(fail_body)
-    return lambda: closed.remove_done_callback(fail_body)
-
-
-class _OutputCollector:
-    """Keeps the response body up to the payload cap while it streams past."""
-
-    __slots__ = ("chunks", "kept", "limit", "total")
+    __slots__ = ("limit", "used")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.chunks: list[bytes] = []
-        self.kept = 0
-        self.total = 0
+        self.used = 0
 
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit - self.kept
-        if room > 0:
-            piece = chunk if len(chunk) <= room else chunk[:room]
-            self.chunks.append(piece)
-            self.kept += len(piece)
+    def try_reserve(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+
+
+class _Exchange:
+    """One request/response on a client connection."""
+
+    __slots__ = (
+        "arrival",
+        "body_mode",
+        "capture",
+        "declared_length",
+        "headers",
+        "http10",
+        "inference_id",
+        "input_chunks",
+        "input_kept",
+        "input_total",
+        "keep_alive",
+        "method",
+        "output_chunks",
+        "output_kept",
+        "output_total",
+        "replay",
+        "replay_bytes",
+        "request_done",
+        "request_type",
+        "reserved",
+        "response_started",
+        "response_type",
+        "retried",
+        "started",
+        "to_upstream",
+        "to_upstream_bytes",
+        "upstream",
+        "url",
+    )
+
+    def __init__(self) -> None:
+        self.method = b""
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body_mode = BODY_NONE
+        self.declared_length = 0
+        self.request_done = False
+        self.keep_alive = True
+        self.http10 = False
+        self.to_upstream: list[bytes] = []  # bytes not yet written to the upstream connection
+        self.to_upstream_bytes = 0
+        self.replay: list[bytes] | None = []  # everything sent upstream, while small enough to resend
+        self.replay_bytes = 0
+        self.started = False
+        self.upstream: UpstreamConnection | None = None
+        self.capture = False
+        self.reserved = 0  # bytes held in the memory budget for this exchange
+        self.arrival: datetime | None = None
+        self.request_type: str | None = None
+        self.inference_id: str | None = None
+        self.input_chunks: list[bytes] = []
+        self.input_kept = 0
+        self.input_total = 0
+        self.output_chunks: list[bytes] = []
+        self.output_kept = 0
+        self.output_total = 0
+        self.response_type: str | None = None
+        self.response_started = False  # response headers written to the client
+        self.retried = False
+
+
+def _decode(value: bytes) -> str:
+    return value.decode("utf-8", "replace")
+
+
+def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Header names listed in Connection headers (hop-by-hop by declaration)."""
+    return frozenset(
+        token.strip().lower() for name, value in headers if name.lower() == b"connection" for token in value.split(b",")
+    )
 
 
 class CaptureProxy:
+    """Shared state of the data path: settings, pool, budget, uploader, metrics, connections."""
+
     def __init__(
         self,
         *,
         settings: Settings,
-        session: aiohttp.ClientSession,
         uploader: CaptureUploader,
         metrics: SidecarMetrics,
+        budget: MemoryBudget,
     ) -> None:
-        self._upstream = settings.upstream_url
-        self._session = session
-        self._uploader = uploader
-        self._metrics = metrics
-        self._sampling_fraction = settings.sampling_percentage / 100.0
-        self._capture_input = settings.capture_input
-        self._capture_output = settings.capture_output
-        self._payload_limit = settings.max_payload_bytes or sys.maxsize
-        self._max_request_body = settings.max_request_body_bytes
+        parts = urlsplit(settings.upstream_url)
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        host = parts.hostname or "127.0.0.1"
+        default_port = port == (443 if tls else 80)
+        host_header = host if ":" not in host else f"[{host}]"
+        self.host_header = (host_header if default_port else f"{host_header}:{port}").encode()
+        self.pool = UpstreamPool(self, host, port, ssl.create_default_context() if tls else None)
+        self.uploader = uploader
+        self.metrics = metrics
+        self.budget = budget
+        self.sampling_fraction = settings.sampling_percentage / 100.0
+        self.capture_input = settings.capture_input
+        self.capture_output = settings.capture_output
+        # MAX_PAYLOAD_SIZE_KB=0 ("no cap") still stops at MAX_CAPTURED_BODY_BYTES, for the memory bound.
+        self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
+        self.max_request_body = settings.max_request_body_bytes
+        self.connections: set[ClientConnection] = set()
+        self.closing = False
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
 
-    def _warn_upstream(self, problem: str, error: BaseException) -> None:
+    def warn_upstream(self, problem: str, error: BaseException | str) -> None:
         """Log model-server failures at most once per interval: a server that is down would
         otherwise write one line per request. The counter on /metrics has the exact numbers."""
         now = time.monotonic()
         if now - self._last_upstream_warning >= UPSTREAM_WARNING_INTERVAL_SECONDS:
             self._last_upstream_warning = now
-            log.warning("%s: %s: %s", problem, type(error).__name__, error)
+            detail = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error
+            log.warning("%s: %s", problem, detail)
 
-    def _sampled(self, method: str) -> bool:
+    def sampled(self, method: bytes) -> bool:
         if method not in CAPTURED_METHODS:
             return False
         # random() is in [0, 1): a fraction of 1.0 always samples in, 0.0 never does.
-        if random.random() < self._sampling_fraction:
+        if random.random() < self.sampling_fraction:
             return True
-        self._metrics.requests_sampled_out += 1
+        self.metrics.requests_sampled_out += 1
         return False
 
-    def _payload(self, content_type: str | None, data: bytes, original_size: int) -> CapturedPayload:
-        if len(data) < original_size:
-            self._metrics.truncated_payloads += 1
-        return CapturedPayload(content_type=content_type, data=data, original_size=original_size)
+    def finish_capture(self, exchange: _Exchange) -> None:
+        """Hand a completed sampled exchange to the uploader; its bytes stay reserved until uploaded."""
+        metrics = self.metrics
+        limit = self.payload_limit
+        request = response = None
+        if self.capture_input:
+            data = b"".join(exchange.input_chunks)
+            if len(data) > limit:
+                data = data[:limit]
+            if len(data) < exchange.input_total:
+                metrics.truncated_payloads += 1
+            request = CapturedPayload(exchange.request_type, data, exchange.input_total)
+        if self.capture_output:
+            data = b"".join(exchange.output_chunks)
+            if len(data) < exchange.output_total:
+                metrics.truncated_payloads += 1
+            response = CapturedPayload(exchange.response_type, data, exchange.output_total)
+        record = CapturedExchange(
+            inference_time=exchange.arrival or datetime.now(UTC),
+            inference_id=exchange.inference_id,
+            request=request,
+            response=response,
+        )
+        size = record.size_bytes
+        # The uploader releases `size` when the record's upload ends (or it is dropped).
+        if self.uploader.offer(record):
+            self.budget.release(exchange.reserved - size)
+        else:
+            self.budget.release(exchange.reserved)
+        exchange.reserved = 0
+        exchange.capture = False
 
-    async def _read_request_body(self, request: web.BaseRequest) -> bytes | None:
-        """The whole request body, or None when it is over MAX_REQUEST_BODY_BYTES."""
-        if request.headers.get("Expect", "").lower() == "100-continue":
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        declared = request.content_length
-        if declared is not None:
-            return None if declared > self._max_request_body else await request.content.read()
-        chunks, size = [], 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > self._max_request_body:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+    def drop_capture(self, exchange: _Exchange, reason: str | None) -> None:
+        if exchange.capture:
+            exchange.capture = False
+            if reason is not None:
+                self.metrics.records_dropped[reason] += 1
+        if exchange.reserved:
+            self.budget.release(exchange.reserved)
+            exchange.reserved = 0
+        exchange.input_chunks = []
+        exchange.output_chunks = []
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        self._metrics.requests_proxied += 1
-        arrival = datetime.now(UTC)
-        method = request.method
-        capture = self._sampled(method)
-        body = await self._read_request_body(request)
-        if body is None:
-            return web.Response(status=413, text="capture sidecar: request body over MAX_REQUEST_BODY_BYTES\n")
-        has_body = bool(body) or request.content_length is not None or method in CAPTURED_METHODS
+    def start_idle_sweeper(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._sweep_idle())
+
+    async def _sweep_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_SECONDS)
+            deadline = loop.time() - CLIENT_IDLE_TIMEOUT_SECONDS
+            for connection in list(self.connections):
+                connection.close_if_idle_since(deadline)
+
+    def stop_accepting(self) -> None:
+        """SIGTERM: idle connections close now, busy ones after their current response."""
+        self.closing = True
+        for connection in list(self.connections):
+            connection.close_when_done()
+        self.pool.close_idle()
+
+    async def wait_for_connections(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            connection.abort()
+        self.pool.close_idle()
+
+
+class ClientConnection(asyncio.Protocol):
+    """A client connection: requests in, responses out, one exchange upstream at a time."""
+
+    def __init__(self, proxy: CaptureProxy) -> None:
+        self.proxy = proxy
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.exchanges: deque[_Exchange] = deque()  # [0] is the one being proxied
+        self.parsing: _Exchange | None = None  # the request being parsed
+        self.head_bytes = 0
+        self.to_client: list[bytes] = []
+        self.writing_paused = False
+        self.reading_paused = False
+        self.upstream_full = False  # the upstream connection's write buffer is over its mark
+        self.closed = False
+        self.close_after_response = False
+        self.idle_since = 0.0
+        self.discarding = False  # answered and closing: what the client still sends is dropped
+
+    # ----- asyncio.Protocol -----
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        self.proxy.connections.add(self)
+        self.idle_since = asyncio.get_running_loop().time()
+        if self.proxy.closing:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.discarding:
+            return
         try:
-            upstream = await self._session.request(
-                method,
-                URL(self._upstream + request.raw_path, encoded=True),
-                headers=_forwardable(request.headers, REQUEST_HEADERS_SET_PER_HOP),
-                data=body if has_body else None,
-                allow_redirects=False,
-            )
-        except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            self._metrics.upstream_errors += 1
-            self._warn_upstream("model server unreachable", error)
-            return web.Response(status=502, text="capture sidecar: model server unreachable\n")
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            # Upgrade is hop-by-hop and dropped: the request is proxied as plain HTTP/1.1, and
+            # llhttp (resumed by httptools) parses what follows as the next request.
+            rest = data[upgrade.args[0] :]
+            if rest and not self.closed:
+                self.data_received(rest)
+                return
+        except httptools.HttpParserCallbackError:
+            if not self.closed:
+                log.exception("request handling failed")
+                self._reject(500, "Internal Server Error", "internal error")
+            return
+        except httptools.HttpParserError as error:
+            if not self.closed:
+                self._reject(400, "Bad Request", f"malformed request ({error})")
+            return
+        if not self.closed:
+            self._pump()
 
-        collector = _OutputCollector(self._payload_limit if capture and self._capture_output else 0)
-        response: web.StreamResponse | None = None
-        try:
-            headers = _forwardable(upstream.headers, RESPONSE_HEADERS_SET_PER_HOP)
-            length = upstream.content_length
-            if length is not None and length <= SMALL_RESPONSE_BYTES and method != "HEAD":
-                content = await upstream.read()
-                collector.add(content)
-                response = web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=content)
-            else:
-                response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-                if length is not None:
-                    response.content_length = length
-                await response.prepare(request)
-                forget_connection = _fail_body_when_connection_drops(upstream)
-                try:
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
-                        collector.add(chunk)
-                finally:
-                    forget_connection()
-                await response.write_eof()
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, OSError, TimeoutError) as error:
-            upstream.close()  # never reuse a connection left mid-body
-            if isinstance(error, ConnectionResetError) and response is not None and response.prepared:
-                return response  # the client went away mid-stream: nothing left to do or capture
-            self._metrics.upstream_errors += 1
-            self._warn_upstream("model server broke the response", error)
-            if response is None or not response.prepared:
-                return web.Response(status=502, text="capture sidecar: model server broke the response\n")
-            # Headers are already out: closing the connection is the only honest signal left, so
-            # the client sees a truncated body instead of a falsely complete one.
-            if request.transport is not None:
-                request.transport.close()
-            return response
-        finally:
-            upstream.release()
+    def eof_received(self) -> bool:
+        if self.discarding:
+            return False
+        # A client that half-closes after its request still gets the response (then we close).
+        if not self.exchanges and self.parsing is None:
+            return False
+        self.close_after_response = True
+        return True
 
-        if capture:
-            self._uploader.offer(
-                CapturedExchange(
-                    inference_time=arrival,
-                    inference_id=request.headers.get(INFERENCE_ID_HEADER),
-                    request=self._payload(request.headers.get("Content-Type"), body[: self._payload_limit], len(body))
-                    if self._capture_input
-                    else None,
-                    response=self._payload(
-                        upstream.headers.get("Content-Type"), b"".join(collector.chunks), collector.total
-                    )
-                    if self._capture_output
-                    else None,
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.proxy.connections.discard(self)
+        for exchange in self.exchanges:
+            upstream = exchange.upstream
+            if upstream is not None:
+                upstream.abandon()  # stop reading from the model server; never reuse it
+            self.proxy.drop_capture(exchange, None)
+        self.exchanges.clear()
+        if self.parsing is not None:
+            self.proxy.drop_capture(self.parsing, None)
+            self.parsing = None
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        if self.exchanges and self.exchanges[0].upstream is not None:
+            self.exchanges[0].upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.exchanges and self.exchanges[0].upstream is not None:
+            self.exchanges[0].upstream.resume_reading()
+
+    # ----- httptools callbacks -----
+
+    def on_message_begin(self) -> None:
+        exchange = _Exchange()
+        self.parsing = exchange
+        self.head_bytes = 0
+        self.exchanges.append(exchange)
+
+    def on_url(self, url: bytes) -> None:
+        exchange = self.parsing
+        assert exchange is not None
+        exchange.url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        exchange = self.parsing
+        assert exchange is not None
+        exchange.headers.append((name, value))
+        self._count_head(len(name) + len(value) + 4)
+
+    def on_headers_complete(self) -> None:
+        exchange = self.parsing
+        assert exchange is not None
+        proxy = self.proxy
+        parser = self.parser
+        proxy.metrics.requests_proxied += 1
+        exchange.method = method = parser.get_method()
+        exchange.http10 = parser.get_http_version() == "1.0"
+        exchange.keep_alive = parser.should_keep_alive() and not proxy.closing
+        content_length = None
+        chunked = expect_continue = False
+        for name, value in exchange.headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                content_length = int(value)  # llhttp has validated it
+            elif lower == b"transfer-encoding":
+                chunked = True  # llhttp only accepts chunked as the final coding of a request
+            elif lower == b"expect" and value.strip().lower() == b"100-continue":
+                expect_continue = True
+            elif lower == b"content-type":
+                exchange.request_type = _decode(value)
+            elif lower == INFERENCE_ID_HEADER:
+                exchange.inference_id = _decode(value)
+        if content_length is not None and content_length > proxy.max_request_body:
+            self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
+            raise _Rejected
+        if chunked:
+            exchange.body_mode = BODY_CHUNKED
+        elif content_length:
+            exchange.body_mode = BODY_LENGTH
+            exchange.declared_length = content_length
+        if proxy.sampled(method):
+            exchange.capture = True
+            exchange.arrival = datetime.now(UTC)
+            if exchange.body_mode == BODY_LENGTH and proxy.capture_input:
+                # Reserved up front: the body may stream through before it is all here.
+                wanted = min(content_length or 0, proxy.payload_limit)
+                if proxy.budget.try_reserve(wanted):
+                    exchange.reserved = wanted
+                else:
+                    proxy.drop_capture(exchange, DROP_MEMORY_FULL)
+        if exchange.body_mode != BODY_CHUNKED:
+            # Content-Length bodies stream through; a body-less POST still says Content-Length: 0.
+            length = content_length if content_length is not None else (0 if method in CAPTURED_METHODS else None)
+            self._queue_upstream(exchange, self._upstream_head(exchange, length))
+        if expect_continue and exchange.body_mode != BODY_NONE and self.exchanges[0] is exchange:
+            self.write(_CONTINUE)  # the sidecar takes the body; the model server never sees Expect
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.parsing
+        assert exchange is not None
+        proxy = self.proxy
+        if exchange.body_mode == BODY_CHUNKED:
+            exchange.input_total += len(body)
+            if exchange.input_total > proxy.max_request_body:
+                self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
+                raise _Rejected
+            if not proxy.budget.try_reserve(len(body)):
+                proxy.metrics.requests_rejected_memory += 1
+                self._reject(
+                    503,
+                    "Service Unavailable",
+                    "too many request bodies in flight, retry later",
+                    extra=f"Retry-After: {RETRY_AFTER_SECONDS}\r\n".encode(),
                 )
-            )
-        return response
+                raise _Rejected
+            exchange.reserved += len(body)
+            exchange.input_chunks.append(body)
+            return
+        if exchange.capture and proxy.capture_input:
+            exchange.input_total += len(body)
+            room = exchange.reserved - exchange.input_kept
+            if room > 0:
+                piece = body if len(body) <= room else body[:room]
+                exchange.input_chunks.append(piece)
+                exchange.input_kept += len(piece)
+        self._queue_upstream(exchange, body)
+
+    def on_message_complete(self) -> None:
+        exchange = self.parsing
+        assert exchange is not None
+        self.parsing = None
+        exchange.request_done = True
+        if exchange.body_mode == BODY_CHUNKED:
+            body = b"".join(exchange.input_chunks)
+            exchange.input_chunks = [body] if exchange.capture and self.proxy.capture_input else []
+            if not exchange.capture:
+                self.proxy.budget.release(exchange.reserved)
+                exchange.reserved = 0
+            elif not self.proxy.capture_input:
+                # Only the output is captured: the buffered body is not kept past forwarding.
+                self.proxy.budget.release(exchange.reserved)
+                exchange.reserved = 0
+            self._queue_upstream(exchange, self._upstream_head(exchange, len(body)))
+            if body:
+                self._queue_upstream(exchange, body)
+        if not exchange.keep_alive:
+            # No request after this one on this connection; ignore anything the client still sends.
+            self.close_after_response = True
+
+    # ----- request path -----
+
+    def _count_head(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > MAX_REQUEST_HEAD_BYTES:
+            self._reject(431, "Request Header Fields Too Large", "request head over 64 KiB")
+            raise _Rejected
+
+    def _upstream_head(self, exchange: _Exchange, length: int | None) -> bytes:
+        named = (
+            _connection_tokens(exchange.headers)
+            if any(name.lower() == b"connection" for name, _ in exchange.headers)
+            else frozenset()
+        )
+        parts = [exchange.method, b" ", exchange.url, b" HTTP/1.1\r\nHost: ", self.proxy.host_header, _CRLF]
+        for name, value in exchange.headers:
+            lower = name.lower()
+            if lower in REQUEST_HEADERS_NOT_FORWARDED or lower in named:
+                continue
+            parts += (name, b": ", value, _CRLF)
+        if length is not None:
+            parts += (b"Content-Length: ", str(length).encode(), _CRLF)
+        parts.append(_CRLF)
+        return b"".join(parts)
+
+    def _queue_upstream(self, exchange: _Exchange, data: bytes) -> None:
+        exchange.to_upstream.append(data)
+        exchange.to_upstream_bytes += len(data)
+        replay = exchange.replay
+        if replay is not None:
+            exchange.replay_bytes += len(data)
+            if exchange.replay_bytes > MAX_REPLAY_BYTES:
+                exchange.replay = None
+            else:
+                replay.append(data)
+
+    def _pump(self) -> None:
+        """After parsing: start the current exchange upstream, or send it what was parsed."""
+        if not self.exchanges:
+            self._update_reading()
+            return
+        exchange = self.exchanges[0]
+        if not exchange.started and (exchange.to_upstream or exchange.request_done):
+            if not exchange.to_upstream:
+                # A request that was rejected while parsing never reaches the model server.
+                return
+            exchange.started = True
+            upstream = self.proxy.pool.take_idle()
+            if upstream is not None:
+                upstream.attach(self, exchange)
+            else:
+                asyncio.get_running_loop().create_task(self._connect(exchange))
+        elif exchange.upstream is not None and exchange.to_upstream:
+            exchange.upstream.send_pending()
+        self._update_reading()
+
+    async def _connect(self, exchange: _Exchange) -> None:
+        try:
+            upstream = await self.proxy.pool.connect()
+        except (OSError, TimeoutError, ssl.SSLError) as error:
+            self.proxy.metrics.upstream_errors += 1
+            self.proxy.warn_upstream("model server unreachable", error)
+            self.fail_exchange(exchange, 502, "model server unreachable")
+            return
+        if self.closed or not self.exchanges or self.exchanges[0] is not exchange:
+            self.proxy.pool.release(upstream)
+            return
+        upstream.attach(self, exchange)
+        self._update_reading()
+
+    def retry_exchange(self, exchange: _Exchange) -> None:
+        """The reused upstream connection closed before answering: send the request again, once."""
+        assert exchange.replay is not None
+        exchange.retried = True
+        exchange.upstream = None
+        exchange.to_upstream = list(exchange.replay)
+        exchange.to_upstream_bytes = sum(map(len, exchange.to_upstream))
+        asyncio.get_running_loop().create_task(self._connect(exchange))
+
+    def _update_reading(self) -> None:
+        """Read from the client only while what it sends can go somewhere without piling up."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        pause = False
+        if len(self.exchanges) > 1:
+            pause = True  # a pipelined request waits for the response before it
+        elif self.exchanges:
+            current = self.exchanges[0]
+            if current.upstream is None and current.to_upstream_bytes > MAX_PENDING_BODY_BYTES:
+                pause = True  # still connecting upstream
+            elif self.upstream_full:
+                pause = True  # the model server reads the body slower than the client sends it
+        if pause != self.reading_paused:
+            self.reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    # ----- response path (called by UpstreamConnection) -----
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def exchange_done(self, exchange: _Exchange, *, reusable_client: bool) -> None:
+        """The response is complete on the client side."""
+        if self.exchanges and self.exchanges[0] is exchange:
+            self.exchanges.popleft()
+        if exchange.capture:
+            self.proxy.finish_capture(exchange)
+        elif exchange.reserved:
+            self.proxy.drop_capture(exchange, None)
+        if not reusable_client or not exchange.keep_alive or (self.close_after_response and not self.exchanges):
+            self._close()
+            return
+        if not exchange.request_done:
+            # The model server answered before the whole request body arrived: the rest of it
+            # cannot be told apart from the next request without reading it, so close.
+            self._close()
+            return
+        self.idle_since = asyncio.get_running_loop().time()
+        if self.proxy.closing and not self.exchanges and self.parsing is None:
+            self._close()
+            return
+        self._pump()
+
+    def fail_exchange(self, exchange: _Exchange, status: int, message: str) -> None:
+        """The model server failed before any response byte reached the client."""
+        self.proxy.drop_capture(exchange, None)
+        if self.closed:
+            return
+        reason = {502: "Bad Gateway", 503: "Service Unavailable"}.get(status, "Error")
+        self.write(_plain_response(status, reason, message, close=not exchange.request_done))
+        exchange.upstream = None
+        if exchange.request_done:
+            self.exchange_done(exchange, reusable_client=True)
+        else:
+            self._close()
+
+    def break_response(self, exchange: _Exchange) -> None:
+        """The model server broke a response whose headers are out: closing is the only signal left."""
+        self.proxy.drop_capture(exchange, None)
+        self._close()
+
+    def upstream_write_buffer(self, full: bool) -> None:
+        self.upstream_full = full
+        self._update_reading()
+
+    # ----- closing -----
+
+    def _reject(self, status: int, reason: str, message: str, extra: bytes = b"") -> None:
+        """Answer this request ourselves and close the connection (its remaining bytes are unread).
+
+        Only before the request was forwarded: a request already on its way upstream is failed
+        by closing, like any broken exchange."""
+        exchange = self.parsing
+        if exchange is not None:
+            self.proxy.drop_capture(exchange, None)
+            if exchange.started:
+                self._close()
+                return
+        if self.exchanges and self.exchanges[0] is not exchange:
+            self._close()  # a response is still going out ahead of this request
+            return
+        self.write(_plain_response(status, reason, message, close=True, extra=extra))
+        self._close(linger=True)
+
+    def _close(self, *, linger: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        transport = self.transport
+        for exchange in self.exchanges:
+            if exchange.upstream is not None:
+                exchange.upstream.abandon()
+            self.proxy.drop_capture(exchange, None)
+        self.exchanges.clear()
+        if self.parsing is not None:
+            self.proxy.drop_capture(self.parsing, None)
+            self.parsing = None
+        if transport is None:
+            return
+        if linger and transport.can_write_eof():
+            # Lingering close, like nginx's: closing with unread request bytes in the socket
+            # makes the kernel send a reset, which can destroy the answer (413, 503) before the
+            # client reads it. Send it and a FIN, drop what still arrives, close a bit later.
+            self.discarding = True
+            transport.write_eof()
+            if self.reading_paused:
+                self.reading_paused = False
+                transport.resume_reading()
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+            return
+        transport.close()  # flushes what is buffered, then closes
+
+    def close_when_done(self) -> None:
+        if not self.exchanges and self.parsing is None:
+            self._close()
+        else:
+            self.close_after_response = True
+            for exchange in self.exchanges:
+                exchange.keep_alive = False
+
+    def close_if_idle_since(self, deadline: float) -> None:
+        if not self.exchanges and self.idle_since < deadline:
+            self._close()
+
+    def abort(self) -> None:
+        self._close()
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _Rejected(Exception):
+    """Stops parsing a request that was answered by the proxy (the connection is closing)."""
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """A keep-alive connection to the model server, serving one exchange at a time."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.client: ClientConnection | None = None
+        self.exchange: _Exchange | None = None
+        self.closed = False
+        self.reused = False
+        self.response_bytes = 0
+        self.reading_paused = False
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.informational = False
+        self.no_body = False
+        self.chunked_out = False  # re-framing the body as chunks for the client
+        self.until_close = False  # response body delimited by the connection closing
+        self.close_client_after = False
+        self.message_done = False
+        self.keep_alive = False  # llhttp's verdict, read while the message is current
+
+    # ----- asyncio.Protocol -----
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None:
+            self._close()  # bytes nobody asked for: this connection is not in a known state
+            return
+        self.response_bytes += len(data)
+        client = self.client
+        assert client is not None
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            self._flush(client)
+            self._broken(f"invalid response ({error})")
+            return
+        if self.message_done:
+            # With no_body (HEAD) llhttp would wait for the body the headers announce: done anyway.
+            self._complete()
+        else:
+            self._flush(client)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        exchange = self.exchange
+        if exchange is None:
+            return
+        client = self.client
+        assert client is not None
+        if self.until_close and self.status and not self.informational:
+            self._complete()
+            return
+        if self.response_bytes == 0 and self.reused and exchange.replay is not None and not exchange.retried:
+            self.exchange = self.client = None
+            client.retry_exchange(exchange)
+            return
+        self._broken("model server closed the connection" + (f" ({exc})" if exc else ""))
+
+    def pause_writing(self) -> None:
+        if self.client is not None:
+            self.client.upstream_write_buffer(True)
+
+    def resume_writing(self) -> None:
+        if self.client is not None:
+            self.client.upstream_write_buffer(False)
+
+    # ----- driven by ClientConnection -----
+
+    def attach(self, client: ClientConnection, exchange: _Exchange) -> None:
+        self.client = client
+        self.exchange = exchange
+        exchange.upstream = self
+        self.response_bytes = 0
+        self.status = 0
+        self.message_done = False
+        self.send_pending()
+        if client.writing_paused:
+            self.pause_reading()
+
+    def send_pending(self) -> None:
+        exchange = self.exchange
+        if exchange is None or self.transport is None or self.closed:
+            return
+        pending = exchange.to_upstream
+        if pending:
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            exchange.to_upstream = []
+            exchange.to_upstream_bytes = 0
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def abandon(self) -> None:
+        """The client went away: stop reading, close, never reuse."""
+        self.exchange = self.client = None
+        self._close()
+
+    # ----- httptools callbacks -----
+
+    def on_message_begin(self) -> None:
+        self.headers = []
+        self.reason = b""
+        self.informational = False
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            self.informational = True  # 1xx (e.g. 103 Early Hints) are not forwarded
+            return
+        self.status = status
+        exchange = self.exchange
+        client = self.client
+        assert exchange is not None and client is not None
+        headers = self.headers
+        named = _connection_tokens(headers)
+        parts = [b"HTTP/1.1 ", str(status).encode(), b" ", self.reason, _CRLF]
+        length = None
+        chunked = False
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                length = value
+            elif lower == b"transfer-encoding":
+                chunked = True
+            elif lower == b"content-type":
+                exchange.response_type = _decode(value)
+            if lower in RESPONSE_HEADERS_NOT_FORWARDED or lower in named:
+                continue
+            parts += (name, b": ", value, _CRLF)
+        self.no_body = exchange.method == b"HEAD" or status in (204, 304)
+        self.chunked_out = self.until_close = False
+        close_client = not exchange.keep_alive or (client.close_after_response and len(client.exchanges) <= 1)
+        if length is not None:
+            parts += (b"Content-Length: ", length, _CRLF)
+        elif not self.no_body:
+            self.until_close = not chunked
+            if exchange.http10:
+                close_client = True  # HTTP/1.0 has no chunks: the end of the body is the close
+            else:
+                self.chunked_out = True
+                parts.append(b"Transfer-Encoding: chunked\r\n")
+        if close_client:
+            parts.append(b"Connection: close\r\n")
+        elif exchange.http10:
+            parts.append(b"Connection: keep-alive\r\n")
+        parts.append(_CRLF)
+        self.close_client_after = close_client
+        self.keep_alive = self.parser.should_keep_alive()
+        client.to_client.append(b"".join(parts))
+        exchange.response_started = True
+        if self.no_body:
+            self.message_done = True
+
+    def on_body(self, body: bytes) -> None:
+        if self.informational:
+            return
+        exchange = self.exchange
+        client = self.client
+        assert exchange is not None and client is not None
+        if self.no_body:
+            return
+        out = client.to_client
+        if self.chunked_out:
+            out.append(b"%x\r\n" % len(body))
+            out.append(body)
+            out.append(_CRLF)
+        else:
+            out.append(body)
+        if exchange.capture:
+            proxy = self.pool.proxy
+            if proxy.capture_output:
+                exchange.output_total += len(body)
+                room = proxy.payload_limit - exchange.output_kept
+                if room > 0:
+                    piece = body if len(body) <= room else body[:room]
+                    if proxy.budget.try_reserve(len(piece)):
+                        exchange.reserved += len(piece)
+                        exchange.output_chunks.append(piece)
+                        exchange.output_kept += len(piece)
+                    else:
+                        proxy.drop_capture(exchange, DROP_MEMORY_FULL)
+
+    def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            return
+        self.keep_alive = self.parser.should_keep_alive()  # reset once the message is over
+        self.message_done = True
+
+    # ----- internals -----
+
+    def _flush(self, client: ClientConnection) -> None:
+        out = client.to_client
+        if out:
+            client.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+
+    def _complete(self) -> None:
+        exchange = self.exchange
+        client = self.client
+        assert exchange is not None and client is not None
+        if self.chunked_out:
+            client.to_client.append(_LAST_CHUNK)
+        self._flush(client)
+        reusable = (
+            not self.closed
+            and not self.until_close
+            and exchange.request_done
+            and not exchange.to_upstream
+            and self.keep_alive
+        )
+        no_body = self.no_body
+        self.exchange = self.client = None
+        self.no_body = self.message_done = False
+        exchange.upstream = None
+        if no_body:
+            # llhttp cannot be told this response has no body (HEAD): start a fresh parser.
+            self.parser = httptools.HttpResponseParser(self)
+        if reusable:
+            self.reused = True
+            self.pool.release(self)
+        else:
+            self._close()
+        client.exchange_done(exchange, reusable_client=not self.close_client_after)
+
+    def _broken(self, problem: str) -> None:
+        exchange = self.exchange
+        client = self.client
+        self.exchange = self.client = None
+        self._close()
+        if exchange is None or client is None:
+            return
+        exchange.upstream = None
+        proxy = self.pool.proxy
+        proxy.metrics.upstream_errors += 1
+        proxy.warn_upstream("model server broke the response", problem)
+        if exchange.response_started:
+            client.break_response(exchange)
+        else:
+            client.fail_exchange(exchange, 502, "model server broke the response")
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+        self.closed = True
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to the model server, most recently used first."""
+
+    def __init__(self, proxy: CaptureProxy, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
+        self.proxy = proxy
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.idle: list[UpstreamConnection] = []
+
+    def take_idle(self) -> UpstreamConnection | None:
+        idle = self.idle
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        _, connection = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: UpstreamConnection(self),
+                self.host,
+                self.port,
+                ssl=self.ssl_context,
+                server_hostname=self.host if self.ssl_context is not None else None,
+            ),
+            UPSTREAM_CONNECT_TIMEOUT_SECONDS,
+        )
+        return connection
+
+    def release(self, connection: UpstreamConnection) -> None:
+        if connection.closed:
+            return
+        connection.resume_reading()  # an idle connection must notice the server closing it
+        if self.proxy.closing or len(self.idle) >= MAX_IDLE_UPSTREAM_CONNECTIONS:
+            connection._close()
+            return
+        self.idle.append(connection)
+
+    def close_idle(self) -> None:
+        for connection in self.idle:
+            connection._close()
+        self.idle.clear()

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 ENCODING_JSON = "JSON"
 ENCODING_CSV = "CSV"
@@ -40,7 +41,7 @@ class CapturedExchange:
     request: CapturedPayload | None  # None when Input is not a capture mode
     response: CapturedPayload | None  # None when Output is not a capture mode
 
-    @property
+    @cached_property  # asked several times per record on the event loop; frozen, so computed once
     def size_bytes(self) -> int:
         return sum(len(payload.data) for payload in (self.request, self.response) if payload is not None)
 
@@ -95,12 +96,88 @@ def _payload_object(payload: CapturedPayload, mode: str, encodings: ContentTypeE
     return entry
 
 
+# Bodies are encoded a slice at a time, so the transient copies (str, escaped str, bytes) of one
+# record never exceed a few MiB whatever its size; the pieces are sent to S3 without joining.
+TEXT_SLICE_BYTES = 256 * 1024
+# json.dumps(text, ensure_ascii=False) for a str, without building an encoder per call.
+_json_string = (
+    json.encoder.py_encode_basestring if json.encoder.c_encode_basestring is None else json.encoder.c_encode_basestring
+)
+BASE64_SLICE_BYTES = 3 * 87_381  # a multiple of 3: base64 of the slices concatenates to that of the whole
+
+
+def _text_pieces(payload: CapturedPayload) -> list[bytes] | None:
+    """The JSON string contents (without quotes) of the payload as UTF-8 text, in pieces, or None
+    when it is not UTF-8. Same result as json.dumps of the whole text, same truncation rule."""
+    data = payload.data
+    size = len(data)
+    pieces: list[bytes] = []
+    start = 0
+    while start < size:
+        end = min(size, start + TEXT_SLICE_BYTES)
+        while end < size and end > start and data[end] & 0xC0 == 0x80:
+            end -= 1  # never cut a character in two
+        if end == start:
+            return None
+        chunk = data[start:end]
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if end == size and payload.truncated and start + error.start >= size - 3:
+                text = chunk[: error.start].decode("utf-8")
+            else:
+                return None
+        pieces.append(_json_string(text)[1:-1].encode("utf-8"))
+        start = end
+    return pieces
+
+
+def _payload_pieces(payload: CapturedPayload, mode: str, encodings: ContentTypeEncodings) -> list[bytes]:
+    encoding = encodings.encoding_for(payload.content_type)
+    pieces = _text_pieces(payload) if encoding != ENCODING_BASE64 else None
+    if pieces is None:
+        encoding = ENCODING_BASE64
+        data = payload.data
+        pieces = [base64.b64encode(data[i : i + BASE64_SLICE_BYTES]) for i in range(0, len(data), BASE64_SLICE_BYTES)]
+    head = (
+        b'{"observedContentType":'
+        + (b"null" if payload.content_type is None else _json_string(payload.content_type).encode("utf-8"))
+        + b',"mode":"'
+        + mode.encode()
+        + b'","data":"'
+    )
+    tail = b'","encoding":"' + encoding.encode() + b'"'
+    if payload.truncated:
+        tail += b',"truncated":true,"originalSizeBytes":' + str(payload.original_size).encode()
+    return [head, *pieces, tail + b"}"]
+
+
+def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> list[bytes]:
+    """encode_record's bytes as a list of pieces (bounded transient memory for large bodies)."""
+    pieces = [b'{"captureData":{']
+    if exchange.request is not None:
+        pieces.append(b'"endpointInput":')
+        pieces += _payload_pieces(exchange.request, "INPUT", encodings)
+    if exchange.response is not None:
+        pieces.append(b',"endpointOutput":' if exchange.request is not None else b'"endpointOutput":')
+        pieces += _payload_pieces(exchange.response, "OUTPUT", encodings)
+    # eventId and inferenceTime never need escaping; json.dumps with options builds an encoder
+    # per call (~10 µs), the C string encoder does not.
+    moment = format_inference_time(exchange.inference_time)
+    metadata = f'}},"eventMetadata":{{"eventId":"{uuid.uuid4()}","inferenceTime":"{moment}"'
+    if exchange.inference_id is not None:
+        metadata += ',"inferenceId":' + _json_string(exchange.inference_id)
+    pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')
+    return pieces
+
+
 def format_inference_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """`YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC); isoformat is ~4x faster than strftime."""
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def encode_record(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> bytes:
-    """One JSON Lines line (with its newline) in the SageMaker capture envelope."""
+def encode_record_whole(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> bytes:
+    """The reference encoding, one json.dumps of the whole record; tests compare the pieces with it."""
     capture_data: dict[str, object] = {}
     if exchange.request is not None:
         capture_data["endpointInput"] = _payload_object(exchange.request, "INPUT", encodings)
@@ -114,6 +191,11 @@ def encode_record(exchange: CapturedExchange, encodings: ContentTypeEncodings) -
         event_metadata["inferenceId"] = exchange.inference_id
     record = {"captureData": capture_data, "eventMetadata": event_metadata, "eventVersion": "0"}
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def encode_record(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> bytes:
+    """One JSON Lines line (with its newline) in the SageMaker capture envelope."""
+    return b"".join(encode_record_pieces(exchange, encodings))
 
 
 def encode_records(exchanges: Iterable[CapturedExchange], encodings: ContentTypeEncodings) -> bytes:

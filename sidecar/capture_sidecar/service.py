@@ -8,11 +8,10 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
-import aiohttp
 from aiohttp import web
 
 from .metrics import SidecarMetrics
-from .proxy import CaptureProxy
+from .proxy import CaptureProxy, ClientConnection, MemoryBudget
 from .records import ContentTypeEncodings
 from .s3_writer import S3Writer, Spool
 from .settings import Settings
@@ -43,19 +42,6 @@ def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event) -> web.Ap
     return app
 
 
-def _upstream_session(settings: Settings) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True),
-        # Bodies pass through byte for byte: no decompression, no cookies kept between clients,
-        # no headers the client did not send (aiohttp would add these when absent).
-        auto_decompress=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-        # Generation can take minutes; only connecting has a deadline.
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-    )
-
-
 async def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain and flush within SHUTDOWN_GRACE_SECONDS."""
     loop = asyncio.get_running_loop()
@@ -64,6 +50,8 @@ async def serve(settings: Settings) -> int:
         loop.add_signal_handler(signum, stopping.set)
 
     metrics = SidecarMetrics()
+    budget = MemoryBudget(settings.max_inflight_body_bytes)
+    metrics.inflight_body_bytes = lambda: budget.used
     executor = ThreadPoolExecutor(max_workers=settings.upload_concurrency, thread_name_prefix="s3-upload")
     writer = S3Writer(settings.capture_location, settings.kms_key_id, settings.upload_concurrency)
     spool = Spool(settings.spool_dir, settings.spool_max_bytes) if settings.spool_dir else None
@@ -78,30 +66,31 @@ async def serve(settings: Settings) -> int:
         queue_max_records=settings.queue_max_records,
         queue_max_bytes=settings.queue_max_bytes,
         upload_concurrency=settings.upload_concurrency,
+        release_bytes=budget.release,
     )
-    session = _upstream_session(settings)
-    proxy = CaptureProxy(settings=settings, session=session, uploader=uploader, metrics=metrics)
+    proxy = CaptureProxy(settings=settings, uploader=uploader, metrics=metrics, budget=budget)
 
     flush_reserve = min(FLUSH_RESERVE_SECONDS, settings.shutdown_grace_seconds / 3)
-    proxy_runner = web.ServerRunner(
-        web.Server(proxy.handle, access_log=None),
-        shutdown_timeout=settings.shutdown_grace_seconds - flush_reserve,
-    )
+    # /metrics and /healthz see a request every few seconds: aiohttp is plenty there.
     metrics_runner = web.AppRunner(_metrics_handler(metrics, stopping), access_log=None, shutdown_timeout=1)
-    await proxy_runner.setup()
     await metrics_runner.setup()
     try:
-        await web.TCPSite(proxy_runner, settings.listen_host, settings.listen_port, backlog=LISTEN_BACKLOG).start()
+        server = await loop.create_server(
+            lambda: ClientConnection(proxy),
+            settings.listen_host,
+            settings.listen_port,
+            backlog=LISTEN_BACKLOG,
+            reuse_address=True,
+        )
         await web.TCPSite(metrics_runner, settings.listen_host, settings.metrics_port).start()
     except OSError as error:
         log.error(
             "cannot listen on LISTEN_PORT=%d / METRICS_PORT=%d: %s", settings.listen_port, settings.metrics_port, error
         )
-        await proxy_runner.cleanup()
         await metrics_runner.cleanup()
-        await session.close()
         executor.shutdown(wait=False)
         return EXIT_CANNOT_LISTEN
+    sweeper = proxy.start_idle_sweeper()
     # boto3's service model is ~90k long-lived objects; a full garbage collection scans them all
     # (~40 ms here), which showed up as p99 spikes. Frozen objects are never scanned again.
     gc.collect()
@@ -119,8 +108,10 @@ async def serve(settings: Settings) -> int:
     await stopping.wait()
     deadline = loop.time() + settings.shutdown_grace_seconds
     log.info("stopping: no new connections, finishing in-flight requests")
-    await proxy_runner.cleanup()  # closes the listener, waits for handlers up to shutdown_timeout
-    await session.close()
+    server.close()  # the listener: new connections are refused
+    proxy.stop_accepting()  # idle keep-alive connections close now, busy ones after their response
+    await proxy.wait_for_connections(settings.shutdown_grace_seconds - flush_reserve)
+    sweeper.cancel()
     uploader_task.cancel()
     log.info("flushing captured records")
     complete = await uploader.drain(deadline)

@@ -23,6 +23,13 @@ DEFAULT_JSON_CONTENT_TYPES = (
 DEFAULT_CSV_CONTENT_TYPES = ("text/csv",)
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+# Sizing (docs/capture-sidecar.md, *Memory bounds*): a 128k-token prompt is ~0.5 MiB of text at
+# ~4 bytes a token, ~1.2 MiB with worst-case JSON escaping (non-ASCII written as \uXXXX), which
+# leaves ~6.8 MiB for base64 images (4/3 of ~5 MiB of image files, a few per request).
+DEFAULT_MAX_REQUEST_BODY_BYTES = 8 * MIB
+# Every body byte held in memory at once (buffered chunked bodies, capture copies, the queue,
+# raw bytes being uploaded); with the upload bound it keeps the worst case under 512 MiB.
+DEFAULT_MAX_INFLIGHT_BODY_BYTES = 96 * MIB
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class Settings:
     spool_max_bytes: int
     shutdown_grace_seconds: float
     max_request_body_bytes: int
+    max_inflight_body_bytes: int
     upload_concurrency: int
 
 
@@ -206,7 +214,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         spool_dir=spool_dir,
         spool_max_bytes=reader.integer("SPOOL_MAX_BYTES", 512 * MIB, MIB, 1024 * GIB),
         shutdown_grace_seconds=reader.number("SHUTDOWN_GRACE_SECONDS", 25, 1, 3600),
-        max_request_body_bytes=reader.integer("MAX_REQUEST_BODY_BYTES", 64 * MIB, 1024, 4 * GIB),
+        max_request_body_bytes=reader.integer("MAX_REQUEST_BODY_BYTES", DEFAULT_MAX_REQUEST_BODY_BYTES, 1024, 4 * GIB),
+        max_inflight_body_bytes=reader.integer(
+            "MAX_INFLIGHT_BODY_BYTES", DEFAULT_MAX_INFLIGHT_BODY_BYTES, MIB, 64 * GIB
+        ),
         upload_concurrency=reader.integer("UPLOAD_CONCURRENCY", 4, 1, 64),
     )
     if reader.problems:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from itertools import groupby
@@ -23,7 +25,7 @@ from .metrics import (
     DROP_UPLOAD_FAILED,
     SidecarMetrics,
 )
-from .records import CapturedExchange, ContentTypeEncodings, encode_records, hour_of, object_key
+from .records import CapturedExchange, ContentTypeEncodings, encode_record_pieces, hour_of, object_key
 from .s3_writer import S3Writer, Spool
 
 log = logging.getLogger("capture_sidecar.uploader")
@@ -34,6 +36,11 @@ FAILURE_LOG_INTERVAL_SECONDS = 10.0
 # Upper bounds of one object when a backlog is coalesced (BATCH_SIZE's own maximum is 1000).
 MAX_RECORDS_PER_OBJECT = 1000
 MAX_OBJECT_BYTES = 16 * 1024 * 1024
+# A record this large can encode to 6x its size (JSON text that is all control characters); one
+# at a time across the upload workers.
+LARGE_RECORD_BYTES = 2 * 1024 * 1024
+_large_record = threading.Lock()
+JOIN_OBJECTS_UP_TO_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class CaptureUploader:
         queue_max_records: int,
         queue_max_bytes: int,
         upload_concurrency: int,
+        release_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._writer = writer
         self._spool = spool
@@ -69,6 +77,9 @@ class CaptureUploader:
         self._flush_interval = flush_interval_seconds
         self._queue_max_records = queue_max_records
         self._queue_max_bytes = queue_max_bytes
+        # Called with a record's size once it has left memory (uploaded, spooled or dropped);
+        # the proxy's MemoryBudget counts captured bytes until then.
+        self._release_bytes = release_bytes or (lambda _: None)
         self._pending: deque[CapturedExchange] = deque()
         self._pending_bytes = 0
         self._batch_ready = asyncio.Event()
@@ -80,17 +91,18 @@ class CaptureUploader:
         metrics.queue_depth = lambda: len(self._pending) + self._in_flight_records
         metrics.spool_bytes = lambda: spool.size_bytes if spool is not None else 0
 
-    def offer(self, exchange: CapturedExchange) -> None:
-        """Queue one exchange for upload, or drop it if the queue is full. Never blocks."""
+    def offer(self, exchange: CapturedExchange) -> bool:
+        """Queue one exchange for upload (True), or drop it if the queue is full. Never blocks."""
         size = exchange.size_bytes
         if len(self._pending) >= self._queue_max_records or self._pending_bytes + size > self._queue_max_bytes:
             self._metrics.records_dropped[DROP_QUEUE_FULL] += 1
-            return
+            return False
         self._pending.append(exchange)
         self._pending_bytes += size
         self._metrics.records_captured += 1
         if len(self._pending) >= self._batch_size:
             self._batch_ready.set()
+        return True
 
     async def run(self) -> None:
         """Upload full batches as soon as they form, and whatever is buffered every flush interval."""
@@ -155,27 +167,57 @@ class CaptureUploader:
         finally:
             self._in_flight_records -= len(batch)
             self._upload_slots.release()
+            self._release_bytes(sum(exchange.size_bytes for exchange in batch))
         for outcome in outcomes:
             self._record_outcome(outcome)
 
     def _write_batch(self, batch: list[CapturedExchange]) -> list[UploadOutcome]:
-        """Runs in a worker thread: one object per invocation hour, like SageMaker's layout."""
-        outcomes = []
+        """Runs in a worker thread: one object per invocation hour, like SageMaker's layout.
+
+        Memory: an object is cut once its encoded records pass MAX_OBJECT_BYTES, and a record
+        over LARGE_RECORD_BYTES is encoded and written alone while holding `_large_record`, so
+        at most one such record's encoding (up to 6x its size for text that is all escapes) is
+        in memory at a time (docs/capture-sidecar.md, *Memory bounds*).
+        """
+        outcomes: list[UploadOutcome] = []
+        prefix = self._writer.location.prefix
         for _, group in groupby(batch, key=hour_of):
-            exchanges = list(group)
-            body = encode_records(exchanges, self._encodings)
-            key = object_key(self._writer.location.prefix, exchanges[0].inference_time)
-            outcomes.append(self._put_or_spool(key, body, len(exchanges)))
+            pieces: list[bytes] = []
+            encoded = 0
+            first: CapturedExchange | None = None
+            count = 0
+            for exchange in group:
+                if exchange.size_bytes > LARGE_RECORD_BYTES:
+                    with _large_record:
+                        record = encode_record_pieces(exchange, self._encodings)
+                        key = object_key(prefix, exchange.inference_time)
+                        outcomes.append(self._put_or_spool(key, record, 1))
+                    continue
+                record = encode_record_pieces(exchange, self._encodings)
+                size = sum(map(len, record))
+                if first is not None and encoded + size > MAX_OBJECT_BYTES:
+                    outcomes.append(self._put_or_spool(object_key(prefix, first.inference_time), pieces, count))
+                    pieces, encoded, first, count = [], 0, None, 0
+                if first is None:
+                    first = exchange
+                pieces += record
+                encoded += size
+                count += 1
+            if first is not None:
+                outcomes.append(self._put_or_spool(object_key(prefix, first.inference_time), pieces, count))
         return outcomes
 
-    def _put_or_spool(self, key: str, body: bytes, records: int) -> UploadOutcome:
+    def _put_or_spool(self, key: str, body: list[bytes], records: int) -> UploadOutcome:
+        size = sum(map(len, body))
+        # Small objects (the usual batch) are joined: one send; large ones go as pieces, no copy.
+        payload: bytes | list[bytes] = b"".join(body) if size <= JOIN_OBJECTS_UP_TO_BYTES else body
         try:
-            self._writer.put(key, body)
-            return UploadOutcome(records, len(body), uploaded=True, spooled=False, error=None)
-        except Exception as error:  # any boto3/botocore failure means "not written"
+            self._writer.put(key, payload)
+            return UploadOutcome(records, size, uploaded=True, spooled=False, error=None)
+        except Exception as error:  # any S3 or connection failure means "not written"
             description = f"{type(error).__name__}: {error}"
-        spooled = self._spool is not None and self._spool.store(key, body)
-        return UploadOutcome(records, len(body), uploaded=False, spooled=spooled, error=description)
+        spooled = self._spool is not None and self._spool.store(key, payload)
+        return UploadOutcome(records, size, uploaded=False, spooled=spooled, error=description)
 
     def _record_outcome(self, outcome: UploadOutcome) -> None:
         metrics = self._metrics

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import json
 import sys
 
@@ -134,6 +135,22 @@ async def break_chunking(request: web.BaseRequest) -> web.StreamResponse:
     return hang_up(request)
 
 
+async def sink(request: web.BaseRequest) -> web.StreamResponse:
+    """Any size of body (request.read() stops at 1 MiB): answers its length, digest and framing."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := await request.content.readany():
+        digest.update(chunk)
+        size += len(chunk)
+    seen = {
+        "bytes": size,
+        "sha256": digest.hexdigest(),
+        "content_length": request.headers.get("Content-Length"),
+        "transfer_encoding": request.headers.get("Transfer-Encoding"),
+    }
+    return web.Response(text=json.dumps(seen), content_type="application/json")
+
+
 async def health(_: web.BaseRequest) -> web.StreamResponse:
     return web.Response(text="standin healthy")
 
@@ -158,6 +175,7 @@ ROUTES = {
     "/broken/midstream": break_midstream,
     "/broken/length": break_length,
     "/broken/chunking": break_chunking,
+    "/sink": sink,
     "/health": health,
     "/metrics": model_metrics,
     "/gzip": gzipped,
