@@ -159,11 +159,5 @@ def is_unresolved(value: Any) -> bool:
     return False
 
 
-def is_token(value: Any) -> bool:
-    """Transitional: the workload plan's deploy-time markers look like tokens; replaced by the plan's
-    own deploy-time type."""
-    return isinstance(value, str) and "${Token[" in value
-
-
 PROPS = KeyPaths()
 """A construct's own view: problems are named after its properties."""
