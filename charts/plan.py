@@ -189,12 +189,26 @@ class WorkloadPlan:
         return tuple(sorted({name for m in self.models if (name := token_secret_of(m.workload)) is not None}))
 
 
-def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment] = (),
-                   portable: Sequence[PortableDeployment] = (), problems: Problems) -> WorkloadPlan:
-    """Wire, check and plan every workload; problems are collected (each once), never raised here."""
-    planned_models = [_plan_model(context, entry, problems) for entry in models]
-    planned_portable = [_plan_portable(context, entry, problems) for entry in portable]
-    _check_across(context, planned_models, planned_portable, problems)
+def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment | Workload] = (),
+                   portable: Sequence[PortableDeployment | PortableModelServer] = (),
+                   problems: Problems | None = None) -> WorkloadPlan:
+    """Wire, check and plan every workload.
+
+    With ``problems``, every problem is added there (each once) and the plan is returned regardless (a
+    config loader reports them with its own); without, they are raised as one
+    :class:`~hyperpod_inference_iac.validation.ConfigError`. Bare workloads are planned under the paths
+    ``models[i]`` and ``portable[i]``.
+    """
+    collected = Problems() if problems is None else problems
+    model_entries = [entry if isinstance(entry, ModelDeployment) else ModelDeployment(entry, path=f"models[{i}]")
+                     for i, entry in enumerate(models)]
+    portable_entries = [entry if isinstance(entry, PortableDeployment)
+                        else PortableDeployment(entry, path=f"portable[{i}]") for i, entry in enumerate(portable)]
+    planned_models = [_plan_model(context, entry, collected) for entry in model_entries]
+    planned_portable = [_plan_portable(context, entry, collected) for entry in portable_entries]
+    _check_across(context, planned_models, planned_portable, collected)
+    if problems is None:
+        collected.raise_if_any("plan_workloads")
     return WorkloadPlan(context=context, models=tuple(planned_models), portable=tuple(planned_portable))
 
 

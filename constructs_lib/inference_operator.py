@@ -144,11 +144,9 @@ class InferenceOperator(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(OPERATOR_MANAGED_POLICY)],
         )
         tls_arn = bucket_arn(tls_bucket)
-        wildcards = [objects_arn(tls_arn)]
-        if capture_bucket is not None:
-            capture_arn = bucket_arn(capture_bucket)
-            grant_object_writes(self.execution_role, bucket_arn=capture_arn, prefix=capture_prefix, key=capture_key)
-            wildcards.insert(0, objects_arn(capture_arn, capture_prefix))
+        if capture_bucket is not None:  # (the grant acknowledges its own prefix wildcard)
+            grant_object_writes(self.execution_role, bucket_arn=bucket_arn(capture_bucket), prefix=capture_prefix,
+                                key=capture_key)
         self._grant_tls_output(tls_arn, tls_bucket_key)
         if certificate is not None:
             self.execution_role.add_to_principal_policy(iam.PolicyStatement(
@@ -208,7 +206,7 @@ class InferenceOperator(Construct):
         _cfn_addon(self.addon).resolve_conflicts = "OVERWRITE"
         for dependency in self.dependency_addons:
             self.addon.node.add_dependency(dependency)
-        self._acknowledge_reviewed_findings(stack, wildcards)
+        self._acknowledge_reviewed_findings(stack, objects_arn(tls_arn))
 
     def _grant_tls_output(self, tls_arn: str, key: kms.IKey | None) -> None:
         """What the operator needs on its TLS output bucket: tagged writes only."""
@@ -240,11 +238,11 @@ class InferenceOperator(Construct):
         _cfn_addon(addon).resolve_conflicts = "OVERWRITE"
         return addon
 
-    def _acknowledge_reviewed_findings(self, stack: Stack, wildcards: Sequence[str]) -> None:
+    def _acknowledge_reviewed_findings(self, stack: Stack, tls_objects: str) -> None:
         partition, region, account = stack.partition, stack.region, stack.account
         acknowledge(self.execution_role, "operator-managed-policy", managed_policy(OPERATOR_MANAGED_POLICY))
-        acknowledge(self.execution_role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, *wildcards))
-        acknowledge(self.s3_csi_role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, wildcards[-1]))
+        for role in (self.execution_role, self.s3_csi_role):
+            acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, tls_objects))
         elb = f"arn:{partition}:elasticloadbalancing:{region}:{account}"
         acknowledge(self.alb_controller_role, "alb-controller-policy", *resource_evidence(self,
             "*", f"arn:{partition}:ec2:{region}:{account}:security-group/*",

@@ -72,7 +72,7 @@ class InferenceWorkloads(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         plan: WorkloadPlan,
         capture_bucket: s3.IBucket | None = None,
         capture_key: kms.IKey | None = None,
@@ -133,7 +133,7 @@ class InferenceWorkloads(Construct):
                 manifest.node.add_dependency(secret_sync)
             self.manifests[chart_id] = manifest
 
-    def _identity(self, cluster: eks.Cluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
+    def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
             self, f"Identity-{identity.service_account}", cluster=cluster, namespace=self.plan.context.namespace,
             service_account=identity.service_account, role_name=identity.role_name, binding=binding)

@@ -19,6 +19,7 @@ from aws_cdk import Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+from constructs import Construct
 
 # Identity policies: the resource (bucket, key) must belong to the caller's own account.
 SAME_ACCOUNT = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
@@ -62,10 +63,12 @@ def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str
     """Write objects under ``prefix`` (and use ``key`` for them, through S3 only)."""
     if key is not None:
         grant_key_through_s3(grantee, key, KMS_WRITE_ACTIONS, bucket_arn)
-    return iam.Grant.add_to_principal(
+    grant = iam.Grant.add_to_principal(
         grantee=grantee, actions=list(actions), resource_arns=[objects_arn(bucket_arn, prefix)],
         conditions=dict(conditions or SAME_ACCOUNT),
     )
+    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix))
+    return grant
 
 
 def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
@@ -78,8 +81,23 @@ def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str 
             grantee=grantee, actions=["s3:ListBucket"], resource_arns=[bucket_arn],
             conditions={"StringLike": {"s3:prefix": [prefix.rstrip("/"), f"{prefix}*"]}} if prefix else None,
         )
-    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
-                                      resource_arns=[objects_arn(bucket_arn, prefix)])
+    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
+                                       resource_arns=[objects_arn(bucket_arn, prefix)])
+    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix))
+    return grant
+
+
+def _acknowledge_prefix_wildcard(grantee: iam.IGrantable, arn: str) -> None:
+    """The object wildcard a grant adds is the reviewed ``s3-object-wildcard-under-fixed-prefix`` finding;
+    it is acknowledged on the grantee (when it is a construct of this app), so a role that receives one of
+    these grants passes cdk-nag without repeating the review."""
+    from hyperpod_inference_iac.nag import acknowledge, resource_evidence
+
+    principal = grantee.grant_principal
+    for candidate in (grantee, principal):
+        if isinstance(candidate, Construct):
+            acknowledge(candidate, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(candidate, arn))
+            return
 
 
 def literal_bucket_name(bucket: s3.IBucket) -> str | None:

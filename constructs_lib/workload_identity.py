@@ -22,9 +22,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
-from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes, objects_arn
+from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 ROLE_NAME_MAX = 64
@@ -132,15 +131,11 @@ class WorkloadIdentity(Construct):
         """Read-only on ``prefix`` (e.g. model weights); ``s3:ListBucket`` conditioned on ``s3:prefix``."""
         _require_prefix(prefix)
         grant_object_reads(self.role, bucket_arn=bucket_arn, prefix=prefix, key=key)
-        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
-                    *resource_evidence(self, objects_arn(bucket_arn, prefix)))
 
     def grant_write_objects(self, *, bucket_arn: str, prefix: str, key: kms.IKey | None = None) -> None:
         """Write-only on ``prefix`` (e.g. one workload's capture prefix)."""
         _require_prefix(prefix)
         grant_object_writes(self.role, bucket_arn=bucket_arn, prefix=prefix, key=key)
-        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
-                    *resource_evidence(self, objects_arn(bucket_arn, prefix)))
 
 
 def _require_prefix(prefix: str) -> None:

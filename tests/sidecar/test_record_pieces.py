@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+
 from capture_sidecar import records
 from capture_sidecar.records import (
     CapturedExchange,

@@ -9,6 +9,7 @@ from unittest import mock
 import botocore.auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
 from capture_sidecar.s3_writer import S3Writer, signature_v4_headers
 from capture_sidecar.settings import S3Location
 
