@@ -10,9 +10,10 @@ its role may read.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import cdk8s
-from aws_cdk import DefaultStackSynthesizer, Stack
+from aws_cdk import Annotations, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -22,7 +23,14 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac._package_data import package_dir
-from hyperpod_inference_iac.charts.plan import IdentityPlan, ModelWorkload, ObjectAccess, WorkloadPlan, token_secret_of
+from hyperpod_inference_iac.charts.plan import (
+    IdentityPlan,
+    ModelWorkload,
+    ObjectAccess,
+    PortableWorkload,
+    WorkloadPlan,
+    token_secret_of,
+)
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
 from hyperpod_inference_iac.s3_access import bucket_arn
@@ -132,6 +140,7 @@ class InferenceWorkloads(Construct):
                     and token_secret_of(workload.workload) is not None:
                 manifest.node.add_dependency(secret_sync)
             self.manifests[chart_id] = manifest
+            _warn_about_capture(manifest, workload)
 
     def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
@@ -171,6 +180,35 @@ class InferenceWorkloads(Construct):
                      "that key; an alias cannot be granted", key)
         problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
         return None
+
+
+def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, Any]]:
+    if isinstance(workload, PortableWorkload):
+        capture = workload.server.data_capture
+        return [("modelPod", capture.model_pod)] if capture is not None and capture.model_pod is not None else []
+    capture = workload.workload.spec.data_capture
+    if capture is None:
+        return []
+    return [(tier, block) for tier, block in (("sagemakerEndpoint", capture.sagemaker_endpoint),
+                                              ("modelPod", capture.model_pod)) if block is not None]
+
+
+def _warn_about_capture(manifest: Construct, workload: ModelWorkload | PortableWorkload) -> None:
+    """Risky but legal capture settings, as warnings a reviewer acknowledges on the workload's manifest."""
+    for tier, block in _capture_tiers(workload):
+        if not block.enabled:
+            continue
+        if block.kms_key_id is None:
+            Annotations.of(manifest).add_warning_v2(
+                "@hyperpod-inference-iac/InferenceWorkloads:captureWithoutKmsKey",
+                f"{workload.name}: the {tier} capture tier has no kmsKeyId, so captured prompts are encrypted with "
+                "the bucket's default key only; name a customer-managed key (the brief asks for one on tiers 1 and 3)")
+        sampling = block.initial_sampling_percentage
+        if sampling == 100 or (sampling is None and tier == "modelPod"):
+            Annotations.of(manifest).add_warning_v2(
+                "@hyperpod-inference-iac/InferenceWorkloads:fullSampling",
+                f"{workload.name}: the {tier} capture tier keeps every request (initialSamplingPercentage "
+                f"{sampling if sampling is not None else 'unset: 100'}); start production sampling low")
 
 
 def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:

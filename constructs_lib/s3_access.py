@@ -101,9 +101,9 @@ def _acknowledge_prefix_wildcard(grantee: iam.IGrantable, arn: str) -> None:
 
 
 def literal_bucket_name(bucket: s3.IBucket) -> str | None:
-    """The name a bucket of this app was given, as a plain string; None when CloudFormation names it."""
+    """The name a bucket was given (or imported by), as a plain string; None when CloudFormation names it."""
     cfn_bucket = bucket.node.default_child if isinstance(bucket, s3.Bucket) else None
-    name = cfn_bucket.bucket_name if isinstance(cfn_bucket, s3.CfnBucket) else None
+    name = cfn_bucket.bucket_name if isinstance(cfn_bucket, s3.CfnBucket) else bucket.bucket_name
     return name if isinstance(name, str) and not Token.is_unresolved(name) else None
 
 

@@ -1,0 +1,60 @@
+"""The parts agree: every runtime the manifests configure is allowed, by the role it runs under in the
+synthesized templates, to do exactly what it is configured to do (tests/support/composition.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.support.composition import Templates, accesses, denied
+from tests.support.synth import Assembly
+
+ACCOUNT, REGION = "111122223333", "us-west-2"
+OPERATOR_ROLE = "SageMakerHyperPodInference-llm-platform"
+
+
+@pytest.fixture(scope="module")
+def templates(assembly: Assembly) -> Templates:
+    return Templates(assembly.templates, ACCOUNT, REGION)
+
+
+def test_every_runtime_may_do_what_it_is_configured_to(assembly: Assembly, templates: Templates) -> None:
+    found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
+    runtimes = {access.runtime for access in found}
+    assert {"qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader",
+            "qwen3-8b/nvme-weights-loader", "mistral-7b operator (modelPod)", "mistral-7b operator (TLS)",
+            "llama3-8b operator (sagemakerEndpoint)"} <= runtimes
+    assert denied(found, templates) == []
+
+
+def test_the_check_fails_when_a_role_cannot_do_what_its_runtime_does(assembly: Assembly) -> None:
+    """Without the portable server's capture grant (the bug this check exists for), the sidecar is refused."""
+    broken = copy.deepcopy(assembly.templates)
+    cluster = next(t for name, t in broken.items() if name.endswith("-cluster"))
+    for resource in cluster["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Policy" and "portable" in str(resource["Properties"]["Roles"]):
+            statements = resource["Properties"]["PolicyDocument"]["Statement"]
+            statements[:] = [s for s in statements if "s3:PutObject" not in _actions(s)]
+    templates = Templates(broken, ACCOUNT, REGION)
+    found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
+    assert [(a.runtime, a.action) for a in denied(found, templates)] == [
+        ("qwen3-8b-portable/capture-sidecar", "s3:PutObject")]
+
+
+def test_the_check_fails_when_a_runtime_is_pointed_elsewhere(assembly: Assembly, templates: Templates) -> None:
+    manifests = copy.deepcopy(assembly.manifests)
+    for obj in manifests["portable-qwen3-8b-portable.k8s.yaml"]:
+        if obj["kind"] == "Deployment":
+            for container in obj["spec"]["template"]["spec"]["initContainers"]:
+                for item in container.get("env", []):
+                    if item["name"] == "CAPTURE_S3_URI":
+                        item["value"] = item["value"].replace("/pod/", "/other-workload/")
+    found = accesses(manifests, templates, operator_role=OPERATOR_ROLE)
+    assert [(a.runtime, a.action) for a in denied(found, templates)] == [
+        ("qwen3-8b-portable/capture-sidecar", "s3:PutObject")]
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]

@@ -1,0 +1,93 @@
+"""InferenceWorkloads on its own: identities from the plan, what it refuses, what it warns about."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import App, Environment, Stack
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Annotations, Match, Template
+
+from hyperpod_inference_iac import InferenceWorkloads, PlatformValue, S3Location
+from hyperpod_inference_iac.charts import (
+    DataCapture,
+    ModelPodCapture,
+    ModelServerRuntime,
+    NvmeModelCache,
+    PlatformContext,
+    PortableModelServer,
+    plan_workloads,
+)
+from hyperpod_inference_iac.validation import ConfigError
+
+ACCOUNT = "123456789012"
+
+
+def _stack() -> tuple[Stack, eks.ICluster]:
+    stack = Stack(App(), "Workloads", env=Environment(account=ACCOUNT, region="us-west-2"))
+    cluster = eks.Cluster.from_cluster_attributes(
+        stack, "Cluster", cluster_name="c",
+        kubectl_provider=eks.KubectlProvider.from_kubectl_provider_attributes(
+            stack, "Kubectl", service_token="arn:aws:lambda:us-west-2:123456789012:function:k",
+            role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/k")),
+        open_id_connect_provider=iam.OpenIdConnectProvider.from_open_id_connect_provider_arn(
+            stack, "Oidc", "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"))
+    return stack, cluster
+
+
+def _plan(capture: ModelPodCapture, **context: Any) -> Any:
+    server = PortableModelServer(
+        name="qwen", runtime=ModelServerRuntime.VLLM,
+        model_cache=NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/"),
+        data_capture=DataCapture(model_pod=capture))
+    base = {"cluster_name": "c", "namespace": "inference", "account": ACCOUNT, "role_name_prefix": "t",
+            "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/")}
+    return plan_workloads(PlatformContext(**{**base, **context}), portable=[server])
+
+
+def test_the_sidecar_role_writes_exactly_the_planned_prefix_with_the_planned_key() -> None:
+    stack, cluster = _stack()
+    key = kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:123456789012:key/1111-2222")
+    plan = _plan(ModelPodCapture(initial_sampling_percentage=5), capture_key=PlatformValue.CAPTURE_KEY_ID)
+    workloads = InferenceWorkloads(stack, "W", cluster=cluster, plan=plan, capture_key=key,
+                                   capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
+                                   sidecar_image="registry.example/sidecar:1")
+    (portable,) = plan.portable
+    statements = json.dumps(Template.from_stack(stack).find_resources("AWS::IAM::Policy"))
+    # (the partition is a literal only under the app flag @aws-cdk/core:enablePartitionLiterals)
+    assert f":s3:::captures/{portable.capture.prefix}*" in statements
+    assert ":s3:::weights-bucket/qwen/*" in statements
+    assert "arn:aws:kms:us-west-2:123456789012:key/1111-2222" in statements
+    assert list(workloads.identities) == ["qwen"]
+
+
+def test_a_plan_that_needs_the_capture_bucket_refuses_to_build_without_it() -> None:
+    stack, cluster = _stack()
+    with pytest.raises(ConfigError) as caught:
+        InferenceWorkloads(stack, "W", cluster=cluster, plan=_plan(ModelPodCapture()),
+                           sidecar_image="registry.example/sidecar:1")
+    assert caught.value.codes == ["InferenceWorkloads.MissingPlatformResource"]
+
+
+def test_a_workload_key_must_be_a_key_arn_to_be_granted() -> None:
+    stack, cluster = _stack()
+    plan = _plan(ModelPodCapture(kms_key_id="alias/captures"))
+    with pytest.raises(ConfigError) as caught:
+        InferenceWorkloads(stack, "W", cluster=cluster, plan=plan, sidecar_image="registry.example/sidecar:1",
+                           capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"))
+    assert caught.value.codes == ["InferenceWorkloads.KeyNotGrantable"]
+
+
+def test_capture_without_a_key_and_full_sampling_are_warned() -> None:
+    stack, cluster = _stack()
+    InferenceWorkloads(stack, "W", cluster=cluster, plan=_plan(ModelPodCapture()),
+                       capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
+                       sidecar_image="registry.example/sidecar:1")
+    annotations = Annotations.from_stack(stack)
+    annotations.has_warning("*", Match.string_like_regexp(".*has no kmsKeyId.*"))
+    annotations.has_warning("*", Match.string_like_regexp(".*keeps every request.*"))
