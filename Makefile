@@ -27,7 +27,9 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 	touch $@
 
 ## synth: CloudFormation templates in cdk.out/ and Kubernetes manifests in dist/ (offline, no credentials).
+# The config is checked first on its own (every problem, exit 2, nothing written), then synthesized.
 synth: setup
+	$(BIN)/python -m platform_config $(CONFIG)
 	$(CDK) synth --quiet -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).

@@ -22,25 +22,26 @@ always does) and already run HyperPod's dependency Helm chart before nodes join.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import DefaultStackSynthesizer, Duration, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
 from hyperpod_inference_iac.patterns import S3_BUCKET_NAME, SAGEMAKER_INSTANCE_TYPE, SAGEMAKER_NAME
-from hyperpod_inference_iac.s3_access import kms_through_s3
+from hyperpod_inference_iac.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 LIFECYCLE_SCRIPTS_DIR = package_dir("hyperpod_inference_iac", "hyperpod_lifecycle")
@@ -125,8 +126,8 @@ class HyperPodCluster(Construct):
     :param encryption_key: KMS key of the lifecycle bucket. @default SSE-S3
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
-    ``lifecycle_deployment``, ``access_entry``. Its cdk-nag findings (the instance-role managed policy,
-    node permissions without resource scoping, CDK's BucketDeployment) are acknowledged here.
+    ``lifecycle_scripts`` (the uploads), ``access_entry``. Its cdk-nag findings (the instance-role managed
+    policy, node permissions without resource scoping, CDK's SDK-call provider) are acknowledged here.
     """
 
     def __init__(
@@ -168,14 +169,7 @@ class HyperPodCluster(Construct):
                 s3.LifecycleRule(id="purge-replaced-scripts", noncurrent_version_expiration=Duration.days(30)),
             ],
         )
-        self.lifecycle_deployment = s3_deployment.BucketDeployment(
-            self,
-            "LifecycleScripts",
-            sources=[s3_deployment.Source.asset(str(scripts), exclude=["*.md", "__pycache__", ".*"])],
-            destination_bucket=self.lifecycle_bucket,
-            destination_key_prefix=LIFECYCLE_PREFIX,
-            prune=True,
-        )
+        self.lifecycle_scripts = self._upload_scripts(scripts, encryption_key)
 
         self.execution_role = iam.Role(
             self,
@@ -225,7 +219,7 @@ class HyperPodCluster(Construct):
         # and the access entry must exist first.
         # (The role itself is already a dependency through ExecutionRole's GetAtt; its policy is not.)
         role_policy = self.execution_role.node.find_child("DefaultPolicy")
-        self.cfn_cluster.node.add_dependency(self.lifecycle_deployment, role_policy, self.access_entry)
+        self.cfn_cluster.node.add_dependency(*self.lifecycle_scripts, role_policy, self.access_entry)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
         self._acknowledge_reviewed_findings(stack)
 
@@ -240,16 +234,36 @@ class HyperPodCluster(Construct):
         acknowledge(role, "hyperpod-node-permissions", *resource_evidence(self,
             "*", f"arn:{partition}:ec2:{region}:{account}:network-interface/*",
             f"arn:{partition}:ecr:{region}:*:repository/*", log_group, f"{log_group}:log-stream:*"))
-        assets = f"cdk-{DefaultStackSynthesizer.DEFAULT_QUALIFIER}-assets-{account}-{region}"
-        deployment_role = self.lifecycle_deployment.handler_role
-        acknowledge(deployment_role, "cdk-bucket-deployment-managed-policy",
-                    managed_policy("service-role/AWSLambdaBasicExecutionRole"))
-        acknowledge(deployment_role, "cdk-bucket-deployment", "Action::s3:GetBucket*", "Action::s3:GetObject*",
-                    "Action::s3:List*", "Action::s3:Abort*", "Action::s3:DeleteObject*",
-                    "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*",
-                    *resource_evidence(self, f"arn:{partition}:s3:::{assets}/*", bucket.arn_for_objects("*")))
-        for handler in stack_singletons(stack, "Custom::CDKBucketDeployment"):
-            acknowledge(handler, "cdk-bucket-deployment-runtime")
+        for provider in stack_singletons(stack, "AWS679f53fac002430cb0da5b7982bd2287"):
+            acknowledge(provider, "cdk-aws-custom-resource-managed-policy",
+                        managed_policy("service-role/AWSLambdaBasicExecutionRole"))
+            acknowledge(provider, "cdk-aws-custom-resource-runtime")
+
+    def _upload_scripts(self, folder: Path, key: kms.IKey | None) -> list[cr.AwsCustomResource]:
+        """Each script as one object under ``lifecycle/``, put by an SDK call whose content is the script
+        itself (a few KB): no asset bucket copy, no AWS CLI layer. A changed script is a new physical id, so
+        CloudFormation puts it again; the bucket's versioning keeps the previous one for 30 days."""
+        uploads = []
+        scripts = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+                         and p.suffix in (".sh", ".py", ".json", ".yaml", ".txt"))
+        for script in scripts:
+            body = script.read_text(encoding="utf-8")
+            object_key = f"{LIFECYCLE_PREFIX}{script.name}"
+            digest = hashlib.sha256(body.encode()).hexdigest()[:16]
+            call = cr.AwsSdkCall(
+                service="S3", action="putObject",
+                parameters={"Bucket": self.lifecycle_bucket.bucket_name, "Key": object_key, "Body": body},
+                physical_resource_id=cr.PhysicalResourceId.of(f"{object_key}@{digest}"))
+            upload = cr.AwsCustomResource(
+                self, f"Upload-{script.name}", on_create=call, on_update=call,
+                policy=cr.AwsCustomResourcePolicy.from_statements([iam.PolicyStatement(
+                    actions=["s3:PutObject"], resources=[self.lifecycle_bucket.arn_for_objects(object_key)])]),
+                # Explicit, whatever the app's @aws-cdk/customresources:installLatestAwsSdkDefault says.
+                install_latest_aws_sdk=False)
+            if key is not None:
+                grant_key_through_s3(upload, key, KMS_WRITE_ACTIONS, self.lifecycle_bucket.bucket_arn)
+            uploads.append(upload)
+        return uploads
 
     def _instance_group(
         self, group: InstanceGroup, source_s3_uri: str

@@ -75,18 +75,14 @@ REASONS: dict[str, tuple[str, str]] = {
         "describe calls and ecr:GetAuthorizationToken support no resource-level permissions, system images "
         "come from AWS-owned ECR accounts, and log groups are named after the cluster id assigned at creation.",
     ),
-    "cdk-bucket-deployment": (
-        "AwsSolutions-IAM5",
-        "CDK's BucketDeployment copies the staged lifecycle scripts from the CDK asset bucket into the "
-        "lifecycle bucket; its generated role is limited to those two buckets and the bucket's key.",
-    ),
-    "cdk-bucket-deployment-managed-policy": (
+    "cdk-aws-custom-resource-managed-policy": (
         "AwsSolutions-IAM4",
-        "CDK's BucketDeployment handler logs through AWSLambdaBasicExecutionRole; it is CDK's construct.",
+        "CDK's SDK-call provider (AwsCustomResource), which puts the HyperPod lifecycle scripts into their "
+        "bucket, logs through AWSLambdaBasicExecutionRole; each call's own permission names one object.",
     ),
-    "cdk-bucket-deployment-runtime": (
+    "cdk-aws-custom-resource-runtime": (
         "AwsSolutions-L1",
-        "The BucketDeployment handler's runtime is chosen by aws-cdk-lib and moves with its upgrades.",
+        "The runtime of CDK's SDK-call provider is chosen by aws-cdk-lib and moves with its upgrades.",
     ),
     "external-dns-zone-discovery": (
         "AwsSolutions-IAM5",

@@ -3,6 +3,8 @@ privilege), access entry, ordering, and one test per validation code."""
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,7 +115,8 @@ def test_node_recovery_and_vpc_config(built: Built, main_props: dict[str, Any]) 
 def test_cluster_waits_for_access_entry_role_policy_and_scripts(built: Built) -> None:
     depends_on = set(built.resource(built.main.cfn_cluster)["DependsOn"])
     role_policy = built.main.execution_role.node.find_child("DefaultPolicy").node.default_child
-    scripts = built.main.lifecycle_deployment.node.find_child("CustomResource").node.default_child
+    (upload,) = built.main.lifecycle_scripts
+    scripts = upload.node.find_child("Resource").node.default_child
     assert {built.logical_id(built.main.access_entry),
             built.logical_id(role_policy), built.logical_id(scripts)} <= depends_on
 
@@ -218,14 +221,16 @@ def test_access_entry_is_hyperpod_linux_without_policies(built: Built) -> None:
     assert entry["ClusterName"] == {"Ref": built.logical_id(built.base.cluster)}
 
 
-def test_lifecycle_scripts_are_deployed_under_lifecycle_prefix(built: Built) -> None:
-    deployment = built.template["Resources"][built.logical_id(
-        built.main.lifecycle_deployment.node.find_child("CustomResource").node.default_child)]
-    assert deployment["Type"] == "Custom::CDKBucketDeployment"
-    properties = deployment["Properties"]
-    assert properties["DestinationBucketName"] == {"Ref": built.logical_id(built.main.lifecycle_bucket)}
-    assert properties["DestinationBucketKeyPrefix"] == "lifecycle/"
-    assert properties["Prune"] is True
+def test_lifecycle_scripts_are_put_under_lifecycle_prefix_with_their_content(built: Built) -> None:
+    (upload,) = built.main.lifecycle_scripts
+    resource = built.template["Resources"][built.logical_id(upload.node.find_child("Resource").node.default_child)]
+    assert resource["Type"] == "Custom::AWS"
+    call = json.dumps(resource["Properties"]["Create"])
+    assert '\\"action\\":\\"putObject\\"' in call and '\\"Key\\":\\"lifecycle/on_create.sh\\"' in call
+    script = (LIFECYCLE_SCRIPTS_DIR / "on_create.sh").read_text()
+    assert json.dumps(script)[1:40] in call.replace("\\\\", "\\")
+    # A changed script is a new physical id, so CloudFormation puts it again.
+    assert "lifecycle/on_create.sh@" in call
 
 
 def test_lifecycle_bucket_is_hardened(built: Built) -> None:
