@@ -14,7 +14,7 @@ A role therefore cannot disagree with what its runtime does. Every problem is re
 path the workload came from (``models[1].spec...``), all of them in one run.
 
 The CDK app renders the plan through :class:`~hyperpod_inference_iac.InferenceWorkloads` (identities and
-manifests applied by the kubectl provider) and :func:`~hyperpod_inference_iac.gitops.write_manifests`
+manifests applied by the kubectl provider) and :func:`~hyperpod_inference_iac.gitops.stage_manifests`
 renders the same plan into ``dist/``.
 """
 
