@@ -238,6 +238,16 @@ def test_glue_columns_match_the_parquet_the_lambda_writes() -> None:
         assert [(c.name, c.type) for c in columns] == [(f.name, _HIVE_TYPES[f.type]) for f in schema]
 
 
+def test_redaction_rule_names_are_the_ones_the_lambda_knows() -> None:
+    """The Lambda is deployed standalone (no import of the library): its rule table and the construct's enum
+    must name the same rules, in the same order."""
+    from capture_core import redaction
+
+    from hyperpod_inference_iac import RedactionRule
+
+    assert list(redaction.RULES) == [str(rule) for rule in RedactionRule]
+
+
 def test_alarms_on_dead_letters_and_function_errors(template: Template) -> None:
     template.resource_count_is("AWS::CloudWatch::Alarm", 2)
     template.has_resource_properties(

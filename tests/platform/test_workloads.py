@@ -56,6 +56,14 @@ def test_every_object_is_valid_for_the_cluster(assembly: Assembly) -> None:
             validate_core(obj)
 
 
+@pytest.mark.parametrize("version", ["1.33.0", "1.35.0"])
+def test_core_objects_are_valid_on_every_supported_kubernetes_minor(assembly: Assembly, version: str) -> None:
+    """cdk8s-plus-34 writes apps/v1 and v1 objects, valid on each minor the config allows (1.34 above)."""
+    for obj in _objects(assembly):
+        if not is_operator_object(obj) and not obj["apiVersion"].startswith("external-secrets.io/"):
+            validate_core(obj, version)
+
+
 def _check_external_secrets_object(obj: dict[str, Any]) -> None:
     """External Secrets Operator's CRDs are not vendored here (see docs/testing.md): the fields ESO v1
     requires of these two kinds, checked by hand."""
