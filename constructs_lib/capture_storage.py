@@ -102,9 +102,9 @@ def check_capture_storage(
         for second in names[i + 1:]:
             a, b = prefixes[first], prefixes[second]
             if not is_unresolved(a) and not is_unresolved(b) and a and b and (a.startswith(b) or b.startswith(a)):
-                problems.add("CaptureStorage.PrefixesOverlap", at.at(second),
-                             f"must not contain or be contained in {first} ({a!r}): readers of one would read the "
-                             f"other", b)
+                problems.add("CaptureStorage.PrefixesOverlap", at.at(first),
+                             f"must not contain or be contained in {second} ({b!r}): readers of one would read the "
+                             f"other", a)
 
 
 class CaptureStorage(Construct):

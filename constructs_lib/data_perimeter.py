@@ -205,13 +205,14 @@ class BucketGuard:
         statements = [iam.PolicyStatement(
             sid=f"{self.label}NoOtherKey", effect=iam.Effect.DENY, principals=[iam.StarPrincipal()],
             actions=["s3:PutObject"], resources=[objects],
-            conditions={"StringNotEqualsIfExists": {SSE_KEY_HEADER: key_ids}})]
+            # (A negated operator is true for a missing key: "present and different" needs the Null test.)
+            conditions={"StringNotEquals": {SSE_KEY_HEADER: key_ids}, "Null": {SSE_KEY_HEADER: "false"}})]
         if self._key_requirement is KeyRequirement.DEFAULT:
             # No headers: the default (this key). Headers: aws:kms with this key, never aws/s3 or AES256.
             statements.append(iam.PolicyStatement(
                 sid=f"{self.label}NoOtherEncryption", effect=iam.Effect.DENY, principals=[iam.StarPrincipal()],
                 actions=["s3:PutObject"], resources=[objects],
-                conditions={"StringNotEqualsIfExists": {SSE_HEADER: "aws:kms"}}))
+                conditions={"StringNotEquals": {SSE_HEADER: "aws:kms"}, "Null": {SSE_HEADER: "false"}}))
             statements.append(iam.PolicyStatement(
                 sid=f"{self.label}NoAwsManagedKey", effect=iam.Effect.DENY, principals=[iam.StarPrincipal()],
                 actions=["s3:PutObject"], resources=[objects],

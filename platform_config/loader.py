@@ -162,7 +162,7 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
                           noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
                           access_log_retention_days=policy.access_log_retention_days,
                           reader_role_arns=policy.reader_role_arns, raw_reader_role_arns=policy.raw_reader_role_arns,
-                          break_glass_role_arns=policy.break_glass_role_arns, capture_prefix=policy.prefix)
+                          break_glass_role_arns=policy.break_glass_role_arns)  # (prefixes: the pipeline's rules)
     check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
                            pandas_layer_arn=policy.pandas_layer_arn, max_concurrency=policy.processor_max_concurrency)
     return policy

@@ -77,7 +77,8 @@ def test_capture_writes_must_name_the_capture_key(storage: dict[str, Any]) -> No
     statements = _policy(storage, "CaptureBucket")
     other_key = _sid(statements, "CapturesNoOtherKey")
     assert other_key["Effect"] == "Deny" and other_key["Action"] == "s3:PutObject"
-    allowed = other_key["Condition"]["StringNotEqualsIfExists"]["s3:x-amz-server-side-encryption-aws-kms-key-id"]
+    allowed = other_key["Condition"]["StringNotEquals"]["s3:x-amz-server-side-encryption-aws-kms-key-id"]
+    assert other_key["Condition"]["Null"] == {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"}
     assert allowed[0] == {"Fn::GetAtt": [next(k for k, v in storage["Resources"].items()
                                              if v["Type"] == "AWS::KMS::Key"), "Arn"]}
     assert allowed[1] == "arn:aws:kms:us-west-2:111122223333:alias/llm-platform/capture"
