@@ -43,10 +43,7 @@ def _matches_principal(statement: Mapping[str, Any], request: Request) -> bool:
     if request.principal_arn is None:
         return False
     account = request.principal_arn.split(":")[4]
-    for arn in _list(principal["AWS"]):
-        if arn == request.principal_arn or arn.endswith(f":{account}:root"):
-            return True
-    return False
+    return any(arn == request.principal_arn or arn.endswith(f":{account}:root") for arn in _list(principal["AWS"]))
 
 
 def _condition(operator: str, key: str, expected: Any, keys: Mapping[str, str]) -> bool:

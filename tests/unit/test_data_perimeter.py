@@ -76,9 +76,10 @@ def policies() -> dict[str, Any]:
                          and "CaptureBucket" in str(r["Properties"]["Bucket"]))
     key = next(r for r in resources.values() if r["Type"] == "AWS::KMS::Key")
     processor = next(k for k, r in resources.items() if r["Type"] == "AWS::IAM::Role" and k.startswith("PipelineRole"))
+    key_id = next(k for k, r in resources.items() if r["Type"] == "AWS::KMS::Key")
     return {"bucket": resolve(bucket_policy["Properties"]["PolicyDocument"]["Statement"], resources),
             "key": resolve(key["Properties"]["KeyPolicy"]["Statement"], resources),
-            "key_arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{next(k for k, r in resources.items() if r['Type'] == 'AWS::KMS::Key')}",
+            "key_arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key_id}",
             "processor": f"arn:aws:iam::{ACCOUNT}:role/{processor}"}
 
 
