@@ -24,6 +24,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.data_perimeter import BucketGuard, KeyGuard, KeyRequirement, ObjectAccess
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.patterns import IAM_ROLE_ARN, S3_BUCKET_NAME
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
@@ -318,7 +319,8 @@ class CaptureStorage(Construct):
                                   actions=("s3:GetObject", "s3:GetObjectVersion"))
 
     def grant_write_tls_certificates(self, grantee: iam.IGrantable) -> iam.Grant:
-        """What the inference operator needs on its TLS output bucket: tagged writes only."""
+        """What the inference operator needs on its TLS output bucket: it reads, deletes and replaces its
+        certificates; puts and tags must carry ``CreatedBy=HyperPodInference``."""
         grant_key_through_s3(grantee, self.key, KMS_WRITE_ACTIONS, self.tls_bucket_arn)
         iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:GetObject", "s3:DeleteObject"],
@@ -326,6 +328,9 @@ class CaptureStorage(Construct):
         )
         for access in ObjectAccess:
             admit_objects(grantee, self.tls_bucket_arn, access)
+        if isinstance(grantee, Construct):
+            acknowledge(grantee, "s3-object-wildcard-dedicated-bucket",
+                        *resource_evidence(grantee, objects_arn(self.tls_bucket_arn)))
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:PutObject", "s3:PutObjectTagging"],
             resource_arns=[objects_arn(self.tls_bucket_arn)],
