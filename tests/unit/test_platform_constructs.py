@@ -103,8 +103,10 @@ def test_pod_identity_binds_one_service_account(identities: dict[str, Any]) -> N
 def test_role_names_take_every_character_iam_allows_and_bindings_their_value() -> None:
     stack = _stack()
     cluster = _cluster(stack)
-    WorkloadIdentity(stack, "A", cluster=cluster, namespace="ns", service_account="sa", role_name="team+llm=a,b.c@d_e-f")
-    identity = WorkloadIdentity(stack, "B", cluster=cluster, namespace="ns", service_account="sb", binding="pod-identity")
+    WorkloadIdentity(stack, "A", cluster=cluster, namespace="ns", service_account="sa",
+                     role_name="team+llm=a,b.c@d_e-f")
+    identity = WorkloadIdentity(stack, "B", cluster=cluster, namespace="ns", service_account="sb",
+                                binding="pod-identity")
     assert identity.binding is IdentityBinding.POD_IDENTITY and identity.association is not None
 
 
