@@ -288,13 +288,13 @@ class CaptureStorage(Construct):
                                   (self.tls_allowlist, self.tls_bucket_arn)):
                 guard.admit_all(arn)
                 if self.key_allowlist is not None:
-                    self.key_allowlist.admit(arn, ("kms:Decrypt", "kms:GenerateDataKey"), bucket)
+                    self.key_allowlist.admit(arn, ("kms:Decrypt", "kms:GenerateDataKey"), bucket, named=True)
 
     def _admit_reader(self, arn: str, prefixes: Sequence[str]) -> None:
         for prefix in prefixes:
             self.capture_allowlist.allow_in_bucket_policy(arn, prefix)
-        if self.key_allowlist is not None:
-            self.key_allowlist.admit(arn, KMS_READ_ACTIONS, self.capture_bucket_arn)
+        if self.key_allowlist is not None:  # named: their IAM policies are not ours to write
+            self.key_allowlist.admit(arn, KMS_READ_ACTIONS, self.capture_bucket_arn, named=True)
 
     # -- grants -------------------------------------------------------------------------------
     def grant_write_captures(self, grantee: iam.IGrantable, prefix: str | None = None) -> iam.Grant:

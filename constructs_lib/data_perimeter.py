@@ -234,15 +234,26 @@ class KeyGuard:
     def __init__(self, key: kms.Key) -> None:
         self.key = key
         self._uses: dict[str, dict[str, set[str]]] = {}  # bucket ARN -> principal -> actions
+        self._named: set[str] = set()  # principals the key policy names themselves (no IAM policy of ours)
         self._grant_makers: list[str] = []
         _registry(key).keys[key.key_arn] = self
         cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
-    def admit(self, principal: str, actions: Iterable[str], bucket_arn: str) -> None:
+    def admit(self, principal: str, actions: Iterable[str], bucket_arn: str, *, named: bool = False) -> None:
+        """Let ``principal`` use the key with ``actions`` through S3 for ``bucket_arn``'s objects.
+
+        By default the statement's principal is the account with an ``aws:PrincipalArn`` condition: it can
+        name roles that do not exist yet (a key policy naming a missing role is rejected), and, like every
+        account-principal statement, it only *enables* the principal's IAM policy, which the library's grant
+        wrote. ``named``: the key policy names the role itself and grants on its own, for roles whose IAM
+        policies are managed elsewhere (readers given by ARN); such a role must exist when the policy is set.
+        """
         guard = _registry(self.key).buckets.get(bucket_arn)
         bucket_arn = guard.arn if guard is not None else bucket_arn  # one statement per bucket, however named
         self._uses.setdefault(bucket_arn, {}).setdefault(principal, set()).update(actions)
+        if named:
+            self._named.add(principal)
 
     def allow_grants_for_aws_resources(self, principal: str) -> None:
         """``kms:CreateGrant`` for ``principal``, only when an AWS service creates the grant for a resource
@@ -265,19 +276,22 @@ class KeyGuard:
         for index, (bucket_arn, uses) in enumerate(self._uses.items(), start=1):
             guard = _registry(self.key).buckets.get(bucket_arn)
             label = guard.label if guard is not None else f"Bucket{index}"
-            groups: dict[tuple[str, ...], list[str]] = {}
+            groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
             for principal, actions in uses.items():
-                groups.setdefault(tuple(sorted(actions)), []).append(principal)
-            for actions, members in groups.items():
+                groups.setdefault((tuple(sorted(actions)), principal in self._named), []).append(principal)
+            for (actions, named), members in groups.items():
                 kind = "Write" if any(a.startswith("kms:GenerateDataKey") for a in actions) else "Read"
-                sid = f"{label}{kind}ThroughS3"
+                sid = f"{label}{kind}ThroughS3{'ForNamedRoles' if named else ''}"
                 seen[sid] = seen.get(sid, 0) + 1
                 sid = sid if seen[sid] == 1 else f"{sid}{seen[sid]}"
                 conditions = kms_through_s3(stack.region, bucket_arn, in_key_policy=True)
-                conditions["ArnLike"] = {"aws:PrincipalArn": members}
+                if named:
+                    principal_block: Any = members if len(members) > 1 else members[0]
+                else:
+                    conditions["ArnLike"] = {"aws:PrincipalArn": members}
+                    principal_block = _accounts(stack, members)
                 statements.append({
-                    "Sid": sid, "Effect": "Allow",
-                    "Principal": {"AWS": _accounts(stack, members)},
+                    "Sid": sid, "Effect": "Allow", "Principal": {"AWS": principal_block},
                     "Action": list(actions), "Resource": "*", "Condition": conditions})
         if self._grant_makers:
             statements.append({

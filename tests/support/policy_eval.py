@@ -82,9 +82,21 @@ def _applies(statement: Mapping[str, Any], request: Request) -> bool:
                for operator, block in statement.get("Condition", {}).items() for key, expected in block.items())
 
 
+def _names_the_caller(statement: Mapping[str, Any], request: Request) -> bool:
+    """An allow that names the caller (or a service) grants on its own; one that names the caller's *account*
+    (``arn:...:root``) only lets the caller's own IAM policy decide (AWS's "enable IAM policies" semantics)."""
+    principal = statement["Principal"]
+    if principal == "*" or principal == {"AWS": "*"} or "Service" in principal:
+        return True
+    return request.principal_arn in _list(principal.get("AWS", []))
+
+
 def decision(statements: Sequence[Mapping[str, Any]], request: Request) -> str:
-    """``deny`` (an explicit deny applies), ``allow`` (an allow applies, no deny) or ``neutral``."""
+    """``deny`` (an explicit deny applies), ``allow`` (an allow names the caller, no deny), ``iam`` (an allow
+    names the caller's account: its IAM policy must allow too) or ``neutral``."""
     applying = [s for s in statements if _applies(s, request)]
     if any(s["Effect"] == "Deny" for s in applying):
         return "deny"
-    return "allow" if applying else "neutral"
+    if any(_names_the_caller(s, request) for s in applying):
+        return "allow"
+    return "iam" if applying else "neutral"

@@ -166,18 +166,22 @@ def kms(policies: dict[str, Any], principal: str, action: str, *, bucket: str = 
 
 
 def test_only_listed_principals_use_the_key_through_s3_for_their_bucket(policies: dict[str, Any]) -> None:
+    # Readers are named by the key policy itself (their IAM policies are not ours): it grants on its own.
     assert kms(policies, ANALYST, "kms:Decrypt") == "allow"
+    assert kms(policies, REVIEWER, "kms:Decrypt") == "allow"
+    assert kms(policies, RESPONDER, "kms:Decrypt") == "allow"
     assert kms(policies, ANALYST, "kms:GenerateDataKey") == "neutral"
     assert kms(policies, ANALYST, "kms:Decrypt", via="lambda.us-west-2.amazonaws.com") == "neutral"
     assert kms(policies, ANALYST, "kms:Decrypt", bucket="some-other-bucket") == "neutral"
-    assert kms(policies, WRITER, "kms:GenerateDataKey") == "allow"
-    assert kms(policies, policies["processor"], "kms:Decrypt") == "allow"
+    # The library's grantees: the key policy enables the IAM statement the same grant wrote ("iam").
+    assert kms(policies, WRITER, "kms:GenerateDataKey") == "iam"
+    assert kms(policies, policies["processor"], "kms:Decrypt") == "iam"
     assert kms(policies, ADMIN, "kms:Decrypt") == "neutral"  # IAM alone cannot: the key policy names no admin
 
 
 def test_the_account_administers_the_key_but_creates_no_grant(policies: dict[str, Any]) -> None:
-    assert kms(policies, ADMIN, "kms:PutKeyPolicy") == "allow"
-    assert kms(policies, ADMIN, "kms:ScheduleKeyDeletion") == "allow"
+    assert kms(policies, ADMIN, "kms:PutKeyPolicy") == "iam"  # the account's IAM policies decide
+    assert kms(policies, ADMIN, "kms:ScheduleKeyDeletion") == "iam"
     for principal in (ADMIN, ANALYST, WRITER, RESPONDER):
         assert kms(policies, principal, "kms:CreateGrant", **{"kms:GrantIsForAWSResource": "true"}) == "neutral"
     assert "sqs" not in str(policies["key"])
@@ -192,7 +196,7 @@ def test_grants_for_aws_resources_can_be_allowed_to_a_named_principal() -> None:
     statements = resolve(key["Properties"]["KeyPolicy"]["Statement"], resources)
     arn = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/x"
     grant = Request("kms:CreateGrant", arn, WRITER, None, {"kms:GrantIsForAWSResource": "true"})
-    assert decision(statements, grant) == "allow"
+    assert decision(statements, grant) == "iam"
     assert decision(statements, Request("kms:CreateGrant", arn, WRITER, None, {})) == "neutral"
 
 
