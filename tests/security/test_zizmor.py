@@ -1,4 +1,5 @@
-"""zizmor audits the repository's GitHub Actions workflows; every finding is fixed or accepted with a reason."""
+"""zizmor audits the repository's GitHub Actions workflows and Dependabot configuration (everything under
+.github/); every finding is fixed or accepted with a reason."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.support.synth import REPO
 
 pytestmark = pytest.mark.xdist_group("zizmor")
 
-WORKFLOWS = REPO / ".github" / "workflows"
+GITHUB = REPO / ".github"
 
 # The classic "pwn request": a privileged trigger that runs the pull request's own code.
 PWN_REQUEST = """\
@@ -29,13 +30,13 @@ jobs:
 
 
 def test_workflows_have_no_unaccepted_finding() -> None:
-    findings = run_zizmor(WORKFLOWS)
+    findings = run_zizmor(GITHUB)
     new = unaccepted(findings, load_accepted())
     assert not new, "zizmor findings nobody accepted:\n" + report(new)
 
 
 def test_no_acceptance_outlives_its_finding() -> None:
-    left = stale(run_zizmor(WORKFLOWS), load_accepted(), tool="zizmor")
+    left = stale(run_zizmor(GITHUB), load_accepted(), tool="zizmor")
     assert not left, f"accepted zizmor findings that no longer occur (remove them): {left}"
 
 
