@@ -181,6 +181,24 @@ class WorkloadPlan:
         return any(p.server.hostname for p in self.portable)
 
     @property
+    def captures_load_balancer_logs(self) -> bool:
+        """Some model has Tier 2 capture (ALB access logs) into the platform's capture bucket: that bucket must
+        then accept ELB log delivery, which writes SSE-S3 only (``CaptureStorage(load_balancer_logs=True)``)."""
+        platform = self.context.capture
+        if platform is None:
+            return False
+        known = self.context.known_values.get(platform.bucket) if isinstance(platform.bucket, PlatformValue) else None
+        for model in self.models:
+            capture = model.workload.spec.data_capture
+            if capture is None or capture.load_balancer is None or not capture.load_balancer.enabled:
+                continue
+            uri = capture.s3_uri
+            bucket = uri.location.bucket if isinstance(uri, S3Uri) else S3Location.parse(uri).bucket if uri else None
+            if bucket == platform.bucket or (known is not None and bucket == known):
+                return True
+        return False
+
+    @property
     def needs_sidecar_image(self) -> bool:
         return any(p.capture is not None for p in self.portable)
 

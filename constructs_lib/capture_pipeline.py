@@ -27,9 +27,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
-from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
+from hyperpod_inference_iac.nag import acknowledge, managed_policy, stack_singletons
 from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
-from hyperpod_inference_iac.s3_access import kms_through_s3, objects_arn
+from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
@@ -48,6 +48,10 @@ PANDAS_LAYER_VERSIONS: Mapping[str, int] = {
     "us-west-2": 15,
 }
 
+# The SQS event source invokes at most this many functions at once (its own bound: unlike reserved
+# concurrency it takes nothing from the account's pool, so it works in accounts with a small quota).
+DEFAULT_MAX_CONCURRENCY = 10
+MAX_CONCURRENCY = (2, 1000)
 FUNCTION_TIMEOUT = Duration.minutes(15)  # a 1 GiB object takes minutes at 1 GiB of memory
 MAX_RECEIVE_COUNT = 5
 GLUE_NAME = re.compile(r"^[a-z0-9_]{1,255}$")
@@ -154,6 +158,7 @@ def check_capture_pipeline(
     quarantine_prefix: str = "quarantine/",
     memory_size: int = 1024,
     reserved_concurrency: int | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     redact: Sequence[str] = tuple(RedactionRule),
     pandas_layer_arn: str | None = None,
     glue_database_name: str = "inference_capture",
@@ -183,6 +188,10 @@ def check_capture_pipeline(
     if reserved_concurrency is not None and not is_unresolved(reserved_concurrency) and reserved_concurrency < 1:
         problems.add(f"{code}.ConcurrencyOutOfRange", at.at("reserved_concurrency"),
                      "must be at least 1 (0 would stop processing), or None", reserved_concurrency)
+    if not is_unresolved(max_concurrency) and not MAX_CONCURRENCY[0] <= max_concurrency <= MAX_CONCURRENCY[1]:
+        problems.add(f"{code}.ConcurrencyOutOfRange", at.at("max_concurrency"),
+                     f"must be {MAX_CONCURRENCY[0]}..{MAX_CONCURRENCY[1]} (the SQS event source's maximum concurrency)",
+                     max_concurrency)
     if isinstance(redact, str):
         problems.add(f"{code}.UnknownRedactionRule", at.at("redact"), "must be a list of rule names", redact)
     else:
@@ -232,6 +241,7 @@ class CapturePipeline(Construct):
         quarantine_prefix: str = "quarantine/",
         memory_size: int = 1024,
         reserved_concurrency: int | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         redact: Sequence[RedactionRule | str] = tuple(RedactionRule),
         pandas_layer_arn: str | None = None,
         glue_database_name: str = "inference_capture",
@@ -249,7 +259,9 @@ class CapturePipeline(Construct):
         :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it). @default ``curated/``
         :param quarantine_prefix: where rejected lines go, as JSON Lines. @default ``quarantine/``
         :param memory_size: MiB; 1024 keeps a 1 GiB object within memory (see the docs). @default 1024
-        :param reserved_concurrency: caps parallel invocations. @default None (the account pool)
+        :param reserved_concurrency: reserves (and caps) concurrency from the account's pool. @default None
+        :param max_concurrency: the most invocations the queue drives at once (2..1000): a flood of captures
+            cannot take the account's Lambda concurrency from other functions. @default 10
         :param redact: rules applied to payloads and URLs; empty switches redaction off.
             @default every :class:`RedactionRule`
         :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64.
@@ -274,8 +286,8 @@ class CapturePipeline(Construct):
         check_capture_pipeline(
             problems, region=region, capture_prefixes=capture_prefixes, output_prefix=output_prefix,
             quarantine_prefix=quarantine_prefix, memory_size=memory_size, reserved_concurrency=reserved_concurrency,
-            redact=redact, pandas_layer_arn=pandas_layer_arn, glue_database_name=glue_database_name,
-            first_partition_date=first_partition_date)
+            max_concurrency=max_concurrency, redact=redact, pandas_layer_arn=pandas_layer_arn,
+            glue_database_name=glue_database_name, first_partition_date=first_partition_date)
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
         self.capture_prefixes = tuple(capture_prefixes)
         self.output_prefix = output_prefix
@@ -339,6 +351,9 @@ class CapturePipeline(Construct):
                 # glibc keeps one malloc arena per thread (parsers, Parquet writer, uploads); two
                 # arenas cut peak RSS by ~35 MiB for a 1 GiB object (docs/capture-processor.md).
                 "MALLOC_ARENA_MAX": "2",
+                # Outputs name the key explicitly: a bucket whose default is SSE-S3 (ALB access logs) still
+                # gets curated data under the capture key, and its policy refuses writes that do not.
+                **({"OUTPUT_KMS_KEY_ID": encryption_key.key_arn} if encryption_key is not None else {}),
             },
             description="Capture post-processing: S3 capture objects to curated Parquet (redacted)",
         )
@@ -348,26 +363,22 @@ class CapturePipeline(Construct):
                 batch_size=10,
                 max_batching_window=Duration.seconds(30),
                 report_batch_item_failures=True,
+                max_concurrency=max_concurrency,
             )
         )
-        # Exact actions instead of CDK's grant_read/grant_put groups (GetObject*, List*, Abort*...):
-        # read the captures, write curated and quarantined objects, nothing else.
-        reads = [objects_arn(bucket.bucket_arn, prefix) for prefix in capture_prefixes]
-        writes = [objects_arn(bucket.bucket_arn, prefix) for prefix in (output_prefix, quarantine_prefix)]
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ReadCaptures", actions=["s3:GetObject", "s3:GetObjectVersion"], resources=reads))
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="WriteCuratedAndQuarantine", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=writes))
-        if encryption_key is not None:
-            role.add_to_principal_policy(iam.PolicyStatement(
-                # Decrypt to read SSE-KMS captures, GenerateDataKey to write SSE-KMS outputs; only through S3.
-                sid="UseCaptureKeyThroughS3", actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                resources=[encryption_key.key_arn], conditions=kms_through_s3(region, bucket.bucket_arn)))
+        # Exact actions instead of CDK's grant_read/grant_put groups (GetObject*, List*, Abort*...): read the
+        # captures, write curated and quarantined objects, nothing else; the key through S3 only. Through the
+        # library's grants, so a guarded bucket (CaptureStorage) lists the role for exactly these prefixes.
+        for prefix in capture_prefixes:
+            grant_object_reads(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=encryption_key,
+                               actions=("s3:GetObject", "s3:GetObjectVersion"), list_bucket=False)
+        for prefix in (output_prefix, quarantine_prefix):
+            grant_object_writes(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=encryption_key)
         self.role = role
 
         self.database, self.tables = self._glue_catalog(bucket, output_prefix, glue_database_name, first_partition_date)
         self.alarms = self._alarms()
-        self._acknowledge_reviewed_findings(bucket, (*capture_prefixes, output_prefix, quarantine_prefix))
+        self._acknowledge_reviewed_findings()
 
     def _pandas_layer_arn(self, region: str) -> str:
         if not is_unresolved(region):
@@ -377,9 +388,8 @@ class CapturePipeline(Construct):
             name: {"arn": _pandas_layer_arn(name)} for name in sorted(PANDAS_LAYER_VERSIONS)})
         return mapping.find_in_map(Aws.REGION, "arn")
 
-    def _acknowledge_reviewed_findings(self, bucket: s3.IBucket, prefixes: Sequence[str]) -> None:
-        acknowledge(self.role, "s3-object-wildcard-under-fixed-prefix",
-                    *resource_evidence(self, *(objects_arn(bucket.bucket_arn, prefix) for prefix in prefixes)))
+    def _acknowledge_reviewed_findings(self) -> None:
+        # (The role's object wildcards are acknowledged by the grants that add them.)
         acknowledge(self.function, "capture-processor-runtime")
         for handler in stack_singletons(Stack.of(self), "BucketNotificationsHandler"):
             acknowledge(handler, "cdk-bucket-notifications-handler",

@@ -29,14 +29,17 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
+from hyperpod_inference_iac.data_perimeter import ObjectAccess
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
     SAME_ACCOUNT,
+    admit_objects,
     bucket_arn,
     grant_key_through_s3,
+    grant_object_reads,
     grant_object_writes,
     objects_arn,
 )
@@ -95,6 +98,9 @@ class InferenceOperator(Construct):
     :param mounted_buckets: buckets the operator mounts through Mountpoint for S3 (model weights);
         the TLS bucket is always included. @default none
     :param install_fsx_csi_driver: also install the FSx for Lustre CSI add-on. @default False
+    :param s3_csi_role_name: fixed name of the Mountpoint for S3 CSI driver's role: needed when the TLS
+        bucket is guarded by :class:`CaptureStorage` in another stack (its allowlist names the role by ARN).
+        @default generated
 
     Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``addon``
     (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the add-on's configuration values).
@@ -121,6 +127,7 @@ class InferenceOperator(Construct):
         enable_custom_service_accounts: bool = False,
         mounted_buckets: Sequence[s3.IBucket] = (),
         install_fsx_csi_driver: bool = False,
+        s3_csi_role_name: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -171,21 +178,16 @@ class InferenceOperator(Construct):
         ])
         namespace, account_name = S3_CSI_SERVICE_ACCOUNT
         self.s3_csi_role = iam.Role(
-            self, "S3CsiDriverRole",
+            self, "S3CsiDriverRole", role_name=s3_csi_role_name,
             assumed_by=service_account_principal(self, "S3CsiTrust", cluster=cluster, namespace=namespace,
                                                  service_account=account_name),
             description="Mountpoint for S3 CSI driver: read-only on the buckets the operator mounts",
         )
         if tls_bucket_key is not None:
             grant_key_through_s3(self.s3_csi_role, tls_bucket_key, KMS_READ_ACTIONS, tls_arn)
-        self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[tls_arn]))
-        self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"],
-                                                                     resources=[objects_arn(tls_arn)]))
-        for bucket in mounted_buckets:
-            self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(
-                actions=["s3:ListBucket"], resources=[bucket.bucket_arn]))
-            self.s3_csi_role.add_to_principal_policy(iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]))
+        grant_object_reads(self.s3_csi_role, bucket_arn=tls_arn)
+        for bucket in mounted_buckets:  # (read-only; the bucket's own key through S3; acknowledged per bucket)
+            grant_object_reads(self.s3_csi_role, bucket_arn=bucket_arn(bucket), key=bucket.encryption_key)
 
         self.dependency_addons = [self._addon(cluster, name) for name in DEPENDENCY_ADDONS]
         if install_fsx_csi_driver:
@@ -220,6 +222,8 @@ class InferenceOperator(Construct):
             actions=["s3:PutObject", "s3:PutObjectTagging"], resources=[objects_arn(tls_arn)],
             conditions={"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}",
                                          "s3:RequestObjectTag/CreatedBy": "HyperPodInference"}}))
+        for access in ObjectAccess:  # (listed on a guarded bucket's allowlist: it reads, writes and deletes)
+            admit_objects(role, tls_arn, access)
 
     def _irsa_role(self, cluster: eks.Cluster, id: str, service_account: str,
                    statements: list[iam.PolicyStatement]) -> iam.Role:
@@ -241,8 +245,7 @@ class InferenceOperator(Construct):
     def _acknowledge_reviewed_findings(self, stack: Stack, tls_objects: str) -> None:
         partition, region, account = stack.partition, stack.region, stack.account
         acknowledge(self.execution_role, "operator-managed-policy", managed_policy(OPERATOR_MANAGED_POLICY))
-        for role in (self.execution_role, self.s3_csi_role):
-            acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(self, tls_objects))
+        acknowledge(self.execution_role, "s3-object-wildcard-dedicated-bucket", *resource_evidence(self, tls_objects))
         elb = f"arn:{partition}:elasticloadbalancing:{region}:{account}"
         acknowledge(self.alb_controller_role, "alb-controller-policy", *resource_evidence(self,
             "*", f"arn:{partition}:ec2:{region}:{account}:security-group/*",

@@ -53,11 +53,19 @@ REASONS: dict[str, tuple[str, str]] = {
         "S3 object permissions name objects by key; the wildcard only covers keys under one fixed "
         "prefix of one named bucket (objects are created at run time with unknown names).",
     ),
+    "s3-object-wildcard-dedicated-bucket": (
+        "AwsSolutions-IAM5",
+        "The bucket serves one purpose (the operator's TLS certificates, a model's weights) and is granted "
+        "whole to the one role that does that job; objects are created at run time with unknown names. A "
+        "guarded bucket's own policy still limits it to the principals on its allowlist.",
+    ),
     "alb-controller-policy": (
         "AwsSolutions-IAM5",
-        "The AWS Load Balancer Controller's published policy: Describe calls support no resource-level "
-        "permissions; every mutating call on security groups, load balancers, target groups, listeners "
-        "and rules is limited to resources tagged elbv2.k8s.aws/cluster by the controller itself.",
+        "The AWS Load Balancer Controller's published policy, unchanged: Describe calls support no "
+        "resource-level permissions; creating and deleting load balancers, target groups and security group "
+        "rules is limited to resources tagged elbv2.k8s.aws/cluster by the controller itself. As upstream, "
+        "CreateSecurityGroup, listener and rule management, listener tagging, target registration and the "
+        "WAF/Shield associations carry no tag condition.",
     ),
     "keda-metric-reads": (
         "AwsSolutions-IAM5",

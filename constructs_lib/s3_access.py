@@ -21,6 +21,14 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from hyperpod_inference_iac.data_perimeter import (
+    ObjectAccess,
+    bucket_guard,
+    key_guard,
+    principal_arn,
+    unnamed_principal,
+)
+
 # Identity policies: the resource (bucket, key) must belong to the caller's own account.
 SAME_ACCOUNT = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
 OBJECT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
@@ -51,10 +59,35 @@ def objects_arn(bucket_arn: str, prefix: str = "") -> str:
 
 
 def grant_key_through_s3(grantee: iam.IGrantable, key: kms.IKey, actions: Sequence[str], bucket_arn: str) -> None:
+    """Use ``key`` for ``bucket_arn``'s objects through S3 only; a guarded key
+    (:mod:`~hyperpod_inference_iac.data_perimeter`) also lists the grantee in its key policy."""
     iam.Grant.add_to_principal(
         grantee=grantee, actions=list(actions), resource_arns=[key.key_arn],
         conditions=kms_through_s3(key.env.region, bucket_arn),
     )
+    guard = key_guard(key)
+    if guard is not None:
+        arn = principal_arn(grantee, key)
+        if arn is None:
+            unnamed_principal(grantee, key, "the key")
+        else:
+            guard.admit(arn, actions, bucket_arn)
+
+
+def admit_objects(grantee: iam.IGrantable, bucket_arn: str, access: ObjectAccess, prefix: str = "") -> None:
+    """List the grantee on a guarded bucket's allowlist for ``access`` under ``prefix`` (nothing for a bucket
+    that is not guarded). The grant functions here call it; call it for IAM statements written by hand."""
+    scope = grantee if isinstance(grantee, Construct) else grantee.grant_principal
+    if not isinstance(scope, Construct):
+        return
+    guard = bucket_guard(scope, bucket_arn)
+    if guard is None:
+        return
+    arn = principal_arn(grantee, guard.bucket)
+    if arn is None:
+        unnamed_principal(grantee, guard.bucket, f"the bucket {bucket_arn}")
+    else:
+        guard.admit(arn, access, prefix)
 
 
 def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
@@ -67,7 +100,8 @@ def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str
         grantee=grantee, actions=list(actions), resource_arns=[objects_arn(bucket_arn, prefix)],
         conditions=dict(conditions or SAME_ACCOUNT),
     )
-    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix))
+    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix), whole_bucket=not prefix)
+    admit_objects(grantee, bucket_arn, ObjectAccess.WRITE, prefix)
     return grant
 
 
@@ -83,20 +117,23 @@ def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str 
         )
     grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
                                        resource_arns=[objects_arn(bucket_arn, prefix)])
-    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix))
+    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix), whole_bucket=not prefix)
+    admit_objects(grantee, bucket_arn, ObjectAccess.READ, prefix)
     return grant
 
 
-def _acknowledge_prefix_wildcard(grantee: iam.IGrantable, arn: str) -> None:
-    """The object wildcard a grant adds is the reviewed ``s3-object-wildcard-under-fixed-prefix`` finding;
-    it is acknowledged on the grantee (when it is a construct of this app), so a role that receives one of
-    these grants passes cdk-nag without repeating the review."""
+def _acknowledge_prefix_wildcard(grantee: iam.IGrantable, arn: str, *, whole_bucket: bool) -> None:
+    """The object wildcard a grant adds is a reviewed finding (``s3-object-wildcard-under-fixed-prefix``, or
+    ``s3-object-wildcard-dedicated-bucket`` for a bucket granted whole: the TLS bucket, a weights bucket); it is
+    acknowledged on the grantee (when it is a construct of this app), so a role that receives one of these
+    grants passes cdk-nag without repeating the review."""
     from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 
+    reason = "s3-object-wildcard-dedicated-bucket" if whole_bucket else "s3-object-wildcard-under-fixed-prefix"
     principal = grantee.grant_principal
     for candidate in (grantee, principal):
         if isinstance(candidate, Construct):
-            acknowledge(candidate, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(candidate, arn))
+            acknowledge(candidate, reason, *resource_evidence(candidate, arn))
             return
 
 

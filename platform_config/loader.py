@@ -64,7 +64,9 @@ PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
 _CAPTURE_KEYS = {"retention_days": "retentionDays",
                  "noncurrent_version_retention_days": "noncurrentVersionRetentionDays",
                  "access_log_retention_days": "accessLogRetentionDays", "reader_role_arns": "readerRoleArns",
-                 "capture_prefixes[0]": "prefix", "pandas_layer_arn": "pandasLayerArn"}
+                 "raw_reader_role_arns": "rawReaderRoleArns", "break_glass_role_arns": "breakGlassRoleArns",
+                 "capture_prefixes[0]": "prefix", "capture_prefix": "prefix", "pandas_layer_arn": "pandasLayerArn",
+                 "max_concurrency": "processorMaxConcurrency"}
 _NEW_VPC_KEYS = {"max_azs": "maxAzs", "nat_gateways": "natGateways"}
 _EXISTING_VPC_KEYS = {"vpc_id": "vpcId", "vpc_cidr": "vpcCidr", "availability_zones": "availabilityZones",
                       "private_subnet_ids": "privateSubnetIds"}
@@ -149,16 +151,20 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
         access_log_retention_days=_integer(section, "accessLogRetentionDays", defaults.access_log_retention_days),
         redact=tuple(RedactionRule(rule) for rule in redact if rule in RedactionRule._value2member_map_),
         reader_role_arns=tuple(section.string_list("readerRoleArns")),
+        raw_reader_role_arns=tuple(section.string_list("rawReaderRoleArns")),
+        break_glass_role_arns=tuple(section.string_list("breakGlassRoleArns")),
         pandas_layer_arn=section.string("pandasLayerArn"),
+        processor_max_concurrency=_integer(section, "processorMaxConcurrency", defaults.processor_max_concurrency),
     )
     section.finish()
     at = KeyPaths(section.path, _CAPTURE_KEYS)
     check_capture_storage(problems, at, retention_days=policy.retention_days,
                           noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
                           access_log_retention_days=policy.access_log_retention_days,
-                          reader_role_arns=policy.reader_role_arns)
+                          reader_role_arns=policy.reader_role_arns, raw_reader_role_arns=policy.raw_reader_role_arns,
+                          break_glass_role_arns=policy.break_glass_role_arns)  # (prefixes: the pipeline's rules)
     check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
-                           pandas_layer_arn=policy.pandas_layer_arn)
+                           pandas_layer_arn=policy.pandas_layer_arn, max_concurrency=policy.processor_max_concurrency)
     return policy
 
 

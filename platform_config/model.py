@@ -50,8 +50,11 @@ class CapturePolicy:
     noncurrent_version_retention_days: int = 7
     access_log_retention_days: int = 365
     redact: tuple[RedactionRule, ...] = tuple(RedactionRule)
-    reader_role_arns: tuple[str, ...] = ()
+    reader_role_arns: tuple[str, ...] = ()  # curated/ (redacted) only
+    raw_reader_role_arns: tuple[str, ...] = ()  # raw captures and quarantine too (unredacted prompts)
+    break_glass_role_arns: tuple[str, ...] = ()  # exempt from the allowlists; IAM grants on invocation
     pandas_layer_arn: str | None = None
+    processor_max_concurrency: int = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +149,11 @@ class PlatformConfig:
     @property
     def hyperpod_lifecycle_bucket_name(self) -> str:
         return f"{self.project}-hp-lifecycle-{self.environment.account}-{self.environment.region}"
+
+    @property
+    def s3_csi_role_name(self) -> str:
+        # Fixed: the TLS bucket's allowlist (storage stack) names the Mountpoint driver's role by ARN.
+        return f"{self.project}-s3-csi-driver"
 
     @property
     def operator_execution_role_name(self) -> str:

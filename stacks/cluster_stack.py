@@ -63,7 +63,9 @@ class ClusterStack(Stack):
             security_groups=[eks_cluster.cluster_security_group],
             instance_groups=hyperpod.instance_groups, node_recovery=hyperpod.node_recovery,
             lifecycle_bucket_name=config.hyperpod_lifecycle_bucket_name,
-            access_logs_bucket=storage.access_log_bucket, encryption_key=storage.key,
+            # Lifecycle scripts are code, not captured data: SSE-S3, so the capture key's policy lists only the
+            # principals that handle captures and certificates.
+            access_logs_bucket=storage.access_log_bucket,
         )
         domain_config = config.domain
         self.domain = domain = EndpointDomain(
@@ -82,6 +84,7 @@ class ClusterStack(Stack):
             certificate=domain.certificate, hosted_zone=domain.hosted_zone,
             execution_role_name=config.operator_execution_role_name, addon_version=config.operator.addon_version,
             enable_custom_service_accounts=config.operator.enable_custom_service_accounts,
+            s3_csi_role_name=config.s3_csi_role_name,
         )
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
                                                        sync=config.hugging_face_sync)

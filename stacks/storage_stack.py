@@ -25,11 +25,19 @@ class StorageStack(Stack):
             retention_days=capture.retention_days,
             noncurrent_version_retention_days=capture.noncurrent_version_retention_days,
             access_log_retention_days=capture.access_log_retention_days,
+            capture_prefix=capture.prefix,
             reader_role_arns=capture.reader_role_arns,
+            raw_reader_role_arns=capture.raw_reader_role_arns,
+            break_glass_role_arns=capture.break_glass_role_arns,
+            # Tier 2 (ALB access logs) is delivered SSE-S3 only: accepted only when a workload asks for it.
+            load_balancer_logs=config.workloads is not None and config.workloads.captures_load_balancer_logs,
         )
+        storage = self.storage
         self.pipeline = CapturePipeline(
-            self, "CapturePipeline", bucket=self.storage.capture_bucket, encryption_key=self.storage.key,
-            capture_prefixes=[capture.prefix], redact=capture.redact, pandas_layer_arn=capture.pandas_layer_arn,
+            self, "CapturePipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
+            capture_prefixes=[storage.capture_prefix], output_prefix=storage.curated_prefix,
+            quarantine_prefix=storage.quarantine_prefix, redact=capture.redact,
+            pandas_layer_arn=capture.pandas_layer_arn, max_concurrency=capture.processor_max_concurrency,
             glue_database_name=f"{config.project.replace('-', '_')}_capture",
         )
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)

@@ -38,7 +38,7 @@ def s3(moto_endpoint: str) -> Any:
 def lambda_environment(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> None:
     """The handler builds its clients normally; boto3 honours AWS_ENDPOINT_URL."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
-    for name in ("OUTPUT_BUCKET", "OUTPUT_PREFIX", "QUARANTINE_PREFIX", "REDACT"):
+    for name in ("OUTPUT_BUCKET", "OUTPUT_PREFIX", "QUARANTINE_PREFIX", "REDACT", "OUTPUT_KMS_KEY_ID"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -171,13 +171,15 @@ def test_kms_grants_come_from_the_key(template: Template) -> None:
         if action.startswith("kms:")
     }
     assert kms_actions == {"kms:Decrypt", "kms:GenerateDataKey"}
-    (statement,) = [s for s in function_statements(template) if "kms:Decrypt" in as_list(s["Action"])]
-    # Only through S3 in this region, only for this bucket's objects (bucket keys: the bucket ARN).
-    conditions = statement["Condition"]
-    assert conditions["StringEquals"] == {"kms:ViaService": "s3.eu-north-1.amazonaws.com",
-                                          "aws:ResourceAccount": "${aws:PrincipalAccount}"}
-    (bucket, objects) = conditions["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
-    assert "Fn::GetAtt" in bucket and objects["Fn::Join"][1][-1] == "/*"
+    statements = [s for s in function_statements(template) if "kms:Decrypt" in as_list(s["Action"])]
+    assert statements
+    for statement in statements:
+        # Only through S3 in this region, only for this bucket's objects (bucket keys: the bucket ARN).
+        conditions = statement["Condition"]
+        assert conditions["StringEquals"] == {"kms:ViaService": "s3.eu-north-1.amazonaws.com",
+                                              "aws:ResourceAccount": "${aws:PrincipalAccount}"}
+        (bucket, objects) = conditions["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
+        assert "Fn::GetAtt" in bucket and objects["Fn::Join"][1][-1] == "/*"
 
 
 def test_logs_go_to_an_own_group_with_retention_and_no_managed_policy(template: Template) -> None:
@@ -242,7 +244,6 @@ def test_redaction_rule_names_are_the_ones_the_lambda_knows() -> None:
     """The Lambda is deployed standalone (no import of the library): its rule table and the construct's enum
     must name the same rules, in the same order."""
     from capture_core import redaction
-
     from hyperpod_inference_iac import RedactionRule
 
     assert list(redaction.RULES) == [str(rule) for rule in RedactionRule]

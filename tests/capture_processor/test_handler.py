@@ -482,6 +482,26 @@ def test_output_bucket_and_prefixes_are_configurable(pipeline: Pipeline, s3, mon
     assert output.startswith("parquet/tier=sme/dt=2026-11-30/hour=10/")
 
 
+def test_outputs_are_written_under_the_named_key(
+    pipeline: Pipeline, s3, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture bucket's default may be SSE-S3 (ALB access logs): curated data and the quarantine still go
+    under the capture key, named in each upload (what the bucket policy insists on)."""
+    import boto3
+
+    key_arn = boto3.client("kms", endpoint_url=moto_endpoint).create_key()["KeyMetadata"]["Arn"]
+    monkeypatch.setenv("OUTPUT_KMS_KEY_ID", key_arn)
+    source = pipeline.put("h/sme/ep/v/2026/11/30/10/x.jsonl", (capture_line("e") + "\nnot json\n").encode())
+
+    pipeline.run(source)
+
+    outputs = pipeline.keys("curated/") + pipeline.keys("quarantine/")
+    assert len(outputs) == 2
+    for key in outputs:
+        head = s3.head_object(Bucket=pipeline.bucket, Key=key)
+        assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", key_arn), key
+
+
 def test_redaction_counts_are_logged_and_emitted_as_emf(pipeline: Pipeline, capsys) -> None:
     prompt = "mail ann@example.org, call 415-555-0100, key AKIAIOSFODNN7EXAMPLE"
     key = pipeline.put("h/sme/ep/v/2026/11/30/10/x.jsonl", capture_line("e", input_text=prompt).encode())
@@ -519,6 +539,7 @@ def test_redaction_can_be_narrowed_or_switched_off(pipeline: Pipeline, monkeypat
         ("OUTPUT_PREFIX", "curated", "OUTPUT_PREFIX must be a non-empty key prefix ending in '/'"),
         ("QUARANTINE_PREFIX", "curated/bad/", "must not contain each other"),
         ("OUTPUT_BUCKET", "Not_A_Bucket", "OUTPUT_BUCKET must be an S3 bucket name"),
+        ("OUTPUT_KMS_KEY_ID", "alias/capture", "OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN"),
     ],
 )
 def test_bad_settings_fail_the_invocation_with_a_clear_error(

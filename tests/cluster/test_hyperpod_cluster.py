@@ -4,7 +4,6 @@ privilege), access entry, ordering, and one test per validation code."""
 from __future__ import annotations
 
 import json
-
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -48,18 +48,109 @@ def test_every_bucket_blocks_public_access_versioned_and_owner_enforced(storage:
         assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}, name
 
 
-def test_data_buckets_use_the_customer_key_with_bucket_key(storage: dict[str, Any]) -> None:
+def test_data_buckets_use_the_customer_key(storage: dict[str, Any]) -> None:
     key_ids = [k for k, v in storage["Resources"].items() if v["Type"] == "AWS::KMS::Key"]
     assert len(key_ids) == 1
     for props in _buckets(storage).values():
         rule = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
-        if props["BucketName"].startswith("llm-platform-s3-logs"):
-            # S3 server access logs can only be delivered to SSE-S3 buckets.
+        if props["BucketName"].startswith(("llm-platform-s3-logs", "llm-platform-capture")):
+            # S3 server access logs, and ALB access logs (Tier 2, on in the default config), can be delivered
+            # only to SSE-S3 buckets; the capture bucket's policy makes every other writer name the key.
             assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
             continue
         assert rule["BucketKeyEnabled"] is True
         assert rule["ServerSideEncryptionByDefault"] == {
             "SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::GetAtt": [key_ids[0], "Arn"]}}
+
+
+def _policy(storage: dict[str, Any], bucket_logical_id_part: str) -> list[dict[str, Any]]:
+    return next(v["Properties"]["PolicyDocument"]["Statement"] for v in storage["Resources"].values()
+                if v["Type"] == "AWS::S3::BucketPolicy"
+                and bucket_logical_id_part in json.dumps(v["Properties"]["Bucket"]))
+
+
+def _sid(statements: list[dict[str, Any]], sid: str) -> dict[str, Any]:
+    return next(s for s in statements if s.get("Sid") == sid)
+
+
+def test_capture_writes_must_name_the_capture_key(storage: dict[str, Any]) -> None:
+    statements = _policy(storage, "CaptureBucket")
+    other_key = _sid(statements, "CapturesNoOtherKey")
+    assert other_key["Effect"] == "Deny" and other_key["Action"] == "s3:PutObject"
+    allowed = other_key["Condition"]["StringNotEquals"]["s3:x-amz-server-side-encryption-aws-kms-key-id"]
+    assert other_key["Condition"]["Null"] == {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"}
+    assert allowed[0] == {"Fn::GetAtt": [next(k for k, v in storage["Resources"].items()
+                                             if v["Type"] == "AWS::KMS::Key"), "Arn"]}
+    assert allowed[1] == "arn:aws:kms:us-west-2:111122223333:alias/llm-platform/capture"
+    name_it = _sid(statements, "CapturesWritesNameTheKey")
+    assert name_it["Condition"]["Null"] == {"s3:x-amz-server-side-encryption-aws-kms-key-id": "true"}
+    # ... except ELB's log delivery (service principal, and the Region's legacy ELB account).
+    assert name_it["Condition"]["BoolIfExists"] == {"aws:PrincipalIsAWSService": "false"}
+    assert "797873946194" in json.dumps(name_it["Condition"]["ArnNotLike"])
+    elb = _sid(statements, "CapturesElbDeliversAccessLogs")
+    assert elb["Principal"] == {"Service": "logdelivery.elasticloadbalancing.amazonaws.com"}
+    assert elb["Resource"]["Fn::Join"][1][-1] == "/data-capture/*/alb/AWSLogs/111122223333/*"
+
+
+def test_only_listed_principals_touch_capture_objects(storage: dict[str, Any]) -> None:
+    statements = _policy(storage, "CaptureBucket")
+    unlisted = _sid(statements, "CapturesOnlyListedPrincipals")
+    assert unlisted["Effect"] == "Deny" and unlisted["Principal"] == "*"
+    assert set(unlisted["Action"]) == {"s3:GetObject*", "s3:PutObject*", "s3:RestoreObject", "s3:DeleteObject*"}
+    listed = json.dumps(unlisted["Condition"]["ArnNotLike"]["aws:PrincipalArn"])
+    for principal in ("role/ml-analysts", "role/SageMakerHyperPodInference-llm-platform",
+                      "role/llm-platform-qwen3-8b-portable", "CapturePipelineRole"):
+        assert principal in listed
+    # Nobody deletes captures (lifecycle rules expire them), nobody but its writers writes.
+    assert "ml-analysts" in json.dumps(_sid(statements, "CapturesNoDelete"))
+
+
+def test_key_policy_names_its_users_and_never_grants_freely(template: Template, storage: dict[str, Any]) -> None:
+    template.has_resource_properties("AWS::KMS::Alias", {"AliasName": "alias/llm-platform/capture"})
+    key = next(v for v in storage["Resources"].values() if v["Type"] == "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert key["DeletionPolicy"] == "Retain"
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert not [a for a in actions if a in ("kms:*", "kms:Create*", "kms:CreateGrant")], statement["Sid"]
+        principals = statement["Principal"]["AWS"]
+        for principal in principals if isinstance(principals, list) else [principals]:
+            assert ":111122223333:" in json.dumps(principal)
+        assert "sqs" not in json.dumps(statement)
+    admin = _sid(statements, "KeyAdministrationWithoutUse")
+    assert not {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom"} & set(admin["Action"])
+    uses = [s for s in statements if s["Sid"] != "KeyAdministrationWithoutUse"]
+    assert {s["Sid"] for s in uses} == {"CapturesReadThroughS3", "CapturesWriteThroughS3",
+                                        "TlsCertificatesReadThroughS3", "TlsCertificatesWriteThroughS3"}
+    for use in uses:  # named principals, through S3, for one bucket's objects
+        condition = use["Condition"]
+        assert condition["StringEquals"] == {"kms:ViaService": "s3.us-west-2.amazonaws.com"}
+        assert len(condition["StringLike"]["kms:EncryptionContext:aws:s3:arn"]) == 2
+        assert condition["ArnLike"]["aws:PrincipalArn"]
+    readers = _sid(statements, "CapturesReadThroughS3")
+    assert readers["Action"] == ["kms:Decrypt"]
+    assert readers["Condition"]["ArnLike"]["aws:PrincipalArn"] == ["arn:aws:iam::111122223333:role/ml-analysts"]
+
+
+def test_capture_readers_read_curated_data_only(storage: dict[str, Any]) -> None:
+    reader = "arn:aws:iam::111122223333:role/ml-analysts"
+    statements = _policy(storage, "CaptureBucket")
+    allows = [s for s in statements if s["Effect"] == "Allow" and s["Principal"] == {"AWS": reader}]
+    assert {json.dumps(s["Resource"]) for s in allows if "s3:GetObject" in s["Action"]} == {
+        json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [_capture_bucket_id(storage), "Arn"]}, "/curated/*"]]})}
+    (listing,) = [s for s in allows if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["curated", "curated/*"]}}
+    # Whatever an IAM policy of theirs says: reads outside curated/ are denied, writes everywhere.
+    (limit,) = [s for s in statements if s.get("Sid", "").startswith("CapturesReadOnlyUnderOwnPrefixes")
+                and s["Condition"]["ArnLike"]["aws:PrincipalArn"] == [reader]]
+    assert limit["NotResource"]["Fn::Join"][1][-1] == "/curated/*"
+    assert reader in _sid(statements, "CapturesNoWrite")["Condition"]["ArnLike"]["aws:PrincipalArn"]
+
+
+def _capture_bucket_id(storage: dict[str, Any]) -> str:
+    return next(k for k, v in storage["Resources"].items() if v["Type"] == "AWS::S3::Bucket"
+                and v["Properties"]["BucketName"].startswith("llm-platform-capture"))
 
 
 LOG_BUCKET = "llm-platform-s3-logs-111122223333-us-west-2"
@@ -104,44 +195,6 @@ def test_every_bucket_policy_denies_plain_http(storage: dict[str, Any]) -> None:
         denies = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
         assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies)
         assert any(s["Condition"] == {"NumericLessThan": {"s3:TlsVersion": 1.2}} for s in denies)
-
-
-def test_key_rotation_alias_and_scoped_policy(template: Template, storage: dict[str, Any]) -> None:
-    template.has_resource_properties("AWS::KMS::Alias", {"AliasName": "alias/llm-platform/capture"})
-    key = next(v for v in storage["Resources"].values() if v["Type"] == "AWS::KMS::Key")
-    assert key["Properties"]["EnableKeyRotation"] is True
-    assert key["DeletionPolicy"] == "Retain"
-    statements = key["Properties"]["KeyPolicy"]["Statement"]
-    # Nobody gets kms:* and nobody outside this account is trusted.
-    for statement in statements:
-        assert statement["Action"] != "kms:*" and "kms:*" not in statement["Action"]
-        principals = statement["Principal"]["AWS"]
-        for principal in principals if isinstance(principals, list) else [principals]:
-            assert ":111122223333:" in principal
-    use = next(s for s in statements if s["Sid"] == "UseThroughS3AndSqsInThisAccount")
-    assert use["Condition"]["StringEquals"] == {"kms:CallerAccount": "111122223333"}
-    assert use["Condition"]["StringLike"]["kms:ViaService"] == ["s3.us-west-2.amazonaws.com",
-                                                                "sqs.us-west-2.amazonaws.com"]
-    admin = next(s for s in statements if s["Sid"] == "KeyAdministration")
-    assert not {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*"} & set(admin["Action"])
-
-
-def test_capture_readers_are_granted_in_bucket_and_key_policy(storage: dict[str, Any]) -> None:
-    reader = "arn:aws:iam::111122223333:role/ml-analysts"
-    policy = next(v["Properties"]["PolicyDocument"] for v in storage["Resources"].values()
-                  if v["Type"] == "AWS::S3::BucketPolicy"
-                  and any(s.get("Sid") == "CaptureReadersGetObjects" for s in v["Properties"]["PolicyDocument"]
-                          ["Statement"]))
-    reads = next(s for s in policy["Statement"] if s.get("Sid") == "CaptureReadersGetObjects")
-    assert reads["Principal"] == {"AWS": reader}
-    assert reads["Action"] == ["s3:GetObject", "s3:GetObjectVersion"]
-    key = next(v for v in storage["Resources"].values() if v["Type"] == "AWS::KMS::Key")
-    decrypt = next(s for s in key["Properties"]["KeyPolicy"]["Statement"]
-                   if s["Sid"] == "CaptureReadersDecryptThroughS3")
-    assert decrypt["Action"] == "kms:Decrypt"
-    bucket = "arn:aws:s3:::llm-platform-capture-111122223333-us-west-2"
-    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-west-2.amazonaws.com"},
-                                    "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket, f"{bucket}/*"]}}
 
 
 def test_data_is_retained_when_the_stack_is_deleted(storage: dict[str, Any]) -> None:

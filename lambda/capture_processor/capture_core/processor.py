@@ -243,5 +243,5 @@ def _upload_outputs(
             (conversion.quarantine.path, f"{settings.quarantine_prefix}tier={tier.value}/part-{file_id}.jsonl")
         )
     for path, key in uploads:
-        s3.upload_file(str(path), bucket, key, Config=_TRANSFER)
+        s3.upload_file(str(path), bucket, key, ExtraArgs=settings.upload_arguments or None, Config=_TRANSFER)
     return [key for _, key in uploads]

@@ -14,6 +14,8 @@ DEFAULT_REDACT = "email,phone,access_token"
 NO_REDACTION = "none"
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# A key ARN or alias ARN: what the bucket policy compares the SSE-KMS header with.
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key/[A-Za-z0-9-]+|alias/[A-Za-z0-9/_-]+)$")
 
 
 class ConfigurationError(ValueError):
@@ -26,6 +28,15 @@ class Settings:
     output_prefix: str
     quarantine_prefix: str
     redaction_rules: tuple[str, ...]
+    output_kms_key_id: str | None = None  # None: the bucket's default encryption
+
+    @property
+    def upload_arguments(self) -> dict[str, object]:
+        """boto3 ExtraArgs of every upload: SSE-KMS under the capture key (the managed transfer takes no
+        Bucket Key argument; a few outputs per source object make that a few KMS calls)."""
+        if self.output_kms_key_id is None:
+            return {}
+        return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.output_kms_key_id}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Settings:
@@ -44,11 +55,14 @@ class Settings:
             )
         rules, rule_problems = _parse_redaction_rules(environ.get("REDACT", DEFAULT_REDACT))
         problems += rule_problems
+        key_id = environ.get("OUTPUT_KMS_KEY_ID") or None
+        if key_id is not None and not _KMS_KEY_ARN.match(key_id):
+            problems.append(f"OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN, got {key_id!r}")
         if problems:
             raise ConfigurationError(
                 "capture processor configuration is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
             )
-        return cls(output_bucket, output_prefix, quarantine_prefix, rules)
+        return cls(output_bucket, output_prefix, quarantine_prefix, rules, key_id)
 
     def output_bucket_for(self, source_bucket: str) -> str:
         return self.output_bucket or source_bucket

@@ -1,0 +1,90 @@
+"""A small evaluator of the S3 bucket and KMS key policy statements this library writes, with their conditions.
+
+Moto (the rehearsal) evaluates identity policies but not conditions; these tests evaluate the conditions the
+data perimeter depends on (``aws:PrincipalArn``, ``aws:PrincipalIsAWSService``, the SSE headers, ``Null``,
+``kms:ViaService``, the encryption context) for the statement shapes it renders. It is not a general IAM
+engine: an operator or condition it does not know fails the test instead of guessing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    action: str  # e.g. s3:GetObject
+    resource: str  # e.g. arn:aws:s3:::bucket/key
+    principal_arn: str | None = None  # None: an AWS service acting as itself
+    service: str | None = None  # the service principal, e.g. logdelivery.elasticloadbalancing.amazonaws.com
+    context: Mapping[str, str] = field(default_factory=dict)  # request condition keys (headers, kms:...)
+
+    def keys(self) -> dict[str, str]:
+        keys = dict(self.context)
+        keys["aws:PrincipalIsAWSService"] = "true" if self.principal_arn is None else "false"
+        if self.principal_arn is not None:
+            keys["aws:PrincipalArn"] = self.principal_arn
+        return keys
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _matches_principal(statement: Mapping[str, Any], request: Request) -> bool:
+    principal = statement["Principal"]
+    if principal == "*" or principal == {"AWS": "*"}:
+        return True
+    if "Service" in principal:
+        return request.service in _list(principal["Service"])
+    if request.principal_arn is None:
+        return False
+    account = request.principal_arn.split(":")[4]
+    return any(arn == request.principal_arn or arn.endswith(f":{account}:root") for arn in _list(principal["AWS"]))
+
+
+def _condition(operator: str, key: str, expected: Any, keys: Mapping[str, str]) -> bool:
+    values = [str(v).lower() if isinstance(v, bool) else str(v) for v in _list(expected)]
+    if_exists = operator.endswith("IfExists")
+    base = operator.removesuffix("IfExists")
+    if base == "Null":
+        return (key not in keys) == (values[0] == "true")
+    if key not in keys:
+        # A missing key: positive operators fail, negated ones ("Not") succeed; IfExists makes both succeed.
+        return if_exists or "Not" in base
+    actual = keys[key]
+    if base in ("StringEquals", "Bool", "ArnEquals"):
+        return actual in values
+    if base in ("StringNotEquals", "ArnNotEquals"):
+        return actual not in values
+    if base in ("StringLike", "ArnLike"):
+        return any(fnmatch.fnmatchcase(actual, v) for v in values)
+    if base in ("StringNotLike", "ArnNotLike"):
+        return not any(fnmatch.fnmatchcase(actual, v) for v in values)
+    raise AssertionError(f"condition operator {operator} is not known to this evaluator")
+
+
+def _applies(statement: Mapping[str, Any], request: Request) -> bool:
+    if not _matches_principal(statement, request):
+        return False
+    if not any(fnmatch.fnmatchcase(request.action, a) for a in _list(statement["Action"])):
+        return False
+    if "Resource" in statement:
+        if not any(fnmatch.fnmatchcase(request.resource, r) for r in _list(statement["Resource"])):
+            return False
+    elif any(fnmatch.fnmatchcase(request.resource, r) for r in _list(statement["NotResource"])):
+        return False
+    keys = request.keys()
+    return all(_condition(operator, key, expected, keys)
+               for operator, block in statement.get("Condition", {}).items() for key, expected in block.items())
+
+
+def decision(statements: Sequence[Mapping[str, Any]], request: Request) -> str:
+    """``deny`` (an explicit deny applies), ``allow`` (an allow applies, no deny) or ``neutral``."""
+    applying = [s for s in statements if _applies(s, request)]
+    if any(s["Effect"] == "Deny" for s in applying):
+        return "deny"
+    return "allow" if applying else "neutral"
