@@ -14,6 +14,7 @@ Two bindings, both exact to one namespace and one service account:
 from __future__ import annotations
 
 import enum
+import re
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
@@ -27,9 +28,10 @@ from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_wr
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 ROLE_NAME_MAX = 64
+ROLE_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,64}$")  # IAM's rule for role names (ASCII only)
 
 
-class IdentityBinding(enum.Enum):
+class IdentityBinding(enum.StrEnum):
     IRSA = "irsa"
     POD_IDENTITY = "pod-identity"
 
@@ -47,7 +49,7 @@ def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluste
 
 
 def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, *, namespace: str, service_account: str,
-                            role_name: str | None = None) -> None:
+                            role_name: str | None = None, binding: object = IdentityBinding.IRSA) -> None:
     """Every rule of :class:`WorkloadIdentity`'s properties."""
     if not is_unresolved(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
         problems.add("WorkloadIdentity.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
@@ -55,10 +57,12 @@ def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, *, namespa
                                                or not DNS1123_SUBDOMAIN.match(service_account)):
         problems.add("WorkloadIdentity.BadServiceAccount", at.at("service_account"), "must be a DNS-1123 subdomain",
                      service_account)
-    if role_name is not None and not is_unresolved(role_name) and (
-            not role_name or len(role_name) > ROLE_NAME_MAX or not role_name.replace("-", "").isalnum()):
+    if role_name is not None and not is_unresolved(role_name) and not ROLE_NAME.match(role_name):
         problems.add("WorkloadIdentity.BadRoleName", at.at("role_name"),
-                     f"must be 1-{ROLE_NAME_MAX} letters, digits and '-'", role_name)
+                     f"must be 1-{ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
+    if binding not in IdentityBinding._value2member_map_ and not isinstance(binding, IdentityBinding):
+        problems.add("WorkloadIdentity.BadBinding", at.at("binding"),
+                     f"must be one of {', '.join(b.value for b in IdentityBinding)} (IdentityBinding)", binding)
 
 
 class WorkloadIdentity(Construct):
@@ -89,8 +93,10 @@ class WorkloadIdentity(Construct):
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
-        check_workload_identity(problems, namespace=namespace, service_account=service_account, role_name=role_name)
+        check_workload_identity(problems, namespace=namespace, service_account=service_account, role_name=role_name,
+                                binding=binding)
         problems.raise_if_any(f"WorkloadIdentity {self.node.path}")
+        binding = IdentityBinding(binding)  # the enum, also when given its value
         stack = Stack.of(self)
         self.namespace = namespace
         self.service_account = service_account

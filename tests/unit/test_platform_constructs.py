@@ -100,10 +100,22 @@ def test_pod_identity_binds_one_service_account(identities: dict[str, Any]) -> N
     assert association["Properties"]["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
 
 
+def test_role_names_take_every_character_iam_allows_and_bindings_their_value() -> None:
+    stack = _stack()
+    cluster = _cluster(stack)
+    WorkloadIdentity(stack, "A", cluster=cluster, namespace="ns", service_account="sa",
+                     role_name="team+llm=a,b.c@d_e-f")
+    identity = WorkloadIdentity(stack, "B", cluster=cluster, namespace="ns", service_account="sb",
+                                binding="pod-identity")
+    assert identity.binding is IdentityBinding.POD_IDENTITY and identity.association is not None
+
+
 @pytest.mark.parametrize(("kwargs", "code"), [
     ({"namespace": "Inference"}, "WorkloadIdentity.BadNamespace"),
     ({"service_account": "bad_name"}, "WorkloadIdentity.BadServiceAccount"),
     ({"role_name": "x" * 65}, "WorkloadIdentity.BadRoleName"),
+    ({"role_name": "rôle"}, "WorkloadIdentity.BadRoleName"),
+    ({"binding": "oidc"}, "WorkloadIdentity.BadBinding"),
 ])
 def test_workload_identity_validation(kwargs: dict[str, Any], code: str) -> None:
     stack = Stack(App(context=CONTEXT), "V", env=ENV)
