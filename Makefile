@@ -11,15 +11,27 @@ export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := true
 CONFIG ?= config/default.yaml
 CDK := $(CURDIR)/node_modules/.bin/cdk
+CHECKOV_VENV := $(VENV)/checkov
+LOCK_VENV := $(VENV)/pip-tools
 
 .PHONY: setup synth test lint bench bench-sidecar clean
+.PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
+# checkov has its own venv (inside .venv, so a clean checkout rebuilds it): its pins (boto3, packaging,
+# networkx) conflict with the project's. Installed from hashes only (requirements/checkov.lock).
+setup: $(CHECKOV_VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=24'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements/checkov.lock
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+		--only-binary :all: -r requirements/checkov.lock
 	touch $@
 
 node_modules/.installed: package.json package-lock.json $(VENV)/.installed
@@ -48,3 +60,14 @@ bench-sidecar: setup
 
 clean:
 	rm -rf cdk.out dist .pytest_cache
+
+## lock: regenerate the hashed lock files in requirements/ from pyproject.toml, constraints.txt and
+# requirements/checkov.in (needs the package index); review the diff like any dependency change.
+lock:
+	test -x $(LOCK_VENV)/bin/python || $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'pip==26.3' 'pip-tools==7.6.2'
+	$(LOCK_VENV)/bin/pip-compile --quiet --extra app --all-build-deps --generate-hashes --allow-unsafe \
+		--strip-extras --no-emit-index-url --no-emit-find-links -c constraints.txt \
+		-o requirements/deploy.lock pyproject.toml
+	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+		--no-emit-find-links -o requirements/checkov.lock requirements/checkov.in
