@@ -9,6 +9,7 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
 * :class:`HyperPodCluster`, :class:`InferenceOperator`: HyperPod attached to that cluster and its
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
+* :class:`GitHubDeployRole`: the role a GitHub Actions deploy job assumes (OIDC, one repository and environment);
 * :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
   the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
 
@@ -29,6 +30,7 @@ from hyperpod_inference_iac.eks_cluster import (
 )
 from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
 from hyperpod_inference_iac.external_dns import ExternalDns, external_dns_release
+from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, check_github_deploy_role
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
 from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup, LocalStorageStrategy, check_gpu_node_group
 from hyperpod_inference_iac.helm import HelmRelease
@@ -74,6 +76,7 @@ __all__ = [
     "DeepHealthCheck",
     "EndpointDomain",
     "ExternalDns",
+    "GitHubDeployRole",
     "GpuNodeGroup",
     "HelmRelease",
     "HuggingFaceTokenSync",
@@ -101,6 +104,7 @@ __all__ = [
     "bucket_arn",
     "check_capture_pipeline",
     "check_capture_storage",
+    "check_github_deploy_role",
     "check_endpoint_domain",
     "check_existing_vpc",
     "check_gpu_node_group",

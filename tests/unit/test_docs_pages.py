@@ -16,7 +16,7 @@ from tests.support.synth import REPO
 
 def _page_name(name: str) -> str:
     """CaptureStorage -> capture-storage, HyperPodCluster -> hyperpod-cluster (the pages' file names)."""
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name.replace("HyperPod", "Hyperpod")).lower()
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name.replace("HyperPod", "Hyperpod").replace("GitHub", "Github")).lower()
     return words
 
 
