@@ -746,6 +746,25 @@ def function_runtimes(resolver: Resolver) -> list[FunctionRuntime]:
     return found
 
 
+def checkout_import_path(repo: Path, folder: Path) -> Path:
+    """A folder for PYTHONPATH that makes ``import hyperpod_inference_iac`` (and its subpackages) this checkout's
+    code, as pyproject's package-dir maps it. The venv's editable install may point at another checkout (git
+    worktrees sharing one venv); its finder comes after PYTHONPATH, so the synth then rehearses this checkout."""
+    import tomllib
+
+    mapping = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, source in sorted(mapping.items(), key=lambda item: item[0].count(".")):
+        target = folder.joinpath(*package.split("."))
+        if target.is_symlink():
+            target.unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in (repo / source).iterdir():
+            link = target / entry.name
+            if not link.exists() and entry.name != "__pycache__":
+                link.symlink_to(entry)
+    return folder
+
+
 def split_s3_uri(uri: str) -> tuple[str, str]:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     return bucket, prefix
