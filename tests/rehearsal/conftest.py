@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.sidecar import conftest as sidecar_tests
 from tests.sidecar.conftest import Sidecar, wait_for_port
 from tests.support.rehearsal import (
     ContainerRuntime,
@@ -33,7 +35,6 @@ from tests.support.rehearsal import (
 from tests.support.synth import REPO, Assembly, run_cdk_synth
 
 HERE = Path(__file__).parent
-STANDIN_SCRIPT = REPO / "tests" / "sidecar" / "standin_server.py"
 # Seconds each shared piece took, printed at the end of the run (docs/rehearsal.md quotes them).
 TIMINGS: dict[str, float] = {}
 
@@ -92,21 +93,22 @@ class AwsCli:
                    f"{venv}/bin/python install --quiet --disable-pip-version-check --no-compile {awscli_pin()}")
             with self.log.open("wb") as log:
                 self.process = subprocess.Popen(["/bin/sh", "-c", pip], stdout=log, stderr=subprocess.STDOUT)
+            threading.Thread(target=self._time_build, args=(self.process,), daemon=True).start()
         else:
             self.bin.mkdir(parents=True)
             shim = self.bin / "aws"
             shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m awscli "$@"\n')
             shim.chmod(0o755)
 
+    def _time_build(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        TIMINGS[f"awscli venv ({awscli_pin()}, built while the synth runs)"] = time.monotonic() - self.started
+
     def ready(self) -> Path:
         """The folder holding `aws`; skips the test if the CLI could not be installed."""
-        if self.process is not None:
-            code = self.process.wait(timeout=600)
-            TIMINGS.setdefault(f"awscli venv ({awscli_pin()}, parallel to the synth)",
-                               time.monotonic() - self.started)
-            if code != 0:
-                pytest.skip(f"the AWS CLI is not installed and its venv could not be built ({awscli_pin()}, "
-                            f"see tests/rehearsal/NEW_DEV_DEPENDENCIES.txt):\n{self.log.read_text()[-2000:]}")
+        if self.process is not None and self.process.wait(timeout=600) != 0:
+            pytest.skip(f"the AWS CLI is not installed and its venv could not be built ({awscli_pin()}, "
+                        f"see tests/rehearsal/NEW_DEV_DEPENDENCIES.txt):\n{self.log.read_text()[-2000:]}")
         return self.bin
 
 
@@ -153,17 +155,8 @@ def rehearsal(moto_server: MotoServer, assembly: Assembly, platform: Platform) -
     return loaded
 
 
-@pytest.fixture(scope="session")
-def standin_port() -> Iterator[int]:
-    """The stand-in model server (tests/sidecar/standin_server.py) on loopback."""
-    port = free_loopback_port()
-    process = subprocess.Popen([sys.executable, str(STANDIN_SCRIPT), str(port)], stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, process)
-        yield port
-    finally:
-        process.kill()
-        process.wait()
+# The stand-in model server of the sidecar's own tests (tests/sidecar/standin_server.py), a fixture here too.
+standin_port = sidecar_tests.standin_port
 
 
 def base_environment(home: Path) -> dict[str, str]:
