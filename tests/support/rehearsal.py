@@ -722,6 +722,14 @@ class FunctionRuntime:
     handler: str
     environment: dict[str, str]
     queue_arns: list[str]
+    code_key: str | None  # the S3 key of its code asset (None: inline code)
+
+    def code_folder(self, cdk_out: Path) -> Path:
+        """The staged asset in the cloud assembly: exactly the code the template deploys."""
+        assets = json.loads((cdk_out / f"{self.stack}.assets.json").read_text())["files"].values()
+        [asset] = [a for a in assets if any(d["objectKey"] == self.code_key for d in a["destinations"].values())]
+        assert asset["source"].get("packaging") == "zip", asset
+        return cdk_out / asset["source"]["path"]
 
 
 def function_runtimes(resolver: Resolver) -> list[FunctionRuntime]:
@@ -740,9 +748,11 @@ def function_runtimes(resolver: Resolver) -> list[FunctionRuntime]:
             role = resolver.resolve(stack, properties["Role"])
         except Unresolvable:
             continue  # a provider framework's function; not a runtime of this project
+        code_key = properties.get("Code", {}).get("S3Key")
         found.append(FunctionRuntime(stack, logical_id, role, properties.get("Handler", ""),
                                      {k: str(v) for k, v in variables.items()},
-                                     [arn for arn in sources.get((stack, logical_id), []) if ":sqs:" in arn]))
+                                     [arn for arn in sources.get((stack, logical_id), []) if ":sqs:" in arn],
+                                     resolver.resolve(stack, code_key) if code_key else None))
     return found
 
 
