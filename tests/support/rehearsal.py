@@ -453,6 +453,7 @@ class Created:
     aliases: dict[str, str] = field(default_factory=dict)  # alias name -> key ARN
     queues: dict[str, str] = field(default_factory=dict)  # queue ARN -> URL in moto
     bucket_policies: dict[str, dict[str, Any]] = field(default_factory=dict)  # bucket -> resolved, whole
+    key_policies: dict[str, dict[str, Any]] = field(default_factory=dict)  # key ARN -> resolved (moto stores only)
     not_carried: list[str] = field(default_factory=list)
 
 
@@ -509,6 +510,7 @@ class Rehearsal:
             policy = resource.get("Properties", {}).get("KeyPolicy")
             if policy:  # stored, never evaluated by moto
                 document, _ = resolver.policy(stack, policy, where=f"{stack}/{logical_id} key policy")
+                created.key_policies[resolver.keys[(stack, logical_id)][1]] = document
                 kms.put_key_policy(KeyId=resolver.keys[(stack, logical_id)][0], PolicyName="default",
                                    Policy=json.dumps(document))
         for stack, _, resource in resolver.resources("AWS::KMS::Alias"):
@@ -650,21 +652,31 @@ class Rehearsal:
         """A key id, key ARN, alias name or alias ARN as the key ARN policies name (resolved by moto's KMS)."""
         return self.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["Arn"]
 
-    def resource_policy_grants(self, principal_arn: str) -> list[dict[str, Any]]:
-        """The statements of the templates' bucket policies that name this principal, as identity-policy
-        statements (no Principal). In one account an allow in either the bucket policy or the caller's identity
-        policy suffices, so this emulates what moto cannot express: a grant through a resource policy.
-        Conditions are kept (moto ignores them) and listed by the caller if it cares."""
-        grants = []
-        for bucket, document in self.created.bucket_policies.items():
+    def resource_policy_grants(self, principal_arn: str) -> dict[str, list[dict[str, Any]]]:
+        """The statements of the templates' bucket and key policies that name this principal, as identity-policy
+        statements (no Principal), by bucket name or key ARN. In one account an allow in either the resource
+        policy or the caller's identity policy suffices, so a test may attach them to the principal to emulate
+        what moto cannot express: a grant through a resource policy. Conditions stay (moto ignores them)."""
+        grants: dict[str, list[dict[str, Any]]] = {}
+        for resource, document in [*self.created.bucket_policies.items(), *self.created.key_policies.items()]:
             for statement in document["Statement"]:
-                if "NotPrincipal" in statement or "NotResource" in statement or "NotAction" in statement:
-                    raise AssertionError(f"bucket policy of {bucket}: {statement} cannot be emulated")
                 principals = statement.get("Principal", {})
                 named = _as_list(principals.get("AWS", [])) if isinstance(principals, dict) else [principals]
-                if principal_arn in named:
-                    grants.append({k: v for k, v in statement.items() if k != "Principal"})
+                if "NotPrincipal" in statement or (principal_arn in named and {"NotResource", "NotAction"} & set(
+                        statement)):
+                    raise AssertionError(f"policy of {resource}: {statement} cannot be emulated")
+                if principal_arn not in named:
+                    continue
+                grants.setdefault(resource, []).append({k: v for k, v in statement.items() if k != "Principal"})
         return grants
+
+    @staticmethod
+    def statements_allow(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+        """moto's evaluator on a list of statements (an emulated grant), as for `identity_allows`."""
+        from moto.iam.access_control import IAMPolicy, PermissionResult
+
+        document = json.dumps({"Version": "2012-10-17", "Statement": statements})
+        return IAMPolicy(document).is_action_permitted(action, resource) == PermissionResult.PERMITTED
 
 
 # ------------------------------------------------------------------------------------------------ the runtimes
