@@ -67,14 +67,19 @@ def test_a_sidecar_pointed_at_another_workloads_prefix_is_refused(
     bucket, _ = split_s3_uri(runtime.env["CAPTURE_S3_URI"])
     [processor] = [f for f in function_runtimes(rehearsal.resolver) if "OUTPUT_PREFIX" in f.environment]
     elsewhere = f"s3://{bucket}/{processor.environment['OUTPUT_PREFIX']}"
+    before = _keys(rehearsal, bucket, processor.environment["OUTPUT_PREFIX"])
     sidecar = start_sidecar(rehearsal, runtime, rehearsal.credentials(runtime.role_arn), standin_port, tmp_path,
                             CAPTURE_S3_URI=elsewhere)
     try:
         _assert_refused(sidecar, int(runtime.env["BATCH_SIZE"]))
     finally:
         sidecar.terminate()
-    written = rehearsal.client("s3").list_objects_v2(Bucket=bucket, Prefix=processor.environment["OUTPUT_PREFIX"])
-    assert [item["Key"] for item in written.get("Contents", []) if item["Key"].endswith(".jsonl")] == []
+    assert _keys(rehearsal, bucket, processor.environment["OUTPUT_PREFIX"]) == before
+
+
+def _keys(rehearsal: Rehearsal, bucket: str, prefix: str) -> set[str]:
+    listed = rehearsal.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return {item["Key"] for item in listed.get("Contents", [])}
 
 
 def test_a_sidecar_whose_role_lacks_the_put_grant_is_refused(

@@ -1,0 +1,69 @@
+"""The loader itself: everything the templates grant reaches moto, nothing a rehearsed runtime depends on is left
+out, every role a manifest or function names exists, and the intrinsics it resolves resolve as CloudFormation
+would. A loader that dropped a grant would make the rehearsal refuse for the wrong reason; one that dropped a role
+would make it pass by rehearsing nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.rehearsal import Rehearsal, Resolver, Unresolvable, container_runtimes, function_runtimes
+from tests.support.synth import Assembly
+
+pytestmark = [pytest.mark.xdist_group("rehearsal"), pytest.mark.slow]
+
+
+def test_every_role_and_identity_policy_of_the_templates_is_in_moto(rehearsal: Rehearsal, assembly: Assembly) -> None:
+    templates_roles = sum(1 for t in assembly.templates.values() for r in t["Resources"].values()
+                          if r["Type"] == "AWS::IAM::Role")
+    assert len(rehearsal.created.roles) == templates_roles
+    iam = rehearsal.client("iam")
+    for spec in rehearsal.created.roles.values():
+        in_moto = iam.list_role_policies(RoleName=spec.name)["PolicyNames"]
+        assert sorted(in_moto) == sorted(name for name, doc in spec.inline.items() if doc["Statement"]), spec.name
+        for name in in_moto:
+            stored = iam.get_role_policy(RoleName=spec.name, PolicyName=name)["PolicyDocument"]
+            assert stored["Statement"] == spec.inline[name]["Statement"], f"{spec.name}/{name}"
+
+
+def test_every_role_a_runtime_runs_under_is_a_role_of_the_templates(rehearsal: Rehearsal,
+                                                                     assembly: Assembly) -> None:
+    """The cluster's way of finding a role (the service account's IRSA annotation) must name a role the templates
+    create, with nothing of it left out by the loader (no statement dropped, no AWS managed policy it needs)."""
+    named = {runtime.role_arn for runtime in container_runtimes(assembly.manifests) if runtime.role_arn}
+    named |= {function.role_arn for function in function_runtimes(rehearsal.resolver) if function.queue_arns}
+    assert named
+    for arn in named:
+        spec = rehearsal.role(arn)
+        assert spec.aws_managed == [], f"{arn}: permissions from AWS managed policies cannot be rehearsed"
+        assert [entry for entry in spec.dropped if " trust: " not in entry] == [], arn
+
+
+def test_the_resolver_resolves_like_cloudformation() -> None:
+    templates = {
+        "a": {"Conditions": {"IsAws": {"Fn::Equals": [{"Ref": "AWS::Partition"}, "aws"]}},
+              "Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "named-bucket"}},
+                            "Unnamed": {"Type": "AWS::S3::Bucket"},
+                            "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}},
+                            "Claims": {"Type": "Custom::AWSCDKCfnJson"}},
+              "Outputs": {"Out": {"Value": {"Fn::GetAtt": ["Bucket", "Arn"]}, "Export": {"Name": "a:BucketArn"}}}},
+        "b": {"Resources": {}},
+    }
+    resolver = Resolver(templates, account="111122223333", region="us-west-2")
+    assert resolver.resolve("b", {"Fn::ImportValue": "a:BucketArn"}) == "arn:aws:s3:::named-bucket"
+    assert resolver.resolve("a", {"Fn::Sub": "${Bucket}/${AWS::Region}/${!Literal}"}) == (
+        "named-bucket/us-west-2/${Literal}")
+    assert resolver.resolve("a", {"Fn::If": ["IsAws", "yes", "no"]}) == "yes"
+    assert resolver.resolve("a", ["x", {"Ref": "AWS::NoValue"}]) == ["x"]
+    assert resolver.resolve("a", {"Fn::Select": [1, {"Fn::Split": ["/", "p/q/r"]}]}) == "q"
+    assert resolver.resolve("a", {"Fn::GetAtt": ["Role", "Arn"]}) == "arn:aws:iam::111122223333:role/a-Role"
+    assert resolver.resolve("a", {"Ref": "Unnamed"}) == "a-unnamed"
+    with pytest.raises(Unresolvable):
+        resolver.resolve("a", {"Fn::GetAtt": ["Claims", "Value"]})
+    trust, dropped = resolver.policy("a", {"Statement": [
+        {"Effect": "Allow", "Action": "sts:AssumeRoleWithWebIdentity",
+         "Condition": {"StringEquals": {"Fn::GetAtt": ["Claims", "Value"]}}}]}, where="trust")
+    assert trust["Statement"] == [{"Effect": "Allow", "Action": "sts:AssumeRoleWithWebIdentity"}] and dropped
+    with pytest.raises(Unresolvable):  # dropping a deny would allow more: never silently
+        resolver.policy("a", {"Statement": [{"Effect": "Deny", "Action": "*",
+                                             "Resource": {"Fn::GetAtt": ["Claims", "Value"]}}]}, where="x")
