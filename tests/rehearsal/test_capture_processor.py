@@ -175,3 +175,24 @@ def test_a_processor_writing_elsewhere_is_refused_and_reports_the_message(
     assert answer == {"batchItemFailures": [{"itemIdentifier": "refused-1"}]}, log
     assert "AccessDenied" in log
     assert keys(rehearsal, sidecar_batch.bucket, "published/") == []
+
+
+def test_an_event_of_a_versioned_bucket_is_read_by_version_under_its_role(
+    rehearsal: Rehearsal, assembly: Assembly, processor: FunctionRuntime, sidecar_batch: SidecarBatch,
+    processed: dict[str, Any], tmp_path: Path
+) -> None:
+    """S3's notifications for a versioned bucket carry the object's versionId (moto's do not): the handler then
+    reads that version, s3:GetObjectVersion in IAM, which its role must allow as well."""
+    version = rehearsal.client("s3").head_object(Bucket=sidecar_batch.bucket, Key=processed["seeded"])["VersionId"]
+    record = {"eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+              "s3": {"bucket": {"name": sidecar_batch.bucket},
+                     "object": {"key": processed["seeded"], "versionId": version}}}
+    message = {"MessageId": "versioned-1", "ReceiptHandle": "none", "Body": json.dumps({"Records": [record]}),
+               "MD5OfBody": ""}
+    offset = rehearsal.server.log_offset()
+    answer, log = invoke(rehearsal, processor, assembly, sqs_event([message], processor.queue_arns[0],
+                                                                   rehearsal.region), tmp_path)
+    assert answer == {"batchItemFailures": []}, log
+    reads = [(target, status) for method, target, status in rehearsal.server.requests_since(offset)
+             if method == "GET" and f"versionId={version}" in target]
+    assert reads and all(status == 200 for _, status in reads), reads

@@ -416,6 +416,18 @@ class MotoServer:
         finally:
             self.enforce(was)
 
+    def log_offset(self) -> int:
+        return self.log_path.stat().st_size
+
+    def requests_since(self, offset: int) -> list[tuple[str, str, int]]:
+        """(method, path with query, status) of every request the server logged since `offset`: what a runtime
+        really asked, for the checks moto cannot make itself (a condition on s3:prefix, say)."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            text = re.sub(r"\x1b\[[0-9;]*m", "", log.read().decode(errors="replace"))
+        return [(method, path, int(status)) for method, path, status in
+                re.findall(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})', text)]
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
