@@ -35,8 +35,17 @@ from tests.support.rehearsal import (
 from tests.support.synth import REPO, Assembly, run_cdk_synth
 
 HERE = Path(__file__).parent
-# Seconds each shared piece took, printed at the end of the run (docs/rehearsal.md quotes them).
+# Seconds each shared piece took, printed at the end of the run. Under xdist the worker writes them to a file in
+# the run's base temp folder, where the controller (which prints the summary) finds them.
 TIMINGS: dict[str, float] = {}
+TIMINGS_FILE = "rehearsal-timings.json"
+_timings_path: list[Path] = []
+
+
+def record_timing(name: str, seconds: float) -> None:
+    TIMINGS[name] = seconds
+    if _timings_path:
+        _timings_path[0].write_text(json.dumps(TIMINGS))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,10 +54,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("rehearsal"))  # one worker: one synth, one moto server
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    if TIMINGS:
+def pytest_terminal_summary(terminalreporter, config) -> None:  # type: ignore[no-untyped-def]
+    timings = dict(TIMINGS)
+    factory = getattr(config, "_tmp_path_factory", None)
+    if not timings and factory is not None and (factory.getbasetemp() / TIMINGS_FILE).is_file():
+        timings = json.loads((factory.getbasetemp() / TIMINGS_FILE).read_text())
+    if timings:
         terminalreporter.section("rehearsal timings")
-        for name, seconds in TIMINGS.items():
+        for name, seconds in timings.items():
             terminalreporter.write_line(f"{name}: {seconds:.1f} s")
 
 
@@ -102,7 +115,7 @@ class AwsCli:
 
     def _time_build(self, process: subprocess.Popen[bytes]) -> None:
         process.wait()
-        TIMINGS[f"awscli venv ({awscli_pin()}, built while the synth runs)"] = time.monotonic() - self.started
+        record_timing(f"awscli venv ({awscli_pin()}, built while the synth runs)", time.monotonic() - self.started)
 
     def ready(self) -> Path:
         """The folder holding `aws`; skips the test if the CLI could not be installed."""
@@ -114,6 +127,8 @@ class AwsCli:
 
 @pytest.fixture(scope="session")
 def _awscli_build(tmp_path_factory: pytest.TempPathFactory) -> AwsCli:
+    base = tmp_path_factory.getbasetemp()
+    _timings_path[:] = [(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / TIMINGS_FILE]
     return AwsCli(tmp_path_factory.mktemp("awscli"))
 
 
@@ -134,7 +149,7 @@ def assembly(tmp_path_factory: pytest.TempPathFactory, _awscli_build: AwsCli) ->
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
         result = run_cdk_synth(outdir)
     assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
-    TIMINGS["cdk synth of the default app"] = time.monotonic() - started
+    record_timing("cdk synth of the default app", time.monotonic() - started)
     return Assembly(outdir)
 
 
@@ -151,7 +166,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory, platform: Platform) ->
 def rehearsal(moto_server: MotoServer, assembly: Assembly, platform: Platform) -> Rehearsal:
     started = time.monotonic()
     loaded = Rehearsal(moto_server, assembly.templates, account=platform.account, region=platform.region)
-    TIMINGS["templates loaded into moto"] = time.monotonic() - started
+    record_timing("templates loaded into moto", time.monotonic() - started)
     return loaded
 
 
@@ -292,6 +307,6 @@ def sidecar_batch(rehearsal: Rehearsal, assembly: Assembly, standin_port: int,
     s3 = rehearsal.client("s3")
     keys = sorted(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
     records = sum(len(s3.get_object(Bucket=bucket, Key=key)["Body"].read().splitlines()) for key in keys)
-    TIMINGS["capture sidecar: start, one batch, drain"] = time.monotonic() - started
+    record_timing("capture sidecar: start, one batch, drain", time.monotonic() - started)
     return SidecarBatch(runtime, sidecar.env, bucket, prefix, keys, records, requests, metrics, exit_code,
                         sidecar.log())

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.rehearsal.conftest import TIMINGS, SidecarBatch, base_environment
+from tests.rehearsal.conftest import SidecarBatch, base_environment, record_timing
 from tests.support.rehearsal import FunctionRuntime, Rehearsal, function_runtimes
 from tests.support.synth import Assembly
 
@@ -107,7 +107,7 @@ def processed(rehearsal: Rehearsal, assembly: Assembly, processor: FunctionRunti
             seen |= announced_keys(message)
             if message["MessageId"] not in failed:  # ReportBatchItemFailures: only the successes are deleted
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-    TIMINGS["capture processor: notifications, invocations"] = time.monotonic() - started
+    record_timing("capture processor: notifications, invocations", time.monotonic() - started)
     return {"expected": expected, "seen": seen, "answers": answers, "logs": "\n".join(logs), "seeded": seeded}
 
 

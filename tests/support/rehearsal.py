@@ -2,27 +2,34 @@
 
 Every `AWS::IAM::Role` of every stack is created with its trust policy and every identity policy attached to it
 (`AWS::IAM::Policy`, `AWS::IAM::ManagedPolicy`, the role's own `Policies`), with intrinsics resolved (`Ref`,
-`Fn::GetAtt`, `Fn::Join`, `Fn::Sub`, `Fn::Select`, `Fn::Split`, `Fn::ImportValue` through the exporting stack's
-`Outputs`, pseudo parameters); the KMS keys and aliases, S3 buckets (versioning, default encryption, the
-notifications of `Custom::S3BucketNotifications`) and SQS queues of the templates are created too. A runtime then
-gets temporary credentials of its own role (sts:AssumeRole) and talks real HTTP to the server. Nothing here names a
-logical id: the loader reads whatever the templates contain, and runtimes find their role the way the cluster does
-(a service account's ``eks.amazonaws.com/role-arn``, a function's ``Role``).
+`Fn::GetAtt`, `Fn::Join`, `Fn::Sub`, `Fn::Select`, `Fn::Split`, `Fn::If`, `Fn::ImportValue` through the exporting
+stack's `Outputs`, pseudo parameters); the KMS keys and aliases, S3 buckets (versioning, default encryption, the
+bucket policies' unconditioned statements, the notifications of `Custom::S3BucketNotifications`) and SQS queues
+of the templates are created too. A runtime then gets temporary credentials of its own role (sts:AssumeRole) and
+talks real HTTP to the server. Nothing here names a logical id: the loader reads whatever the templates contain,
+and runtimes find their role the way the cluster does (a service account's ``eks.amazonaws.com/role-arn``, a
+function's ``Role``).
 
-What moto 5.2 enforces, and what it does not (evidence in docs/rehearsal.md):
+What moto 5.2 enforces, and what it does not (docs/rehearsal.md has the places in moto's source, and
+tests/rehearsal/test_what_moto_enforces.py pins each point on the rehearsal's own server):
 
-* identity policies of IAM users and assumed roles: actions and resources, for S3 with the IAM action names
-  (ListObjectsV2 is ``s3:ListBucket``, HeadObject is ``s3:GetObject``) and object/bucket ARNs; for SQS and IAM with
-  the resource's ARN; for KMS (and most other services) only against resource ``*``, so a key-scoped grant is refused:
-  KMS is checked here with moto's own evaluator against the key's ARN instead (`Rehearsal.identity_allows`);
-* no condition of any identity policy (every condition passes, whatever it says);
-* no resource policy grants anything to an authenticated caller (bucket, key and queue policies); a bucket policy's
-  statements are applied, without principal and without conditions, as a gate on object requests, so the loader
-  installs only a bucket policy's statements without a condition (a ``Deny`` for insecure transport would refuse
-  everything); `resource_policy_grants` lets a test emulate a same-account grant as an identity policy;
-* no KMS call when S3 encrypts with SSE-KMS (any key id is accepted, even one that does not exist);
-* trust policies only on sts:AssumeRole while enforcement is on, where a ``Service`` or ``Federated`` principal makes
-  moto fail with HTTP 500; roles are therefore assumed with enforcement paused, and trust is not rehearsed.
+* identity policies of IAM users and assumed roles, with IAM's action names for S3 (ListObjectsV2 is
+  ``s3:ListBucket``, HeadObject ``s3:GetObject``, a GET by version ``s3:GetObjectVersion``) and object/bucket ARNs;
+  with the resource's ARN for SQS (not GetQueueUrl), IAM and STS; **against resource ``*`` only for every other
+  service**, KMS included, so a key-scoped grant is refused by the server;
+* **no condition** of any policy (every condition passes, whatever it says; an impossible Deny still denies);
+* **no resource policy** grants anything to an authenticated caller (bucket, key, queue policies); a bucket policy's
+  statements are applied, without principal and without conditions, as a gate on object requests, hence only its
+  statements without a condition are installed;
+* **no KMS call when S3 encrypts with SSE-KMS** (any key id is accepted, even one that does not exist);
+* trust policies only on sts:AssumeRole with enforcement on, and a ``Service`` or ``Federated`` principal makes
+  moto fail with HTTP 500: roles are assumed with enforcement paused for that call, and trust is not rehearsed.
+
+What the rehearsal checks in moto's place, with moto's own evaluator (`moto.iam.access_control.IAMPolicy`) or its
+request log: the KMS calls S3 makes for a runtime, against the key's ARN (`Rehearsal.identity_allows`); the
+``s3:prefix`` a runtime really listed (`MotoServer.requests_since`); a grant of a bucket or key policy to a
+principal that is not a role of the templates, emulated as its identity policy (`Rehearsal.resource_policy_grants`:
+in one account an allow on either side suffices). Conditions stay unproven, and so do trust and key policies.
 """
 
 from __future__ import annotations
