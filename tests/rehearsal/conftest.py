@@ -1,7 +1,8 @@
-"""The rehearsal's shared pieces, once per session: one real `cdk synth` of the default app, one moto server
-(its own process, IAM enforcement on after the set-up) holding what the templates create, one stand-in model
-server, and an AWS CLI for the NVMe loaders' shell scripts (built in a venv of its own while the synth runs,
-unless awscli is installed already). docs/rehearsal.md says what this proves and what it cannot."""
+"""The rehearsal's shared pieces, once per session (every module is in the xdist group "rehearsal", so one worker
+runs them all): one real `cdk synth` of the default app, one moto server (its own process, IAM enforcement on
+after the set-up) holding what the templates create, one stand-in model server, and an AWS CLI for the NVMe
+loaders' shell scripts (built in a venv of its own while the synth runs, unless awscli is installed already).
+docs/rehearsal.md says what this proves and what it cannot."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -46,12 +48,6 @@ def record_timing(name: str, seconds: float) -> None:
     TIMINGS[name] = seconds
     if _timings_path:
         _timings_path[0].write_text(json.dumps(TIMINGS))
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if Path(item.fspath).is_relative_to(HERE):
-            item.add_marker(pytest.mark.xdist_group("rehearsal"))  # one worker: one synth, one moto server
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:  # type: ignore[no-untyped-def]
@@ -105,7 +101,8 @@ class AwsCli:
             pip = (f"{sys.executable} -m venv --without-pip {venv} && {sys.executable} -m pip --python "
                    f"{venv}/bin/python install --quiet --disable-pip-version-check --no-compile {awscli_pin()}")
             with self.log.open("wb") as log:
-                self.process = subprocess.Popen(["/bin/sh", "-c", pip], stdout=log, stderr=subprocess.STDOUT)
+                self.process = subprocess.Popen(["/bin/sh", "-c", pip], stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)  # its own group: ended whole if unused
             threading.Thread(target=self._time_build, args=(self.process,), daemon=True).start()
         else:
             self.bin.mkdir(parents=True)
@@ -126,10 +123,14 @@ class AwsCli:
 
 
 @pytest.fixture(scope="session")
-def _awscli_build(tmp_path_factory: pytest.TempPathFactory) -> AwsCli:
+def _awscli_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsCli]:
     base = tmp_path_factory.getbasetemp()
     _timings_path[:] = [(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / TIMINGS_FILE]
-    return AwsCli(tmp_path_factory.mktemp("awscli"))
+    build = AwsCli(tmp_path_factory.mktemp("awscli"))
+    yield build
+    if build.process is not None and build.process.poll() is None:  # no loader test waited for it
+        os.killpg(build.process.pid, signal.SIGTERM)
+        build.process.wait()
 
 
 @pytest.fixture(scope="session")
