@@ -67,3 +67,26 @@ def test_the_resolver_resolves_like_cloudformation() -> None:
     with pytest.raises(Unresolvable):  # dropping a deny would allow more: never silently
         resolver.policy("a", {"Statement": [{"Effect": "Deny", "Action": "*",
                                              "Resource": {"Fn::GetAtt": ["Claims", "Value"]}}]}, where="x")
+
+
+def test_the_resource_policy_emulation_decides_what_applies_to_the_principal() -> None:
+    """The shapes a capture bucket or key policy may take (an allowlist among them): a deny for insecure transport
+    does not apply to a TLS request, an allowlist deny does not apply to a principal on the list and does to one
+    off it, a grant with a condition on the request itself is kept as if it held, an undecidable deny stops."""
+    from tests.support.rehearsal import _conditions_hold, _names_principal, request_context
+
+    reader, other = "arn:aws:iam::111122223333:role/ml-analysts", "arn:aws:iam::111122223333:role/other"
+    context = request_context(reader, "111122223333")
+    assert _conditions_hold({"Bool": {"aws:SecureTransport": "false"}}, context) is False
+    assert _conditions_hold({"Bool": {"aws:SecureTransport": False}}, context) is False
+    assert _conditions_hold({"NumericLessThan": {"s3:TlsVersion": 1.2}}, context) is False
+    assert _conditions_hold({"StringNotLike": {"aws:PrincipalArn": [reader]}}, context) is False
+    assert _conditions_hold({"StringNotLike": {"aws:PrincipalArn": [other]}}, context) is True
+    assert _conditions_hold({"StringLike": {"kms:ViaService": "s3.*"}}, context) is None
+    assert _conditions_hold({"StringLikeIfExists": {"s3:prefix": "curated/*"}}, context) is True
+    assert _names_principal({"Effect": "Deny", "NotPrincipal": {"AWS": [reader]}}, reader) is False
+    assert _names_principal({"Effect": "Deny", "NotPrincipal": {"AWS": [other]}}, reader) is True
+    root = {"AWS": "arn:aws:iam::111122223333:root"}
+    assert _names_principal({"Effect": "Allow", "Principal": root}, reader) is False
+    assert _names_principal({"Effect": "Deny", "Principal": root}, reader) is True
+    assert _names_principal({"Effect": "Allow", "Principal": {"AWS": [reader]}}, reader) is True

@@ -35,6 +35,7 @@ in one account an allow on either side suffices). Conditions stay unproven, and 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -672,21 +673,29 @@ class Rehearsal:
         return self.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["Arn"]
 
     def resource_policy_grants(self, principal_arn: str) -> dict[str, list[dict[str, Any]]]:
-        """The statements of the templates' bucket and key policies that name this principal, as identity-policy
-        statements (no Principal), by bucket name or key ARN. In one account an allow in either the resource
-        policy or the caller's identity policy suffices, so a test may attach them to the principal to emulate
-        what moto cannot express: a grant through a resource policy. Conditions stay (moto ignores them)."""
+        """What the templates' bucket and key policies say to this principal, as identity-policy statements (no
+        Principal, no Condition), by bucket name or key ARN. In one account an allow in either the resource policy
+        or the caller's identity policy suffices, and an explicit deny in either refuses, so a test may attach these
+        to the principal to emulate what moto cannot express. A statement applies when it names the principal
+        (``Principal`` or, by leaving it out, ``NotPrincipal``; ``*``), and its conditions are decided for the
+        principal's own request over TLS (`request_context`). An ``Allow`` whose conditions name keys of the
+        request itself (``kms:ViaService``, ``s3:prefix``, ...) is kept as if they held; such a ``Deny`` stops
+        the emulation, as do ``NotResource`` and ``NotAction``."""
+        context = request_context(principal_arn, self.account)
         grants: dict[str, list[dict[str, Any]]] = {}
         for resource, document in [*self.created.bucket_policies.items(), *self.created.key_policies.items()]:
             for statement in document["Statement"]:
-                principals = statement.get("Principal", {})
-                named = _as_list(principals.get("AWS", [])) if isinstance(principals, dict) else [principals]
-                if "NotPrincipal" in statement or (principal_arn in named and {"NotResource", "NotAction"} & set(
-                        statement)):
-                    raise AssertionError(f"policy of {resource}: {statement} cannot be emulated")
-                if principal_arn not in named:
+                if not _names_principal(statement, principal_arn):
                     continue
-                grants.setdefault(resource, []).append({k: v for k, v in statement.items() if k != "Principal"})
+                if {"NotResource", "NotAction"} & set(statement):
+                    raise AssertionError(f"policy of {resource}: {statement} cannot be emulated")
+                holds = _conditions_hold(statement.get("Condition", {}), context)
+                if holds is None and statement["Effect"] == "Deny":
+                    raise AssertionError(f"policy of {resource}: cannot decide whether {statement} applies")
+                if holds is False:
+                    continue
+                grants.setdefault(resource, []).append(
+                    {k: v for k, v in statement.items() if k not in ("Principal", "NotPrincipal", "Condition")})
         return grants
 
     @staticmethod
@@ -696,6 +705,55 @@ class Rehearsal:
 
         document = json.dumps({"Version": "2012-10-17", "Statement": statements})
         return IAMPolicy(document).is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+
+def request_context(principal_arn: str, account: str) -> dict[str, str]:
+    """The condition keys known for a request of a role's session over TLS 1.2+, in the principal's account."""
+    return {"aws:PrincipalArn": principal_arn, "aws:PrincipalAccount": account, "aws:ResourceAccount": account,
+            "aws:SecureTransport": "true", "s3:TlsVersion": "1.3", "aws:PrincipalType": "AssumedRole"}
+
+
+def _names_principal(statement: dict[str, Any], principal_arn: str) -> bool:
+    account_root = f"{principal_arn.split(':role/')[0]}:root"
+    if "NotPrincipal" in statement:
+        excluded = statement["NotPrincipal"]
+        listed = _as_list(excluded.get("AWS", [])) if isinstance(excluded, dict) else [excluded]
+        return principal_arn not in listed and account_root not in listed
+    principal = statement.get("Principal", {})
+    listed = _as_list(principal.get("AWS", [])) if isinstance(principal, dict) else [principal]
+    # An account's root in a resource policy delegates to that account's IAM: a deny reaches everyone in it,
+    # an allow grants nobody by itself.
+    return "*" in listed or principal_arn in listed or (statement["Effect"] == "Deny" and account_root in listed)
+
+
+def _conditions_hold(condition: dict[str, Any], context: Mapping[str, str]) -> bool | None:
+    """IAM's answer for a condition block given the known keys; None when it needs a key not known."""
+    results = []
+    for operator, block in condition.items():
+        base = operator.removesuffix("IfExists")
+        for key, expected in block.items():
+            values = [str(value).lower() if isinstance(value, bool) else str(value) for value in _as_list(expected)]
+            if key not in context:
+                if operator.endswith("IfExists"):
+                    continue
+                return None
+            actual = context[key]
+            if base in ("StringEquals", "ArnEquals", "Bool"):
+                results.append(actual in values)
+            elif base in ("StringNotEquals", "ArnNotEquals"):
+                results.append(actual not in values)
+            elif base in ("StringLike", "ArnLike"):
+                results.append(any(fnmatch.fnmatchcase(actual, value) for value in values))
+            elif base in ("StringNotLike", "ArnNotLike"):
+                results.append(not any(fnmatch.fnmatchcase(actual, value) for value in values))
+            elif base.startswith("Numeric"):
+                compare = {"NumericEquals": float.__eq__, "NumericNotEquals": float.__ne__,
+                           "NumericLessThan": float.__lt__, "NumericLessThanEquals": float.__le__,
+                           "NumericGreaterThan": float.__gt__, "NumericGreaterThanEquals": float.__ge__}[base]
+                results.append(any(compare(float(actual), float(value)) for value in values))
+            else:
+                return None
+    return all(results)
 
 
 # ------------------------------------------------------------------------------------------------ the runtimes
