@@ -20,9 +20,9 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from tests.rehearsal.conftest import Platform
+from tests.rehearsal.conftest import Platform, capture_sidecars
 from tests.support.rehearsal import Rehearsal, function_runtimes
-from tests.support.synth import REPO
+from tests.support.synth import REPO, Assembly
 
 pytestmark = [pytest.mark.xdist_group("rehearsal"), pytest.mark.slow]
 
@@ -39,20 +39,22 @@ def readers(rehearsal: Rehearsal, platform: Platform) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def probes(rehearsal: Rehearsal, readers: list[str]) -> dict[str, tuple[str, str]]:
-    """One object under each of the capture bucket's prefixes (raw captures, curated, quarantine), put by the admin."""
-    granted = {bucket for bucket in rehearsal.created.bucket_policies
-               if bucket in rehearsal.resource_policy_grants(readers[0])}
-    [bucket] = granted
+def probes(rehearsal: Rehearsal, assembly: Assembly, readers: list[str]) -> dict[str, tuple[str, str]]:
+    """One object under each of the capture bucket's prefixes (raw captures, curated, quarantine), put by the admin
+    as the platform's writers put theirs: SSE-KMS with the capture key they name (the sidecar's KMS_KEY_ID)."""
+    [bucket] = [name for name, policy in rehearsal.created.bucket_policies.items()
+                if all(reader in json.dumps(policy) for reader in readers)]
     [processor] = [f for f in function_runtimes(rehearsal.resolver) if f.queue_arns]
     raw_prefix = yaml.safe_load((REPO / "config" / "default.yaml").read_text())["capture"]["prefix"]
     prefixes = {"raw": raw_prefix, "curated": processor.environment["OUTPUT_PREFIX"],
                 "quarantine": processor.environment["QUARANTINE_PREFIX"]}
+    key_arn = rehearsal.key_arn(capture_sidecars(assembly)[0].env["KMS_KEY_ID"])
     s3 = rehearsal.client("s3")
     objects = {}
     for name, prefix in prefixes.items():
         key = f"{prefix}reader-probe/{name}.jsonl"  # no sme/pod/alb segment: the processor skips the raw one
-        s3.put_object(Bucket=bucket, Key=key, Body=b'{"probe": true}\n')
+        s3.put_object(Bucket=bucket, Key=key, Body=b'{"probe": true}\n', ServerSideEncryption="aws:kms",
+                      SSEKMSKeyId=key_arn)
         objects[name] = (bucket, key)
     return objects
 
@@ -76,8 +78,8 @@ def test_moto_grants_nothing_through_the_bucket_policy(
     s3 = rehearsal.client("s3")
     installed = s3.get_bucket_policy(Bucket=bucket)["Policy"]
     grants = [{**statement, "Principal": {"AWS": reader}} for reader in readers
-              for statement in rehearsal.resource_policy_grants(reader).get(bucket, [])
-              if statement["Effect"] == "Allow"]
+              for statement in rehearsal.resource_policy_grants(reader, [("s3:GetObject", arn(bucket, key))]).get(
+                  bucket, []) if statement["Effect"] == "Allow"]
     assert grants, "the templates' bucket policy grants the readers nothing"
     policy = json.loads(installed)
     s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({**policy, "Statement": policy["Statement"] + grants}))
@@ -88,28 +90,41 @@ def test_moto_grants_nothing_through_the_bucket_policy(
         s3.put_bucket_policy(Bucket=bucket, Policy=installed)
 
 
+def arn(bucket: str, key: str) -> str:
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
 @pytest.fixture
-def emulated_readers(rehearsal: Rehearsal, readers: list[str]) -> Any:
+def emulated_readers(rehearsal: Rehearsal, readers: list[str], probes: dict[str, tuple[str, str]]) -> Any:
+    """Each reader with what the bucket and key policies say to it about the probes' GetObject (and the key's
+    Decrypt) attached as its identity policy; a dict reader -> (S3 client, the emulated grants by resource)."""
+    s3 = rehearsal.client("s3")
+    key_arn = s3.head_object(Bucket=probes["curated"][0], Key=probes["curated"][1])["SSEKMSKeyId"]
+    requests = [("s3:GetObject", arn(*probe)) for probe in probes.values()] + [("kms:Decrypt", key_arn)]
     iam = rehearsal.client("iam")
+    emulated = {}
     for reader in readers:
-        statements = [s for grants in rehearsal.resource_policy_grants(reader).values() for s in grants]
+        grants = rehearsal.resource_policy_grants(reader, requests)
+        statements = [statement for found in grants.values() for statement in found]
         iam.put_role_policy(RoleName=reader.rsplit("/", 1)[-1], PolicyName=EMULATED,
                             PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
-    yield {reader: rehearsal.client("s3", rehearsal.credentials(reader)) for reader in readers}
+        emulated[reader] = (rehearsal.client("s3", rehearsal.credentials(reader)), grants, key_arn)
+    yield emulated
     for reader in readers:
         iam.delete_role_policy(RoleName=reader.rsplit("/", 1)[-1], PolicyName=EMULATED)
 
 
 def test_readers_read_curated_captures_and_may_decrypt_them(
-    rehearsal: Rehearsal, readers: list[str], probes: dict[str, tuple[str, str]], emulated_readers: dict[str, Any]
+    rehearsal: Rehearsal, probes: dict[str, tuple[str, str]], emulated_readers: dict[str, Any]
 ) -> None:
-    bucket, key = probes["curated"]
-    for reader, s3 in emulated_readers.items():
-        assert status(s3, bucket, key) == 200, reader
-        # The key policy names the reader for kms:Decrypt (S3's call when it reads an SSE-KMS object for it).
-        key_arn = rehearsal.client("s3").head_object(Bucket=bucket, Key=key)["SSEKMSKeyId"]
-        assert rehearsal.statements_allow(rehearsal.resource_policy_grants(reader).get(key_arn, []), "kms:Decrypt",
-                                          key_arn), reader
+    for reader, (s3, grants, key_arn) in emulated_readers.items():
+        assert status(s3, *probes["curated"]) == 200, reader
+        # S3's kms:Decrypt for the reader: granted by the key policy to the reader itself. A statement whose
+        # principal is the account root (aws:PrincipalArn condition or not) only lets IAM policies grant it
+        # (AWS KMS: "Allows access to the AWS account and enables IAM policies"), and readers' IAM policies
+        # are not the platform's: then the curated objects are readable but cannot be decrypted.
+        assert rehearsal.statements_allow(grants.get(key_arn, []), "kms:Decrypt", key_arn), (
+            f"the key policy does not let {reader} decrypt by itself: {rehearsal.created.key_policies[key_arn]}")
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
@@ -120,7 +135,7 @@ def test_readers_are_refused_raw_captures_and_the_quarantine(
     probes: dict[str, tuple[str, str]], emulated_readers: dict[str, Any]
 ) -> None:
     refused = {}
-    for reader, s3 in emulated_readers.items():
+    for reader, (s3, _, _) in emulated_readers.items():
         for name in ("raw", "quarantine"):
             refused[(reader, name)] = status(s3, *probes[name])
     assert refused == {key: 403 for key in refused}

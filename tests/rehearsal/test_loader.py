@@ -90,3 +90,27 @@ def test_the_resource_policy_emulation_decides_what_applies_to_the_principal() -
     assert _names_principal({"Effect": "Allow", "Principal": root}, reader) is False
     assert _names_principal({"Effect": "Deny", "Principal": root}, reader) is True
     assert _names_principal({"Effect": "Allow", "Principal": {"AWS": [reader]}}, reader) is True
+
+
+def test_the_emulation_turns_not_resource_into_the_requested_resources_outside_it() -> None:
+    """moto would read a deny without Resource as an allow everywhere: the emulation names the requested objects
+    the deny reaches instead, and stops (NotEmulable, never an AssertionError) on a deny it cannot decide."""
+    from types import SimpleNamespace
+
+    from tests.support.rehearsal import NotEmulable
+
+    reader = "arn:aws:iam::111122223333:role/ml-analysts"
+    only_curated = {"Sid": "OwnPrefix", "Effect": "Deny", "Principal": "*", "Action": "s3:GetObject*",
+                    "NotResource": "arn:aws:s3:::b/curated/*",
+                    "Condition": {"ArnLike": {"aws:PrincipalArn": [reader]}}}
+    other_key = {"Sid": "NoOtherKey", "Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+                 "Resource": "arn:aws:s3:::b/*",
+                 "Condition": {"Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"}}}
+    fake = SimpleNamespace(account="111122223333", created=SimpleNamespace(
+        bucket_policies={"b": {"Statement": [only_curated, other_key]}}, key_policies={}))
+    raw = "arn:aws:s3:::b/data-capture/x"
+    requests = [("s3:GetObject", "arn:aws:s3:::b/curated/x"), ("s3:GetObject", raw)]
+    assert Rehearsal.resource_policy_grants(fake, reader, requests) == {"b": [
+        {"Sid": "OwnPrefix", "Effect": "Deny", "Action": "s3:GetObject*", "Resource": [raw]}]}
+    with pytest.raises(NotEmulable):
+        Rehearsal.resource_policy_grants(fake, reader, [("s3:PutObject", "arn:aws:s3:::b/curated/x")])

@@ -672,30 +672,46 @@ class Rehearsal:
         """A key id, key ARN, alias name or alias ARN as the key ARN policies name (resolved by moto's KMS)."""
         return self.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["Arn"]
 
-    def resource_policy_grants(self, principal_arn: str) -> dict[str, list[dict[str, Any]]]:
-        """What the templates' bucket and key policies say to this principal, as identity-policy statements (no
-        Principal, no Condition), by bucket name or key ARN. In one account an allow in either the resource policy
-        or the caller's identity policy suffices, and an explicit deny in either refuses, so a test may attach these
-        to the principal to emulate what moto cannot express. A statement applies when it names the principal
-        (``Principal`` or, by leaving it out, ``NotPrincipal``; ``*``), and its conditions are decided for the
-        principal's own request over TLS (`request_context`). An ``Allow`` whose conditions name keys of the
-        request itself (``kms:ViaService``, ``s3:prefix``, ...) is kept as if they held; such a ``Deny`` stops
-        the emulation, as do ``NotResource`` and ``NotAction``."""
+    def resource_policy_grants(self, principal_arn: str, requests: list[tuple[str, str]]
+                               ) -> dict[str, list[dict[str, Any]]]:
+        """What the templates' bucket and key policies say to this principal about these requests (action,
+        resource ARN), as identity-policy statements (no Principal, NotPrincipal, NotResource or Condition), by
+        bucket name or key ARN. In one account an allow in either the resource policy or the caller's identity
+        policy suffices and an explicit deny in either refuses, so a test may attach these to the principal to
+        emulate what moto cannot express.
+
+        A statement counts when it names the principal (``Principal``, or ``*``, or a ``NotPrincipal`` that leaves
+        it out; an account root only delegates to IAM: it grants nothing, a deny with it reaches everyone) and
+        reaches one of the requests (action and resource); its conditions are decided for the principal's own
+        request over TLS (`request_context`); its ``NotResource`` (which moto cannot evaluate: a statement without
+        ``Resource`` applies everywhere there, even a deny turns into an allow) becomes the requests it reaches. An
+        ``Allow`` conditioned on the request itself (``kms:ViaService``, ``s3:prefix``, ...) is kept as if the
+        condition held; such a ``Deny`` raises `NotEmulable`, and so does ``NotAction``."""
         context = request_context(principal_arn, self.account)
         grants: dict[str, list[dict[str, Any]]] = {}
         for resource, document in [*self.created.bucket_policies.items(), *self.created.key_policies.items()]:
             for statement in document["Statement"]:
                 if not _names_principal(statement, principal_arn):
                     continue
-                if {"NotResource", "NotAction"} & set(statement):
-                    raise AssertionError(f"policy of {resource}: {statement} cannot be emulated")
+                if "NotAction" in statement:
+                    raise NotEmulable(f"policy of {resource}: {statement}")
+                reached = [(a, r) for a, r in requests
+                           if any(_iam_like(a, pattern) for pattern in _as_list(statement["Action"]))
+                           and (any(_iam_like(r, pattern) for pattern in _as_list(statement["Resource"]))
+                                if "Resource" in statement else
+                                not any(_iam_like(r, pattern) for pattern in _as_list(statement["NotResource"])))]
+                if not reached:
+                    continue
                 holds = _conditions_hold(statement.get("Condition", {}), context)
                 if holds is None and statement["Effect"] == "Deny":
-                    raise AssertionError(f"policy of {resource}: cannot decide whether {statement} applies")
+                    raise NotEmulable(f"policy of {resource}: cannot decide whether {statement} applies")
                 if holds is False:
                     continue
-                grants.setdefault(resource, []).append(
-                    {k: v for k, v in statement.items() if k not in ("Principal", "NotPrincipal", "Condition")})
+                emulated = {k: v for k, v in statement.items()
+                            if k not in ("Principal", "NotPrincipal", "NotResource", "Condition")}
+                if "NotResource" in statement:
+                    emulated["Resource"] = sorted({r for _, r in reached})
+                grants.setdefault(resource, []).append(emulated)
         return grants
 
     @staticmethod
@@ -707,10 +723,23 @@ class Rehearsal:
         return IAMPolicy(document).is_action_permitted(action, resource) == PermissionResult.PERMITTED
 
 
+class NotEmulable(Exception):
+    """A resource policy statement the emulation cannot turn into identity-policy terms (not an AssertionError: a
+    strict xfail expecting one must not swallow this)."""
+
+
+def _iam_like(value: str, pattern: str) -> bool:
+    """IAM's wildcards: * any run of characters, ? one; actions are case-insensitive, ARNs are not."""
+    if ":" in value and not value.startswith("arn:"):
+        return fnmatch.fnmatchcase(value.lower(), pattern.lower())
+    return fnmatch.fnmatchcase(value, pattern)
+
+
 def request_context(principal_arn: str, account: str) -> dict[str, str]:
     """The condition keys known for a request of a role's session over TLS 1.2+, in the principal's account."""
     return {"aws:PrincipalArn": principal_arn, "aws:PrincipalAccount": account, "aws:ResourceAccount": account,
-            "aws:SecureTransport": "true", "s3:TlsVersion": "1.3", "aws:PrincipalType": "AssumedRole"}
+            "aws:SecureTransport": "true", "s3:TlsVersion": "1.3", "aws:PrincipalType": "AssumedRole",
+            "aws:PrincipalIsAWSService": "false"}
 
 
 def _names_principal(statement: dict[str, Any], principal_arn: str) -> bool:
