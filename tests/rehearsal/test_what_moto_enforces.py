@@ -146,3 +146,13 @@ def test_the_rehearsal_assumes_template_roles_with_enforcement_paused_and_restor
     assert rehearsal.server.enforcing
     stranger = Credentials("AKIAREHEARSALSTRANGER", "not-a-secret", None, "nobody")
     assert code(lambda: rehearsal.client("s3", stranger).get_object(Bucket=probe_bucket, Key="mine/a.txt")) == 403
+
+
+def test_a_deny_with_not_resource_is_read_as_an_allow_everywhere(rehearsal: Rehearsal, probe_bucket: str) -> None:
+    """A statement without ``Resource`` is taken as applying (the shortcut moto uses for trust policies), whatever
+    its effect: a role whose only statement denies GetObject outside mine/ may read other/. Hence the readers'
+    emulation never hands moto a NotResource."""
+    _, credentials = probe_role(rehearsal, "deny-not-resource", {
+        "Effect": "Deny", "Action": "s3:GetObject", "NotResource": f"arn:aws:s3:::{probe_bucket}/mine/*"})
+    s3 = rehearsal.client("s3", credentials)
+    assert code(lambda: s3.get_object(Bucket=probe_bucket, Key="other/a.txt")) == 200
