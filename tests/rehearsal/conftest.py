@@ -1,0 +1,313 @@
+"""The rehearsal's shared pieces, once per session (every module is in the xdist group "rehearsal", so one worker
+runs them all): one real `cdk synth` of the default app, one moto server (its own process, IAM enforcement on
+after the set-up) holding what the templates create, one stand-in model server, and an AWS CLI for the NVMe
+loaders' shell scripts (built in a venv of its own while the synth runs, unless awscli is installed already).
+docs/rehearsal.md says what this proves and what it cannot."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sidecar import conftest as sidecar_tests
+from tests.sidecar.conftest import Sidecar, wait_for_port
+from tests.support.rehearsal import (
+    ContainerRuntime,
+    Credentials,
+    MotoServer,
+    Rehearsal,
+    checkout_import_path,
+    container_runtimes,
+    free_loopback_port,
+    split_s3_uri,
+)
+from tests.support.synth import REPO, Assembly, run_cdk_synth
+
+HERE = Path(__file__).parent
+# Seconds each shared piece took, printed at the end of the run. Under xdist the worker writes them to a file in
+# the run's base temp folder, where the controller (which prints the summary) finds them.
+TIMINGS: dict[str, float] = {}
+TIMINGS_FILE = "rehearsal-timings.json"
+_timings_path: list[Path] = []
+
+
+def record_timing(name: str, seconds: float) -> None:
+    TIMINGS[name] = seconds
+    if _timings_path:
+        _timings_path[0].write_text(json.dumps(TIMINGS))
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:  # type: ignore[no-untyped-def]
+    timings = dict(TIMINGS)
+    factory = getattr(config, "_tmp_path_factory", None)
+    if not timings and factory is not None and (factory.getbasetemp() / TIMINGS_FILE).is_file():
+        timings = json.loads((factory.getbasetemp() / TIMINGS_FILE).read_text())
+    if timings:
+        terminalreporter.section("rehearsal timings")
+        for name, seconds in timings.items():
+            terminalreporter.write_line(f"{name}: {seconds:.1f} s")
+
+
+@dataclass(frozen=True)
+class Platform:
+    account: str
+    region: str
+    reader_role_arns: tuple[str, ...]
+
+
+@pytest.fixture(scope="session")
+def platform() -> Platform:
+    config = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    return Platform(str(config["environment"]["account"]), config["environment"]["region"],
+                    tuple(config.get("capture", {}).get("readerRoleArns", [])))
+
+
+# ------------------------------------------------------------------------------------------------ the AWS CLI
+
+
+def awscli_pin() -> str:
+    lines = (HERE / "NEW_DEV_DEPENDENCIES.txt").read_text().splitlines()
+    return next(line.strip() for line in lines if line.startswith("awscli=="))
+
+
+class AwsCli:
+    """An `aws` command for the loaders' scripts: awscli from this interpreter's environment if it is installed,
+    else a venv of its own under pytest's tmp dir (pip from this interpreter, the pin in NEW_DEV_DEPENDENCIES.txt).
+    The build starts at once and runs while the synth does."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.bin = tmp / "bin"
+        self.started = time.monotonic()
+        self.log = tmp / "pip.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        try:
+            import awscli  # noqa: F401  (installed as a dev dependency: use it)
+        except ImportError:
+            venv = tmp / "venv"
+            self.bin = venv / "bin"
+            pip = (f"{sys.executable} -m venv --without-pip {venv} && {sys.executable} -m pip --python "
+                   f"{venv}/bin/python install --quiet --disable-pip-version-check --no-compile {awscli_pin()}")
+            with self.log.open("wb") as log:
+                self.process = subprocess.Popen(["/bin/sh", "-c", pip], stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)  # its own group: ended whole if unused
+            threading.Thread(target=self._time_build, args=(self.process,), daemon=True).start()
+        else:
+            self.bin.mkdir(parents=True)
+            shim = self.bin / "aws"
+            shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m awscli "$@"\n')
+            shim.chmod(0o755)
+
+    def _time_build(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        record_timing(f"awscli venv ({awscli_pin()}, built while the synth runs)", time.monotonic() - self.started)
+
+    def ready(self) -> Path:
+        """The folder holding `aws`; skips the test if the CLI could not be installed."""
+        if self.process is not None and self.process.wait(timeout=600) != 0:
+            pytest.skip(f"the AWS CLI is not installed and its venv could not be built ({awscli_pin()}, "
+                        f"see tests/rehearsal/NEW_DEV_DEPENDENCIES.txt):\n{self.log.read_text()[-2000:]}")
+        return self.bin
+
+
+@pytest.fixture(scope="session")
+def _awscli_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsCli]:
+    base = tmp_path_factory.getbasetemp()
+    _timings_path[:] = [(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / TIMINGS_FILE]
+    build = AwsCli(tmp_path_factory.mktemp("awscli"))
+    yield build
+    if build.process is not None and build.process.poll() is None:  # no loader test waited for it
+        os.killpg(build.process.pid, signal.SIGTERM)
+        build.process.wait()
+
+
+@pytest.fixture(scope="session")
+def aws_cli_bin(_awscli_build: AwsCli) -> Path:
+    return _awscli_build.ready()
+
+
+# ---------------------------------------------------------------------------------------- synth, moto, stand-in
+
+
+@pytest.fixture(scope="session")
+def assembly(tmp_path_factory: pytest.TempPathFactory, _awscli_build: AwsCli) -> Assembly:
+    started = time.monotonic()
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    shim = checkout_import_path(REPO, tmp_path_factory.mktemp("import-path"))
+    with pytest.MonkeyPatch.context() as patch:  # run_cdk_synth passes this process's environment on
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
+        result = run_cdk_synth(outdir)
+    assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
+    record_timing("cdk synth of the default app", time.monotonic() - started)
+    return Assembly(outdir)
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory, platform: Platform) -> Iterator[MotoServer]:
+    server = MotoServer(account=platform.account, log_path=tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def rehearsal(moto_server: MotoServer, assembly: Assembly, platform: Platform) -> Rehearsal:
+    started = time.monotonic()
+    loaded = Rehearsal(moto_server, assembly.templates, account=platform.account, region=platform.region)
+    record_timing("templates loaded into moto", time.monotonic() - started)
+    return loaded
+
+
+# The stand-in model server of the sidecar's own tests (tests/sidecar/standin_server.py), a fixture here too.
+standin_port = sidecar_tests.standin_port
+
+
+def base_environment(home: Path) -> dict[str, str]:
+    """What a process gets besides its runtime's settings: no AWS_* of the test session, a HOME of its own."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def translate_mounts(values: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
+    """A container's paths on this machine: a value under one of its volume mounts (``/tmp/capture-spool`` under the
+    ``/tmp`` emptyDir) points into the folder standing in for that volume."""
+    translated = {}
+    for name, value in values.items():
+        for mount_path, folder in sorted(mounts.items(), key=lambda item: -len(item[0])):
+            if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+                value = str(folder) + value[len(mount_path.rstrip("/")):]
+                break
+        translated[name] = value
+    return translated
+
+
+def volume_folders(mount_paths: list[str], root: Path) -> dict[str, Path]:
+    folders = {}
+    for index, mount_path in enumerate(mount_paths):
+        folder = root / f"volume-{index}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        folders[mount_path] = folder
+    return folders
+
+
+# ---------------------------------------------------------------------------------------- the capture sidecar
+
+
+def capture_sidecars(assembly: Assembly) -> list[ContainerRuntime]:
+    """Every container the manifests configure to capture to S3 (the portable servers' capture sidecars)."""
+    found = [runtime for runtime in container_runtimes(assembly.manifests) if "CAPTURE_S3_URI" in runtime.env]
+    assert found, "the manifests configure no capture sidecar: nothing to rehearse"
+    return found
+
+
+@dataclass
+class RehearsedSidecar(Sidecar):
+    env: dict[str, str] = field(default_factory=dict)  # what the process was started with
+
+
+def start_sidecar(rehearsal: Rehearsal, runtime: ContainerRuntime, credentials: Credentials, standin_port: int,
+                  workdir: Path, **overrides: str) -> RehearsedSidecar:
+    """`python -m capture_sidecar` with the manifest's environment, its role's credentials and moto as S3; only the
+    upstream, the listening address and ports, and the volumes' folders are this machine's."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = base_environment(workdir)
+    env.update(translate_mounts(runtime.env, volume_folders(list(runtime.mounts), workdir)))
+    env.update(UPSTREAM_URL=f"http://127.0.0.1:{standin_port}", LISTEN_HOST="127.0.0.1",
+               LISTEN_PORT=str(free_loopback_port()), METRICS_PORT=str(free_loopback_port()))
+    env.update(overrides)
+    env.update(rehearsal.environment(credentials))
+    log_path = workdir / "sidecar.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "capture_sidecar"], cwd=REPO / "sidecar", env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+    sidecar = RehearsedSidecar(process, int(env["LISTEN_PORT"]), int(env["METRICS_PORT"]), env["CAPTURE_S3_URI"],
+                               log_path, env=env)
+    try:
+        wait_for_port(sidecar.metrics_port, process)
+        wait_for_port(sidecar.port, process)
+    except BaseException:
+        process.kill()
+        raise AssertionError(f"the sidecar did not start:\n{log_path.read_text()}") from None
+    return sidecar
+
+
+# Prompts carry what the capture processor's redaction must remove before curated/.
+PROMPT = json.dumps({"model": "qwen3-8b", "prompt": "Write to jane.doe@example.com or call +1 415 555 0100."})
+
+
+def fill_one_batch(sidecar: Sidecar, batch_size: int, *, max_requests: int = 5000) -> int:
+    """Send completions until the sidecar has sampled one batch in (its sampling percentage is the manifest's),
+    then wait until it has tried to upload it; the number of requests sent."""
+    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=10)
+    sent = 0
+    try:
+        while sent < max_requests:
+            for _ in range(25):
+                connection.request("POST", "/v1/completions", PROMPT, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200, f"the sidecar answered {response.status}:\n{sidecar.log()}"
+            sent += 25
+            if sidecar.metrics().get("capture_sidecar_records_captured_total", 0) >= batch_size:
+                break
+    finally:
+        connection.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        samples = sidecar.metrics()
+        if samples['capture_sidecar_uploads_total{result="ok"}'] + samples[
+                'capture_sidecar_uploads_total{result="failed"}'] >= 1:
+            break
+        time.sleep(0.05)
+    return sent
+
+
+@dataclass(frozen=True)
+class SidecarBatch:
+    """The portable sidecar's run under its own role, with the manifest's settings: what it wrote."""
+
+    runtime: ContainerRuntime
+    env: dict[str, str]
+    bucket: str
+    prefix: str
+    keys: list[str]
+    records: int
+    requests: int
+    metrics: dict[str, float]
+    exit_code: int
+    log: str
+
+
+@pytest.fixture(scope="session")
+def sidecar_batch(rehearsal: Rehearsal, assembly: Assembly, standin_port: int,
+                  tmp_path_factory: pytest.TempPathFactory) -> SidecarBatch:
+    runtime = capture_sidecars(assembly)[0]
+    started = time.monotonic()
+    sidecar = start_sidecar(rehearsal, runtime, rehearsal.credentials(runtime.role_arn), standin_port,
+                            tmp_path_factory.mktemp("sidecar"))
+    try:
+        requests = fill_one_batch(sidecar, int(runtime.env.get("BATCH_SIZE", "10")))
+        metrics = sidecar.metrics()
+    finally:
+        exit_code = sidecar.terminate()  # drains: whatever was sampled in after the batch is uploaded too
+    bucket, prefix = split_s3_uri(runtime.env["CAPTURE_S3_URI"])
+    s3 = rehearsal.client("s3")
+    keys = sorted(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
+    records = sum(len(s3.get_object(Bucket=bucket, Key=key)["Body"].read().splitlines()) for key in keys)
+    record_timing("capture sidecar: start, one batch, drain", time.monotonic() - started)
+    return SidecarBatch(runtime, sidecar.env, bucket, prefix, keys, records, requests, metrics, exit_code,
+                        sidecar.log())
