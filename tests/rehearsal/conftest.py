@@ -7,13 +7,12 @@ docs/rehearsal.md says what this proves and what it cannot."""
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,47 +77,21 @@ def platform() -> Platform:
 # ------------------------------------------------------------------------------------------------ the AWS CLI
 
 
-def awscli_pin() -> str:
-    lines = (HERE / "NEW_DEV_DEPENDENCIES.txt").read_text().splitlines()
-    return next(line.strip() for line in lines if line.startswith("awscli=="))
-
-
 class AwsCli:
-    """An `aws` command for the loaders' scripts: awscli from this interpreter's environment if it is installed,
-    else a venv of its own under pytest's tmp dir (pip from this interpreter, the pin in NEW_DEV_DEPENDENCIES.txt).
-    The build starts at once and runs while the synth does."""
+    """An `aws` command for the loaders' scripts: the AWS CLI of this environment (a dev dependency, pinned in
+    constraints.txt), behind a shim so the scripts find it on PATH. Missing, the rehearsal fails: it never
+    skips a runtime for want of an install step."""
 
     def __init__(self, tmp: Path) -> None:
         self.bin = tmp / "bin"
-        self.started = time.monotonic()
-        self.log = tmp / "pip.log"
-        self.process: subprocess.Popen[bytes] | None = None
-        try:
-            import awscli  # noqa: F401  (installed as a dev dependency: use it)
-        except ImportError:
-            venv = tmp / "venv"
-            self.bin = venv / "bin"
-            pip = (f"{sys.executable} -m venv --without-pip {venv} && {sys.executable} -m pip --python "
-                   f"{venv}/bin/python install --quiet --disable-pip-version-check --no-compile {awscli_pin()}")
-            with self.log.open("wb") as log:
-                self.process = subprocess.Popen(["/bin/sh", "-c", pip], stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)  # its own group: ended whole if unused
-            threading.Thread(target=self._time_build, args=(self.process,), daemon=True).start()
-        else:
-            self.bin.mkdir(parents=True)
-            shim = self.bin / "aws"
-            shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m awscli "$@"\n')
-            shim.chmod(0o755)
-
-    def _time_build(self, process: subprocess.Popen[bytes]) -> None:
-        process.wait()
-        record_timing(f"awscli venv ({awscli_pin()}, built while the synth runs)", time.monotonic() - self.started)
+        self.bin.mkdir(parents=True)
+        shim = self.bin / "aws"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m awscli "$@"\n')
+        shim.chmod(0o755)
 
     def ready(self) -> Path:
-        """The folder holding `aws`; skips the test if the CLI could not be installed."""
-        if self.process is not None and self.process.wait(timeout=600) != 0:
-            pytest.skip(f"the AWS CLI is not installed and its venv could not be built ({awscli_pin()}, "
-                        f"see tests/rehearsal/NEW_DEV_DEPENDENCIES.txt):\n{self.log.read_text()[-2000:]}")
+        if importlib.util.find_spec("awscli") is None:
+            pytest.fail("the AWS CLI (awscli, a dev dependency in pyproject.toml) is not installed: run make setup")
         return self.bin
 
 
@@ -126,11 +99,7 @@ class AwsCli:
 def _awscli_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsCli]:
     base = tmp_path_factory.getbasetemp()
     _timings_path[:] = [(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / TIMINGS_FILE]
-    build = AwsCli(tmp_path_factory.mktemp("awscli"))
-    yield build
-    if build.process is not None and build.process.poll() is None:  # no loader test waited for it
-        os.killpg(build.process.pid, signal.SIGTERM)
-        build.process.wait()
+    yield AwsCli(tmp_path_factory.mktemp("awscli"))
 
 
 @pytest.fixture(scope="session")

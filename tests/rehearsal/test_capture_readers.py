@@ -6,10 +6,9 @@ moto gives an authenticated caller nothing through a resource policy (docs/rehea
 collects identity policies only; a bucket policy is applied to object requests without principal and without
 conditions, moto/s3/responses.py `_key_response`, and only a ``Deny`` of it changes an authenticated request), so
 what the readers may do is rehearsed by emulation: the statements of the templates' bucket and key policies that
-name the reader, attached to it as an identity policy (in one account either kind of allow suffices). The
-intended behaviour after the change being made now: readers read `curated/` only, never raw captures or the
-quarantine. Today's bucket policy grants GetObject on the whole bucket, so that test is a strict xfail: it turns
-into a failure the moment the change lands, and its marker must go then."""
+name the reader, attached to it as an identity policy (in one account either kind of allow suffices). Readers
+read `curated/` only, never raw captures or the quarantine (the bucket policy's allowlist denies them the rest:
+the grants emulated here are its statements)."""
 
 from __future__ import annotations
 
@@ -127,10 +126,6 @@ def test_readers_read_curated_captures_and_may_decrypt_them(
             f"the key policy does not let {reader} decrypt by itself: {rehearsal.created.key_policies[key_arn]}")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "today's capture bucket policy grants readers s3:GetObject on the whole bucket (CaptureReadersGetObjects: "
-    "bucket/*), raw data-capture/ and quarantine/ included; the change in progress scopes it to curated/. When it "
-    "lands this test passes, strict xfail turns that into a failure: remove this marker then."))
 def test_readers_are_refused_raw_captures_and_the_quarantine(
     probes: dict[str, tuple[str, str]], emulated_readers: dict[str, Any]
 ) -> None:
