@@ -186,7 +186,7 @@ def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str
     if isinstance(workload, PortableWorkload):
         capture = workload.server.data_capture
         return [("modelPod", capture.model_pod)] if capture is not None and capture.model_pod is not None else []
-    capture = workload.workload.spec.data_capture
+    capture = getattr(workload.workload.spec, "data_capture", None)
     if capture is None:
         return []
     return [(tier, block) for tier, block in (("sagemakerEndpoint", capture.sagemaker_endpoint),

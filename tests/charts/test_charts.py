@@ -131,14 +131,14 @@ def test_capture_destination_and_key_go_where_they_belong() -> None:
 def test_extra_spec_and_json_patch_reach_the_emitted_resource() -> None:
     problems = Problems()
     ((_, model),) = parse_models(
-        [{**samples.model_entries()[2], "extraSpec": {"kvCacheSpec": {"enableL2Cache": False}, "replicas": 3}}],
+        [{**samples.model_entries()[2], "extraSpec": {"kubernetes": {"schedulerName": "volcano"}, "replicas": 3}}],
         problems=problems,
     )
     assert not problems
     chart = InferenceChart(cdk8s.Testing.app(), "escape-hatches", namespace=samples.NAMESPACE, models=[model])
     chart.resources["llama-s3"].add_json_patch(cdk8s.JsonPatch.add("/spec/maxDeployTimeInSeconds", 1800))
     (resource,) = cdk8s.Testing.synth(chart)
-    assert resource["spec"]["kvCacheSpec"] == {"enableL2Cache": False}
+    assert resource["spec"]["kubernetes"] == {"schedulerName": "volcano"}
     assert resource["spec"]["replicas"] == 3
     assert resource["spec"]["maxDeployTimeInSeconds"] == 1800
     assert resource["spec"]["modelName"] == "llama-s3"
