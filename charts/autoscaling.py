@@ -24,8 +24,10 @@ from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 
 # Kubernetes caps an HPA stabilization window at one hour (HorizontalPodAutoscalerBehavior).
 MAX_STABILIZATION_SECONDS = 3600
-# CloudWatch statistics a GetMetricData query accepts: the five named ones and percentiles (p0..p100).
-CLOUDWATCH_STATISTIC = r"^(Average|Sum|Minimum|Maximum|SampleCount|p(\d{1,2}(\.\d+)?|100))$"
+# The statistics KEDA's CloudWatch scaler accepts (its checkMetricStat: CloudWatch's Statistic values; no
+# percentiles), and the periods it accepts (checkMetricStatPeriod: 1, 5, 10, 30, 60 or a multiple of 60).
+# Source: kedacore/keda pkg/scalers/aws_cloudwatch_scaler.go.
+CLOUDWATCH_STATISTIC = r"^(Average|Sum|Minimum|Maximum|SampleCount)$"
 # The defaults of the CRD, used where a rule needs the effective value of an unset field.
 DEFAULT_MIN_REPLICAS = 1
 DEFAULT_MAX_REPLICAS = 5
@@ -68,7 +70,7 @@ class CloudWatchTrigger(SpecBlock):
     dimensions: tuple[MetricDimension, ...] | None = None
     metric_stat: str | None = crd_field(
         default=None, code="AutoScaling.MetricStatInvalid", pattern=CLOUDWATCH_STATISTIC,
-        hint="a CloudWatch statistic: Average, Sum, Minimum, Maximum, SampleCount or a percentile such as p99")
+        hint="a statistic KEDA's CloudWatch scaler accepts: Average, Sum, Minimum, Maximum or SampleCount")
     metric_type: MetricType | None = crd_field(default=None, code="AutoScaling.MetricTypeInvalid", allowed=MetricType)
     activation_target_value: float | None = crd_field(
         default=None, code="AutoScaling.ActivationValueOutOfRange", minimum=0)
