@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
@@ -219,17 +218,10 @@ class AutoScalingSpec(SpecBlock):
                          "there at once)", replicas)
 
 
-def triggers_of(spec: AutoScalingSpec | None) -> Iterator[CloudWatchTrigger | PrometheusTrigger]:
-    if spec is not None:
-        yield from spec.cloud_watch_triggers
-        yield from spec.prometheus_triggers
-
-
 __all__ = [
     "AutoScalingSpec",
     "CloudWatchTrigger",
     "MetricDimension",
     "MetricType",
     "PrometheusTrigger",
-    "triggers_of",
 ]
