@@ -114,8 +114,9 @@ class InferenceOperator(Construct):
     :param gated_model_download_role: an existing gated-model download role to configure instead.
         @default none
 
-    Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``addon``
-    (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the add-on's configuration values).
+    Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``gated_model_role``
+    (created, passed in or ``None``), ``addon`` (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the
+    add-on's configuration values).
     Its cdk-nag findings (AWS's operator policy, the load balancer controller's published policy, KEDA's
     metric reads, object wildcards under fixed prefixes) are acknowledged here.
     """
