@@ -41,6 +41,7 @@ def main() -> int:
         sidecar_image = platform.cluster.workloads.values.known.get(PlatformValue.SIDECAR_IMAGE)
         dist = stage_dist(config, outdir=Path(context("dist") or "dist"), sidecar_image=sidecar_image,
                           outputs=outputs, complete_with=complete)
+        platform.cluster.workloads.warn_about_replacements(dist.replacements)
     except ConfigError as error:
         print(f"Configuration error: {error}", file=sys.stderr)
         return 2

@@ -4,6 +4,13 @@ and the workload plan both are rendered from (:func:`plan_workloads`).
 See docs/charts.md. A config loader parses ``models:`` entries with :func:`parse_models`.
 """
 
+from hyperpod_inference_iac.charts.autoscaling import (
+    AutoScalingSpec,
+    CloudWatchTrigger,
+    MetricDimension,
+    MetricType,
+    PrometheusTrigger,
+)
 from hyperpod_inference_iac.charts.capture import (
     BufferConfig,
     CaptureContentTypeHeader,
@@ -38,6 +45,7 @@ from hyperpod_inference_iac.charts.inference_endpoint import (
     ModelInvocationPort,
     ModelVolumeMount,
     PortName,
+    RequestLimits,
     Worker,
     WorkerProbes,
 )
@@ -48,6 +56,7 @@ from hyperpod_inference_iac.charts.jumpstart import (
     JumpStartServer,
     SageMakerEndpoint,
 )
+from hyperpod_inference_iac.charts.model_cache import ImageCache, ModelCacheConfig, WeightsCache
 from hyperpod_inference_iac.charts.model_source import (
     FsxStorage,
     HuggingFaceModel,
@@ -62,6 +71,7 @@ from hyperpod_inference_iac.charts.nvme_cache import (
     HYPERPOD_NVME_ROOT,
     NvmeModelCache,
 )
+from hyperpod_inference_iac.charts.placement import preferred_instance_types
 from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelDeployment,
@@ -82,15 +92,25 @@ from hyperpod_inference_iac.charts.portable import (
     capture_environment,
     capture_prefix_hash,
 )
+from hyperpod_inference_iac.charts.routing import (
+    IntelligentRoutingSpec,
+    KvCacheSpec,
+    L2CacheBackend,
+    L2CacheSpec,
+    RoutingStrategy,
+)
+from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig, ModelWeightsCacheSpec
 
 __all__ = [
     "AWS_CLI_IMAGE",
     "EKS_AL2023_NVME_ROOT",
     "HYPERPOD_NVME_ROOT",
     "PRESETS",
+    "AutoScalingSpec",
     "BufferConfig",
     "CaptureContentTypeHeader",
     "CaptureMode",
+    "CloudWatchTrigger",
     "CustomCertificateConfig",
     "DataCapture",
     "DnsConfig",
@@ -98,17 +118,25 @@ __all__ = [
     "FsxStorage",
     "HuggingFaceModel",
     "IdentityPlan",
+    "ImageCache",
     "InferenceChart",
     "InferenceEndpointConfig",
     "InferenceEndpointSpec",
+    "IntelligentRoutingSpec",
     "JumpStartModel",
     "JumpStartModelRef",
     "JumpStartModelSpec",
     "JumpStartServer",
     "KubernetesCustomization",
+    "KvCacheSpec",
+    "L2CacheBackend",
+    "L2CacheSpec",
     "LoadBalancerCapture",
     "LoadBalancerConfig",
+    "MetricDimension",
+    "MetricType",
     "MetricsConfig",
+    "ModelCacheConfig",
     "ModelDeployment",
     "ModelInvocationPort",
     "ModelMetrics",
@@ -117,6 +145,8 @@ __all__ = [
     "ModelSourceConfig",
     "ModelSourceType",
     "ModelVolumeMount",
+    "ModelWeightsCacheConfig",
+    "ModelWeightsCacheSpec",
     "ModelWorkload",
     "NameValue",
     "NvmeModelCache",
@@ -128,12 +158,16 @@ __all__ = [
     "PortableModelServer",
     "PortableModelServerChart",
     "PortableWorkload",
+    "PrometheusTrigger",
+    "RequestLimits",
     "RoutingAlgorithm",
+    "RoutingStrategy",
     "S3Storage",
     "SageMakerEndpoint",
     "SageMakerEndpointCapture",
     "SecretKeyRef",
     "TlsConfig",
+    "WeightsCache",
     "Worker",
     "WorkerProbes",
     "Workload",
@@ -144,4 +178,5 @@ __all__ = [
     "parse_model",
     "parse_models",
     "plan_workloads",
+    "preferred_instance_types",
 ]

@@ -48,7 +48,7 @@ class Constraint:
             self._check_items(value, path, problems)
         elif isinstance(value, str):
             self._check_text(value, path, problems)
-        elif isinstance(value, int) and not isinstance(value, bool):
+        elif isinstance(value, int | float) and not isinstance(value, bool):
             self._check_number(value, path, problems)
 
     def _add(self, path: str, message: str, value: Any, problems: Problems) -> None:
@@ -65,14 +65,15 @@ class Constraint:
         if self.max_length is not None and len(value) > self.max_length:
             self._add(path, f"must be at most {self.max_length} characters long", value, problems)
 
-    def _check_number(self, value: int, path: str, problems: Problems) -> None:
+    def _check_number(self, value: float, path: str, problems: Problems) -> None:
         too_low = self.minimum is not None and value < self.minimum
         too_high = self.maximum is not None and value > self.maximum
         if too_low or too_high:
+            kind = "a number" if isinstance(value, float) else "an integer"
             if self.maximum is None:
-                self._add(path, f"must be an integer of at least {self.minimum}", value, problems)
+                self._add(path, f"must be {kind} of at least {self.minimum}", value, problems)
             else:
-                self._add(path, f"must be an integer from {self.minimum} to {self.maximum}", value, problems)
+                self._add(path, f"must be {kind} from {self.minimum} to {self.maximum}", value, problems)
 
     def _check_items(self, items: tuple[Any, ...], path: str, problems: Problems) -> None:
         too_few = self.min_items is not None and len(items) < self.min_items
@@ -278,8 +279,9 @@ def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | Non
             return None, False
         # An unknown value stays a plain string so validate() reports it with the field's own code.
         return (hint(raw) if raw in hint._value2member_map_ else raw), True
-    expected = {str: "a string", bool: "true or false", int: "an integer"}[hint]
-    if not isinstance(raw, hint) or (hint is int and isinstance(raw, bool)):
+    expected = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[hint]
+    accepted = (int, float) if hint is float else hint  # YAML writes 10 for 10.0
+    if not isinstance(raw, accepted) or (hint in (int, float) and isinstance(raw, bool)):
         problems.add(WRONG_TYPE, path, f"must be {expected}", raw)
         return None, False
     return raw, True

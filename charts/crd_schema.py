@@ -19,7 +19,8 @@ import yaml
 from hyperpod_inference_iac._package_data import package_dir
 
 GROUP = "inference.sagemaker.aws.amazon.com"
-PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels"}
+PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels",
+           "ModelWeightsCacheConfig": "modelweightscacheconfigs"}
 SCHEMA_VERSION = "v1"
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, DOMAIN_NAME, HOSTED_ZONE_ID
 from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
 from hyperpod_inference_iac.validation import Problems, join_path
 
+# The CRDs' int32 (maxDeployTimeInSeconds has no other bound; default 3600).
+INT32_MAX = 2_147_483_647
 # The CRDs' own patterns for these two fields.
 INSTANCE_TYPE_PATTERN = r"^ml\..*"
 TLS_OUTPUT_S3_URI_PATTERN = r"^s3://([^/]+)/?(.*)$"
@@ -110,3 +113,10 @@ def check_dns_needs_certificate(
 
 def tls_output_uri(tls_config: TlsConfig | None) -> str | S3Uri | None:
     return tls_config.tls_certificate_output_s3_uri if tls_config is not None else None
+
+
+def max_deploy_time_field(code: str) -> Any:
+    """``maxDeployTimeInSeconds``: how long the operator waits for a deployment before it fails it (CRD default
+    3600 s). Downloading and loading a large model can take longer: raise it rather than see the deployment fail."""
+    return crd_field(default=None, code=code, minimum=1, maximum=INT32_MAX)
+

@@ -19,15 +19,17 @@ from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.plan import Workload, check_workload_set, named
+from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
 from hyperpod_inference_iac.platform_values import PlatformValues
 from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
 
 USER_ASSIGNABLE_LABEL = "sagemaker.amazonaws.com/user-assignable"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-_KINDS: dict[str, type[InferenceEndpointConfig] | type[JumpStartModel]] = {
+_KINDS: dict[str, type[Workload]] = {
     InferenceEndpointConfig.KIND: InferenceEndpointConfig,
     JumpStartModel.KIND: JumpStartModel,
+    ModelWeightsCacheConfig.KIND: ModelWeightsCacheConfig,
 }
 # What a models: entry may hold besides its kind's own fields (the config loader's platform shortcut).
 ENTRY_SHORTCUTS = ("endpointDomain",)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, deep_merge
+from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
@@ -18,10 +19,13 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
     NameValue,
     TlsConfig,
     check_dns_needs_certificate,
+    max_deploy_time_field,
     tls_output_uri,
 )
+from hyperpod_inference_iac.charts.model_cache import ModelCacheConfig
 from hyperpod_inference_iac.charts.model_source import ModelSourceConfig, ModelSourceType
 from hyperpod_inference_iac.charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
+from hyperpod_inference_iac.charts.routing import IntelligentRoutingSpec, KvCacheSpec
 from hyperpod_inference_iac.patterns import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -71,6 +75,20 @@ class WorkerProbes(SpecBlock):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RequestLimits(SpecBlock):
+    """Limits the operator's nginx sidecar applies in front of the model server (operator 3.1): at most
+    ``max_concurrent_requests`` in flight, ``max_queue_size`` waiting, the rest answered ``overflow_status_code``
+    (CRD default 429), so an overloaded replica sheds load instead of timing out every request."""
+
+    max_concurrent_requests: int | None = crd_field(
+        default=None, code="Worker.RequestLimitOutOfRange", minimum=1)
+    max_queue_size: int | None = crd_field(default=None, code="Worker.RequestLimitOutOfRange", minimum=0)
+    overflow_status_code: int | None = crd_field(
+        default=None, code="Worker.OverflowStatusOutOfRange", minimum=400, maximum=599,
+        hint="an HTTP error status; 429 (Too Many Requests) or 503 tell clients to retry")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Worker(SpecBlock):
     image: str = crd_field(
         code="Worker.ImageNotPinned", pattern=PINNED_IMAGE.pattern, hint="pin a version tag or a digest"
@@ -82,6 +100,7 @@ class Worker(SpecBlock):
     command: tuple[str, ...] | None = None
     environment_variables: tuple[EnvironmentVariable, ...] | None = None
     probes: WorkerProbes | None = None
+    request_limits: RequestLimits | None = None
 
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image.endswith(":latest"):
@@ -135,10 +154,12 @@ class InferenceEndpointSpec(SpecBlock):
     dns_config: DnsConfig | None = None
     load_balancer: LoadBalancerConfig | None = None
     metrics: MetricsConfig | None = None
-    # KEDA-style autoscaling (cloudWatchTrigger, prometheusTrigger, ...), passed through as written
-    # and checked against the CRD schema in tests: the shape is large and the operator owns it.
-    auto_scaling_spec: Mapping[str, Any] | None = None
+    auto_scaling_spec: AutoScalingSpec | None = None
     tags: tuple[NameValue, ...] | None = None
+    model_cache_config: ModelCacheConfig | None = None
+    kv_cache_spec: KvCacheSpec | None = None
+    intelligent_routing_spec: IntelligentRoutingSpec | None = None
+    max_deploy_time_in_seconds: int | None = max_deploy_time_field("InferenceEndpoint.MaxDeployTimeOutOfRange")
 
     def check_rules(self, path: str, problems: Problems) -> None:
         placements = [self.instance_type, self.instance_types, self.node_affinity]
@@ -158,6 +179,14 @@ class InferenceEndpointSpec(SpecBlock):
             )
         if self.model_source_config.model_source_type == ModelSourceType.KUBERNETES_VOLUME:
             self._check_model_volume_declared(path, problems)
+            if self.model_cache_config is not None and self.model_cache_config.caches_weights:
+                problems.add("ModelCache.WeightsCacheNeedsRemoteSource",
+                             join_path(path, "modelCacheConfig.weightsCache"),
+                             "caches weights from a remote source (s3, fsx, JumpStart); with modelSourceType "
+                             "kubernetesVolume they are already on the node: remove weightsCache (imageCache still "
+                             "helps) or use an s3/fsx source")
+        if self.auto_scaling_spec is not None:
+            self.auto_scaling_spec.check_replicas(self.replicas, path, problems)
 
     def _check_model_volume_declared(self, path: str, problems: Problems) -> None:
         volumes = self.kubernetes.volumes if self.kubernetes is not None else None

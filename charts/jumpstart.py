@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, deep_merge
+from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
@@ -17,9 +18,12 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
     NameValue,
     TlsConfig,
     check_dns_needs_certificate,
+    max_deploy_time_field,
     tls_output_uri,
 )
 from hyperpod_inference_iac.charts.inference_endpoint import API_VERSION
+from hyperpod_inference_iac.charts.model_cache import ModelCacheConfig
+from hyperpod_inference_iac.charts.routing import IntelligentRoutingSpec, KvCacheSpec
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_ARN, SAGEMAKER_ENDPOINT_NAME, SAGEMAKER_NAME
 from hyperpod_inference_iac.validation import Problems, join_path
 
@@ -90,10 +94,16 @@ class JumpStartModelSpec(SpecBlock):
     dns_config: DnsConfig | None = None
     load_balancer: LoadBalancerConfig | None = None
     metrics: MetricsConfig | None = None
-    auto_scaling_spec: Mapping[str, Any] | None = None  # as on InferenceEndpointSpec
+    auto_scaling_spec: AutoScalingSpec | None = None
+    model_cache_config: ModelCacheConfig | None = None
+    kv_cache_spec: KvCacheSpec | None = None
+    intelligent_routing_spec: IntelligentRoutingSpec | None = None
+    max_deploy_time_in_seconds: int | None = max_deploy_time_field("JumpStartModel.MaxDeployTimeOutOfRange")
 
     def check_rules(self, path: str, problems: Problems) -> None:
         check_dns_needs_certificate(self.dns_config, self.tls_config, path, problems)
+        if self.auto_scaling_spec is not None:
+            self.auto_scaling_spec.check_replicas(self.replicas, path, problems)
         if self.data_capture is not None:
             self.data_capture.check_destinations(
                 join_path(path, "dataCapture"),
@@ -108,6 +118,9 @@ class JumpStartModel(SpecBlock):
     """One ``JumpStartModel`` custom resource; ``extra_spec`` as on InferenceEndpointConfig.
 
     A JumpStartModel has no ``spec.kubernetes``, so it cannot take a custom service account.
+    ``gated``: the model is a gated JumpStart model (its JumpStart page says so); the operator downloads it with
+    ``spec.model.gatedModelDownloadRole`` when given, else with the add-on's
+    ``jumpstartGatedModelDownloadRoleArn``, which the platform then provides (``WorkloadPlan.gated_model_namespaces``).
     """
 
     KIND: ClassVar[str] = "JumpStartModel"
@@ -119,11 +132,16 @@ class JumpStartModel(SpecBlock):
         hint="a DNS-1123 label (lowercase letters, digits, '-')",
     )
     spec: JumpStartModelSpec
+    gated: bool = False
     extra_spec: Mapping[str, Any] | None = None
 
     @property
     def service_account_name(self) -> None:
         return None
+
+    @property
+    def needs_addon_gated_role(self) -> bool:
+        return self.gated and self.spec.model.gated_model_download_role is None
 
     def manifest(self, *, namespace: str) -> dict[str, Any]:
         spec = self.spec.to_dict()

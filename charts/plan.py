@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.crd_schema import schema_errors
 from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
@@ -32,12 +33,15 @@ from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.model_source import ModelSourceType
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
 from hyperpod_inference_iac.charts.portable import PortableModelServer, capture_prefix_hash
+from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
+from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
 from hyperpod_inference_iac.patterns import DNS1123_LABEL
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
 from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 
-Workload = InferenceEndpointConfig | JumpStartModel
+Workload = InferenceEndpointConfig | JumpStartModel | ModelWeightsCacheConfig
 ROLE_NAME_MAX = 64
 
 # Stand-ins that satisfy the CRDs' patterns, used only to check the emitted objects against the CRD
@@ -73,6 +77,10 @@ class PlatformContext:
         keys (``tokenSecretRef`` must name one of them).
     :param known_values: platform values already known (deterministic bucket names), used to tell whether
         a URI a workload writes is the platform's. @default none
+    :param operator_addon_version: the version of the cluster's inference operator add-on; a workload may use
+        only the features that version has (``operator_versions``). ``None`` skips the check (an operator
+        installed outside this library, whose version the platform does not know).
+        @default ``DEFAULT_ADDON_VERSION``, the version :class:`~hyperpod_inference_iac.InferenceOperator` installs
     """
 
     cluster_name: str
@@ -88,6 +96,7 @@ class PlatformContext:
     custom_service_accounts_enabled: bool = False
     synced_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     known_values: Mapping[PlatformValue, str] = dataclasses.field(default_factory=dict)
+    operator_addon_version: str | None = DEFAULT_ADDON_VERSION
 
     def role_name(self, service_account: str) -> str:
         return f"{self.role_name_prefix}-{service_account}"[:ROLE_NAME_MAX]
@@ -189,7 +198,7 @@ class WorkloadPlan:
             return False
         known = self.context.known_values.get(platform.bucket) if isinstance(platform.bucket, PlatformValue) else None
         for model in self.models:
-            capture = model.workload.spec.data_capture
+            capture = data_capture_of(model.workload)
             if capture is None or capture.load_balancer is None or not capture.load_balancer.enabled:
                 continue
             uri = capture.s3_uri
@@ -205,6 +214,23 @@ class WorkloadPlan:
     @property
     def secret_refs(self) -> tuple[str, ...]:
         return tuple(sorted({name for m in self.models if (name := token_secret_of(m.workload)) is not None}))
+
+    @property
+    def scaling_metrics(self) -> ScalingMetrics:
+        """What KEDA reads for every autoscaling trigger of the plan: its role is allowed exactly that
+        (``InferenceOperator(scaling_metrics=...)``)."""
+        metrics = ScalingMetrics()
+        for model in self.models:
+            for scaling in autoscaling_of(model.workload):
+                metrics = metrics.merged(scaling.scaling_metrics())
+        return metrics
+
+    @property
+    def gated_model_namespaces(self) -> tuple[str, ...]:
+        """Where gated JumpStart models download with the add-on's gated-model role (those that name no role of
+        their own): ``InferenceOperator(gated_model_namespaces=...)`` creates that role for them."""
+        gated = [m for m in self.models if isinstance(m.workload, JumpStartModel) and m.workload.needs_addon_gated_role]
+        return (self.context.namespace,) if gated else ()
 
 
 def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment | Workload] = (),
@@ -237,6 +263,7 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
     before = len(problems)
     workload.validate(path, problems)
     _check_model_on_platform(context, workload, path, problems)
+    _check_operator_features(context, workload, path, problems)
     if len(problems) == before:
         _check_against_crd(workload, path, problems)
     account = workload.service_account_name
@@ -252,6 +279,11 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
 def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, problems: Problems) -> Workload:
     """The platform shortcuts, applied to the typed workload (never silently over what the user wrote)."""
     workload = entry.workload
+    if isinstance(workload, ModelWeightsCacheConfig):
+        if entry.endpoint_domain is not None:
+            problems.add("Model.EndpointDomainNotServed", join_path(path, "endpointDomain"),
+                         "a ModelWeightsCacheConfig serves no endpoint: remove endpointDomain", entry.endpoint_domain)
+        return workload
     spec = workload.spec
     changes: dict[str, Any] = {}
     if entry.endpoint_domain is not None:
@@ -296,11 +328,11 @@ def _wire_capture(context: PlatformContext, capture: DataCapture, *, tiers: Sequ
 def _check_model_on_platform(context: PlatformContext, workload: Workload, path: str, problems: Problems) -> None:
     """Rules between a workload and the platform it runs on (identity, secrets, buckets, nodes)."""
     spec_path = join_path(path, "spec")
-    capture = workload.spec.data_capture
+    capture = data_capture_of(workload)
     if capture is not None and capture.s3_uri is not None:
         _check_operator_may_write(context, context.capture, capture.s3_uri, join_path(spec_path, "dataCapture.s3Uri"),
                                   "DataCapture.BucketNotGranted", "captures", problems)
-    tls = workload.spec.tls_config
+    tls = getattr(workload.spec, "tls_config", None)
     if tls is not None and tls.tls_certificate_output_s3_uri is not None and context.tls_output is not None:
         _check_operator_may_write(context, context.tls_output, tls.tls_certificate_output_s3_uri,
                                   join_path(spec_path, "tlsConfig.tlsCertificateOutputS3Uri"),
@@ -319,7 +351,11 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
                          join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.key"),
                          f"Secret {secret} holds only {', '.join(context.synced_secrets[secret])}", key)
     if isinstance(workload, InferenceEndpointConfig) and workload.nvme_cache is not None:
-        _check_nvme_nodes(workload, path, problems)
+        _check_nvme_nodes(workload, path, problems, "NvmeCache.NoInstanceStore", "the nvmeCache", "nvmeCache")
+    cache = getattr(workload.spec, "model_cache_config", None)
+    if cache is not None and cache.caches_weights:
+        _check_nvme_nodes(workload, path, problems, "ModelCache.NoInstanceStore",
+                          "modelCacheConfig.weightsCache (the cache would never warm)", "weightsCache")
 
 
 def _check_operator_may_write(context: PlatformContext, granted: S3Location | None, uri: str | S3Uri, path: str,
@@ -337,29 +373,57 @@ def _check_operator_may_write(context: PlatformContext, granted: S3Location | No
                  "to use the platform's", uri)
 
 
-def _check_nvme_nodes(workload: InferenceEndpointConfig, path: str, problems: Problems) -> None:
+def _instance_types(workload: Workload, path: str) -> list[tuple[str, str]]:
+    """Each instance type a workload may run on, with its key path."""
+    if isinstance(workload, JumpStartModel):
+        return [(join_path(path, "spec.server.instanceType"), workload.spec.server.instance_type)]
+    if isinstance(workload, ModelWeightsCacheConfig):
+        return []
     spec = workload.spec
     types = [(join_path(path, "spec.instanceType"), spec.instance_type)] if spec.instance_type else []
     types += [(join_path(join_path(path, "spec.instanceTypes"), i), t) for i, t in enumerate(spec.instance_types or ())]
-    for type_path, instance_type in types:
+    return types
+
+
+def _check_nvme_nodes(workload: Workload, path: str, problems: Problems, code: str, what: str, remove: str) -> None:
+    for type_path, instance_type in _instance_types(workload, path):
         if not is_unresolved(instance_type) and not has_instance_store_nvme(instance_type):
-            problems.add("NvmeCache.NoInstanceStore", type_path,
-                         f"{instance_type} has no instance-store NVMe for the nvmeCache to live on; use a type of a "
-                         f"family with NVMe ({families_with_nvme()}) or remove nvmeCache", instance_type)
+            problems.add(code, type_path,
+                         f"{instance_type} has no instance-store NVMe for {what}; use a type of a family with NVMe "
+                         f"({families_with_nvme()}) or remove {remove}", instance_type)
+
+
+def _check_operator_features(context: PlatformContext, workload: Workload, path: str, problems: Problems) -> None:
+    """A workload may use only the features the cluster's operator add-on has: the API server would prune a
+    field its CRD lacks, and the workload would run without it (docs/operator-versions.md)."""
+    version = context.operator_addon_version
+    if version is None or is_unresolved(version):
+        return
+    spec = workload.manifest(namespace=context.namespace).get("spec", {})
+    for feature, keys in missing_features(workload.KIND, spec, version):
+        problems.add("OperatorVersion.FeatureUnavailable", _spec_path(workload, path, keys),
+                     f"{feature.name} needs the inference operator add-on {feature.minimum} (operator "
+                     f"{feature.operator}) or newer, and {workload.name} would run on {version}: raise "
+                     "operator.addonVersion (docs/operator-versions.md says what an upgrade brings) or remove it",
+                     version)
+
+
+def _spec_path(workload: Workload, path: str, location: Sequence[str | int]) -> str:
+    """Where a key of the emitted ``spec`` came from: ``extraSpec`` when that set it, else ``spec``."""
+    extra = set((workload.extra_spec or {}).keys())
+    spec_path = join_path(path, "extraSpec" if location and str(location[0]) in extra else "spec")
+    for part in location:
+        spec_path = join_path(spec_path, part if isinstance(part, int) else str(part))
+    return spec_path
 
 
 def _check_against_crd(workload: Workload, path: str, problems: Problems) -> None:
     """The emitted object against the CRD's own schema (catches what the types leave open: extraSpec)."""
     manifest = _SCHEMA_CHECK_VALUES.resolve(workload.manifest(namespace="schema-check"))
-    extra = set((workload.extra_spec or {}).keys())
     for location, message, value in schema_errors(manifest):
         if location[:1] != ("spec",) or is_unresolved(value):
             continue  # tokens are checked by the API server at deploy time
-        keys = [str(part) for part in location[1:]]
-        base = join_path(path, "extraSpec" if keys and keys[0] in extra else "spec")
-        error_path = base
-        for part in location[1:]:
-            error_path = join_path(error_path, part if isinstance(part, int) else str(part))
+        error_path = _spec_path(workload, path, location[1:])
         if not problems.has_at_or_below(error_path):
             problems.add("Model.CrdSchemaViolation", error_path,
                          f"the operator's CRD refuses this: {message}")
@@ -375,6 +439,20 @@ def _weights_of(workload: Workload) -> S3Location | None:
         location = (source.model_location or "").strip("/")  # type: ignore[union-attr]
         return S3Location(storage.bucket_name, f"{location}/" if location else "")
     return None
+
+
+def data_capture_of(workload: Workload) -> DataCapture | None:
+    return getattr(workload.spec, "data_capture", None)
+
+
+def autoscaling_of(workload: Workload) -> list[AutoScalingSpec]:
+    """The workload's autoscaling blocks: its own and its router's (intelligent routing scales separately)."""
+    spec = workload.spec
+    found = [getattr(spec, "auto_scaling_spec", None)]
+    routing = getattr(spec, "intelligent_routing_spec", None)
+    if routing is not None:
+        found.append(routing.auto_scaling_spec)
+    return [scaling for scaling in found if scaling is not None]
 
 
 def token_secret_of(workload: Workload) -> str | None:

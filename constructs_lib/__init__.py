@@ -59,6 +59,7 @@ from hyperpod_inference_iac.s3_access import (
     grant_object_writes,
     kms_through_s3,
 )
+from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
 
@@ -95,9 +96,11 @@ __all__ = [
     "Prerequisite",
     "Problem",
     "Problems",
+    "PrometheusWorkspace",
     "RedactionRule",
     "S3Location",
     "S3Uri",
+    "ScalingMetrics",
     "SecretSync",
     "StagedManifests",
     "WorkloadIdentity",

@@ -11,6 +11,10 @@ It holds every object a workload needs on the cluster, or says plainly what must
 * ``README.md``: the order to apply them in, the prerequisites that are not Kubernetes objects (EKS add-ons,
   AWS resources), one check command for each, and the manifests left out until a deploy.
 
+Staging also compares each operator custom resource with the one the folder held before
+(:attr:`StagedManifests.replacements`): a change the operator cannot apply in place (intelligent routing is
+set once, at creation) is named, so the app can warn before the change reaches a cluster.
+
 A manifest never holds a CDK token: a value known only after ``cdk deploy`` leaves the manifests that
 need it out, named in the README with the stack outputs that complete them. The folder is staged
 beside the target and replaces it in one step (:meth:`StagedManifests.commit`), so a failed run leaves
@@ -30,8 +34,10 @@ import cdk8s
 import yaml
 from aws_cdk import Token
 
+from hyperpod_inference_iac.charts.crd_schema import is_operator_object
 from hyperpod_inference_iac.charts.plan import WorkloadPlan
 from hyperpod_inference_iac.charts.render import NAMESPACE_CHART, render_workloads
+from hyperpod_inference_iac.charts.routing import routing_replacement_reasons
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValues
 from hyperpod_inference_iac.validation import ConfigError, Problem
@@ -53,6 +59,8 @@ class StagedManifests:
     staging: Path
     written: list[str] = field(default_factory=list)
     waiting: dict[str, AwaitingDeploy] = field(default_factory=dict)
+    # Chart id -> why its custom resource, as rendered now, cannot replace the previous rendering in place.
+    replacements: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def commit(self) -> None:
         """Replace ``target`` with the staged folder (the previous one is removed only now)."""
@@ -97,6 +105,7 @@ def stage_manifests(
         staged.waiting.update(rendered.waiting)
         app.synth()
         staged.written = [f"{NAMESPACE_CHART}.k8s.yaml", *(f"{chart}.k8s.yaml" for chart in rendered.charts)]
+        staged.replacements = _replacements(outdir, staging, rendered.charts)
         for name, objects in sorted((supporting or {}).items()):
             try:
                 documents = [values.resolve(obj) for obj in objects]
@@ -120,6 +129,26 @@ def stage_manifests(
         staged.discard()
         raise
     return staged
+
+
+def _operator_specs(path: Path) -> dict[tuple[str, str], Any]:
+    if not path.is_file():
+        return {}
+    documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    return {(d["kind"], d["metadata"]["name"]): d.get("spec", {}) for d in documents if is_operator_object(d)}
+
+
+def _replacements(previous: Path, staging: Path, charts: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Each chart whose custom resource changed in a way the operator refuses to apply in place."""
+    found: dict[str, tuple[str, ...]] = {}
+    for chart in charts:
+        before = _operator_specs(previous / f"{chart}.k8s.yaml")
+        after = _operator_specs(staging / f"{chart}.k8s.yaml")
+        reasons = tuple(reason for key in sorted(before.keys() & after.keys())
+                        for reason in routing_replacement_reasons(before[key], after[key]))
+        if reasons:
+            found[chart] = reasons
+    return found
 
 
 def _write(path: Path, documents: Sequence[Any]) -> None:

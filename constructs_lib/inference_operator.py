@@ -9,7 +9,8 @@ the kubectl Lambda (262 KB request limit). Roles:
   capture, KMS, ACM, TLS bucket and Route 53 permissions scoped to the real bucket, key,
   certificate and hosted zone;
 * the AWS Load Balancer Controller and KEDA roles the add-on runs with, each bound to its one
-  service account;
+  service account; KEDA's may read exactly the metrics the workloads' autoscaling triggers name;
+* with gated JumpStart models, the gated-model download role (``jumpstartGatedModelDownloadRoleArn``);
 * the Mountpoint for S3 CSI driver role, read-only on the buckets the operator mounts.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aws_cdk import Stack
+from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
@@ -31,6 +32,7 @@ from constructs import Construct
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
 from hyperpod_inference_iac.data_perimeter import ObjectAccess
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
+from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
@@ -43,6 +45,7 @@ from hyperpod_inference_iac.s3_access import (
     grant_object_writes,
     objects_arn,
 )
+from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -51,12 +54,13 @@ OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_SERVICE_ACCOUNT = "hyperpod-inference-controller-manager"
 EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
 OPERATOR_MANAGED_POLICY = "AmazonSageMakerHyperPodInferenceAccess"
-DEFAULT_ADDON_VERSION = "v1.0.0-eksbuild.1"
 # EKS add-ons the operator's manager checks for before it starts (CSI drivers, cert-manager CRDs),
 # plus metrics-server for autoscaling and the Pod Identity agent for workload identities.
 DEPENDENCY_ADDONS = ("eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver")
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 S3_CSI_SERVICE_ACCOUNT = ("kube-system", "s3-csi-driver-sa")
+# The service accounts the operator runs JumpStart model pods under (the AWS setup guide's gated-model trust).
+JUMPSTART_SERVICE_ACCOUNT_PREFIX = "hyperpod-inference-service-account"
 
 
 def check_inference_operator(problems: Problems, at: KeyPaths = PROPS, *, execution_role_name: str,
@@ -92,7 +96,8 @@ class InferenceOperator(Construct):
     :param execution_role_name: must start with ``SageMakerHyperPodInference`` (checked).
         @default ``SageMakerHyperPodInference-<stack name>``
     :param addon_version: pinned add-on version. Dependency add-ons take EKS's default for the cluster's
-        Kubernetes minor (pinning those too would break on each EKS release). @default ``v1.0.0-eksbuild.1``
+        Kubernetes minor (pinning those too would break on each EKS release). @default
+        ``operator_versions.DEFAULT_ADDON_VERSION`` (``v1.4.0-eksbuild.1``, operator 3.3)
     :param enable_custom_service_accounts: lets workloads run under their own labelled service
         accounts (the add-on's ``enableCustomServiceAccounts``). @default False
     :param mounted_buckets: buckets the operator mounts through Mountpoint for S3 (model weights);
@@ -101,9 +106,17 @@ class InferenceOperator(Construct):
     :param s3_csi_role_name: fixed name of the Mountpoint for S3 CSI driver's role: needed when the TLS
         bucket is guarded by :class:`CaptureStorage` in another stack (its allowlist names the role by ARN).
         @default generated
+    :param scaling_metrics: what the workloads' autoscaling triggers read (``WorkloadPlan.scaling_metrics``);
+        the KEDA role may read exactly that. @default none: the KEDA role may read no metrics
+    :param gated_model_namespaces: namespaces with gated JumpStart models that download with the add-on's
+        role (``WorkloadPlan.gated_model_namespaces``): creates that role, trusted by their JumpStart service
+        accounts. @default none: no role
+    :param gated_model_download_role: an existing gated-model download role to configure instead.
+        @default none
 
-    Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``addon``
-    (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the add-on's configuration values).
+    Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``gated_model_role``
+    (created, passed in or ``None``), ``addon`` (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the
+    add-on's configuration values).
     Its cdk-nag findings (AWS's operator policy, the load balancer controller's published policy, KEDA's
     metric reads, object wildcards under fixed prefixes) are acknowledged here.
     """
@@ -128,6 +141,9 @@ class InferenceOperator(Construct):
         mounted_buckets: Sequence[s3.IBucket] = (),
         install_fsx_csi_driver: bool = False,
         s3_csi_role_name: str | None = None,
+        scaling_metrics: ScalingMetrics | None = None,
+        gated_model_namespaces: Sequence[str] = (),
+        gated_model_download_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -168,14 +184,10 @@ class InferenceOperator(Construct):
         self.alb_controller_role = self._irsa_role(
             cluster, "AlbControllerRole", "aws-load-balancer-controller",
             alb_controller_statements(partition=stack.partition, region=stack.region, account=stack.account))
-        self.keda_role = self._irsa_role(cluster, "KedaRole", "keda-operator", [
-            # CloudWatch metric reads support no resource-level permissions.
-            iam.PolicyStatement(sid="ReadScalingMetrics", resources=["*"], actions=[
-                "cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics"]),
-            iam.PolicyStatement(sid="QueryPrometheusWorkspaces", actions=[
-                "aps:QueryMetrics", "aps:GetLabels", "aps:GetSeries", "aps:GetMetricMetadata"],
-                resources=[f"arn:{stack.partition}:aps:{stack.region}:{stack.account}:workspace/*"]),
-        ])
+        self.keda_role = self._irsa_role(cluster, "KedaRole", "keda-operator", [])
+        self._grant_scaling_metrics(scaling_metrics or ScalingMetrics())
+        self.gated_model_role = gated_model_download_role or (
+            self._gated_model_role(cluster, gated_model_namespaces) if gated_model_namespaces else None)
         namespace, account_name = S3_CSI_SERVICE_ACCOUNT
         self.s3_csi_role = iam.Role(
             self, "S3CsiDriverRole", role_name=s3_csi_role_name,
@@ -195,7 +207,7 @@ class InferenceOperator(Construct):
         mountpoint = self.dependency_addons[DEPENDENCY_ADDONS.index("aws-mountpoint-s3-csi-driver")]
         _cfn_addon(mountpoint).service_account_role_arn = self.s3_csi_role.role_arn
 
-        self.configuration: Mapping[str, Any] = {
+        configuration: dict[str, Any] = {
             "executionRoleArn": self.execution_role.role_arn,
             "tlsCertificateS3Bucket": tls_bucket.bucket_name,
             "hyperpodClusterArn": hyperpod_cluster_arn,
@@ -203,6 +215,9 @@ class InferenceOperator(Construct):
             "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": self.alb_controller_role.role_arn}},
             "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": self.keda_role.role_arn}}}},
         }
+        if self.gated_model_role is not None:
+            configuration["jumpstartGatedModelDownloadRoleArn"] = self.gated_model_role.role_arn
+        self.configuration: Mapping[str, Any] = configuration
         self.addon = eks.Addon(self, "Addon", cluster=cluster, addon_name=OPERATOR_ADDON, addon_version=addon_version,
                                configuration_values=dict(self.configuration))
         _cfn_addon(self.addon).resolve_conflicts = "OVERWRITE"
@@ -224,6 +239,48 @@ class InferenceOperator(Construct):
                                          "s3:RequestObjectTag/CreatedBy": "HyperPodInference"}}))
         for access in ObjectAccess:  # (listed on a guarded bucket's allowlist: it reads, writes and deletes)
             admit_objects(role, tls_arn, access)
+
+    def _grant_scaling_metrics(self, metrics: ScalingMetrics) -> None:
+        """KEDA reads what the autoscaling triggers name, nothing else: CloudWatch only if a trigger is a
+        CloudWatch one (``GetMetricData`` has no resource-level permissions, hence ``*``, acknowledged), and
+        PromQL queries on the named Amazon Managed Service for Prometheus workspaces only."""
+        stack = Stack.of(self)
+        if metrics.cloudwatch:
+            self.keda_role.add_to_principal_policy(iam.PolicyStatement(
+                sid="ReadScalingMetrics", actions=["cloudwatch:GetMetricData"], resources=["*"]))
+            acknowledge(self.keda_role, "keda-metric-reads", *resource_evidence(self, "*"))
+        if metrics.prometheus_workspaces:
+            self.keda_role.add_to_principal_policy(iam.PolicyStatement(
+                sid="QueryPrometheusWorkspaces", actions=["aps:QueryMetrics"],
+                resources=[w.arn(partition=stack.partition, account=stack.account)
+                           for w in metrics.prometheus_workspaces]))
+
+    def _gated_model_role(self, cluster: eks.Cluster, namespaces: Sequence[str]) -> iam.Role:
+        """The role the operator's JumpStart pods download gated models with. Trust and permission as the AWS
+        setup guide and its managed policy ``AmazonSageMakerHyperPodGatedModelAccess`` (v3) give them, narrowed:
+        the JumpStart service accounts of the given namespaces only (the guide trusts every namespace), SageMaker
+        from this account only, presigned hub-content URLs of the public hub in this region only."""
+        stack = Stack.of(self)
+        issuer = cluster.open_id_connect_provider.open_id_connect_provider_issuer
+        audience = CfnJson(self, "GatedModelAudience", value={f"{issuer}:aud": "sts.amazonaws.com"})
+        subjects = CfnJson(self, "GatedModelSubjects", value={f"{issuer}:sub": [
+            f"system:serviceaccount:{namespace}:{JUMPSTART_SERVICE_ACCOUNT_PREFIX}*" for namespace in namespaces]})
+        role = iam.Role(
+            self, "GatedModelRole",
+            description="Downloads gated JumpStart models for the inference operator's JumpStart pods",
+            assumed_by=iam.CompositePrincipal(
+                iam.OpenIdConnectPrincipal(cluster.open_id_connect_provider).with_conditions(
+                    {"StringEquals": audience, "StringLike": subjects}),
+                iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
+                    {"StringEquals": {"aws:SourceAccount": stack.account}})))
+        hub = f"arn:{stack.partition}:sagemaker:{stack.region}:*"
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="PresignGatedHubContent", actions=["sagemaker:CreateHubContentPresignedUrls"],
+            resources=[f"{hub}:hub/SageMakerPublicHub", f"{hub}:hub-content/SageMakerPublicHub/*/*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}))
+        acknowledge(role, "jumpstart-public-hub-content", *resource_evidence(
+            self, f"{hub}:hub/SageMakerPublicHub", f"{hub}:hub-content/SageMakerPublicHub/*/*"))
+        return role
 
     def _irsa_role(self, cluster: eks.Cluster, id: str, service_account: str,
                    statements: list[iam.PolicyStatement]) -> iam.Role:
@@ -252,8 +309,6 @@ class InferenceOperator(Construct):
             *(f"{elb}:{kind}" for kind in ("loadbalancer/app/*/*", "loadbalancer/net/*/*", "targetgroup/*/*",
                                            "listener/app/*/*/*", "listener/net/*/*/*", "listener-rule/app/*/*/*",
                                            "listener-rule/net/*/*/*"))))
-        acknowledge(self.keda_role, "keda-metric-reads",
-                    *resource_evidence(self, "*", f"arn:{partition}:aps:{region}:{account}:workspace/*"))
 
 
 def _cfn_addon(addon: eks.Addon) -> eks_l1.CfnAddon:

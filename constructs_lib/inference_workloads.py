@@ -142,6 +142,19 @@ class InferenceWorkloads(Construct):
             self.manifests[chart_id] = manifest
             _warn_about_capture(manifest, workload)
 
+    def warn_about_replacements(self, replacements: Mapping[str, Sequence[str]]) -> None:
+        """Warn on each workload whose custom resource changed in a way the operator refuses to apply in place
+        (``StagedManifests.replacements`` of the GitOps rendering): deploying it fails until the resource is
+        deleted and created again, which takes the endpoint down meanwhile."""
+        for chart_id, reasons in sorted(replacements.items()):
+            manifest = self.manifests.get(chart_id)
+            if manifest is None:
+                continue
+            Annotations.of(manifest).add_warning_v2(
+                "@hyperpod-inference-iac/InferenceWorkloads:needsReplacement",
+                f"{chart_id}: {'; '.join(reasons)}. The operator applies this only to a new resource: delete the "
+                "workload and deploy it again (its endpoint is down in between), or keep the previous setting")
+
     def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
             self, f"Identity-{identity.service_account}", cluster=cluster, namespace=self.plan.context.namespace,
@@ -186,7 +199,7 @@ def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str
     if isinstance(workload, PortableWorkload):
         capture = workload.server.data_capture
         return [("modelPod", capture.model_pod)] if capture is not None and capture.model_pod is not None else []
-    capture = workload.workload.spec.data_capture
+    capture = getattr(workload.workload.spec, "data_capture", None)
     if capture is None:
         return []
     return [(tier, block) for tier, block in (("sagemakerEndpoint", capture.sagemaker_endpoint),

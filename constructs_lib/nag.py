@@ -69,8 +69,16 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "keda-metric-reads": (
         "AwsSolutions-IAM5",
-        "KEDA reads scaling metrics: CloudWatch GetMetricData/ListMetrics support no resource-level "
-        "permissions; Prometheus queries are limited to this account's workspaces in this region.",
+        "KEDA's CloudWatch scaler reads the metrics a workload's autoscaling triggers name with "
+        "cloudwatch:GetMetricData, which has no resource-level permissions: the resource can only be *. It is "
+        "granted only while some workload scales on a CloudWatch trigger, and it reads metrics, nothing else.",
+    ),
+    "jumpstart-public-hub-content": (
+        "AwsSolutions-IAM5",
+        "Gated JumpStart models are downloaded through presigned URLs of SageMaker's public hub: the statement of "
+        "AWS's AmazonSageMakerHyperPodGatedModelAccess policy, narrowed to this region. The hub belongs to AWS "
+        "(the account is *) and the model ids and versions are the workloads' (*/*); the one action creates "
+        "presigned URLs, nothing else.",
     ),
     "hyperpod-managed-policy": (
         "AwsSolutions-IAM4",

@@ -41,8 +41,8 @@ from hyperpod_inference_iac import (
 from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
 from hyperpod_inference_iac.charts.inference_chart import parse_model
 from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
-from hyperpod_inference_iac.inference_operator import DEFAULT_ADDON_VERSION
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, REGION
+from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
 from hyperpod_inference_iac.validation import WRONG_TYPE, ConfigError, Problems, join_path
 from platform_config.model import (
     CapturePolicy,
@@ -274,6 +274,9 @@ def _operator(section: Section) -> OperatorConfig:
         addon_version=section.string("addonVersion", default=DEFAULT_ADDON_VERSION) or DEFAULT_ADDON_VERSION,
         enable_custom_service_accounts=section.boolean("enableCustomServiceAccounts", default=False),
         namespace=section.string("inferenceNamespace", default="inference") or "inference",
+        gated_model_download_role_arn=section.string(
+            "jumpstartGatedModelDownloadRoleArn", pattern=IAM_ROLE_ARN.pattern,
+            hint="must be an IAM role ARN (the add-on's jumpstartGatedModelDownloadRoleArn)"),
     )
     section.finish()
     return config

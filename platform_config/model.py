@@ -105,6 +105,7 @@ class OperatorConfig:
     addon_version: str
     enable_custom_service_accounts: bool
     namespace: str
+    gated_model_download_role_arn: str | None = None  # else created when a gated JumpStart model needs it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +206,7 @@ class PlatformConfig:
             endpoint_domains=self.domain.endpoint_domains, zone_name=self.domain.zone_name,
             custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
+            operator_addon_version=self.operator.addon_version,
         )
 
 

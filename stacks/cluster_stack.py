@@ -9,6 +9,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
@@ -77,19 +78,24 @@ class ClusterStack(Stack):
                 self, "ExistingCertificate", domain_config.existing_certificate_arn)
             if domain_config.existing_certificate_arn else None,
         )
+        plan = config.workloads
+        assert plan is not None  # load_config always plans
+        operator_config = config.operator
         self.operator = InferenceOperator(
             self, "InferenceOperator", cluster=eks_cluster, hyperpod_cluster_arn=self.hyperpod.cluster_arn,
             tls_bucket=storage.tls_bucket, tls_bucket_key=storage.key,
             capture_bucket=storage.capture_bucket, capture_key=storage.key, capture_prefix=config.capture.prefix,
             certificate=domain.certificate, hosted_zone=domain.hosted_zone,
-            execution_role_name=config.operator_execution_role_name, addon_version=config.operator.addon_version,
-            enable_custom_service_accounts=config.operator.enable_custom_service_accounts,
-            s3_csi_role_name=config.s3_csi_role_name,
+            execution_role_name=config.operator_execution_role_name, addon_version=operator_config.addon_version,
+            enable_custom_service_accounts=operator_config.enable_custom_service_accounts,
+            s3_csi_role_name=config.s3_csi_role_name, scaling_metrics=plan.scaling_metrics,
+            gated_model_namespaces=plan.gated_model_namespaces,
+            gated_model_download_role=iam.Role.from_role_arn(
+                self, "GatedModelRole", operator_config.gated_model_download_role_arn)
+            if operator_config.gated_model_download_role_arn else None,
         )
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
                                                        sync=config.hugging_face_sync)
-        plan = config.workloads
-        assert plan is not None  # load_config always plans
         self.external_dns = ExternalDns(
             self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=cluster_config.name,
             role_name=config.external_dns_role_name) if plan.needs_external_dns else None

@@ -29,6 +29,7 @@ ACCOUNT = "123456789012"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CERTIFICATE_ARN = f"arn:aws:acm:us-east-1:{ACCOUNT}:certificate/1a2b3c4d-0000-1111-2222-333344445555"
 KMS_KEY_ARN = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1a2b3c4d-0000-1111-2222-333344445555"
+AMP_WORKSPACE_URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123abcd-4567-89ef-0123-456789abcdef"
 
 MODELS_YAML = f"""
 - kind: InferenceEndpointConfig          # models[0]: NVMe cache with S3 fallback, all tiers, custom domain
@@ -59,6 +60,7 @@ MODELS_YAML = f"""
       probes:
         readinessProbe:
           httpGet: {{path: /health, port: 8000}}
+      requestLimits: {{maxConcurrentRequests: 32, maxQueueSize: 64, overflowStatusCode: 429}}
     dataCapture:
       s3Uri: s3://example-capture/inference
       sagemakerEndpoint:
@@ -92,8 +94,27 @@ MODELS_YAML = f"""
       metricsScrapeIntervalSeconds: 30
       modelMetrics: {{path: /metrics, port: 8000}}
     autoScalingSpec:
-      minReplicaCount: 1
+      minReplicaCount: 0
       maxReplicaCount: 4
+      pollingInterval: 15
+      cooldownPeriod: 600
+      scaleDownStabilizationTime: 300
+      cloudWatchTriggerList:
+        - name: qwen3-8b-invocations
+          namespace: AWS/SageMaker
+          metricName: Invocations
+          metricStat: Sum
+          metricType: Average
+          targetValue: 10
+          activationTargetValue: 1
+          metricCollectionPeriod: 60
+          metricCollectionStartTime: 300
+          dimensions:
+            - {{name: EndpointName, value: qwen3-8b}}
+            - {{name: VariantName, value: AllTraffic}}
+    modelCacheConfig:
+      imageCache: {{enabled: true}}
+    maxDeployTimeInSeconds: 2400
     tags:
       - {{name: team, value: ml-platform}}
 - kind: InferenceEndpointConfig          # models[1]: Hugging Face, pinned commit
@@ -135,6 +156,20 @@ MODELS_YAML = f"""
       modelPod: {{enabled: true}}
     tlsConfig:
       tlsCertificateOutputS3Uri: s3://hyperpod-tls-example
+    modelCacheConfig:
+      weightsCache: {{enabled: true, hostPath: /opt/dlami/nvme}}
+    kvCacheSpec:
+      enableL2Cache: true
+      l2CacheSpec: {{l2CacheBackend: redis, l2CacheLocalUrl: "redis://kv-cache.inference.svc:6379"}}
+    autoScalingSpec:
+      minReplicaCount: 1
+      maxReplicaCount: 3
+      prometheusTriggerList:
+        - name: llama-s3-queue
+          serverAddress: {AMP_WORKSPACE_URL}
+          query: sum(vllm:num_requests_waiting{{model_name="llama-s3"}})
+          targetValue: 8
+          metricType: Value
 - kind: InferenceEndpointConfig          # models[3]: FSx for Lustre source
   name: deepseek-fsx
   spec:
@@ -173,6 +208,20 @@ MODELS_YAML = f"""
         domainName: llama3.inference.example.com
     dnsConfig: {{hostedZoneId: Z0123456789ABCDEFGHIJ}}
     loadBalancer: {{routingAlgorithm: round_robin}}
+    kvCacheSpec:
+      enableL2Cache: true
+      l2CacheSpec: {{l2CacheBackend: tieredstorage}}
+    intelligentRoutingSpec: {{enabled: true, routingStrategy: prefixaware}}
+    maxDeployTimeInSeconds: 3600
+- kind: ModelWeightsCacheConfig          # models[5]: weights kept on the NVMe of the nodes llama-s3 scales to
+  name: llama-s3-weights
+  spec:
+    modelSourceConfig:
+      modelSourceType: s3
+      s3Storage: {{bucketName: example-model-weights, region: us-east-1}}
+      modelLocation: llama-3-1-8b
+    hostPath: /opt/dlami/nvme
+    nodeSelector: {{node.kubernetes.io/instance-type: ml.g5.8xlarge}}
 """
 
 SERVICE_ACCOUNTS = (

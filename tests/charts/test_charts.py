@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,8 +24,13 @@ from hyperpod_inference_iac.charts import (
     capture_environment,
     capture_prefix_hash,
     parse_models,
+    plan_workloads,
 )
+from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec, CloudWatchTrigger
 from hyperpod_inference_iac.charts.nvme_cache import COMPLETE_MARKER
+from hyperpod_inference_iac.charts.placement import preferred_instance_types
+from hyperpod_inference_iac.charts.routing import routing_replacement_reasons
+from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.validation import Problems
 from tests.charts import samples
 
@@ -131,14 +137,14 @@ def test_capture_destination_and_key_go_where_they_belong() -> None:
 def test_extra_spec_and_json_patch_reach_the_emitted_resource() -> None:
     problems = Problems()
     ((_, model),) = parse_models(
-        [{**samples.model_entries()[2], "extraSpec": {"kvCacheSpec": {"enableL2Cache": False}, "replicas": 3}}],
+        [{**samples.model_entries()[2], "extraSpec": {"kubernetes": {"schedulerName": "volcano"}, "replicas": 3}}],
         problems=problems,
     )
     assert not problems
     chart = InferenceChart(cdk8s.Testing.app(), "escape-hatches", namespace=samples.NAMESPACE, models=[model])
     chart.resources["llama-s3"].add_json_patch(cdk8s.JsonPatch.add("/spec/maxDeployTimeInSeconds", 1800))
     (resource,) = cdk8s.Testing.synth(chart)
-    assert resource["spec"]["kvCacheSpec"] == {"enableL2Cache": False}
+    assert resource["spec"]["kubernetes"] == {"schedulerName": "volcano"}
     assert resource["spec"]["replicas"] == 3
     assert resource["spec"]["maxDeployTimeInSeconds"] == 1800
     assert resource["spec"]["modelName"] == "llama-s3"
@@ -232,3 +238,71 @@ def test_manifests_hold_no_unresolved_tokens(
     inference_manifests: list[dict[str, Any]], portable_manifests: dict[str, list[dict[str, Any]]]
 ) -> None:
     assert "${Token[" not in json.dumps([inference_manifests, portable_manifests])
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    ({}, {}, 0),
+    ({"intelligentRoutingSpec": {"enabled": True}}, {"intelligentRoutingSpec": {"enabled": True}}, 0),
+    ({}, {"intelligentRoutingSpec": {"enabled": True}}, 1),
+    ({"intelligentRoutingSpec": {"enabled": True}}, {}, 1),
+    ({"intelligentRoutingSpec": {"enabled": True}}, {"intelligentRoutingSpec": {"enabled": False}}, 1),
+    ({"intelligentRoutingSpec": {"enabled": True, "autoScalingSpec": {"maxReplicaCount": 2}}},
+     {"intelligentRoutingSpec": {"enabled": True, "autoScalingSpec": {"maxReplicaCount": 3}}}, 0),
+])
+def test_intelligent_routing_changes_that_need_a_new_resource(before: dict[str, Any], after: dict[str, Any],
+                                                              expected: int) -> None:
+    assert len(routing_replacement_reasons(before, after)) == expected
+
+
+def test_preferred_instance_types_is_the_operators_fallback_as_node_affinity() -> None:
+    affinity = preferred_instance_types(
+        ["ml.g6e.12xlarge", "ml.g5.12xlarge"],
+        extra_required=[{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}])
+    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0] == {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                           "values": ["ml.g6e.12xlarge", "ml.g5.12xlarge"]}
+    assert term["matchExpressions"][1]["key"] == "karpenter.sh/capacity-type"
+    preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [(p["weight"], p["preference"]["matchExpressions"][0]["values"]) for p in preferred] == [
+        (100, ["ml.g6e.12xlarge"]), (99, ["ml.g5.12xlarge"])]
+    model = samples_model(2)
+    placed = dataclasses.replace(model, spec=dataclasses.replace(model.spec, node_affinity=affinity))
+    problems = Problems()
+    plan_workloads(samples.context(), models=[placed], problems=problems)
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("trigger", [
+    CloudWatchTrigger.sagemaker_invocations(endpoint_name="qwen3-8b", target_value=30),
+    CloudWatchTrigger.alb_request_count(load_balancer="app/k8s-inference-qwen/0123456789abcdef", target_value=100),
+])
+def test_the_documented_triggers_pass_every_rule_and_the_crd(trigger: CloudWatchTrigger) -> None:
+    model = samples_model(0)
+    scaling = AutoScalingSpec(min_replica_count=0, max_replica_count=2, cloud_watch_trigger_list=(trigger,))
+    scaled = dataclasses.replace(model, spec=dataclasses.replace(model.spec, auto_scaling_spec=scaling, replicas=1))
+    problems = Problems()
+    plan = plan_workloads(samples.context(), models=[scaled], problems=problems)
+    assert not problems, problems
+    assert plan.scaling_metrics == ScalingMetrics(cloudwatch=True)
+
+
+def test_the_plan_says_what_keda_reads_and_who_needs_the_gated_model_role() -> None:
+    entries = samples.model_entries()
+    entries[4]["gated"] = True
+    problems = Problems()
+    models = [workload for _, workload in parse_models(entries, problems=problems)]
+    plan = plan_workloads(samples.context(), models=models, problems=problems)
+    assert not problems, problems
+    workspace = PrometheusWorkspace("us-east-1", "ws-0123abcd-4567-89ef-0123-456789abcdef")
+    assert plan.scaling_metrics == ScalingMetrics(cloudwatch=True, prometheus_workspaces=(workspace,))
+    assert plan.gated_model_namespaces == (samples.NAMESPACE,)
+    entries[4]["spec"]["model"]["gatedModelDownloadRole"] = f"arn:aws:iam::{samples.ACCOUNT}:role/own-gated-role"
+    models = [workload for _, workload in parse_models(entries, problems=problems)]
+    assert plan_workloads(samples.context(), models=models, problems=problems).gated_model_namespaces == ()
+
+
+def samples_model(index: int) -> Any:
+    problems = Problems()
+    models = [workload for _, workload in parse_models(samples.model_entries(), problems=problems)]
+    problems.raise_if_any()
+    return models[index]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -62,3 +65,11 @@ def test_kubernetes_check_rejects_an_unknown_field(portable_manifests: dict[str,
     broken["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
     with pytest.raises(kubernetes_validate.ValidationError):
         _validate_core(broken)
+
+
+def test_every_carried_crd_file_is_the_one_its_provenance_names() -> None:
+    """charts/crds/PROVENANCE.md lists a sha256 per file: a file changed without its provenance fails here."""
+    folder = Path(__file__).resolve().parents[2] / "charts" / "crds"
+    listed = dict(re.findall(r"\| `([^`]+\.yaml)` \| `([0-9a-f]{64})` \|", (folder / "PROVENANCE.md").read_text()))
+    carried = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.glob("*.yaml")}
+    assert carried == listed

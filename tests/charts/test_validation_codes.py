@@ -20,6 +20,7 @@ from hyperpod_inference_iac.charts import (
     plan_workloads,
 )
 from hyperpod_inference_iac.charts.capture import LoadBalancerCapture, ModelPodCapture
+from hyperpod_inference_iac.charts.placement import preferred_instance_types
 from hyperpod_inference_iac.platform_values import S3Location
 from hyperpod_inference_iac.validation import ConfigError, Problems
 from tests.charts import samples
@@ -50,6 +51,23 @@ def _load(entries: list[Any], *, custom_service_accounts_enabled: bool = True, *
 
 def _problems_of(error: ConfigError) -> list[tuple[str, str]]:
     return [(problem.code, problem.path) for problem in error.problems]
+
+
+_ENTRIES = samples.model_entries()
+_CLOUDWATCH = _ENTRIES[0]["spec"]["autoScalingSpec"]["cloudWatchTriggerList"][0]
+_PROMETHEUS = _ENTRIES[2]["spec"]["autoScalingSpec"]["prometheusTriggerList"][0]
+_CW_LIST = "spec.autoScalingSpec.cloudWatchTriggerList"
+_CW_PATH = "models[0].spec.autoScalingSpec.cloudWatchTriggerList[0]"
+_PROM_LIST = "spec.autoScalingSpec.prometheusTriggerList"
+_PROM_PATH = "models[2].spec.autoScalingSpec.prometheusTriggerList[0]"
+
+
+def _cloudwatch(**changes: Any) -> dict[str, Any]:
+    return {_CW_LIST: [{**_CLOUDWATCH, **changes}]}
+
+
+def _prometheus(**changes: Any) -> dict[str, Any]:
+    return {_PROM_LIST: [{**_PROMETHEUS, **changes}]}
 
 
 # (code, model index, {dotted key: new value or DELETE}, expected path)
@@ -407,6 +425,81 @@ MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
     ("Model.CrdSchemaViolation", 3, {"extraSpec": {"kvCacheSpec": {"enableL1Cache": "yes"}}},
      "models[3].extraSpec.kvCacheSpec.enableL1Cache"),
     ("Model.CrdSchemaViolation", 3, {"extraSpec": {"workerr": {}}}, "models[3].extraSpec.workerr"),
+    # autoScalingSpec (both kinds)
+    ("AutoScaling.MetricStatInvalid", 0, _cloudwatch(metricStat="Total"), f"{_CW_PATH}.metricStat"),
+    ("AutoScaling.MetricTypeInvalid", 0, _cloudwatch(metricType="AverageValue"), f"{_CW_PATH}.metricType"),
+    ("AutoScaling.ActivationValueOutOfRange", 0, _cloudwatch(activationTargetValue=-1),
+     f"{_CW_PATH}.activationTargetValue"),
+    ("AutoScaling.TargetValueOutOfRange", 0, _cloudwatch(targetValue=0), f"{_CW_PATH}.targetValue"),
+    ("AutoScaling.TargetValueOutOfRange", 2, _prometheus(targetValue=-1.5), f"{_PROM_PATH}.targetValue"),
+    ("AutoScaling.CollectionPeriodInvalid", 0, _cloudwatch(metricCollectionPeriod=45),
+     f"{_CW_PATH}.metricCollectionPeriod"),
+    ("AutoScaling.CollectionStartTooShort", 0, _cloudwatch(metricCollectionPeriod=600),
+     f"{_CW_PATH}.metricCollectionStartTime"),
+    ("AutoScaling.PrometheusServerInvalid", 2, _prometheus(serverAddress="http://prometheus.monitoring:9090"),
+     f"{_PROM_PATH}.serverAddress"),
+    ("AutoScaling.PrometheusQueryEmpty", 2, _prometheus(query=" "), f"{_PROM_PATH}.query"),
+    ("Config.MissingKey", 0, {_CW_LIST: [{k: v for k, v in _CLOUDWATCH.items() if k != "targetValue"}]},
+     f"{_CW_PATH}.targetValue"),
+    ("Config.WrongType", 0, _cloudwatch(targetValue="ten"), f"{_CW_PATH}.targetValue"),
+    ("AutoScaling.ReplicasOutOfRange", 0, {"spec.autoScalingSpec.minReplicaCount": -1},
+     "models[0].spec.autoScalingSpec.minReplicaCount"),
+    ("AutoScaling.ReplicasOutOfRange", 0, {"spec.autoScalingSpec.maxReplicaCount": 0},
+     "models[0].spec.autoScalingSpec.maxReplicaCount"),
+    ("AutoScaling.IntervalOutOfRange", 0, {"spec.autoScalingSpec.pollingInterval": -5},
+     "models[0].spec.autoScalingSpec.pollingInterval"),
+    ("AutoScaling.StabilizationOutOfRange", 0, {"spec.autoScalingSpec.scaleDownStabilizationTime": 7200},
+     "models[0].spec.autoScalingSpec.scaleDownStabilizationTime"),
+    ("AutoScaling.TriggerCountInvalid", 0, {_CW_LIST: []}, "models[0].spec.autoScalingSpec.cloudWatchTriggerList"),
+    ("AutoScaling.NoTrigger", 0, {_CW_LIST: DELETE}, "models[0].spec.autoScalingSpec"),
+    ("AutoScaling.TriggerShadowed", 0, {"spec.autoScalingSpec.cloudWatchTrigger": _CLOUDWATCH},
+     "models[0].spec.autoScalingSpec.cloudWatchTrigger"),
+    ("AutoScaling.MinAboveMax", 0, {"spec.autoScalingSpec.minReplicaCount": 5},
+     "models[0].spec.autoScalingSpec.minReplicaCount"),
+    ("AutoScaling.MinAboveMax", 2, {"spec.autoScalingSpec.maxReplicaCount": DELETE,
+                                    "spec.autoScalingSpec.minReplicaCount": 6},
+     "models[2].spec.autoScalingSpec.minReplicaCount"),
+    ("AutoScaling.ReplicasOutsideRange", 0, {"spec.replicas": 6}, "models[0].spec.replicas"),
+    ("AutoScaling.ReplicasOutsideRange", 4, {"spec.autoScalingSpec": {"minReplicaCount": 2, "cloudWatchTriggerList": [
+        _CLOUDWATCH]}}, "models[4].spec.replicas"),
+    # modelCacheConfig, kvCacheSpec, intelligentRoutingSpec, requestLimits, maxDeployTimeInSeconds
+    ("ModelCache.HostPathInvalid", 2, {"spec.modelCacheConfig.weightsCache.hostPath": "opt/dlami/nvme"},
+     "models[2].spec.modelCacheConfig.weightsCache.hostPath"),
+    ("ModelCache.WeightsCacheNeedsRemoteSource", 0, {"spec.modelCacheConfig.weightsCache": {"enabled": True}},
+     "models[0].spec.modelCacheConfig.weightsCache"),
+    ("ModelCache.NoInstanceStore", 4, {"spec.modelCacheConfig": {"weightsCache": {"enabled": True}},
+                                       "spec.server.instanceType": "ml.m5.2xlarge"},
+     "models[4].spec.server.instanceType"),
+    ("KvCache.BackendInvalid", 2, {"spec.kvCacheSpec.l2CacheSpec.l2CacheBackend": "memcached"},
+     "models[2].spec.kvCacheSpec.l2CacheSpec.l2CacheBackend"),
+    ("KvCache.RedisUrlInvalid", 2, {"spec.kvCacheSpec.l2CacheSpec.l2CacheLocalUrl": "kv-cache:6379"},
+     "models[2].spec.kvCacheSpec.l2CacheSpec.l2CacheLocalUrl"),
+    ("KvCache.RedisUrlMissing", 2, {"spec.kvCacheSpec.l2CacheSpec.l2CacheLocalUrl": DELETE},
+     "models[2].spec.kvCacheSpec.l2CacheSpec.l2CacheLocalUrl"),
+    ("KvCache.L2BackendMissing", 2, {"spec.kvCacheSpec.l2CacheSpec": DELETE}, "models[2].spec.kvCacheSpec.l2CacheSpec"),
+    ("KvCache.L2BackendMissing", 4, {"spec.kvCacheSpec.enableL2Cache": False},
+     "models[4].spec.kvCacheSpec.enableL2Cache"),
+    ("IntelligentRouting.StrategyInvalid", 4, {"spec.intelligentRoutingSpec.routingStrategy": "leastload"},
+     "models[4].spec.intelligentRoutingSpec.routingStrategy"),
+    ("Worker.RequestLimitOutOfRange", 0, {"spec.worker.requestLimits.maxConcurrentRequests": 0},
+     "models[0].spec.worker.requestLimits.maxConcurrentRequests"),
+    ("Worker.RequestLimitOutOfRange", 0, {"spec.worker.requestLimits.maxQueueSize": -1},
+     "models[0].spec.worker.requestLimits.maxQueueSize"),
+    ("Worker.OverflowStatusOutOfRange", 0, {"spec.worker.requestLimits.overflowStatusCode": 200},
+     "models[0].spec.worker.requestLimits.overflowStatusCode"),
+    ("InferenceEndpoint.MaxDeployTimeOutOfRange", 0, {"spec.maxDeployTimeInSeconds": 0},
+     "models[0].spec.maxDeployTimeInSeconds"),
+    ("JumpStartModel.MaxDeployTimeOutOfRange", 4, {"spec.maxDeployTimeInSeconds": -60},
+     "models[4].spec.maxDeployTimeInSeconds"),
+    # ModelWeightsCacheConfig
+    ("WeightsCache.NameInvalid", 5, {"name": "Llama_Weights"}, "models[5].name"),
+    ("WeightsCache.HostPathInvalid", 5, {"spec.hostPath": "nvme"}, "models[5].spec.hostPath"),
+    ("WeightsCache.SourceUnsupported", 5, {"spec.modelSourceConfig": {"modelSourceType": "kubernetesVolume"}},
+     "models[5].spec.modelSourceConfig.modelSourceType"),
+    ("WeightsCache.NoTargetNodes", 5, {"spec.nodeSelector": DELETE}, "models[5].spec"),
+    ("ModelSource.S3StorageMissing", 5, {"spec.modelSourceConfig.s3Storage": DELETE},
+     "models[5].spec.modelSourceConfig.s3Storage"),
+    ("Model.CrdSchemaViolation", 5, {"extraSpec": {"hostPaths": ["/a"]}}, "models[5].extraSpec.hostPaths"),
 ]
 
 
@@ -440,6 +533,16 @@ PLAN_CASES: list[tuple[str, int, dict[str, Any], str, dict[str, Any]]] = [
      "models[1].endpointDomain", {**PLATFORM, "tls_output": None}),
     ("DataCapture.BucketNotGranted", 0, {}, "models[0].spec.dataCapture.s3Uri", PLATFORM),
     ("Tls.OutputBucketNotGranted", 2, {}, "models[2].spec.tlsConfig.tlsCertificateOutputS3Uri", PLATFORM),
+    ("Model.EndpointDomainNotServed", 5, {"endpointDomain": "qwen3.inference.example.com"},
+     "models[5].endpointDomain", PLATFORM),
+    ("OperatorVersion.FeatureUnavailable", 2, {}, "models[2].spec.modelCacheConfig",
+     {"operator_addon_version": "v1.3.0-eksbuild.1"}),
+    ("OperatorVersion.FeatureUnavailable", 5, {}, "models[5].spec", {"operator_addon_version": "v1.3.0-eksbuild.1"}),
+    ("OperatorVersion.FeatureUnavailable", 1, {}, "models[1].spec.modelSourceConfig.modelSourceType",
+     {"operator_addon_version": "v1.0.0-eksbuild.1"}),
+    ("OperatorVersion.FeatureUnavailable", 3, {"extraSpec": {"pdSpec": {
+        "prefillSpec": {"replicas": 1}, "decodingSpec": {"replicas": 1}}}}, "models[3].extraSpec.pdSpec",
+     {"operator_addon_version": "v1.2.0-eksbuild.1"}),
 ]
 
 
@@ -655,9 +758,24 @@ def _codes_in(path: Path) -> set[str]:
     return set(re.findall(r'"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', path.read_text()))
 
 
+NODE_AFFINITY_CASES: list[tuple[str, list[str], str]] = [
+    ("NodeAffinity.NoInstanceTypes", [], "instance_types"),
+    ("NodeAffinity.InstanceTypeInvalid", ["ml.g5.12xlarge", "g6e.12xlarge"], "instance_types[1]"),
+    ("NodeAffinity.DuplicateInstanceType", ["ml.g5.12xlarge", "ml.g5.12xlarge"], "instance_types[1]"),
+]
+
+
+@pytest.mark.parametrize(("code", "types", "path"), NODE_AFFINITY_CASES, ids=[c[0] for c in NODE_AFFINITY_CASES])
+def test_preferred_instance_types_problem(code: str, types: list[str], path: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        preferred_instance_types(types)
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
+
+
 def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
-    tested = {case[0] for case in MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES} | {"ServiceAccount.Shared"}
+    cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES
+    tested = {case[0] for case in cases} | {"ServiceAccount.Shared"}
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()
     assert sorted(code for code in emitted if f"`{code}`" not in documented) == []

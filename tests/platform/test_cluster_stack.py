@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from tests.support.synth import Assembly, mask_volatile
 
 ACCOUNT, REGION = "111122223333", "us-west-2"
@@ -125,10 +126,11 @@ def test_operator_addon_configuration(cluster: dict[str, Any]) -> None:
     assert {"eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver",
             "amazon-sagemaker-hyperpod-inference"} <= set(addons)
     _, operator = addons["amazon-sagemaker-hyperpod-inference"]
-    assert operator["Properties"]["AddonVersion"] == "v1.0.0-eksbuild.1"
+    assert operator["Properties"]["AddonVersion"] == DEFAULT_ADDON_VERSION == "v1.4.0-eksbuild.1"
     text = json.dumps(operator["Properties"]["ConfigurationValues"]).replace('\\"', '"')
     for fragment in ('"executionRoleArn":', '"tlsCertificateS3Bucket":', '"hyperpodClusterArn":',
-                     '"enableCustomServiceAccounts":true', '"alb":{"enabled":true', '"keda":{"enabled":true'):
+                     '"enableCustomServiceAccounts":true', '"alb":{"enabled":true', '"keda":{"enabled":true',
+                     '"jumpstartGatedModelDownloadRoleArn":'):
         assert fragment in text, fragment
     depends = set(operator.get("DependsOn", []))
     for name in ("cert-manager", "aws-mountpoint-s3-csi-driver", "metrics-server", "eks-pod-identity-agent"):
@@ -192,3 +194,21 @@ def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> No
     assert {"ClusterName", "HyperPodClusterArn", "OperatorExecutionRoleArn", "HyperPodExecutionRoleArn",
             "HuggingFaceTokenSecretArn", "HostedZoneId", "CertificateArn"} <= set(cluster["Outputs"])
     assert {"CaptureBucketName", "TlsCertificateBucketName"} <= set(assembly.template("-storage")["Outputs"])
+
+
+def test_keda_reads_only_what_the_default_workloads_scale_on(cluster: dict[str, Any]) -> None:
+    """qwen3-8b scales on a CloudWatch metric; no workload queries Prometheus."""
+    role_id, _ = _role(cluster, "/InferenceOperator/KedaRole/Resource")
+    assert _statements_of(cluster, role_id) == [
+        {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*", "Sid": "ReadScalingMetrics"}]
+
+
+def test_the_gated_jumpstart_model_gets_a_download_role_for_its_namespace_only(cluster: dict[str, Any]) -> None:
+    role_id, role = _role(cluster, "/InferenceOperator/GatedModelRole/Resource")
+    web = next(s for s in role["Properties"]["AssumeRolePolicyDocument"]["Statement"] if "Federated" in s["Principal"])
+    subjects = cluster["Resources"][web["Condition"]["StringLike"]["Fn::GetAtt"][0]]["Properties"]["Value"]
+    assert "system:serviceaccount:inference:hyperpod-inference-service-account*" in json.dumps(subjects)
+    (statement,) = _statements_of(cluster, role_id)
+    assert statement["Action"] == "sagemaker:CreateHubContentPresignedUrls"
+    assert sorted(statement["Resource"]) == [f"arn:aws:sagemaker:{REGION}:*:hub-content/SageMakerPublicHub/*/*",
+                                             f"arn:aws:sagemaker:{REGION}:*:hub/SageMakerPublicHub"]

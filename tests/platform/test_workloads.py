@@ -202,3 +202,25 @@ def test_model_errors_in_the_config_file_carry_their_key_path() -> None:
         ("DataCapture.SamplingOutOfRange", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage"),
         ("HuggingFace.CommitNotPinned", "models[0].spec.modelSourceConfig.huggingFaceModel.commitSHA"),
     }
+
+
+def _with_routing(strategy: str | None) -> Any:
+    data = json.loads(json.dumps(DEFAULT))
+    if strategy is not None:
+        data["models"][2]["spec"]["intelligentRoutingSpec"] = {"enabled": True, "routingStrategy": strategy}
+    return parse_config(data)
+
+
+def test_a_change_the_operator_applies_only_to_a_new_resource_is_named(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    stage_dist(_with_routing("prefixaware"), outdir=dist, sidecar_image="registry.example/sidecar:1").commit()
+    unchanged = stage_dist(_with_routing("prefixaware"), outdir=dist, sidecar_image="registry.example/sidecar:1")
+    assert unchanged.replacements == {}
+    unchanged.discard()
+    changed = stage_dist(_with_routing("kvaware"), outdir=dist, sidecar_image="registry.example/sidecar:1")
+    assert changed.replacements == {"model-llama3-8b": (
+        "intelligentRoutingSpec.routingStrategy changes from 'prefixaware' to 'kvaware'",)}
+    changed.discard()
+    removed = stage_dist(_with_routing(None), outdir=dist, sidecar_image="registry.example/sidecar:1")
+    assert "removed" in removed.replacements["model-llama3-8b"][0]
+    removed.discard()

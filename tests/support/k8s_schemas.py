@@ -17,7 +17,8 @@ import kubernetes_validate
 from hyperpod_inference_iac.charts.crd_schema import crd_schema, is_operator_object, schema_errors
 
 KUBERNETES_VERSION = "1.34.0"
-OPERATOR_PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels"}
+OPERATOR_PLURALS = {"InferenceEndpointConfig": "inferenceendpointconfigs", "JumpStartModel": "jumpstartmodels",
+                    "ModelWeightsCacheConfig": "modelweightscacheconfigs"}
 
 __all__ = ["crd_errors", "is_operator_object", "load_crd_schema", "validate_core"]
 

@@ -133,6 +133,17 @@ CASES = [
      _set("models.1.spec.dataCapture.s3Uri", "s3://somebody-elses-bucket/captures")),
     ("Portable.HostnameOutsideZone", "portable[0].hostname", _set("portable.0.hostname", "qwen.other.example.org")),
     ("ServiceAccount.Shared", "portable[0].name", _set("portable.0.name", "qwen3-8b")),
+    # The add-on must have what the workloads use (operator 3.3's modelCacheConfig here).
+    ("OperatorVersion.FeatureUnavailable", "models[1].spec.modelCacheConfig",
+     _set("operator.addonVersion", "v1.3.0-eksbuild.1")),
+    ("Config.BadFormat", "operator.jumpstartGatedModelDownloadRoleArn",
+     _set("operator.jumpstartGatedModelDownloadRoleArn", "gated-download-role")),
+    ("AutoScaling.MinAboveMax", "models[1].spec.autoScalingSpec.minReplicaCount",
+     _set("models.1.spec.autoScalingSpec.minReplicaCount", 3)),
+    ("AutoScaling.TargetValueOutOfRange", "models[1].spec.autoScalingSpec.cloudWatchTriggerList[0].targetValue",
+     _set("models.1.spec.autoScalingSpec.cloudWatchTriggerList.0.targetValue", 0)),
+    ("ModelCache.WeightsCacheNeedsRemoteSource", "models[1].spec.modelCacheConfig.weightsCache",
+     _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
 ]
 
 
