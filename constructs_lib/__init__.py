@@ -10,7 +10,10 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
 * :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
-  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
+  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
+* :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
+  :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
+  the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share).
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
@@ -18,8 +21,12 @@ one :class:`ConfigError`), needs no feature flag of the app it lives in, and ack
 reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
+from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic
+from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
+from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
 from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
+from hyperpod_inference_iac.certificate_alarms import CertificateAlarms, check_certificate_alarms
 from hyperpod_inference_iac.eks_cluster import (
     KUBECTL_LAYERS,
     NVIDIA_DEVICE_PLUGIN,
@@ -49,6 +56,7 @@ from hyperpod_inference_iac.network import (
     deploy_time_availability_zones,
     existing_vpc,
 )
+from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.s3_access import (
     bucket_arn,
@@ -56,6 +64,11 @@ from hyperpod_inference_iac.s3_access import (
     grant_object_reads,
     grant_object_writes,
     kms_through_s3,
+)
+from hyperpod_inference_iac.sidecar_metrics import (
+    CaptureSidecarMetrics,
+    check_capture_sidecar_metrics,
+    sidecar_metrics_manifests,
 )
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
@@ -66,9 +79,14 @@ __all__ = [
     "EXTERNAL_SECRETS",
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
+    "AlarmSettings",
+    "AlarmTopic",
     "AwaitingDeploy",
+    "CaptureAlarms",
     "CapturePipeline",
+    "CaptureSidecarMetrics",
     "CaptureStorage",
+    "CertificateAlarms",
     "ClusterEndpointAccess",
     "ConfigError",
     "DeepHealthCheck",
@@ -86,6 +104,7 @@ __all__ = [
     "KeyPaths",
     "LocalStorageStrategy",
     "NodeRecovery",
+    "PlatformDashboard",
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",
@@ -98,18 +117,25 @@ __all__ = [
     "SecretSync",
     "StagedManifests",
     "WorkloadIdentity",
+    "alarm_table",
     "bucket_arn",
+    "check_alarm_topic",
+    "check_capture_alarms",
     "check_capture_pipeline",
+    "check_capture_sidecar_metrics",
     "check_capture_storage",
+    "check_certificate_alarms",
     "check_endpoint_domain",
     "check_existing_vpc",
     "check_gpu_node_group",
     "check_hyperpod_cluster",
     "check_inference_cluster",
     "check_inference_operator",
+    "check_platform_dashboard",
     "check_platform_vpc",
     "check_workload_identity",
     "deploy_time_availability_zones",
+    "describe_alarms",
     "existing_vpc",
     "external_dns_release",
     "grant_key_through_s3",
@@ -117,5 +143,6 @@ __all__ = [
     "grant_object_writes",
     "kms_through_s3",
     "sidecar_image_uri",
+    "sidecar_metrics_manifests",
     "stage_manifests",
 ]
