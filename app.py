@@ -21,8 +21,11 @@ from stacks.gitops import stage_dist
 from stacks.platform import add_nag_checks, build_platform
 
 DEFAULT_CONFIG = "config/default.yaml"
-# Stack traces of construct creation hold temporary paths of the jsii runtime: two synths would differ.
-REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-stack-trace": True}
+# Stack traces of construct creation hold temporary paths of the jsii runtime: two synths would differ. So would
+# performance-counters.json, which aws-cdk-lib writes only when a synth is slower than 10 s per stack (a busy
+# machine): no performance reporting.
+REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-stack-trace": True,
+                "aws:cdk:performance-reporting": False}
 
 
 def main() -> int:

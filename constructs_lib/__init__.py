@@ -68,6 +68,7 @@ from hyperpod_inference_iac.s3_access import (
 from hyperpod_inference_iac.sidecar_metrics import (
     CaptureSidecarMetrics,
     check_capture_sidecar_metrics,
+    sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
 )
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
@@ -143,6 +144,7 @@ __all__ = [
     "grant_object_writes",
     "kms_through_s3",
     "sidecar_image_uri",
+    "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",
     "stage_manifests",
 ]

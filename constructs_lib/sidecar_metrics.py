@@ -70,6 +70,11 @@ DROPPED_RECORDS = AlarmSettings(threshold=0, period=Duration.minutes(5))
 FAILED_UPLOADS = AlarmSettings(threshold=0, period=Duration.minutes(5), evaluation_periods=3)
 
 
+def sidecar_metrics_log_group_name(cluster_name: str) -> str:
+    """The agent's log group: beside Container Insights' own groups, apart from its ``prometheus`` group."""
+    return f"/aws/containerinsights/{cluster_name}/capture-sidecar"
+
+
 def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str, role_arn: str, log_group_name: str,
                               image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval_seconds: int = 60,
                               ) -> list[dict[str, Any]]:
@@ -181,16 +186,19 @@ def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: s
 
 
 def check_capture_sidecar_metrics(
-    problems: Problems, at: KeyPaths = PROPS, *, cluster_name: str, namespace: str, role_name: str | None = None,
+    problems: Problems, at: KeyPaths = PROPS, *, cluster_name: str | None, namespace: str | None,
+    role_name: str | None = None,
     image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
     runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
     failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
 ) -> None:
-    """Every rule of :class:`CaptureSidecarMetrics`'s properties."""
+    """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
+    checked here, for a loader whose other sections check them)."""
     code = "CaptureSidecarMetrics"
-    if not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
+    if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
         problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
-    if not is_unresolved(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+    if namespace is not None and not is_unresolved(namespace) and (
+            len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
         problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
     if role_name is not None and not is_unresolved(role_name) and (
             not 1 <= len(role_name) <= 64 or not role_name.replace("-", "").replace("_", "").isalnum()):
@@ -265,7 +273,7 @@ class CaptureSidecarMetrics(Construct):
         self.cluster_name = cluster_name
         self.namespace = namespace
         self.log_group = logs.LogGroup(
-            self, "Logs", log_group_name=f"/aws/containerinsights/{cluster_name}/capture-sidecar",
+            self, "Logs", log_group_name=sidecar_metrics_log_group_name(cluster_name),
             retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
         self.role = iam.Role(
             self, "Role", role_name=role_name,
@@ -280,7 +288,7 @@ class CaptureSidecarMetrics(Construct):
         role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
         objects = sidecar_metrics_manifests(
             namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
-            log_group_name=self.log_group.log_group_name, image=image,
+            log_group_name=sidecar_metrics_log_group_name(cluster_name), image=image,
             scrape_interval_seconds=int(scrape_interval.to_seconds()))
         self.manifest = cluster.add_manifest("CaptureSidecarMetrics", *objects)
         self.manifest.node.add_dependency(self.role)

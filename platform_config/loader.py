@@ -354,19 +354,20 @@ def _alarms(section: Section, config: PlatformConfig) -> AlarmsConfig:
     naming = KeyPaths(section.path, {"runbook_url": "runbookUrl"})
     check_capture_alarms(problems, _alarm_paths(naming, capture.path, _CAPTURE_ALARMS), alarm_name_prefix=prefix,
                          runbook_url=alarms.runbook_url, **alarms.capture)  # type: ignore[arg-type]
+    # (The runbook link and the name prefix are shared: checked once, with the capture alarms.)
     check_certificate_alarms(problems, _alarm_paths(naming, certificate.path, _CERTIFICATE_ALARMS),
                              region=config.environment.region, certificate_arns=None, alarm_name_prefix=prefix,
-                             runbook_url=alarms.runbook_url, days_to_expiry=alarms.certificate.get("days_to_expiry"))
+                             days_to_expiry=alarms.certificate.get("days_to_expiry"))
     if config.domain.existing_certificate_arn:
         # The certificate the alarm watches is the config's: a problem with it is named after its key.
         check_certificate_alarms(problems, KeyPaths("domain", {"certificates.endpoints": "existingCertificateArn"}),
                                  region=config.environment.region,
                                  certificate_arns={"endpoints": config.domain.existing_certificate_arn},
                                  alarm_name_prefix=prefix, days_to_expiry=None)
-    check_capture_sidecar_metrics(problems, _alarm_paths(naming, sidecar.path, _SIDECAR_ALARMS),
-                                  cluster_name=config.cluster.name, namespace=config.operator.namespace,
-                                  role_name=config.sidecar_metrics_role_name, alarm_name_prefix=prefix,
-                                  runbook_url=alarms.runbook_url, **alarms.sidecar)  # type: ignore[arg-type]
+    # (Cluster name and namespace are their own sections' values, checked there.)
+    check_capture_sidecar_metrics(problems, _alarm_paths(naming, sidecar.path, _SIDECAR_ALARMS), cluster_name=None,
+                                  namespace=None, role_name=config.sidecar_metrics_role_name,
+                                  alarm_name_prefix=prefix, **alarms.sidecar)  # type: ignore[arg-type]
     return alarms
 
 
