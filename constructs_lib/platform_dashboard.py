@@ -9,6 +9,7 @@ captured, uploaded and lost.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
@@ -16,7 +17,7 @@ from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
-from hyperpod_inference_iac.alarms import NAME_PREFIX, imported_alarms
+from hyperpod_inference_iac.alarms import imported_alarms
 from hyperpod_inference_iac.capture_alarms import TIERS, processor_metric
 from hyperpod_inference_iac.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
 from hyperpod_inference_iac.sidecar_metrics import (
@@ -24,6 +25,7 @@ from hyperpod_inference_iac.sidecar_metrics import (
     RECORDS_CAPTURED,
     RECORDS_DROPPED,
     RECORDS_UPLOADED,
+    REQUESTS_REJECTED,
     UPLOAD_RESULTS,
     UPLOADS,
     CaptureSidecarMetrics,
@@ -31,15 +33,16 @@ from hyperpod_inference_iac.sidecar_metrics import (
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 FIVE_MINUTES = Duration.minutes(5)
+DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # PutDashboard's rule
 
 
 def check_platform_dashboard(problems: Problems, at: KeyPaths = PROPS, *, dashboard_name: str,
                              tiers: Sequence[str] = TIERS) -> None:
     """Every rule of :class:`PlatformDashboard`'s properties."""
     code = "PlatformDashboard"
-    if not is_unresolved(dashboard_name) and not NAME_PREFIX.match(dashboard_name):
+    if not is_unresolved(dashboard_name) and not DASHBOARD_NAME.match(dashboard_name):
         problems.add(f"{code}.BadName", at.at("dashboard_name"),
-                     "must be 1-128 letters, digits, '.', '_' or '-' (a CloudWatch dashboard name)", dashboard_name)
+                     "must be 1-255 letters, digits, '_' or '-' (a CloudWatch dashboard name)", dashboard_name)
     for index, tier in enumerate(tiers):
         if tier not in TIERS:
             problems.add(f"{code}.UnknownTier", at.at("tiers", index), f"must be one of {', '.join(TIERS)}", tier)
@@ -145,7 +148,8 @@ class PlatformDashboard(Construct):
         return [
             cloudwatch.GraphWidget(title=f"Capture sidecars in {metrics.namespace}: records", width=8, height=6,
                                    left=[metrics.metric(RECORDS_CAPTURED, label="captured"),
-                                         metrics.metric(RECORDS_UPLOADED, label="uploaded")]),
+                                         metrics.metric(RECORDS_UPLOADED, label="uploaded")],
+                                   right=[metrics.metric(REQUESTS_REJECTED, label="requests answered 503")]),
             cloudwatch.GraphWidget(title="Capture sidecars: records lost, by reason", width=8, height=6, stacked=True,
                                    left=[metrics.metric(RECORDS_DROPPED, reason=r, label=r) for r in DROP_REASONS]),
             cloudwatch.GraphWidget(title="Capture sidecars: S3 uploads", width=8, height=6,

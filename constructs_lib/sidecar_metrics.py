@@ -61,6 +61,7 @@ RECORDS_CAPTURED = "capture_sidecar_records_captured_total"
 RECORDS_UPLOADED = "capture_sidecar_records_uploaded_total"
 RECORDS_DROPPED = "capture_sidecar_records_dropped_total"
 UPLOADS = "capture_sidecar_uploads_total"
+REQUESTS_REJECTED = "capture_sidecar_requests_rejected_memory_total"
 DROP_REASONS = ("queue_full", "upload_failed", "spool_full", "shutdown_timeout", "memory_full")
 UPLOAD_RESULTS = ("ok", "failed")
 
@@ -68,6 +69,7 @@ ONE_MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
 DROPPED_RECORDS = AlarmSettings(threshold=0, period=Duration.minutes(5))
 FAILED_UPLOADS = AlarmSettings(threshold=0, period=Duration.minutes(5), evaluation_periods=3)
+REJECTED_REQUESTS = AlarmSettings(threshold=0, period=Duration.minutes(5))
 
 
 def sidecar_metrics_log_group_name(cluster_name: str) -> str:
@@ -97,7 +99,7 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                     {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
                      "dimensions": [["ClusterName", "Namespace"]],
                      "metric_selectors": [f"^{name}$" for name in
-                                          (RECORDS_CAPTURED, RECORDS_UPLOADED, RECORDS_DROPPED)]},
+                                          (RECORDS_CAPTURED, RECORDS_UPLOADED, RECORDS_DROPPED, REQUESTS_REJECTED)]},
                     {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
                      "dimensions": [["ClusterName", "Namespace", "reason"]],
                      "metric_selectors": [f"^{RECORDS_DROPPED}$"]},
@@ -190,7 +192,7 @@ def check_capture_sidecar_metrics(
     role_name: str | None = None,
     image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
     runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
-    failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
+    failed_uploads: AlarmSettings | None = FAILED_UPLOADS, rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
 ) -> None:
     """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
     checked here, for a loader whose other sections check them)."""
@@ -213,14 +215,17 @@ def check_capture_sidecar_metrics(
                          unit="records lost per period, all sidecars of the namespace")
     check_alarm_settings(problems, at, code, "failed_uploads", failed_uploads, threshold=(0, 1e9),
                          unit="failed PutObject calls per period")
+    check_alarm_settings(problems, at, code, "rejected_requests", rejected_requests, threshold=(0, 1e9),
+                         unit="requests answered 503 per period")
 
 
 class CaptureSidecarMetrics(Construct):
     """A CloudWatch agent that scrapes the capture sidecars of one namespace, its role and log group, and
-    alarms on lost records and failed uploads.
+    alarms on lost records, failed uploads and requests refused for memory.
 
     Attributes: ``role`` (IRSA, may only write to ``log_group``), ``log_group``, ``manifest``, ``alarms``
-    (``dropped_records``, ``failed_uploads``), ``alarm_names``, ``cluster_name``, ``namespace``; :meth:`metric`.
+    (``dropped_records``, ``failed_uploads``, ``rejected_requests``), ``alarm_names``, ``cluster_name``,
+    ``namespace``; :meth:`metric`.
     """
 
     def __init__(
@@ -241,6 +246,7 @@ class CaptureSidecarMetrics(Construct):
         notify_on_ok: bool = True,
         dropped_records: AlarmSettings | None = DROPPED_RECORDS,
         failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
+        rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -259,6 +265,8 @@ class CaptureSidecarMetrics(Construct):
         :param dropped_records: records lost (any reason) above the threshold. @default > 0 in 5 minutes
         :param failed_uploads: failed ``PutObject`` calls above the threshold in every period (the spool keeps
             retrying them). @default > 0 in each of 3 x 5 minutes
+        :param rejected_requests: requests the sidecars answered ``503`` because their chunked body could not be
+            buffered within ``MAX_INFLIGHT_BODY_BYTES`` (clients see it). @default > 0 in 5 minutes
         :param depends_on: what must exist first (the namespace's manifest).
         """
         super().__init__(scope, id)
@@ -268,7 +276,8 @@ class CaptureSidecarMetrics(Construct):
         check_capture_sidecar_metrics(problems, cluster_name=cluster_name, namespace=namespace, role_name=role_name,
                                       image=image, scrape_interval=scrape_interval,
                                       alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
-                                      dropped_records=dropped_records, failed_uploads=failed_uploads)
+                                      dropped_records=dropped_records, failed_uploads=failed_uploads,
+                                      rejected_requests=rejected_requests)
         problems.raise_if_any(f"CaptureSidecarMetrics {self.node.path}")
         self.cluster_name = cluster_name
         self.namespace = namespace
@@ -312,6 +321,12 @@ class CaptureSidecarMetrics(Construct):
                      "captures wait in the spool until it is full, then are dropped.",
                 metric=self.metric(UPLOADS, result="failed"), settings=failed_uploads, comparison=above,
                 missing=quiet)
+        if rejected_requests is not None:
+            self.alarms["rejected_requests"] = wiring.alarm(
+                self, "RejectedRequests", suffix="sidecar-rejected-requests", anchor="sidecar-rejected-requests",
+                text=f"Capture sidecars in {namespace} answered requests 503 because their body could not be "
+                     "buffered within MAX_INFLIGHT_BODY_BYTES: clients see errors.",
+                metric=self.metric(REQUESTS_REJECTED), settings=rejected_requests, comparison=above, missing=quiet)
         self.alarm_names = alarm_names(self.alarms)
 
     def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,

@@ -105,6 +105,7 @@ _CERTIFICATE_ALARMS = {"daysToExpiry": ("days_to_expiry", certificate_alarms.DAY
 _SIDECAR_ALARMS = {
     "droppedRecords": ("dropped_records", sidecar_metrics.DROPPED_RECORDS),
     "failedUploads": ("failed_uploads", sidecar_metrics.FAILED_UPLOADS),
+    "rejectedRequests": ("rejected_requests", sidecar_metrics.REJECTED_REQUESTS),
 }
 _SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluation_periods": "evaluationPeriods",
                  "datapoints_to_alarm": "datapointsToAlarm"}
@@ -358,7 +359,7 @@ def _alarms(section: Section, config: PlatformConfig) -> AlarmsConfig:
     check_certificate_alarms(problems, _alarm_paths(naming, certificate.path, _CERTIFICATE_ALARMS),
                              region=config.environment.region, certificate_arns=None, alarm_name_prefix=prefix,
                              days_to_expiry=alarms.certificate.get("days_to_expiry"))
-    if config.domain.existing_certificate_arn:
+    if config.domain.existing_certificate_arn and not problems.has_at_or_below("environment"):
         # The certificate the alarm watches is the config's: a problem with it is named after its key.
         check_certificate_alarms(problems, KeyPaths("domain", {"certificates.endpoints": "existingCertificateArn"}),
                                  region=config.environment.region,

@@ -443,6 +443,10 @@ def test_sidecar_alarms_on_dropped_records_and_failed_uploads(
         "capture_sidecar_uploads_total", [*base, {"Name": "result", "Value": "failed"}])
     assert (dropped["Statistic"], dropped["Threshold"], dropped["EvaluationPeriods"]) == ("Sum", 0, 1)
     assert (failed["Threshold"], failed["EvaluationPeriods"], failed["Period"]) == (0, 3, 300)
+    rejected = alarms["probe-sidecar-rejected-requests"]
+    assert (rejected["MetricName"], rejected["Dimensions"], rejected["Threshold"]) == (
+        "capture_sidecar_requests_rejected_memory_total", base, 0)
+    assert len(alarms) == 3
 
 
 def test_the_agent_publishes_the_series_the_alarms_and_the_dashboard_use() -> None:
@@ -458,6 +462,7 @@ def test_the_agent_publishes_the_series_the_alarms_and_the_dashboard_use() -> No
     assert ("capture_sidecar_records_dropped_total", ("ClusterName", "Namespace")) in declared
     assert ("capture_sidecar_records_dropped_total", ("ClusterName", "Namespace", "reason")) in declared
     assert ("capture_sidecar_uploads_total", ("ClusterName", "Namespace", "result")) in declared
+    assert ("capture_sidecar_requests_rejected_memory_total", ("ClusterName", "Namespace")) in declared
     scrape = yaml.safe_load(configs["capture-metrics-agent-scrape"]["prometheus.yaml"])
     (job,) = scrape["scrape_configs"]
     assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["inference"]}}]
@@ -470,7 +475,7 @@ def test_metric_names_and_labels_are_the_ones_the_sidecar_exposes() -> None:
 
     exposition = metrics.SidecarMetrics().render()
     for name in (sidecar_module.RECORDS_CAPTURED, sidecar_module.RECORDS_UPLOADED, sidecar_module.RECORDS_DROPPED,
-                 sidecar_module.UPLOADS):
+                 sidecar_module.UPLOADS, sidecar_module.REQUESTS_REJECTED):
         assert f"# TYPE {name} counter" in exposition, name
     assert sidecar_module.DROP_REASONS == metrics.DROP_REASONS
     for result in sidecar_module.UPLOAD_RESULTS:
@@ -566,8 +571,23 @@ def test_alarm_settings_read_as_a_window() -> None:
     assert AlarmSettings(threshold=45, period=Duration.days(1)).window == "1 of 1 x 1 d"
 
 
-def test_module_constants_are_documented_defaults() -> None:
-    assert Path(REPO / "docs" / "alarms.md").is_file()
+def test_every_runbook_link_has_its_section_and_every_code_its_page(
+        capture: tuple[dict[str, Any], CaptureAlarms], sidecar: tuple[dict[str, Any], CaptureSidecarMetrics]) -> None:
+    import re
+
+    runbooks = (REPO / "docs" / "alarms.md").read_text()
+    sections = set(re.findall(r"^### ([a-z-]+)$", runbooks, flags=re.MULTILINE))
+    anchors = {props["AlarmDescription"].rsplit("#", 1)[-1] for props in _alarms_by_name(capture[0]).values()}
+    anchors |= {props["AlarmDescription"].rsplit("section ", 1)[-1] for props in _alarms_by_name(sidecar[0]).values()}
+    assert anchors | {"certificate-days-to-expiry"} <= sections
+    sources = {name: (REPO / "constructs_lib" / f"{module}.py").read_text() for name, module in (
+        ("alarm-topic", "alarm_topic"), ("capture-alarms", "capture_alarms"),
+        ("certificate-alarms", "certificate_alarms"), ("capture-sidecar-metrics", "sidecar_metrics"),
+        ("platform-dashboard", "platform_dashboard"))}
+    for page, source in sources.items():
+        documented = (REPO / "docs" / "constructs" / f"{page}.md").read_text()
+        for code in set(re.findall(r'f"\{code\}\.([A-Za-z]+)"', source)):
+            assert f".{code}`" in documented or f"`{code}`" in documented or f", {code}" in documented, (page, code)
 
 
 # ---- the app's config switch ---------------------------------------------------------------------------------
