@@ -307,3 +307,4 @@ def _plain(value: Any) -> str:
             delimiter, parts = value["Fn::Join"]
             return delimiter.join(_plain(part) for part in parts)
     return str(value)
+

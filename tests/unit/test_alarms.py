@@ -610,3 +610,13 @@ def test_alarms_off_in_the_config_leave_no_topic_and_no_actions(tmp_path: Path) 
         assert "capture-sidecar-metrics.k8s.yaml" not in staged.written
     finally:
         staged.discard()
+
+
+def test_the_alarm_table_of_a_cloud_assembly_on_the_command_line(
+        capture: tuple[dict[str, Any], CaptureAlarms], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hyperpod_inference_iac.alarm_review import main
+
+    (tmp_path / "Probe.template.json").write_text(json.dumps(capture[0]))
+    assert main([str(tmp_path)]) == 0
+    assert "| Probe | probe-capture-backlog-age |" in capsys.readouterr().out
+    assert main([str(tmp_path / "nothing")]) == 2
