@@ -11,7 +11,10 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
 * :class:`GitHubDeployRole`: the role a GitHub Actions deploy job assumes (OIDC, one repository and environment);
 * :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
-  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
+  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
+* :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
+  :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
+  the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share).
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
@@ -19,8 +22,12 @@ one :class:`ConfigError`), needs no feature flag of the app it lives in, and ack
 reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
+from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic
+from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
+from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
 from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
+from hyperpod_inference_iac.certificate_alarms import CertificateAlarms, check_certificate_alarms
 from hyperpod_inference_iac.eks_cluster import (
     KUBECTL_LAYERS,
     NVIDIA_DEVICE_PLUGIN,
@@ -51,6 +58,7 @@ from hyperpod_inference_iac.network import (
     deploy_time_availability_zones,
     existing_vpc,
 )
+from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.s3_access import (
     bucket_arn,
@@ -60,6 +68,12 @@ from hyperpod_inference_iac.s3_access import (
     kms_through_s3,
 )
 from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.sidecar_metrics import (
+    CaptureSidecarMetrics,
+    check_capture_sidecar_metrics,
+    sidecar_metrics_log_group_name,
+    sidecar_metrics_manifests,
+)
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
 
@@ -69,9 +83,14 @@ __all__ = [
     "EXTERNAL_SECRETS",
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
+    "AlarmSettings",
+    "AlarmTopic",
     "AwaitingDeploy",
+    "CaptureAlarms",
     "CapturePipeline",
+    "CaptureSidecarMetrics",
     "CaptureStorage",
+    "CertificateAlarms",
     "ClusterEndpointAccess",
     "ConfigError",
     "DeepHealthCheck",
@@ -90,6 +109,7 @@ __all__ = [
     "KeyPaths",
     "LocalStorageStrategy",
     "NodeRecovery",
+    "PlatformDashboard",
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",
@@ -104,19 +124,26 @@ __all__ = [
     "SecretSync",
     "StagedManifests",
     "WorkloadIdentity",
+    "alarm_table",
     "bucket_arn",
+    "check_alarm_topic",
+    "check_capture_alarms",
     "check_capture_pipeline",
+    "check_capture_sidecar_metrics",
     "check_capture_storage",
-    "check_github_deploy_role",
+    "check_certificate_alarms",
     "check_endpoint_domain",
     "check_existing_vpc",
+    "check_github_deploy_role",
     "check_gpu_node_group",
     "check_hyperpod_cluster",
     "check_inference_cluster",
     "check_inference_operator",
+    "check_platform_dashboard",
     "check_platform_vpc",
     "check_workload_identity",
     "deploy_time_availability_zones",
+    "describe_alarms",
     "existing_vpc",
     "external_dns_release",
     "grant_key_through_s3",
@@ -124,5 +151,7 @@ __all__ = [
     "grant_object_writes",
     "kms_through_s3",
     "sidecar_image_uri",
+    "sidecar_metrics_log_group_name",
+    "sidecar_metrics_manifests",
     "stage_manifests",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
+    AlarmSettings,
     ClusterEndpointAccess,
     DeepHealthCheck,
     InstanceGroup,
@@ -117,6 +118,25 @@ class DomainConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AlarmsConfig:
+    """The ``alarms:`` section: who is told, and when (each alarm's settings by its construct property; None:
+    that alarm is off). Empty mappings keep every construct default."""
+
+    enabled: bool = True
+    notify_on_ok: bool = True
+    runbook_url: str | None = None
+    emails: tuple[str, ...] = ()
+    https_endpoints: tuple[str, ...] = ()
+    lambda_function_arns: tuple[str, ...] = ()
+    topic_arns: tuple[str, ...] = ()
+    capture: dict[str, AlarmSettings | None] = field(default_factory=dict)
+    certificate: dict[str, AlarmSettings] = field(default_factory=dict)
+    sidecar_metrics: bool = True
+    sidecar: dict[str, AlarmSettings | None] = field(default_factory=dict)
+    dashboard: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlatformConfig:
     source: str
     project: str
@@ -130,6 +150,7 @@ class PlatformConfig:
     domain: DomainConfig
     models: tuple[ModelDeployment, ...] = ()
     portable: tuple[PortableDeployment, ...] = ()
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
     workloads: WorkloadPlan | None = None
 
@@ -194,6 +215,30 @@ class PlatformConfig:
         return known
 
     @property
+    def alarm_topic_name(self) -> str:
+        return f"{self.project}-alarms"
+
+    @property
+    def sidecar_metrics_role_name(self) -> str:
+        return f"{self.project}-capture-metrics-agent"
+
+    @property
+    def capture_tiers(self) -> tuple[str, ...]:
+        """The capture tiers some workload turns on (``sme``, ``alb``, ``pod``): capture is on for them."""
+        tiers: set[str] = set()
+        for deployment in self.models:
+            capture = deployment.workload.spec.data_capture
+            if capture is None:
+                continue
+            for tier, block in (("sme", capture.sagemaker_endpoint), ("alb", capture.load_balancer),
+                                ("pod", capture.model_pod)):
+                if block is not None and block.enabled:
+                    tiers.add(tier)
+        if any(deployment.server.pod_capture is not None for deployment in self.portable):
+            tiers.add("pod")
+        return tuple(tier for tier in ("sme", "pod", "alb") if tier in tiers)
+
+    @property
     def platform_context(self) -> PlatformContext:
         """What the workloads need to know about this platform."""
         sync = self.hugging_face_sync
@@ -211,6 +256,7 @@ class PlatformConfig:
 
 
 __all__ = [
+    "AlarmsConfig",
     "CapturePolicy",
     "ClusterConfig",
     "DeepHealthCheck",

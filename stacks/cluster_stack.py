@@ -14,7 +14,12 @@ from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
 from hyperpod_inference_iac import (
+    AlarmTopic,
+    CaptureAlarms,
+    CapturePipeline,
+    CaptureSidecarMetrics,
     CaptureStorage,
+    CertificateAlarms,
     EndpointDomain,
     ExternalDns,
     GpuNodeGroup,
@@ -23,6 +28,7 @@ from hyperpod_inference_iac import (
     InferenceCluster,
     InferenceOperator,
     InferenceWorkloads,
+    PlatformDashboard,
     PlatformValue,
     PlatformVpc,
     deploy_time_availability_zones,
@@ -34,7 +40,8 @@ from platform_config.model import NewVpc
 
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, storage: CaptureStorage,
-                 **kwargs: Any) -> None:
+                 pipeline: CapturePipeline | None = None, alarm_topic: AlarmTopic | None = None,
+                 capture_alarms: CaptureAlarms | None = None, **kwargs: Any) -> None:
         self._zones = _zones(config)
         super().__init__(scope, id, **kwargs)
         self.vpc = self._vpc(config)
@@ -112,6 +119,8 @@ class ClusterStack(Stack):
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
 
+        self._monitoring(config, pipeline=pipeline, alarm_topic=alarm_topic, capture_alarms=capture_alarms)
+
         sync = config.hugging_face_sync
         outputs = {
             "ClusterName": eks_cluster.cluster_name,
@@ -126,6 +135,37 @@ class ClusterStack(Stack):
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
+
+    def _monitoring(self, config: PlatformConfig, *, pipeline: CapturePipeline | None, alarm_topic: AlarmTopic | None,
+                    capture_alarms: CaptureAlarms | None) -> None:
+        """The certificate's and the capture sidecars' alarms (notifying the storage stack's topic) and the
+        dashboard, unless the config turns alarms off."""
+        alarms = config.alarms
+        self.certificate_alarms: CertificateAlarms | None = None
+        self.sidecar_metrics: CaptureSidecarMetrics | None = None
+        self.dashboard: PlatformDashboard | None = None
+        if not alarms.enabled:
+            return
+        wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
+                  "notify_on_ok": alarms.notify_on_ok}
+        certificates = {"endpoints": self.domain.certificate}
+        if "days_to_expiry" not in alarms.certificate or alarms.certificate["days_to_expiry"] is not None:
+            self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
+                                                        **wiring, **alarms.certificate)  # type: ignore[arg-type]
+        plan = config.workloads
+        if alarms.sidecar_metrics and plan is not None and plan.needs_sidecar_image:
+            self.sidecar_metrics = CaptureSidecarMetrics(
+                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
+                cluster_name=config.cluster.name, role_name=config.sidecar_metrics_role_name,
+                depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
+        if alarms.dashboard:
+            watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
+                       *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
+                       *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ())]
+            self.dashboard = PlatformDashboard(
+                self, "Dashboard", dashboard_name=config.project, pipeline=pipeline,
+                tiers=config.capture_tiers or ("sme", "pod", "alb"), certificates=certificates,
+                sidecar_metrics=self.sidecar_metrics, alarms=watched)
 
     @property
     def availability_zones(self) -> list[str]:

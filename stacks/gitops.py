@@ -13,6 +13,8 @@ from hyperpod_inference_iac import (
     Prerequisite,
     StagedManifests,
     external_dns_release,
+    sidecar_metrics_log_group_name,
+    sidecar_metrics_manifests,
     stage_manifests,
 )
 from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
@@ -48,8 +50,14 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
         Prerequisite(f"the token's value in Secrets Manager secret {sync.secrets_manager_name} (docs/secrets.md)",
                      f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
     ]
+    supporting = {"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)}
+    if config.alarms.enabled and config.alarms.sidecar_metrics and plan.needs_sidecar_image:
+        # The same agent the cluster stack applies (CaptureSidecarMetrics), with its fixed role name.
+        supporting["capture-sidecar-metrics"] = sidecar_metrics_manifests(
+            namespace=config.operator.namespace, cluster_name=config.cluster.name, region=env.region,
+            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.sidecar_metrics_role_name}",
+            log_group_name=sidecar_metrics_log_group_name(config.cluster.name))
     return stage_manifests(
-        plan, outdir=outdir, values=values,
-        supporting={"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)},
+        plan, outdir=outdir, values=values, supporting=supporting,
         helm_releases=releases, prerequisites=prerequisites,
         namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with)

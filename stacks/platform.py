@@ -23,7 +23,8 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
     storage = StorageStack(app, f"{config.project}-storage", config=config, env=env,
                            description="Captured inference data: KMS key, capture and TLS buckets")
     cluster = ClusterStack(app, f"{config.project}-cluster", config=config, env=env,
-                           storage=storage.storage,
+                           storage=storage.storage, pipeline=storage.pipeline, alarm_topic=storage.alarm_topic,
+                           capture_alarms=storage.capture_alarms,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

@@ -1,4 +1,5 @@
-"""Capture storage: the KMS key, the capture, TLS and access-log buckets, and the capture pipeline."""
+"""Capture storage: the KMS key, the capture, TLS and access-log buckets, the capture pipeline, and (unless the
+config turns alarms off) the alarm topic and the alarms on the pipeline."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from hyperpod_inference_iac import CapturePipeline, CaptureStorage, PlatformValue
+from hyperpod_inference_iac import AlarmTopic, CaptureAlarms, CapturePipeline, CaptureStorage, PlatformValue
 from platform_config import PlatformConfig
 
 
@@ -40,6 +41,20 @@ class StorageStack(Stack):
             pandas_layer_arn=capture.pandas_layer_arn, max_concurrency=capture.processor_max_concurrency,
             glue_database_name=f"{config.project.replace('-', '_')}_capture",
         )
+        alarms = config.alarms
+        self.alarm_topic: AlarmTopic | None = None
+        self.capture_alarms: CaptureAlarms | None = None
+        if alarms.enabled:
+            # In this stack: the pipeline's own alarms notify it, and the cluster stack's alarms reference it.
+            self.alarm_topic = AlarmTopic(
+                self, "AlarmTopic", topic_name=config.alarm_topic_name, display_name=f"{config.project} alarms",
+                emails=alarms.emails, https_endpoints=alarms.https_endpoints,
+                lambda_function_arns=alarms.lambda_function_arns, forward_to_topic_arns=alarms.topic_arns)
+            self.capture_alarms = CaptureAlarms(
+                self, "CaptureAlarms", pipeline=self.pipeline, topic=self.alarm_topic, alarm_name_prefix=config.project,
+                runbook_url=alarms.runbook_url, notify_on_ok=alarms.notify_on_ok,
+                expected_tiers=config.capture_tiers, **alarms.capture)  # type: ignore[arg-type]
+            CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)
         CfnOutput(self, "CaptureKeyArn", value=self.storage.key.key_arn)

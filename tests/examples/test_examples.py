@@ -40,7 +40,9 @@ OWN_RESOURCES = {
     "capture-storage": (),
     "hyperpod-operator": ("Vpc", "Eks", "Kubectl"),
     "inference-endpoint": (),
+    "platform-alarms": (),
     "portable-server": (),
+    "sidecar-metrics": (),
 }
 
 

@@ -193,7 +193,8 @@ def test_hugging_face_token_is_never_in_a_template(assembly: Assembly, cluster: 
 def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> None:
     assert {"ClusterName", "HyperPodClusterArn", "OperatorExecutionRoleArn", "HyperPodExecutionRoleArn",
             "HuggingFaceTokenSecretArn", "HostedZoneId", "CertificateArn"} <= set(cluster["Outputs"])
-    assert {"CaptureBucketName", "TlsCertificateBucketName"} <= set(assembly.template("-storage")["Outputs"])
+    assert {"CaptureBucketName", "TlsCertificateBucketName", "AlarmTopicArn"} <= set(
+        assembly.template("-storage")["Outputs"])
 
 
 def test_keda_reads_only_what_the_default_workloads_scale_on(cluster: dict[str, Any]) -> None:

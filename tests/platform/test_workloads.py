@@ -27,8 +27,9 @@ def _objects(assembly: Assembly) -> list[dict[str, Any]]:
 
 def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Assembly) -> None:
     assert sorted(assembly.manifests) == [
-        "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml", "model-mistral-7b.k8s.yaml",
-        "model-qwen3-8b.k8s.yaml", "namespace.k8s.yaml", "portable-qwen3-8b-portable.k8s.yaml"]
+        "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
+        "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "namespace.k8s.yaml",
+        "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
     assert helm == ["external-dns.yaml", "external-secrets.yaml", "nvidia-device-plugin.yaml"]
     readme = (assembly.directory / "dist" / "README.md").read_text()
@@ -152,7 +153,8 @@ def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> No
     staged.commit()
     assert sorted(staged.waiting) == ["model-llama3-8b", "model-mistral-7b", "model-qwen3-8b"]
     assert sorted(p.name for p in (tmp_path / "dist").glob("*.k8s.yaml")) == [
-        "hugging-face-token.k8s.yaml", "namespace.k8s.yaml", "portable-qwen3-8b-portable.k8s.yaml"]
+        "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml", "namespace.k8s.yaml",
+        "portable-qwen3-8b-portable.k8s.yaml"]
     readme = (tmp_path / "dist" / "README.md").read_text()
     assert "`model-mistral-7b` needs the stack outputs `CertificateArn`" in readme
     assert "make synth OUTPUTS=cdk-outputs.json" in readme

@@ -52,6 +52,17 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _put(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Like _set, creating the mappings on the way (sections the default file leaves out)."""
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return change
+
+
 def _problems(data: dict[str, Any]) -> list[tuple[str, str]]:
     with pytest.raises(ConfigError) as caught:
         parse_config(data)
@@ -144,6 +155,37 @@ CASES = [
      _set("models.1.spec.autoScalingSpec.cloudWatchTriggerList.0.targetValue", 0)),
     ("ModelCache.WeightsCacheNeedsRemoteSource", "models[1].spec.modelCacheConfig.weightsCache",
      _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
+    ("AlarmTopic.BadEmail", "alarms.subscribers.emails[0]", _set("alarms.subscribers.emails", ["oncall"])),
+    ("AlarmTopic.DuplicateSubscriber", "alarms.subscribers.emails[1]",
+     _set("alarms.subscribers.emails", ["a@example.com", "a@example.com"])),
+    ("AlarmTopic.BadHttpsEndpoint", "alarms.subscribers.httpsEndpoints[0]",
+     _set("alarms.subscribers.httpsEndpoints", ["http://events.example.com/sns"])),
+    ("AlarmTopic.BadLambdaArn", "alarms.subscribers.lambdaFunctionArns[0]",
+     _set("alarms.subscribers.lambdaFunctionArns", ["alarm-router"])),
+    ("AlarmTopic.BadTopicArn", "alarms.subscribers.topicArns[0]", _set("alarms.subscribers.topicArns", ["ops"])),
+    ("CaptureAlarms.BadRunbookUrl", "alarms.runbookUrl", _set("alarms.runbookUrl", "docs/alarms.md")),
+    ("CaptureAlarms.ThresholdOutOfRange", "alarms.capture.durationNearTimeout.threshold",
+     _put("alarms.capture.durationNearTimeout", {"threshold": 120})),
+    ("CaptureAlarms.AlarmPeriod", "alarms.capture.quarantinedLines.periodMinutes",
+     _put("alarms.capture.quarantinedLines", {"periodMinutes": 0})),
+    ("CaptureAlarms.EvaluationPeriods", "alarms.capture.throttles.evaluationPeriods",
+     _put("alarms.capture.throttles", {"evaluationPeriods": 0})),
+    ("CaptureAlarms.DatapointsToAlarm", "alarms.capture.throttles.datapointsToAlarm",
+     _put("alarms.capture.throttles", {"datapointsToAlarm": 4})),
+    ("CaptureAlarms.EvaluationRange", "alarms.capture.noCuratedOutput.evaluationPeriods",
+     _put("alarms.capture.noCuratedOutput", {"evaluationPeriods": 200})),
+    ("CertificateAlarms.ThresholdOutOfRange", "alarms.certificate.daysToExpiry.threshold",
+     _put("alarms.certificate.daysToExpiry", {"threshold": 0})),
+    ("CertificateAlarms.OtherRegion", "domain.existingCertificateArn", _set(
+        "domain.existingCertificateArn",
+        "arn:aws:acm:us-east-1:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
+    ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.droppedRecords.threshold",
+     _put("alarms.sidecar.droppedRecords", {"threshold": -1})),
+    ("CaptureSidecarMetrics.EvaluationRange", "alarms.sidecar.failedUploads.evaluationPeriods",
+     _put("alarms.sidecar.failedUploads", {"evaluationPeriods": 300})),
+    ("Config.UnknownKey", "alarms.capture.deadLetters", _put("alarms.capture.deadLetters", {"threshold": 1})),
+    ("Config.WrongType", "alarms.sidecar.cloudWatchAgent", _put("alarms.sidecar.cloudWatchAgent", "yes")),
+    ("Config.WrongType", "alarms.capture.backlogAge.threshold", _put("alarms.capture.backlogAge", {"threshold": "1h"})),
 ]
 
 
@@ -296,3 +338,34 @@ def test_cdk_synth_with_bad_config_fails_readably_and_changes_nothing(tmp_path: 
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "cdk.out"}
     assert {p: b for p, b in after.items() if p in before} == before
     assert not list(out.glob("*.template.json"))[1:], "no half-written output"
+
+
+ALARM_CASES = [case for case in CASES if case[1].startswith("alarms.") or case[0].startswith("CertificateAlarms")]
+
+
+@pytest.mark.parametrize(("code", "path", "change"), ALARM_CASES, ids=[f"{c[0]}-{c[1]}" for c in ALARM_CASES])
+def test_one_alarm_mistake_is_one_problem(code: str, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    assert _problems(_with(change)) == [(code, path)]
+
+
+def test_alarm_blocks_override_only_the_keys_they_name_and_can_switch_an_alarm_off() -> None:
+    data = _with(_put("alarms.capture", {"noCuratedOutput": {"evaluationPeriods": 24},
+                                         "throttles": {"enabled": False}}))
+    _put("alarms.sidecar", {"cloudWatchAgent": False})(data)
+    alarms = parse_config(data).alarms
+    no_output = alarms.capture["no_curated_output"]
+    assert no_output is not None
+    assert (no_output.threshold, no_output.period.to_seconds(), no_output.evaluation_periods) == (1, 3600, 24)
+    assert alarms.capture["throttles"] is None
+    assert set(alarms.capture) == {"no_curated_output", "throttles"}  # the others keep the construct defaults
+    assert alarms.sidecar_metrics is False
+    assert alarms.emails == ("ml-platform-oncall@example.com",)
+
+
+def test_capture_tiers_are_the_tiers_some_workload_turns_on() -> None:
+    config = load_config(REPO / "config" / "default.yaml")
+    assert config.capture_tiers == ("sme", "pod", "alb")
+    data = _with(_delete("portable"))
+    for model in data["models"]:
+        model["spec"].pop("dataCapture", None)
+    assert parse_config(data).capture_tiers == ()

@@ -1,0 +1,157 @@
+"""PlatformDashboard: one CloudWatch dashboard for the on-call engineer of the inference platform.
+
+Rows, top to bottom: the state of every alarm given; capture volume per tier (records and bytes the processor
+read); processor throughput and errors (objects, curated files, failed messages, errors, throttles, the
+longest invocation against its timeout); quarantined lines per tier and the queues (dead-letter depth, the age
+of the oldest event); days left on each certificate; and, with sidecar metrics, what the capture sidecars
+captured, uploaded and lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_cloudwatch as cloudwatch
+from constructs import Construct
+
+from hyperpod_inference_iac.alarms import imported_alarms
+from hyperpod_inference_iac.capture_alarms import TIERS, processor_metric
+from hyperpod_inference_iac.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
+from hyperpod_inference_iac.sidecar_metrics import (
+    DROP_REASONS,
+    RECORDS_CAPTURED,
+    RECORDS_DROPPED,
+    RECORDS_UPLOADED,
+    REQUESTS_REJECTED,
+    UPLOAD_RESULTS,
+    UPLOADS,
+    CaptureSidecarMetrics,
+)
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
+
+FIVE_MINUTES = Duration.minutes(5)
+DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # PutDashboard's rule
+
+
+def check_platform_dashboard(problems: Problems, at: KeyPaths = PROPS, *, dashboard_name: str,
+                             tiers: Sequence[str] = TIERS) -> None:
+    """Every rule of :class:`PlatformDashboard`'s properties."""
+    code = "PlatformDashboard"
+    if not is_unresolved(dashboard_name) and not DASHBOARD_NAME.match(dashboard_name):
+        problems.add(f"{code}.BadName", at.at("dashboard_name"),
+                     "must be 1-255 letters, digits, '_' or '-' (a CloudWatch dashboard name)", dashboard_name)
+    for index, tier in enumerate(tiers):
+        if tier not in TIERS:
+            problems.add(f"{code}.UnknownTier", at.at("tiers", index), f"must be one of {', '.join(TIERS)}", tier)
+
+
+class PlatformDashboard(Construct):
+    """The platform's dashboard (``AWS::CloudWatch::Dashboard``); every part is optional.
+
+    Attributes: ``dashboard``, ``dashboard_name``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        dashboard_name: str,
+        pipeline: CapturePipeline | None = None,
+        tiers: Sequence[str] = TIERS,
+        certificates: Mapping[str, acm.ICertificate] | None = None,
+        sidecar_metrics: CaptureSidecarMetrics | None = None,
+        alarms: Sequence[cloudwatch.IAlarm] = (),
+    ) -> None:
+        """
+        :param dashboard_name: the dashboard's name.
+        :param pipeline: the capture pipeline whose processor and queues are shown. @default none
+        :param tiers: the capture tiers to plot. @default ``sme``, ``pod``, ``alb``
+        :param certificates: label -> certificate whose days left are shown. @default none
+        :param sidecar_metrics: the sidecars' metrics (:class:`CaptureSidecarMetrics`). @default none
+        :param alarms: shown in an alarm status widget at the top (alarms of another stack are referenced by
+            their fixed names, without exports). @default none
+        """
+        super().__init__(scope, id)
+        problems = Problems()
+        check_platform_dashboard(problems, dashboard_name=dashboard_name, tiers=tiers)
+        problems.raise_if_any(f"PlatformDashboard {self.node.path}")
+        tiers = [tier for tier in TIERS if tier in tiers]
+        rows: list[list[cloudwatch.IWidget]] = []
+        if alarms:
+            rows.append([cloudwatch.AlarmStatusWidget(
+                title="Alarms", alarms=imported_alarms(self, alarms), width=24,
+                height=2 + (len(alarms) + 3) // 4, sort_by=cloudwatch.AlarmStatusWidgetSortBy.STATE_UPDATED_TIMESTAMP)])
+        if pipeline is not None:
+            rows.extend(self._capture_rows(pipeline, tiers))
+        if certificates:
+            rows.append([cloudwatch.GraphWidget(
+                title="Certificate days left (ACM DaysToExpiry)", width=24, height=5,
+                left=[cert.metric_days_to_expiry(statistic="Minimum", label=label, period=Duration.days(1))
+                      for label, cert in certificates.items()],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=60, label="ACM renewal starts"),
+                                  cloudwatch.HorizontalAnnotation(value=45, label="alarm (default)")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, label="days", show_units=False))])
+        if sidecar_metrics is not None:
+            rows.append(self._sidecar_row(sidecar_metrics))
+        self.dashboard_name = dashboard_name
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name,
+                                              default_interval=Duration.days(1), widgets=rows)
+
+    @staticmethod
+    def _capture_rows(pipeline: CapturePipeline, tiers: Sequence[str]) -> list[list[cloudwatch.IWidget]]:
+        function = pipeline.function
+        per_tier = [
+            cloudwatch.GraphWidget(title="Capture volume per tier (records)", width=12, height=6, stacked=True,
+                                   left=[processor_metric("Records", tier=t, label=t) for t in tiers]),
+            cloudwatch.GraphWidget(title="Capture volume per tier (bytes read)", width=12, height=6, stacked=True,
+                                   left=[processor_metric("SourceBytes", tier=t, label=t) for t in tiers]),
+        ]
+        processor = [
+            cloudwatch.GraphWidget(
+                title="Processor throughput", width=8, height=6,
+                left=[processor_metric("Objects", tier=t, label=f"objects {t}") for t in tiers],
+                right=[processor_metric("FilesWritten", tier=t, label=f"curated files {t}") for t in tiers],
+                left_y_axis=cloudwatch.YAxisProps(label="objects", show_units=False),
+                right_y_axis=cloudwatch.YAxisProps(label="curated files", show_units=False)),
+            cloudwatch.GraphWidget(
+                title="Processor errors", width=8, height=6,
+                left=[processor_metric("FailedMessages", label="FailedMessages"),
+                      function.metric_errors(statistic="Sum", period=FIVE_MINUTES, label="Errors"),
+                      function.metric_throttles(statistic="Sum", period=FIVE_MINUTES, label="Throttles")]),
+            cloudwatch.GraphWidget(
+                title="Processor duration", width=8, height=6,
+                left=[function.metric_duration(statistic="Maximum", period=FIVE_MINUTES, label="Maximum"),
+                      function.metric_duration(statistic="p90", period=FIVE_MINUTES, label="p90")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=FUNCTION_TIMEOUT.to_milliseconds(),
+                                                                  label="timeout")]),
+        ]
+        quality = [
+            cloudwatch.GraphWidget(title="Quarantined lines per tier", width=12, height=6, stacked=True,
+                                   left=[processor_metric("QuarantinedLines", tier=t, label=t) for t in tiers]),
+            cloudwatch.GraphWidget(
+                title="Queues", width=12, height=6,
+                left=[pipeline.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                    statistic="Maximum", period=FIVE_MINUTES, label="dead letters")],
+                right=[pipeline.queue.metric_approximate_age_of_oldest_message(
+                    statistic="Maximum", period=FIVE_MINUTES, label="oldest event (s)")],
+                left_y_axis=cloudwatch.YAxisProps(min=0, label="messages", show_units=False),
+                right_y_axis=cloudwatch.YAxisProps(min=0, label="seconds", show_units=False)),
+        ]
+        return [per_tier, processor, quality]
+
+    @staticmethod
+    def _sidecar_row(metrics: CaptureSidecarMetrics) -> list[cloudwatch.IWidget]:
+        return [
+            cloudwatch.GraphWidget(title=f"Capture sidecars in {metrics.namespace}: records", width=8, height=6,
+                                   left=[metrics.metric(RECORDS_CAPTURED, label="captured"),
+                                         metrics.metric(RECORDS_UPLOADED, label="uploaded")],
+                                   right=[metrics.metric(REQUESTS_REJECTED, label="requests answered 503")]),
+            cloudwatch.GraphWidget(title="Capture sidecars: records lost, by reason", width=8, height=6, stacked=True,
+                                   left=[metrics.metric(RECORDS_DROPPED, reason=r, label=r) for r in DROP_REASONS]),
+            cloudwatch.GraphWidget(title="Capture sidecars: S3 uploads", width=8, height=6,
+                                   left=[metrics.metric(UPLOADS, result=r, label=r) for r in UPLOAD_RESULTS]),
+        ]

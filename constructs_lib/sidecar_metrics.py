@@ -1,0 +1,336 @@
+"""CaptureSidecarMetrics: the capture sidecars' Prometheus counters in CloudWatch, and alarms on them.
+
+Path: a CloudWatch agent with Prometheus scraping (the Container Insights Prometheus agent) runs as one small
+Deployment in the workloads' namespace. It discovers every ``capture-sidecar`` container's ``metrics`` port
+(Kubernetes pod discovery limited to that namespace), scrapes ``/metrics`` once a minute, keeps only the
+``capture_sidecar_*`` series and sends them as embedded-metric-format log events to one log group; CloudWatch
+turns them into metrics in namespace ``ContainerInsights/Prometheus`` with dimensions ``ClusterName`` and
+``Namespace`` (plus ``reason`` or ``result`` where the alarm needs them). Counters arrive as the increase
+since the previous scrape, so ``Sum`` over a period counts events in it.
+
+Why this path and not Amazon Managed Prometheus: the alarms then live where every other alarm of the platform
+lives (the same topic, the same notification format, the same dashboard), nothing needs an AMP workspace, a
+managed scraper and an alert manager definition of its own, and only the few series the alarms and the
+dashboard use are stored. docs/alarms.md has the comparison.
+
+The Kubernetes objects come from :func:`sidecar_metrics_manifests`, which both the construct (applied by the
+kubectl provider) and the GitOps hand-off (``dist/``) render.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct, IConstruct
+
+from hyperpod_inference_iac.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.alarms import (
+    AlarmSettings,
+    AlarmWiring,
+    alarm_names,
+    check_alarm_naming,
+    check_alarm_settings,
+    topic_actions,
+)
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, EKS_CLUSTER_NAME, PINNED_IMAGE
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.workload_identity import service_account_principal
+
+# The agent image and Container Insights version of aws-samples/amazon-cloudwatch-container-insights
+# (k8s-deployment-manifest-templates/deployment-mode/service/cwagent-prometheus, release k8s/1.3.43).
+CLOUDWATCH_AGENT_IMAGE = "public.ecr.aws/cloudwatch-agent/cloudwatch-agent:1.300066.1b1374"
+CONTAINER_INSIGHTS_VERSION = "k8s/1.3.43"
+METRICS_NAMESPACE = "ContainerInsights/Prometheus"
+AGENT_NAME = "capture-metrics-agent"
+SCRAPE_JOB = "capture-sidecar"
+
+# What the capture sidecar exposes (sidecar/capture_sidecar/metrics.py) and where (charts/portable.py): kept in
+# step by tests.
+SIDECAR_CONTAINER = "capture-sidecar"
+SIDECAR_METRICS_PORT_NAME = "metrics"
+RECORDS_CAPTURED = "capture_sidecar_records_captured_total"
+RECORDS_UPLOADED = "capture_sidecar_records_uploaded_total"
+RECORDS_DROPPED = "capture_sidecar_records_dropped_total"
+UPLOADS = "capture_sidecar_uploads_total"
+REQUESTS_REJECTED = "capture_sidecar_requests_rejected_memory_total"
+DROP_REASONS = ("queue_full", "upload_failed", "spool_full", "shutdown_timeout", "memory_full")
+UPLOAD_RESULTS = ("ok", "failed")
+
+ONE_MINUTE = Duration.minutes(1)
+FIVE_MINUTES = Duration.minutes(5)
+DROPPED_RECORDS = AlarmSettings(threshold=0, period=Duration.minutes(5))
+FAILED_UPLOADS = AlarmSettings(threshold=0, period=Duration.minutes(5), evaluation_periods=3)
+REJECTED_REQUESTS = AlarmSettings(threshold=0, period=Duration.minutes(5))
+
+
+def sidecar_metrics_log_group_name(cluster_name: str) -> str:
+    """The agent's log group: beside Container Insights' own groups, apart from its ``prometheus`` group."""
+    return f"/aws/containerinsights/{cluster_name}/capture-sidecar"
+
+
+def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str, role_arn: str, log_group_name: str,
+                              image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval_seconds: int = 60,
+                              ) -> list[dict[str, Any]]:
+    """The agent's ServiceAccount (IRSA), a Role and RoleBinding that may list and watch pods of ``namespace``
+    only, its two ConfigMaps (agent configuration, Prometheus scrape configuration) and its Deployment."""
+    labels = {"app.kubernetes.io/name": AGENT_NAME, "app.kubernetes.io/part-of": "hyperpod-inference-iac"}
+
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+    agent_config = {
+        # Explicit region, cluster and log group: nothing depends on the node's instance metadata.
+        "agent": {"region": region},
+        "logs": {
+            "metrics_collected": {"prometheus": {
+                "cluster_name": cluster_name,
+                "log_group_name": log_group_name,
+                "prometheus_config_path": "/etc/prometheusconfig/prometheus.yaml",
+                "emf_processor": {"metric_declaration": [
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace"]],
+                     "metric_selectors": [f"^{name}$" for name in
+                                          (RECORDS_CAPTURED, RECORDS_UPLOADED, RECORDS_DROPPED, REQUESTS_REJECTED)]},
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "reason"]],
+                     "metric_selectors": [f"^{RECORDS_DROPPED}$"]},
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "result"]],
+                     "metric_selectors": [f"^{UPLOADS}$"]},
+                ]},
+            }},
+            "force_flush_interval": 5,
+        },
+    }
+    scrape_config = {
+        "global": {"scrape_interval": f"{scrape_interval_seconds}s", "scrape_timeout": "10s"},
+        "scrape_configs": [{
+            "job_name": SCRAPE_JOB,
+            "sample_limit": 1000,
+            "metrics_path": "/metrics",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
+            "relabel_configs": [
+                # Every capture sidecar's metrics port, nothing else in the namespace.
+                {"source_labels": ["__meta_kubernetes_pod_container_name", "__meta_kubernetes_pod_container_port_name"],
+                 "action": "keep", "regex": f"{SIDECAR_CONTAINER};{SIDECAR_METRICS_PORT_NAME}"},
+                {"source_labels": ["__meta_kubernetes_namespace"], "action": "replace", "target_label": "Namespace"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "action": "replace", "target_label": "pod_name"},
+                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "action": "replace",
+                 "target_label": "Workload"},
+            ],
+            "metric_relabel_configs": [
+                {"source_labels": ["__name__"], "regex": "capture_sidecar_.*", "action": "keep"}],
+        }],
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {**meta(AGENT_NAME), "annotations": {"eks.amazonaws.com/role-arn": role_arn}}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(AGENT_NAME),
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(AGENT_NAME),
+         "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-config"),
+         "data": {"cwagentconfig.json": json.dumps(agent_config, indent=2)}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-scrape"),
+         "data": {"prometheus.yaml": yaml.safe_dump(scrape_config, sort_keys=False)}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(AGENT_NAME),
+         "spec": {
+             "replicas": 1,  # two agents would send every increase twice
+             "strategy": {"type": "Recreate"},
+             "selector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
+             "template": {
+                 "metadata": {"labels": dict(labels)},
+                 "spec": {
+                     "serviceAccountName": AGENT_NAME,
+                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                     "terminationGracePeriodSeconds": 60,
+                     "containers": [{
+                         "name": "cloudwatch-agent",
+                         "image": image,
+                         "imagePullPolicy": "IfNotPresent",
+                         "resources": {"requests": {"cpu": "200m", "memory": "200Mi"},
+                                       "limits": {"cpu": "1", "memory": "1000Mi"}},
+                         "env": [{"name": "CI_VERSION", "value": CONTAINER_INSIGHTS_VERSION},
+                                 {"name": "RUN_IN_AWS", "value": "True"}],
+                         "securityContext": {"allowPrivilegeEscalation": False},
+                         "volumeMounts": [
+                             {"name": "agent-config", "mountPath": "/etc/cwagentconfig"},
+                             {"name": "scrape-config", "mountPath": "/etc/prometheusconfig"},
+                         ],
+                     }],
+                     "volumes": [
+                         {"name": "agent-config", "configMap": {"name": f"{AGENT_NAME}-config"}},
+                         {"name": "scrape-config", "configMap": {"name": f"{AGENT_NAME}-scrape"}},
+                     ],
+                 },
+             },
+         }},
+    ]
+
+
+def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: str = "Sum",
+                   period: Duration = FIVE_MINUTES, label: str | None = None, **labels: str) -> cloudwatch.Metric:
+    """A sidecar series as the agent publishes it (``labels``: ``reason=...`` or ``result=...``; ``label`` for
+    graphs)."""
+    dimensions = {"ClusterName": cluster_name, "Namespace": namespace, **labels}
+    return cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions,
+                             statistic=statistic, period=period, label=label)
+
+
+def check_capture_sidecar_metrics(
+    problems: Problems, at: KeyPaths = PROPS, *, cluster_name: str | None, namespace: str | None,
+    role_name: str | None = None,
+    image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
+    runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
+    failed_uploads: AlarmSettings | None = FAILED_UPLOADS, rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
+) -> None:
+    """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
+    checked here, for a loader whose other sections check them)."""
+    code = "CaptureSidecarMetrics"
+    if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
+        problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
+    if namespace is not None and not is_unresolved(namespace) and (
+            len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+        problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
+    if role_name is not None and not is_unresolved(role_name) and (
+            not 1 <= len(role_name) <= 64 or not role_name.replace("-", "").replace("_", "").isalnum()):
+        problems.add(f"{code}.BadRoleName", at.at("role_name"), "must be 1-64 letters, digits, '-' and '_'", role_name)
+    if not PINNED_IMAGE.match(image):
+        problems.add(f"{code}.UnpinnedImage", at.at("image"), "must name a tag or a digest", image)
+    seconds = scrape_interval.to_seconds()
+    if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
+        problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds", f"{seconds:g} s")
+    check_alarm_naming(problems, at, code, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url)
+    check_alarm_settings(problems, at, code, "dropped_records", dropped_records, threshold=(0, 1e9),
+                         unit="records lost per period, all sidecars of the namespace")
+    check_alarm_settings(problems, at, code, "failed_uploads", failed_uploads, threshold=(0, 1e9),
+                         unit="failed PutObject calls per period")
+    check_alarm_settings(problems, at, code, "rejected_requests", rejected_requests, threshold=(0, 1e9),
+                         unit="requests answered 503 per period")
+
+
+class CaptureSidecarMetrics(Construct):
+    """A CloudWatch agent that scrapes the capture sidecars of one namespace, its role and log group, and
+    alarms on lost records, failed uploads and requests refused for memory.
+
+    Attributes: ``role`` (IRSA, may only write to ``log_group``), ``log_group``, ``manifest``, ``alarms``
+    (``dropped_records``, ``failed_uploads``, ``rejected_requests``), ``alarm_names``, ``cluster_name``,
+    ``namespace``; :meth:`metric`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str,
+        cluster_name: str | None = None,
+        role_name: str | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        image: str = CLOUDWATCH_AGENT_IMAGE,
+        scrape_interval: Duration = ONE_MINUTE,
+        topic: AlarmTopic | sns.ITopic | None = None,
+        alarm_name_prefix: str,
+        runbook_url: str | None = None,
+        notify_on_ok: bool = True,
+        dropped_records: AlarmSettings | None = DROPPED_RECORDS,
+        failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
+        rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
+        depends_on: Sequence[IConstruct] = (),
+    ) -> None:
+        """
+        :param cluster: the cluster the sidecars run in (its kubectl provider applies the agent).
+        :param namespace: the namespace of the sidecars (the agent runs there and may only see its pods).
+        :param cluster_name: the ``ClusterName`` dimension and the agent's cluster name; give the literal name
+            so the dashboard and dist/ need no token. @default ``cluster.cluster_name``
+        :param role_name: fixed name of the agent's role, so GitOps manifests can name it. @default generated
+        :param log_retention: how long the agent's metric log events are kept. @default one month
+        :param image: the CloudWatch agent image (pinned). @default :data:`CLOUDWATCH_AGENT_IMAGE`
+        :param scrape_interval: how often each sidecar is scraped (10 s .. 5 min). @default 1 minute
+        :param topic: where alarms notify. @default none
+        :param alarm_name_prefix: the alarms are named ``<prefix>-sidecar-<what>``.
+        :param runbook_url: the page with the runbooks. @default the library's docs/alarms.md is named
+        :param notify_on_ok: also notify when an alarm recovers. @default True
+        :param dropped_records: records lost (any reason) above the threshold. @default > 0 in 5 minutes
+        :param failed_uploads: failed ``PutObject`` calls above the threshold in every period (the spool keeps
+            retrying them). @default > 0 in each of 3 x 5 minutes
+        :param rejected_requests: requests the sidecars answered ``503`` because their chunked body could not be
+            buffered within ``MAX_INFLIGHT_BODY_BYTES`` (clients see it). @default > 0 in 5 minutes
+        :param depends_on: what must exist first (the namespace's manifest).
+        """
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        cluster_name = cluster_name or cluster.cluster_name
+        problems = Problems()
+        check_capture_sidecar_metrics(problems, cluster_name=cluster_name, namespace=namespace, role_name=role_name,
+                                      image=image, scrape_interval=scrape_interval,
+                                      alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
+                                      dropped_records=dropped_records, failed_uploads=failed_uploads,
+                                      rejected_requests=rejected_requests)
+        problems.raise_if_any(f"CaptureSidecarMetrics {self.node.path}")
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.log_group = logs.LogGroup(
+            self, "Logs", log_group_name=sidecar_metrics_log_group_name(cluster_name),
+            retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        self.role = iam.Role(
+            self, "Role", role_name=role_name,
+            assumed_by=service_account_principal(self, "Trust", cluster=cluster, namespace=namespace,
+                                                 service_account=AGENT_NAME),
+            description=f"CloudWatch agent: capture sidecar metrics of {namespace} into one log group",
+        )
+        # Exactly what the agent does with EMF: create its log streams, find them, put events. Nothing else:
+        # no other log group, no PutMetricData (the log group's EMF lines become the metrics).
+        self.log_group.grant_write(self.role)
+        self.log_group.grant(self.role, "logs:DescribeLogStreams")
+        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
+        objects = sidecar_metrics_manifests(
+            namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
+            log_group_name=sidecar_metrics_log_group_name(cluster_name), image=image,
+            scrape_interval_seconds=int(scrape_interval.to_seconds()))
+        self.manifest = cluster.add_manifest("CaptureSidecarMetrics", *objects)
+        self.manifest.node.add_dependency(self.role)
+        for dependency in depends_on:
+            self.manifest.node.add_dependency(dependency)
+
+        wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
+        above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        quiet = cloudwatch.TreatMissingData.NOT_BREACHING
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        if dropped_records is not None:
+            self.alarms["dropped_records"] = wiring.alarm(
+                self, "DroppedRecords", suffix="sidecar-dropped-records", anchor="sidecar-dropped-records",
+                text=f"Capture sidecars in {namespace} lost captured records (queue, memory or spool full, uploads "
+                     "failing without a spool, or shutdown): the requests were served, their capture is gone.",
+                metric=self.metric(RECORDS_DROPPED), settings=dropped_records, comparison=above, missing=quiet)
+        if failed_uploads is not None:
+            self.alarms["failed_uploads"] = wiring.alarm(
+                self, "FailedUploads", suffix="sidecar-failed-uploads", anchor="sidecar-failed-uploads",
+                text=f"Capture sidecars in {namespace} cannot write to S3 (IAM, KMS, bucket policy or network); "
+                     "captures wait in the spool until it is full, then are dropped.",
+                metric=self.metric(UPLOADS, result="failed"), settings=failed_uploads, comparison=above,
+                missing=quiet)
+        if rejected_requests is not None:
+            self.alarms["rejected_requests"] = wiring.alarm(
+                self, "RejectedRequests", suffix="sidecar-rejected-requests", anchor="sidecar-rejected-requests",
+                text=f"Capture sidecars in {namespace} answered requests 503 because their body could not be "
+                     "buffered within MAX_INFLIGHT_BODY_BYTES: clients see errors.",
+                metric=self.metric(REQUESTS_REJECTED), settings=rejected_requests, comparison=above, missing=quiet)
+        self.alarm_names = alarm_names(self.alarms)
+
+    def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,
+               label: str | None = None, **labels: str) -> cloudwatch.Metric:
+        """A sidecar series of this namespace (``RECORDS_DROPPED``, ``UPLOADS`` with ``result=``, ...)."""
+        return sidecar_metric(name, cluster_name=self.cluster_name, namespace=self.namespace, statistic=statistic,
+                              period=period, label=label, **labels)
