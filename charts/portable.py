@@ -276,6 +276,9 @@ class PortableModelServerChart(cdk8s.Chart):
             type=kplus.HostPathVolumeType.DIRECTORY_OR_CREATE,
         )
         loader = cache.init_container()
+        weights_mount, scratch_mount = loader["volumeMounts"]
+        scratch = kplus.Volume.from_empty_dir(self, "loader-scratch", scratch_mount["name"],
+                                              size_limit=cdk8s.Size.mebibytes(256))
         self.deployment.add_init_container(
             name=loader["name"],
             image=loader["image"],
@@ -285,7 +288,7 @@ class PortableModelServerChart(cdk8s.Chart):
             # Root writes into the root-owned hostPath directory; no capability is needed for that.
             security_context=kplus.ContainerSecurityContextProps(
                 ensure_non_root=False,
-                read_only_root_filesystem=False,
+                read_only_root_filesystem=True,
                 allow_privilege_escalation=False,
                 capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
             ),
@@ -293,7 +296,8 @@ class PortableModelServerChart(cdk8s.Chart):
                 cpu=kplus.CpuResources(request=kplus.Cpu.units(1)),
                 memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(1), limit=cdk8s.Size.gibibytes(2)),
             ),
-            volume_mounts=[kplus.VolumeMount(path=loader["volumeMounts"][0]["mountPath"], volume=weights)],
+            volume_mounts=[kplus.VolumeMount(path=weights_mount["mountPath"], volume=weights),
+                           kplus.VolumeMount(path=scratch_mount["mountPath"], volume=scratch)],
         )
         health = preset.health_path
         container = self.deployment.add_container(
