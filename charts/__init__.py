@@ -72,11 +72,14 @@ from hyperpod_inference_iac.charts.plan import (
     PortableWorkload,
     Workload,
     WorkloadPlan,
+    api_key_secret_name,
     plan_workloads,
 )
+from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
     ModelServerRuntime,
+    PortableApiKey,
     PortableModelServer,
     PortableModelServerChart,
     capture_environment,
@@ -87,6 +90,7 @@ __all__ = [
     "AWS_CLI_IMAGE",
     "EKS_AL2023_NVME_ROOT",
     "HYPERPOD_NVME_ROOT",
+    "POD_SECURITY_LABELS",
     "PRESETS",
     "BufferConfig",
     "CaptureContentTypeHeader",
@@ -124,6 +128,7 @@ __all__ = [
     "PayloadConfig",
     "PlatformContext",
     "PortName",
+    "PortableApiKey",
     "PortableDeployment",
     "PortableModelServer",
     "PortableModelServerChart",
@@ -139,6 +144,7 @@ __all__ = [
     "Workload",
     "WorkloadPlan",
     "WorkloadServiceAccount",
+    "api_key_secret_name",
     "capture_environment",
     "capture_prefix_hash",
     "parse_model",

@@ -9,8 +9,9 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
 * :class:`HyperPodCluster`, :class:`InferenceOperator`: HyperPod attached to that cluster and its
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
-* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
-  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
+* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`ApiKeySync`, :class:`InferenceWorkloads`:
+  per-workload roles, the Hugging Face token and portable API key syncs, and the workloads of a
+  :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
@@ -18,6 +19,7 @@ one :class:`ConfigError`), needs no feature flag of the app it lives in, and ack
 reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
+from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync
 from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
 from hyperpod_inference_iac.eks_cluster import (
@@ -66,6 +68,7 @@ __all__ = [
     "EXTERNAL_SECRETS",
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
+    "ApiKeySync",
     "AwaitingDeploy",
     "CapturePipeline",
     "CaptureStorage",
@@ -98,6 +101,7 @@ __all__ = [
     "SecretSync",
     "StagedManifests",
     "WorkloadIdentity",
+    "api_key_sync",
     "bucket_arn",
     "check_capture_pipeline",
     "check_capture_storage",

@@ -18,6 +18,7 @@ from hyperpod_inference_iac import (
     RedactionRule,
     S3Location,
     SecretSync,
+    api_key_sync,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 
@@ -179,6 +180,18 @@ class PlatformConfig:
                           kubernetes_secret_name=TOKEN_SECRET, reader_role_name=f"{self.project}-hf-token-reader")
 
     @property
+    def api_key_syncs(self) -> dict[str, SecretSync]:
+        """One sync per portable server with an API key, by server name (Secrets Manager
+        ``{project}/portable/<server>/api-key``, reader role ``{project}-<server>-api-key``)."""
+        plan = self.workloads
+        if plan is None:
+            return {}
+        return {portable.name: api_key_sync(portable, namespace=self.operator.namespace,
+                                            secrets_manager_prefix=f"{self.project}/portable",
+                                            role_name_prefix=self.project)
+                for portable in plan.portable if portable.api_key is not None}
+
+    @property
     def known_values(self) -> dict[PlatformValue, str]:
         """Platform values this file determines (the others exist only after a deploy)."""
         known = {
@@ -205,6 +218,7 @@ class PlatformConfig:
             endpoint_domains=self.domain.endpoint_domains, zone_name=self.domain.zone_name,
             custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
+            vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
         )
 
 

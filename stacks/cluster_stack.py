@@ -13,6 +13,7 @@ from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
 from hyperpod_inference_iac import (
+    ApiKeySync,
     CaptureStorage,
     EndpointDomain,
     ExternalDns,
@@ -105,6 +106,7 @@ class ClusterStack(Stack):
         )
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
+        self.api_keys = self._api_keys(config, eks_cluster)
 
         sync = config.hugging_face_sync
         outputs = {
@@ -120,6 +122,21 @@ class ClusterStack(Stack):
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
+
+    def _api_keys(self, config: PlatformConfig, eks_cluster: Any) -> dict[str, ApiKeySync]:
+        """The generated API key of each portable server that asks for one, synced into the namespace before the
+        server's manifest is applied (the operator installed with the Hugging Face token sync runs the sync)."""
+        keys = {}
+        servers = {p.name: p.server for p in config.workloads.portable} if config.workloads else {}
+        for name, sync in config.api_key_syncs.items():
+            api_key = servers[name].api_key
+            keys[name] = key = ApiKeySync(
+                self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
+                client_role_arns=api_key.client_role_arns if api_key is not None else (),
+                operator_chart=self.hugging_face_token.operator_chart)
+            key.manifest.node.add_dependency(self.workloads.namespace_manifest)
+            self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
+        return keys
 
     @property
     def availability_zones(self) -> list[str]:

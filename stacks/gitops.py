@@ -48,8 +48,15 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
         Prerequisite(f"the token's value in Secrets Manager secret {sync.secrets_manager_name} (docs/secrets.md)",
                      f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
     ]
+    supporting = {"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)}
+    for name, key_sync in config.api_key_syncs.items():
+        key_reader = f"arn:{env.partition}:iam::{env.account}:role/{key_sync.reader_role_name}"
+        supporting[f"api-key-{name}"] = key_sync.manifests(region=env.region, reader_role_arn=key_reader)
+        prerequisites.append(Prerequisite(
+            f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "
+            "the cluster stack", f"aws secretsmanager describe-secret --secret-id {key_sync.secrets_manager_name}"))
     return stage_manifests(
         plan, outdir=outdir, values=values,
-        supporting={"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)},
+        supporting=supporting,
         helm_releases=releases, prerequisites=prerequisites,
         namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with)

@@ -123,6 +123,8 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
     prefix_hash = capture_prefix_hash(cluster_name=samples.CLUSTER_NAME, namespace=samples.NAMESPACE, name="qwen3-8b")
     assert env == {
         "UPSTREAM_URL": "http://127.0.0.1:8000",
+        "UPSTREAM_HEALTH_PATH": "/health",  # the preset's, asked by GET /upstream/health for the probes
+        "UPSTREAM_HEALTH_TIMEOUT_SECONDS": "2",
         "LISTEN_PORT": "8080",
         "METRICS_PORT": "9090",
         "CAPTURE_S3_URI": f"s3://example-capture/portable/{prefix_hash}/pod/",
@@ -132,6 +134,8 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "FLUSH_INTERVAL_SECONDS": "60",
         "MAX_PAYLOAD_SIZE_KB": "0",
         "KMS_KEY_ID": samples.KMS_KEY_ARN,
+        "MAX_INFLIGHT_BODY_BYTES": str(88 * 1024 * 1024),  # from the 512Mi limit (test_portable_hardening.py)
+        "MAX_REQUEST_BODY_BYTES": str(8 * 1024 * 1024),
         "SPOOL_DIR": "/tmp/capture-spool",  # on the pod's scratch volume, mounted at /tmp
         "SPOOL_MAX_BYTES": "268435456",
     }
@@ -151,9 +155,9 @@ def test_sidecar_content_types_follow_the_capture_policy_when_set() -> None:
 def test_portable_service_sends_traffic_through_the_sidecar_only_when_capturing(
     portable_manifests: dict[str, list[dict[str, Any]]],
 ) -> None:
-    (capturing,) = _of_kind(portable_manifests["vllm"], "Service")
+    capturing = next(m for m in _of_kind(portable_manifests["vllm"], "Service") if m["metadata"]["name"] == "qwen3-8b")
     (plain,) = _of_kind(portable_manifests["tgi"], "Service")
-    assert capturing["spec"]["ports"][0]["targetPort"] == 8080
+    assert capturing["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": 8080}]
     assert capturing["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"] == (
         "qwen3-8b.portable.example.com"
     )

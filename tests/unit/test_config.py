@@ -133,6 +133,18 @@ CASES = [
      _set("models.1.spec.dataCapture.s3Uri", "s3://somebody-elses-bucket/captures")),
     ("Portable.HostnameOutsideZone", "portable[0].hostname", _set("portable.0.hostname", "qwen.other.example.org")),
     ("ServiceAccount.Shared", "portable[0].name", _set("portable.0.name", "qwen3-8b")),
+    ("Portable.HostnameNotCertified", "portable[0].hostname",
+     _set("portable.0.hostname", "uncertified.inference.example.com")),
+    ("Portable.SourceRangeInvalid", "portable[0].allowedSourceRanges[0]",
+     _set("portable.0.allowedSourceRanges", ["10.42.0.1/16"])),
+    ("Portable.SourceRangesWithoutHostname", "portable[0].allowedSourceRanges",
+     lambda data: (_set("portable.0.allowedSourceRanges", ["10.42.0.0/16"])(data),
+                   _delete("portable.0.hostname")(data))),
+    ("Portable.RequestBodyCapOutOfRange", "portable[0].maxRequestBodyKB", _set("portable.0.maxRequestBodyKB", 0)),
+    ("Portable.ApiKeyClientRoleInvalid", "portable[0].apiKey.clientRoleArns[0]",
+     _set("portable.0.apiKey.clientRoleArns", ["inference-clients"])),
+    ("Config.WrongType", "portable[0].apiKey", _set("portable.0.apiKey", True)),
+    ("Config.UnknownKey", "portable[0].apiKey.clients", _set("portable.0.apiKey.clients", [])),
 ]
 
 
@@ -149,6 +161,18 @@ def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
     assert config.workloads is not None and len(config.workloads.models) == 3
+
+
+def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
+    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable  # type: ignore[union-attr]
+    assert portable.vpc_cidr == DEFAULT["network"]["newVpc"]["cidr"]
+    assert portable.source_ranges == (DEFAULT["network"]["newVpc"]["cidr"],)
+
+    def existing(data: dict[str, Any]) -> None:
+        data["network"] = {"existingVpc": EXISTING_VPC}
+
+    (portable,) = parse_config(_with(existing)).workloads.portable  # type: ignore[union-attr]
+    assert portable.vpc_cidr == EXISTING_VPC["vpcCidr"]
 
 
 @pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])

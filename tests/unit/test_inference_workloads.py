@@ -46,7 +46,7 @@ def _plan(capture: ModelPodCapture, **context: Any) -> Any:
         model_cache=NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/"),
         data_capture=DataCapture(model_pod=capture))
     base = {"cluster_name": "c", "namespace": "inference", "account": ACCOUNT, "role_name_prefix": "t",
-            "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/")}
+            "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/"), "vpc_cidr": "10.0.0.0/16"}
     return plan_workloads(PlatformContext(**{**base, **context}), portable=[server])
 
 
