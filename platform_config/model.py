@@ -117,6 +117,14 @@ class DomainConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AcknowledgedWarning:
+    """A construct warning this platform has reviewed and accepts, with the reason a reviewer reads."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlatformConfig:
     source: str
     project: str
@@ -130,6 +138,7 @@ class PlatformConfig:
     domain: DomainConfig
     models: tuple[ModelDeployment, ...] = ()
     portable: tuple[PortableDeployment, ...] = ()
+    acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
     # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
     workloads: WorkloadPlan | None = None
 
@@ -223,6 +232,7 @@ class PlatformConfig:
 
 
 __all__ = [
+    "AcknowledgedWarning",
     "CapturePolicy",
     "ClusterConfig",
     "DeepHealthCheck",

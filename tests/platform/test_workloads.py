@@ -229,3 +229,24 @@ def test_model_errors_in_the_config_file_carry_their_key_path() -> None:
         ("DataCapture.SamplingOutOfRange", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage"),
         ("HuggingFace.CommitNotPinned", "models[0].spec.modelSourceConfig.huggingFaceModel.commitSHA"),
     }
+
+
+def _image_warnings(data: dict[str, Any]) -> list[str]:
+    """Construct the platform (no synth) and collect the image warnings left on the workloads' manifests."""
+    from aws_cdk import App
+
+    from stacks.platform import build_platform
+
+    platform = build_platform(App(), parse_config(data))
+    return [str(entry.data) for manifest in platform.cluster.workloads.manifests.values()
+            for entry in manifest.node.metadata if entry.type == "aws:cdk:warning" and "by tag only" in str(entry.data)]
+
+
+def test_images_named_by_tag_are_warned_unless_the_config_acknowledges_them() -> None:
+    assert _image_warnings(json.loads(json.dumps(DEFAULT))) == []  # acknowledged, with its reason, in the config
+    data = json.loads(json.dumps(DEFAULT))
+    del data["acknowledgedWarnings"]
+    warnings = _image_warnings(data)
+    assert len(warnings) == 3  # mistral-7b (vLLM), qwen3-8b (vLLM, aws-cli), the portable server (vLLM, aws-cli)
+    assert all("imageNotPinnedByDigest" in w for w in warnings)
+    assert not any("container-assets" in w for w in warnings)  # the sidecar built here has an immutable tag

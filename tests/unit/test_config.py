@@ -144,6 +144,9 @@ CASES = [
     ("Portable.ApiKeyClientRoleInvalid", "portable[0].apiKey.clientRoleArns[0]",
      _set("portable.0.apiKey.clientRoleArns", ["inference-clients"])),
     ("Config.WrongType", "portable[0].apiKey", _set("portable.0.apiKey", True)),
+    ("Config.BadFormat", "acknowledgedWarnings[0].id", _set("acknowledgedWarnings.0.id", "imageNotPinnedByDigest")),
+    ("Config.BadFormat", "acknowledgedWarnings[0].reason", _set("acknowledgedWarnings.0.reason", "ok")),
+    ("Config.MissingKey", "acknowledgedWarnings[0].reason", _delete("acknowledgedWarnings.0.reason")),
     ("Config.UnknownKey", "portable[0].apiKey.clients", _set("portable.0.apiKey.clients", [])),
 ]
 
