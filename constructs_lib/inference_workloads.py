@@ -150,7 +150,9 @@ class InferenceWorkloads(Construct):
         if not isinstance(workload, PortableWorkload) or workload.capture is None or self.sidecar_image is not None:
             return None
         image = self.values.known.get(PlatformValue.SIDECAR_IMAGE)
-        return image if image is not None and not _pinned_by_digest(image) else None
+        if image is None or is_unresolved(image) or _pinned_by_digest(image):
+            return None
+        return image
 
     def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
