@@ -82,11 +82,14 @@ from hyperpod_inference_iac.charts.plan import (
     PortableWorkload,
     Workload,
     WorkloadPlan,
+    api_key_secret_name,
     plan_workloads,
 )
+from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
     ModelServerRuntime,
+    PortableApiKey,
     PortableModelServer,
     PortableModelServerChart,
     capture_environment,
@@ -105,6 +108,7 @@ __all__ = [
     "AWS_CLI_IMAGE",
     "EKS_AL2023_NVME_ROOT",
     "HYPERPOD_NVME_ROOT",
+    "POD_SECURITY_LABELS",
     "PRESETS",
     "AutoScalingSpec",
     "BufferConfig",
@@ -154,6 +158,7 @@ __all__ = [
     "PayloadConfig",
     "PlatformContext",
     "PortName",
+    "PortableApiKey",
     "PortableDeployment",
     "PortableModelServer",
     "PortableModelServerChart",
@@ -173,6 +178,7 @@ __all__ = [
     "Workload",
     "WorkloadPlan",
     "WorkloadServiceAccount",
+    "api_key_secret_name",
     "capture_environment",
     "capture_prefix_hash",
     "parse_model",

@@ -19,6 +19,7 @@ from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.plan import Workload, check_workload_set, named
+from hyperpod_inference_iac.charts.pod_security import namespace_metadata
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
 from hyperpod_inference_iac.platform_values import PlatformValues
@@ -113,7 +114,7 @@ class InferenceChart(cdk8s.Chart):
         self.namespace_object: cdk8s.ApiObject | None = None
         if create_namespace:
             self.namespace_object = cdk8s.ApiObject(
-                self, "namespace", api_version="v1", kind="Namespace", metadata={"name": namespace}
+                self, "namespace", api_version="v1", kind="Namespace", metadata=namespace_metadata(namespace)
             )
         self.service_accounts: dict[str, cdk8s.ApiObject] = {
             account.name: self._service_account(account, namespace) for account in service_accounts

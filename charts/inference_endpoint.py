@@ -230,13 +230,13 @@ class InferenceEndpointConfig(SpecBlock):
     extra_spec: Mapping[str, Any] | None = None
 
     def effective_spec(self) -> InferenceEndpointSpec:
-        """The spec plus the NVMe cache's volume and loader init container (when there is a cache)."""
+        """The spec plus the NVMe cache's volumes and loader init container (when there is a cache)."""
         if self.nvme_cache is None:
             return self.spec
         kubernetes = self.spec.kubernetes or KubernetesCustomization()
         kubernetes = dataclasses.replace(
             kubernetes,
-            volumes=(*(kubernetes.volumes or ()), self.nvme_cache.volume(HYPERPOD_NVME_ROOT)),
+            volumes=(*(kubernetes.volumes or ()), *self.nvme_cache.volumes(HYPERPOD_NVME_ROOT)),
             init_containers=(*(kubernetes.init_containers or ()), self.nvme_cache.init_container()),
         )
         return dataclasses.replace(self.spec, kubernetes=kubernetes)

@@ -21,6 +21,7 @@ renders the same plan into ``dist/``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,9 +31,9 @@ from hyperpod_inference_iac.charts.crd_schema import schema_errors
 from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
-from hyperpod_inference_iac.charts.model_source import ModelSourceType
+from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
-from hyperpod_inference_iac.charts.portable import PortableModelServer, capture_prefix_hash
+from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
@@ -81,6 +82,9 @@ class PlatformContext:
         only the features that version has (``operator_versions``). ``None`` skips the check (an operator
         installed outside this library, whose version the platform does not know).
         @default ``DEFAULT_ADDON_VERSION``, the version :class:`~hyperpod_inference_iac.InferenceOperator` installs
+    :param vpc_cidr: the cluster VPC's IPv4 CIDR. Portable servers admit their metrics port (scrapers, kubelet
+        probes) from it only, and their load balancers default to it as the allowed source range; needed by a
+        portable server that captures or has a hostname. @default none
     """
 
     cluster_name: str
@@ -97,6 +101,7 @@ class PlatformContext:
     synced_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     known_values: Mapping[PlatformValue, str] = dataclasses.field(default_factory=dict)
     operator_addon_version: str | None = DEFAULT_ADDON_VERSION
+    vpc_cidr: str | None = None
 
     def role_name(self, service_account: str) -> str:
         return f"{self.role_name_prefix}-{service_account}"[:ROLE_NAME_MAX]
@@ -158,12 +163,20 @@ class ModelWorkload:
 
 @dataclasses.dataclass(frozen=True)
 class PortableWorkload:
+    """One portable server as planned. ``capture``/``capture_key``: where its sidecar writes (None: no capture).
+    ``vpc_cidr``: where its metrics port is open to. ``certificate``: the TLS listener's certificate and
+    ``source_ranges`` who may connect (hostname only). ``api_key``: the synced Secret holding its key."""
+
     path: str
     server: PortableModelServer
     identity: IdentityPlan
     weights: S3Location
     capture: S3Location | None = None
     capture_key: str | PlatformValue | None = None
+    vpc_cidr: str | None = None
+    certificate: str | PlatformValue | None = None
+    source_ranges: tuple[str, ...] = ()
+    api_key: SecretKeyRef | None = None
 
     @property
     def name(self) -> str:
@@ -472,11 +485,8 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         server = dataclasses.replace(server, data_capture=_wire_capture(context, server.data_capture,
                                                                          tiers=("model_pod",)))
     server.validate(path, problems)
-    if server.hostname is not None and context.zone_name is not None and not is_unresolved(server.hostname) \
-            and not server.hostname.endswith("." + context.zone_name):
-        problems.add("Portable.HostnameOutsideZone", join_path(path, "hostname"),
-                     f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records "
-                     "there only", server.hostname)
+    _check_hostname(context, server, path, problems)
+    _check_vpc_cidr(context, server, path, problems)
     weights = S3Location.parse(server.model_cache.source_s3_uri)
     accesses = [ObjectAccess(weights, write=False, purpose="model weights (NVMe cache loader)")]
     capture_location, capture_key = None, None
@@ -492,7 +502,47 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
                                      key=capture_key))
     role_name = context.role_name(server.name)
     identity = IdentityPlan(server.name, role_name, context.role_arn(role_name), tuple(accesses))
-    return PortableWorkload(path, server, identity, weights, capture_location, capture_key)
+    has_hostname = server.hostname is not None
+    source_ranges = server.allowed_source_ranges or ((context.vpc_cidr,) if context.vpc_cidr else ())
+    return PortableWorkload(
+        path, server, identity, weights, capture_location, capture_key, vpc_cidr=context.vpc_cidr,
+        certificate=PlatformValue.CERTIFICATE_ARN if has_hostname else None,
+        source_ranges=tuple(source_ranges) if has_hostname else (),
+        api_key=SecretKeyRef(name=api_key_secret_name(server.name), key=API_KEY_SECRET_KEY)
+        if server.api_key_enabled else None)
+
+
+def api_key_secret_name(server_name: str) -> str:
+    """The Kubernetes Secret a portable server's API key is synced into."""
+    return f"{server_name}-api-key"
+
+
+def _check_hostname(context: PlatformContext, server: PortableModelServer, path: str, problems: Problems) -> None:
+    """A hostname is published in the platform zone and served with the platform certificate: both must cover it."""
+    hostname = server.hostname
+    if hostname is None or is_unresolved(hostname):
+        return
+    if context.zone_name is not None and not hostname.endswith("." + context.zone_name):
+        problems.add("Portable.HostnameOutsideZone", join_path(path, "hostname"),
+                     f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records "
+                     "there only", hostname)
+    if hostname not in context.endpoint_domains:
+        covered = ", ".join(context.endpoint_domains) or "none"
+        problems.add("Portable.HostnameNotCertified", join_path(path, "hostname"),
+                     f"must be one of the platform's endpoint domains, the names its certificate covers (covered: "
+                     f"{covered}); the load balancer's TLS listener uses that certificate", hostname)
+
+
+def _check_vpc_cidr(context: PlatformContext, server: PortableModelServer, path: str, problems: Problems) -> None:
+    """The VPC CIDR bounds the metrics port (capture) and is the default source range (hostname)."""
+    needs_for = []
+    if server.pod_capture is not None:
+        needs_for.append("its NetworkPolicy admits the sidecar's metrics port from the VPC only")
+    if server.hostname is not None and server.allowed_source_ranges is None:
+        needs_for.append("its load balancer admits the VPC by default (or set allowedSourceRanges)")
+    if needs_for and context.vpc_cidr is None:
+        problems.add("Portable.VpcCidrMissing", path,
+                     f"needs the platform's VPC CIDR (PlatformContext.vpc_cidr): {'; '.join(needs_for)}")
 
 
 # -- across workloads ----------------------------------------------------------------------------------
@@ -544,6 +594,12 @@ def named(path: str, workload: Workload | PortableModelServer) -> NamedWorkload:
 
 def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], portable: Sequence[PortableWorkload],
                   problems: Problems) -> None:
+    if context.vpc_cidr is not None and not is_unresolved(context.vpc_cidr):
+        try:
+            ipaddress.IPv4Network(context.vpc_cidr, strict=True)
+        except ValueError:
+            problems.add("Portable.VpcCidrInvalid", "vpcCidr", "must be an IPv4 CIDR block, e.g. 10.42.0.0/16",
+                         context.vpc_cidr)
     check_workload_set([*(named(m.path, m.workload) for m in models), *(named(p.path, p.server) for p in portable)],
                        namespace=context.namespace,
                        custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)

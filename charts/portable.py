@@ -4,8 +4,16 @@ One Deployment (vLLM, TGI or SGLang), its own ServiceAccount (IRSA), a Service w
 name (ExternalDNS), the node-local NVMe cache with the S3 fallback of :mod:`charts.nvme_cache`,
 and a capture sidecar that writes the operator's Tier-3 layout ``{s3Uri}/{hash}/pod/``.
 
-cdk8s-plus builds the Deployment, Service and ServiceAccount. The one thing it cannot express,
-extended resources (``nvidia.com/gpu``), is added to the synthesized Deployment (``to_json``).
+With capture on, nothing reaches the model server except through the sidecar: the model server
+listens on 127.0.0.1 only, its probes ask the sidecar (``/upstream/health``), the Service targets
+the sidecar and the server's NetworkPolicy admits the sidecar's port, never the model's. With a
+hostname, the Service is an internal NLB with a TLS listener on the platform certificate, open to
+the allowed source ranges only; an optional API key (Secrets Manager, synced by External Secrets)
+is checked by the sidecar and by the model server.
+
+cdk8s-plus builds the Deployment, Service and ServiceAccount. What it cannot express (extended
+resources ``nvidia.com/gpu``, the pod's seccomp profile, ``allocateLoadBalancerNodePorts``) is
+added to the synthesized manifests (``to_json``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +33,10 @@ from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
 from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH
 from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, NvmeModelCache
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, PINNED_IMAGE
+from hyperpod_inference_iac.charts.pod_security import namespace_metadata
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, IAM_ROLE_ARN, PINNED_IMAGE
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 
 if TYPE_CHECKING:
     from hyperpod_inference_iac.charts.plan import PortableWorkload
@@ -34,7 +44,23 @@ if TYPE_CHECKING:
 MODEL_PORT = 8000
 SIDECAR_LISTEN_PORT = 8080
 SIDECAR_METRICS_PORT = 9090
-SERVICE_PORT = 80
+SERVICE_PORT = 80  # in-cluster HTTP (ClusterIP Services, no hostname)
+TLS_SERVICE_PORT = 443  # the NLB's TLS listener (hostname)
+# TLS 1.3 and 1.2 only, forward-secret ciphers (Elastic Load Balancing's predefined policy).
+TLS_NEGOTIATION_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+UPSTREAM_HEALTH_PATH = "/upstream/health"  # the sidecar's view of the model server's health
+# The sidecar's check must answer before the kubelet's probe gives up on it.
+UPSTREAM_HEALTH_TIMEOUT_SECONDS = 2
+PROBE_TIMEOUT_SECONDS = 3
+SIDECAR_MEMORY_LIMIT_MIB = 512
+# The sidecar's worst case besides the body bytes it holds (docs/capture-sidecar.md, *Memory bounds*):
+# interpreter and pools 70, encoded upload copies 87, the one large record's encoder 96, encoding
+# slices 34, socket buffers 48 (MiB).
+SIDECAR_FIXED_MEMORY_MIB = 335
+API_KEY_SECRET_KEY = "api-key"
+MODEL_SERVER_HOME = "/home/model-server"  # caches of every runtime go under $HOME (emptyDir)
+MODEL_SERVER_HOME_GIB = 20  # compile caches (torch.compile, Triton, FlashInfer JIT, CUDA) are a few GB
+MODEL_SERVER_TMP_GIB = 10
 _CPU_PATTERN = r"^([1-9][0-9]*m|[0-9]+(\.[0-9]+)?)$"
 _MEMORY_PATTERN = r"^[1-9][0-9]*(Mi|Gi)$"
 EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
@@ -58,16 +84,23 @@ class ModelServerPreset:
     served_name_flag: str
     host_flag: str
     tensor_parallel_flag: str
+    # The environment variable that holds the API key. With ``api_key_flag`` the runtime reads only that
+    # flag, and the flag gets the variable through Kubernetes' $(VAR) expansion.
+    api_key_env: str
+    api_key_flag: str | None = None
     health_path: str = "/health"
 
-    def args(self, *, model_dir: str, served_name: str, gpu_count: int) -> list[str]:
+    def args(self, *, model_dir: str, served_name: str, gpu_count: int, host: str) -> list[str]:
         return [
             self.model_flag, model_dir,
             self.served_name_flag, served_name,
-            self.host_flag, "0.0.0.0",
+            self.host_flag, host,
             "--port", str(MODEL_PORT),
             self.tensor_parallel_flag, str(gpu_count),
         ]  # fmt: skip
+
+    def api_key_args(self) -> list[str]:
+        return [self.api_key_flag, f"$({self.api_key_env})"] if self.api_key_flag else []
 
 
 # Pinned tags: upgrading a runtime is a reviewed change with its own snapshot diff.
@@ -79,6 +112,7 @@ PRESETS: Mapping[ModelServerRuntime, ModelServerPreset] = {
         served_name_flag="--served-model-name",
         host_flag="--host",
         tensor_parallel_flag="--tensor-parallel-size",
+        api_key_env="VLLM_API_KEY",
     ),
     ModelServerRuntime.TGI: ModelServerPreset(
         image="ghcr.io/huggingface/text-generation-inference:3.3.6",
@@ -87,6 +121,7 @@ PRESETS: Mapping[ModelServerRuntime, ModelServerPreset] = {
         served_name_flag="--served-model-name",
         host_flag="--hostname",
         tensor_parallel_flag="--num-shard",
+        api_key_env="API_KEY",  # text-generation-launcher --api-key [env: API_KEY]
     ),
     ModelServerRuntime.SGLANG: ModelServerPreset(
         image="lmsysorg/sglang:v0.5.5",
@@ -95,8 +130,34 @@ PRESETS: Mapping[ModelServerRuntime, ModelServerPreset] = {
         served_name_flag="--served-model-name",
         host_flag="--host",
         tensor_parallel_flag="--tp-size",
+        api_key_env="API_KEY",
+        api_key_flag="--api-key",  # no environment variable of its own: the key is on the command line
     ),
 }
+
+
+def sidecar_inflight_body_bytes(memory_limit_mib: int = SIDECAR_MEMORY_LIMIT_MIB) -> int:
+    """``MAX_INFLIGHT_BODY_BYTES`` for a sidecar with this memory limit: half of what its fixed worst case
+    leaves (88 MiB of 512 MiB), the other half is headroom."""
+    return (memory_limit_mib - SIDECAR_FIXED_MEMORY_MIB) // 2 * 1024 * 1024
+
+
+MAX_REQUEST_BODY_KB = sidecar_inflight_body_bytes() // 1024  # a buffered request body must fit the bound
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PortableApiKey(SpecBlock):
+    """Request authentication for one server: a random key generated in Secrets Manager and synced into the
+    namespace (``ApiKeySync``); clients send it as ``Authorization: Bearer <key>``.
+
+    YAML: ``apiKey: {enabled: true, clientRoleArns: [arn:aws:iam::111122223333:role/chat-frontend]}``. The client
+    roles may read the key (``secretsmanager:GetSecretValue``); nobody else but the syncing role may.
+    """
+
+    enabled: bool = True
+    client_role_arns: tuple[str, ...] = crd_field(
+        default=(), code="Portable.ApiKeyClientRoleInvalid", item_pattern=IAM_ROLE_ARN.pattern, hint="an IAM role ARN"
+    )
 
 
 def capture_prefix_hash(*, cluster_name: str, namespace: str, name: str, kind: str = "Deployment") -> str:
@@ -119,7 +180,8 @@ class PortableModelServer(SpecBlock):
     here (there is no SageMaker endpoint and no operator-managed ALB).
     """
 
-    name: str = crd_field(code="Portable.NameInvalid", pattern=DNS1123_LABEL.pattern, max_length=63)
+    # At most 55: the metrics Service is "<name>-metrics", and a Service name has at most 63 characters.
+    name: str = crd_field(code="Portable.NameInvalid", pattern=DNS1123_LABEL.pattern, max_length=55)
     runtime: ModelServerRuntime = crd_field(
         code="Portable.RuntimeInvalid", allowed=ModelServerRuntime
     )
@@ -149,6 +211,20 @@ class PortableModelServer(SpecBlock):
     )
     # Keeps serving while the Service's endpoints drop this pod, so no request hits a closed port.
     pre_stop_sleep_seconds: int = crd_field(default=15, code="Portable.PreStopOutOfRange", minimum=0, maximum=600)
+    # Who may connect to the load balancer (hostname only). None: the platform's VPC CIDR.
+    allowed_source_ranges: tuple[str, ...] | None = crd_field(
+        default=None, code="Portable.SourceRangeInvalid", min_items=1
+    )
+    api_key: PortableApiKey | None = None
+    # The sidecar answers 413 to larger request bodies (capture only); 8 MiB fits a 128k-token prompt and a
+    # few inline images (docs/capture-sidecar.md). At most the sidecar's in-flight bound.
+    max_request_body_kb: int = crd_field(
+        default=8192, key="maxRequestBodyKB", code="Portable.RequestBodyCapOutOfRange", minimum=1,
+        maximum=MAX_REQUEST_BODY_KB,
+    )
+    # The model server's root filesystem; /tmp and $HOME are writable emptyDirs either way. Off only for
+    # an image that writes elsewhere.
+    read_only_root_filesystem: bool = True
 
     @property
     def preset(self) -> ModelServerPreset:
@@ -159,9 +235,14 @@ class PortableModelServer(SpecBlock):
         tier = self.data_capture.model_pod if self.data_capture is not None else None
         return tier if tier is not None and tier.enabled else None
 
+    @property
+    def api_key_enabled(self) -> bool:
+        return self.api_key is not None and self.api_key.enabled
+
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image is not None and self.image.endswith(":latest"):
             problems.add("Portable.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
+        self._check_source_ranges(path, problems)
         if self.pre_stop_sleep_seconds >= self.termination_grace_period_seconds:
             problems.add(
                 "Portable.GracePeriodOutOfRange",
@@ -191,17 +272,37 @@ class PortableModelServer(SpecBlock):
                 "to default to)",
             )
 
+    def _check_source_ranges(self, path: str, problems: Problems) -> None:
+        """Each range is a network (``10.0.0.0/16``, host bits zero); ranges without a load balancer protect nothing,
+        so they are refused rather than ignored."""
+        if self.allowed_source_ranges is None:
+            return
+        ranges_path = join_path(path, "allowedSourceRanges")
+        if self.hostname is None:
+            problems.add("Portable.SourceRangesWithoutHostname", ranges_path,
+                         "apply to the load balancer a hostname creates; set hostname or remove allowedSourceRanges")
+        for index, cidr in enumerate(self.allowed_source_ranges):
+            if is_unresolved(cidr):
+                continue
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                problems.add("Portable.SourceRangeInvalid", join_path(ranges_path, index),
+                             "must be a CIDR block with its host bits zero, e.g. 10.0.0.0/16", cidr)
+
 
 class PortableModelServerChart(cdk8s.Chart):
-    """ServiceAccount, Deployment and Service for one planned portable model server.
+    """ServiceAccount, Deployment, Services and NetworkPolicy for one planned portable model server.
 
     :param workload: the server as planned (:class:`~hyperpod_inference_iac.charts.plan.PortableWorkload`):
         its settings, its identity, where its sidecar captures and where its loader reads weights.
     :param namespace: the namespace of the Deployment.
-    :param values: resolves the platform values the plan refers to (the capture bucket, the sidecar image).
-    :param create_namespace: also emit the Namespace. @default False
+    :param values: resolves the platform values the plan refers to (the capture bucket and key, the sidecar
+        image, the certificate of a hostname).
+    :param create_namespace: also emit the Namespace (with the Pod Security labels). @default False
 
-    Children: ``.service_account``, ``.deployment``, ``.service`` (cdk8s-plus objects).
+    Children: ``.service_account``, ``.deployment``, ``.service`` (cdk8s-plus objects), ``.metrics_service``
+    (with capture), ``.network_policy``.
     """
 
     def __init__(
@@ -219,10 +320,12 @@ class PortableModelServerChart(cdk8s.Chart):
         self.server = server
         self.workload = workload
         self._values = values
+        # With capture, the sidecar is the only way in (the model server listens on loopback).
+        self.capturing = workload.capture is not None
         self.namespace_object: cdk8s.ApiObject | None = None
         if create_namespace:
             self.namespace_object = cdk8s.ApiObject(
-                self, "namespace", api_version="v1", kind="Namespace", metadata={"name": namespace}
+                self, "namespace", api_version="v1", kind="Namespace", metadata=namespace_metadata(namespace)
             )
         labels = {"app.kubernetes.io/name": server.name, "app.kubernetes.io/component": "model-server"}
         self.service_account = kplus.ServiceAccount(
@@ -234,6 +337,9 @@ class PortableModelServerChart(cdk8s.Chart):
                 annotations={"eks.amazonaws.com/role-arn": workload.identity.role_arn},
             ),
         )
+        self._api_key = (
+            kplus.Secret.from_secret_name(self, "api-key", workload.api_key.name) if workload.api_key else None
+        )
         self.deployment = self._deployment(namespace, labels)
         self._add_model_server()
         capture = server.pod_capture
@@ -241,7 +347,9 @@ class PortableModelServerChart(cdk8s.Chart):
             key = workload.capture_key
             self._add_capture_sidecar(capture, values.resolve(workload.capture),
                                       values.resolve(key) if key is not None else None)
-        self.service = self._service(namespace, labels, capture_enabled=workload.capture is not None)
+        self.service = self._service(namespace, labels)
+        self.metrics_service = self._metrics_service(namespace, labels) if self.capturing else None
+        self.network_policy = self._network_policy(namespace, labels)
 
     def _deployment(self, namespace: str, labels: dict[str, str]) -> kplus.Deployment:
         server = self.server
@@ -275,50 +383,35 @@ class PortableModelServerChart(cdk8s.Chart):
             path=cache.host_path(EKS_AL2023_NVME_ROOT),
             type=kplus.HostPathVolumeType.DIRECTORY_OR_CREATE,
         )
-        loader = cache.init_container()
-        self.deployment.add_init_container(
-            name=loader["name"],
-            image=loader["image"],
-            command=loader["command"],
-            env_variables={env["name"]: kplus.EnvValue.from_value(env["value"]) for env in loader["env"]},
-            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            # Root writes into the root-owned hostPath directory; no capability is needed for that.
-            security_context=kplus.ContainerSecurityContextProps(
-                ensure_non_root=False,
-                read_only_root_filesystem=False,
-                allow_privilege_escalation=False,
-                capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
-            ),
-            resources=kplus.ContainerResources(
-                cpu=kplus.CpuResources(request=kplus.Cpu.units(1)),
-                memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(1), limit=cdk8s.Size.gibibytes(2)),
-            ),
-            volume_mounts=[kplus.VolumeMount(path=loader["volumeMounts"][0]["mountPath"], volume=weights)],
-        )
-        health = preset.health_path
+        self._add_weights_loader(weights)
+        # With capture, only the sidecar (same pod, same network namespace) can reach the model server.
+        host = "127.0.0.1" if self.capturing else "0.0.0.0"
+        args = preset.args(model_dir=DEFAULT_MODEL_MOUNT_PATH, served_name=server.name, gpu_count=server.gpu_count,
+                           host=host)
+        # Caches under the writable $HOME, also Hugging Face's (the TGI image points HF_HOME at /data).
+        env = {"HOME": kplus.EnvValue.from_value(MODEL_SERVER_HOME),
+               "HF_HOME": kplus.EnvValue.from_value(f"{MODEL_SERVER_HOME}/.cache/huggingface")}
+        if self._api_key is not None:
+            env[preset.api_key_env] = self._api_key_value()
+            args += preset.api_key_args()
+        startup, readiness, liveness = self._model_server_probes()
         container = self.deployment.add_container(
             name=MODEL_SERVER_CONTAINER,
             image=server.image or preset.image,
             command=list(preset.command) if preset.command else None,
-            args=preset.args(model_dir=DEFAULT_MODEL_MOUNT_PATH, served_name=server.name, gpu_count=server.gpu_count)
-            + list(server.extra_args),
+            args=args + list(server.extra_args),
+            env_variables=env,
             ports=[kplus.ContainerPort(number=MODEL_PORT, name="http")],
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            # Loading tens of GB of weights takes minutes: the startup probe allows 30 min before
-            # liveness takes over, so a slow cold start is not mistaken for a hung server.
-            startup=kplus.Probe.from_http_get(
-                health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=180
-            ),
-            readiness=kplus.Probe.from_http_get(health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(5)),
-            liveness=kplus.Probe.from_http_get(
-                health, port=MODEL_PORT, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=6
-            ),
+            startup=startup,
+            readiness=readiness,
+            liveness=liveness,
             lifecycle=kplus.ContainerLifecycle(
                 pre_stop=kplus.Handler.from_command(["sleep", str(server.pre_stop_sleep_seconds)])
             ),
             security_context=kplus.ContainerSecurityContextProps(
-                ensure_non_root=False,
-                read_only_root_filesystem=False,  # runtimes write compile caches under $HOME and /tmp
+                ensure_non_root=False,  # the images run as root (docs: Pod security)
+                read_only_root_filesystem=server.read_only_root_filesystem,
                 allow_privilege_escalation=False,
                 capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
             ),
@@ -332,26 +425,97 @@ class PortableModelServerChart(cdk8s.Chart):
             self, "shm", "shm", medium=kplus.EmptyDirMedium.MEMORY, size_limit=_size(server.shared_memory)
         )
         container.mount("/dev/shm", shm)
+        # What the runtimes write while the root filesystem is read-only: temporary files and compile caches
+        # (torch.compile, Triton, FlashInfer, CUDA, Hugging Face) under $HOME.
+        # Bounded, so a runaway cache evicts this pod instead of filling the node's disk.
+        tmp = kplus.Volume.from_empty_dir(self, "model-server-tmp", "model-server-tmp",
+                                          size_limit=cdk8s.Size.gibibytes(MODEL_SERVER_TMP_GIB))
+        home = kplus.Volume.from_empty_dir(self, "model-server-home", "model-server-home",
+                                           size_limit=cdk8s.Size.gibibytes(MODEL_SERVER_HOME_GIB))
+        container.mount("/tmp", tmp)
+        container.mount(MODEL_SERVER_HOME, home)
+
+    def _model_server_probes(self) -> tuple[kplus.Probe, kplus.Probe, kplus.Probe]:
+        """Startup, readiness and liveness. With capture the model server listens on loopback, which the kubelet
+        cannot reach, so they ask the sidecar, which asks the model server's health path."""
+        if self.capturing:
+            path, port = UPSTREAM_HEALTH_PATH, SIDECAR_METRICS_PORT
+        else:
+            path, port = self.server.preset.health_path, MODEL_PORT
+        timeout = cdk8s.Duration.seconds(PROBE_TIMEOUT_SECONDS)
+        # Loading tens of GB of weights takes minutes: the startup probe allows 30 min before
+        # liveness takes over, so a slow cold start is not mistaken for a hung server.
+        startup = kplus.Probe.from_http_get(path, port=port, period_seconds=cdk8s.Duration.seconds(10),
+                                            failure_threshold=180, timeout_seconds=timeout)
+        readiness = kplus.Probe.from_http_get(path, port=port, period_seconds=cdk8s.Duration.seconds(5),
+                                              timeout_seconds=timeout)
+        liveness = kplus.Probe.from_http_get(path, port=port, period_seconds=cdk8s.Duration.seconds(10),
+                                             failure_threshold=6, timeout_seconds=timeout)
+        return startup, readiness, liveness
+
+    def _add_weights_loader(self, weights: kplus.Volume) -> None:
+        loader = self.server.model_cache.init_container()
+        weights_mount, scratch_mount = loader["volumeMounts"]
+        scratch = kplus.Volume.from_empty_dir(self, "loader-scratch", scratch_mount["name"],
+                                              size_limit=cdk8s.Size.mebibytes(256))
+        self.deployment.add_init_container(
+            name=loader["name"],
+            image=loader["image"],
+            command=loader["command"],
+            env_variables={env["name"]: kplus.EnvValue.from_value(env["value"]) for env in loader["env"]},
+            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
+            # Root writes into the root-owned hostPath directory; no capability is needed for that.
+            security_context=kplus.ContainerSecurityContextProps(
+                ensure_non_root=False,
+                read_only_root_filesystem=True,
+                allow_privilege_escalation=False,
+                capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+            ),
+            resources=kplus.ContainerResources(
+                cpu=kplus.CpuResources(request=kplus.Cpu.units(1)),
+                memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(1), limit=cdk8s.Size.gibibytes(2)),
+            ),
+            volume_mounts=[kplus.VolumeMount(path=weights_mount["mountPath"], volume=weights),
+                           kplus.VolumeMount(path=scratch_mount["mountPath"], volume=scratch)],
+        )
+
+    def _api_key_value(self) -> kplus.EnvValue:
+        """The synced Secret's key, by reference: the value is never in a manifest."""
+        assert self._api_key is not None and self.workload.api_key is not None
+        return kplus.EnvValue.from_secret_value(kplus.SecretValue(secret=self._api_key, key=self.workload.api_key.key))
 
     def to_json(self) -> list[Any]:
-        """The synthesized manifests, with the GPU count on the model server container.
+        """The synthesized manifests, with what cdk8s-plus cannot express.
 
-        cdk8s-plus has no extended resources, and a JsonPatch into ``containers/0`` is dropped
-        without an error (cdk8s applies patches before it resolves cdk8s-plus's lazily built
-        container list), so the count is added to the synthesized Deployment here.
+        cdk8s-plus has no extended resources, no pod-level seccomp profile and no
+        ``allocateLoadBalancerNodePorts``, and a JsonPatch into ``containers/0`` is dropped without an
+        error (cdk8s applies patches before it resolves cdk8s-plus's lazily built container list), so
+        they are added to the synthesized objects here.
         """
         manifests: list[Any] = super().to_json()
         for manifest in manifests:
-            if manifest["kind"] != "Deployment":
-                continue
-            for container in manifest["spec"]["template"]["spec"]["containers"]:
-                if container["name"] == MODEL_SERVER_CONTAINER:
-                    for section in ("limits", "requests"):
-                        container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
+            if manifest["kind"] == "Deployment":
+                self._finish_pod(manifest["spec"]["template"]["spec"])
+            elif manifest["kind"] == "Service" and manifest["spec"].get("type") == "LoadBalancer":
+                # NLB IP targets reach the pods directly: no node port on every node, where a plain-HTTP port
+                # would bypass the TLS listener and the source ranges.
+                manifest["spec"]["allocateLoadBalancerNodePorts"] = False
         return manifests
 
+    def _finish_pod(self, pod: dict[str, Any]) -> None:
+        pod.setdefault("securityContext", {})["seccompProfile"] = {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            if container["name"] == MODEL_SERVER_CONTAINER:
+                for section in ("limits", "requests"):
+                    container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
+
     def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None) -> None:
-        env = capture_environment(capture, capture_s3_uri, kms_key_id)
+        env = capture_environment(capture, capture_s3_uri, kms_key_id,
+                                  max_request_body_bytes=self.server.max_request_body_kb * 1024,
+                                  health_path=self.server.preset.health_path)
+        env_values = {name: kplus.EnvValue.from_value(value) for name, value in env.items()}
+        if self._api_key is not None:
+            env_values["API_KEY"] = self._api_key_value()  # checked on every request, whatever its path
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
         sidecar = self.deployment.add_init_container(
             name="capture-sidecar",
@@ -363,7 +527,7 @@ class PortableModelServerChart(cdk8s.Chart):
                 kplus.ContainerPort(number=SIDECAR_LISTEN_PORT, name="capture"),
                 kplus.ContainerPort(number=SIDECAR_METRICS_PORT, name="metrics"),
             ],
-            env_variables={name: kplus.EnvValue.from_value(value) for name, value in env.items()},
+            env_variables=env_values,
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
             # /healthz answers 503 while the sidecar drains, taking the pod out of rotation.
             readiness=kplus.Probe.from_http_get(
@@ -379,49 +543,104 @@ class PortableModelServerChart(cdk8s.Chart):
             ),
             resources=kplus.ContainerResources(
                 cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
-                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256), limit=cdk8s.Size.mebibytes(512)),
+                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256),
+                                             limit=cdk8s.Size.mebibytes(SIDECAR_MEMORY_LIMIT_MIB)),
             ),
         )
         sidecar.mount("/tmp", scratch)  # buffered batches; the root filesystem stays read-only
 
-    def _service(self, namespace: str, labels: dict[str, str], *, capture_enabled: bool) -> kplus.Service:
+    def _service(self, namespace: str, labels: dict[str, str]) -> kplus.Service:
+        """The API. In the cluster (no hostname): a ClusterIP Service on plain HTTP port 80. With a hostname: an
+        internal NLB whose only listener is TLS on 443 with the platform certificate, open to the allowed source
+        ranges; ExternalDNS publishes the name."""
         server = self.server
+        # With capture on, clients reach the sidecar, which forwards to the model server.
+        target = SIDECAR_LISTEN_PORT if self.capturing else MODEL_PORT
         annotations: dict[str, str] = {}
+        source_ranges = None
         service_type = kplus.ServiceType.CLUSTER_IP
+        port = kplus.ServicePort(name="http", port=SERVICE_PORT, target_port=target)
         if server.hostname is not None:
-            # ExternalDNS publishes the name for the internal NLB the AWS Load Balancer Controller makes.
+            assert self.workload.certificate is not None  # the plan names it for every hostname
+            certificate = self._values.resolve(self.workload.certificate)  # may wait for a deploy (AwaitingDeploy)
             annotations = {
                 EXTERNAL_DNS_HOSTNAME: server.hostname,
                 "service.beta.kubernetes.io/aws-load-balancer-type": "external",
                 "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
             }
+            source_ranges = list(self.workload.source_ranges)
             service_type = kplus.ServiceType.LOAD_BALANCER
-        # With capture on, clients reach the sidecar, which forwards to the model server.
-        target = SIDECAR_LISTEN_PORT if capture_enabled else MODEL_PORT
-        ports = [kplus.ServicePort(name="http", port=SERVICE_PORT, target_port=target)]
-        if capture_enabled:
-            ports.append(kplus.ServicePort(name="metrics", port=SIDECAR_METRICS_PORT, target_port=SIDECAR_METRICS_PORT))
+            port = kplus.ServicePort(name="https", port=TLS_SERVICE_PORT, target_port=target)
         service = kplus.Service(
             self,
             "service",
             metadata=cdk8s.ApiObjectMetadata(name=server.name, namespace=namespace, annotations=annotations),
             type=service_type,
-            ports=ports,
+            ports=[port],
+            load_balancer_source_ranges=source_ranges,
         )
         for key, value in labels.items():
             service.select_label(key, value)
         return service
 
+    def _metrics_service(self, namespace: str, labels: dict[str, str]) -> kplus.Service:
+        """The sidecar's /metrics for in-cluster scrapers, never on the load balancer."""
+        service = kplus.Service(
+            self,
+            "metrics-service",
+            metadata=cdk8s.ApiObjectMetadata(name=f"{self.server.name}-metrics", namespace=namespace),
+            type=kplus.ServiceType.CLUSTER_IP,
+            ports=[kplus.ServicePort(name="metrics", port=SIDECAR_METRICS_PORT, target_port=SIDECAR_METRICS_PORT)],
+        )
+        for key, value in labels.items():
+            service.select_label(key, value)
+        return service
 
-def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None) -> dict[str, str]:
-    """The sidecar's settings: the operator's modelPod knobs, with the operator's defaults. ``capture_s3_uri``
-    and ``kms_key_id`` are the planned ones (the same the sidecar's role is granted)."""
+    def _network_policy(self, namespace: str, labels: dict[str, str]) -> cdk8s.ApiObject:
+        """Ingress to the server's pods: denied unless listed. With capture, the sidecar's port from anywhere (the NLB's
+        IP targets, in-cluster clients) and its metrics port from the VPC (scrapers, the kubelet's probes), nothing to
+        the model's port; without, the model's port from anywhere."""
+        def tcp(port: int) -> dict[str, Any]:
+            return {"protocol": "TCP", "port": port}
+
+        if self.capturing:
+            assert self.workload.vpc_cidr is not None  # the plan requires it for capture
+            ingress = [
+                {"ports": [tcp(SIDECAR_LISTEN_PORT)]},
+                {"from": [{"ipBlock": {"cidr": self.workload.vpc_cidr}}], "ports": [tcp(SIDECAR_METRICS_PORT)]},
+            ]
+        else:
+            ingress = [{"ports": [tcp(MODEL_PORT)]}]
+        policy = cdk8s.ApiObject(
+            self,
+            "network-policy",
+            api_version="networking.k8s.io/v1",
+            kind="NetworkPolicy",
+            metadata={"name": self.server.name, "namespace": namespace, "labels": labels},
+        )
+        # ApiObject's Python props take no body: the spec is its first patch.
+        policy.add_json_patch(cdk8s.JsonPatch.add(
+            "/spec", {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": ingress}))
+        return policy
+
+
+def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None, *,
+                        max_request_body_bytes: int = 8 * 1024 * 1024, health_path: str = "/health",
+                        memory_limit_mib: int = SIDECAR_MEMORY_LIMIT_MIB) -> dict[str, str]:
+    """The sidecar's settings: the operator's modelPod knobs, with the operator's defaults, and its memory bounds
+    from its memory limit. ``capture_s3_uri`` and ``kms_key_id`` are the planned ones (the same the sidecar's role
+    is granted). The API key is not here: it is a Secret reference, never a value."""
     modes = capture.capture_options or (CaptureMode.INPUT, CaptureMode.OUTPUT)
     buffer = capture.buffer_config or BufferConfig()
     payload = capture.payload_config or PayloadConfig()
     env = {
         "UPSTREAM_URL": f"http://127.0.0.1:{MODEL_PORT}",
+        "UPSTREAM_HEALTH_PATH": health_path,
+        "UPSTREAM_HEALTH_TIMEOUT_SECONDS": str(UPSTREAM_HEALTH_TIMEOUT_SECONDS),
         "LISTEN_PORT": str(SIDECAR_LISTEN_PORT),
         "METRICS_PORT": str(SIDECAR_METRICS_PORT),
         "CAPTURE_S3_URI": capture_s3_uri,
@@ -430,6 +649,9 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_i
         "BATCH_SIZE": str(_or(buffer.batch_size, 10)),
         "FLUSH_INTERVAL_SECONDS": str(_or(buffer.flush_interval_seconds, 60)),
         "MAX_PAYLOAD_SIZE_KB": str(_or(payload.max_payload_size_kb, 0)),
+        # Every body byte held at once, from the memory limit (sidecar_inflight_body_bytes); larger bodies get 413.
+        "MAX_INFLIGHT_BODY_BYTES": str(sidecar_inflight_body_bytes(memory_limit_mib)),
+        "MAX_REQUEST_BODY_BYTES": str(max_request_body_bytes),
         # Batches that cannot reach S3 wait on the pod's scratch volume (bounded) instead of being dropped.
         "SPOOL_DIR": "/tmp/capture-spool",
         "SPOOL_MAX_BYTES": str(256 * 1024 * 1024),

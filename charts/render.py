@@ -11,6 +11,7 @@ import cdk8s
 
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
 from hyperpod_inference_iac.charts.plan import ModelWorkload, PortableWorkload, WorkloadPlan
+from hyperpod_inference_iac.charts.pod_security import namespace_metadata
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValues
 
@@ -34,7 +35,7 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
     context = plan.context
     namespace_chart = cdk8s.Chart(app, NAMESPACE_CHART, disable_resource_name_hashes=True)
     cdk8s.ApiObject(namespace_chart, "namespace", api_version="v1", kind="Namespace",
-                    metadata={"name": context.namespace, "labels": dict(namespace_labels or {})})
+                    metadata=namespace_metadata(context.namespace, namespace_labels))
     rendered = RenderedWorkloads(namespace_chart)
     for item in (*plan.models, *plan.portable):
         try:

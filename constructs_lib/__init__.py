@@ -10,8 +10,9 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
 * :class:`GitHubDeployRole`: the role a GitHub Actions deploy job assumes (OIDC, one repository and environment);
-* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
-  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
+* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`ApiKeySync`, :class:`InferenceWorkloads`:
+  per-workload roles, the Hugging Face token and portable API key syncs, and the workloads of a
+  :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
 * :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
   :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
   the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share).
@@ -24,6 +25,7 @@ reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 
 from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic
 from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
+from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync
 from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
 from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
@@ -85,6 +87,7 @@ __all__ = [
     "NVIDIA_DEVICE_PLUGIN",
     "AlarmSettings",
     "AlarmTopic",
+    "ApiKeySync",
     "AwaitingDeploy",
     "CaptureAlarms",
     "CapturePipeline",
@@ -125,6 +128,7 @@ __all__ = [
     "StagedManifests",
     "WorkloadIdentity",
     "alarm_table",
+    "api_key_sync",
     "bucket_arn",
     "check_alarm_topic",
     "check_capture_alarms",

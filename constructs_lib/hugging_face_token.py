@@ -45,6 +45,8 @@ class SecretSync:
     :param reader_service_account: the service account ESO authenticates as. @default ``hf-token-reader``
     :param reader_role_name: its role's name; fixed so GitOps manifests can name it. @default generated
     :param refresh_interval_seconds: how often ESO re-reads the secret. @default 3600
+    :param secret_store_name: the ``SecretStore`` the ``ExternalSecret`` reads through; one per sync, since each
+        authenticates as its own reader. @default ``aws-secrets-manager``
     """
 
     namespace: str
@@ -54,6 +56,7 @@ class SecretSync:
     reader_service_account: str = "hf-token-reader"
     reader_role_name: str | None = None
     refresh_interval_seconds: int = 3600
+    secret_store_name: str = SECRET_STORE
 
     def manifests(self, *, region: str, reader_role_arn: str) -> list[dict[str, Any]]:
         """ServiceAccount (IRSA), SecretStore and ExternalSecret."""
@@ -62,14 +65,14 @@ class SecretSync:
              "metadata": {"name": self.reader_service_account, "namespace": self.namespace,
                           "annotations": {"eks.amazonaws.com/role-arn": reader_role_arn}}},
             {"apiVersion": "external-secrets.io/v1", "kind": "SecretStore",
-             "metadata": {"name": SECRET_STORE, "namespace": self.namespace},
+             "metadata": {"name": self.secret_store_name, "namespace": self.namespace},
              "spec": {"provider": {"aws": {
                  "service": "SecretsManager", "region": region,
                  "auth": {"jwt": {"serviceAccountRef": {"name": self.reader_service_account}}}}}}},
             {"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
              "metadata": {"name": self.kubernetes_secret_name, "namespace": self.namespace},
              "spec": {"refreshInterval": f"{self.refresh_interval_seconds}s",
-                      "secretStoreRef": {"name": SECRET_STORE, "kind": "SecretStore"},
+                      "secretStoreRef": {"name": self.secret_store_name, "kind": "SecretStore"},
                       "target": {"name": self.kubernetes_secret_name, "creationPolicy": "Owner"},
                       "data": [{"secretKey": self.key, "remoteRef": {"key": self.secrets_manager_name}}]}},
         ]
@@ -91,7 +94,6 @@ class HuggingFaceTokenSync(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, sync: SecretSync,
                  install_operator: bool = True) -> None:
         super().__init__(scope, id)
-        stack = Stack.of(self)
         self.sync = sync
         self.kubernetes_secret_name = sync.kubernetes_secret_name
         self.secret = secretsmanager.Secret(
@@ -99,20 +101,38 @@ class HuggingFaceTokenSync(Construct):
             description="Hugging Face access token for model downloads; set the value with "
                         "`aws secretsmanager put-secret-value` (never in code or config)",
         )
-        self.reader_role = iam.Role(
-            self, "ReaderRole", role_name=sync.reader_role_name,
-            assumed_by=service_account_principal(self, "ReaderTrust", cluster=cluster, namespace=sync.namespace,
-                                                 service_account=sync.reader_service_account),
-            description=f"External Secrets: read the Hugging Face token into {sync.namespace}",
-        )
-        self.secret.grant_read(self.reader_role)
+        self.reader_role = sync_reader_role(self, cluster=cluster, sync=sync, secret=self.secret,
+                                            purpose="read the Hugging Face token")
         self.operator_chart = EXTERNAL_SECRETS.install(cluster, "ExternalSecretsOperator", wait=True) \
             if install_operator else None
-        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{sync.reader_role_name}" \
-            if sync.reader_role_name else self.reader_role.role_arn
-        objects = sync.manifests(region=stack.region, reader_role_arn=role_arn)
-        self.manifest = cluster.add_manifest("TokenSync", *objects)
-        self.manifest.node.add_dependency(self.reader_role)
-        if self.operator_chart is not None:
-            self.manifest.node.add_dependency(self.operator_chart)
+        self.manifest = apply_sync(cluster, "TokenSync", sync=sync, reader_role=self.reader_role,
+                                   operator_chart=self.operator_chart)
         acknowledge(self.secret, "hugging-face-token-rotation")
+
+
+def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSync, secret: secretsmanager.ISecret,
+                     purpose: str) -> iam.Role:
+    """The role External Secrets authenticates as: IRSA, trusted by exactly the reader service account, allowed to
+    read ``secret`` and nothing else."""
+    role = iam.Role(
+        scope, "ReaderRole", role_name=sync.reader_role_name,
+        assumed_by=service_account_principal(scope, "ReaderTrust", cluster=cluster, namespace=sync.namespace,
+                                             service_account=sync.reader_service_account),
+        description=f"External Secrets: {purpose} into {sync.namespace}",
+    )
+    secret.grant_read(role)
+    return role
+
+
+def apply_sync(cluster: eks.ICluster, id: str, *, sync: SecretSync, reader_role: iam.IRole,
+               operator_chart: Construct | None = None) -> eks.KubernetesManifest:
+    """The sync objects (:meth:`SecretSync.manifests`) on ``cluster``, after the reader role and the operator's
+    chart (its CRDs). A fixed ``reader_role_name`` is written as an ARN without a token, as GitOps renders it."""
+    stack = Stack.of(reader_role)
+    role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{sync.reader_role_name}" \
+        if sync.reader_role_name else reader_role.role_arn
+    manifest = cluster.add_manifest(id, *sync.manifests(region=stack.region, reader_role_arn=role_arn))
+    manifest.node.add_dependency(reader_role)
+    if operator_chart is not None:
+        manifest.node.add_dependency(operator_chart)
+    return manifest

@@ -141,6 +141,18 @@ class InferenceWorkloads(Construct):
                 manifest.node.add_dependency(secret_sync)
             self.manifests[chart_id] = manifest
             _warn_about_capture(manifest, workload)
+            _warn_about_images(manifest, workload, self._sidecar_image_by_tag(workload))
+
+    def _sidecar_image_by_tag(self, workload: ModelWorkload | PortableWorkload) -> str | None:
+        """The capture sidecar's image when it is named by a tag someone could move. The image built here is not:
+        its tag is the asset's content hash, in the bootstrap's container asset repository, whose tags are
+        immutable."""
+        if not isinstance(workload, PortableWorkload) or workload.capture is None or self.sidecar_image is not None:
+            return None
+        image = self.values.known.get(PlatformValue.SIDECAR_IMAGE)
+        if image is None or is_unresolved(image) or _pinned_by_digest(image):
+            return None
+        return image
 
     def warn_about_replacements(self, replacements: Mapping[str, Sequence[str]]) -> None:
         """Warn on each workload whose custom resource changed in a way the operator refuses to apply in place
@@ -222,6 +234,36 @@ def _warn_about_capture(manifest: Construct, workload: ModelWorkload | PortableW
                 "@hyperpod-inference-iac/InferenceWorkloads:fullSampling",
                 f"{workload.name}: the {tier} capture tier keeps every request (initialSamplingPercentage "
                 f"{sampling if sampling is not None else 'unset: 100'}); start production sampling low")
+
+
+def _pinned_by_digest(image: str) -> bool:
+    return "@sha256:" in image
+
+
+def _images_by_tag(workload: ModelWorkload | PortableWorkload) -> list[str]:
+    """The images a workload's pods run that are named by tag only (the sidecar's is checked apart)."""
+    if isinstance(workload, PortableWorkload):
+        server = workload.server
+        images = [server.image or server.preset.image, server.model_cache.aws_cli_image]
+    else:
+        model = workload.workload
+        worker = getattr(model.spec, "worker", None)
+        cache = getattr(model, "nvme_cache", None)
+        images = [image for image in (getattr(worker, "image", None), getattr(cache, "aws_cli_image", None)) if image]
+    return [image for image in images if not is_unresolved(image) and not _pinned_by_digest(image)]
+
+
+def _warn_about_images(manifest: Construct, workload: ModelWorkload | PortableWorkload,
+                       sidecar_image: str | None) -> None:
+    """One warning per workload whose images are named by tag only: a registry lets whoever may push move a tag to
+    other content, so the same manifest can run other code tomorrow. A digest cannot move."""
+    images = [*_images_by_tag(workload), *([sidecar_image] if sidecar_image else [])]
+    if images:
+        Annotations.of(manifest).add_warning_v2(
+            "@hyperpod-inference-iac/InferenceWorkloads:imageNotPinnedByDigest",
+            f"{workload.name}: {', '.join(images)} named by tag only; whoever may push to the registry can move a "
+            "tag to other content. Pin each image by digest (name@sha256:<digest> of the image you reviewed), or "
+            "acknowledge this warning where the tags are immutable (your own mirror with immutable tags)")
 
 
 def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:

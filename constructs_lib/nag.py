@@ -119,6 +119,12 @@ REASONS: dict[str, tuple[str, str]] = {
         "A Hugging Face access token can only be rotated in the Hugging Face account, not by a Lambda; "
         "the runbook (docs/secrets.md) rotates it there and puts the new value into this secret.",
     ),
+    "portable-api-key-rotation": (
+        "AwsSolutions-SMG4",
+        "A portable model server reads its API key when it starts, so a new key takes a restart of its "
+        "Deployment once External Secrets has refreshed the Secret, and a switch of its clients; a rotation "
+        "Lambda can do neither. The runbook (docs/secrets.md) generates the new value, refreshes, restarts.",
+    ),
 }
 
 

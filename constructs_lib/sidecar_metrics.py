@@ -81,7 +81,8 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                               image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval_seconds: int = 60,
                               ) -> list[dict[str, Any]]:
     """The agent's ServiceAccount (IRSA), a Role and RoleBinding that may list and watch pods of ``namespace``
-    only, its two ConfigMaps (agent configuration, Prometheus scrape configuration) and its Deployment."""
+    only, its two ConfigMaps (agent configuration, Prometheus scrape configuration), a NetworkPolicy that admits
+    nothing to it, and its Deployment."""
     labels = {"app.kubernetes.io/name": AGENT_NAME, "app.kubernetes.io/part-of": "hyperpod-inference-iac"}
 
     def meta(name: str) -> dict[str, Any]:
@@ -143,6 +144,11 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
          "data": {"cwagentconfig.json": json.dumps(agent_config, indent=2)}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-scrape"),
          "data": {"prometheus.yaml": yaml.safe_dump(scrape_config, sort_keys=False)}},
+        # The agent serves nothing: no ingress at all. (Egress stays open: it needs the Kubernetes API, the
+        # sidecars' metrics ports in this namespace, STS and CloudWatch Logs, whose addresses are not stable.)
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(AGENT_NAME),
+         "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
+                  "policyTypes": ["Ingress"], "ingress": []}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(AGENT_NAME),
          "spec": {
              "replicas": 1,  # two agents would send every increase twice
@@ -162,7 +168,10 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                                        "limits": {"cpu": "1", "memory": "1000Mi"}},
                          "env": [{"name": "CI_VERSION", "value": CONTAINER_INSIGHTS_VERSION},
                                  {"name": "RUN_IN_AWS", "value": "True"}],
-                         "securityContext": {"allowPrivilegeEscalation": False},
+                         # Root in the image (it writes its translated configuration and logs under /opt/aws),
+                         # but without any capability or a way to gain one. Non-root with a read-only root
+                         # filesystem is not supported by the image yet (aws/amazon-cloudwatch-agent#276).
+                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                          "volumeMounts": [
                              {"name": "agent-config", "mountPath": "/etc/cwagentconfig"},
                              {"name": "scrape-config", "mountPath": "/etc/prometheusconfig"},

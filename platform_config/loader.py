@@ -55,6 +55,7 @@ from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
 from hyperpod_inference_iac.validation import WRONG_TYPE, ConfigError, Problems, join_path
 from platform_config.model import (
+    AcknowledgedWarning,
     AlarmsConfig,
     CapturePolicy,
     ClusterConfig,
@@ -70,6 +71,7 @@ from platform_config.model import (
 from platform_config.reader import Section
 
 PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
+WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z]+:[A-Za-z]+"
 
 # Config keys of the construct properties they set (KeyPaths names).
 _CAPTURE_KEYS = {"retention_days": "retentionDays",
@@ -157,6 +159,7 @@ def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
         domain=_domain(root.section("domain", required=True)),
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
+        acknowledged_warnings=tuple(_acknowledged_warnings(root)),
     )
     config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config))
     root.finish()
@@ -430,6 +433,23 @@ def _portable(root: Section) -> list[PortableDeployment]:
         if server is not None:
             deployments.append(PortableDeployment(server, path=path))
     return deployments
+
+
+def _acknowledged_warnings(root: Section) -> list[AcknowledgedWarning]:
+    """Construct warnings the platform accepts: each names the warning and says why (the reason is the review)."""
+    problems = root.problems
+    acknowledged = []
+    for path, item in root.items("acknowledgedWarnings"):
+        entry = Section(item, path, problems)
+        warning_id = entry.string("id", required=True, pattern=WARNING_ID,
+                                  hint="must be a construct warning id such as "
+                                       "@hyperpod-inference-iac/InferenceWorkloads:imageNotPinnedByDigest")
+        reason = entry.string("reason", required=True, pattern=r"\S.{9,}",
+                              hint="must say why the platform accepts it (at least 10 characters)")
+        entry.finish()
+        if warning_id and reason:
+            acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason))
+    return acknowledged
 
 
 def _integer(section: Section, key: str, default: int) -> int:

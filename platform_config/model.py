@@ -19,6 +19,7 @@ from hyperpod_inference_iac import (
     RedactionRule,
     S3Location,
     SecretSync,
+    api_key_sync,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 
@@ -137,6 +138,14 @@ class AlarmsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AcknowledgedWarning:
+    """A construct warning this platform has reviewed and accepts, with the reason a reviewer reads."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlatformConfig:
     source: str
     project: str
@@ -151,6 +160,7 @@ class PlatformConfig:
     models: tuple[ModelDeployment, ...] = ()
     portable: tuple[PortableDeployment, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
     # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
     workloads: WorkloadPlan | None = None
 
@@ -199,6 +209,18 @@ class PlatformConfig:
     def hugging_face_sync(self) -> SecretSync:
         return SecretSync(namespace=self.operator.namespace, secrets_manager_name=f"{self.project}/huggingface-token",
                           kubernetes_secret_name=TOKEN_SECRET, reader_role_name=f"{self.project}-hf-token-reader")
+
+    @property
+    def api_key_syncs(self) -> dict[str, SecretSync]:
+        """One sync per portable server with an API key, by server name (Secrets Manager
+        ``{project}/portable/<server>/api-key``, reader role ``{project}-<server>-api-key``)."""
+        plan = self.workloads
+        if plan is None:
+            return {}
+        return {portable.name: api_key_sync(portable, namespace=self.operator.namespace,
+                                            secrets_manager_prefix=f"{self.project}/portable",
+                                            role_name_prefix=self.project)
+                for portable in plan.portable if portable.api_key is not None}
 
     @property
     def known_values(self) -> dict[PlatformValue, str]:
@@ -252,10 +274,12 @@ class PlatformConfig:
             custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
             operator_addon_version=self.operator.addon_version,
+            vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
         )
 
 
 __all__ = [
+    "AcknowledgedWarning",
     "AlarmsConfig",
     "CapturePolicy",
     "ClusterConfig",

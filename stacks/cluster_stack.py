@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Annotations, CfnOutput, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -15,6 +15,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac import (
     AlarmTopic,
+    ApiKeySync,
     CaptureAlarms,
     CapturePipeline,
     CaptureSidecarMetrics,
@@ -118,6 +119,7 @@ class ClusterStack(Stack):
         )
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
+        self.api_keys = self._api_keys(config, eks_cluster)
 
         self._monitoring(config, pipeline=pipeline, alarm_topic=alarm_topic, capture_alarms=capture_alarms)
 
@@ -135,6 +137,24 @@ class ClusterStack(Stack):
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
+        # Warnings the platform's config accepts, with its reasons: acknowledged for everything in this stack.
+        for warning in config.acknowledged_warnings:
+            Annotations.of(self).acknowledge_warning(warning.id, warning.reason)
+
+    def _api_keys(self, config: PlatformConfig, eks_cluster: Any) -> dict[str, ApiKeySync]:
+        """The generated API key of each portable server that asks for one, synced into the namespace before the
+        server's manifest is applied (the operator installed with the Hugging Face token sync runs the sync)."""
+        keys = {}
+        servers = {p.name: p.server for p in config.workloads.portable} if config.workloads else {}
+        for name, sync in config.api_key_syncs.items():
+            api_key = servers[name].api_key
+            keys[name] = key = ApiKeySync(
+                self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
+                client_role_arns=api_key.client_role_arns if api_key is not None else (),
+                operator_chart=self.hugging_face_token.operator_chart)
+            key.manifest.node.add_dependency(self.workloads.namespace_manifest)
+            self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
+        return keys
 
     def _monitoring(self, config: PlatformConfig, *, pipeline: CapturePipeline | None, alarm_topic: AlarmTopic | None,
                     capture_alarms: CaptureAlarms | None) -> None:

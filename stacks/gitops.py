@@ -57,6 +57,12 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
             namespace=config.operator.namespace, cluster_name=config.cluster.name, region=env.region,
             role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.sidecar_metrics_role_name}",
             log_group_name=sidecar_metrics_log_group_name(config.cluster.name))
+    for name, key_sync in config.api_key_syncs.items():
+        key_reader = f"arn:{env.partition}:iam::{env.account}:role/{key_sync.reader_role_name}"
+        supporting[f"api-key-{name}"] = key_sync.manifests(region=env.region, reader_role_arn=key_reader)
+        prerequisites.append(Prerequisite(
+            f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "
+            "the cluster stack", f"aws secretsmanager describe-secret --secret-id {key_sync.secrets_manager_name}"))
     return stage_manifests(
         plan, outdir=outdir, values=values, supporting=supporting,
         helm_releases=releases, prerequisites=prerequisites,

@@ -47,6 +47,7 @@ plan = plan_workloads(
     PlatformContext(
         cluster_name="gpu-cluster", namespace="inference", account=ACCOUNT, role_name_prefix="gpu-cluster",
         capture=S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/"), capture_key=PlatformValue.CAPTURE_KEY_ID,
+        vpc_cidr="10.42.0.0/16",  # the sidecar's metrics port (scrapers, kubelet probes) is open to the VPC only
     ),
     portable=[server],
 )

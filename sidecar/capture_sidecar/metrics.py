@@ -33,6 +33,7 @@ class SidecarMetrics:
     bytes_uploaded: int = 0
     records_spooled: int = 0
     requests_rejected_memory: int = 0
+    requests_unauthorized: int = 0
     queue_depth: Callable[[], int] = lambda: 0
     spool_bytes: Callable[[], int] = lambda: 0
     inflight_body_bytes: Callable[[], int] = lambda: 0
@@ -82,6 +83,11 @@ class SidecarMetrics:
             "requests_rejected_memory",
             "Requests answered 503 because buffering their body would pass MAX_INFLIGHT_BODY_BYTES.",
             self.requests_rejected_memory,
+        )
+        counter(
+            "requests_unauthorized",
+            "Requests answered 401 because they did not carry API_KEY as a bearer token.",
+            self.requests_unauthorized,
         )
         metric(
             "inflight_body_bytes",

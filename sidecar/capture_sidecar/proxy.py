@@ -23,6 +23,7 @@ uploader when the response is complete; encoding happens in the upload workers.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import random
 import ssl
@@ -199,6 +200,15 @@ def _decode(value: bytes) -> str:
     return value.decode("utf-8", "replace")
 
 
+def _bearer_matches(authorization: bytes | None, api_key: bytes) -> bool:
+    """``Authorization: Bearer <API_KEY>``, the scheme in any case (RFC 9110), the key compared in
+    constant time. Only this header decides: neither the path nor the Host header plays a part."""
+    if authorization is None:
+        return False
+    scheme, _, token = authorization.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), api_key)
+
+
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
     """Header names listed in Connection headers (hop-by-hop by declaration)."""
     return frozenset(
@@ -234,6 +244,8 @@ class CaptureProxy:
         # MAX_PAYLOAD_SIZE_KB=0 ("no cap") still stops at MAX_CAPTURED_BODY_BYTES, for the memory bound.
         self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
+        # With API_KEY set, every request on the proxy port must carry it, whatever its path.
+        self.api_key = settings.api_key.encode() if settings.api_key else None
         self.connections: set[ClientConnection] = set()
         self.closing = False
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
@@ -442,6 +454,7 @@ class ClientConnection(asyncio.Protocol):
         exchange.http10 = parser.get_http_version() == "1.0"
         exchange.keep_alive = parser.should_keep_alive() and not proxy.closing
         content_length = None
+        authorization = None
         chunked = expect_continue = False
         for name, value in exchange.headers:
             lower = name.lower()
@@ -455,6 +468,13 @@ class ClientConnection(asyncio.Protocol):
                 exchange.request_type = _decode(value)
             elif lower == INFERENCE_ID_HEADER:
                 exchange.inference_id = _decode(value)
+            elif lower == b"authorization":
+                authorization = value
+        if proxy.api_key is not None and not _bearer_matches(authorization, proxy.api_key):
+            # Checked first, before anything is forwarded or captured: an unauthenticated client learns nothing.
+            proxy.metrics.requests_unauthorized += 1
+            self._reject(401, "Unauthorized", "missing or wrong API key", extra=b"WWW-Authenticate: Bearer\r\n")
+            raise _Rejected
         if content_length is not None and content_length > proxy.max_request_body:
             self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
             raise _Rejected

@@ -8,6 +8,7 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+import aiohttp
 from aiohttp import web
 
 from .metrics import SidecarMetrics
@@ -26,7 +27,44 @@ LISTEN_BACKLOG = 1024
 EXIT_CANNOT_LISTEN = 1
 
 
-def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event) -> web.Application:
+class UpstreamHealth:
+    """``GET /upstream/health``: the model server's own health check, asked on the probe's behalf.
+
+    The chart binds the model server to 127.0.0.1 so that nothing can reach it except through this
+    sidecar; kubelet probes come from the node and cannot reach a loopback address, so they ask here
+    instead. 200 only when the model server answers its health path with a 2xx within the timeout;
+    503 otherwise. The check goes straight to the model server, never through the proxy: it is not
+    counted as a proxied request and never captured. With an API key set, the check sends it (none
+    of vLLM, TGI or SGLang asks for it on /health, but a custom image may).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = settings.upstream_url + settings.upstream_health_path
+        self.headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self.timeout = aiohttp.ClientTimeout(total=settings.upstream_health_timeout_seconds)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def handle(self, _: web.Request) -> web.Response:
+        if self.session is None:
+            # One small pool for the probes; no keep-alive, so a restarted model server is seen at once.
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=4, force_close=True), timeout=self.timeout
+            )
+        try:
+            async with self.session.get(self.url, headers=self.headers, allow_redirects=False) as response:
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as error:
+            return web.Response(status=503, text=f"model server unreachable ({type(error).__name__})\n")
+        if 200 <= status < 300:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text=f"model server answered {status}\n")
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event, upstream: UpstreamHealth) -> web.Application:
     async def render_metrics(_: web.Request) -> web.Response:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
 
@@ -39,6 +77,7 @@ def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event) -> web.Ap
     app = web.Application()
     app.router.add_get("/metrics", render_metrics)
     app.router.add_get("/healthz", health)
+    app.router.add_get("/upstream/health", upstream.handle)
     return app
 
 
@@ -71,8 +110,11 @@ async def serve(settings: Settings) -> int:
     proxy = CaptureProxy(settings=settings, uploader=uploader, metrics=metrics, budget=budget)
 
     flush_reserve = min(FLUSH_RESERVE_SECONDS, settings.shutdown_grace_seconds / 3)
-    # /metrics and /healthz see a request every few seconds: aiohttp is plenty there.
-    metrics_runner = web.AppRunner(_metrics_handler(metrics, stopping), access_log=None, shutdown_timeout=1)
+    # /metrics, /healthz and /upstream/health see a request every few seconds: aiohttp is plenty there.
+    upstream_health = UpstreamHealth(settings)
+    metrics_runner = web.AppRunner(
+        _metrics_handler(metrics, stopping, upstream_health), access_log=None, shutdown_timeout=1
+    )
     await metrics_runner.setup()
     try:
         server = await loop.create_server(
@@ -88,6 +130,7 @@ async def serve(settings: Settings) -> int:
             "cannot listen on LISTEN_PORT=%d / METRICS_PORT=%d: %s", settings.listen_port, settings.metrics_port, error
         )
         await metrics_runner.cleanup()
+        await upstream_health.close()
         executor.shutdown(wait=False)
         return EXIT_CANNOT_LISTEN
     sweeper = proxy.start_idle_sweeper()
@@ -116,6 +159,7 @@ async def serve(settings: Settings) -> int:
     log.info("flushing captured records")
     complete = await uploader.drain(deadline)
     await metrics_runner.cleanup()
+    await upstream_health.close()
     executor.shutdown(wait=complete, cancel_futures=True)
     log.info(
         "stopped: %d requests proxied, %d records uploaded, %d dropped",

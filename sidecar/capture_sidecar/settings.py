@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 CAPTURE_MODE_INPUT = "Input"
@@ -30,6 +30,10 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 8 * MIB
 # Every body byte held in memory at once (buffered chunked bodies, capture copies, the queue,
 # raw bytes being uploaded); with the upload bound it keeps the worst case under 512 MiB.
 DEFAULT_MAX_INFLIGHT_BODY_BYTES = 96 * MIB
+# Kubelet probes time out after a few seconds; the upstream check must answer before they do.
+DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS = 2.0
+# A bearer key shorter than this is guessable; the chart's generated keys are 48 characters.
+MIN_API_KEY_LENGTH = 16
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class Settings:
     max_request_body_bytes: int
     max_inflight_body_bytes: int
     upload_concurrency: int
+    upstream_health_path: str = "/health"
+    upstream_health_timeout_seconds: float = DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS
+    # Never in a repr or a log line: the dataclass leaves it out of both.
+    api_key: str | None = field(default=None, repr=False)
 
 
 class SettingsError(Exception):
@@ -171,6 +179,25 @@ def _check_s3_uri(uri: str) -> str | None:
     return None
 
 
+def _check_health_path(path: str) -> str | None:
+    if not path.startswith("/") or any(c.isspace() for c in path):
+        return "must be a path starting with / and without spaces, e.g. /health"
+    return None
+
+
+def _read_api_key(reader: _Reader) -> str | None:
+    """API_KEY, checked without ever echoing the value (a problem line names the variable only)."""
+    raw = reader.env.get("API_KEY")
+    if raw is None or raw == "":
+        return None
+    if len(raw) < MIN_API_KEY_LENGTH or any(c.isspace() or not c.isprintable() for c in raw):
+        reader.problems.append(
+            f"API_KEY (value not shown): must be at least {MIN_API_KEY_LENGTH} printable characters without spaces"
+        )
+        return None
+    return raw
+
+
 def _parse_capture_modes(reader: _Reader) -> tuple[bool, bool]:
     raw = reader.env.get("CAPTURE_MODES", "Input,Output")
     modes = [part.strip() for part in raw.split(",") if part.strip()]
@@ -219,6 +246,11 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "MAX_INFLIGHT_BODY_BYTES", DEFAULT_MAX_INFLIGHT_BODY_BYTES, MIB, 64 * GIB
         ),
         upload_concurrency=reader.integer("UPLOAD_CONCURRENCY", 4, 1, 64),
+        upstream_health_path=reader.text("UPSTREAM_HEALTH_PATH", "/health", _check_health_path) or "/health",
+        upstream_health_timeout_seconds=reader.number(
+            "UPSTREAM_HEALTH_TIMEOUT_SECONDS", DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS, 0.1, 30
+        ),
+        api_key=_read_api_key(reader),
     )
     if reader.problems:
         raise SettingsError(reader.problems)

@@ -245,7 +245,7 @@ def portable_server(**changes: Any) -> PortableModelServer:
         runtime=ModelServerRuntime.VLLM,
         model_cache=NvmeModelCache(model_key="qwen3-8b", source_s3_uri="s3://example-model-weights/qwen3-8b/"),
         gpu_count=2,
-        hostname="qwen3-8b.portable.example.com",
+        hostname=PORTABLE_HOSTNAME,
         node_labels={"node.kubernetes.io/instance-type": "g5.12xlarge"},
         data_capture=DataCapture(
             s3_uri="s3://example-capture/portable",
@@ -255,18 +255,25 @@ def portable_server(**changes: Any) -> PortableModelServer:
     return PortableModelServer(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, **changes})
 
 
+PORTABLE_HOSTNAME = "qwen3-8b.portable.example.com"
+VPC_CIDR = "10.0.0.0/16"
+
+
 def context(**changes: Any) -> PlatformContext:
-    """A platform without capture bucket or domain of its own: every workload names its destinations."""
+    """A platform without capture bucket of its own (every workload names its destinations), whose certificate
+    covers the portable sample's hostname."""
     base: dict[str, Any] = {
         "cluster_name": CLUSTER_NAME, "namespace": NAMESPACE, "account": ACCOUNT, "role_name_prefix": "test",
         "custom_service_accounts_enabled": True, "synced_secrets": {"hf-token": ("token",)},
+        "endpoint_domains": (PORTABLE_HOSTNAME,), "vpc_cidr": VPC_CIDR,
     }
     return PlatformContext(**{**base, **changes})
 
 
-# What a rendering knows about the platform in these tests: only the sidecar image (a reserved TLD, so a
-# manifest applied by mistake fails to pull, loudly).
-VALUES = PlatformValues({PlatformValue.SIDECAR_IMAGE: "capture-sidecar.invalid/inference-capture-sidecar:0.1.0"})
+# What a rendering knows about the platform in these tests: the sidecar image (a reserved TLD, so a manifest
+# applied by mistake fails to pull, loudly) and the certificate of the portable hostname.
+VALUES = PlatformValues({PlatformValue.SIDECAR_IMAGE: "capture-sidecar.invalid/inference-capture-sidecar:0.1.0",
+                         PlatformValue.CERTIFICATE_ARN: CERTIFICATE_ARN})
 
 
 def planned_portable(server: PortableModelServer) -> PortableWorkload:

@@ -5,10 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import stat
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import cdk8s
@@ -19,7 +15,6 @@ from hyperpod_inference_iac.charts import (
     DataCapture,
     InferenceChart,
     ModelPodCapture,
-    NvmeModelCache,
     SageMakerEndpointCapture,
     capture_environment,
     capture_prefix_hash,
@@ -27,7 +22,6 @@ from hyperpod_inference_iac.charts import (
     plan_workloads,
 )
 from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec, CloudWatchTrigger
-from hyperpod_inference_iac.charts.nvme_cache import COMPLETE_MARKER
 from hyperpod_inference_iac.charts.placement import preferred_instance_types
 from hyperpod_inference_iac.charts.routing import routing_replacement_reasons
 from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
@@ -78,49 +72,14 @@ def test_nvme_cache_becomes_a_host_path_volume_and_a_fallback_under_the_workload
     spec = _of_kind(inference_manifests, "InferenceEndpointConfig")[0]["spec"]
     assert spec["modelSourceConfig"] == {"modelSourceType": "kubernetesVolume"}
     assert spec["kubernetes"]["volumes"] == [
-        {"name": "model-weights", "hostPath": {"path": "/opt/dlami/nvme/qwen3-8b", "type": "DirectoryOrCreate"}}
+        {"name": "model-weights", "hostPath": {"path": "/opt/dlami/nvme/qwen3-8b", "type": "DirectoryOrCreate"}},
+        {"name": "nvme-loader-tmp", "emptyDir": {"sizeLimit": "256Mi"}},  # the loader's /tmp: read-only root
     ]
     (loader,) = spec["kubernetes"]["initContainers"]
     assert loader["image"].startswith("public.ecr.aws/aws-cli/aws-cli:2.")
     assert {"name": "MODEL_SOURCE_S3_URI", "value": "s3://example-model-weights/qwen3-8b/"} in loader["env"]
     assert spec["kubernetes"]["serviceAccountName"] == "qwen3-8b-inference"
     assert spec["worker"]["modelVolumeMount"] == {"name": "model-weights"}  # mountPath: CRD default
-
-
-def _run_loader(tmp_path: Path, *, marker: bool, aws_exit: int) -> tuple[int, str]:
-    """Run the loader's script with a stand-in ``aws`` that records its arguments."""
-    mount = tmp_path / "nvme"
-    mount.mkdir()
-    if marker:
-        (mount / COMPLETE_MARKER).touch()
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_aws = bin_dir / "aws"
-    fake_aws.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/aws-args"\nexit {aws_exit}\n')
-    fake_aws.chmod(fake_aws.stat().st_mode | stat.S_IEXEC)
-    loader = NvmeModelCache(model_key="m", source_s3_uri="s3://bucket/m/").init_container()
-    script = loader["command"][2].replace(loader["volumeMounts"][0]["mountPath"], str(mount))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_SOURCE_S3_URI": "s3://bucket/m/"}
-    result = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=False)
-    args_file = tmp_path / "aws-args"
-    return result.returncode, args_file.read_text().strip() if args_file.exists() else ""
-
-
-def test_loader_skips_the_download_when_the_nvme_copy_is_complete(tmp_path: Path) -> None:
-    assert _run_loader(tmp_path, marker=True, aws_exit=0) == (0, "")
-
-
-def test_loader_syncs_from_s3_then_marks_the_copy_complete(tmp_path: Path) -> None:
-    code, aws_args = _run_loader(tmp_path, marker=False, aws_exit=0)
-    assert code == 0
-    assert aws_args.startswith(f"s3 sync s3://bucket/m/ {tmp_path / 'nvme'}")
-    assert (tmp_path / "nvme" / COMPLETE_MARKER).exists()
-
-
-def test_loader_fails_the_pod_and_leaves_no_marker_when_the_copy_fails(tmp_path: Path) -> None:
-    code, _ = _run_loader(tmp_path, marker=False, aws_exit=1)
-    assert code != 0
-    assert not (tmp_path / "nvme" / COMPLETE_MARKER).exists()
 
 
 def test_capture_destination_and_key_go_where_they_belong() -> None:
@@ -170,6 +129,8 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
     prefix_hash = capture_prefix_hash(cluster_name=samples.CLUSTER_NAME, namespace=samples.NAMESPACE, name="qwen3-8b")
     assert env == {
         "UPSTREAM_URL": "http://127.0.0.1:8000",
+        "UPSTREAM_HEALTH_PATH": "/health",  # the preset's, asked by GET /upstream/health for the probes
+        "UPSTREAM_HEALTH_TIMEOUT_SECONDS": "2",
         "LISTEN_PORT": "8080",
         "METRICS_PORT": "9090",
         "CAPTURE_S3_URI": f"s3://example-capture/portable/{prefix_hash}/pod/",
@@ -179,6 +140,8 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "FLUSH_INTERVAL_SECONDS": "60",
         "MAX_PAYLOAD_SIZE_KB": "0",
         "KMS_KEY_ID": samples.KMS_KEY_ARN,
+        "MAX_INFLIGHT_BODY_BYTES": str(88 * 1024 * 1024),  # from the 512Mi limit (test_portable_hardening.py)
+        "MAX_REQUEST_BODY_BYTES": str(8 * 1024 * 1024),
         "SPOOL_DIR": "/tmp/capture-spool",  # on the pod's scratch volume, mounted at /tmp
         "SPOOL_MAX_BYTES": "268435456",
     }
@@ -198,9 +161,9 @@ def test_sidecar_content_types_follow_the_capture_policy_when_set() -> None:
 def test_portable_service_sends_traffic_through_the_sidecar_only_when_capturing(
     portable_manifests: dict[str, list[dict[str, Any]]],
 ) -> None:
-    (capturing,) = _of_kind(portable_manifests["vllm"], "Service")
+    capturing = next(m for m in _of_kind(portable_manifests["vllm"], "Service") if m["metadata"]["name"] == "qwen3-8b")
     (plain,) = _of_kind(portable_manifests["tgi"], "Service")
-    assert capturing["spec"]["ports"][0]["targetPort"] == 8080
+    assert capturing["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": 8080}]
     assert capturing["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/hostname"] == (
         "qwen3-8b.portable.example.com"
     )

@@ -56,7 +56,7 @@ def test_portable_objects_match_kubernetes(portable_manifests: dict[str, list[di
     for manifest in portable_manifests[runtime]:
         _validate_core(manifest)
         kinds.add(manifest["kind"])
-    assert {"ServiceAccount", "Deployment", "Service"} <= kinds
+    assert {"ServiceAccount", "Deployment", "Service", "NetworkPolicy"} <= kinds
 
 
 def test_kubernetes_check_rejects_an_unknown_field(portable_manifests: dict[str, list[dict[str, Any]]]) -> None:

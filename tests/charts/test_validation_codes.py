@@ -14,6 +14,7 @@ import pytest
 from hyperpod_inference_iac.charts import (
     InferenceChart,
     ModelDeployment,
+    PortableApiKey,
     PortableDeployment,
     WorkloadServiceAccount,
     parse_models,
@@ -664,6 +665,16 @@ def test_chart_validates_python_built_models_with_the_same_rules() -> None:
 
 PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
+    ("Portable.NameInvalid", {"name": "q" * 56}, "server.name"),  # "<name>-metrics" must fit 63
+    ("Portable.HostnameNotCertified", {"hostname": "other.portable.example.com"}, "server.hostname"),
+    ("Portable.SourceRangeInvalid", {"allowed_source_ranges": ("10.0.0.1/16",)}, "server.allowedSourceRanges[0]"),
+    ("Portable.SourceRangeInvalid", {"allowed_source_ranges": ()}, "server.allowedSourceRanges"),
+    ("Portable.SourceRangesWithoutHostname", {"hostname": None, "allowed_source_ranges": ("10.0.0.0/16",)},
+     "server.allowedSourceRanges"),
+    ("Portable.RequestBodyCapOutOfRange", {"max_request_body_kb": 0}, "server.maxRequestBodyKB"),
+    ("Portable.RequestBodyCapOutOfRange", {"max_request_body_kb": 96 * 1024}, "server.maxRequestBodyKB"),
+    ("Portable.ApiKeyClientRoleInvalid", {"api_key": PortableApiKey(client_role_arns=("chat-frontend",))},
+     "server.apiKey.clientRoleArns[0]"),
     ("Portable.RuntimeInvalid", {"runtime": "triton"}, "server.runtime"),
     ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai:latest"}, "server.image"),
     ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai"}, "server.image"),
@@ -709,6 +720,25 @@ PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
 def test_portable_server_problem(code: str, changes: dict[str, Any], path: str) -> None:
     problems = Problems()
     plan_workloads(samples.context(zone_name="portable.example.com"),
+                   portable=[PortableDeployment(samples.portable_server(**changes), path="server")], problems=problems)
+    with pytest.raises(ConfigError) as raised:
+        problems.raise_if_any()
+    assert (code, path) in _problems_of(raised.value), str(raised.value)
+
+
+# (code, server changes, expected path, platform context changes): portable rules that need the platform.
+PORTABLE_PLATFORM_CASES: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
+    ("Portable.VpcCidrMissing", {}, "server", {"vpc_cidr": None}),
+    ("Portable.VpcCidrInvalid", {}, "vpcCidr", {"vpc_cidr": "10.0.0.1/16"}),
+]
+
+
+@pytest.mark.parametrize(("code", "changes", "path", "platform"), PORTABLE_PLATFORM_CASES,
+                         ids=[c[0] for c in PORTABLE_PLATFORM_CASES])
+def test_portable_server_on_platform_problem(code: str, changes: dict[str, Any], path: str,
+                                            platform: dict[str, Any]) -> None:
+    problems = Problems()
+    plan_workloads(samples.context(**platform),
                    portable=[PortableDeployment(samples.portable_server(**changes), path="server")], problems=problems)
     with pytest.raises(ConfigError) as raised:
         problems.raise_if_any()
@@ -774,7 +804,7 @@ def test_preferred_instance_types_problem(code: str, types: list[str], path: str
 
 def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
-    cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES
+    cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES + PORTABLE_PLATFORM_CASES
     tested = {case[0] for case in cases} | {"ServiceAccount.Shared"}
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()

@@ -27,7 +27,8 @@ def _objects(assembly: Assembly) -> list[dict[str, Any]]:
 
 def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Assembly) -> None:
     assert sorted(assembly.manifests) == [
-        "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
+        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml",
+        "model-llama3-8b.k8s.yaml",
         "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "namespace.k8s.yaml",
         "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
@@ -76,9 +77,33 @@ def _check_external_secrets_object(obj: dict[str, Any]) -> None:
         assert aws["auth"]["jwt"]["serviceAccountRef"]["name"]
     else:
         assert obj["kind"] == "ExternalSecret"
-        assert spec["secretStoreRef"] == {"name": "aws-secrets-manager", "kind": "SecretStore"}
+        assert spec["secretStoreRef"]["kind"] == "SecretStore" and spec["secretStoreRef"]["name"]
         assert spec["target"]["name"] == obj["metadata"]["name"]
         assert all({"secretKey", "remoteRef"} <= set(item) for item in spec["data"])
+
+
+def test_each_secret_sync_reads_through_its_own_store_and_reader(assembly: Assembly) -> None:
+    for name in ("hugging-face-token.k8s.yaml", "api-key-qwen3-8b-portable.k8s.yaml"):
+        objects = {o["kind"]: o for o in assembly.manifests[name]}
+        store, external = objects["SecretStore"], objects["ExternalSecret"]
+        assert external["spec"]["secretStoreRef"]["name"] == store["metadata"]["name"]
+        reader = store["spec"]["provider"]["aws"]["auth"]["jwt"]["serviceAccountRef"]["name"]
+        assert reader == objects["ServiceAccount"]["metadata"]["name"]
+    stores = [o["metadata"]["name"] for f in assembly.manifests.values() for o in f if o["kind"] == "SecretStore"]
+    assert len(stores) == len(set(stores))  # one reader each: no store shadows another
+
+
+def test_the_portable_server_reads_the_synced_api_key_and_dist_never_holds_it(assembly: Assembly) -> None:
+    objects = {o["kind"]: o for o in assembly.manifests["api-key-qwen3-8b-portable.k8s.yaml"]}
+    target = objects["ExternalSecret"]["spec"]["target"]["name"]
+    assert objects["ExternalSecret"]["spec"]["data"] == [
+        {"secretKey": "api-key", "remoteRef": {"key": "llm-platform/portable/qwen3-8b-portable/api-key"}}]
+    (deployment,) = [o for o in assembly.manifests["portable-qwen3-8b-portable.k8s.yaml"] if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    refs = [env["valueFrom"]["secretKeyRef"] for c in [*pod["containers"], *pod["initContainers"]]
+            for env in c.get("env", []) if "valueFrom" in env]
+    assert refs == [{"name": target, "key": "api-key"}] * 2  # the model server and its sidecar
+    assert "kind: Secret\n" not in "".join(p.read_text() for p in (assembly.directory / "dist").glob("*.yaml"))
 
 
 def test_cdk_applies_the_same_objects(assembly: Assembly) -> None:
@@ -151,10 +176,12 @@ def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> No
     staged = stage_dist(config, outdir=tmp_path / "dist", sidecar_image="registry.example/sidecar:1",
                         complete_with="make synth OUTPUTS=cdk-outputs.json")
     staged.commit()
-    assert sorted(staged.waiting) == ["model-llama3-8b", "model-mistral-7b", "model-qwen3-8b"]
+    # The portable server's TLS listener needs the certificate too.
+    assert sorted(staged.waiting) == ["model-llama3-8b", "model-mistral-7b", "model-qwen3-8b",
+                                      "portable-qwen3-8b-portable"]
     assert sorted(p.name for p in (tmp_path / "dist").glob("*.k8s.yaml")) == [
-        "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml", "namespace.k8s.yaml",
-        "portable-qwen3-8b-portable.k8s.yaml"]
+        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml",
+        "namespace.k8s.yaml"]
     readme = (tmp_path / "dist" / "README.md").read_text()
     assert "`model-mistral-7b` needs the stack outputs `CertificateArn`" in readme
     assert "make synth OUTPUTS=cdk-outputs.json" in readme
@@ -226,3 +253,24 @@ def test_a_change_the_operator_applies_only_to_a_new_resource_is_named(tmp_path:
     removed = stage_dist(_with_routing(None), outdir=dist, sidecar_image="registry.example/sidecar:1")
     assert "removed" in removed.replacements["model-llama3-8b"][0]
     removed.discard()
+
+
+def _image_warnings(data: dict[str, Any]) -> list[str]:
+    """Construct the platform (no synth) and collect the image warnings left on the workloads' manifests."""
+    from aws_cdk import App
+
+    from stacks.platform import build_platform
+
+    platform = build_platform(App(), parse_config(data))
+    return [str(entry.data) for manifest in platform.cluster.workloads.manifests.values()
+            for entry in manifest.node.metadata if entry.type == "aws:cdk:warning" and "by tag only" in str(entry.data)]
+
+
+def test_images_named_by_tag_are_warned_unless_the_config_acknowledges_them() -> None:
+    assert _image_warnings(json.loads(json.dumps(DEFAULT))) == []  # acknowledged, with its reason, in the config
+    data = json.loads(json.dumps(DEFAULT))
+    del data["acknowledgedWarnings"]
+    warnings = _image_warnings(data)
+    assert len(warnings) == 3  # mistral-7b (vLLM), qwen3-8b (vLLM, aws-cli), the portable server (vLLM, aws-cli)
+    assert all("imageNotPinnedByDigest" in w for w in warnings)
+    assert not any("container-assets" in w for w in warnings)  # the sidecar built here has an immutable tag

@@ -155,6 +155,16 @@ async def health(_: web.BaseRequest) -> web.StreamResponse:
     return web.Response(text="standin healthy")
 
 
+# A model server that wants its API key even on its health path (none of vLLM, TGI, SGLang does).
+STANDIN_API_KEY = "standin-api-key-0123456789"
+
+
+async def authenticated_health(request: web.BaseRequest) -> web.StreamResponse:
+    if request.headers.get("Authorization") != f"Bearer {STANDIN_API_KEY}":
+        return web.Response(status=401, text="unauthorized")
+    return web.Response(text="standin healthy")
+
+
 async def model_metrics(_: web.BaseRequest) -> web.StreamResponse:
     return web.Response(text="standin_requests_total 1\n", content_type="text/plain")
 
@@ -177,6 +187,7 @@ ROUTES = {
     "/broken/chunking": break_chunking,
     "/sink": sink,
     "/health": health,
+    "/health/authenticated": authenticated_health,
     "/metrics": model_metrics,
     "/gzip": gzipped,
     "/binary": binary,

@@ -400,8 +400,11 @@ def test_the_agent_is_applied_with_a_namespaced_role_and_pinned_image(
     objects = {(o["kind"], o["metadata"]["name"]): o for o in _objects(template)}
     agent = "capture-metrics-agent"
     assert sorted(objects) == [("ConfigMap", f"{agent}-config"), ("ConfigMap", f"{agent}-scrape"),
-                               ("Deployment", agent), ("Role", agent), ("RoleBinding", agent),
-                               ("ServiceAccount", agent)]
+                               ("Deployment", agent), ("NetworkPolicy", agent), ("Role", agent),
+                               ("RoleBinding", agent), ("ServiceAccount", agent)]
+    # Nothing may connect to the agent; it keeps no capability.
+    assert objects[("NetworkPolicy", agent)]["spec"] == {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": agent}}, "policyTypes": ["Ingress"], "ingress": []}
     assert all(o["metadata"]["namespace"] == "inference" for o in objects.values())
     assert objects[("Role", "capture-metrics-agent")]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
@@ -410,6 +413,7 @@ def test_the_agent_is_applied_with_a_namespaced_role_and_pinned_image(
         "eks.amazonaws.com/role-arn": f"arn:aws:iam::{ACCOUNT}:role/gpu-capture-metrics-agent"}
     (container,) = objects[("Deployment", "capture-metrics-agent")]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == sidecar_module.CLOUDWATCH_AGENT_IMAGE
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert objects[("Deployment", "capture-metrics-agent")]["spec"]["replicas"] == 1
 
 

@@ -186,6 +186,21 @@ CASES = [
     ("Config.UnknownKey", "alarms.capture.deadLetters", _put("alarms.capture.deadLetters", {"threshold": 1})),
     ("Config.WrongType", "alarms.sidecar.cloudWatchAgent", _put("alarms.sidecar.cloudWatchAgent", "yes")),
     ("Config.WrongType", "alarms.capture.backlogAge.threshold", _put("alarms.capture.backlogAge", {"threshold": "1h"})),
+    ("Portable.HostnameNotCertified", "portable[0].hostname",
+     _set("portable.0.hostname", "uncertified.inference.example.com")),
+    ("Portable.SourceRangeInvalid", "portable[0].allowedSourceRanges[0]",
+     _set("portable.0.allowedSourceRanges", ["10.42.0.1/16"])),
+    ("Portable.SourceRangesWithoutHostname", "portable[0].allowedSourceRanges",
+     lambda data: (_set("portable.0.allowedSourceRanges", ["10.42.0.0/16"])(data),
+                   _delete("portable.0.hostname")(data))),
+    ("Portable.RequestBodyCapOutOfRange", "portable[0].maxRequestBodyKB", _set("portable.0.maxRequestBodyKB", 0)),
+    ("Portable.ApiKeyClientRoleInvalid", "portable[0].apiKey.clientRoleArns[0]",
+     _set("portable.0.apiKey.clientRoleArns", ["inference-clients"])),
+    ("Config.WrongType", "portable[0].apiKey", _set("portable.0.apiKey", True)),
+    ("Config.BadFormat", "acknowledgedWarnings[0].id", _set("acknowledgedWarnings.0.id", "imageNotPinnedByDigest")),
+    ("Config.BadFormat", "acknowledgedWarnings[0].reason", _set("acknowledgedWarnings.0.reason", "ok")),
+    ("Config.MissingKey", "acknowledgedWarnings[0].reason", _delete("acknowledgedWarnings.0.reason")),
+    ("Config.UnknownKey", "portable[0].apiKey.clients", _set("portable.0.apiKey.clients", [])),
 ]
 
 
@@ -202,6 +217,18 @@ def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
     assert config.workloads is not None and len(config.workloads.models) == 3
+
+
+def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
+    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable  # type: ignore[union-attr]
+    assert portable.vpc_cidr == DEFAULT["network"]["newVpc"]["cidr"]
+    assert portable.source_ranges == (DEFAULT["network"]["newVpc"]["cidr"],)
+
+    def existing(data: dict[str, Any]) -> None:
+        data["network"] = {"existingVpc": EXISTING_VPC}
+
+    (portable,) = parse_config(_with(existing)).workloads.portable  # type: ignore[union-attr]
+    assert portable.vpc_cidr == EXISTING_VPC["vpcCidr"]
 
 
 @pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])

@@ -16,7 +16,8 @@ from tests.support.synth import REPO
 
 def _page_name(name: str) -> str:
     """CaptureStorage -> capture-storage, HyperPodCluster -> hyperpod-cluster (the pages' file names)."""
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name.replace("HyperPod", "Hyperpod").replace("GitHub", "Github")).lower()
+    name = name.replace("HyperPod", "Hyperpod").replace("GitHub", "Github")
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower()
     return words
 
 

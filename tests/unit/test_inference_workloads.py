@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from aws_cdk import Annotations as CdkAnnotations
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -46,7 +47,7 @@ def _plan(capture: ModelPodCapture, **context: Any) -> Any:
         model_cache=NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/"),
         data_capture=DataCapture(model_pod=capture))
     base = {"cluster_name": "c", "namespace": "inference", "account": ACCOUNT, "role_name_prefix": "t",
-            "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/")}
+            "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/"), "vpc_cidr": "10.0.0.0/16"}
     return plan_workloads(PlatformContext(**{**base, **context}), portable=[server])
 
 
@@ -91,3 +92,59 @@ def test_capture_without_a_key_and_full_sampling_are_warned() -> None:
     annotations = Annotations.from_stack(stack)
     annotations.has_warning("*", Match.string_like_regexp(".*has no kmsKeyId.*"))
     annotations.has_warning("*", Match.string_like_regexp(".*keeps every request.*"))
+
+
+DIGEST = "@sha256:" + "0" * 64
+IMAGE_WARNING = "@hyperpod-inference-iac/InferenceWorkloads:imageNotPinnedByDigest"
+
+
+def _image_warnings(stack: Stack) -> list[str]:
+    return [str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(
+        ".*named by tag only.*"))]
+
+
+def _portable_plan(image: str | None, aws_cli_image: str) -> Any:
+    server = PortableModelServer(
+        name="qwen", runtime=ModelServerRuntime.VLLM, image=image,
+        model_cache=NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/",
+                                   aws_cli_image=aws_cli_image),
+        data_capture=DataCapture(model_pod=ModelPodCapture(initial_sampling_percentage=5)))
+    context = PlatformContext(cluster_name="c", namespace="inference", account=ACCOUNT, role_name_prefix="t",
+                              capture=S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/"),
+                              capture_key=PlatformValue.CAPTURE_KEY_ID, vpc_cidr="10.0.0.0/16")
+    return plan_workloads(context, portable=[server])
+
+
+def _workloads_with(plan: Any, sidecar_image: str | None) -> tuple[Stack, InferenceWorkloads]:
+    stack, cluster = _stack()
+    workloads = InferenceWorkloads(
+        stack, "W", cluster=cluster, plan=plan, sidecar_image=sidecar_image,
+        capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
+        capture_key=kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:123456789012:key/1111-2222"))
+    return stack, workloads
+
+
+def test_images_named_by_tag_are_warned_once_per_workload_each_named() -> None:
+    stack, _ = _workloads_with(_portable_plan(None, "public.ecr.aws/aws-cli/aws-cli:2.32.9"),
+                               sidecar_image="registry.example/sidecar:1")
+    (warning,) = _image_warnings(stack)
+    for image in ("vllm/vllm-openai:v0.11.0", "public.ecr.aws/aws-cli/aws-cli:2.32.9", "registry.example/sidecar:1"):
+        assert image in warning
+    assert IMAGE_WARNING in warning
+
+
+def test_images_pinned_by_digest_and_the_sidecar_built_here_are_not_warned() -> None:
+    plan = _portable_plan(f"vllm/vllm-openai{DIGEST}", f"public.ecr.aws/aws-cli/aws-cli{DIGEST}")
+    stack, workloads = _workloads_with(plan, sidecar_image=None)  # built as an asset: immutable content-hash tag
+    assert workloads.sidecar_image is not None
+    assert _image_warnings(stack) == []
+    stack, _ = _workloads_with(plan, sidecar_image=f"registry.example/sidecar{DIGEST}")
+    assert _image_warnings(stack) == []
+
+
+def test_the_image_warning_is_acknowledged_on_the_workload_s_manifest() -> None:
+    stack, workloads = _workloads_with(_portable_plan(None, "public.ecr.aws/aws-cli/aws-cli:2.32.9"),
+                                       sidecar_image="registry.example/sidecar:1")
+    CdkAnnotations.of(workloads.manifests["portable-qwen"]).acknowledge_warning(
+        IMAGE_WARNING, "our mirror's tags are immutable")
+    assert _image_warnings(stack) == []
