@@ -10,7 +10,9 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
 * :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`InferenceWorkloads`: per-workload roles,
-  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`.
+  the Hugging Face token sync, and the workloads of a :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
+* :class:`LambdaLogRetention`: the Aspect that gives every Lambda function (CDK's own helpers included) a
+  log group with a retention.
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
@@ -42,8 +44,12 @@ from hyperpod_inference_iac.hyperpod_cluster import (
 )
 from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
 from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri
+from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
 from hyperpod_inference_iac.network import (
+    FlowLogTraffic,
     PlatformVpc,
+    VpcFlowLogs,
+    add_flow_logs,
     check_existing_vpc,
     check_platform_vpc,
     deploy_time_availability_zones,
@@ -74,6 +80,7 @@ __all__ = [
     "DeepHealthCheck",
     "EndpointDomain",
     "ExternalDns",
+    "FlowLogTraffic",
     "GpuNodeGroup",
     "HelmRelease",
     "HuggingFaceTokenSync",
@@ -84,6 +91,7 @@ __all__ = [
     "InferenceWorkloads",
     "InstanceGroup",
     "KeyPaths",
+    "LambdaLogRetention",
     "LocalStorageStrategy",
     "NodeRecovery",
     "PlatformValue",
@@ -97,7 +105,9 @@ __all__ = [
     "S3Uri",
     "SecretSync",
     "StagedManifests",
+    "VpcFlowLogs",
     "WorkloadIdentity",
+    "add_flow_logs",
     "bucket_arn",
     "check_capture_pipeline",
     "check_capture_storage",
@@ -107,6 +117,7 @@ __all__ = [
     "check_hyperpod_cluster",
     "check_inference_cluster",
     "check_inference_operator",
+    "check_log_retention",
     "check_platform_vpc",
     "check_workload_identity",
     "deploy_time_availability_zones",
@@ -116,6 +127,7 @@ __all__ = [
     "grant_object_reads",
     "grant_object_writes",
     "kms_through_s3",
+    "retention_from_days",
     "sidecar_image_uri",
     "stage_manifests",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from hyperpod_inference_iac import CapturePipeline, CaptureStorage, PlatformValue
+from hyperpod_inference_iac import CapturePipeline, CaptureStorage, PlatformValue, retention_from_days
 from platform_config import PlatformConfig
 
 
@@ -39,6 +39,7 @@ class StorageStack(Stack):
             quarantine_prefix=storage.quarantine_prefix, redact=capture.redact,
             pandas_layer_arn=capture.pandas_layer_arn, max_concurrency=capture.processor_max_concurrency,
             glue_database_name=f"{config.project.replace('-', '_')}_capture",
+            log_retention=retention_from_days(config.logging.retention_days),
         )
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)
