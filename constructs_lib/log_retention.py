@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import jsii
 from aws_cdk import CfnResource, IAspect, RemovalPolicy
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
@@ -84,8 +85,8 @@ class LambdaLogRetention:
         self._days = days_of(retention)
 
     def visit(self, node: IConstruct) -> None:
-        if isinstance(node, CfnResource) and node.cfn_resource_type == LAMBDA_FUNCTION_TYPE:
-            self._give_retention(node)
+        if _is_lambda_function(node):
+            self._give_retention(node)  # type: ignore[arg-type]
 
     def _give_retention(self, function: CfnResource) -> None:
         if _names_its_log_group(function) or function.node.try_find_child(LOG_GROUP_ID) is not None:
@@ -96,6 +97,14 @@ class LambdaLogRetention:
             return
         group = logs.LogGroup(function, LOG_GROUP_ID, retention=self.retention, removal_policy=RemovalPolicy.RETAIN)
         function.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
+
+
+def _is_lambda_function(node: IConstruct) -> bool:
+    """A ``lambda.CfnFunction``, or a plain ``CfnResource`` of that type (CDK's ``CustomResourceProvider``).
+    Checked by Python class first: asking every L1 for its type would cost one jsii call each."""
+    if isinstance(node, lambda_.CfnFunction):
+        return True
+    return type(node) is CfnResource and node.cfn_resource_type == LAMBDA_FUNCTION_TYPE
 
 
 def _names_its_log_group(function: CfnResource) -> bool:

@@ -66,8 +66,8 @@ def add_flow_logs(vpc: ec2.IVpc, log_scope: Construct, *, traffic: FlowLogTraffi
     Retained: flow logs are evidence after an incident, and the retention expires them anyway. Not
     KMS-encrypted: CloudWatch Logs encrypts them at rest with its own keys, and this library owns no key
     whose policy admits the CloudWatch Logs service. The delivery role trusts the flow-logs service only
-    for flow logs of this account and region (CDK's default role has no condition: a confused deputy
-    could make the service write another account's flows into this group)."""
+    for flow logs of this account and region, AWS's confused-deputy guard for service roles (CDK's
+    default role has no condition, so the service would use it for any flow log that names it)."""
     stack = Stack.of(log_scope)
     log_group = logs.LogGroup(log_scope, "FlowLogs", retention=retention, removal_policy=RemovalPolicy.RETAIN)
     role = iam.Role(log_scope, "FlowLogsRole", description="VPC flow logs: delivers to its one log group",
