@@ -21,8 +21,8 @@ from stacks.gitops import stage_dist
 from stacks.platform import add_nag_checks, build_platform
 
 DEFAULT_CONFIG = "config/default.yaml"
-# Stack traces of construct creation hold temporary paths of the jsii runtime, and the performance counters
-# (cdk.out/performance-counters.json) hold timings: with either, two synths would differ.
+# Stack traces of construct creation hold temporary paths of the jsii runtime, and a synth slower than 10 s a
+# stack (a loaded CI runner) writes its timings to cdk.out/performance-counters.json: two synths would differ.
 REPRODUCIBLE = {"aws:cdk:disable-creation-stack-traces": True, "aws:cdk:disable-stack-trace": True,
                 "aws:cdk:performance-reporting": False}
 

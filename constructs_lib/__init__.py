@@ -15,7 +15,9 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
 * :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
   :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
-  the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share).
+  the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share);
+* :class:`LambdaLogRetention`: the Aspect that gives every Lambda function (CDK's own helpers included) a
+  log group with a retention.
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
@@ -53,8 +55,12 @@ from hyperpod_inference_iac.hyperpod_cluster import (
 )
 from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
 from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri
+from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
 from hyperpod_inference_iac.network import (
+    FlowLogTraffic,
     PlatformVpc,
+    VpcFlowLogs,
+    add_flow_logs,
     check_existing_vpc,
     check_platform_vpc,
     deploy_time_availability_zones,
@@ -99,6 +105,7 @@ __all__ = [
     "DeepHealthCheck",
     "EndpointDomain",
     "ExternalDns",
+    "FlowLogTraffic",
     "GitHubDeployRole",
     "GpuNodeGroup",
     "HelmRelease",
@@ -110,6 +117,7 @@ __all__ = [
     "InferenceWorkloads",
     "InstanceGroup",
     "KeyPaths",
+    "LambdaLogRetention",
     "LocalStorageStrategy",
     "NodeRecovery",
     "PlatformDashboard",
@@ -126,7 +134,9 @@ __all__ = [
     "ScalingMetrics",
     "SecretSync",
     "StagedManifests",
+    "VpcFlowLogs",
     "WorkloadIdentity",
+    "add_flow_logs",
     "alarm_table",
     "api_key_sync",
     "bucket_arn",
@@ -143,6 +153,7 @@ __all__ = [
     "check_hyperpod_cluster",
     "check_inference_cluster",
     "check_inference_operator",
+    "check_log_retention",
     "check_platform_dashboard",
     "check_platform_vpc",
     "check_workload_identity",
@@ -154,6 +165,7 @@ __all__ = [
     "grant_object_reads",
     "grant_object_writes",
     "kms_through_s3",
+    "retention_from_days",
     "sidecar_image_uri",
     "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",

@@ -12,15 +12,19 @@ import enum
 import importlib
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Annotations, RemovalPolicy, Size
+from aws_cdk import Annotations, CfnResource, RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from hyperpod_inference_iac.addons import managed_addon
 from hyperpod_inference_iac.helm import HelmRelease
+from hyperpod_inference_iac.log_retention import DEFAULT_AUDIT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
+from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -42,6 +46,10 @@ KUBECTL_LAYERS: Mapping[str, tuple[str, str]] = {
 DEFAULT_KUBERNETES_VERSION = "1.34"
 CLUSTER_ROLE_MANAGED_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_ROLE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
+SYSTEM_ROOT_VOLUME_GIB = 20  # EKS's default disk size for managed node groups, as before the launch template
+VPC_CNI_ADDON = "vpc-cni"
+# The VPC CNI add-on's configuration key that starts its network policy agent (a string in its schema).
+VPC_CNI_NETWORK_POLICY = {"enableNetworkPolicy": "true"}
 
 
 class ClusterEndpointAccess(enum.StrEnum):
@@ -88,8 +96,9 @@ def kubectl_layer_for(scope: Construct, kubernetes_version: str) -> lambda_.ILay
 
 class InferenceCluster(Construct):
     """An ``aws_eks_v2`` cluster for inference: private endpoint, no implicit creator admin, secrets
-    envelope-encrypted with a customer key, every control-plane log, a small system node group for
-    controllers, and the NVIDIA device plugin.
+    envelope-encrypted with a customer key, every control-plane log into a log group with a retention,
+    Kubernetes network policies enforced by the VPC CNI, a small system node group for controllers
+    (IMDSv2 only, encrypted root volume), and the NVIDIA device plugin.
 
     :param cluster_name: EKS cluster name.
     :param kubernetes_version: a minor in :data:`KUBECTL_LAYERS`. @default ``1.34``
@@ -103,10 +112,17 @@ class InferenceCluster(Construct):
     :param kubectl_layer: the kubectl Lambda layer. @default the layer of ``kubernetes_version``
     :param install_device_plugin: install the NVIDIA device plugin (Helm) for GPU nodes: the AL2023
         NVIDIA AMI carries the driver but not the plugin. @default True
+    :param enforce_network_policies: manage the ``vpc-cni`` EKS add-on (EKS's default version for the
+        cluster's minor) with ``enableNetworkPolicy``, so Kubernetes ``NetworkPolicy`` objects are enforced
+        (without them traffic stays open). False leaves the VPC CNI as EKS bootstrapped it. @default True
+    :param control_plane_log_retention: how long the control-plane logs (API, audit, authenticator,
+        controller manager, scheduler) are kept: the log group ``/aws/eks/<cluster_name>/cluster`` is created
+        before the cluster, so EKS writes into it. @default one year
 
-    Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``system_nodegroup``,
-    ``device_plugin`` (None when not installed). The cluster role's and system nodes' AWS managed
-    policies and CDK's kubectl provider are acknowledged for cdk-nag here.
+    Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
+    ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and ``device_plugin`` (None when not
+    installed). The cluster role's and system nodes' AWS managed policies and CDK's kubectl provider are
+    acknowledged for cdk-nag here.
     """
 
     def __init__(
@@ -122,6 +138,8 @@ class InferenceCluster(Construct):
         system_instance_type: str = "m6i.large",
         kubectl_layer: lambda_.ILayerVersion | None = None,
         install_device_plugin: bool = True,
+        enforce_network_policies: bool = True,
+        control_plane_log_retention: logs.RetentionDays = DEFAULT_AUDIT_RETENTION,
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
@@ -138,6 +156,7 @@ class InferenceCluster(Construct):
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description=f"Envelope encryption of Kubernetes secrets in {cluster_name}",
                                    removal_policy=RemovalPolicy.RETAIN)
+        self.control_plane_log_group = self._control_plane_log_group(cluster_name, control_plane_log_retention)
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.cluster = eks.Cluster(
             self,
@@ -159,11 +178,21 @@ class InferenceCluster(Construct):
                 kubectl_layer=kubectl_layer or kubectl_layer_for(self, kubernetes_version),
                 memory=Size.gibibytes(1)),
         )
+        _cfn_cluster(self.cluster).node.add_dependency(self.control_plane_log_group)
+        self.system_launch_template = node_launch_template(self, "SystemNodesLaunchTemplate",
+                                                           root_volume_gib=SYSTEM_ROOT_VOLUME_GIB)
+        # No fixed nodegroup_name: EKS cannot add a launch template to a group created without one, and
+        # CloudFormation replaces a group (new instance type, subnets, ...) only when it may name the new one.
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
-            "SystemNodes", nodegroup_name="system", ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            "SystemNodes", ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             instance_types=[ec2.InstanceType(system_instance_type)], min_size=2, desired_size=2, max_size=4,
             subnets=private, labels={"node-role": "system"},
+            launch_template_spec=launch_template_spec(self.system_launch_template),
         )
+        # preserve_on_delete: taking the add-on out of the stack must not remove the CNI from running nodes.
+        self.vpc_cni_addon = managed_addon(
+            self, "VpcCniAddon", cluster=self.cluster, name=VPC_CNI_ADDON, configuration_values=VPC_CNI_NETWORK_POLICY,
+            preserve_on_delete=True) if enforce_network_policies else None
         for index, arn in enumerate(admin_role_arns):
             self.cluster.grant_access(f"Admin{index}", arn, [eks.AccessPolicy.from_access_policy_name(
                 "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
@@ -174,3 +203,16 @@ class InferenceCluster(Construct):
         acknowledge(self.system_nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
         acknowledge_kubectl_provider(self.cluster.kubectl_provider)  # type: ignore[arg-type]
+
+    def _control_plane_log_group(self, cluster_name: str, retention: logs.RetentionDays) -> logs.LogGroup:
+        """The group EKS writes control-plane logs to, created first: EKS would otherwise create it itself
+        with no retention (kept forever). Retained: audit logs outlive the stack. Not KMS-encrypted with
+        ``secrets_key``: that key protects Kubernetes Secrets, and its policy would have to admit the
+        CloudWatch Logs service (CloudWatch Logs encrypts the events at rest with its own keys)."""
+        return logs.LogGroup(self, "ControlPlaneLogs", log_group_name=f"/aws/eks/{cluster_name}/cluster",
+                             retention=retention, removal_policy=RemovalPolicy.RETAIN)
+
+
+def _cfn_cluster(cluster: eks.Cluster) -> CfnResource:
+    """The ``AWS::EKS::Cluster`` itself (dependencies on the L2 would hold back its kubectl provider too)."""
+    return cluster.node.default_child  # type: ignore[return-value]

@@ -36,6 +36,7 @@ from hyperpod_inference_iac.instance_store import (
     size_order,
 )
 from hyperpod_inference_iac.nag import acknowledge, managed_policy
+from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_NAME, LABEL_VALUE
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -123,24 +124,8 @@ class GpuNodeGroup(Construct):
             content_type=NODEADM_CONTENT_TYPE,
             body=yaml.safe_dump(self.node_config, sort_keys=False),
         ))
-        self.launch_template = ec2.LaunchTemplate(
-            self,
-            "LaunchTemplate",
-            user_data=user_data,
-            require_imdsv2=True,
-            http_put_response_hop_limit=1,
-            block_devices=[
-                ec2.BlockDevice(
-                    device_name="/dev/xvda",
-                    volume=ec2.BlockDeviceVolume.ebs(
-                        root_volume_gib,
-                        volume_type=ec2.EbsDeviceVolumeType.GP3,
-                        encrypted=True,
-                        delete_on_termination=True,
-                    ),
-                ),
-            ],
-        )
+        self.launch_template = node_launch_template(self, "LaunchTemplate", root_volume_gib=root_volume_gib,
+                                                    user_data=user_data)
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
@@ -152,10 +137,7 @@ class GpuNodeGroup(Construct):
             desired_size=desired_size,
             max_size=max_size,
             # No disk_size: with a launch template the root volume is defined there.
-            launch_template_spec=eks.LaunchTemplateSpec(
-                id=self.launch_template.launch_template_id or "",
-                version=self.launch_template.latest_version_number,
-            ),
+            launch_template_spec=launch_template_spec(self.launch_template),
             labels={
                 GPU_PRESENT_LABEL: "true",
                 INSTANCE_STORE_LABEL: "nvme",

@@ -13,7 +13,11 @@ cluster needs around it and checks the input against the CloudFormation schema a
 * the EKS access entry of type ``HYPERPOD_LINUX`` that lets the nodes join the cluster (no access
   policies: that type cannot have any, and nodes never get cluster-admin);
 * the ``AWS::SageMaker::Cluster`` itself, created after the scripts are uploaded, the role has its
-  permissions and the access entry exists.
+  permissions and the access entry exists;
+* a retention on the cluster's log group ``/aws/sagemaker/Clusters/<name>/<cluster id>``. The id is
+  assigned at creation (the last part of the cluster ARN), so the group cannot be created beforehand
+  with CloudFormation: two SDK calls after the cluster create it if it does not exist yet and put the
+  retention policy, each allowed on that one group only.
 
 The EKS cluster must use the ``API`` or ``API_AND_CONFIG_MAP`` authentication mode (``aws_eks_v2``
 always does) and already run HyperPod's dependency Helm chart before nodes join.
@@ -27,11 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import custom_resources as cr
@@ -39,6 +44,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
 from hyperpod_inference_iac.patterns import S3_BUCKET_NAME, SAGEMAKER_INSTANCE_TYPE, SAGEMAKER_NAME
 from hyperpod_inference_iac.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
@@ -124,10 +130,13 @@ class HyperPodCluster(Construct):
     :param access_logs_bucket: where the lifecycle bucket's server access logs go (its policy must admit
         ``logging.s3.amazonaws.com``, as :class:`~hyperpod_inference_iac.CaptureStorage`'s does). @default none
     :param encryption_key: KMS key of the lifecycle bucket. @default SSE-S3
+    :param log_retention: how long the cluster's log group (lifecycle scripts, node agents) keeps its events.
+        @default three months
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
-    ``lifecycle_scripts`` (the uploads), ``access_entry``. Its cdk-nag findings (the instance-role managed
-    policy, node permissions without resource scoping, CDK's SDK-call provider) are acknowledged here.
+    ``lifecycle_scripts`` (the uploads), ``access_entry``, ``log_group_name`` and ``log_retention_calls``
+    (the two SDK calls). Its cdk-nag findings (the instance-role managed policy, node permissions without
+    resource scoping, CDK's SDK-call provider, the log group's ARN form) are acknowledged here.
     """
 
     def __init__(
@@ -145,6 +154,7 @@ class HyperPodCluster(Construct):
         node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC,
         access_logs_bucket: s3.IBucket | None = None,
         encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays = DEFAULT_RETENTION,
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
@@ -221,6 +231,10 @@ class HyperPodCluster(Construct):
         role_policy = self.execution_role.node.find_child("DefaultPolicy")
         self.cfn_cluster.node.add_dependency(*self.lifecycle_scripts, role_policy, self.access_entry)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
+        # arn:<partition>:sagemaker:<region>:<account>:cluster/<id>: the id is the part after the only "/".
+        cluster_id = Fn.select(1, Fn.split("/", self.cluster_arn))
+        self.log_group_name: str = f"{CLUSTER_LOG_GROUP_PREFIX}{cluster_name}/{cluster_id}"
+        self.log_retention_calls = self._retain_cluster_logs(stack, log_retention)
         self._acknowledge_reviewed_findings(stack)
 
     def _acknowledge_reviewed_findings(self, stack: Stack) -> None:
@@ -234,10 +248,37 @@ class HyperPodCluster(Construct):
         acknowledge(role, "hyperpod-node-permissions", *resource_evidence(self,
             "*", f"arn:{partition}:ec2:{region}:{account}:network-interface/*",
             f"arn:{partition}:ecr:{region}:*:repository/*", log_group, f"{log_group}:log-stream:*"))
+        for call in self.log_retention_calls:
+            acknowledge(call, "cloudwatch-log-group-arn", *resource_evidence(self, self._log_group_arn(stack)))
         for provider in stack_singletons(stack, "AWS679f53fac002430cb0da5b7982bd2287"):
             acknowledge(provider, "cdk-aws-custom-resource-managed-policy",
                         managed_policy("service-role/AWSLambdaBasicExecutionRole"))
             acknowledge(provider, "cdk-aws-custom-resource-runtime")
+
+    def _log_group_arn(self, stack: Stack) -> str:
+        """The form CloudWatch Logs authorizes log-group actions against (with the trailing ``:*``)."""
+        return f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{self.log_group_name}:*"
+
+    def _retain_cluster_logs(self, stack: Stack, retention: logs.RetentionDays) -> list[cr.AwsCustomResource]:
+        """Create the cluster's log group unless HyperPod already did (a cluster without instances may have
+        none yet, and nodes added later would create it without a retention), then put the retention on it.
+        A new cluster id is a new group name, so both calls run again; removing them leaves the group (its
+        retention still expires the events)."""
+        group = self.log_group_name
+        policy = cr.AwsCustomResourcePolicy.from_statements([iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:PutRetentionPolicy"], resources=[self._log_group_arn(stack)])])
+        create = cr.AwsSdkCall(service="CloudWatchLogs", action="createLogGroup", parameters={"logGroupName": group},
+                               physical_resource_id=cr.PhysicalResourceId.of(group),
+                               ignore_error_codes_matching="ResourceAlreadyExistsException")
+        retain = cr.AwsSdkCall(service="CloudWatchLogs", action="putRetentionPolicy",
+                               parameters={"logGroupName": group, "retentionInDays": days_of(retention)},
+                               physical_resource_id=cr.PhysicalResourceId.of(group))
+        created = cr.AwsCustomResource(self, "CreateLogGroup", on_create=create, on_update=create, policy=policy,
+                                       install_latest_aws_sdk=False)
+        retained = cr.AwsCustomResource(self, "LogRetention", on_create=retain, on_update=retain, policy=policy,
+                                        install_latest_aws_sdk=False)
+        retained.node.add_dependency(created)
+        return [created, retained]
 
     def _upload_scripts(self, folder: Path, key: kms.IKey | None) -> list[cr.AwsCustomResource]:
         """Each script as one object under ``lifecycle/``, put by an SDK call whose content is the script

@@ -5,7 +5,8 @@ The operator's CRDs (the largest is ~460 KB) arrive with the add-on, so they nev
 the kubectl Lambda (262 KB request limit). Roles:
 
 * execution role ``SageMakerHyperPodInference-*`` (the add-on requires that name prefix), trusted
-  by ``sagemaker.amazonaws.com`` from this account and by the operator's one service account;
+  by ``sagemaker.amazonaws.com`` for SageMaker resources of this account and region
+  (``aws:SourceAccount`` and ``aws:SourceArn``) and by the operator's one service account;
   capture, KMS, ACM, TLS bucket and Route 53 permissions scoped to the real bucket, key,
   certificate and hosted zone;
 * the AWS Load Balancer Controller and KEDA roles the add-on runs with, each bound to its one
@@ -21,7 +22,6 @@ from typing import Any
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_certificatemanager as acm
-from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -29,6 +29,7 @@ from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from hyperpod_inference_iac.addons import cfn_addon, managed_addon
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
 from hyperpod_inference_iac.data_perimeter import ObjectAccess
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
@@ -61,6 +62,24 @@ FSX_CSI_ADDON = "aws-fsx-csi-driver"
 S3_CSI_SERVICE_ACCOUNT = ("kube-system", "s3-csi-driver-sa")
 # The service accounts the operator runs JumpStart model pods under (the AWS setup guide's gated-model trust).
 JUMPSTART_SERVICE_ACCOUNT_PREFIX = "hyperpod-inference-service-account"
+
+
+def sagemaker_source_conditions(stack: Stack) -> dict[str, dict[str, str]]:
+    """Confused-deputy guard of the execution role's SageMaker trust: SageMaker may assume it only on behalf
+    of SageMaker resources of this account and region.
+
+    What SageMaker assumes the role for is what the operator creates with it: models, endpoint
+    configurations, endpoints (Tier 1 capture, endpoint registration) and inference components, and the
+    operator is bound to one HyperPod cluster. Which of these ARNs SageMaker presents as ``aws:SourceArn``
+    is not documented, and a narrower list that missed one would break deployments only on a real
+    account, so the pattern is every SageMaker resource of this account and region
+    (``arn:<partition>:sagemaker:<region>:<account>:*``), the pattern of the operator's own published
+    trust policy. It still refuses SageMaker acting for another account (``aws:SourceAccount``) or from
+    another region. The pod trust (IRSA) is a separate statement and keeps its exact ``sub``/``aud``."""
+    return {
+        "StringEquals": {"aws:SourceAccount": stack.account},
+        "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:*"},
+    }
 
 
 def check_inference_operator(problems: Problems, at: KeyPaths = PROPS, *, execution_role_name: str,
@@ -157,8 +176,7 @@ class InferenceOperator(Construct):
             role_name=execution_role_name,
             description="HyperPod inference operator: deploys models, certificates, DNS and data capture",
             assumed_by=iam.CompositePrincipal(
-                iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
-                    {"StringEquals": {"aws:SourceAccount": stack.account}}),
+                iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(sagemaker_source_conditions(stack)),
                 service_account_principal(self, "OperatorTrust", cluster=cluster, namespace=OPERATOR_NAMESPACE,
                                           service_account=OPERATOR_SERVICE_ACCOUNT),
             ),
@@ -205,7 +223,7 @@ class InferenceOperator(Construct):
         if install_fsx_csi_driver:
             self.dependency_addons.append(self._addon(cluster, FSX_CSI_ADDON))
         mountpoint = self.dependency_addons[DEPENDENCY_ADDONS.index("aws-mountpoint-s3-csi-driver")]
-        _cfn_addon(mountpoint).service_account_role_arn = self.s3_csi_role.role_arn
+        cfn_addon(mountpoint).service_account_role_arn = self.s3_csi_role.role_arn
 
         configuration: dict[str, Any] = {
             "executionRoleArn": self.execution_role.role_arn,
@@ -218,9 +236,8 @@ class InferenceOperator(Construct):
         if self.gated_model_role is not None:
             configuration["jumpstartGatedModelDownloadRoleArn"] = self.gated_model_role.role_arn
         self.configuration: Mapping[str, Any] = configuration
-        self.addon = eks.Addon(self, "Addon", cluster=cluster, addon_name=OPERATOR_ADDON, addon_version=addon_version,
-                               configuration_values=dict(self.configuration))
-        _cfn_addon(self.addon).resolve_conflicts = "OVERWRITE"
+        self.addon = managed_addon(self, "Addon", cluster=cluster, name=OPERATOR_ADDON, version=addon_version,
+                                   configuration_values=self.configuration)
         for dependency in self.dependency_addons:
             self.addon.node.add_dependency(dependency)
         self._acknowledge_reviewed_findings(stack, objects_arn(tls_arn))
@@ -295,9 +312,7 @@ class InferenceOperator(Construct):
         return role
 
     def _addon(self, cluster: eks.ICluster, name: str) -> eks.Addon:
-        addon = eks.Addon(self, _construct_id(name), cluster=cluster, addon_name=name)
-        _cfn_addon(addon).resolve_conflicts = "OVERWRITE"
-        return addon
+        return managed_addon(self, _construct_id(name), cluster=cluster, name=name)
 
     def _acknowledge_reviewed_findings(self, stack: Stack, tls_objects: str) -> None:
         partition, region, account = stack.partition, stack.region, stack.account
@@ -309,10 +324,6 @@ class InferenceOperator(Construct):
             *(f"{elb}:{kind}" for kind in ("loadbalancer/app/*/*", "loadbalancer/net/*/*", "targetgroup/*/*",
                                            "listener/app/*/*/*", "listener/net/*/*/*", "listener-rule/app/*/*/*",
                                            "listener-rule/net/*/*/*"))))
-
-
-def _cfn_addon(addon: eks.Addon) -> eks_l1.CfnAddon:
-    return addon.node.default_child  # type: ignore[return-value]
 
 
 def _construct_id(addon_name: str) -> str:

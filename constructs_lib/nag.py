@@ -100,6 +100,11 @@ REASONS: dict[str, tuple[str, str]] = {
         "AwsSolutions-L1",
         "The runtime of CDK's SDK-call provider is chosen by aws-cdk-lib and moves with its upgrades.",
     ),
+    "cloudwatch-log-group-arn": (
+        "AwsSolutions-IAM5",
+        "CloudWatch Logs authorizes log-group actions (CreateLogGroup, PutRetentionPolicy) against the group's ARN "
+        "with its documented trailing ':*'; the group name itself is exact.",
+    ),
     "external-dns-zone-discovery": (
         "AwsSolutions-IAM5",
         "ExternalDNS must call route53:ListHostedZones (no resource-level permissions) to find its zone; "

@@ -27,6 +27,7 @@ from aws_cdk import Duration
 from hyperpod_inference_iac import (
     AlarmSettings,
     ClusterEndpointAccess,
+    FlowLogTraffic,
     InstanceGroup,
     KeyPaths,
     NodeRecovery,
@@ -45,6 +46,7 @@ from hyperpod_inference_iac import (
     check_hyperpod_cluster,
     check_inference_cluster,
     check_inference_operator,
+    check_log_retention,
     check_platform_vpc,
     sidecar_metrics,
 )
@@ -64,6 +66,7 @@ from platform_config.model import (
     ExistingVpc,
     GpuNodeGroupConfig,
     HyperPodConfig,
+    LogRetentionPolicy,
     NewVpc,
     OperatorConfig,
     PlatformConfig,
@@ -80,11 +83,17 @@ _CAPTURE_KEYS = {"retention_days": "retentionDays",
                  "raw_reader_role_arns": "rawReaderRoleArns", "break_glass_role_arns": "breakGlassRoleArns",
                  "capture_prefixes[0]": "prefix", "capture_prefix": "prefix", "pandas_layer_arn": "pandasLayerArn",
                  "max_concurrency": "processorMaxConcurrency"}
-_NEW_VPC_KEYS = {"max_azs": "maxAzs", "nat_gateways": "natGateways"}
-_EXISTING_VPC_KEYS = {"vpc_id": "vpcId", "vpc_cidr": "vpcCidr", "availability_zones": "availabilityZones",
-                      "private_subnet_ids": "privateSubnetIds"}
+_LOGGING_KEYS = {"retention_days": "retentionDays", "audit_retention_days": "auditRetentionDays"}
+# Under `network`: each VPC kind's keys, and `flowLogs` beside them (it applies to whichever kind is given).
+_NEW_VPC_KEYS = {"cidr": "newVpc.cidr", "max_azs": "newVpc.maxAzs", "nat_gateways": "newVpc.natGateways",
+                 "flow_log_traffic": "flowLogs"}
+_EXISTING_VPC_KEYS = {"vpc_id": "existingVpc.vpcId", "vpc_cidr": "existingVpc.vpcCidr",
+                      "availability_zones": "existingVpc.availabilityZones",
+                      "private_subnet_ids": "existingVpc.privateSubnetIds", "flow_log_traffic": "flowLogs"}
 _CLUSTER_KEYS = {"cluster_name": "name", "kubernetes_version": "kubernetesVersion", "endpoint_access": "endpointAccess",
                  "admin_role_arns": "adminRoleArns", "system_instance_type": "systemInstanceType"}
+_FLOW_LOGS_OFF = "off"
+_UNSET: Any = object()
 _NODE_GROUP_KEYS = {"instance_types": "instanceTypes", "min_size": "minSize", "desired_size": "desiredSize",
                     "max_size": "maxSize", "root_volume_gib": "rootVolumeGiB"}
 _HYPERPOD_KEYS = {"cluster_name": "clusterName", "node_recovery": "nodeRecovery", "instance_groups": "instanceGroups"}
@@ -152,6 +161,7 @@ def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
         environment=environment,
         tags=root.string_map("tags"),
         capture=_capture(root.section("capture"), environment),
+        logging=_logging(root.section("logging")),
         vpc=_vpc(root.section("network")),
         cluster=_cluster(root.section("cluster", required=True)),
         hyperpod=_hyperpod(root.section("hyperpod", required=True)),
@@ -202,37 +212,67 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
     return policy
 
 
+def _logging(section: Section) -> LogRetentionPolicy:
+    defaults = LogRetentionPolicy()
+    policy = LogRetentionPolicy(
+        retention_days=_integer(section, "retentionDays", defaults.retention_days),
+        audit_retention_days=_integer(section, "auditRetentionDays", defaults.audit_retention_days),
+    )
+    section.finish()
+    check_log_retention(section.problems, KeyPaths(section.path, _LOGGING_KEYS), retention_days=policy.retention_days,
+                        audit_retention_days=policy.audit_retention_days)
+    return policy
+
+
 def _vpc(section: Section) -> NewVpc | ExistingVpc:
+    """``network``: one VPC kind, and ``flowLogs`` for whichever it is (the construct's default when unset)."""
     problems = section.problems
     existing = section.optional_section("existingVpc")
     create = section.optional_section("newVpc")
+    flow_logs = section.raw("flowLogs") if section.has("flowLogs") else _UNSET
     section.finish()
     if existing is not None and create is not None:
         problems.add("Network.BothVpcKinds", section.path, "give either newVpc or existingVpc, not both")
     if existing is not None:
+        traffic = ExistingVpc.flow_log_traffic if flow_logs is _UNSET else _flow_logs_off_or(flow_logs)
         vpc = ExistingVpc(
             vpc_id=existing.string("vpcId", required=True) or "vpc-00000000",
             vpc_cidr=existing.string("vpcCidr", required=True) or "10.0.0.0/16",
             availability_zones=tuple(existing.string_list("availabilityZones", required=True)),
             private_subnet_ids=tuple(existing.string_list("privateSubnetIds", required=True)),
+            flow_log_traffic=_traffic(traffic),
         )
         existing.finish()
-        check_existing_vpc(problems, KeyPaths(existing.path, _EXISTING_VPC_KEYS), vpc_id=vpc.vpc_id,
+        check_existing_vpc(problems, KeyPaths(section.path, _EXISTING_VPC_KEYS), vpc_id=vpc.vpc_id,
                            vpc_cidr=vpc.vpc_cidr, availability_zones=vpc.availability_zones,
-                           private_subnet_ids=vpc.private_subnet_ids)
+                           private_subnet_ids=vpc.private_subnet_ids, flow_log_traffic=traffic)
         return vpc
     create = create or Section({}, section.at("newVpc"), problems)
     defaults = NewVpc()
+    traffic = defaults.flow_log_traffic if flow_logs is _UNSET else _flow_logs_off_or(flow_logs)
     vpc = NewVpc(
         cidr=create.string("cidr", default=defaults.cidr) or defaults.cidr,
         max_azs=_integer(create, "maxAzs", defaults.max_azs),
         nat_gateways=_integer(create, "natGateways", defaults.nat_gateways),
+        flow_log_traffic=_traffic(traffic),
     )
     create.finish()
-    check_platform_vpc(problems, KeyPaths(create.path, _NEW_VPC_KEYS), cidr=vpc.cidr, max_azs=vpc.max_azs,
-                       nat_gateways=vpc.nat_gateways)
+    check_platform_vpc(problems, KeyPaths(section.path, _NEW_VPC_KEYS), cidr=vpc.cidr, max_azs=vpc.max_azs,
+                       nat_gateways=vpc.nat_gateways, flow_log_traffic=traffic)
     return vpc
 
+
+def _flow_logs_off_or(value: Any) -> Any:
+    """``network.flowLogs``: ``off`` (YAML reads an unquoted off as false) means no flow log (None); anything
+    else is a traffic type for the construct's check."""
+    if value is False or (isinstance(value, str) and value.lower() == _FLOW_LOGS_OFF):
+        return None
+    return value
+
+
+def _traffic(value: Any) -> FlowLogTraffic | None:
+    """The traffic type, once the construct's check accepted it (a bad value is reported there)."""
+    return FlowLogTraffic(value) if isinstance(value, str) and value in FlowLogTraffic._value2member_map_ else None
 
 def _cluster(section: Section) -> ClusterConfig:
     problems = section.problems
@@ -268,6 +308,7 @@ def _cluster(section: Section) -> ClusterConfig:
         admin_role_arns=tuple(section.string_list("adminRoleArns")),
         system_instance_type=section.string("systemInstanceType", default="m6i.large") or "m6i.large",
         gpu_node_groups=tuple(groups),
+        enforce_network_policies=section.boolean("enforceNetworkPolicies", default=True),
     )
     section.finish()
     check_inference_cluster(problems, KeyPaths(section.path, _CLUSTER_KEYS), cluster_name=config.name,

@@ -13,6 +13,7 @@ from hyperpod_inference_iac import (
     AlarmSettings,
     ClusterEndpointAccess,
     DeepHealthCheck,
+    FlowLogTraffic,
     InstanceGroup,
     NodeRecovery,
     PlatformValue,
@@ -60,10 +61,20 @@ class CapturePolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LogRetentionPolicy:
+    """Days CloudWatch Logs keeps the platform's logs: audit-like logs (EKS control plane, VPC flow logs) and
+    the rest (HyperPod cluster logs, every Lambda function's logs)."""
+
+    retention_days: int = 90
+    audit_retention_days: int = 365
+
+
+@dataclass(frozen=True, kw_only=True)
 class NewVpc:
     cidr: str = "10.42.0.0/16"
     max_azs: int = 2
     nat_gateways: int = 1
+    flow_log_traffic: FlowLogTraffic | None = FlowLogTraffic.ALL  # None: no flow log
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +83,7 @@ class ExistingVpc:
     availability_zones: tuple[str, ...]
     private_subnet_ids: tuple[str, ...]
     vpc_cidr: str
+    flow_log_traffic: FlowLogTraffic | None = None  # off: the VPC's owners usually log it already
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +105,7 @@ class ClusterConfig:
     admin_role_arns: tuple[str, ...]
     system_instance_type: str
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...]
+    enforce_network_policies: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +165,7 @@ class PlatformConfig:
     environment: Environment
     tags: dict[str, str]
     capture: CapturePolicy
+    logging: LogRetentionPolicy = field(default_factory=LogRetentionPolicy)
     vpc: NewVpc | ExistingVpc
     cluster: ClusterConfig
     hyperpod: HyperPodConfig
@@ -289,6 +303,7 @@ __all__ = [
     "ExistingVpc",
     "GpuNodeGroupConfig",
     "HyperPodConfig",
+    "LogRetentionPolicy",
     "NewVpc",
     "OperatorConfig",
     "PlatformConfig",

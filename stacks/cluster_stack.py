@@ -34,6 +34,7 @@ from hyperpod_inference_iac import (
     PlatformVpc,
     deploy_time_availability_zones,
     existing_vpc,
+    retention_from_days,
 )
 from platform_config import PlatformConfig
 from platform_config.model import NewVpc
@@ -51,6 +52,8 @@ class ClusterStack(Stack):
             self, "Eks", cluster_name=cluster_config.name, kubernetes_version=cluster_config.kubernetes_version,
             vpc=self.vpc, endpoint_access=cluster_config.endpoint_access,
             admin_role_arns=cluster_config.admin_role_arns, system_instance_type=cluster_config.system_instance_type,
+            enforce_network_policies=cluster_config.enforce_network_policies,
+            control_plane_log_retention=retention_from_days(config.logging.audit_retention_days),
         )
         eks_cluster = self.cluster.cluster
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
@@ -75,6 +78,7 @@ class ClusterStack(Stack):
             # Lifecycle scripts are code, not captured data: SSE-S3, so the capture key's policy lists only the
             # principals that handle captures and certificates.
             access_logs_bucket=storage.access_log_bucket,
+            log_retention=retention_from_days(config.logging.retention_days),
         )
         domain_config = config.domain
         self.domain = domain = EndpointDomain(
@@ -177,6 +181,7 @@ class ClusterStack(Stack):
             self.sidecar_metrics = CaptureSidecarMetrics(
                 self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
                 cluster_name=config.cluster.name, role_name=config.sidecar_metrics_role_name,
+                log_retention=retention_from_days(config.logging.retention_days),
                 depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
@@ -194,12 +199,15 @@ class ClusterStack(Stack):
         return self._zones
 
     def _vpc(self, config: PlatformConfig) -> ec2.IVpc:
+        flow_log_retention = retention_from_days(config.logging.audit_retention_days)
         if isinstance(config.vpc, NewVpc):
             return PlatformVpc(self, "Network", cidr=config.vpc.cidr, max_azs=config.vpc.max_azs,
-                               nat_gateways=config.vpc.nat_gateways, availability_zones=self._zones).vpc
+                               nat_gateways=config.vpc.nat_gateways, availability_zones=self._zones,
+                               flow_log_traffic=config.vpc.flow_log_traffic, flow_log_retention=flow_log_retention).vpc
         return existing_vpc(self, "Network", vpc_id=config.vpc.vpc_id, vpc_cidr=config.vpc.vpc_cidr,
                             availability_zones=config.vpc.availability_zones,
-                            private_subnet_ids=config.vpc.private_subnet_ids)
+                            private_subnet_ids=config.vpc.private_subnet_ids,
+                            flow_log_traffic=config.vpc.flow_log_traffic, flow_log_retention=flow_log_retention)
 
 
 def _zones(config: PlatformConfig) -> list[str]:

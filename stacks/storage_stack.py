@@ -8,7 +8,14 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from hyperpod_inference_iac import AlarmTopic, CaptureAlarms, CapturePipeline, CaptureStorage, PlatformValue
+from hyperpod_inference_iac import (
+    AlarmTopic,
+    CaptureAlarms,
+    CapturePipeline,
+    CaptureStorage,
+    PlatformValue,
+    retention_from_days,
+)
 from platform_config import PlatformConfig
 
 
@@ -40,6 +47,7 @@ class StorageStack(Stack):
             quarantine_prefix=storage.quarantine_prefix, redact=capture.redact,
             pandas_layer_arn=capture.pandas_layer_arn, max_concurrency=capture.processor_max_concurrency,
             glue_database_name=f"{config.project.replace('-', '_')}_capture",
+            log_retention=retention_from_days(config.logging.retention_days),
         )
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None

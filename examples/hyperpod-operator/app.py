@@ -2,7 +2,7 @@
 """Your own aws_eks_v2 cluster, with a GPU node group on instance-store NVMe, the HyperPod cluster attached
 to it and the HyperPod inference operator installed with scoped roles."""
 
-from aws_cdk import App, Environment, Stack
+from aws_cdk import App, Aspects, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
@@ -13,6 +13,7 @@ from hyperpod_inference_iac import (
     HyperPodCluster,
     InferenceOperator,
     InstanceGroup,
+    LambdaLogRetention,
     deploy_time_availability_zones,
 )
 
@@ -55,5 +56,7 @@ InferenceOperator(
     capture_key=storage.key,
     enable_custom_service_accounts=True,
 )
+# CDK's own helper Lambdas (kubectl provider, SDK calls, bucket notifications) log with a retention too.
+Aspects.of(app).add(LambdaLogRetention())
 
 app.synth()

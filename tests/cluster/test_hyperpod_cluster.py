@@ -15,6 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
+from aws_cdk.aws_logs import RetentionDays
 
 from hyperpod_inference_iac.hyperpod_cluster import LIFECYCLE_SCRIPTS_DIR, HyperPodCluster, InstanceGroup
 from hyperpod_inference_iac.validation import ConfigError
@@ -55,7 +56,7 @@ def built() -> Built:
         base.stack, "Main", cluster_name="inference-hp", eks_cluster=base.cluster,
         subnets=base.vpc.private_subnets, security_groups=[security_group],
         instance_groups=[GPU_GROUP, SYSTEM_GROUP], lifecycle_bucket_name="inference-hp-lifecycle-123456789012",
-        access_logs_bucket=logs, encryption_key=key,
+        access_logs_bucket=logs, encryption_key=key, log_retention=RetentionDays.ONE_MONTH,
     )
     minimal = HyperPodCluster(
         base.stack, "Minimal", cluster_name="small", eks_cluster=base.cluster,
@@ -249,6 +250,21 @@ def test_lifecycle_bucket_is_hardened(built: Built) -> None:
     assert properties["LoggingConfiguration"]["LogFilePrefix"] == "inference-hp-lifecycle-123456789012/"
     # Without a log bucket there is no logging configuration at all (never into itself).
     assert "LoggingConfiguration" not in built.resource(built.minimal.lifecycle_bucket)["Properties"]
+
+
+@pytest.mark.parametrize(("cluster", "days"), [("main", 30), ("minimal", 90)])
+def test_cluster_log_group_gets_the_retention_once_the_cluster_id_is_known(built: Built, cluster: str,
+                                                                          days: int) -> None:
+    hyperpod: HyperPodCluster = getattr(built, cluster)
+    create, retain = (built.template["Resources"][built.logical_id(call.node.find_child("Resource").node.default_child)]
+                      for call in hyperpod.log_retention_calls)
+    text = json.dumps(retain["Properties"]["Create"])
+    assert '\\"action\\":\\"putRetentionPolicy\\"' in text and f'\\"retentionInDays\\":{days}' in text
+    assert '\\"action\\":\\"createLogGroup\\"' in json.dumps(create["Properties"]["Create"])
+    cluster_arn = {"Fn::GetAtt": [built.logical_id(hyperpod.cfn_cluster), "ClusterArn"]}
+    assert built.resolve(hyperpod.log_group_name) == {"Fn::Join": ["", [
+        f"/aws/sagemaker/Clusters/{built.resolve(hyperpod.cfn_cluster.cluster_name)}/",
+        {"Fn::Select": [1, {"Fn::Split": ["/", cluster_arn]}]}]]}
 
 
 def test_minimal_group_has_no_deep_health_checks(built: Built) -> None:

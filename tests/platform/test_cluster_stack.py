@@ -64,9 +64,11 @@ def test_operator_execution_role_trusts_sagemaker_and_exactly_one_service_accoun
     statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert len(statements) == 2
     service = next(s for s in statements if "Service" in s["Principal"])
+    # Confused-deputy guard: SageMaker acting for SageMaker resources of this account and region only.
     assert service == {"Action": "sts:AssumeRole", "Effect": "Allow",
                        "Principal": {"Service": "sagemaker.amazonaws.com"},
-                       "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}}}
+                       "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT},
+                                     "ArnLike": {"aws:SourceArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:*"}}}
     web = next(s for s in statements if "Federated" in s["Principal"])
     assert web["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert _oidc_conditions(cluster, web) == {
@@ -148,7 +150,7 @@ def test_gpu_nodes_use_al2023_nvidia_with_nvme_raid0(cluster: dict[str, Any]) ->
               if v["Properties"].get("AmiType") == "AL2023_x86_64_NVIDIA"]
     assert len(groups) == 1
     assert groups[0]["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
-    (template,) = _resources(cluster, "AWS::EC2::LaunchTemplate").values()
+    template = cluster["Resources"][groups[0]["Properties"]["LaunchTemplate"]["Id"]["Ref"]]
     user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
     assert "application/node.eks.aws" in user_data and "RAID0" in user_data
 
@@ -240,3 +242,93 @@ def test_the_gated_jumpstart_model_gets_a_download_role_for_its_namespace_only(c
     assert statement["Action"] == "sagemaker:CreateHubContentPresignedUrls"
     assert sorted(statement["Resource"]) == [f"arn:aws:sagemaker:{REGION}:*:hub-content/SageMakerPublicHub/*/*",
                                              f"arn:aws:sagemaker:{REGION}:*:hub/SageMakerPublicHub"]
+
+
+def test_every_node_group_requires_imdsv2_with_one_hop_and_an_encrypted_root(cluster: dict[str, Any]) -> None:
+    """Pods cannot borrow a node role from the metadata service, on GPU and system nodes alike."""
+    groups = _resources(cluster, "AWS::EKS::Nodegroup")
+    assert len(groups) == 2
+    for name, group in groups.items():
+        assert "DiskSize" not in group["Properties"], name  # the launch template defines the root volume
+        template = cluster["Resources"][group["Properties"]["LaunchTemplate"]["Id"]["Ref"]]
+        data = template["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"] == {"HttpPutResponseHopLimit": 1, "HttpTokens": "required"}, name
+        (root,) = data["BlockDeviceMappings"]
+        assert root["DeviceName"] == "/dev/xvda" and root["Ebs"]["Encrypted"] is True, name
+        assert root["Ebs"]["VolumeType"] == "gp3", name
+    system = next(g for g in groups.values() if g["Properties"]["AmiType"] == "AL2023_x86_64_STANDARD")
+    # A generated name: CloudFormation can replace the group (EKS adds a launch template to new groups only).
+    assert "NodegroupName" not in system["Properties"]
+    assert system["Properties"]["Labels"] == {"node-role": "system"}
+
+
+def test_vpc_cni_add_on_enforces_network_policies(cluster: dict[str, Any]) -> None:
+    (cni,) = [v for v in _resources(cluster, "AWS::EKS::Addon").values()
+              if v["Properties"]["AddonName"] == "vpc-cni"]
+    props = cni["Properties"]
+    assert json.loads(props["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert props["ResolveConflicts"] == "OVERWRITE"  # takes over the self-managed CNI EKS bootstrapped
+    assert props["PreserveOnDelete"] is True  # removing it from the stack leaves the CNI on the nodes
+    assert "AddonVersion" not in props  # EKS's default for the cluster's minor
+    assert "ServiceAccountRoleArn" not in props  # the node role has AmazonEKS_CNI_Policy
+
+
+def _log_groups(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return _resources(template, "AWS::Logs::LogGroup")
+
+
+def test_control_plane_logs_go_to_a_group_with_retention_created_before_the_cluster(cluster: dict[str, Any]) -> None:
+    ((group_id, group),) = [(k, v) for k, v in _log_groups(cluster).items()
+                            if v["Properties"].get("LogGroupName") == "/aws/eks/llm-platform/cluster"]
+    assert group["Properties"]["RetentionInDays"] == 365
+    assert group["DeletionPolicy"] == "Retain"
+    (eks,) = _resources(cluster, "AWS::EKS::Cluster").values()
+    assert group_id in eks["DependsOn"]
+    assert len(eks["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]) == 5
+
+
+def _sdk_call(template: dict[str, Any], path_suffix: str) -> tuple[str, dict[str, Any], list[Any]]:
+    """An AwsCustomResource's logical id, its create call (deploy-time values read as ``<token>``) and those values."""
+    ((logical_id, resource),) = [(k, v) for k, v in _resources(template, "Custom::AWS").items()
+                                 if v["Metadata"]["aws:cdk:path"].endswith(f"{path_suffix}/Resource/Default")]
+    parts = resource["Properties"]["Create"]["Fn::Join"][1]
+    call = json.loads("".join(part if isinstance(part, str) else "<token>" for part in parts))
+    return logical_id, call, [part for part in parts if not isinstance(part, str)]
+
+
+def test_hyperpod_log_group_gets_its_retention_after_the_cluster_exists(cluster: dict[str, Any]) -> None:
+    (hyperpod_id,) = _resources(cluster, "AWS::SageMaker::Cluster")
+    # /aws/sagemaker/Clusters/<name>/<id>: the id is the cluster ARN's last part, known only after creation.
+    cluster_id = {"Fn::Select": [1, {"Fn::Split": ["/", {"Fn::GetAtt": [hyperpod_id, "ClusterArn"]}]}]}
+    group = "/aws/sagemaker/Clusters/llm-platform-hp/<token>"
+    create_id, create, create_tokens = _sdk_call(cluster, "/HyperPod/CreateLogGroup")
+    retain_id, retain, retain_tokens = _sdk_call(cluster, "/HyperPod/LogRetention")
+    assert create == {"service": "CloudWatchLogs", "action": "createLogGroup", "parameters": {"logGroupName": group},
+                      "physicalResourceId": {"id": group},
+                      "ignoreErrorCodesMatching": "ResourceAlreadyExistsException"}  # HyperPod may have made it
+    assert retain == {"service": "CloudWatchLogs", "action": "putRetentionPolicy",
+                      "parameters": {"logGroupName": group, "retentionInDays": 90}, "physicalResourceId": {"id": group}}
+    assert set(map(json.dumps, create_tokens + retain_tokens)) == {json.dumps(cluster_id)}
+    assert create_id in cluster["Resources"][retain_id]["DependsOn"]
+    # Least privilege: the two actions, on that one group.
+    policies = [v for k, v in _resources(cluster, "AWS::IAM::Policy").items()
+                if k.startswith(("HyperPodCreateLogGroup", "HyperPodLogRetention"))]
+    assert len(policies) == 2
+    for policy in policies:
+        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Action"] == ["logs:CreateLogGroup", "logs:PutRetentionPolicy"]
+        assert statement["Resource"] == {"Fn::Join": ["", [
+            f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/Clusters/llm-platform-hp/", cluster_id, ":*"]]}
+
+
+def test_vpc_flow_log_records_all_traffic_into_a_retained_group(cluster: dict[str, Any]) -> None:
+    (flow_log,) = _resources(cluster, "AWS::EC2::FlowLog").values()
+    props = flow_log["Properties"]
+    assert props["TrafficType"] == "ALL" and props["LogDestinationType"] == "cloud-watch-logs"
+    group = cluster["Resources"][props["LogGroupName"]["Ref"]]
+    assert group["Properties"]["RetentionInDays"] == 365 and group["DeletionPolicy"] == "Retain"
+    role = cluster["Resources"][props["DeliverLogsPermissionArn"]["Fn::GetAtt"][0]]
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"}
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT},
+                                  "ArnLike": {"aws:SourceArn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc-flow-log/*"}}

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from hyperpod_inference_iac.nag import REASONS
 from tests.support.synth import REPO, Assembly, run_cdk_synth
@@ -52,7 +53,8 @@ NOT_OUTPUT = {Path("performance-counters.json")}
 
 def test_two_synths_are_byte_identical(assembly: Assembly, tmp_path: Path) -> None:
     second = tmp_path / "second"
-    result = run_cdk_synth(second)
+    # As if this synth were slow (a loaded runner): CDK would then write its timings into cdk.out.
+    result = run_cdk_synth(second, context={"@aws-cdk/core.slowSynthThreshold": "0"})
     assert result.returncode == 0, result.stderr
     first_files = sorted(p.relative_to(assembly.directory) for p in assembly.directory.rglob("*")
                          if p.is_file() and p.relative_to(assembly.directory) not in NOT_OUTPUT)
@@ -69,3 +71,62 @@ def test_no_wildcard_trust_no_full_access_no_star_actions(assembly: Assembly) ->
         assert "system:serviceaccount:*" not in text, name
         assert "FullAccess" not in text, name
         assert '"Action": "*"' not in text, name
+
+
+# Functions whose logs may go without a retention, each with its reason. None: every function has one.
+FUNCTIONS_WITHOUT_RETENTION: dict[str, str] = {}
+BASIC_EXECUTION = "AWSLambdaBasicExecutionRole"
+
+
+def _log_group_of(template: dict[str, Any], function_id: str) -> dict[str, Any] | None:
+    """The group a function logs to: its LoggingConfig.LogGroup, else a group named /aws/lambda/<function>."""
+    resources = template["Resources"]
+    named = resources[function_id]["Properties"].get("LoggingConfig", {}).get("LogGroup")
+    if named is not None:
+        return resources[named["Ref"]]
+    default = {"Fn::Join": ["", ["/aws/lambda/", {"Ref": function_id}]]}
+    return next((r for r in resources.values()
+                 if r["Type"] == "AWS::Logs::LogGroup" and r["Properties"].get("LogGroupName") == default), None)
+
+
+def _may_write_logs(template: dict[str, Any], function_id: str, group_id: str) -> bool:
+    """The function's role has the basic execution policy (every group) or a grant on its group."""
+    resources = template["Resources"]
+    role_id = resources[function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    if BASIC_EXECUTION in json.dumps(resources[role_id]["Properties"].get("ManagedPolicyArns", [])):
+        return True
+    policies = [r["Properties"] for r in resources.values()
+                if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]]
+    return any(group_id in json.dumps(s["Resource"]) and "logs:PutLogEvents" in json.dumps(s["Action"])
+               for policy in policies for s in policy["PolicyDocument"]["Statement"])
+
+
+def test_every_lambda_function_logs_to_a_group_with_retention(assembly: Assembly) -> None:
+    """CDK's helpers (kubectl provider, custom-resource providers, bucket notifications, the SDK-call
+    provider) included: none may leave a group that keeps its events forever."""
+    checked = 0
+    for name, template in assembly.templates.items():
+        for function_id, function in template["Resources"].items():
+            if function["Type"] != "AWS::Lambda::Function" or function_id in FUNCTIONS_WITHOUT_RETENTION:
+                continue
+            checked += 1
+            group = _log_group_of(template, function_id)
+            assert group is not None, f"{name}/{function_id} has no log group of its own"
+            assert group["Properties"].get("RetentionInDays") == 90, f"{name}/{function_id}"
+            group_id = next(k for k, v in template["Resources"].items() if v is group)
+            assert _may_write_logs(template, function_id, group_id), f"{name}/{function_id} cannot write its logs"
+    assert checked == 7
+
+
+def test_every_log_group_of_the_app_has_a_retention_from_the_config(assembly: Assembly) -> None:
+    """Not only the Lambda functions': the flow log, the control plane, the metrics agent, whatever a later
+    construct adds. (HyperPod's own group is created by the service; its retention is an SDK call.)"""
+    expected = {"/aws/eks/llm-platform/cluster": 365}
+    groups = [(name, logical_id, group) for name, template in assembly.templates.items()
+              for logical_id, group in template["Resources"].items() if group["Type"] == "AWS::Logs::LogGroup"]
+    assert len(groups) >= 10
+    for name, logical_id, group in groups:
+        days = group["Properties"].get("RetentionInDays")
+        group_name = group["Properties"].get("LogGroupName")
+        wanted = (expected[group_name],) if isinstance(group_name, str) and group_name in expected else (90, 365)
+        assert days in wanted, f"{name}/{logical_id}: {days}"

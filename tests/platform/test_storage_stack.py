@@ -9,6 +9,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from tests.support.policy_eval import Request, decision
 from tests.support.synth import Assembly, mask_volatile
 
 
@@ -206,3 +207,66 @@ def test_data_is_retained_when_the_stack_is_deleted(storage: dict[str, Any]) -> 
     for resource in storage["Resources"].values():
         if resource["Type"] in ("AWS::S3::Bucket", "AWS::KMS::Key"):
             assert resource["DeletionPolicy"] == "Retain"
+
+
+# -- the access-log bucket admits S3 log delivery for the platform's buckets only, each under its prefix ------
+PLATFORM_BUCKETS = [f"{name}-111122223333-us-west-2" for name in (
+    "llm-platform-capture", "hyperpod-tls-llm-platform", "llm-platform-hp-lifecycle")]
+
+
+def _log_bucket_statements(storage: dict[str, Any]) -> list[dict[str, Any]]:
+    """The log bucket's policy with its own ARN resolved (the evaluator matches plain strings)."""
+    (log_bucket_id,) = [k for k, v in storage["Resources"].items() if v["Type"] == "AWS::S3::Bucket"
+                        and v["Properties"]["BucketName"] == LOG_BUCKET]
+    text = json.dumps(_policy(storage, "AccessLogBucket"))
+    text = text.replace(json.dumps({"Fn::GetAtt": [log_bucket_id, "Arn"]}), json.dumps(f"arn:aws:s3:::{LOG_BUCKET}"))
+    statements = json.loads(text)
+    for statement in statements:
+        for field in ("Resource", "NotResource"):
+            values = statement.get(field)
+            if isinstance(values, list):
+                statement[field] = [_join(v) for v in values]
+            elif values is not None:
+                statement[field] = _join(values)
+    return statements
+
+
+def _join(value: Any) -> str:
+    if isinstance(value, dict):
+        separator, parts = value["Fn::Join"]
+        return separator.join(parts)
+    return value
+
+
+def _delivery(source_bucket: str, key: str, account: str = "111122223333") -> Request:
+    return Request(action="s3:PutObject", resource=f"arn:aws:s3:::{LOG_BUCKET}/{key}",
+                   service="logging.s3.amazonaws.com",
+                   context={"aws:SourceArn": f"arn:aws:s3:::{source_bucket}", "aws:SourceAccount": account,
+                            "aws:SecureTransport": "true", "s3:TlsVersion": "1.3"})
+
+
+@pytest.mark.parametrize("bucket", PLATFORM_BUCKETS)
+def test_log_delivery_from_a_platform_bucket_is_admitted_under_its_own_prefix_only(
+        storage: dict[str, Any], bucket: str) -> None:
+    statements = _log_bucket_statements(storage)
+    assert decision(statements, _delivery(bucket, f"{bucket}/2026-01-01-00-00-00-ABCDEF")) == "allow"
+    for other in PLATFORM_BUCKETS:
+        if other != bucket:  # a bucket cannot write (or overwrite) another bucket's logs
+            assert decision(statements, _delivery(bucket, f"{other}/2026-01-01-00-00-00-ABCDEF")) == "neutral"
+
+
+@pytest.mark.parametrize(("source", "key", "account"), [
+    ("somebody-elses-bucket", "somebody-elses-bucket/log", "111122223333"),  # not a platform bucket
+    ("somebody-elses-bucket", f"{PLATFORM_BUCKETS[0]}/log", "111122223333"),  # ... posing under a platform prefix
+    (PLATFORM_BUCKETS[0], f"{PLATFORM_BUCKETS[0]}/log", "444455556666"),  # a same-named bucket of another account
+])
+def test_log_delivery_for_anything_else_is_not_admitted(storage: dict[str, Any], source: str, key: str,
+                                                        account: str) -> None:
+    assert decision(_log_bucket_statements(storage), _delivery(source, key, account)) == "neutral"
+
+
+def test_nothing_but_s3_log_delivery_is_admitted_to_the_log_bucket(storage: dict[str, Any]) -> None:
+    allows = [s for s in _log_bucket_statements(storage) if s["Effect"] == "Allow"]
+    assert {json.dumps(s["Principal"]) for s in allows} == {json.dumps({"Service": "logging.s3.amazonaws.com"})}
+    assert {s["Action"] for s in allows} == {"s3:PutObject"}
+    assert all(set(s["Condition"]) == {"ArnLike", "StringEquals"} for s in allows)

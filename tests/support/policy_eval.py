@@ -2,7 +2,8 @@
 
 Moto (the rehearsal) evaluates identity policies but not conditions; these tests evaluate the conditions the
 data perimeter depends on (``aws:PrincipalArn``, ``aws:PrincipalIsAWSService``, the SSE headers, ``Null``,
-``kms:ViaService``, the encryption context) for the statement shapes it renders. It is not a general IAM
+``kms:ViaService``, the encryption context; for the log bucket ``aws:SourceArn``, ``aws:SourceAccount`` and
+``s3:TlsVersion``) for the statement shapes it renders. It is not a general IAM
 engine: an operator or condition it does not know fails the test instead of guessing.
 """
 
@@ -64,6 +65,8 @@ def _condition(operator: str, key: str, expected: Any, keys: Mapping[str, str]) 
         return any(fnmatch.fnmatchcase(actual, v) for v in values)
     if base in ("StringNotLike", "ArnNotLike"):
         return not any(fnmatch.fnmatchcase(actual, v) for v in values)
+    if base == "NumericLessThan":
+        return any(float(actual) < float(v) for v in values)
     raise AssertionError(f"condition operator {operator} is not known to this evaluator")
 
 

@@ -105,6 +105,12 @@ CASES = [
     ("Network.BadCidr", "network.newVpc.cidr", _set("network.newVpc.cidr", "10.0.0.0/8")),
     ("Network.ZoneCount", "network.newVpc.maxAzs", _set("network.newVpc.maxAzs", 1)),
     ("Network.NatGateways", "network.newVpc.natGateways", _set("network.newVpc.natGateways", 3)),
+    ("Network.FlowLogTraffic", "network.flowLogs", _set("network.flowLogs", "REJECTED")),
+    ("Network.FlowLogTraffic", "network.flowLogs",
+     lambda d: d.update(network={"existingVpc": EXISTING_VPC, "flowLogs": True})),
+    ("Logs.RetentionDays", "logging.retentionDays", _set("logging.retentionDays", 100)),
+    ("Logs.RetentionDays", "logging.auditRetentionDays", _set("logging.auditRetentionDays", 0)),
+    ("Config.WrongType", "cluster.enforceNetworkPolicies", _set("cluster.enforceNetworkPolicies", "yes")),
     ("InferenceCluster.UnsupportedKubernetesVersion", "cluster.kubernetesVersion",
      _set("cluster.kubernetesVersion", "1.20")),
     ("InferenceCluster.EndpointAccess", "cluster.endpointAccess", _set("cluster.endpointAccess", "privat")),
@@ -234,6 +240,32 @@ def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
 @pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])
 def test_every_documented_kubernetes_version_is_accepted(version: str) -> None:
     assert parse_config(_with(_set("cluster.kubernetesVersion", version))).cluster.kubernetes_version == version
+
+
+def test_log_retentions_and_network_policies_default_as_documented() -> None:
+    data = _with(_delete("logging"))
+    del data["cluster"]["enforceNetworkPolicies"]
+    config = parse_config(data)
+    assert (config.logging.retention_days, config.logging.audit_retention_days) == (90, 365)
+    assert config.cluster.enforce_network_policies is True
+
+
+@pytest.mark.parametrize(("network", "traffic"), [
+    ({"newVpc": {}}, "ALL"),  # the default of a new VPC
+    ({"newVpc": {}, "flowLogs": "REJECT"}, "REJECT"),
+    ({"newVpc": {}, "flowLogs": False}, None),  # YAML's unquoted off
+    ({"newVpc": {}, "flowLogs": "off"}, None),
+    ({"existingVpc": EXISTING_VPC}, None),  # an existing VPC: off unless asked
+    ({"existingVpc": EXISTING_VPC, "flowLogs": "ACCEPT"}, "ACCEPT"),
+])
+def test_flow_logs_per_vpc_kind(network: dict[str, Any], traffic: str | None) -> None:
+    config = parse_config(_with(lambda d: d.update(network=network)))
+    assert config.vpc.flow_log_traffic == traffic
+
+
+def test_yaml_off_means_no_flow_log() -> None:
+    text = (REPO / "config" / "default.yaml").read_text().replace("flowLogs: ALL", "flowLogs: off")
+    assert parse_config(yaml.safe_load(text)).vpc.flow_log_traffic is None
 
 
 WORKLOAD_MISTAKES = [

@@ -12,6 +12,7 @@ from aws_cdk import Annotations as CdkAnnotations
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Annotations, Match, Template
@@ -21,11 +22,13 @@ from hyperpod_inference_iac import (
     ClusterEndpointAccess,
     EndpointDomain,
     ExternalDns,
+    FlowLogTraffic,
     IdentityBinding,
     InferenceCluster,
     InferenceOperator,
     PlatformVpc,
     WorkloadIdentity,
+    existing_vpc,
 )
 from hyperpod_inference_iac.validation import ConfigError
 from tests.support.synth import REPO
@@ -304,3 +307,51 @@ def test_external_dns_changes_records_in_its_zones_only() -> None:
     assert dns.release.values["extraArgs"] == ["--zone-id-filter=Z0123456789ABC"]
     assert dns.release.values["serviceAccount"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/c-external-dns"}
+
+
+# -- flow logs, network policies, log retention ------------------------------------------------------------
+def _flow_logs(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v["Properties"] for v in template["Resources"].values() if v["Type"] == "AWS::EC2::FlowLog"]
+
+
+@pytest.mark.parametrize(("traffic", "expected"), [(FlowLogTraffic.REJECT, ["REJECT"]), ("ACCEPT", ["ACCEPT"]),
+                                                   (None, [])])
+def test_platform_vpc_flow_log_traffic_or_none(traffic: FlowLogTraffic | None, expected: list[str]) -> None:
+    stack = _stack()
+    network = PlatformVpc(stack, "Network", availability_zones=["us-west-2a", "us-west-2b"], flow_log_traffic=traffic)
+    assert [f["TrafficType"] for f in _flow_logs(Template.from_stack(stack).to_json())] == expected
+    assert (network.flow_log is None) == (traffic is None)
+
+
+def test_existing_vpc_gets_a_flow_log_only_when_asked() -> None:
+    attributes = {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
+                  "availability_zones": ["us-west-2a", "us-west-2b"],
+                  "private_subnet_ids": ["subnet-01234567", "subnet-89abcdef"]}
+    quiet = _stack()
+    existing_vpc(quiet, "Network", **attributes)
+    assert not [c for c in quiet.node.find_all() if isinstance(c, ec2.CfnFlowLog)]  # (an empty stack: no synth)
+    logged = _stack()
+    existing_vpc(logged, "Network", **attributes, flow_log_traffic=FlowLogTraffic.ALL,
+                 flow_log_retention=logs.RetentionDays.ONE_MONTH)
+    template = Template.from_stack(logged)
+    (flow_log,) = _flow_logs(template.to_json())
+    assert flow_log["ResourceId"] == "vpc-0123456789abcdef0" and flow_log["TrafficType"] == "ALL"
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+
+
+def test_flow_log_traffic_is_a_closed_set() -> None:
+    with pytest.raises(ConfigError) as caught:
+        PlatformVpc(_stack(), "Network", flow_log_traffic="everything")  # type: ignore[arg-type]
+    assert caught.value.codes == ["Network.FlowLogTraffic"]
+
+
+def test_inference_cluster_without_network_policies_leaves_the_vpc_cni_alone() -> None:
+    stack = _stack()
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Eks", cluster_name="c", vpc=vpc, enforce_network_policies=False,
+                               control_plane_log_retention=logs.RetentionDays.TWO_YEARS)
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::EKS::Addon", 0)
+    template.has_resource_properties("AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/c/cluster",
+                                                             "RetentionInDays": 731})
+    assert cluster.vpc_cni_addon is None
