@@ -12,13 +12,13 @@ making the same S3 calls)."""
 from __future__ import annotations
 
 import fnmatch
-import re
 import subprocess
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from hyperpod_inference_iac.charts.nvme_cache import COMPLETE_MARKER
 from tests.rehearsal.conftest import base_environment
 from tests.support.rehearsal import ContainerRuntime, Rehearsal, container_runtimes, split_s3_uri
 from tests.support.synth import Assembly
@@ -66,14 +66,14 @@ def run_loader(rehearsal: Rehearsal, runtime: ContainerRuntime, aws_cli_bin: Pat
     folder = workdir / "nvme"
     folder.mkdir(parents=True, exist_ok=True)
     local_script = script.replace(mount_path, str(folder))
-    [marker] = re.findall(r'touch "([^"]+)"', local_script)
+    marker = folder / COMPLETE_MARKER  # the script runs in the volume and writes its marker there, last
     env = base_environment(workdir)
     env.update(runtime.env)
     env.update(overrides)
     env.update(rehearsal.environment(rehearsal.credentials(runtime.role_arn)))
     env["PATH"] = f"{aws_cli_bin}:/usr/bin:/bin"
     result = subprocess.run([*shell, local_script], env=env, capture_output=True, text=True, timeout=300, check=False)
-    return result, folder, Path(marker)
+    return result, folder, marker
 
 
 def listed_prefixes(rehearsal: Rehearsal, offset: int, bucket: str) -> list[str]:
@@ -127,9 +127,16 @@ def test_each_loader_copies_its_model_under_its_own_role(
         listed = listed_prefixes(rehearsal, offset, bucket)
         assert listed, "moto's log shows no ListObjects of the loader"
         assert [p for p in listed if not prefix_condition_allows(rehearsal, runtime.role_arn, bucket, p)] == []
+        assert marker.read_text().strip() == runtime.env["MODEL_SOURCE_S3_URI"]  # the marker names its source
         # A pod restart on the same node finds the complete copy and does not touch S3 again.
         again, _, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
         assert again.returncode == 0 and "skipping download" in again.stdout, again.stdout + again.stderr
+        # A file changed in place (same size: sync alone would keep it) fails the checksums: synced again.
+        (name, body), *_ = WEIGHTS.items()
+        (folder / name).write_bytes(bytes(255 - b for b in body))
+        repaired, _, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
+        assert repaired.returncode == 0 and "not a verified copy" in repaired.stdout, repaired.stdout + repaired.stderr
+        assert files_under(folder) == WEIGHTS, runtime.name
 
 
 def test_a_loader_pointed_at_another_models_prefix_is_refused(
