@@ -548,6 +548,11 @@ def _whole_resource_line(r: Resource) -> Line:
     side = "new" if verb == "new" else "old"
     if r.type in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
         return r.line("alarms", f"alarm {r.name}", f"{verb}: {_alarm_summary(r, side)}")
+    if r.type == "AWS::SNS::Subscription":
+        template = r.new if side == "new" else r.old
+        topic = template.text(r.value(side, "TopicArn"))
+        return r.line("alarms", f"subscription to {topic}",
+                      f"{verb}: {r.value(side, 'Protocol')} {template.text(r.value(side, 'Endpoint'))}")
     if r.type == "AWS::EKS::AccessEntry":
         template = r.new if side == "new" else r.old
         principal = template.text(r.value(side, "PrincipalArn"))

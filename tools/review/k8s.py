@@ -343,8 +343,8 @@ def _service_type(m, old, new, ctx):
     return ("exposure", label(ctx.key), change("type", old, new), rank)
 
 
-@rule({"Service", "Ingress"}, r"^metadata\.annotations\.(?P<a>(?:service\.beta\.kubernetes\.io/aws-load-balancer|"
-      r"alb\.ingress\.kubernetes\.io)/scheme)$")
+@rule({"Service", "Ingress"}, r"^metadata\.annotations\.(?:service\.beta\.kubernetes\.io/aws-load-balancer-scheme|"
+      r"alb\.ingress\.kubernetes\.io/scheme)$")
 def _scheme(m, old, new, ctx):
     return ("exposure", label(ctx.key), change("load balancer scheme", old, new),
             new == "internet-facing" or (new is MISSING and old == "internal"))
