@@ -63,7 +63,7 @@ review: export REVIEW_FAIL_ON := $(FAIL_ON)
 review: export REVIEW_OUTPUT := $(OUT)
 review: export REVIEW_CONFIG := $(CONFIG)
 review: setup
-	$(BIN)/python -m tools.review $(if $(BASE),--base "$(BASE)")
+	@$(BIN)/python -m tools.review $(if $(BASE),--base "$(BASE)")
 
 lint: setup
 	$(BIN)/ruff check .
