@@ -193,6 +193,20 @@ def test_exposure_of_services_and_network_policies() -> None:
     assert lines(policy, None) == [("exposure", "NetworkPolicy inference/deny", "removed", True)]
 
 
+def test_rbac_grants_are_identity() -> None:
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "agent", "namespace": "a"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    wider = edited(role, lambda o: o["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}))
+    [(group, subject, text, broadens)] = lines(role, wider)
+    assert (group, subject, broadens) == ("identity", "Role a/agent", True) and '"secrets"' in text
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "agent", "namespace": "a"}, "roleRef": {"kind": "Role", "name": "agent"},
+               "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": "a"}]}
+    assert lines(None, binding) == [
+        ("identity", "RoleBinding a/agent", "new: Role agent to ServiceAccount a/agent", True)]
+
+
 def test_the_same_objects_are_no_change() -> None:
     assert lines(MODEL, copy.deepcopy(MODEL)) == []
 

@@ -199,7 +199,16 @@ def _resource_policy(m, old, new, r):
     if isinstance(old, str) or isinstance(new, str):
         old = json.loads(old) if isinstance(old, str) else old
         new = json.loads(new) if isinstance(new, str) else new
-    return _statements(r, old, new, "identity", f"resource policy of {r.name}")
+    targets = []
+    for side, template in (("new", r.new), ("old", r.old)):
+        for key in ("Topics", "Queues"):
+            for ref in r.value(side, key) or []:
+                name = template.name(ref["Ref"]) if isinstance(ref, dict) and "Ref" in ref and template.resource(
+                    ref["Ref"]) else template.text(ref)
+                if name not in targets:
+                    targets.append(name)
+    subject = f"resource policy of {listing(targets) if targets else r.name}"
+    return _statements(r, old, new, "identity", subject)
 
 
 @rule(r"^AWS::KMS::Key$", r"^KeyPolicy$")
@@ -275,7 +284,7 @@ def _encryption(m, old, new, r):
     field = m.group(0).lstrip(".")
     weaker = (new is MISSING and old is not MISSING and field != "KmsDataKeyReusePeriodSeconds") or (
         field.endswith(("Encrypted", "SqsManagedSseEnabled")) and old is True and new is not True)
-    return r.line("encryption", f"{_kind(r.type)} {r.name}", change(field, _t(r.old, old), _t(r.new, new)), weaker)
+    return r.line("encryption", _subject(r), change(field, _t(r.old, old), _t(r.new, new)), weaker)
 
 
 @rule(r"^AWS::KMS::(Key|Alias)$", r"^(?P<f>.+)$")
@@ -366,7 +375,7 @@ def _dns(m, old, new, r):
     if m["f"].startswith(("HostedZoneTags", "Tags")):
         return None
     broadens = r.type == "AWS::Route53::HostedZone" and m["f"].startswith("VPCs") and new is MISSING
-    return r.line("dns_tls", f"{_kind(r.type)} {r.name}", change(m["f"], _t(r.old, old), _t(r.new, new)), broadens)
+    return r.line("dns_tls", _subject(r), change(m["f"], _t(r.old, old), _t(r.new, new)), broadens)
 
 
 @rule(r"^AWS::ElasticLoadBalancingV2::Listener$", r"^(?P<f>Certificates|SslPolicy|Protocol|Port)$")
@@ -532,19 +541,16 @@ def _kind(type_: str) -> str:
 _WHOLE_RESOURCE_GROUP = [
     (r"^AWS::IAM::", "identity"), (r"^AWS::EKS::(AccessEntry|PodIdentityAssociation)$", "identity"),
     (r"^AWS::Lambda::Permission$", "identity"), (r"^AWS::KMS::", "encryption"),
+    (r"^AWS::(SNS::TopicPolicy|SQS::QueuePolicy|SecretsManager::ResourcePolicy)$", "identity"),
     (r"^AWS::EC2::SecurityGroup", "exposure"), (r"^AWS::ElasticLoadBalancingV2::", "exposure"),
     (r"^AWS::(Route53|CertificateManager)::", "dns_tls"), (r"^AWS::CloudWatch::", "alarms"), (r"^AWS::SNS::", "alarms"),
     (r"^AWS::EKS::(Nodegroup|Addon)$|^AWS::SageMaker::Cluster$", "workloads"),
 ]
 
 
-_SECURITY = {"identity", "encryption", "exposure", "data_governance"}
-
-
 def _whole_resource_line(r: Resource) -> Line:
-    group = next((g for pattern, g in _WHOLE_RESOURCE_GROUP if re.search(pattern, r.type)), "other")
+    group = _group(r)
     verb = {"+": "new", "-": "removed"}.get(r.change.op, "changed")
-    subject = f"{_kind(r.type)} {r.name}"
     side = "new" if verb == "new" else "old"
     if r.type in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
         return r.line("alarms", f"alarm {r.name}", f"{verb}: {_alarm_summary(r, side)}")
@@ -566,8 +572,19 @@ def _whole_resource_line(r: Resource) -> Line:
                       f"policy {r.template.path(r.id)} {verb}")
     broadens = verb == "new" and r.type in ("AWS::EC2::SecurityGroupIngress", "AWS::Lambda::Permission",
                                             "AWS::IAM::AccessKey")
-    noun = _NOUNS.get(r.type)
-    return r.line(group, f"{noun} {r.name}" if noun else subject, verb if noun else f"{verb} ({r.type})", broadens)
+    return r.line(group, _subject(r), verb if r.type in _NOUNS else f"{verb} ({r.type})", broadens)
+
+
+def _subject(r: Resource) -> str:
+    """``role llm-platform-qwen3-8b``, ``bucket ...``, ``alarm ...``: a noun and the resource's name."""
+    return f"{_NOUNS.get(r.type, _kind(r.type))} {r.name}"
+
+
+def _group(r: Resource) -> str:
+    if r.type == "AWS::S3::BucketPolicy":
+        bucket = _bucket_of_policy(r)
+        return "data_governance" if bucket and is_capture_bucket(r.template, bucket) else "identity"
+    return next((g for pattern, g in _WHOLE_RESOURCE_GROUP if re.search(pattern, r.type)), "other")
 
 
 def _access_policy(template: Template, policy: dict[str, Any]) -> str:
@@ -578,6 +595,9 @@ def _access_policy(template: Template, policy: dict[str, Any]) -> str:
 
 
 _NOUNS = {"AWS::IAM::Role": "role", "AWS::S3::Bucket": "bucket", "AWS::KMS::Key": "key", "AWS::SNS::Topic": "topic",
+          "AWS::CloudWatch::Alarm": "alarm", "AWS::CloudWatch::CompositeAlarm": "alarm",
+          "AWS::SNS::TopicPolicy": "topic policy", "AWS::SQS::QueuePolicy": "queue policy",
+          "AWS::S3::BucketPolicy": "bucket policy", "AWS::Logs::LogGroup": "log group",
           "AWS::EKS::Nodegroup": "node group", "AWS::EKS::Addon": "add-on", "AWS::EC2::SecurityGroup": "security group",
           "AWS::CloudWatch::Dashboard": "dashboard", "AWS::Route53::HostedZone": "hosted zone",
           "AWS::CertificateManager::Certificate": "certificate", "AWS::Lambda::Function": "function",
@@ -631,11 +651,13 @@ def review_resource(r: Resource) -> list[Line]:
     if r.change.op != "~":
         # A resource added or removed whole: one line for it, and of its settings those a reviewer of
         # access and data asks about (the rest would repeat the template).
-        lines = [_whole_resource_line(r)] + [line for line in lines if line.broadens or line.group in _SECURITY]
+        lines = [_whole_resource_line(r)] + [line for line in lines if line.broadens or "statement" in line.text
+                                             or line.group == "data_governance"]
     for words in unexplained:
         lines.append(r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}", words))
     if r.change.op == "~" and r.change.impact:
-        lines.append(r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}", f"CDK: {r.change.impact}"))
+        # "replace", "may be replaced": the CDK's own word on what the update does to the resource.
+        lines.append(r.line(_group(r), _subject(r), f"{r.change.impact} on deploy (the CDK's diff)"))
     return lines
 
 
@@ -703,7 +725,9 @@ def review_stack(diff: StackDiff, old: Template, new: Template) -> list[Line]:
         lines += review_resource(Resource(resource_change, old, new))
     for section, op, rest in diff.others:
         verb = {"+": "added", "-": "removed", "~": "changed"}[op]
-        lines.append(Line("other", f"{diff.stack} {section.lower()}", f"{verb}: {short(rest)}", False, (diff.stack,)))
+        # "Output <construct path> <logical id>: <value>": the logical id says which (exports are the CDK's).
+        name = rest.split(": ", 1)[0].rsplit(" ", 1)[-1]
+        lines.append(Line("other", f"{diff.stack} {section.lower()}", f"{name} {verb}", False, (diff.stack,)))
     if diff.broadening and not any(line.broadens for line in lines):
         lines.append(Line("identity", f"stack {diff.stack}",
                           "the CDK's diff engine reports broadened permissions that no line above marks: "

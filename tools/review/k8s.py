@@ -26,6 +26,8 @@ Key = tuple[str, str, str]  # kind, namespace, name
 OPERATOR_KINDS = {"InferenceEndpointConfig", "JumpStartModel"}
 POD_OWNERS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"}
 PRUNE_LABEL = "aws.cdk.eks/prune-"
+BINDINGS = {"RoleBinding", "ClusterRoleBinding"}
+RBAC = {"Role", "ClusterRole"} | BINDINGS
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -389,6 +391,28 @@ def _network_policy(m, old, new, ctx):
     return ("exposure", label(ctx.key), change(field, old, new), True)
 
 
+def _items(value: Any) -> set[str]:
+    return {json.dumps(item, sort_keys=True) for item in value} if isinstance(value, list) else set()
+
+
+@rule({"Role", "ClusterRole"}, r"^(?P<f>rules|aggregationRule.*)$")
+def _rbac_rules(m, old, new, ctx):
+    gained, lost = _items(new) - _items(old), _items(old) - _items(new)
+    words = "; ".join(filter(None, [f"rules + {listing(sorted(gained), 3)}" if gained else "",
+                                    f"rules - {listing(sorted(lost), 3)}" if lost else ""])) or change(m["f"], old, new)
+    return ("identity", label(ctx.key), words, bool(gained) or m["f"] != "rules")
+
+
+@rule(BINDINGS, r"^(?P<f>subjects|roleRef\..+)$")
+def _rbac_binding(m, old, new, ctx):
+    if m["f"] == "subjects":
+        gained, lost = _items(new) - _items(old), _items(old) - _items(new)
+        words = "; ".join(filter(None, [f"subjects + {listing(sorted(gained), 3)}" if gained else "",
+                                        f"subjects - {listing(sorted(lost), 3)}" if lost else ""]))
+        return ("identity", label(ctx.key), words, bool(gained))
+    return ("identity", label(ctx.key), change(m["f"], old, new), True)
+
+
 @rule(OPERATOR_KINDS, r"^spec\.loadBalancer\.(?P<f>.+)$")
 def _operator_lb(m, old, new, ctx):
     return ("exposure", ctx.name, change(f"load balancer {m['f']}", old, new), False)
@@ -449,14 +473,19 @@ def _summary(obj: dict[str, Any]) -> str:
         model = spec.get("model") or {}
         return (f"model {model.get('modelId')} {model.get('modelVersion', '')}".rstrip()
                 + f" on {(spec.get('server') or {}).get('instanceType')}")
+    if kind in BINDINGS:
+        ref = obj.get("roleRef") or {}
+        subjects = [f"{s.get('kind')} {s.get('namespace', '') + '/' if s.get('namespace') else ''}{s.get('name')}"
+                    for s in obj.get("subjects") or [] if isinstance(s, dict)]
+        return f"{ref.get('kind')} {ref.get('name')} to {listing(subjects) if subjects else 'nobody'}"
     if kind == "ServiceAccount":
         role = ((obj.get("metadata") or {}).get("annotations") or {}).get("eks.amazonaws.com/role-arn")
         return f"role {role}" if role else "no IAM role"
     return ""
 
 
-_OBJECT_GROUP = {"NetworkPolicy": "exposure", "Service": "exposure", "Ingress": "exposure",
-                 "Certificate": "dns_tls", "Namespace": "other", "ConfigMap": "other"}
+_OBJECT_GROUP = {"NetworkPolicy": "exposure", "Service": "exposure", "Ingress": "exposure", "Certificate": "dns_tls",
+                 "Namespace": "other", "ConfigMap": "other"} | dict.fromkeys(RBAC, "identity")
 
 
 def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
@@ -476,7 +505,7 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
             verb = "new" if before is None else "removed"
             obj = after if after is not None else before
             summary = _summary(obj)
-            broadens = (after is None and key[0] == "NetworkPolicy") or (
+            broadens = (after is None and key[0] == "NetworkPolicy") or (after is not None and key[0] in BINDINGS) or (
                 after is not None and key[0] == "Service" and _EXPOSING.get(str((obj.get("spec") or {}).get(
                     "type")), 0) > 0)
             lines.append(Line(group, label(key), f"{verb}{': ' + summary if summary else ''}", broadens, places))
@@ -518,7 +547,7 @@ def _apply_rules(key: Key, path: str, old: Any, new: Any, ctx: Context, places: 
 
 # What a new object's lines say about it besides what broadens (the rest would repeat its spec).
 _DESCRIBE_NEW = {_container_image, _image, _model_source, _jumpstart_model, _model_uri, _hostname, _scheme,
-                 _source_ranges}
+                 _source_ranges, _rbac_rules}
 # Already said by the object's own line ("new: type LoadBalancer, ports ...").
-_SAID_BY_NEW = {_service_type, _service_port, _sa_role, _service_account}
+_SAID_BY_NEW = {_service_type, _service_port, _sa_role, _service_account, _rbac_binding}
 _SUPPRESSED = Line("other", "", "")
