@@ -15,7 +15,8 @@ from tests.support.synth import CDK, REPO, VENV_BIN
 from tools.review import cdkdiff, cfn, k8s, render
 from tools.review.model import Line, Review, merge_lines
 from tools.review.policies import diff_documents
-from tools.review.review import exit_status
+from tools.review.review import diff_dist, exit_status
+from tools.review.synth import waiting_files
 from tools.review.template import Template
 
 ACCOUNT = "111122223333"
@@ -214,6 +215,22 @@ def test_the_same_objects_are_no_change() -> None:
 def test_the_stacks_kubectl_labels_are_not_the_objects() -> None:
     labelled = edited(MODEL, lambda o: o["metadata"].update(labels={"aws.cdk.eks/prune-c8abc": ""}))
     assert k8s.strip_cdk_labels(labelled) == MODEL
+
+
+def test_a_manifest_waiting_for_stack_outputs_is_not_removed(tmp_path: Path) -> None:
+    import yaml
+
+    for side in ("base", "head"):
+        (tmp_path / side).mkdir()
+    (tmp_path / "base" / "model-mistral-7b.k8s.yaml").write_text(yaml.safe_dump(MODEL))
+    waits = waiting_files("dist/: model-mistral-7b waits for values that exist only after `cdk deploy` "
+                          "(CertificateArn, HostedZoneId); render it with `make synth ...`\n")
+    assert waits == {"dist/model-mistral-7b.k8s.yaml": "CertificateArn, HostedZoneId"}
+    found = diff_dist(tmp_path / "base", tmp_path / "head", {}, waits)
+    assert [(line.group, line.subject, line.text, line.broadens) for line in found] == [
+        ("other", "InferenceEndpointConfig inference/mistral-7b",
+         "now waits for stack outputs (CertificateArn, HostedZoneId) to be written to dist/", False)]
+    assert [line.text for line in diff_dist(tmp_path / "base", tmp_path / "head")] == ["removed: replicas 1"]
 
 
 # ---- the CDK's diff output, read -------------------------------------------------------------------------

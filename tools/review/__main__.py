@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                 worktree = synths.worktree
                 synthesized = time.monotonic()
                 review = compare(synths.base.assembly, synths.head.assembly, synths.base.dist, synths.head.dist,
-                                 repo / "node_modules" / ".bin" / "cdk", repo, base_label, describe_head(repo))
+                                 repo / "node_modules" / ".bin" / "cdk", repo, base_label, describe_head(repo),
+                                 waiting=synths.waiting)
             finally:
                 remove_worktree(repo, worktree or (scratch / "base-checkout"))
         if synths.dependency_changes:

@@ -467,8 +467,9 @@ def _summary(obj: dict[str, Any]) -> str:
         return f"replicas {spec.get('replicas', 1)}, service account {pod.get('serviceAccountName', 'default')}"
     if kind == "InferenceEndpointConfig":
         account = (spec.get("kubernetes") or {}).get("serviceAccountName")
-        return f"{spec.get('instanceType')}, replicas {spec.get('replicas', 1)}" + (
-            f", service account {account}" if account else "")
+        parts = [spec.get("instanceType"), f"replicas {spec.get('replicas', 1)}",
+                 f"service account {account}" if account else None]
+        return ", ".join(str(part) for part in parts if part)
     if kind == "JumpStartModel":
         model = spec.get("model") or {}
         return (f"model {model.get('modelId')} {model.get('modelVersion', '')}".rstrip()

@@ -29,7 +29,8 @@ def _template(stack: str, path: Path | None) -> Template:
 
 
 def compare(base_assembly: Path, head_assembly: Path, base_dist: Path, head_dist: Path, cdk: Path, cwd: Path,
-            base: str, head: str) -> Review:
+            base: str, head: str, waiting: dict[str, dict[str, str]] | None = None) -> Review:
+    """``waiting``: per side ("base", "head"), the dist/ files its app left out until stack outputs exist."""
     review = Review(base=base, head=head)
     base_stacks, head_stacks = stacks(base_assembly), stacks(head_assembly)
     env = cdkdiff.cli_env()
@@ -54,19 +55,30 @@ def compare(base_assembly: Path, head_assembly: Path, base_dist: Path, head_dist
         lines.append(Line("other", f"stack {stack}", f"removed ({len(old.resources)} resources)", False, (stack,)))
         review.warnings.append(f"stack {stack} exists only in the base: the CDK cannot diff a stack the head app "
                                "does not have; its resources are not read one by one")
-    lines += diff_dist(base_dist, head_dist)
+    waiting = waiting or {}
+    lines += diff_dist(base_dist, head_dist, waiting.get("base", {}), waiting.get("head", {}))
     review.lines = merge_lines(lines)
     return review
 
 
-def diff_dist(base_dist: Path, head_dist: Path) -> list[Line]:
+def diff_dist(base_dist: Path, head_dist: Path, base_waiting: dict[str, str] | None = None,
+              head_waiting: dict[str, str] | None = None) -> list[Line]:
     old, new = k8s.load_dist(base_dist), k8s.load_dist(head_dist)
+    lines: list[Line] = []
+    # An object one side's app left out of dist/ until stack outputs exist is not removed (or new): it
+    # waits; what it holds is read from the cluster stack's manifest, which has it either way.
+    for mine, other, waits, verb in ((old, new, head_waiting or {}, "now waits"), (new, old, base_waiting or {},
+                                                                                  "no longer waits")):
+        for key in [key for key, (_, file) in mine.items() if key not in other and file in waits]:
+            file = mine.pop(key)[1]
+            lines.append(Line("other", k8s.label(key), f"{verb} for stack outputs ({waits[file]}) to be written "
+                              "to dist/", False, (file,)))
     places: dict[k8s.Key, tuple[str, ...]] = {}
     for key in set(old) | set(new):
         files = [entry[1] for entry in (new.get(key), old.get(key)) if entry]
         places[key] = tuple(dict.fromkeys(files))
-    lines = k8s.diff_objects({k: v[0] for k, v in old.items()}, {k: v[0] for k, v in new.items()},
-                             lambda key: places[key])
+    lines += k8s.diff_objects({k: v[0] for k, v in old.items()}, {k: v[0] for k, v in new.items()},
+                              lambda key: places[key])
     lines += _dist_readme(base_dist, head_dist)
     return lines
 

@@ -10,12 +10,13 @@ mapping the editable install and the wheel use) and put first on ``PYTHONPATH``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.review.cdkdiff import cli_env
@@ -85,8 +86,9 @@ class Side:
     dist: Path  # dist/ of this side
 
 
-def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> None:
-    """``cdk synth`` of one side into its own directories, offline, with the side's own library."""
+def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict[str, str]:
+    """``cdk synth`` of one side into its own directories, offline, with the side's own library.
+    Returns the dist/ files the app left out until stack outputs exist (file -> the outputs it needs)."""
     library = scratch / f"{side.label}-library"
     env = cli_env()
     env["PATH"] = f"{tools_root / '.venv' / 'bin'}:{tools_root / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
@@ -106,6 +108,20 @@ def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> None
     if result.returncode != 0:
         raise ReviewError(f"synthesizing the {side.label} ({side.source}) failed with status {result.returncode}:\n"
                           f"{(result.stdout + result.stderr)[-4000:]}")
+    return waiting_files(result.stdout + result.stderr)
+
+
+# app.py: "dist/: model-qwen3-8b waits for values that exist only after `cdk deploy` (CertificateArn, ...)"
+_WAITING = re.compile(r"^dist/: (?P<name>\S+) waits for values that exist only after `cdk deploy` \((?P<needs>[^)]*)\)",
+                      re.M)
+
+
+def waiting_files(output: str) -> dict[str, str]:
+    found = {}
+    for match in _WAITING.finditer(output):
+        name = match["name"]
+        found[f"dist/{name}.yaml" if name.startswith("helm/") else f"dist/{name}.k8s.yaml"] = match["needs"]
+    return found
 
 
 @dataclass
@@ -115,6 +131,8 @@ class Synths:
     base_commit: str
     worktree: Path | None
     dependency_changes: list[str]
+    # Per side: dist/ files left out until stack outputs exist (file -> outputs needed).
+    waiting: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: Path, parallel: bool = True) -> Synths:
@@ -131,11 +149,10 @@ def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: P
     sides = (synths.base, synths.head)
     if parallel:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            for future in [pool.submit(synthesize, side, repo, config, scratch) for side in sides]:
-                future.result()
+            futures = {side.label: pool.submit(synthesize, side, repo, config, scratch) for side in sides}
+            synths.waiting = {label: future.result() for label, future in futures.items()}
     else:
-        for side in sides:
-            synthesize(side, repo, config, scratch)
+        synths.waiting = {side.label: synthesize(side, repo, config, scratch) for side in sides}
     return synths
 
 
