@@ -374,6 +374,45 @@ def test_identical_templates_are_no_change(tmp_path: Path) -> None:
     assert render.text(review).startswith("No infrastructure changes")
 
 
+def reviewed(op: str, logical_id: str, base: dict[str, Any], head: dict[str, Any], *properties: str) -> list[tuple]:
+    old, new = Template("demo", base), Template("demo", head)
+    type_ = (new.resource(logical_id) or old.resource(logical_id))["Type"]
+    found = cfn.review_resource(cfn.Resource(cdkdiff.ResourceChange(op, type_, logical_id, "", list(properties)),
+                                             old, new))
+    return [(line.group, line.subject, line.text, line.broadens) for line in found]
+
+
+def test_a_resource_removed_whole_is_one_line_unless_its_policy_governed_what_stays() -> None:
+    head = copy.deepcopy(BASE)
+    del head["Resources"]["Key1234ABCD"]
+    assert reviewed("-", "Key1234ABCD", BASE, head) == [("encryption", "key CaptureStorage/Key", "removed", False)]
+    deny = {"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": "*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+    base = copy.deepcopy(BASE)
+    base["Resources"]["Policy1234ABCD"] = resource("AWS::S3::BucketPolicy", "Other/Policy", {
+        "Bucket": {"Ref": "CaptureBucket1234ABCD"}, "PolicyDocument": doc(deny)})
+    found = reviewed("-", "Policy1234ABCD", base, BASE)
+    assert found[0] == ("data_governance", "bucket policy Other/Policy", "removed", False)
+    assert found[1][3] and found[1][2].startswith("statement removed: Deny s3:*")  # the bucket stays
+
+
+def test_a_cdk_nag_acknowledgement_is_on_its_resources_line() -> None:
+    head = copy.deepcopy(BASE)
+    head["Resources"]["RolePolicy1234ABCD"]["Metadata"]["cdk_nag"] = {"rules_to_suppress": [
+        {"id": "AwsSolutions-IAM5", "reason": "prefix of its own captures", "applies_to": ["Resource::*"]}]}
+    assert reviewed("~", "RolePolicy1234ABCD", BASE, head, "Metadata") == [
+        ("identity", "role qwen", "cdk-nag finding acknowledged: AwsSolutions-IAM5 on Resource::* "
+         "(prefix of its own captures)", False)]
+
+
+def test_a_block_removed_from_an_object_is_one_line() -> None:
+    scaled = edited(MODEL, lambda o: o["spec"].update(autoScalingSpec={
+        "minReplicaCount": 0, "maxReplicaCount": 2, "cooldownPeriod": 900, "pollingInterval": 15}))
+    assert lines(scaled, MODEL) == [("workloads", "mistral-7b", "spec.autoScalingSpec removed (4 settings: "
+                                     "cooldownPeriod 900, maxReplicaCount 2, minReplicaCount 0, pollingInterval 15)",
+                                     False)]
+
+
 # ---- the gate and the formats ------------------------------------------------------------------------------
 
 

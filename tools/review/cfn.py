@@ -577,7 +577,17 @@ def _whole_resource_line(r: Resource) -> Line:
 
 def _subject(r: Resource) -> str:
     """``role llm-platform-qwen3-8b``, ``bucket ...``, ``alarm ...``: a noun and the resource's name."""
+    if r.type in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and _role_names(r):
+        return f"role {_role_names(r)}"
     return f"{_NOUNS.get(r.type, _kind(r.type))} {r.name}"
+
+
+def _governs_what_stays(r: Resource) -> bool:
+    """A removed policy resource whose bucket, topic, queue or role is still in the head template."""
+    targets = [r.value("old", "Bucket")]
+    for key in ("Topics", "Queues", "Roles"):
+        targets += list(r.value("old", key) or [])
+    return any(isinstance(t, dict) and r.new.resource(str(t.get("Ref"))) for t in targets)
 
 
 def _group(r: Resource) -> str:
@@ -585,6 +595,43 @@ def _group(r: Resource) -> str:
         bucket = _bucket_of_policy(r)
         return "data_governance" if bucket and is_capture_bucket(r.template, bucket) else "identity"
     return next((g for pattern, g in _WHOLE_RESOURCE_GROUP if re.search(pattern, r.type)), "other")
+
+
+RESOURCE_ATTRIBUTES = {"Metadata", "DeletionPolicy", "UpdateReplacePolicy", "DependsOn", "Condition",
+                       "UpdatePolicy", "CreationPolicy"}
+
+
+def _suppressions(resource: dict[str, Any] | None) -> dict[str, str]:
+    rules = (((resource or {}).get("Metadata") or {}).get("cdk_nag") or {}).get("rules_to_suppress") or []
+    found = {}
+    for entry in rules:
+        if isinstance(entry, dict):
+            applies = entry.get("applies_to") or entry.get("appliesTo")
+            name = f"{entry.get('id')}" + (f" on {listing(applies, 3)}" if applies else "")
+            found[name] = str(entry.get("reason", ""))
+    return found
+
+
+def _attributes(r: Resource, reported: set[str]) -> list[Line]:
+    """The resource attributes the CDK reports changed: cdk-nag acknowledgements (in Metadata), the
+    deletion and replacement policies, dependencies."""
+    lines = []
+    before, after = r.old.resource(r.id), r.new.resource(r.id)
+    if "Metadata" in reported:
+        was, now = _suppressions(before), _suppressions(after)
+        for finding in sorted(set(now) - set(was)):
+            lines.append(r.line(_group(r), _subject(r),
+                                f"cdk-nag finding acknowledged: {finding} ({short(now[finding], 120)})"))
+        for finding in sorted(set(was) - set(now)):
+            lines.append(r.line(_group(r), _subject(r), f"cdk-nag acknowledgement withdrawn: {finding}"))
+        rest_old = {k: v for k, v in ((before or {}).get("Metadata") or {}).items() if k != "cdk_nag"}
+        rest_new = {k: v for k, v in ((after or {}).get("Metadata") or {}).items() if k != "cdk_nag"}
+        if rest_old != rest_new:
+            lines.append(r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}", "metadata changed"))
+    for attribute in sorted(reported & (RESOURCE_ATTRIBUTES - {"Metadata"})):
+        was, now = (before or {}).get(attribute, MISSING), (after or {}).get(attribute, MISSING)
+        lines.append(r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}", change(attribute, was, now)))
+    return lines
 
 
 def _access_policy(template: Template, policy: dict[str, Any]) -> str:
@@ -646,13 +693,17 @@ def review_resource(r: Resource) -> list[Line]:
             continue
         unexplained.append(change(render(path), _t(r.old, was), _t(r.new, now)))
     differing = {path[0] for path, _, _ in changed(flat_old, flat_new)}
-    for prop in sorted(reported - differing):
+    lines += _attributes(r, reported - differing)
+    for prop in sorted(reported - differing - RESOURCE_ATTRIBUTES):
         unexplained.append(f"{prop} changed (see the CDK diff)")
-    if r.change.op != "~":
-        # A resource added or removed whole: one line for it, and of its settings those a reviewer of
-        # access and data asks about (the rest would repeat the template).
+    if r.change.op == "+":
+        # A resource added whole: one line for it, and of its settings those a reviewer of access and data
+        # asks about (the rest would repeat the template).
         lines = [_whole_resource_line(r)] + [line for line in lines if line.broadens or "statement" in line.text
                                              or line.group == "data_governance"]
+    elif r.change.op == "-":
+        # Removed whole: one line, and a removed policy's statements while what it governed stays.
+        lines = [_whole_resource_line(r)] + (lines if _governs_what_stays(r) else [])
     for words in unexplained:
         lines.append(r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}", words))
     if r.change.op == "~" and r.change.impact:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from tools.review.model import MISSING
+from tools.review.model import MISSING, Line, listing, short
 
 Path = tuple[str, ...]
 
@@ -80,3 +80,39 @@ def whole_item(path: Path, old: dict[Path, Any], new: dict[Path, Any]) -> Path |
             if in_old != in_new:
                 return head
     return None
+
+
+def whole_subtree(path: Path, old: dict[Path, Any], new: dict[Path, Any]) -> Path | None:
+    """The shortest prefix of ``path`` (below the top level) that exists on one side only."""
+    for depth in range(2, len(path)):
+        head = path[:depth]
+        in_old = any(p[:depth] == head for p in old)
+        in_new = any(p[:depth] == head for p in new)
+        if in_old != in_new:
+            return head
+    return None
+
+
+def collapse(entries: list[tuple[Path, Any, Any, Line]], old: dict[Path, Any], new: dict[Path, Any],
+             least: int = 3) -> list[Line]:
+    """Lines of leaves under a subtree that one side lacks (a whole block added or removed), when they
+    are ``least`` or more and do not broaden, as one line per block and subject; the others as they are."""
+    blocks: dict[tuple[Path, str, str], list[tuple[Path, Any, Any, Line]]] = {}
+    kept: list[Line] = []
+    for entry in entries:
+        path, _, _, line = entry
+        block = None if line.broadens else whole_subtree(path, old, new)
+        if block is None:
+            kept.append(line)
+        else:
+            blocks.setdefault((block, line.group, line.subject), []).append(entry)
+    for (block, group, subject), members in blocks.items():
+        if len(members) < least:
+            kept += [line for *_, line in members]
+            continue
+        added = any(p[: len(block)] == block for p in new)
+        settings = [f"{render(path[len(block):])} {short(now if added else was, 40)}" for path, was, now, _ in members]
+        first = members[0][3]
+        kept.append(Line(group, subject, f"{render(block)} {'added' if added else 'removed'} "
+                         f"({len(members)} settings: {listing(settings, 4)})", False, first.where))
+    return kept

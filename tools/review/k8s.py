@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tools.review.flat import changed, flatten, render, whole_item
+from tools.review.flat import changed, collapse, flatten, render, whole_item
 from tools.review.model import MISSING, Line, change, increases, listing, short
 from tools.review.rules import Rules
 
@@ -451,6 +451,21 @@ def _helm_sa(m, old, new, ctx):
     return ("workloads", f"Helm release {ctx.name}", change(f"values {m['f']}", old, new), False)
 
 
+@rule(OPERATOR_KINDS, r"^spec\.(?P<f>.+)$")
+def _operator_spec(m, old, new, ctx):
+    """Whatever else an operator resource's spec says is the workload's definition."""
+    return ("workloads", ctx.name, change(m["f"], old, new), False)
+
+
+@rule(POD_OWNERS, r"^spec\.(?:template\.spec\.)?(?P<f>.+)$")
+def _pod_spec(m, old, new, ctx):
+    field = m["f"]
+    container = re.match(r"(?:initContainers|containers)\[(?P<c>[^\]]+)\]\.(?P<rest>.+)$", field)
+    if container:
+        return ("workloads", f"{ctx.name}/{container['c']}", change(container["rest"], old, new), False)
+    return ("workloads", ctx.name, change(field, old, new), False)
+
+
 # ---- objects ------------------------------------------------------------------------------------------
 
 
@@ -511,13 +526,14 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
                     "type")), 0) > 0)
             lines.append(Line(group, label(key), f"{verb}{': ' + summary if summary else ''}", broadens, places))
         unexplained: list[str] = []
+        explained: list[tuple[tuple[str, ...], Any, Any, Line]] = []
         for path, was, now in changed(flat_old, flat_new):
             text = render(path)
             line = _apply_rules(key, text, was, now, ctx, places)
             if line is _SUPPRESSED:
                 continue
             if line is not None:
-                lines.append(line)
+                explained.append((path, was, now, line))
             elif before is not None and after is not None:
                 whole = whole_item(path, flat_old, flat_new)
                 if whole is not None:
@@ -527,6 +543,7 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
                         unexplained.append(words)
                 else:
                     unexplained.append(f"{text}: {change('', was, now).strip()}")
+        lines += collapse(explained, flat_old, flat_new)
         for words in unexplained:
             lines.append(Line("other", label(key), words, False, places))
     return lines
