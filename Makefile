@@ -14,7 +14,7 @@ CDK := $(CURDIR)/node_modules/.bin/cdk
 CHECKOV_VENV := $(VENV)/checkov
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test lint bench bench-sidecar clean
+.PHONY: setup synth test review lint bench bench-sidecar clean
 .PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -47,6 +47,23 @@ synth: setup
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## review: what this change does to the synthesized platform, grouped for a reviewer (docs/review.md).
+# Synthesizes BASE (in a temporary git worktree) and the working tree into temporary directories,
+# offline; cdk.out/ and dist/ are left alone. BASE: a git ref (default: the merge base with origin/main,
+# else HEAD~1); FORMAT: text | markdown | json; FAIL_ON=broadening exits 1 when a change broadens access
+# or data collection; OUT=file also writes the review there. CI passes the ref as REVIEW_BASE in the
+# environment instead, which neither make nor the shell ever expands.
+BASE ?=
+FORMAT ?= text
+FAIL_ON ?= never
+OUT ?=
+review: export REVIEW_FORMAT := $(FORMAT)
+review: export REVIEW_FAIL_ON := $(FAIL_ON)
+review: export REVIEW_OUTPUT := $(OUT)
+review: export REVIEW_CONFIG := $(CONFIG)
+review: setup
+	@$(BIN)/python -m tools.review $(if $(BASE),--base "$(BASE)")
 
 lint: setup
 	$(BIN)/ruff check .
