@@ -192,6 +192,24 @@ def test_exposure_of_services_and_network_policies() -> None:
     policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
               "metadata": {"name": "deny", "namespace": "inference"}, "spec": {"podSelector": {}}}
     assert lines(policy, None) == [("exposure", "NetworkPolicy inference/deny", "removed", True)]
+    # The first policy of a namespace only restricts (unselected pods admit everything); where another policy
+    # exists, a new one may admit more (policies add up), so its rules are read.
+    allow = edited(policy, lambda o: o["metadata"].update(name="allow") or o["spec"].update(
+        ingress=[{"ports": [{"port": 8080}]}]))
+    assert lines(None, allow) == [("exposure", "NetworkPolicy inference/allow",
+                                   "new (the namespace had no policy: restricts the pods it selects)", False)]
+    before, after = objects(policy), objects(policy) | objects(allow)
+    ((group, subject, text, broadens),) = [
+        (line.group, line.subject, line.text, line.broadens)
+        for line in k8s.diff_objects(before, after, lambda key: ("dist/x.k8s.yaml",)) if "ingress" in line.text]
+    assert subject == "NetworkPolicy inference/allow" and broadens, text
+    # Source ranges: none admit everyone, so a first list narrows; adding to a list or dropping it widens.
+    ranged = edited(service, lambda o: o["spec"].update(loadBalancerSourceRanges=["10.42.0.0/16"]))
+    wider = edited(ranged, lambda o: o["spec"]["loadBalancerSourceRanges"].append("0.0.0.0/0"))
+    assert lines(service, ranged) == [("exposure", "Service inference/qwen", "source ranges 10.42.0.0/16 (new)",
+                                       False)]
+    assert [line[3] for line in lines(ranged, wider)] == [True]
+    assert [line[3] for line in lines(ranged, service)] == [True]
 
 
 def test_rbac_grants_are_identity() -> None:

@@ -364,7 +364,8 @@ def _ranges(value: Any) -> set[str]:
       r"(?:service\.beta\.kubernetes\.io/load-balancer-source-ranges|alb\.ingress\.kubernetes\.io/inbound-cidrs))$")
 def _source_ranges(m, old, new, ctx):
     before, after = _ranges(old), _ranges(new)
-    broadens = bool(after - before) or (bool(before) and not after)
+    # No ranges admit every source: a first list narrows; a range added to a list, or the list dropped, widens.
+    broadens = bool(before) and (bool(after - before) or not after)
     return ("exposure", label(ctx.key), change("source ranges", listing(sorted(before)) if before else MISSING,
                                                listing(sorted(after)) if after else MISSING), broadens)
 
@@ -508,9 +509,16 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
                  where: Callable[[Key], tuple[str, ...]]) -> list[Line]:
     """Lines for every object added, removed or changed between two sets of objects."""
     lines: list[Line] = []
+    # Policies are additive: a pod no policy selects admits everything, so a new policy in a namespace that had
+    # none can only restrict; where others exist it may admit what they did not, and is read rule by rule.
+    policed = {key[1] for key in old if key[0] == "NetworkPolicy"}
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
         if before == after:
+            continue
+        if before is None and key[0] == "NetworkPolicy" and key[1] not in policed:
+            lines.append(Line("exposure", label(key), "new (the namespace had no policy: restricts the pods it "
+                              "selects)", False, where(key)))
             continue
         places = where(key)
         flat_old = flatten(before) if before is not None else {}
