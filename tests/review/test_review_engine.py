@@ -199,7 +199,7 @@ def test_exposure_of_services_and_network_policies() -> None:
     assert lines(None, allow) == [("exposure", "NetworkPolicy inference/allow",
                                    "new (the namespace had no policy: restricts the pods it selects)", False)]
     before, after = objects(policy), objects(policy) | objects(allow)
-    ((group, subject, text, broadens),) = [
+    ((_group, subject, text, broadens),) = [
         (line.group, line.subject, line.text, line.broadens)
         for line in k8s.diff_objects(before, after, lambda key: ("dist/x.k8s.yaml",)) if "ingress" in line.text]
     assert subject == "NetworkPolicy inference/allow" and broadens, text
