@@ -70,6 +70,10 @@ FIVE_MINUTES = Duration.minutes(5)
 DROPPED_RECORDS = AlarmSettings(threshold=0, period=Duration.minutes(5))
 FAILED_UPLOADS = AlarmSettings(threshold=0, period=Duration.minutes(5), evaluation_periods=3)
 REJECTED_REQUESTS = AlarmSettings(threshold=0, period=Duration.minutes(5))
+# Fewer than one datapoint of the captured-records series in 15 minutes: no sidecar reports at all. While any
+# sidecar runs, the agent sends that counter's increase every scrape, zeros included (every series of the
+# sidecar exists from its start), so silence means the agent is down or hung, or no capture sidecar runs.
+NO_METRICS = AlarmSettings(threshold=1, period=Duration.minutes(15))
 
 
 def sidecar_metrics_log_group_name(cluster_name: str) -> str:
@@ -202,6 +206,7 @@ def check_capture_sidecar_metrics(
     image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
     runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
     failed_uploads: AlarmSettings | None = FAILED_UPLOADS, rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
+    no_metrics: AlarmSettings | None = NO_METRICS,
 ) -> None:
     """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
     checked here, for a loader whose other sections check them)."""
@@ -226,15 +231,17 @@ def check_capture_sidecar_metrics(
                          unit="failed PutObject calls per period")
     check_alarm_settings(problems, at, code, "rejected_requests", rejected_requests, threshold=(0, 1e9),
                          unit="requests answered 503 per period")
+    check_alarm_settings(problems, at, code, "no_metrics", no_metrics, threshold=(1, 1000),
+                         unit="datapoints of the captured-records series per period, fires below")
 
 
 class CaptureSidecarMetrics(Construct):
     """A CloudWatch agent that scrapes the capture sidecars of one namespace, its role and log group, and
-    alarms on lost records, failed uploads and requests refused for memory.
+    alarms on lost records, failed uploads, requests refused for memory and the sidecars' series going silent.
 
     Attributes: ``role`` (IRSA, may only write to ``log_group``), ``log_group``, ``manifest``, ``alarms``
-    (``dropped_records``, ``failed_uploads``, ``rejected_requests``), ``alarm_names``, ``cluster_name``,
-    ``namespace``; :meth:`metric`.
+    (``dropped_records``, ``failed_uploads``, ``rejected_requests``, ``no_metrics``), ``alarm_names``,
+    ``cluster_name``, ``namespace``; :meth:`metric`.
     """
 
     def __init__(
@@ -256,6 +263,7 @@ class CaptureSidecarMetrics(Construct):
         dropped_records: AlarmSettings | None = DROPPED_RECORDS,
         failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
         rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
+        no_metrics: AlarmSettings | None = NO_METRICS,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -276,6 +284,9 @@ class CaptureSidecarMetrics(Construct):
             retrying them). @default > 0 in each of 3 x 5 minutes
         :param rejected_requests: requests the sidecars answered ``503`` because their chunked body could not be
             buffered within ``MAX_INFLIGHT_BODY_BYTES`` (clients see it). @default > 0 in 5 minutes
+        :param no_metrics: the sidecars' series stop arriving (missing data breaches): the agent is down or
+            hung, or no capture sidecar runs in the namespace; without it a dead agent would leave the other
+            alarms quiet. @default fewer than 1 datapoint in 15 minutes
         :param depends_on: what must exist first (the namespace's manifest).
         """
         super().__init__(scope, id)
@@ -286,7 +297,7 @@ class CaptureSidecarMetrics(Construct):
                                       image=image, scrape_interval=scrape_interval,
                                       alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
                                       dropped_records=dropped_records, failed_uploads=failed_uploads,
-                                      rejected_requests=rejected_requests)
+                                      rejected_requests=rejected_requests, no_metrics=no_metrics)
         problems.raise_if_any(f"CaptureSidecarMetrics {self.node.path}")
         self.cluster_name = cluster_name
         self.namespace = namespace
@@ -336,6 +347,14 @@ class CaptureSidecarMetrics(Construct):
                 text=f"Capture sidecars in {namespace} answered requests 503 because their body could not be "
                      "buffered within MAX_INFLIGHT_BODY_BYTES: clients see errors.",
                 metric=self.metric(REQUESTS_REJECTED), settings=rejected_requests, comparison=above, missing=quiet)
+        if no_metrics is not None:
+            self.alarms["no_metrics"] = wiring.alarm(
+                self, "NoMetrics", suffix="sidecar-no-metrics", anchor="sidecar-no-metrics",
+                text=f"No capture sidecar in {namespace} has reported for a while: the metrics agent is down or hung "
+                     "(the other sidecar alarms cannot fire), or no capture sidecar runs there.",
+                metric=self.metric(RECORDS_CAPTURED, statistic="SampleCount"), settings=no_metrics,
+                comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                missing=cloudwatch.TreatMissingData.BREACHING)
         self.alarm_names = alarm_names(self.alarms)
 
     def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,

@@ -117,6 +117,7 @@ _SIDECAR_ALARMS = {
     "droppedRecords": ("dropped_records", sidecar_metrics.DROPPED_RECORDS),
     "failedUploads": ("failed_uploads", sidecar_metrics.FAILED_UPLOADS),
     "rejectedRequests": ("rejected_requests", sidecar_metrics.REJECTED_REQUESTS),
+    "noMetrics": ("no_metrics", sidecar_metrics.NO_METRICS),
 }
 _SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluation_periods": "evaluationPeriods",
                  "datapoints_to_alarm": "datapointsToAlarm"}

@@ -450,7 +450,13 @@ def test_sidecar_alarms_on_dropped_records_and_failed_uploads(
     rejected = alarms["probe-sidecar-rejected-requests"]
     assert (rejected["MetricName"], rejected["Dimensions"], rejected["Threshold"]) == (
         "capture_sidecar_requests_rejected_memory_total", base, 0)
-    assert len(alarms) == 3
+    # A dead or hung agent sends nothing: the heartbeat is the captured-records series, and silence breaches.
+    silent = alarms["probe-sidecar-no-metrics"]
+    assert (silent["MetricName"], silent["Dimensions"], silent["Statistic"]) == (
+        "capture_sidecar_records_captured_total", base, "SampleCount")
+    assert (silent["ComparisonOperator"], silent["Threshold"], silent["Period"], silent["TreatMissingData"]) == (
+        "LessThanThreshold", 1, 900, "breaching")
+    assert len(alarms) == 4
 
 
 def test_the_agent_publishes_the_series_the_alarms_and_the_dashboard_use() -> None:
@@ -504,6 +510,8 @@ def test_the_scrape_targets_are_the_portable_charts_sidecar_container_and_port()
     ({"scrape_interval": Duration.seconds(5)}, "CaptureSidecarMetrics.ScrapeInterval", "scrape_interval"),
     ({"dropped_records": AlarmSettings(threshold=-1, period=FIVE)}, "CaptureSidecarMetrics.ThresholdOutOfRange",
      "dropped_records.threshold"),
+    ({"no_metrics": AlarmSettings(threshold=0, period=FIVE)}, "CaptureSidecarMetrics.ThresholdOutOfRange",
+     "no_metrics.threshold"),
 ])
 def test_sidecar_metrics_props_are_validated(props: dict[str, Any], code: str, path: str) -> None:
     stack, cluster = _cluster_stack()

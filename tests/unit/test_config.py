@@ -187,6 +187,8 @@ CASES = [
         "arn:aws:acm:us-east-1:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
     ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.droppedRecords.threshold",
      _put("alarms.sidecar.droppedRecords", {"threshold": -1})),
+    ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.noMetrics.threshold",
+     _put("alarms.sidecar.noMetrics", {"threshold": 0})),
     ("CaptureSidecarMetrics.EvaluationRange", "alarms.sidecar.failedUploads.evaluationPeriods",
      _put("alarms.sidecar.failedUploads", {"evaluationPeriods": 300})),
     ("Config.UnknownKey", "alarms.capture.deadLetters", _put("alarms.capture.deadLetters", {"threshold": 1})),
