@@ -66,14 +66,15 @@ def run_loader(rehearsal: Rehearsal, runtime: ContainerRuntime, aws_cli_bin: Pat
     folder = workdir / "nvme"
     folder.mkdir(parents=True, exist_ok=True)
     local_script = script.replace(mount_path, str(folder))
-    [marker] = re.findall(r'touch "([^"]+)"', local_script)
+    # The script works in the copy's folder (`cd <mount path>`) and names its marker relative to it.
+    [marker] = re.findall(r"^MARKER=(\S+)$", local_script, flags=re.MULTILINE)
     env = base_environment(workdir)
     env.update(runtime.env)
     env.update(overrides)
     env.update(rehearsal.environment(rehearsal.credentials(runtime.role_arn)))
     env["PATH"] = f"{aws_cli_bin}:/usr/bin:/bin"
     result = subprocess.run([*shell, local_script], env=env, capture_output=True, text=True, timeout=300, check=False)
-    return result, folder, Path(marker)
+    return result, folder, folder / marker
 
 
 def listed_prefixes(rehearsal: Rehearsal, offset: int, bucket: str) -> list[str]:
@@ -122,6 +123,7 @@ def test_each_loader_copies_its_model_under_its_own_role(
         assert result.returncode == 0, f"{runtime.name} ({runtime.role_arn}):\n{result.stdout}\n{result.stderr}"
         assert files_under(folder) == WEIGHTS, runtime.name
         assert marker.is_file(), f"{runtime.name} wrote no marker"
+        assert marker.read_text().strip() == runtime.env["MODEL_SOURCE_S3_URI"]  # the marker names its source
         # The condition moto skipped: every prefix the CLI listed is one the role's s3:prefix condition allows.
         bucket, _ = split_s3_uri(runtime.env["MODEL_SOURCE_S3_URI"])
         listed = listed_prefixes(rehearsal, offset, bucket)
