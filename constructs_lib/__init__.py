@@ -10,8 +10,9 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   inference operator add-on, with scoped roles;
 * :class:`EndpointDomain`, :class:`ExternalDns`: custom domains (Route 53 + ACM);
 * :class:`GitHubDeployRole`: the role a GitHub Actions deploy job assumes (OIDC, one repository and environment);
-* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`ApiKeySync`, :class:`InferenceWorkloads`:
-  per-workload roles, the Hugging Face token and portable API key syncs, and the workloads of a
+* :class:`WorkloadIdentity`, :class:`HuggingFaceTokenSync`, :class:`ApiKeySync`, :class:`SecretsKey`,
+  :class:`InferenceWorkloads`: per-workload roles, the Hugging Face token and portable API key syncs, the
+  customer managed key their secrets are encrypted with, and the workloads of a
   :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
 * :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
   :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
@@ -76,6 +77,13 @@ from hyperpod_inference_iac.s3_access import (
     kms_through_s3,
 )
 from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.secrets_key import (
+    SecretsKey,
+    SecretsKeyGuard,
+    grant_secret_read,
+    kms_through_secrets_manager,
+    secrets_key_guard,
+)
 from hyperpod_inference_iac.sidecar_metrics import (
     CaptureSidecarMetrics,
     check_capture_sidecar_metrics,
@@ -133,6 +141,8 @@ __all__ = [
     "S3Uri",
     "ScalingMetrics",
     "SecretSync",
+    "SecretsKey",
+    "SecretsKeyGuard",
     "StagedManifests",
     "VpcFlowLogs",
     "WorkloadIdentity",
@@ -164,8 +174,11 @@ __all__ = [
     "grant_key_through_s3",
     "grant_object_reads",
     "grant_object_writes",
+    "grant_secret_read",
     "kms_through_s3",
+    "kms_through_secrets_manager",
     "retention_from_days",
+    "secrets_key_guard",
     "sidecar_image_uri",
     "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",

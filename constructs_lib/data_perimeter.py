@@ -266,10 +266,7 @@ class KeyGuard:
 
     def policy(self) -> dict[str, Any]:
         stack = Stack.of(self.key)
-        root = f"arn:{stack.partition}:iam::{stack.account}:root"
-        statements: list[dict[str, Any]] = [
-            {"Sid": "KeyAdministrationWithoutUse", "Effect": "Allow", "Principal": {"AWS": root},
-             "Action": list(KEY_ADMIN_ACTIONS), "Resource": "*"}]
+        statements: list[dict[str, Any]] = [key_administration(stack)]
         from hyperpod_inference_iac.s3_access import kms_through_s3
 
         seen: dict[str, int] = {}
@@ -301,6 +298,14 @@ class KeyGuard:
                 "Condition": {"Bool": {"kms:GrantIsForAWSResource": "true"},
                               "ArnLike": {"aws:PrincipalArn": list(self._grant_makers)}}})
         return {"Version": "2012-10-17", "Statement": statements}
+
+
+def key_administration(stack: Stack) -> dict[str, Any]:
+    """The first statement of every key policy the library renders: the account administers the key
+    (:data:`KEY_ADMIN_ACTIONS`: no ``kms:CreateGrant``, no use of the key)."""
+    return {"Sid": "KeyAdministrationWithoutUse", "Effect": "Allow",
+            "Principal": {"AWS": f"arn:{stack.partition}:iam::{stack.account}:root"},
+            "Action": list(KEY_ADMIN_ACTIONS), "Resource": "*"}
 
 
 def bucket_guard(scope: IConstruct, bucket_arn: str) -> BucketGuard | None:

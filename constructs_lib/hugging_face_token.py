@@ -19,11 +19,13 @@ from typing import Any
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
+from hyperpod_inference_iac.secrets_key import encrypt_secret, grant_secret_read
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
 EXTERNAL_SECRETS = HelmRelease(
@@ -85,24 +87,32 @@ class HuggingFaceTokenSync(Construct):
     :param sync: what to sync where (:class:`SecretSync`).
     :param install_operator: install External Secrets Operator with Helm (:data:`EXTERNAL_SECRETS`); turn off
         if the cluster runs it already. @default True
+    :param encryption_key: a customer managed key for the secret, usually a
+        :class:`~hyperpod_inference_iac.SecretsKey`'s: the reader may then decrypt only through Secrets Manager
+        and only this secret, and the key's policy lists it. @default Secrets Manager's ``aws/secretsmanager``
 
-    Attributes: ``secret``, ``reader_role``, ``operator_chart`` (None when not installed), ``manifest``.
+    Attributes: ``secret``, ``reader_role``, ``operator_chart`` (None when not installed), ``manifest``,
+    ``encryption_key``.
     The secret's missing rotation (a Hugging Face token rotates in the Hugging Face account) is
     acknowledged for cdk-nag here.
     """
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, sync: SecretSync,
-                 install_operator: bool = True) -> None:
+                 install_operator: bool = True, encryption_key: kms.IKey | None = None) -> None:
         super().__init__(scope, id)
         self.sync = sync
         self.kubernetes_secret_name = sync.kubernetes_secret_name
+        self.encryption_key = encryption_key
         self.secret = secretsmanager.Secret(
             self, "Secret", secret_name=sync.secrets_manager_name, removal_policy=RemovalPolicy.RETAIN,
             description="Hugging Face access token for model downloads; set the value with "
                         "`aws secretsmanager put-secret-value` (never in code or config)",
+            encryption_key=encryption_key,
         )
+        if encryption_key is not None:
+            encrypt_secret(self, encryption_key, sync.secrets_manager_name)
         self.reader_role = sync_reader_role(self, cluster=cluster, sync=sync, secret=self.secret,
-                                            purpose="read the Hugging Face token")
+                                            purpose="read the Hugging Face token", encryption_key=encryption_key)
         self.operator_chart = EXTERNAL_SECRETS.install(cluster, "ExternalSecretsOperator", wait=True) \
             if install_operator else None
         self.manifest = apply_sync(cluster, "TokenSync", sync=sync, reader_role=self.reader_role,
@@ -111,16 +121,16 @@ class HuggingFaceTokenSync(Construct):
 
 
 def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSync, secret: secretsmanager.ISecret,
-                     purpose: str) -> iam.Role:
+                     purpose: str, encryption_key: kms.IKey | None = None) -> iam.Role:
     """The role External Secrets authenticates as: IRSA, trusted by exactly the reader service account, allowed to
-    read ``secret`` and nothing else."""
+    read ``secret`` and nothing else (with ``encryption_key``: to decrypt it through Secrets Manager only)."""
     role = iam.Role(
         scope, "ReaderRole", role_name=sync.reader_role_name,
         assumed_by=service_account_principal(scope, "ReaderTrust", cluster=cluster, namespace=sync.namespace,
                                              service_account=sync.reader_service_account),
         description=f"External Secrets: {purpose} into {sync.namespace}",
     )
-    secret.grant_read(role)
+    grant_secret_read(role, secret, sync.secrets_manager_name, encryption_key)
     return role
 
 

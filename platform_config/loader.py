@@ -70,6 +70,7 @@ from platform_config.model import (
     NewVpc,
     OperatorConfig,
     PlatformConfig,
+    SecretsConfig,
 )
 from platform_config.reader import Section
 
@@ -163,6 +164,7 @@ def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
         tags=root.string_map("tags"),
         capture=_capture(root.section("capture"), environment),
         logging=_logging(root.section("logging")),
+        secrets=_secrets(root.section("secrets")),
         vpc=_vpc(root.section("network")),
         cluster=_cluster(root.section("cluster", required=True)),
         hyperpod=_hyperpod(root.section("hyperpod", required=True)),
@@ -223,6 +225,12 @@ def _logging(section: Section) -> LogRetentionPolicy:
     check_log_retention(section.problems, KeyPaths(section.path, _LOGGING_KEYS), retention_days=policy.retention_days,
                         audit_retention_days=policy.audit_retention_days)
     return policy
+
+
+def _secrets(section: Section) -> SecretsConfig:
+    config = SecretsConfig(customer_managed_key=section.boolean("customerManagedKey", default=True))
+    section.finish()
+    return config
 
 
 def _vpc(section: Section) -> NewVpc | ExistingVpc:

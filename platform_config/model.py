@@ -70,6 +70,13 @@ class LogRetentionPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretsConfig:
+    """How the platform's Secrets Manager secrets (the Hugging Face token, the API keys) are encrypted."""
+
+    customer_managed_key: bool = True  # a SecretsKey of the cluster stack; False: aws/secretsmanager
+
+
+@dataclass(frozen=True, kw_only=True)
 class NewVpc:
     cidr: str = "10.42.0.0/16"
     max_azs: int = 2
@@ -166,6 +173,7 @@ class PlatformConfig:
     tags: dict[str, str]
     capture: CapturePolicy
     logging: LogRetentionPolicy = field(default_factory=LogRetentionPolicy)
+    secrets: SecretsConfig = field(default_factory=SecretsConfig)
     vpc: NewVpc | ExistingVpc
     cluster: ClusterConfig
     hyperpod: HyperPodConfig
@@ -214,6 +222,10 @@ class PlatformConfig:
     def capture_key_alias_arn(self) -> str:
         env = self.environment
         return f"arn:{env.partition}:kms:{env.region}:{env.account}:{self.capture_key_alias}"
+
+    @property
+    def secrets_key_alias(self) -> str:
+        return f"alias/{self.project}/secrets"
 
     @property
     def external_dns_role_name(self) -> str:
@@ -307,4 +319,5 @@ __all__ = [
     "NewVpc",
     "OperatorConfig",
     "PlatformConfig",
+    "SecretsConfig",
 ]

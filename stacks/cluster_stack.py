@@ -32,6 +32,7 @@ from hyperpod_inference_iac import (
     PlatformDashboard,
     PlatformValue,
     PlatformVpc,
+    SecretsKey,
     deploy_time_availability_zones,
     existing_vpc,
     retention_from_days,
@@ -106,8 +107,12 @@ class ClusterStack(Stack):
                 self, "GatedModelRole", operator_config.gated_model_download_role_arn)
             if operator_config.gated_model_download_role_arn else None,
         )
+        # One key for the token and every API key: its policy lets each reader decrypt its own secret only.
+        self.secrets_key = SecretsKey(self, "SecretsKey", alias=config.secrets_key_alias) \
+            if config.secrets.customer_managed_key else None
+        secrets_key = self.secrets_key.key if self.secrets_key else None
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
-                                                       sync=config.hugging_face_sync)
+                                                       sync=config.hugging_face_sync, encryption_key=secrets_key)
         self.external_dns = ExternalDns(
             self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=cluster_config.name,
             role_name=config.external_dns_role_name) if plan.needs_external_dns else None
@@ -155,7 +160,8 @@ class ClusterStack(Stack):
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
-                operator_chart=self.hugging_face_token.operator_chart)
+                operator_chart=self.hugging_face_token.operator_chart,
+                encryption_key=self.hugging_face_token.encryption_key)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys

@@ -219,6 +219,42 @@ def test_a_portable_api_key_is_generated_and_readable_by_its_reader_and_clients_
     assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"  # IRSA, for the reader service account only
 
 
+def test_the_token_and_api_keys_are_encrypted_with_the_secrets_key_their_readers_alone_decrypt(
+        cluster: dict[str, Any]) -> None:
+    (key_id,) = [k for k, r in _resources(cluster, "AWS::KMS::Key").items()
+                 if r["Metadata"]["aws:cdk:path"] == "llm-platform-cluster/SecretsKey/Key/Resource"]
+    for name in ("llm-platform/huggingface-token", "llm-platform/portable/qwen3-8b-portable/api-key"):
+        assert _secret(cluster, name)["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    key = _resources(cluster, "AWS::KMS::Key")[key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    decrypts = {s["Sid"]: s for s in key["KeyPolicy"]["Statement"] if "kms:Decrypt" in s["Action"]}
+    assert set(decrypts) == {"DeployerCreatesAndReencryptsSecrets",
+                             "ReadLlmPlatformHuggingfaceTokenThroughSecretsManager",
+                             "ReadLlmPlatformPortableQwen38bPortableApiKeyThroughSecretsManager",
+                             "ReadLlmPlatformPortableQwen38bPortableApiKeyThroughSecretsManagerForNamedRoles"}
+    assert all(s["Condition"]["StringEquals"] == {"kms:ViaService": f"secretsmanager.{REGION}.amazonaws.com"}
+               for s in decrypts.values())
+    clients = decrypts["ReadLlmPlatformPortableQwen38bPortableApiKeyThroughSecretsManagerForNamedRoles"]
+    assert clients["Principal"] == {"AWS": f"arn:aws:iam::{ACCOUNT}:role/inference-clients"}
+    aliases = [a["Properties"]["AliasName"] for a in _resources(cluster, "AWS::KMS::Alias").values()]
+    assert "alias/llm-platform/secrets" in aliases
+
+
+def test_without_the_customer_managed_key_the_secrets_use_aws_secretsmanager() -> None:
+    from aws_cdk import App
+
+    from platform_config import parse_config
+    from stacks.platform import build_platform
+    from tests.unit.test_config import DEFAULT
+
+    data = json.loads(json.dumps(DEFAULT))
+    data["secrets"] = {"customerManagedKey": False}
+    platform = build_platform(App(), parse_config(data))
+    assert platform.cluster.secrets_key is None
+    assert platform.cluster.hugging_face_token.encryption_key is None
+    assert all(sync.encryption_key is None for sync in platform.cluster.api_keys.values())
+
+
 def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> None:
     assert {"ClusterName", "HyperPodClusterArn", "OperatorExecutionRoleArn", "HyperPodExecutionRoleArn",
             "HuggingFaceTokenSecretArn", "HostedZoneId", "CertificateArn"} <= set(cluster["Outputs"])

@@ -111,6 +111,8 @@ CASES = [
     ("Logs.RetentionDays", "logging.retentionDays", _set("logging.retentionDays", 100)),
     ("Logs.RetentionDays", "logging.auditRetentionDays", _set("logging.auditRetentionDays", 0)),
     ("Config.WrongType", "cluster.enforceNetworkPolicies", _set("cluster.enforceNetworkPolicies", "yes")),
+    ("Config.WrongType", "secrets.customerManagedKey", _set("secrets.customerManagedKey", "yes")),
+    ("Config.UnknownKey", "secrets.kmsKeyArn", _set("secrets.kmsKeyArn", "arn:aws:kms:us-west-2:1:key/x")),
     ("InferenceCluster.UnsupportedKubernetesVersion", "cluster.kubernetesVersion",
      _set("cluster.kubernetesVersion", "1.20")),
     ("InferenceCluster.EndpointAccess", "cluster.endpointAccess", _set("cluster.endpointAccess", "privat")),
@@ -250,6 +252,13 @@ def test_log_retentions_and_network_policies_default_as_documented() -> None:
     config = parse_config(data)
     assert (config.logging.retention_days, config.logging.audit_retention_days) == (90, 365)
     assert config.cluster.enforce_network_policies is True
+
+
+def test_secrets_get_a_customer_managed_key_unless_turned_off() -> None:
+    assert parse_config(_with(_delete("secrets"))).secrets.customer_managed_key is True
+    off = parse_config(_with(_set("secrets.customerManagedKey", False)))
+    assert off.secrets.customer_managed_key is False
+    assert off.secrets_key_alias == "alias/llm-platform/secrets"
 
 
 @pytest.mark.parametrize(("network", "traffic"), [
