@@ -13,6 +13,12 @@ throughput; benchmarks/sidecar_loadgen.py (closed loop, records the first body c
 latencies. CPU is user + system time from /proc of the proxy process and its children (nginx's
 worker; the sidecar's upload threads are in its own figure), divided by the requests served.
 
+Comparing a change: `--variant 'LABEL;NAME=VALUE;...'` adds a sidecar capturing every request with
+those extra environment variables (`SRC=/path/to/dir` runs `capture_sidecar` from another source
+directory, e.g. an unpacked `git archive` of the base commit), so the reference and the candidate
+are measured in the same run, under the same load (each run starts at another target, so the order
+rotates). `--scenarios sse64,json32` keeps only some rows.
+
 Needs nginx and wrk (Debian: apt-get install -y nginx-light wrk). When they are missing and this
 runs as root on a Debian-like system, it installs them; otherwise it says what to install.
 """
@@ -177,7 +183,11 @@ def process(args: list[str], port: int, log: Path | None = None, **kwargs) -> It
             child.wait()
 
 
-def sidecar_args(upstream: int, port: int, metrics_port: int, s3_port: int, sampling: str) -> dict:
+def sidecar_args(
+    upstream: int, port: int, metrics_port: int, s3_port: int, sampling: str, extra: dict[str, str] | None = None
+) -> dict:
+    extra = dict(extra or {})
+    source = Path(extra.pop("SRC", REPO / "sidecar"))
     env = {
         "PATH": os.environ.get("PATH", ""),
         "UPSTREAM_URL": f"http://127.0.0.1:{upstream}",
@@ -191,8 +201,21 @@ def sidecar_args(upstream: int, port: int, metrics_port: int, s3_port: int, samp
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
     }
-    return {"args": [PYTHON, "-m", "capture_sidecar"], "port": port, "cwd": REPO / "sidecar", "env": env}
+    return {"args": [PYTHON, "-m", "capture_sidecar"], "port": port, "cwd": source, "env": env}
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """'LABEL;NAME=VALUE;...' -> (label, environment)."""
+    label, *assignments = text.split(";")
+    env = {}
+    for assignment in assignments:
+        name, sep, value = assignment.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant {text!r}: {assignment!r} is not NAME=VALUE")
+        env[name.strip()] = value
+    return label.strip(), env
 
 
 def rss_mib(pid: int) -> float:
@@ -304,12 +327,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="repetitions of the whole table (medians and ranges)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk cell")
     parser.add_argument("--quick", action="store_true", help="one run of short cells, to check the setup")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="'LABEL;NAME=VALUE;...': one more sidecar target (capture 100 %%) with these extra environment "
+        "variables; SRC=DIR runs capture_sidecar from another source directory",
+    )
+    parser.add_argument("--scenarios", default="", help="comma-separated scenario keys (json32,sse32,json1,sse64)")
     args = parser.parse_args()
+    variants = [parse_variant(text) for text in args.variant]
+    wanted_scenarios = {key.strip() for key in args.scenarios.split(",") if key.strip()}
+    chosen = [sc for sc in scenarios(args.quick) if not wanted_scenarios or sc.key in wanted_scenarios]
     if args.quick:
         args.runs, args.seconds = 1, 2.0
     nginx, wrk = need_tools()
 
     ports = {name: free_port() for name in ("model", "s3", "nginx", "off", "off_m", "on", "on_m")}
+    variant_ports = [(free_port(), free_port()) for _ in variants]
+    all_targets = TARGETS + tuple(label for label, _ in variants)
     results: dict[tuple[str, str], list[Cell]] = {}
     rss: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp, ExitStack() as stack:
@@ -333,10 +369,19 @@ def main() -> None:
             "sidecar, capture off": (ports["off"], plain.pid),
             "sidecar, capture 100 %": (ports["on"], capturing.pid),
         }
+        for (label, env), (port, metrics_port) in zip(variants, variant_ports, strict=True):
+            child = stack.enter_context(
+                process(**sidecar_args(ports["model"], port, metrics_port, ports["s3"], "100", env))
+            )
+            targets[label] = (port, child.pid)
         rss_start = rss_mib(capturing.pid)
         for run in range(args.runs):
-            for scenario in scenarios(args.quick):
-                for target, (port, pid) in targets.items():
+            # Each run starts the round at another target, so no target is always measured right
+            # after the same neighbour (the load of a shared box drifts within a round).
+            order = list(targets.items())
+            order = order[run % len(order) :] + order[: run % len(order)]
+            for scenario in chosen:
+                for target, (port, pid) in order:
                     if scenario.tool == "wrk":
                         warm = Scenario(**{**scenario.__dict__})
                         run_wrk(wrk, script, port, warm, 1)
@@ -366,10 +411,10 @@ def main() -> None:
         "| CPU vs nginx | errors |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for scenario in scenarios(args.quick):
+    for scenario in chosen:
         direct = results[(scenario.key, "direct")]
         reference = results[(scenario.key, "nginx")]
-        for target in TARGETS:
+        for target in all_targets:
             cells = results[(scenario.key, target)]
             vs_direct = [c.throughput / d.throughput for c, d in zip(cells, direct, strict=True)]
             added = [c.p50_us - d.p50_us for c, d in zip(cells, direct, strict=True)]
