@@ -134,7 +134,8 @@ def stage_manifests(
 def _operator_specs(path: Path) -> dict[tuple[str, str], Any]:
     if not path.is_file():
         return {}
-    documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the previous dist/ is read every synth
+    documents = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if isinstance(d, dict)]
     return {(d["kind"], d["metadata"]["name"]): d.get("spec", {}) for d in documents if is_operator_object(d)}
 
 
