@@ -34,7 +34,8 @@ def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Ass
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
     assert helm == ["external-dns.yaml", "external-secrets.yaml", "nvidia-device-plugin.yaml"]
     readme = (assembly.directory / "dist" / "README.md").read_text()
-    assert "kubectl get crd inferenceendpointconfigs.inference.sagemaker.aws.amazon.com" in readme
+    assert ("kubectl get crd inferenceendpointconfigs.inference.sagemaker.aws.amazon.com "
+            "jumpstartmodels.inference.sagemaker.aws.amazon.com") in readme
 
 
 def test_dist_snapshot(assembly: Assembly, snapshot: Any) -> None:
