@@ -5,9 +5,10 @@ which it names and wires to the topic, and adds: failed messages and throttles o
 near its timeout, a growing backlog, and per tier quarantined lines and hours without curated output.
 
 The processor's own figures come from its embedded metric format lines (``lambda/capture_processor``,
-``capture_core/telemetry.py``): namespace ``HyperPodInference/CaptureProcessor``, dimension ``Tier``
-(``sme``, ``pod``, ``alb``) for ``Objects``, ``Records``, ``SourceBytes``, ``QuarantinedLines``,
-``FilesWritten``, and dimension ``Function=capture-processor`` for ``FailedMessages`` and ``SkippedObjects``.
+``capture_core/telemetry.py``): namespace ``HyperPodInference/CaptureProcessor``, dimensions ``Pipeline`` (the
+pipeline's construct path, ``CapturePipeline.metrics_pipeline``) and ``Tier`` (``sme``, ``pod``, ``alb``) for
+``Objects``, ``Records``, ``SourceBytes``, ``QuarantinedLines``, ``FilesWritten``, and ``Pipeline`` alone for
+``FailedMessages`` and ``SkippedObjects``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
 
 # What the capture processor emits (kept in step with lambda/capture_processor by a test).
 PROCESSOR_NAMESPACE = "HyperPodInference/CaptureProcessor"
-PROCESSOR_FUNCTION_DIMENSION = {"Function": "capture-processor"}
+# The dimension naming the pipeline on every processor metric (its value: CapturePipeline.metrics_pipeline, the
+# construct path, which the function gets as METRICS_PIPELINE): two pipelines in one account never share a series.
+PIPELINE_DIMENSION = "Pipeline"
 TIERS = ("sme", "pod", "alb")
 TIER_METRICS = ("Objects", "Records", "SourceBytes", "QuarantinedLines", "FilesWritten")
 FUNCTION_METRICS = ("FailedMessages", "SkippedObjects")
@@ -57,10 +60,11 @@ LIMITS = {
 }
 
 
-def processor_metric(name: str, *, tier: str | None = None, statistic: str = "Sum",
+def processor_metric(name: str, *, pipeline: str, tier: str | None = None, statistic: str = "Sum",
                      period: Duration = FIVE_MINUTES, label: str | None = None) -> cloudwatch.Metric:
-    """One of the capture processor's own metrics (``tier`` for the per-tier ones; ``label`` for graphs)."""
-    dimensions = {"Tier": tier} if tier is not None else dict(PROCESSOR_FUNCTION_DIMENSION)
+    """One of the capture processor's own metrics, of one pipeline (``CapturePipeline.metrics_pipeline``;
+    ``tier`` for the per-tier ones; ``label`` for graphs)."""
+    dimensions = {PIPELINE_DIMENSION: pipeline, **({"Tier": tier} if tier is not None else {})}
     return cloudwatch.Metric(namespace=PROCESSOR_NAMESPACE, metric_name=name, dimensions_map=dimensions,
                              statistic=statistic, period=period, label=label)
 
@@ -169,7 +173,8 @@ class CaptureAlarms(Construct):
                 self, "FailedMessages", suffix="capture-failed-messages", anchor="capture-failed-messages",
                 text="The capture processor could not read or write captured objects (S3, KMS or a corrupt "
                      "object); SQS retries them, then moves them to the dead-letter queue.",
-                metric=processor_metric("FailedMessages"), settings=failed_messages, comparison=above, missing=quiet)
+                metric=processor_metric("FailedMessages", pipeline=pipeline.metrics_pipeline),
+                settings=failed_messages, comparison=above, missing=quiet)
         if throttles is not None:
             alarms["throttles"] = wiring.alarm(
                 self, "Throttles", suffix="capture-processor-throttles", anchor="capture-processor-throttles",
@@ -199,7 +204,8 @@ class CaptureAlarms(Construct):
                     anchor="capture-quarantined-lines",
                     text=f"The capture processor quarantined lines of the {tier} tier it could not parse (a format "
                          "change or truncated objects); they are under the quarantine prefix.",
-                    metric=processor_metric("QuarantinedLines", tier=tier), settings=quarantined_lines,
+                    metric=processor_metric("QuarantinedLines", pipeline=pipeline.metrics_pipeline, tier=tier),
+                    settings=quarantined_lines,
                     comparison=above, missing=quiet)
             if no_curated_output is not None:
                 hours = no_curated_output.period.to_seconds() * no_curated_output.evaluation_periods / 3600
@@ -208,7 +214,8 @@ class CaptureAlarms(Construct):
                     anchor="capture-no-curated-output",
                     text=f"No curated {tier} data was written for {hours:g} hours although capture is on for this "
                          "tier: capture stopped upstream, or every object fails or is skipped.",
-                    metric=processor_metric("FilesWritten", tier=tier), settings=no_curated_output,
+                    metric=processor_metric("FilesWritten", pipeline=pipeline.metrics_pipeline, tier=tier),
+                    settings=no_curated_output,
                     comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                     missing=cloudwatch.TreatMissingData.BREACHING)
         self.alarms = alarms

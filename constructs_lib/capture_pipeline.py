@@ -224,7 +224,8 @@ class CapturePipeline(Construct):
 
     Children, as escape hatches: ``queue``, ``dead_letter_queue``, ``function``,
     ``log_group``, ``database``, ``tables`` (``"capture_records"``, ``"alb_access_logs"``) and
-    ``alarms`` (``"dead_letters"``, ``"function_errors"``; no actions: add your own).
+    ``alarms`` (``"dead_letters"``, ``"function_errors"``; no actions: add your own); ``metrics_pipeline``, the
+    value of the ``Pipeline`` dimension of the processor's metrics (this construct's path).
     Its cdk-nag findings (the object wildcards under its prefixes, the pinned runtime, CDK's
     bucket-notification handler) are acknowledged here, with reasons (:mod:`hyperpod_inference_iac.nag`).
     """
@@ -321,6 +322,7 @@ class CapturePipeline(Construct):
                 s3.NotificationKeyFilter(prefix=prefix),
             )
 
+        self.metrics_pipeline = self.node.path  # literal and unique in an account and region (the stack's name)
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
         # An own role instead of the default one: the default attaches the managed
         # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
@@ -351,6 +353,9 @@ class CapturePipeline(Construct):
                 # glibc keeps one malloc arena per thread (parsers, Parquet writer, uploads); two
                 # arenas cut peak RSS by ~35 MiB for a 1 GiB object (docs/capture-processor.md).
                 "MALLOC_ARENA_MAX": "2",
+                # The value of the Pipeline dimension of its metrics: alarms and dashboards of this pipeline
+                # read only its own series, however many pipelines the account has.
+                "METRICS_PIPELINE": self.metrics_pipeline,
                 # Outputs name the key explicitly: a bucket whose default is SSE-S3 (ALB access logs) still
                 # gets curated data under the capture key, and its policy refuses writes that do not.
                 **({"OUTPUT_KMS_KEY_ID": encryption_key.key_arn} if encryption_key is not None else {}),

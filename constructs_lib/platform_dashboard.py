@@ -103,23 +103,25 @@ class PlatformDashboard(Construct):
 
     @staticmethod
     def _capture_rows(pipeline: CapturePipeline, tiers: Sequence[str]) -> list[list[cloudwatch.IWidget]]:
-        function = pipeline.function
+        function, name = pipeline.function, pipeline.metrics_pipeline
         per_tier = [
             cloudwatch.GraphWidget(title="Capture volume per tier (records)", width=12, height=6, stacked=True,
-                                   left=[processor_metric("Records", tier=t, label=t) for t in tiers]),
+                                   left=[processor_metric("Records", pipeline=name, tier=t, label=t) for t in tiers]),
             cloudwatch.GraphWidget(title="Capture volume per tier (bytes read)", width=12, height=6, stacked=True,
-                                   left=[processor_metric("SourceBytes", tier=t, label=t) for t in tiers]),
+                                   left=[processor_metric("SourceBytes", pipeline=name, tier=t, label=t)
+                                         for t in tiers]),
         ]
         processor = [
             cloudwatch.GraphWidget(
                 title="Processor throughput", width=8, height=6,
-                left=[processor_metric("Objects", tier=t, label=f"objects {t}") for t in tiers],
-                right=[processor_metric("FilesWritten", tier=t, label=f"curated files {t}") for t in tiers],
+                left=[processor_metric("Objects", pipeline=name, tier=t, label=f"objects {t}") for t in tiers],
+                right=[processor_metric("FilesWritten", pipeline=name, tier=t, label=f"curated files {t}")
+                       for t in tiers],
                 left_y_axis=cloudwatch.YAxisProps(label="objects", show_units=False),
                 right_y_axis=cloudwatch.YAxisProps(label="curated files", show_units=False)),
             cloudwatch.GraphWidget(
                 title="Processor errors", width=8, height=6,
-                left=[processor_metric("FailedMessages", label="FailedMessages"),
+                left=[processor_metric("FailedMessages", pipeline=name, label="FailedMessages"),
                       function.metric_errors(statistic="Sum", period=FIVE_MINUTES, label="Errors"),
                       function.metric_throttles(statistic="Sum", period=FIVE_MINUTES, label="Throttles")]),
             cloudwatch.GraphWidget(
@@ -131,7 +133,8 @@ class PlatformDashboard(Construct):
         ]
         quality = [
             cloudwatch.GraphWidget(title="Quarantined lines per tier", width=12, height=6, stacked=True,
-                                   left=[processor_metric("QuarantinedLines", tier=t, label=t) for t in tiers]),
+                                   left=[processor_metric("QuarantinedLines", pipeline=name, tier=t, label=t)
+                                         for t in tiers]),
             cloudwatch.GraphWidget(
                 title="Queues", width=12, height=6,
                 left=[pipeline.dead_letter_queue.metric_approximate_number_of_messages_visible(

@@ -38,7 +38,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
                 error=f"{type(error).__name__}: {error}",
                 traceback=traceback.format_exc(limit=5),
             )
-            emit_metrics({"Function": "capture-processor"}, {"FailedMessages": 1})
+            emit_metrics(_pipeline(), {"FailedMessages": 1})
             failures.append({"itemIdentifier": message_id})
     return {"batchItemFailures": failures}
 
@@ -50,10 +50,15 @@ def _s3_client(endpoint_url: str | None, region: str | None) -> Any:
     return boto3.client("s3")
 
 
+def _pipeline() -> dict[str, str]:
+    """The Pipeline dimension of every metric: the construct path the pipeline gives as METRICS_PIPELINE."""
+    return {"Pipeline": os.environ.get("METRICS_PIPELINE", "capture-processor")}
+
+
 def _report(report: ObjectReport) -> None:
     if report.tier is None:
         log("INFO", "object skipped", bucket=report.bucket, key=report.key, reason=report.skip_reason)
-        emit_metrics({"Function": "capture-processor"}, report.metrics())
+        emit_metrics(_pipeline(), report.metrics())
         return
     log(
         "INFO",
@@ -69,4 +74,4 @@ def _report(report: ObjectReport) -> None:
         files_written=len(report.output_keys),
         output_keys=report.output_keys,
     )
-    emit_metrics({"Tier": report.tier}, report.metrics())
+    emit_metrics({**_pipeline(), "Tier": report.tier}, report.metrics())

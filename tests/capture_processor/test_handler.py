@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import tempfile
 from datetime import UTC, datetime
@@ -512,7 +513,8 @@ def test_redaction_counts_are_logged_and_emitted_as_emf(pipeline: Pipeline, caps
     assert row["input_text"] == ("mail [REDACTED:email], call [REDACTED:phone], key [REDACTED:access_token]")
     documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     [emf] = [doc for doc in documents if "_aws" in doc]
-    assert emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Tier"]]
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Pipeline", "Tier"]]
+    assert emf["Pipeline"] == os.environ.get("METRICS_PIPELINE", "capture-processor")
     assert (emf["Tier"], emf["Records"], emf["FilesWritten"], emf["QuarantinedLines"]) == ("sme", 1, 1, 0)
     assert (emf["Redactions_email"], emf["Redactions_phone"], emf["Redactions_access_token"]) == (1, 1, 1)
     assert "ann@example.org" not in json.dumps(documents)

@@ -194,7 +194,7 @@ EXPECTED_CAPTURE_ALARMS = {
     "probe-capture-processor-errors": ("AWS/Lambda", "Errors", "Sum", None, "GreaterThanThreshold", 0, 300, 1,
                                        "notBreaching"),
     "probe-capture-failed-messages": ("HyperPodInference/CaptureProcessor", "FailedMessages", "Sum",
-                                      [{"Name": "Function", "Value": "capture-processor"}], "GreaterThanThreshold", 0,
+                                      [{"Name": "Pipeline", "Value": "Probe/Pipeline"}], "GreaterThanThreshold", 0,
                                       300, 1, "notBreaching"),
     "probe-capture-processor-throttles": ("AWS/Lambda", "Throttles", "Sum", None, "GreaterThanThreshold", 0, 300, 3,
                                           "notBreaching"),
@@ -203,10 +203,12 @@ EXPECTED_CAPTURE_ALARMS = {
     "probe-capture-backlog-age": ("AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", None,
                                   "GreaterThanThreshold", 3600, 300, 3, "notBreaching"),
     **{f"probe-capture-quarantined-lines-{tier}": (
-        "HyperPodInference/CaptureProcessor", "QuarantinedLines", "Sum", [{"Name": "Tier", "Value": tier}],
+        "HyperPodInference/CaptureProcessor", "QuarantinedLines", "Sum",
+        [{"Name": "Pipeline", "Value": "Probe/Pipeline"}, {"Name": "Tier", "Value": tier}],
         "GreaterThanThreshold", 0, 3600, 1, "notBreaching") for tier in ("sme", "pod", "alb")},
     **{f"probe-capture-no-curated-output-{tier}": (
-        "HyperPodInference/CaptureProcessor", "FilesWritten", "Sum", [{"Name": "Tier", "Value": tier}],
+        "HyperPodInference/CaptureProcessor", "FilesWritten", "Sum",
+        [{"Name": "Pipeline", "Value": "Probe/Pipeline"}, {"Name": "Tier", "Value": tier}],
         "LessThanThreshold", 1, 3600, 12, "breaching") for tier in ("sme", "pod", "alb")},
 }
 
@@ -299,7 +301,7 @@ def test_capture_alarm_props_are_validated(props: dict[str, Any], code: str, pat
     assert "(got " in str(raised.value)
 
 
-def test_the_alarms_use_the_metrics_the_capture_processor_emits() -> None:
+def test_the_alarms_use_the_metrics_the_capture_processor_emits(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     """Namespace, dimensions and names as lambda/capture_processor writes them (EMF)."""
     sys.path.insert(0, str(REPO / "lambda" / "capture_processor"))
     from capture_core import telemetry
@@ -311,10 +313,25 @@ def test_the_alarms_use_the_metrics_the_capture_processor_emits() -> None:
     emitted = ObjectReport("bucket", "key", tier="pod").metrics()
     assert set(capture_alarms_module.TIER_METRICS) <= set(emitted)
     assert "SkippedObjects" in ObjectReport("bucket", "key").metrics()
-    handler = (REPO / "lambda" / "capture_processor" / "handler.py").read_text()
-    assert 'emit_metrics({"Function": "capture-processor"}, {"FailedMessages": 1})' in handler
-    assert 'emit_metrics({"Tier": report.tier}, report.metrics())' in handler
-    assert capture_alarms_module.PROCESSOR_FUNCTION_DIMENSION == {"Function": "capture-processor"}
+    # The handler's dimensions, from its own emission with the pipeline's environment, are the alarms' ones.
+    import handler as processor_handler
+
+    stack = _stack()
+    pipeline = _pipeline(stack)
+    environment = Template.from_stack(stack).find_resources("AWS::Lambda::Function")
+    (function,) = [f for f in environment.values() if "METRICS_PIPELINE" in json.dumps(f)]
+    assert function["Properties"]["Environment"]["Variables"]["METRICS_PIPELINE"] == pipeline.metrics_pipeline
+    monkeypatch.setenv("METRICS_PIPELINE", pipeline.metrics_pipeline)
+    processor_handler._report(ObjectReport("bucket", "key", tier="pod"))
+    processor_handler._report(ObjectReport("bucket", "key"))
+    documents = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    emitted_dims = {tuple(d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]): {k: d[k] for k in
+                    d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]} for d in documents if "_aws" in d}
+    for tier in (None, "pod"):
+        metric = capture_alarms_module.processor_metric("FilesWritten", pipeline=pipeline.metrics_pipeline, tier=tier)
+        wanted = {"Pipeline": pipeline.metrics_pipeline, **({"Tier": tier} if tier else {})}
+        assert emitted_dims[tuple(wanted)] == wanted
+        assert metric.dimensions == wanted
 
 
 # ---- CertificateAlarms ---------------------------------------------------------------------------------------
@@ -570,7 +587,7 @@ def test_alarm_table_lists_name_metric_condition_window_and_actions(
         capture: tuple[dict[str, Any], CaptureAlarms]) -> None:
     rows = {row.name: row for row in describe_alarms(capture[0])}
     row = rows["probe-capture-no-curated-output-pod"]
-    assert row.metric == "HyperPodInference/CaptureProcessor FilesWritten Sum [Tier=pod]"
+    assert row.metric == "HyperPodInference/CaptureProcessor FilesWritten Sum [Pipeline=Probe/Pipeline, Tier=pod]"
     assert (row.condition, row.window, row.missing_data, row.actions) == ("< 1", "12 of 12 x 1 h", "breaching",
                                                                           "ALARM, OK")
     table = alarm_table({"Probe": capture[0]})
