@@ -37,13 +37,12 @@ from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableM
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
-from hyperpod_inference_iac.patterns import DNS1123_LABEL
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_NAME_MAX
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
 from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 
 Workload = InferenceEndpointConfig | JumpStartModel | ModelWeightsCacheConfig
-ROLE_NAME_MAX = 64
 
 # Stand-ins that satisfy the CRDs' patterns, used only to check the emitted objects against the CRD
 # schema before any real value exists (the real values are the platform's own, checked where made).
@@ -104,7 +103,7 @@ class PlatformContext:
     vpc_cidr: str | None = None
 
     def role_name(self, service_account: str) -> str:
-        return f"{self.role_name_prefix}-{service_account}"[:ROLE_NAME_MAX]
+        return f"{self.role_name_prefix}-{service_account}"[:IAM_ROLE_NAME_MAX]
 
     def role_arn(self, role_name: str) -> str:
         return f"arn:{self.partition}:iam::{self.account}:role/{role_name}"

@@ -27,7 +27,7 @@ from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX, REGION
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 __all__ = [
@@ -47,7 +47,6 @@ CDK_DEFAULT_QUALIFIER = "hnb659fds"
 # The roles `cdk bootstrap` creates and the CDK CLI assumes (cdk-<qualifier>-<kind>-<account>-<region>).
 CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-role", "lookup-role")
 MAX_SESSION = Duration.hours(1)
-ROLE_NAME_MAX = 64
 
 # GitHub's own rules: a user or organization name is 1-39 letters, digits and inner hyphens (older
 # names may hold two in a row; '_' appears in Enterprise Managed Users' names); a repository name is
@@ -59,7 +58,6 @@ GITHUB_REPOSITORY = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")
 GITHUB_ENVIRONMENT = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
 # The bootstrap template's own AllowedPattern for the qualifier.
 CDK_QUALIFIER = re.compile(r"^[A-Za-z0-9_-]{1,10}$")
-IAM_ROLE_NAME = re.compile(rf"^[\w+=,.@-]{{1,{ROLE_NAME_MAX}}}$")
 GITHUB_PROVIDER_ARN = re.compile(rf"^arn:aws[a-z-]*:iam::\d{{12}}:oidc-provider/{re.escape(GITHUB_OIDC_ISSUER)}$")
 
 
@@ -112,7 +110,7 @@ def check_github_deploy_role(problems: Problems, at: KeyPaths = PROPS, *, owner:
                      f"must be the ARN of the IAM OIDC provider {GITHUB_OIDC_ISSUER}", provider_arn)
     if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
         problems.add("GitHubDeployRole.BadRoleName", at.at("role_name"),
-                     f"must be 1-{ROLE_NAME_MAX} letters, digits and '+=,.@_-'", role_name)
+                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-'", role_name)
 
 
 class GitHubDeployRole(Construct):

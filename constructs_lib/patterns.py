@@ -33,6 +33,9 @@ DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a
 ACCOUNT_ID = re.compile(r"^\d{12}$")
 REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
+# IAM's rule for role names: 1-64 ASCII letters, digits and '+=,.@_-' (IAM User Guide, IAM quotas).
+IAM_ROLE_NAME_MAX = 64
+IAM_ROLE_NAME = re.compile(rf"^[A-Za-z0-9+=,.@_-]{{1,{IAM_ROLE_NAME_MAX}}}$")
 # The operator CRD's customCertificateConfig.acmArn (which admits only the aws partition).
 ACM_CERTIFICATE_ARN = re.compile(r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$")
 HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]+$")

@@ -41,7 +41,13 @@ from hyperpod_inference_iac.alarms import (
     check_alarm_settings,
     topic_actions,
 )
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, EKS_CLUSTER_NAME, PINNED_IMAGE
+from hyperpod_inference_iac.patterns import (
+    DNS1123_LABEL,
+    EKS_CLUSTER_NAME,
+    IAM_ROLE_NAME,
+    IAM_ROLE_NAME_MAX,
+    PINNED_IMAGE,
+)
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -216,9 +222,9 @@ def check_capture_sidecar_metrics(
     if namespace is not None and not is_unresolved(namespace) and (
             len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
         problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
-    if role_name is not None and not is_unresolved(role_name) and (
-            not 1 <= len(role_name) <= 64 or not role_name.replace("-", "").replace("_", "").isalnum()):
-        problems.add(f"{code}.BadRoleName", at.at("role_name"), "must be 1-64 letters, digits, '-' and '_'", role_name)
+    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
+        problems.add(f"{code}.BadRoleName", at.at("role_name"),
+                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
     if not PINNED_IMAGE.match(image):
         problems.add(f"{code}.UnpinnedImage", at.at("image"), "must name a tag or a digest", image)
     seconds = scrape_interval.to_seconds()

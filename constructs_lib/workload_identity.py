@@ -14,7 +14,6 @@ Two bindings, both exact to one namespace and one service account:
 from __future__ import annotations
 
 import enum
-import re
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
@@ -23,12 +22,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
-
-ROLE_NAME_MAX = 64
-ROLE_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,64}$")  # IAM's rule for role names (ASCII only)
 
 
 class IdentityBinding(enum.StrEnum):
@@ -57,9 +53,9 @@ def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, *, namespa
                                                or not DNS1123_SUBDOMAIN.match(service_account)):
         problems.add("WorkloadIdentity.BadServiceAccount", at.at("service_account"), "must be a DNS-1123 subdomain",
                      service_account)
-    if role_name is not None and not is_unresolved(role_name) and not ROLE_NAME.match(role_name):
+    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
         problems.add("WorkloadIdentity.BadRoleName", at.at("role_name"),
-                     f"must be 1-{ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
+                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
     if binding not in IdentityBinding._value2member_map_ and not isinstance(binding, IdentityBinding):
         problems.add("WorkloadIdentity.BadBinding", at.at("binding"),
                      f"must be one of {', '.join(b.value for b in IdentityBinding)} (IdentityBinding)", binding)
