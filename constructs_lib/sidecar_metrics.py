@@ -332,35 +332,31 @@ class CaptureSidecarMetrics(Construct):
 
         wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
         above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
-        quiet = cloudwatch.TreatMissingData.NOT_BREACHING
+        below = cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD
+        quiet, breaching = cloudwatch.TreatMissingData.NOT_BREACHING, cloudwatch.TreatMissingData.BREACHING
+        # key, construct id, settings, metric, comparison, missing data, what it means (the name and the runbook
+        # anchor are "sidecar-" and the key in kebab case).
+        specs = [
+            ("dropped_records", "DroppedRecords", dropped_records, self.metric(RECORDS_DROPPED), above, quiet,
+             f"Capture sidecars in {namespace} lost captured records (queue, memory or spool full, uploads failing "
+             "without a spool, or shutdown): the requests were served, their capture is gone."),
+            ("failed_uploads", "FailedUploads", failed_uploads, self.metric(UPLOADS, result="failed"), above, quiet,
+             f"Capture sidecars in {namespace} cannot write to S3 (IAM, KMS, bucket policy or network); captures "
+             "wait in the spool until it is full, then are dropped."),
+            ("rejected_requests", "RejectedRequests", rejected_requests, self.metric(REQUESTS_REJECTED), above, quiet,
+             f"Capture sidecars in {namespace} answered requests 503 because their body could not be buffered "
+             "within MAX_INFLIGHT_BODY_BYTES: clients see errors."),
+            ("no_metrics", "NoMetrics", no_metrics, self.metric(RECORDS_CAPTURED, statistic="SampleCount"), below,
+             breaching, f"No capture sidecar in {namespace} has reported for a while: the metrics agent is down or "
+             "hung (the other sidecar alarms cannot fire), or no capture sidecar runs there."),
+        ]
         self.alarms: dict[str, cloudwatch.Alarm] = {}
-        if dropped_records is not None:
-            self.alarms["dropped_records"] = wiring.alarm(
-                self, "DroppedRecords", suffix="sidecar-dropped-records", anchor="sidecar-dropped-records",
-                text=f"Capture sidecars in {namespace} lost captured records (queue, memory or spool full, uploads "
-                     "failing without a spool, or shutdown): the requests were served, their capture is gone.",
-                metric=self.metric(RECORDS_DROPPED), settings=dropped_records, comparison=above, missing=quiet)
-        if failed_uploads is not None:
-            self.alarms["failed_uploads"] = wiring.alarm(
-                self, "FailedUploads", suffix="sidecar-failed-uploads", anchor="sidecar-failed-uploads",
-                text=f"Capture sidecars in {namespace} cannot write to S3 (IAM, KMS, bucket policy or network); "
-                     "captures wait in the spool until it is full, then are dropped.",
-                metric=self.metric(UPLOADS, result="failed"), settings=failed_uploads, comparison=above,
-                missing=quiet)
-        if rejected_requests is not None:
-            self.alarms["rejected_requests"] = wiring.alarm(
-                self, "RejectedRequests", suffix="sidecar-rejected-requests", anchor="sidecar-rejected-requests",
-                text=f"Capture sidecars in {namespace} answered requests 503 because their body could not be "
-                     "buffered within MAX_INFLIGHT_BODY_BYTES: clients see errors.",
-                metric=self.metric(REQUESTS_REJECTED), settings=rejected_requests, comparison=above, missing=quiet)
-        if no_metrics is not None:
-            self.alarms["no_metrics"] = wiring.alarm(
-                self, "NoMetrics", suffix="sidecar-no-metrics", anchor="sidecar-no-metrics",
-                text=f"No capture sidecar in {namespace} has reported for a while: the metrics agent is down or hung "
-                     "(the other sidecar alarms cannot fire), or no capture sidecar runs there.",
-                metric=self.metric(RECORDS_CAPTURED, statistic="SampleCount"), settings=no_metrics,
-                comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-                missing=cloudwatch.TreatMissingData.BREACHING)
+        for key, construct_id, settings, metric, comparison, missing, text in specs:
+            if settings is None:
+                continue
+            name = "sidecar-" + key.replace("_", "-")
+            self.alarms[key] = wiring.alarm(self, construct_id, suffix=name, anchor=name, text=text, metric=metric,
+                                            settings=settings, comparison=comparison, missing=missing)
         self.alarm_names = alarm_names(self.alarms)
 
     def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,
