@@ -89,6 +89,9 @@ class Context:
     new_obj: dict[str, Any] | None
     old: dict[tuple[str, ...], Any]
     new: dict[tuple[str, ...], Any]
+    # A NetworkPolicy new in a namespace that had none: pods no policy selects admit everything, so it can only
+    # restrict; beside other policies it may admit more (policies add up) and is read rule by rule.
+    first_policy: bool = False
 
     @property
     def kind(self) -> str:
@@ -380,6 +383,8 @@ def _service_port(m, old, new, ctx):
 @rule({"NetworkPolicy"}, r"^spec\.(?P<f>.+)$")
 def _network_policy(m, old, new, ctx):
     field = m["f"]
+    if ctx.first_policy:
+        return ("exposure", label(ctx.key), change(field, old, new), False)
     if field in ("ingress", "egress"):
         before = [json.dumps(item, sort_keys=True) for item in (old if isinstance(old, list) else [])]
         after = [json.dumps(item, sort_keys=True) for item in (new if isinstance(new, list) else [])]
@@ -509,26 +514,23 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
                  where: Callable[[Key], tuple[str, ...]]) -> list[Line]:
     """Lines for every object added, removed or changed between two sets of objects."""
     lines: list[Line] = []
-    # Policies are additive: a pod no policy selects admits everything, so a new policy in a namespace that had
-    # none can only restrict; where others exist it may admit what they did not, and is read rule by rule.
-    policed = {key[1] for key in old if key[0] == "NetworkPolicy"}
+    policed = {key[1] for key in old if key[0] == "NetworkPolicy"}  # namespaces with policies (Context.first_policy)
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
-        if before is None and key[0] == "NetworkPolicy" and key[1] not in policed:
-            lines.append(Line("exposure", label(key), "new (the namespace had no policy: restricts the pods it "
-                              "selects)", False, where(key)))
-            continue
         places = where(key)
         flat_old = flatten(before) if before is not None else {}
         flat_new = flatten(after) if after is not None else {}
-        ctx = Context(key, before, after, flat_old, flat_new)
+        ctx = Context(key, before, after, flat_old, flat_new,
+                      first_policy=before is None and key[0] == "NetworkPolicy" and key[1] not in policed)
         group = _OBJECT_GROUP.get(key[0], "workloads")
         if before is None or after is None:
             verb = "new" if before is None else "removed"
             obj = after if after is not None else before
             summary = _summary(obj)
+            if ctx.first_policy:
+                verb, summary = "new (the namespace had no policy: restricts the pods it selects)", ""
             broadens = (after is None and key[0] == "NetworkPolicy") or (after is not None and key[0] in BINDINGS) or (
                 after is not None and key[0] == "Service" and _EXPOSING.get(str((obj.get("spec") or {}).get(
                     "type")), 0) > 0)
