@@ -27,7 +27,7 @@ from typing import Any
 
 from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
-from hyperpod_inference_iac.charts.crd_schema import schema_errors
+from hyperpod_inference_iac.charts.crd_schema import GROUP, PLURALS, schema_errors
 from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
@@ -196,6 +196,13 @@ class WorkloadPlan:
     def identities(self) -> tuple[IdentityPlan, ...]:
         found = [m.identity for m in self.models if m.identity is not None]
         return (*found, *(p.identity for p in self.portable))
+
+    @property
+    def crd_names(self) -> list[str]:
+        """The operator CRDs the cluster must have for this plan: the two workload kinds always, and the kind of
+        every other custom resource it renders (``ModelWeightsCacheConfig``)."""
+        kinds = {"InferenceEndpointConfig", "JumpStartModel"} | {type(m.workload).__name__ for m in self.models}
+        return [f"{PLURALS[kind]}.{GROUP}" for kind in sorted(kinds)]
 
     @property
     def needs_external_dns(self) -> bool:

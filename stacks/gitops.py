@@ -17,16 +17,8 @@ from hyperpod_inference_iac import (
     sidecar_metrics_manifests,
     stage_manifests,
 )
-from hyperpod_inference_iac.charts import WorkloadPlan
-from hyperpod_inference_iac.charts.crd_schema import GROUP, PLURALS
 from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
 from platform_config import PlatformConfig
-
-
-def crd_names(plan: WorkloadPlan) -> list[str]:
-    """The operator CRDs the plan's custom resources need (always the two workload kinds, plus any other)."""
-    kinds = {"InferenceEndpointConfig", "JumpStartModel"} | {type(model.workload).__name__ for model in plan.models}
-    return [f"{PLURALS[kind]}.{GROUP}" for kind in sorted(kinds)]
 
 
 def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None,
@@ -50,7 +42,7 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     prerequisites = [
         Prerequisite(f"the EKS add-on {OPERATOR_ADDON} {config.operator.addon_version} (its CRDs and controller), "
                      "installed by the cluster stack",
-                     "kubectl get crd " + " ".join(crd_names(plan))),
+                     "kubectl get crd " + " ".join(plan.crd_names)),
         Prerequisite(f"the IAM roles these manifests name (workload roles {config.project}-*, the token reader), "
                      "created by the cluster stack",
                      f"aws iam get-role --role-name {sync.reader_role_name}"),

@@ -442,14 +442,12 @@ def test_capture_tiers_are_the_tiers_some_workload_turns_on() -> None:
 
 
 def test_dist_readme_checks_the_crd_of_every_kind_the_plan_renders() -> None:
-    from stacks.gitops import crd_names
-
     data = json.loads(json.dumps(DEFAULT))
-    assert crd_names(parse_config(data).workloads) == [
+    assert parse_config(data).workloads.crd_names == [
         "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
         "jumpstartmodels.inference.sagemaker.aws.amazon.com"]
     data["models"].append({"kind": "ModelWeightsCacheConfig", "name": "llama-weights", "spec": {
         "modelSourceConfig": {"modelSourceType": "s3", "modelLocation": "llama-3-1-8b",
                               "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}},
         "nodeSelector": {"node.kubernetes.io/instance-type": "ml.g5.8xlarge"}}})
-    assert "modelweightscacheconfigs.inference.sagemaker.aws.amazon.com" in crd_names(parse_config(data).workloads)
+    assert "modelweightscacheconfigs.inference.sagemaker.aws.amazon.com" in parse_config(data).workloads.crd_names
