@@ -30,7 +30,12 @@ from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic
 from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
 from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync
 from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
-from hyperpod_inference_iac.capture_pipeline import CapturePipeline, RedactionRule, check_capture_pipeline
+from hyperpod_inference_iac.capture_pipeline import (
+    DEFAULT_REDACTION_RULES,
+    CapturePipeline,
+    RedactionRule,
+    check_capture_pipeline,
+)
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
 from hyperpod_inference_iac.certificate_alarms import CertificateAlarms, check_certificate_alarms
 from hyperpod_inference_iac.eks_cluster import (
@@ -96,6 +101,7 @@ from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadId
 __version__ = "0.2.0"
 
 __all__ = [
+    "DEFAULT_REDACTION_RULES",
     "EXTERNAL_SECRETS",
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",

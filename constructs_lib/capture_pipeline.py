@@ -69,6 +69,9 @@ def _columns(spec: str) -> tuple[GlueColumn, ...]:
     return tuple(GlueColumn(*line.split()) for line in spec.strip().splitlines())
 
 
+# The OpenTelemetry GenAI semantic conventions the gen_ai_* columns follow (the processor's
+# openai_format.SEMCONV_VERSION; a test keeps them in step).
+GEN_AI_SEMCONV_VERSION = "1.36.0"
 # Mirrors the Parquet schemas written by lambda/capture_processor (a test keeps them in step).
 CAPTURE_COLUMNS = _columns(
     """
@@ -88,6 +91,21 @@ CAPTURE_COLUMNS = _columns(
     decode_error string
     source_key string
     deployment_hash string
+    gen_ai_operation_name string
+    gen_ai_request_model string
+    gen_ai_response_model string
+    gen_ai_usage_input_tokens bigint
+    gen_ai_usage_output_tokens bigint
+    gen_ai_response_finish_reasons array<string>
+    streamed boolean
+    caller_id string
+    request_path string
+    http_response_status_code int
+    request_duration_ms double
+    time_to_first_chunk_ms double
+    partial boolean
+    partial_reason string
+    redaction_rules array<string>
     """
 )
 ALB_COLUMNS = _columns(
@@ -146,6 +164,19 @@ class RedactionRule(enum.StrEnum):
     EMAIL = "email"
     PHONE = "phone"
     ACCESS_TOKEN = "access_token"
+    AWS_SECRET_KEY = "aws_secret_key"
+    PRIVATE_KEY = "private_key"
+    PAYMENT_CARD = "payment_card"
+    US_SSN = "us_ssn"
+    IBAN = "iban"
+    IP_ADDRESS = "ip_address"
+
+
+# Every rule but ip_address: client addresses are often wanted in prompts' context (abuse, geography)
+# and the ALB table has them anyway; add it where prompts must not carry them.
+DEFAULT_REDACTION_RULES: tuple[RedactionRule, ...] = tuple(
+    rule for rule in RedactionRule if rule is not RedactionRule.IP_ADDRESS
+)
 
 
 def check_capture_pipeline(
@@ -159,7 +190,7 @@ def check_capture_pipeline(
     memory_size: int = 1024,
     reserved_concurrency: int | None = None,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-    redact: Sequence[str] = tuple(RedactionRule),
+    redact: Sequence[str] = DEFAULT_REDACTION_RULES,
     pandas_layer_arn: str | None = None,
     glue_database_name: str = "inference_capture",
     first_partition_date: str = "2025-01-01",
@@ -243,7 +274,7 @@ class CapturePipeline(Construct):
         memory_size: int = 1024,
         reserved_concurrency: int | None = None,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-        redact: Sequence[RedactionRule | str] = tuple(RedactionRule),
+        redact: Sequence[RedactionRule | str] = DEFAULT_REDACTION_RULES,
         pandas_layer_arn: str | None = None,
         glue_database_name: str = "inference_capture",
         first_partition_date: str = "2025-01-01",
@@ -264,7 +295,7 @@ class CapturePipeline(Construct):
         :param max_concurrency: the most invocations the queue drives at once (2..1000): a flood of captures
             cannot take the account's Lambda concurrency from other functions. @default 10
         :param redact: rules applied to payloads and URLs; empty switches redaction off.
-            @default every :class:`RedactionRule`
+            @default ``DEFAULT_REDACTION_RULES``: every :class:`RedactionRule` but ``ip_address``
         :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64.
             @default the version mapped for the stack's region (``PANDAS_LAYER_VERSIONS``); for a stack
             without an explicit region, a CloudFormation mapping of those regions
@@ -422,6 +453,9 @@ class CapturePipeline(Construct):
                 location,
                 ("sme", "pod"),
                 first_date,
+                # The gen_ai_* column names follow this version of the OpenTelemetry GenAI semantic
+                # conventions (Development status): a reader can tell which names a file carries.
+                {"gen_ai_semconv_version": GEN_AI_SEMCONV_VERSION},
             ),
             "alb_access_logs": self._projected_table(
                 "AlbAccessLogsTable", database, "alb_access_logs", ALB_COLUMNS, location, ("alb",), first_date
@@ -438,6 +472,7 @@ class CapturePipeline(Construct):
         location: str,
         tiers: Sequence[str],
         first_date: str,
+        extra_parameters: dict[str, str] | None = None,
     ) -> glue.CfnTable:
         # Partition projection: Athena computes partitions from these rules, so new hours are
         # queryable the moment their files land, with no crawler and no MSCK REPAIR.
@@ -456,6 +491,7 @@ class CapturePipeline(Construct):
             "projection.hour.range": "0,23",
             "projection.hour.digits": "2",
             "storage.location.template": f"{location}tier=${{tier}}/dt=${{dt}}/hour=${{hour}}/",
+            **(extra_parameters or {}),
         }
         table = glue.CfnTable(
             self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
+    DEFAULT_REDACTION_RULES,
     AlarmSettings,
     ClusterEndpointAccess,
     DeepHealthCheck,
@@ -52,7 +53,7 @@ class CapturePolicy:
     retention_days: int = 30
     noncurrent_version_retention_days: int = 7
     access_log_retention_days: int = 365
-    redact: tuple[RedactionRule, ...] = tuple(RedactionRule)
+    redact: tuple[RedactionRule, ...] = DEFAULT_REDACTION_RULES
     reader_role_arns: tuple[str, ...] = ()  # curated/ (redacted) only
     raw_reader_role_arns: tuple[str, ...] = ()  # raw captures and quarantine too (unredacted prompts)
     break_glass_role_arns: tuple[str, ...] = ()  # exempt from the allowlists; IAM grants on invocation

@@ -17,6 +17,7 @@ from aws_cdk.assertions import Match, Template
 from hyperpod_inference_iac.capture_pipeline import (
     ALB_COLUMNS,
     CAPTURE_COLUMNS,
+    GEN_AI_SEMCONV_VERSION,
     PANDAS_LAYER_VERSIONS,
     CapturePipeline,
 )
@@ -72,7 +73,7 @@ def test_function_is_arm64_python_313_with_the_pandas_layer(template: Template) 
                 "Variables": {
                     "OUTPUT_PREFIX": "curated/",
                     "QUARANTINE_PREFIX": "quarantine/",
-                    "REDACT": "email,phone,access_token",
+                    "REDACT": "email,phone,access_token,aws_secret_key,private_key,payment_card,us_ssn,iban",
                     "MALLOC_ARENA_MAX": "2",
                 }
             },
@@ -198,11 +199,14 @@ def glue_table(template: Template, name: str) -> dict[str, Any]:
     return table
 
 
-@pytest.mark.parametrize(("name", "tiers"), [("capture_records", "sme,pod"), ("alb_access_logs", "alb")])
-def test_glue_tables_project_tier_date_and_hour(template: Template, name: str, tiers: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "tiers", "extra"),
+    [("capture_records", "sme,pod", {"gen_ai_semconv_version": "1.36.0"}), ("alb_access_logs", "alb", {})],
+)
+def test_glue_tables_project_tier_date_and_hour(template: Template, name: str, tiers: str, extra: dict) -> None:
     table = glue_table(template, name)
     parameters = table["Parameters"]
-    assert {key: value for key, value in parameters.items() if key != "storage.location.template"} == {
+    assert {key: value for key, value in parameters.items() if key != "storage.location.template"} == extra | {
         "classification": "parquet",
         "parquet.compression": "ZSTD",
         "projection.enabled": "true",
@@ -230,7 +234,14 @@ _HIVE_TYPES = {
     pa.int64(): "bigint",
     pa.float64(): "double",
     pa.timestamp("us", tz="UTC"): "timestamp",
+    pa.list_(pa.string()): "array<string>",
 }
+
+
+def test_glue_table_names_the_semantic_conventions_version_the_processor_follows() -> None:
+    from capture_core import openai_format
+
+    assert GEN_AI_SEMCONV_VERSION == openai_format.SEMCONV_VERSION
 
 
 def test_glue_columns_match_the_parquet_the_lambda_writes() -> None:

@@ -219,7 +219,7 @@ def test_gzip_is_detected_by_magic_bytes_not_the_name(pipeline: Pipeline) -> Non
     assert [row["event_id"] for row in pipeline.rows()] == ["e0", "e1", "e2"]
 
 
-def test_base64_payloads_are_decoded_and_bad_ones_kept_with_a_reason(pipeline: Pipeline) -> None:
+def test_base64_payloads_are_decoded_and_undecodable_ones_never_reach_curated_as_text(pipeline: Pipeline) -> None:
     lines = [
         capture_line("text", output=base64_output("réponse: write to bob@example.com".encode())),
         capture_line("binary", output=base64_output(b"\xff\xfe\x00binary")),
@@ -232,10 +232,16 @@ def test_base64_payloads_are_decoded_and_bad_ones_kept_with_a_reason(pipeline: P
     rows = {row["event_id"]: row for row in pipeline.rows()}
     assert rows["text"]["output_text"] == "réponse: write to [REDACTED:email]"
     assert rows["text"]["decode_error"] is None
-    assert rows["binary"]["output_text"] == base64.b64encode(b"\xff\xfe\x00binary").decode()
-    assert rows["binary"]["decode_error"] == "output: BASE64 payload is not UTF-8 text; kept as BASE64"
-    assert rows["broken"]["output_text"] == "not*base64!"
-    assert rows["broken"]["decode_error"] == "output: invalid BASE64; kept as captured"
+    # No text at all for what cannot be decoded (and so redacted); the raw line goes to the quarantine.
+    assert rows["binary"]["output_text"] is None
+    assert rows["binary"]["decode_error"].startswith("output: BASE64 payload is not text")
+    assert rows["broken"]["output_text"] is None
+    assert rows["broken"]["decode_error"] == "output: invalid BASE64"
+    reasons = {entry["line_number"]: entry["reason"] for entry in pipeline.quarantine()}
+    assert reasons == {
+        2: "payload not decodable (output); its text is left out of the curated table",
+        3: "payload not decodable (output); its text is left out of the curated table",
+    }
 
 
 def test_sidecar_truncation_flag_and_cut_base64_are_supported(pipeline: Pipeline) -> None:

@@ -8,17 +8,20 @@ one quarantine entry and the good lines of the chunk still land.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import json
-from datetime import UTC, datetime
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from capture_core import openai_format
+from capture_core.documents import DocumentBatch
+from capture_core.payloads import DecodedSide, decode_side
 from capture_core.records import ChunkContext, ParsedChunk, RejectedLine, constant_column, fill_missing_times
 from capture_core.redaction import Redactor
 
@@ -30,13 +33,19 @@ _SIDE_FIELDS = (
     ("truncated", pa.bool_()),  # set by our sidecar when a payload exceeded its size cap
 )
 _SIDE = pa.struct(list(_SIDE_FIELDS))
+# eventMetadata: SageMaker's three fields, then what the capture sidecar adds (docs/capture-sidecar.md).
+_TEXT_METADATA = ("eventId", "inferenceId", "inferenceTime", "callerId", "requestPath", "partialReason")
+_METADATA_FIELDS = (
+    *((name, pa.string()) for name in _TEXT_METADATA),
+    ("responseStatus", pa.int64()),
+    ("durationMs", pa.float64()),
+    ("timeToFirstChunkMs", pa.float64()),
+    ("partial", pa.bool_()),
+)
 RAW_SCHEMA = pa.schema(
     [
         ("captureData", pa.struct([("endpointInput", _SIDE), ("endpointOutput", _SIDE)])),
-        (
-            "eventMetadata",
-            pa.struct([("eventId", pa.string()), ("inferenceId", pa.string()), ("inferenceTime", pa.string())]),
-        ),
+        ("eventMetadata", pa.struct(list(_METADATA_FIELDS))),
         ("eventVersion", pa.string()),
     ]
 )
@@ -60,11 +69,33 @@ CURATED_SCHEMA = pa.schema(
         ("decode_error", pa.string()),
         ("source_key", pa.string()),
         ("deployment_hash", pa.string()),
+        # What the exchange was (OpenTelemetry GenAI semantic conventions, openai_format.SEMCONV_VERSION)
+        ("gen_ai_operation_name", pa.string()),
+        ("gen_ai_request_model", pa.string()),
+        ("gen_ai_response_model", pa.string()),
+        ("gen_ai_usage_input_tokens", pa.int64()),
+        ("gen_ai_usage_output_tokens", pa.int64()),
+        ("gen_ai_response_finish_reasons", pa.list_(pa.string())),
+        ("streamed", pa.bool_()),
+        # Who asked and how it went, as the capture sidecar saw it (null on the operator's tiers)
+        ("caller_id", pa.string()),
+        ("request_path", pa.string()),
+        ("http_response_status_code", pa.int32()),
+        ("request_duration_ms", pa.float64()),
+        ("time_to_first_chunk_ms", pa.float64()),
+        ("partial", pa.bool_()),
+        ("partial_reason", pa.string()),
+        ("redaction_rules", pa.list_(pa.string())),
     ]
 )
 
 _FAST_BLOCK_SIZE = 1 << 20  # several blocks per chunk let Arrow parse on all cores
 _PARSE_OPTIONS = pa_json.ParseOptions(explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore")
+# Record times outside this window are not trusted for partitioning (a clock at 1970 or 9999 files
+# rows where partition projection never looks): the key's time is used instead.
+EARLIEST_RECORD_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_RECORD_SKEW = timedelta(days=1)  # after the object's LastModified
+INT32_MAX = (1 << 31) - 1
 
 
 class MalformedLineError(ValueError):
@@ -73,10 +104,30 @@ class MalformedLineError(ValueError):
 
 def parse_capture_chunk(data: bytes, first_line: int, context: ChunkContext, redactor: Redactor) -> ParsedChunk:
     raw = _read_whole_chunk(data)
-    rejected: tuple[RejectedLine, ...] = ()
+    rejected: list[RejectedLine] = []
     if raw is None:
-        raw, rejected = _read_line_by_line(data, first_line)
-    return ParsedChunk(_curate(raw, context, redactor), rejected, {})
+        raw, line_numbers, rejected = _read_line_by_line(data, first_line)
+        lines = _LineIndex(data, first_line, line_numbers)
+    else:
+        lines = _LineIndex(data, first_line)
+    table, row_rejections = _curate(raw, context, redactor, lines)
+    return ParsedChunk(table, (*rejected, *row_rejections), {})
+
+
+class _LineIndex:
+    """Line number and bytes of each row, worked out only when a row is rejected."""
+
+    def __init__(self, data: bytes, first_line: int, line_numbers: list[int] | None = None) -> None:
+        self._data, self._first_line, self._line_numbers = data, first_line, line_numbers
+        self._lines: list[bytes] | None = None
+
+    def line(self, row: int) -> RejectedLine:
+        if self._lines is None:
+            self._lines = self._data.split(b"\n")
+            if self._line_numbers is None:  # Arrow's reader skips blank lines, so rows are the others
+                self._line_numbers = [index for index, line in enumerate(self._lines) if line.strip()]
+        index = self._line_numbers[row]
+        return RejectedLine(self._first_line + index, "", self._lines[index])
 
 
 def _read_whole_chunk(data: bytes) -> pa.Table | None:
@@ -99,17 +150,21 @@ def _read_whole_chunk(data: bytes) -> pa.Table | None:
     return None
 
 
-def _read_line_by_line(data: bytes, first_line: int) -> tuple[pa.Table, tuple[RejectedLine, ...]]:
+def _read_line_by_line(data: bytes, first_line: int) -> tuple[pa.Table, list[int], list[RejectedLine]]:
     rows: list[dict[str, Any]] = []
+    line_numbers: list[int] = []
     rejected: list[RejectedLine] = []
     for offset, line in enumerate(data.split(b"\n")):
         if not line.strip():
             continue
         try:
             rows.append(_normalised_record(line))
+            line_numbers.append(offset)
         except MalformedLineError as error:
             rejected.append(RejectedLine(first_line + offset, str(error), line))
-    return pa.Table.from_pylist(rows, schema=RAW_SCHEMA), tuple(rejected)
+        except RecursionError:
+            rejected.append(RejectedLine(first_line + offset, "JSON nested too deeply to read", line))
+    return pa.Table.from_pylist(rows, schema=RAW_SCHEMA), line_numbers, rejected
 
 
 def _normalised_record(line: bytes) -> dict[str, Any]:
@@ -133,7 +188,13 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
     metadata = metadata if isinstance(metadata, dict) else {}
     return {
         "captureData": sides,
-        "eventMetadata": {name: _as_text(metadata.get(name)) for name in ("eventId", "inferenceId", "inferenceTime")},
+        "eventMetadata": {
+            **{name: _as_text(metadata.get(name)) for name in _TEXT_METADATA},
+            "responseStatus": _as_int(metadata.get("responseStatus"), INT32_MAX),
+            "durationMs": _as_number(metadata.get("durationMs")),
+            "timeToFirstChunkMs": _as_number(metadata.get("timeToFirstChunkMs")),
+            "partial": metadata.get("partial") is True,
+        },
         "eventVersion": _as_text(record.get("eventVersion")),
     }
 
@@ -147,19 +208,123 @@ def _normalised_side(side: Any) -> dict[str, Any] | None:
 
 
 def _as_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
+    if value is not None and not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False)  # a number or an inline object: keep it as JSON text
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MalformedLineError("a lone surrogate escape (\\ud800-\\udfff) that UTF-8 cannot hold") from None
+    return value
+
+
+def _as_int(value: Any, maximum: int) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum:
         return value
-    return json.dumps(value, ensure_ascii=False)  # a number or an inline object: keep it as JSON text
+    return None
 
 
-def _curate(raw: pa.Table, context: ChunkContext, redactor: Redactor) -> pa.Table:
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _curate(
+    raw: pa.Table, context: ChunkContext, redactor: Redactor, lines: _LineIndex
+) -> tuple[pa.Table, list[RejectedLine]]:
     capture = raw.column("captureData").combine_chunks()
     metadata = raw.column("eventMetadata").combine_chunks()
     sides = {name: pc.struct_field(capture, name) for name in ("endpointInput", "endpointOutput")}
-    input_text, input_errors = _decoded_texts(sides["endpointInput"], "input")
-    output_text, output_errors = _decoded_texts(sides["endpointOutput"], "output")
-    times, sources = fill_missing_times(_parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist()), context)
+    side_values = {
+        name: [pc.struct_field(side, field).to_pylist() for field in ("data", "encoding", "observedContentType")]
+        + [_truncated_flags(side).to_pylist()]
+        for name, side in sides.items()
+    }
+    paths = pc.struct_field(metadata, "requestPath").to_pylist()
+    batch = DocumentBatch(redactor)
+    kept: list[int] = []
+    exchanges: list[_Exchange] = []
+    rejected: list[RejectedLine] = []
+    for row in range(raw.num_rows):
+        try:
+            exchange = _exchange(
+                *(_side_of(side_values["endpointInput"], row), _side_of(side_values["endpointOutput"], row)),
+                paths[row],
+                batch,
+            )
+        except Exception as error:  # any failure of one row is that row's, not the chunk's
+            entry = lines.line(row)
+            reason = f"could not curate: {type(error).__name__}: {error}"
+            rejected.append(RejectedLine(entry.line_number, reason, entry.raw))
+            continue
+        if exchange.quarantine_reason is not None:
+            entry = lines.line(row)
+            rejected.append(RejectedLine(entry.line_number, exchange.quarantine_reason, entry.raw))
+        kept.append(row)
+        exchanges.append(exchange)
+    batch.redact()
+    if len(kept) < raw.num_rows:
+        raw = raw.take(pa.array(kept, pa.int64()))
+        capture, metadata = raw.column("captureData").combine_chunks(), raw.column("eventMetadata").combine_chunks()
+        sides = {name: pc.struct_field(capture, name) for name in ("endpointInput", "endpointOutput")}
+    return _table(raw, sides, metadata, exchanges, batch, context), rejected
+
+
+@dataclass
+class _Exchange:
+    input_document: int | None
+    output_document: int | None
+    facts: openai_format.ExchangeFacts
+    errors: str | None
+    quarantine_reason: str | None
+
+
+def _side_of(values: list[list[Any]], row: int) -> DecodedSide:
+    data, encoding, content_type, truncated = (column[row] for column in values)
+    return decode_side(data, encoding, content_type, bool(truncated))
+
+
+def _exchange(request: DecodedSide, response: DecodedSide, path: str | None, batch: DocumentBatch) -> _Exchange:
+    facts = openai_format.exchange_facts(request.parsed, response.parsed, streamed=response.streamed, path=path)
+    labelled = (("input", request), ("output", response))
+    notes = [f"{label}: {side.error or side.note}" for label, side in labelled if side.error or side.note]
+    undecodable = ", ".join(label for label, side in labelled if side.error)
+    return _Exchange(
+        batch.add(request.text, as_json=request.as_json) if request.text is not None else None,
+        batch.add(response.text, as_json=response.as_json) if response.text is not None else None,
+        facts,
+        "; ".join(notes) or None,
+        f"payload not decodable ({undecodable}); its text is left out of the curated table" if undecodable else None,
+    )
+
+
+def _table(
+    raw: pa.Table,
+    sides: dict[str, pa.Array],
+    metadata: pa.Array,
+    exchanges: list[_Exchange],
+    batch: DocumentBatch,
+    context: ChunkContext,
+) -> pa.Table:
     length = raw.num_rows
+    texts: dict[str, list[str | None]] = {"input": [], "output": []}
+    rules: list[list[str] | None] = []
+    for exchange in exchanges:
+        hit: set[str] = set()
+        for label, document in (("input", exchange.input_document), ("output", exchange.output_document)):
+            if document is None:
+                texts[label].append(None)
+                continue
+            text, document_rules = batch.result(document)
+            texts[label].append(text)
+            hit |= document_rules
+        rules.append(sorted(hit) or None)
+    times, sources = fill_missing_times(
+        _parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist(), context), context
+    )
+    facts = [exchange.facts for exchange in exchanges]
+    status = pc.struct_field(metadata, "responseStatus")
     columns = {
         "event_id": pc.struct_field(metadata, "eventId"),
         "inference_id": pc.struct_field(metadata, "inferenceId"),
@@ -168,82 +333,60 @@ def _curate(raw: pa.Table, context: ChunkContext, redactor: Redactor) -> pa.Tabl
         "event_version": raw.column("eventVersion").combine_chunks(),
         "input_content_type": pc.struct_field(sides["endpointInput"], "observedContentType"),
         "input_encoding": pc.struct_field(sides["endpointInput"], "encoding"),
-        "input_text": redactor.redact(input_text),
+        "input_text": pa.array(texts["input"], pa.string()),
         "input_truncated": _truncated_flags(sides["endpointInput"]),
         "output_content_type": pc.struct_field(sides["endpointOutput"], "observedContentType"),
         "output_encoding": pc.struct_field(sides["endpointOutput"], "encoding"),
-        "output_text": redactor.redact(output_text),
+        "output_text": pa.array(texts["output"], pa.string()),
         "output_truncated": _truncated_flags(sides["endpointOutput"]),
-        "decode_error": _joined_errors(length, input_errors, output_errors),
+        "decode_error": pa.array([exchange.errors for exchange in exchanges], pa.string()),
         "source_key": constant_column(context.source_key, length),
         "deployment_hash": constant_column(context.deployment_hash, length),
+        "gen_ai_operation_name": pa.array([fact.operation_name for fact in facts], pa.string()),
+        "gen_ai_request_model": pa.array([fact.request_model for fact in facts], pa.string()),
+        "gen_ai_response_model": pa.array([fact.response_model for fact in facts], pa.string()),
+        "gen_ai_usage_input_tokens": pa.array([fact.input_tokens for fact in facts], pa.int64()),
+        "gen_ai_usage_output_tokens": pa.array([fact.output_tokens for fact in facts], pa.int64()),
+        "gen_ai_response_finish_reasons": pa.array([fact.finish_reasons for fact in facts], pa.list_(pa.string())),
+        "streamed": pa.array([fact.streamed for fact in facts], pa.bool_()),
+        "caller_id": pc.struct_field(metadata, "callerId"),
+        "request_path": pc.struct_field(metadata, "requestPath"),
+        "http_response_status_code": pc.if_else(
+            pc.and_(pc.greater_equal(status, 0), pc.less_equal(status, INT32_MAX)), status, None
+        ).cast(pa.int32()),
+        "request_duration_ms": _non_negative(pc.struct_field(metadata, "durationMs")),
+        "time_to_first_chunk_ms": _non_negative(pc.struct_field(metadata, "timeToFirstChunkMs")),
+        "partial": pc.fill_null(pc.struct_field(metadata, "partial"), False),
+        "partial_reason": pc.struct_field(metadata, "partialReason"),
+        "redaction_rules": pa.array(rules, pa.list_(pa.string())),
     }
     return pa.Table.from_pydict(columns, schema=CURATED_SCHEMA)
+
+
+def _non_negative(values: pa.Array) -> pa.Array:
+    finite = pc.and_(pc.is_finite(values), pc.greater_equal(values, 0))
+    return pc.if_else(finite, values, None)
 
 
 def _truncated_flags(side: pa.Array) -> pa.Array:
     return pc.fill_null(pc.struct_field(side, "truncated"), False)
 
 
-def _decoded_texts(side: pa.Array, label: str) -> tuple[pa.Array, list[str | None] | None]:
-    """The side's `data` with BASE64 payloads decoded to text; errors per row (None if none)."""
-    data = pc.struct_field(side, "data")
-    is_base64 = pc.fill_null(pc.equal(pc.struct_field(side, "encoding"), "BASE64"), False)
-    if not pc.any(is_base64).as_py():
-        return data, None
-    truncated = pc.filter(_truncated_flags(side), is_base64).to_pylist()
-    decoded, errors = [], []
-    for value, was_truncated in zip(pc.filter(data, is_base64).to_pylist(), truncated, strict=True):
-        text, error = _decode_base64(value, was_truncated)
-        decoded.append(text)
-        errors.append(f"{label}: {error}" if error else None)
-    all_errors: list[str | None] = [None] * len(data)
-    for index, error in zip(pc.indices_nonzero(is_base64).to_pylist(), errors, strict=True):
-        all_errors[index] = error
-    return pc.replace_with_mask(data, is_base64, pa.array(decoded, pa.string())), all_errors
-
-
-def _decode_base64(value: str | None, truncated: bool) -> tuple[str | None, str | None]:
-    if value is None:
-        return None, None
-    try:
-        payload = base64.b64decode(value)
-    except (binascii.Error, ValueError):
-        if not truncated:
-            return value, "invalid BASE64; kept as captured"
-        # A payload cut at the sidecar's size cap: decode the complete 4-character groups.
-        try:
-            payload = base64.b64decode(value[: len(value) // 4 * 4])
-        except (binascii.Error, ValueError):
-            return value, "invalid BASE64; kept as captured"
-    try:
-        return payload.decode("utf-8"), None
-    except UnicodeDecodeError as error:
-        if truncated and error.start >= len(payload) - 3:  # the cut split a multi-byte character
-            return payload[: error.start].decode("utf-8"), None
-        return value, "BASE64 payload is not UTF-8 text; kept as BASE64"
-
-
-def _joined_errors(length: int, *per_side: list[str | None] | None) -> pa.Array:
-    present = [errors for errors in per_side if errors is not None]
-    if not present:
-        return pa.nulls(length, pa.string())
-    joined = ["; ".join(filter(None, row)) or None for row in zip(*present, strict=True)]
-    return pa.array(joined, pa.string())
-
-
-def _parsed_times(values: list[str | None]) -> list[datetime | None]:
+def _parsed_times(values: list[str | None], context: ChunkContext) -> list[datetime | None]:
+    latest = context.last_modified.astimezone(UTC) + LATEST_RECORD_SKEW
     cache: dict[str | None, datetime | None] = {}
-    return [cache[value] if value in cache else cache.setdefault(value, _parse_time(value)) for value in values]
+    return [cache[value] if value in cache else cache.setdefault(value, parse_time(value, latest)) for value in values]
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None, latest: datetime) -> datetime | None:
     """ISO-8601 as SageMaker writes it (`...Z`, second precision) or as the SDK tests do
-    (fractional seconds, no zone: taken as UTC); None for anything else, e.g. "{%s}"."""
+    (fractional seconds, no zone: taken as UTC); None for anything else, e.g. "{%s}", and for a
+    time outside [EARLIEST_RECORD_TIME, latest] (a clock at 1970, an offset that overflows 9999)."""
     if not value:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return parsed if EARLIEST_RECORD_TIME <= parsed <= latest else None

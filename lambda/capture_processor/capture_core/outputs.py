@@ -149,14 +149,18 @@ class QuarantineFile:
     def add(self, rejected: RejectedLine, redact: Callable[[str], str]) -> None:
         if self._file is None:
             self._file = self.path.open("w", encoding="utf-8")
-        # Redacted like the curated columns, so the quarantine leaks no more than the output.
-        raw = redact(rejected.raw[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="replace"))
+        # Redacted like the curated columns (raw readers only read it, but it should leak no more),
+        # and redacted whole before the cut, so the cut cannot split a value out of a rule's reach.
+        raw = redact(rejected.raw.decode("utf-8", errors="replace"))
+        encoded = raw.encode("utf-8")
         entry = {
             **self._source,
             "line_number": rejected.line_number,
             "reason": rejected.reason,
-            "raw_truncated": len(rejected.raw) > QUARANTINE_RAW_LIMIT,
-            "raw": raw,
+            "raw_truncated": len(encoded) > QUARANTINE_RAW_LIMIT,
+            "raw": encoded[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="ignore")
+            if len(encoded) > QUARANTINE_RAW_LIMIT
+            else raw,
         }
         self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
         self.entries += 1

@@ -1,36 +1,129 @@
 """PII and secret redaction for captured prompts, responses and request URLs.
 
-Redaction is the slowest stage of the pipeline (capture-formats.md §5: a naive Python email
-regex runs at 3-4 MB/s). It therefore runs on whole Arrow columns with pyarrow.compute, whose
-regex kernels use RE2 (a DFA, linear time, about 650 MB/s here): one pass with all rules
-combined finds the few rows that need work, and only those rows are counted and rewritten.
-RE2 has no look-around, so boundaries are matched as a captured character and written back.
+Two stages, so that the common case (nothing to redact) stays at RE2 speed:
+
+1. **Find** (vectorised): every text of a chunk is one row of an Arrow array, and one
+   `pyarrow.compute` pass with all rules combined (RE2: a DFA, linear time, ~650 MB/s here) finds
+   the few rows that need work; a pass per rule then counts candidates in those rows only.
+2. **Confirm and replace** (Python, matched rows only): each candidate goes through its rule's
+   validator where it has one (Luhn for card numbers, ISO 13616 mod-97 for IBANs, the SSA's
+   never-issued ranges for SSNs, octet ranges for IP addresses, E.164 length for phone numbers,
+   character mix for AWS secret keys) and only confirmed values are replaced and counted.
+
+Texts reach the redactor decoded (see `capture_core.payloads`): JSON string values after
+unescaping, a stream reassembled, BASE64 decoded with its charset, URLs percent-decoded. No
+pattern can match `"` or `\\`, and no replacement contains either, so redacting the raw text of a
+JSON document that has no escapes at all gives valid JSON.
+
 Matched values are never logged; only counts per rule are reported.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+Validator = Callable[[re.Match[str]], bool]
+
 
 @dataclass(frozen=True)
 class RedactionRule:
     name: str
-    pattern: str  # RE2 syntax
-    replacement: str
+    pattern: str  # RE2 syntax that Python's `re` (ASCII mode) reads the same way
+    # The match is replaced by keep_before + "[REDACTED:name]" + keep_after, where keep_* are the
+    # texts of the named groups `before` and `after` (boundary characters RE2 cannot look around).
+    validate: Validator | None = None
+    default: bool = True
+
+    @property
+    def marker(self) -> str:
+        return f"[REDACTED:{self.name}]"
+
+
+def _digits(text: str) -> str:
+    return "".join(character for character in text if character.isdigit())
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for position, character in enumerate(reversed(digits)):
+        value = ord(character) - 48
+        if position % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def _valid_card(match: re.Match[str]) -> bool:
+    digits = _digits(match["value"])
+    # 13-19 digits, an issuer prefix in use (2: Mastercard 2-series, 3: Amex/Diners/JCB, 4: Visa,
+    # 5: Mastercard, 6: Discover/UnionPay/Maestro) and a Luhn checksum.
+    return 13 <= len(digits) <= 19 and digits[0] in "23456" and _luhn(digits)
+
+
+def _valid_ssn(match: re.Match[str]) -> bool:
+    area, group, serial = match["area"], match["group"], match["serial"]
+    return area not in ("000", "666") and not area.startswith("9") and group != "00" and serial != "0000"
+
+
+# ISO 13616 lengths of the countries that issue IBANs (SWIFT's IBAN registry).
+_IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
+    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
+    "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
+    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20,
+    "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19,
+    "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
+    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28,
+    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}  # fmt: skip
+
+
+def _valid_iban(match: re.Match[str]) -> bool:
+    iban = match["value"].replace(" ", "").upper()
+    if _IBAN_LENGTHS.get(iban[:2]) != len(iban):
+        return False
+    rearranged = iban[4:] + iban[:4]
+    return int("".join(str(int(character, 36)) for character in rearranged)) % 97 == 1
+
+
+def _valid_ip(match: re.Match[str]) -> bool:
+    try:
+        ipaddress.ip_address(match["value"])
+    except ValueError:
+        return False
+    return True
+
+
+def _valid_phone(match: re.Match[str]) -> bool:
+    return 8 <= len(_digits(match["value"])) <= 15  # E.164: at most 15 digits
+
+
+def _valid_aws_secret(match: re.Match[str]) -> bool:
+    if match["named"] is not None:
+        return True  # named as a secret access key: no need to judge its shape
+    value = match["value"]
+    # A bare 40-character run: base64 with upper and lower case and digits (a hex digest is not).
+    return (
+        any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() for c in value)
+        and not re.fullmatch(r"[0-9a-fA-F]{40}", value)
+    )
 
 
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}\b"
 
 # Numbers written as phone numbers (separators or a leading +), not bare digit runs: ids,
 # timestamps and CSV feature rows must survive ("better a false negative than a false positive").
-# Group 1 is the character before the number (or the start of text), which is written back.
 _PHONE = (
-    r"(^|[^\w+.-])(?:"
+    r"(?P<before>^|[^\w+.-])(?P<value>"
     r"\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){2,4}"  # +44 20 7946 0958
     r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}"  # (415) 555-0100
     r"|\d{3}[.-]\d{3}[.-]\d{4}"  # 415-555-0100
@@ -40,52 +133,156 @@ _PHONE = (
 
 _ACCESS_TOKEN = (
     r"(?:"
-    r"\b[Bb]earer\s+[A-Za-z0-9._~+/-]{8,}=*"  # Authorization header values
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids (long-term and temporary)
+    r"\b(?i:bearer)\s+[A-Za-z0-9._~+/-]{8,}=*"  # Authorization header values, any case
+    r"|\b(?i:basic)\s+[A-Za-z0-9+/]{12,}={0,2}"  # HTTP basic credentials
+    r"|\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"  # AWS access key ids (long-term and temporary)
     r"|\bhf_[A-Za-z0-9]{30,}\b"  # Hugging Face tokens
     r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys, including sk-proj-...
+    r"|\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret and restricted keys
+    r"|\bgh[pousr]_[A-Za-z0-9]{36,}"  # GitHub tokens (classic personal, OAuth, user, server, refresh)
+    r"|\bgithub_pat_[A-Za-z0-9_]{40,}"  # GitHub fine-grained personal access tokens
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access tokens
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|hooks\.slack\.com/services/[A-Za-z0-9/]{20,}"  # Slack incoming webhooks
+    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
     r")"
+)
+
+# A secret access key named as such (`aws_secret_access_key = ...`, `"SecretAccessKey": "..."`),
+# or a bare 40-character base64 run that has the shape of one (see _valid_aws_secret).
+_AWS_SECRET_KEY = (
+    r"(?P<before>(?P<named>(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)"
+    r"['\s:=]{0,6}(?:[\x22]\s*[:=]\s*[\x22]?)?['\s]{0,2})"
+    r"|^|[^A-Za-z0-9/+=])(?P<value>[A-Za-z0-9/+]{40})(?P<after>$|[^A-Za-z0-9/+=])"
+)
+
+# PEM private keys (PKCS#1, PKCS#8, EC, OpenSSH, encrypted); the body up to the END line, or to the
+# end of the text when the payload was cut before it.
+_PRIVATE_KEY = (
+    r"-----BEGIN[A-Z ]{0,30}PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:[A-Za-z0-9+/=\s:,-]*?-----END[A-Z ]{0,30}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
+)
+
+_PAYMENT_CARD = r"(?P<before>^|[^0-9-])(?P<value>\d(?:[ -]?\d){12,18})(?P<after>$|[^0-9-])"
+
+_US_SSN = r"(?P<before>^|[^0-9-])(?P<area>\d{3})-(?P<group>\d{2})-(?P<serial>\d{4})(?P<after>$|[^0-9-])"
+
+_IBAN = r"\b(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b"
+
+_IP_ADDRESS = (
+    r"(?P<before>^|[^0-9A-Za-z.:])(?P<value>"
+    r"(?:\d{1,3}\.){3}\d{1,3}"  # IPv4
+    r"|(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"  # IPv6, full form
+    r"|(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?"  # IPv6 with ::
+    r")(?P<after>$|[^0-9A-Za-z.:])"
 )
 
 RULES: dict[str, RedactionRule] = {
     rule.name: rule
     for rule in (
-        RedactionRule("email", _EMAIL, "[REDACTED:email]"),
-        RedactionRule("phone", _PHONE, r"\1[REDACTED:phone]"),
-        RedactionRule("access_token", _ACCESS_TOKEN, "[REDACTED:access_token]"),
+        RedactionRule("email", _EMAIL),
+        RedactionRule("phone", _PHONE, _valid_phone),
+        RedactionRule("access_token", _ACCESS_TOKEN),
+        RedactionRule("aws_secret_key", _AWS_SECRET_KEY, _valid_aws_secret),
+        RedactionRule("private_key", _PRIVATE_KEY),
+        RedactionRule("payment_card", _PAYMENT_CARD, _valid_card),
+        RedactionRule("us_ssn", _US_SSN, _valid_ssn),
+        RedactionRule("iban", _IBAN, _valid_iban),
+        # Off by default: client addresses are often wanted (abuse, geography) and are in the ALB
+        # table anyway; turn it on where prompts must not carry them.
+        RedactionRule("ip_address", _IP_ADDRESS, _valid_ip, default=False),
     )
 }
+DEFAULT_RULES = tuple(name for name, rule in RULES.items() if rule.default)
+
+_GROUP_NAME = re.compile(r"\(\?P<(\w+)>")
+
+
+def _python_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.ASCII)
+
+
+def _re2(pattern: str) -> str:
+    """RE2 spells named groups (?P<name>...) too, but the combined pass needs none of them."""
+    return _GROUP_NAME.sub("(?:", pattern)
 
 
 class Redactor:
     """Applies the configured rules in order and counts replacements per rule."""
 
-    def __init__(self, rule_names: tuple[str, ...]) -> None:
+    def __init__(self, rule_names: Sequence[str]) -> None:
         self.rules = tuple(RULES[name] for name in rule_names)
         self.counts: dict[str, int] = dict.fromkeys(rule_names, 0)
         self._counts_lock = threading.Lock()  # chunks are redacted on several threads
-        self._any_rule = "|".join(f"(?:{rule.pattern})" for rule in self.rules)
+        self._re2 = tuple(_re2(rule.pattern) for rule in self.rules)
+        self._python = tuple(_python_regex(rule.pattern) for rule in self.rules)
+        self._any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
 
     def redact(self, texts: pa.Array) -> pa.Array:
-        """`texts` with every match replaced; rows without a match are not copied."""
+        """`texts` with every confirmed match replaced; rows without a match are not copied."""
         if not self.rules or len(texts) == 0:
             return texts
+        redacted, _ = self.redact_column(texts)
+        return redacted
+
+    def redact_column(self, texts: pa.Array) -> tuple[pa.Array, dict[int, set[str]]]:
+        """`texts` redacted, and for each row where something was replaced, the rules that hit."""
+        hits: dict[int, set[str]] = {}
+        if not self.rules or len(texts) == 0:
+            return texts, hits
         needs_work = pc.fill_null(pc.match_substring_regex(texts, self._any_rule), False)
         if not pc.any(needs_work).as_py():
-            return texts
-        rows = pc.filter(texts, needs_work)
-        for rule in self.rules:
-            matches = pc.count_substring_regex(rows, rule.pattern)
-            found = pc.sum(matches).as_py() or 0
-            if found:
-                with self._counts_lock:
-                    self.counts[rule.name] += found
-                # Rewriting is slower than matching (RE2 must find submatch bounds): only rows with a match.
-                has_match = pc.fill_null(pc.greater(matches, 0), False)
-                rewritten = pc.replace_substring_regex(pc.filter(rows, has_match), rule.pattern, rule.replacement)
-                rows = pc.replace_with_mask(rows, has_match, rewritten)
-        return pc.replace_with_mask(texts, needs_work, rows)
+            return texts, hits
+        row_ids = pc.indices_nonzero(needs_work).to_pylist()
+        rows: list[str] = pc.filter(texts, needs_work).to_pylist()
+        candidates = pa.array(rows, pa.string())
+        found: dict[str, int] = {}
+        for rule, re2, python in zip(self.rules, self._re2, self._python, strict=True):
+            matches = pc.count_substring_regex(candidates, re2)
+            if not (pc.sum(matches).as_py() or 0):
+                continue
+            for position in pc.indices_nonzero(pc.fill_null(pc.greater(matches, 0), False)).to_pylist():
+                text, replaced = _replace(python, rule, rows[position])
+                if replaced:
+                    rows[position] = text
+                    found[rule.name] = found.get(rule.name, 0) + replaced
+                    hits.setdefault(row_ids[position], set()).add(rule.name)
+        if not found:
+            return texts, hits
+        with self._counts_lock:
+            for name, count in found.items():
+                self.counts[name] += count
+        return pc.replace_with_mask(texts, needs_work, pa.array(rows, pa.string())), hits
+
+    def redact_texts(self, texts: list[str]) -> tuple[list[str], dict[int, set[str]]]:
+        """The same for a Python list (the pieces of decoded documents)."""
+        if not self.rules or not texts:
+            return texts, {}
+        column = pa.array(texts, pa.string())
+        redacted, hits = self.redact_column(column)
+        return (texts if redacted is column else redacted.to_pylist()), hits
 
     def redact_text(self, text: str) -> str:
-        return self.redact(pa.array([text], pa.string()))[0].as_py()
+        return self.redact_texts([text])[0][0]
+
+
+def _replace(pattern: re.Pattern[str], rule: RedactionRule, text: str) -> tuple[str, int]:
+    replaced = 0
+
+    def substitute(match: re.Match[str]) -> str:
+        nonlocal replaced
+        if rule.validate is not None and not rule.validate(match):
+            return match[0]
+        replaced += 1
+        groups = match.groupdict()
+        return (groups.get("before") or "") + rule.marker + (groups.get("after") or "")
+
+    # Boundary groups consume the character after a value; scanning again picks up neighbours
+    # that shared it ("415-555-0100,415-555-0199").
+    for _ in range(3):
+        before = replaced
+        text = pattern.sub(substitute, text)
+        if replaced == before:
+            break
+    return text, replaced

@@ -6,11 +6,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from capture_core.redaction import RULES
+from capture_core.redaction import DEFAULT_RULES, RULES
 
 DEFAULT_OUTPUT_PREFIX = "curated/"
 DEFAULT_QUARANTINE_PREFIX = "quarantine/"
-DEFAULT_REDACT = "email,phone,access_token"
+DEFAULT_REDACT = ",".join(DEFAULT_RULES)
 NO_REDACTION = "none"
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

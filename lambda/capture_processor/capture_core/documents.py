@@ -1,0 +1,181 @@
+"""Redaction of whole documents on their decoded text, many documents at a time.
+
+A JSON document is redacted string value by string value, after unescaping: in the raw text a
+line break is the two characters `\\` `n`, so `\\nAKIA...` hides a key from any rule whose boundary
+is a non-word character, and `\\u0040` hides the `@` of an email. Each JSON string literal is
+found with one regex (no recursion, so 5,000-deep nesting and a payload cut mid-document are no
+different from a tidy one), decoded, and handed to the redactor as one piece; a literal whose
+decoded value is itself JSON with escapes (tool-call `arguments`, a capture envelope in the
+quarantine) is split again, up to MAX_DEPTH levels. The text between literals is redacted as it
+is, so a malformed document with secrets outside any string loses them too. Only literals that
+changed are re-encoded; the document otherwise keeps its bytes, and stays valid JSON.
+
+A document whose text has no backslash at all is one piece: its literals decode to themselves,
+and no rule matches across a quote (see redaction.py), so this fast path gives the same result.
+
+Everything is planned first and redacted in one batch, so the RE2 pass runs over all pieces of a
+chunk at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from capture_core.redaction import Redactor
+
+MAX_DEPTH = 4
+# Text between string literals shorter than this cannot hold any rule's match ("a@b.co" is 6).
+MIN_GAP = 6
+
+_LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def decode_literal(body: str) -> str:
+    """The value of a JSON string literal's body; lenient: an invalid or cut escape is kept as
+    written, and a lone surrogate (`\\ud800`, which UTF-8 cannot hold) becomes U+FFFD."""
+    if "\\" not in body:
+        return body
+    try:
+        value = json.loads(f'"{body}"')
+    except ValueError:
+        value = _ESCAPE.sub(_unescape, body)
+    if "\\u" in body or "\\U" in body:
+        value = without_lone_surrogates(value)
+    return value
+
+
+def without_lone_surrogates(value: str) -> str:
+    # Pairs written as two escapes come out of json.loads as a pair of surrogates: join them.
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _unescape(match: re.Match[str]) -> str:
+    escape = match[1]
+    if escape[0] == "u" and len(escape) == 5:
+        return chr(int(escape[1:], 16))
+    return _SIMPLE_ESCAPES.get(escape, match[0])
+
+
+def encode_literal(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+def looks_like_json(text: str) -> bool:
+    stripped = text.lstrip()[:1]
+    return stripped in ("{", "[")
+
+
+@dataclass
+class _Node:
+    """A document as pieces: str (kept as is), int (index of a piece to redact), or a literal."""
+
+    parts: list[str | int | _Literal] = field(default_factory=list)
+
+
+@dataclass
+class _Literal:
+    body: str  # as written, without quotes
+    value: _Node | int  # the decoded value: one piece, or split again when it is JSON itself
+    closed: bool  # False: the document was cut inside this literal
+
+
+class DocumentBatch:
+    """Documents added one by one, redacted together, read back by the id `add` returned."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._pieces: list[str] = []
+        self._documents: list[tuple[str, _Node | int]] = []
+        self._redacted: list[str] | None = None
+        self._hits: dict[int, set[str]] = {}
+
+    def add(self, text: str, *, as_json: bool) -> int:
+        if as_json and "\\" in text:
+            plan: _Node | int = self._plan_json(text, 1)
+        else:
+            plan = self._piece(text)
+        self._documents.append((text, plan))
+        return len(self._documents) - 1
+
+    def redact(self) -> None:
+        self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+
+    def result(self, document: int) -> tuple[str, set[str]]:
+        """The document's redacted text and the rules that hit it."""
+        assert self._redacted is not None, "redact() first"
+        text, plan = self._documents[document]
+        rules: set[str] = set()
+        changed = self._changed(plan, rules)
+        return (self._render(plan) if changed else text), rules
+
+    def _piece(self, text: str) -> int:
+        self._pieces.append(text)
+        return len(self._pieces) - 1
+
+    def _plan_json(self, text: str, depth: int) -> _Node:
+        node = _Node()
+        position = 0
+        for match in _LITERAL.finditer(text):
+            self._gap(node, text[position : match.start()])
+            body = match[1]
+            value = decode_literal(body)
+            if depth < MAX_DEPTH and "\\" in value and looks_like_json(value):
+                planned: _Node | int = self._plan_json(value, depth + 1)
+            else:
+                planned = self._piece(value)
+            node.parts.append(_Literal(body, planned, bool(match[2])))
+            position = match.end()
+        self._gap(node, text[position:])
+        return node
+
+    def _gap(self, node: _Node, gap: str) -> None:
+        if gap:
+            node.parts.append(self._piece(gap) if len(gap) >= MIN_GAP else gap)
+
+    def _changed(self, plan: _Node | int, rules: set[str]) -> bool:
+        assert self._redacted is not None
+        if isinstance(plan, int):
+            hit = self._hits.get(plan)
+            if hit:
+                rules.update(hit)
+            return self._redacted[plan] is not self._pieces[plan] and self._redacted[plan] != self._pieces[plan]
+        changed = False
+        for part in plan.parts:
+            if isinstance(part, int):
+                changed = self._changed(part, rules) or changed
+            elif isinstance(part, _Literal):
+                changed = self._changed(part.value, rules) or changed
+        return changed
+
+    def _render(self, plan: _Node | int) -> str:
+        assert self._redacted is not None
+        if isinstance(plan, int):
+            return self._redacted[plan]
+        out: list[str] = []
+        for part in plan.parts:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, int):
+                out.append(self._redacted[part])
+            else:
+                out.append('"')
+                if self._changed(part.value, set()):
+                    value = self._render(part.value)
+                    out.append(encode_literal(value))
+                else:
+                    out.append(part.body)
+                if part.closed:
+                    out.append('"')
+        return "".join(out)
+
+
+def redact_document(redactor: Redactor, text: str, *, as_json: bool) -> str:
+    """One document on its own (the quarantine's raw lines)."""
+    batch = DocumentBatch(redactor)
+    document = batch.add(text, as_json=as_json)
+    batch.redact()
+    return batch.result(document)[0]

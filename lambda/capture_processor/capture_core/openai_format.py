@@ -1,0 +1,307 @@
+"""OpenAI-compatible exchanges (vLLM, SGLang and TGI serve this API): streams reassembled, facts read.
+
+A streamed response (`text/event-stream`) is turned into the response the same request would have
+got without `stream: true`: one JSON object whose `choices[i].message.content` (chat) or
+`choices[i].text` (completions) is the concatenation of the deltas, other string delta fields
+(`reasoning_content`, `refusal`) likewise, tool-call deltas merged by index (TGI's older single
+object form too), `finish_reason` and `usage` taken from the chunks (the last one that carries
+them), `logprobs` lists concatenated. TGI's native `generate_stream` events become its `/generate`
+response (`generated_text`, `details`). A stream of any other shape is not reassembled: it is
+redacted event by event as it was captured (see docs/capture-processor.md, "Streams").
+
+The facts (operation, models, token usage, finish reasons) follow the OpenTelemetry GenAI
+semantic conventions named in SEMCONV_VERSION.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# gen_ai.* attribute names and values as of this release of the semantic conventions (Development
+# status; recorded in the Glue table's properties as `gen_ai_semconv_version`).
+SEMCONV_VERSION = "1.36.0"
+OPERATION_CHAT = "chat"
+OPERATION_TEXT_COMPLETION = "text_completion"
+OPERATION_EMBEDDINGS = "embeddings"
+
+INT64_MAX = (1 << 63) - 1
+MAX_CHOICES = 1024  # `n` beyond this is not an LLM response; the stream is left as captured
+
+_PATH_OPERATIONS = (
+    ("/chat/completions", OPERATION_CHAT),
+    ("/completions", OPERATION_TEXT_COMPLETION),
+    ("/embeddings", OPERATION_EMBEDDINGS),
+    ("/generate_stream", OPERATION_TEXT_COMPLETION),
+    ("/generate", OPERATION_TEXT_COMPLETION),
+)
+_OBJECT_OPERATIONS = {
+    "chat.completion": OPERATION_CHAT,
+    "chat.completion.chunk": OPERATION_CHAT,
+    "text_completion": OPERATION_TEXT_COMPLETION,
+    "embedding": OPERATION_EMBEDDINGS,
+}
+
+
+class NotReassembled(ValueError):
+    """The stream is not one this module knows; it is kept as captured."""
+
+
+def sse_events(text: str) -> list[str]:
+    """The `data` of each server-sent event (its data lines joined by newlines), in order.
+    Comments, `event:`, `id:` and `retry:` lines are dropped; CRLF and LF both end lines."""
+    events: list[str] = []
+    data: list[str] | None = None
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            if data is not None:
+                events.append("\n".join(data))
+                data = None
+            continue
+        if line.startswith("data:"):
+            value = line[5:]
+            (data := data if data is not None else []).append(value[1:] if value.startswith(" ") else value)
+    if data is not None:  # the stream was cut, or its last event had no blank line after it
+        events.append("\n".join(data))
+    return events
+
+
+def reassemble(events: list[str]) -> dict[str, Any]:
+    """The non-streamed equivalent of an OpenAI-compatible or TGI stream; NotReassembled otherwise."""
+    chunks: list[dict[str, Any]] = []
+    for data in events:
+        if data.strip() == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise NotReassembled("an event's data is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise NotReassembled("an event's data is not a JSON object")
+        chunks.append(chunk)
+    if not chunks:
+        raise NotReassembled("no events")
+    if any(isinstance(chunk.get("token"), dict) for chunk in chunks):
+        return _tgi_generate(chunks)
+    return _openai(chunks)
+
+
+def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    choices: dict[int, dict[str, Any]] = {}
+    chat = None
+    for chunk in chunks:
+        if "error" in chunk and "choices" not in chunk:
+            result["error"] = chunk["error"]  # vLLM reports a failure mid-stream as an event
+            continue
+        kind = chunk.get("object")
+        for name in ("id", "created", "model", "system_fingerprint"):
+            if name in chunk and name not in result:
+                result[name] = chunk[name]
+        if chunk.get("usage") is not None:
+            result["usage"] = chunk["usage"]
+        entries = chunk.get("choices")
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise NotReassembled("choices is not a list")
+        for entry in entries:
+            if not isinstance(entry, dict):
+                raise NotReassembled("a choice is not an object")
+            is_chat = "delta" in entry or kind == "chat.completion.chunk"
+            if chat is None:
+                chat = is_chat
+            elif chat != is_chat:
+                raise NotReassembled("chat and completion chunks mixed")
+            index = entry.get("index", 0)
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
+                raise NotReassembled("a choice index is not a small integer")
+            choice = choices.setdefault(index, _new_choice(index, is_chat))
+            if is_chat:
+                _merge_delta(choice["message"], entry.get("delta") or {})
+            elif isinstance(entry.get("text"), str):
+                choice["text"] += entry["text"]
+            for name in ("finish_reason", "stop_reason", "matched_stop"):
+                if entry.get(name) is not None:
+                    choice[name] = entry[name]
+            if isinstance(entry.get("logprobs"), dict):
+                choice["logprobs"] = _merged_logprobs(choice.get("logprobs"), entry["logprobs"])
+    if chat is None and "error" not in result:
+        raise NotReassembled("no choices in any chunk")
+    result["object"] = "chat.completion" if chat else "text_completion"
+    result["choices"] = [_finished_choice(choices[index]) for index in sorted(choices)]
+    return result
+
+
+def _new_choice(index: int, chat: bool) -> dict[str, Any]:
+    if chat:
+        return {"index": index, "message": {"role": "assistant", "content": None}, "finish_reason": None}
+    return {"index": index, "text": "", "finish_reason": None}
+
+
+def _merge_delta(message: dict[str, Any], delta: Any) -> None:
+    if not isinstance(delta, dict):
+        raise NotReassembled("a delta is not an object")
+    for name, value in delta.items():
+        if name == "tool_calls":
+            _merge_tool_calls(message, value)
+        elif name == "role":
+            if isinstance(value, str):
+                message["role"] = value
+        elif isinstance(value, str):
+            message[name] = (message.get(name) or "") + value
+        elif name == "function_call" and isinstance(value, dict):  # the legacy single-function form
+            call = message.setdefault("function_call", {"name": "", "arguments": ""})
+            _merge_function(call, value)
+
+
+def _merge_tool_calls(message: dict[str, Any], value: Any) -> None:
+    if value is None:
+        return
+    deltas = value if isinstance(value, list) else [value]  # TGI 2.x sends one object, not a list
+    calls: dict[int, dict[str, Any]] = message.setdefault("_tool_calls", {})
+    for position, delta in enumerate(deltas):
+        if not isinstance(delta, dict):
+            raise NotReassembled("a tool-call delta is not an object")
+        index = delta.get("index", position)
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
+            raise NotReassembled("a tool-call index is not a small integer")
+        call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if isinstance(delta.get("id"), str) and delta["id"]:
+            call["id"] = delta["id"]
+        if isinstance(delta.get("type"), str) and delta["type"]:
+            call["type"] = delta["type"]
+        if isinstance(delta.get("function"), dict):
+            _merge_function(call["function"], delta["function"])
+
+
+def _merge_function(call: dict[str, Any], delta: dict[str, Any]) -> None:
+    name = delta.get("name")
+    if isinstance(name, str) and name:
+        call["name"] = name if not call["name"] or call["name"] == name else call["name"] + name
+    arguments = delta.get("arguments")
+    if isinstance(arguments, str):
+        call["arguments"] += arguments
+    elif isinstance(arguments, dict | list):  # some servers send parsed arguments
+        call["arguments"] += json.dumps(arguments, ensure_ascii=False)
+
+
+def _merged_logprobs(current: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(current or {})
+    for name, value in new.items():
+        if isinstance(value, list) and isinstance(merged.get(name), list):
+            merged[name] = merged[name] + value
+        else:
+            merged[name] = value
+    return merged
+
+
+def _finished_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    message = choice.get("message")
+    if message is not None and "_tool_calls" in message:
+        calls = message.pop("_tool_calls")
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return choice
+
+
+def _tgi_generate(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    pieces: list[str] = []
+    result: dict[str, Any] = {"generated_text": None}
+    for chunk in chunks:
+        if "error" in chunk and "token" not in chunk:
+            result["error"] = chunk["error"]
+            continue
+        token = chunk.get("token")
+        if isinstance(token, dict) and isinstance(token.get("text"), str) and not token.get("special"):
+            pieces.append(token["text"])
+        if isinstance(chunk.get("generated_text"), str):
+            result["generated_text"] = chunk["generated_text"]
+        if chunk.get("details") is not None:
+            result["details"] = chunk["details"]
+    if result["generated_text"] is None:
+        result["generated_text"] = "".join(pieces)
+    return result
+
+
+@dataclass(frozen=True)
+class ExchangeFacts:
+    operation_name: str | None = None
+    request_model: str | None = None
+    response_model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reasons: list[str | None] | None = None
+    streamed: bool = False
+
+
+def exchange_facts(request: Any, response: Any, *, streamed: bool, path: str | None) -> ExchangeFacts:
+    """What the request and the (reassembled) response say about the exchange; None where silent."""
+    request = request if isinstance(request, dict) else {}
+    response = response if isinstance(response, dict) else {}
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = response.get("details") if isinstance(response.get("details"), dict) else {}
+    input_tokens = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
+    output_tokens = _count(usage.get("completion_tokens", usage.get("output_tokens")))
+    if output_tokens is None:
+        output_tokens = _count(details.get("generated_tokens"))  # TGI's /generate
+    return ExchangeFacts(
+        operation_name=_operation(request, response, path),
+        request_model=_text(request.get("model")),
+        response_model=_text(response.get("model")),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reasons=_finish_reasons(response, details),
+        streamed=streamed or request.get("stream") is True,
+    )
+
+
+def _operation(request: dict[str, Any], response: dict[str, Any], path: str | None) -> str | None:
+    if path:
+        for suffix, operation in _PATH_OPERATIONS:
+            if path.rstrip("/").endswith(suffix):
+                return operation
+    kind = response.get("object")
+    if isinstance(kind, str) and kind in _OBJECT_OPERATIONS:
+        return _OBJECT_OPERATIONS[kind]
+    data = response.get("data")
+    if (
+        kind == "list"
+        and isinstance(data, list)
+        and data
+        and isinstance(data[0], dict)
+        and data[0].get("object") == "embedding"
+    ):
+        return OPERATION_EMBEDDINGS
+    if isinstance(request.get("messages"), list):
+        return OPERATION_CHAT
+    if "prompt" in request:
+        return OPERATION_TEXT_COMPLETION
+    if "input" in request and "model" in request:
+        return OPERATION_EMBEDDINGS
+    if "inputs" in request and "generated_text" in response:  # TGI's native API
+        return OPERATION_TEXT_COMPLETION
+    return None
+
+
+def _finish_reasons(response: dict[str, Any], details: dict[str, Any]) -> list[str | None] | None:
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices:
+        ordered = sorted(
+            (choice for choice in choices if isinstance(choice, dict)),
+            key=lambda choice: choice.get("index") if isinstance(choice.get("index"), int) else 0,
+        )
+        return [_text(choice.get("finish_reason")) for choice in ordered] or None
+    if details.get("finish_reason") is not None:
+        return [_text(details.get("finish_reason"))]
+    return None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX:
+        return value
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
