@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pyarrow as pa
 
@@ -83,9 +83,16 @@ CURATED_SCHEMA = pa.schema(
     ]
 )
 
-# Columns that can carry user input (query strings, paths); see the brief: "query strings land
-# in logs".
-REDACTED_COLUMNS = ("request_url", "request_path", "request_query", "redirect_url", "transformed_uri")
+# Columns that can carry user input (query strings, paths, the user agent); see the brief: "query
+# strings land in logs". URL columns are redacted component by component after percent-decoding.
+URL_COLUMNS = ("request_url", "request_path", "request_query", "redirect_url", "transformed_uri")
+REDACTED_COLUMNS = (*URL_COLUMNS, "user_agent")
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_SKEW = timedelta(days=1)
+_URL_DELIMITERS = re.compile(r"([&=/?;#])")
+_URL_SAFE = "[]:@!$'()*,~"
 
 _TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
 
@@ -109,6 +116,7 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
     rows: list[dict[str, Any]] = []
     rejected: list[RejectedLine] = []
     lines_with_extra_fields = 0
+    latest = context.last_modified.astimezone(UTC) + LATEST_SKEW
     for offset, line in enumerate(data.split(b"\n")):
         if not line.strip():
             continue
@@ -117,6 +125,13 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
         except (MalformedAlbLineError, UnicodeDecodeError) as error:
             rejected.append(RejectedLine(first_line + offset, str(error), line))
             continue
+        except Exception as error:  # any other failure of one line is that line's, not the chunk's
+            rejected.append(
+                RejectedLine(first_line + offset, f"could not parse: {type(error).__name__}: {error}", line)
+            )
+            continue
+        if row["time"] is not None and not EARLIEST_TIME <= row["time"] <= latest:
+            row["time"] = None  # a clock at 1970 or 9999: filed under the file's time instead
         rows.append(row)
         lines_with_extra_fields += extra_fields > 0
     times, sources = fill_missing_times([row["time"] for row in rows], context)
@@ -134,8 +149,87 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
     )
     for name in REDACTED_COLUMNS:
         index = table.schema.get_field_index(name)
-        table = table.set_column(index, name, redactor.redact(table.column(index).combine_chunks()))
+        values = table.column(index).combine_chunks()
+        redacted = redact_urls(redactor, values) if name in URL_COLUMNS else redact_free_text(redactor, values)
+        table = table.set_column(index, name, redacted)
     return ParsedChunk(table, tuple(rejected), {"alb_lines_with_extra_fields": lines_with_extra_fields})
+
+
+def redact_urls(redactor: Redactor, values: pa.Array) -> pa.Array:
+    """URLs redacted on their decoded components: `a%40b.com`, `Bearer%20…` and `%2B44…` are found
+    like their plain forms; only components that changed are re-encoded."""
+    if not redactor.rules:
+        return values
+    urls = values.to_pylist()
+    pieces: list[str] = []
+    plans: list[list[str | tuple[int, str]] | None] = []
+    for url in urls:
+        if url is None or ("%" not in url and "+" not in url):
+            plans.append(None if url is None else [(len(pieces), url)])
+            if url is not None:
+                pieces.append(url)
+            continue
+        plan: list[str | tuple[int, str]] = []
+        in_query = False
+        for part in _URL_DELIMITERS.split(url):
+            if _URL_DELIMITERS.fullmatch(part):
+                in_query = in_query or part == "?"
+                plan.append(part)
+            elif part:
+                decoded = _decoded_component(part, plus_is_space=in_query or "?" not in url)
+                plan.append((len(pieces), part))
+                pieces.append(decoded)
+        plans.append(plan)
+    redacted, _ = redactor.redact_texts(pieces)
+    if redacted is pieces:
+        return values
+    out: list[str | None] = []
+    for url, plan in zip(urls, plans, strict=True):
+        if plan is None:
+            out.append(None)
+            continue
+        parts = []
+        for part in plan:
+            if isinstance(part, str):
+                parts.append(part)
+                continue
+            index, original = part
+            changed = redacted[index] != pieces[index]
+            encoded = url is not None and ("%" in url or "+" in url)
+            parts.append(
+                quote(redacted[index], safe=_URL_SAFE)
+                if changed and encoded
+                else redacted[index]
+                if changed
+                else original
+            )
+        out.append("".join(parts))
+    return pa.array(out, pa.string())
+
+
+def redact_free_text(redactor: Redactor, values: pa.Array) -> pa.Array:
+    """A free-text field (the user agent): redacted on its percent-decoded text, stored decoded
+    where anything was redacted."""
+    texts = values.to_pylist()
+    decoded = [None if text is None else _decoded_component(text, plus_is_space=False) for text in texts]
+    redacted, _ = redactor.redact_texts([text or "" for text in decoded])
+    return pa.array(
+        [
+            None if text is None else (new if new != (plain or "") else text)
+            for text, plain, new in zip(texts, decoded, redacted, strict=True)
+        ],
+        pa.string(),
+    )
+
+
+def _decoded_component(part: str, *, plus_is_space: bool) -> str:
+    """Percent-decoded, twice (a value encoded twice, `%2540`, hides as well as once)."""
+    decoded = part.replace("+", " ") if plus_is_space else part
+    for _ in range(2):
+        if "%" not in decoded:
+            break
+        decoded = unquote(decoded, errors="replace")
+    return decoded
 
 
 def parse_alb_line(line: str) -> tuple[dict[str, Any], int]:
@@ -182,11 +276,14 @@ def parse_request_line(request: str) -> RequestLine:
     verb, url, proto = (_text(part) for part in parts)
     host = port = path = query = None
     if url is not None:
-        split = urlsplit(url)
-        host, path, query = split.hostname, split.path or None, split.query or None
+        try:
+            split = urlsplit(url)
+            host, path, query = split.hostname, split.path or None, split.query or None
+        except ValueError:  # e.g. an unbalanced "[" in the host: the URL is kept, its parts are not
+            return RequestLine(verb, url, proto, None, None, None, None)
         try:
             port = split.port
-        except ValueError:  # e.g. "http://host:80-" from a malformed request
+        except ValueError:  # e.g. "http://host:80-" from a malformed request, or a port past 65535
             port = None
     return RequestLine(verb, url, proto, host, port, path, query)
 
@@ -199,17 +296,18 @@ def _address(value: str, name: str) -> tuple[str | None, int | None]:
     if value == "-":
         return None, None
     host, separator, port = value.rpartition(":")  # rpartition: IPv6 addresses contain ':'
-    if not separator or not port.isdigit():
-        raise MalformedAlbLineError(f"{name} must be ip:port or '-', got {value[:100]!r}")
+    # isascii: str.isdigit admits superscripts ("²"), which int() refuses.
+    if not separator or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise MalformedAlbLineError(f"{name} must be ip:port (port 0-65535) or '-', got {value[:100]!r}")
     return host, int(port)
 
 
 def _timestamp(value: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def _converted(fields: dict[str, str], name: str, convert: Callable[[str], Any]) -> Any:
@@ -217,9 +315,13 @@ def _converted(fields: dict[str, str], name: str, convert: Callable[[str], Any])
     if value is None or value == "-":
         return None
     try:
-        return convert(value)
+        number = convert(value)
     except ValueError:
         raise MalformedAlbLineError(f"{name} must be a number ({convert.__name__}), got {value[:100]!r}") from None
+    limit = _INT_LIMITS.get(name)
+    if limit is not None and not -limit - 1 <= number <= limit:
+        raise MalformedAlbLineError(f"{name} is out of range for its column (at most {limit}), got {value[:100]!r}")
+    return number
 
 
 _TYPED_FIELDS: dict[str, Callable[[str], Any]] = {
@@ -231,6 +333,13 @@ _TYPED_FIELDS: dict[str, Callable[[str], Any]] = {
     "received_bytes": int,
     "sent_bytes": int,
     "matched_rule_priority": int,
+}
+_INT_LIMITS = {
+    "elb_status_code": INT32_MAX,
+    "target_status_code": INT32_MAX,
+    "matched_rule_priority": INT32_MAX,
+    "received_bytes": INT64_MAX,
+    "sent_bytes": INT64_MAX,
 }
 _TEXT_FIELDS = (
     "user_agent", "ssl_cipher", "ssl_protocol", "target_group_arn", "trace_id", "domain_name",

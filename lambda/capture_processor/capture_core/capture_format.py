@@ -264,6 +264,13 @@ def _curate(
         kept.append(row)
         exchanges.append(exchange)
     batch.redact()
+    for row, exchange in zip(kept, exchanges, strict=True):
+        if exchange.probe_document is not None and _split_across_events(batch, exchange):
+            exchange.output_document = None
+            reason = "stream of unknown shape carries a value split across events; its text is withheld"
+            exchange.errors = "; ".join(filter(None, (exchange.errors, f"output: {reason}")))
+            entry = lines.line(row)
+            rejected.append(RejectedLine(entry.line_number, reason, entry.raw))
     if len(kept) < raw.num_rows:
         raw = raw.take(pa.array(kept, pa.int64()))
         capture, metadata = raw.column("captureData").combine_chunks(), raw.column("eventMetadata").combine_chunks()
@@ -278,6 +285,20 @@ class _Exchange:
     facts: openai_format.ExchangeFacts
     errors: str | None
     quarantine_reason: str | None
+    probe_document: int | None = None
+
+
+_MARKER = "[REDACTED:"
+
+
+def _split_across_events(batch: DocumentBatch, exchange: _Exchange) -> bool:
+    """True when redacting the stream's values joined finds more than redacting it event by event."""
+    assert exchange.output_document is not None and exchange.probe_document is not None
+    (text, _), (probe, _) = batch.result(exchange.output_document), batch.result(exchange.probe_document)
+    original_text, original_probe = batch.original(exchange.output_document), batch.original(exchange.probe_document)
+    found_in_events = text.count(_MARKER) - original_text.count(_MARKER)
+    found_joined = probe.count(_MARKER) - original_probe.count(_MARKER)
+    return found_joined > found_in_events
 
 
 def _side_of(values: list[list[Any]], row: int) -> DecodedSide:
@@ -296,6 +317,7 @@ def _exchange(request: DecodedSide, response: DecodedSide, path: str | None, bat
         facts,
         "; ".join(notes) or None,
         f"payload not decodable ({undecodable}); its text is left out of the curated table" if undecodable else None,
+        batch.add(response.probe, as_json=False) if response.probe is not None else None,
     )
 
 

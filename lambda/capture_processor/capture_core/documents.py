@@ -60,6 +60,11 @@ def _unescape(match: re.Match[str]) -> str:
     return _SIMPLE_ESCAPES.get(escape, match[0])
 
 
+def string_values(text: str) -> list[str]:
+    """The decoded value of every string literal in a JSON-ish text, in order."""
+    return [decode_literal(match[1]) for match in _LITERAL.finditer(text)]
+
+
 def encode_literal(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)[1:-1]
 
@@ -103,6 +108,9 @@ class DocumentBatch:
 
     def redact(self) -> None:
         self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+
+    def original(self, document: int) -> str:
+        return self._documents[document][0]
 
     def result(self, document: int) -> tuple[str, set[str]]:
         """The document's redacted text and the rules that hit it."""

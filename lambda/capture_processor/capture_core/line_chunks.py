@@ -41,14 +41,26 @@ class DecodeStatus:
     bytes_read: int = 0  # as stored (compressed when gzip)
     bytes_decoded: int = 0
     ended_early: bool = False  # gzip stream cut short: everything before the cut was still used
+    over_limit: bool = False  # the object decodes to more than the limit: the rest was not read
 
 
-def decoded_blocks(stream: Readable, status: DecodeStatus, read_size: int = READ_SIZE) -> Iterator[bytes]:
+def decoded_blocks(
+    stream: Readable, status: DecodeStatus, read_size: int = READ_SIZE, max_decoded_bytes: int | None = None
+) -> Iterator[bytes]:
+    """The object's bytes, gunzipped when it is gzip; at most `max_decoded_bytes` of them (a small
+    gzip object can inflate a thousandfold): past it, `status.over_limit` is set and reading stops."""
     first = stream.read(read_size)
     status.bytes_read += len(first)
     raw = _raw_blocks(stream, first, status, read_size)
     blocks = _gunzip(raw, status, read_size) if first.startswith(GZIP_MAGIC) else raw
     for block in blocks:
+        if max_decoded_bytes is not None and status.bytes_decoded + len(block) > max_decoded_bytes:
+            block = block[: max_decoded_bytes - status.bytes_decoded]
+            status.bytes_decoded += len(block)
+            status.over_limit = True  # line_chunks drops the line the limit falls in
+            if block:
+                yield block
+            return
         status.bytes_decoded += len(block)
         yield block
 
@@ -92,7 +104,7 @@ def _gunzip(raw: Iterator[bytes], status: DecodeStatus, out_size: int) -> Iterat
 
 
 def line_chunks(
-    blocks: Iterator[bytes], *, chunk_bytes: int, max_line_bytes: int
+    blocks: Iterator[bytes], *, chunk_bytes: int, max_line_bytes: int, status: DecodeStatus | None = None
 ) -> Iterator[LineChunk | OversizedLine]:
     """Whole lines grouped into chunks of about `chunk_bytes`. A line is reported as an
     OversizedLine (its prefix) once more than `max_line_bytes` of it is buffered, so lines up to
@@ -123,5 +135,7 @@ def line_chunks(
             yield OversizedLine(line_number, bytes(pending[:max_line_bytes]))
             skipping = True
             pending.clear()
+    if pending and not skipping and status is not None and status.over_limit:
+        del pending[pending.rfind(b"\n") + 1 :]  # the line the size limit cut is not read at all
     if pending and not skipping:
         yield LineChunk(line_number, bytes(pending), pending.count(b"\n"))

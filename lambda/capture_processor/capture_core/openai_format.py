@@ -70,12 +70,14 @@ def sse_events(text: str) -> list[str]:
 def reassemble(events: list[str]) -> dict[str, Any]:
     """The non-streamed equivalent of an OpenAI-compatible or TGI stream; NotReassembled otherwise."""
     chunks: list[dict[str, Any]] = []
-    for data in events:
+    for position, data in enumerate(events):
         if data.strip() == "[DONE]":
             break
         try:
             chunk = json.loads(data)
         except (ValueError, RecursionError):
+            if position == len(events) - 1:  # cut mid-event (size cap, client gone): the rest stands
+                break
             raise NotReassembled("an event's data is not JSON") from None
         if not isinstance(chunk, dict):
             raise NotReassembled("an event's data is not a JSON object")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capture_core import openai_format
-from capture_core.documents import looks_like_json
+from capture_core.documents import looks_like_json, string_values
 
 ENCODING_BASE64 = "BASE64"
 ENCODING_JSON = "JSON"
@@ -57,6 +57,9 @@ class DecodedSide:
     streamed: bool = False
     note: str | None = None  # how it was decoded, when that is worth a line in decode_error
     error: str | None = None  # why there is no text
+    # A stream not reassembled: its string values joined across events. Redacted beside the text; a
+    # value found only here was split across events, so the text is withheld (see capture_format).
+    probe: str | None = None
 
 
 ABSENT = DecodedSide(None)
@@ -85,7 +88,7 @@ def _stream(text: str, truncated: bool, note: str | None) -> DecodedSide:
         response = openai_format.reassemble(openai_format.sse_events(text))
     except openai_format.NotReassembled:
         # Kept as captured and redacted event by event (the data of each event is JSON text).
-        return DecodedSide(text, as_json=True, streamed=True, note=note)
+        return DecodedSide(text, as_json=True, streamed=True, note=note, probe="".join(string_values(text)))
     reassembled = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
     cut = "stream cut at the capture size limit; reassembled up to the cut" if truncated else None
     return DecodedSide(reassembled, as_json=True, parsed=response, streamed=True, note=_joined(note, cut))

@@ -80,6 +80,7 @@ class ObjectReport:
     output_keys: list[str] = field(default_factory=list)
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
+    over_limit: bool = False
 
     def metrics(self) -> dict[str, int]:
         if self.tier is None:
@@ -90,6 +91,7 @@ class ObjectReport:
             "SourceBytes": self.bytes_decoded,
             "QuarantinedLines": self.quarantined,
             "FilesWritten": len(self.output_keys),
+            "ObjectsOverSizeLimit": int(self.over_limit),
         }
         counts.update({f"Redactions_{rule}": count for rule, count in self.redactions.items()})
         if self.tier == Tier.ALB:
@@ -125,6 +127,7 @@ class Conversion:
     bytes_decoded: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
+    over_limit: bool = False
 
 
 def process_object(s3: Any, ref: S3ObjectRef, settings: Settings) -> ObjectReport:
@@ -148,6 +151,7 @@ def process_object(s3: Any, ref: S3ObjectRef, settings: Settings) -> ObjectRepor
                 Redactor(settings.redaction_rules),
                 Path(directory),
                 QuarantineSource(ref.bucket, ref.key, version),
+                settings.max_object_bytes,
             )
         finally:
             response["Body"].close()
@@ -156,6 +160,7 @@ def process_object(s3: Any, ref: S3ObjectRef, settings: Settings) -> ObjectRepor
     report.records, report.quarantined = conversion.records, conversion.quarantine.entries
     report.bytes_read, report.bytes_decoded = conversion.bytes_read, conversion.bytes_decoded
     report.redactions, report.parser_counts = conversion.redactions, conversion.parser_counts
+    report.over_limit = conversion.over_limit
     return report
 
 
@@ -166,6 +171,7 @@ def convert_stream(
     redactor: Redactor,
     directory: Path,
     source: QuarantineSource,
+    max_object_bytes: int | None = None,
 ) -> Conversion:
     """Stream -> Parquet files per hour and a quarantine file, all under `directory`."""
     tier_format = _FORMATS[tier]
@@ -176,7 +182,8 @@ def convert_stream(
     conversion = Conversion(quarantine=QuarantineFile(directory / "quarantine.jsonl", source))
     last_line = 0
     try:
-        chunks = line_chunks(decoded_blocks(stream, status), chunk_bytes=CHUNK_BYTES, max_line_bytes=MAX_LINE_BYTES)
+        blocks = decoded_blocks(stream, status, max_decoded_bytes=max_object_bytes)
+        chunks = line_chunks(blocks, chunk_bytes=CHUNK_BYTES, max_line_bytes=MAX_LINE_BYTES, status=status)
         for item, parsed in _parsed_in_order(chunks, tier_format.parse, context, redactor):
             if parsed is None:
                 reason = f"line longer than {MAX_LINE_BYTES} bytes; skipped"
@@ -192,10 +199,17 @@ def convert_stream(
         if status.ended_early:
             reason = "gzip stream ends early (object cut short); the lines before the cut were processed"
             _quarantine(conversion, redactor, RejectedLine(last_line, reason, b""))
+        if status.over_limit:
+            reason = (
+                f"object decodes to more than MAX_OBJECT_BYTES ({max_object_bytes} bytes); the lines after "
+                f"line {last_line} were not processed (the source object keeps them)"
+            )
+            _quarantine(conversion, redactor, RejectedLine(last_line + 1, reason, b""))
     finally:
         conversion.partition_files = parquet.close()
         conversion.quarantine.close()
     conversion.bytes_read, conversion.bytes_decoded = status.bytes_read, status.bytes_decoded
+    conversion.over_limit = status.over_limit
     conversion.redactions = dict(redactor.counts)
     return conversion
 

@@ -11,9 +11,10 @@ Two stages, so that the common case (nothing to redact) stays at RE2 speed:
    character mix for AWS secret keys) and only confirmed values are replaced and counted.
 
 Texts reach the redactor decoded (see `capture_core.payloads`): JSON string values after
-unescaping, a stream reassembled, BASE64 decoded with its charset, URLs percent-decoded. No
-pattern can match `"` or `\\`, and no replacement contains either, so redacting the raw text of a
-JSON document that has no escapes at all gives valid JSON.
+unescaping, a stream reassembled, BASE64 decoded with its charset, URLs percent-decoded. A
+pattern matches `"` or `\\` only in its boundary groups `before` and `after`, which are written
+back, and no marker contains either, so redacting the raw text of a JSON document that has no
+escapes at all gives valid JSON.
 
 Matched values are never logged; only counts per rule are reported.
 """
@@ -118,12 +119,19 @@ def _valid_aws_secret(match: re.Match[str]) -> bool:
     )
 
 
-_EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}\b"
+# In decoded text a user's own escape sequences still stand between words: a prompt about code says
+# "key:\\nAKIA..." with a real backslash and n. Each rule takes such a pair as a boundary too (in
+# the group `before`, written back), or the `n` would join the value and hide it.
+
+_EMAIL = (
+    r"(?P<before>\\[nrt])?[A-Za-z0-9._%+-]+@"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}\b"
+)
 
 # Numbers written as phone numbers (separators or a leading +), not bare digit runs: ids,
 # timestamps and CSV feature rows must survive ("better a false negative than a false positive").
 _PHONE = (
-    r"(?P<before>^|[^\w+.-])(?P<value>"
+    r"(?P<before>^|[^\w+.-]|\\[nrt])(?P<value>"
     r"\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){2,4}"  # +44 20 7946 0958
     r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}"  # (415) 555-0100
     r"|\d{3}[.-]\d{3}[.-]\d{4}"  # 415-555-0100
@@ -132,20 +140,20 @@ _PHONE = (
 )
 
 _ACCESS_TOKEN = (
-    r"(?:"
-    r"\b(?i:bearer)\s+[A-Za-z0-9._~+/-]{8,}=*"  # Authorization header values, any case
-    r"|\b(?i:basic)\s+[A-Za-z0-9+/]{12,}={0,2}"  # HTTP basic credentials
-    r"|\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"  # AWS access key ids (long-term and temporary)
-    r"|\bhf_[A-Za-z0-9]{30,}\b"  # Hugging Face tokens
-    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys, including sk-proj-...
-    r"|\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret and restricted keys
-    r"|\bgh[pousr]_[A-Za-z0-9]{36,}"  # GitHub tokens (classic personal, OAuth, user, server, refresh)
-    r"|\bgithub_pat_[A-Za-z0-9_]{40,}"  # GitHub fine-grained personal access tokens
-    r"|\bglpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access tokens
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"(?:(?P<before>\\[nrt])|\b)(?:"
+    r"(?i:bearer)\s+[A-Za-z0-9._~+/-]{8,}=*"  # Authorization header values, any case
+    r"|(?i:basic)\s+[A-Za-z0-9+/]{12,}={0,2}"  # HTTP basic credentials
+    r"|(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"  # AWS access key ids (long-term and temporary)
+    r"|hf_[A-Za-z0-9]{30,}\b"  # Hugging Face tokens
+    r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys, including sk-proj-...
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret and restricted keys
+    r"|gh[pousr]_[A-Za-z0-9]{36,}"  # GitHub tokens (classic personal, OAuth, user, server, refresh)
+    r"|github_pat_[A-Za-z0-9_]{40,}"  # GitHub fine-grained personal access tokens
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access tokens
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]{20,}"  # Slack incoming webhooks
-    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
+    r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
     r")"
 )
 
@@ -154,7 +162,7 @@ _ACCESS_TOKEN = (
 _AWS_SECRET_KEY = (
     r"(?P<before>(?P<named>(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)"
     r"['\s:=]{0,6}(?:[\x22]\s*[:=]\s*[\x22]?)?['\s]{0,2})"
-    r"|^|[^A-Za-z0-9/+=])(?P<value>[A-Za-z0-9/+]{40})(?P<after>$|[^A-Za-z0-9/+=])"
+    r"|^|[^A-Za-z0-9/+=]|\\[nrt])(?P<value>[A-Za-z0-9/+]{40})(?P<after>$|[^A-Za-z0-9/+=])"
 )
 
 # PEM private keys (PKCS#1, PKCS#8, EC, OpenSSH, encrypted); the body up to the END line, or to the
@@ -164,14 +172,14 @@ _PRIVATE_KEY = (
     r"(?:[A-Za-z0-9+/=\s:,-]*?-----END[A-Z ]{0,30}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
 )
 
-_PAYMENT_CARD = r"(?P<before>^|[^0-9-])(?P<value>\d(?:[ -]?\d){12,18})(?P<after>$|[^0-9-])"
+_PAYMENT_CARD = r"(?P<before>^|[^0-9-]|\\[nrt])(?P<value>\d(?:[ -]?\d){12,18})(?P<after>$|[^0-9-])"
 
-_US_SSN = r"(?P<before>^|[^0-9-])(?P<area>\d{3})-(?P<group>\d{2})-(?P<serial>\d{4})(?P<after>$|[^0-9-])"
+_US_SSN = r"(?P<before>^|[^0-9-]|\\[nrt])(?P<area>\d{3})-(?P<group>\d{2})-(?P<serial>\d{4})(?P<after>$|[^0-9-])"
 
-_IBAN = r"\b(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b"
+_IBAN = r"(?:(?P<before>\\[nrt])|\b)(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b"
 
 _IP_ADDRESS = (
-    r"(?P<before>^|[^0-9A-Za-z.:])(?P<value>"
+    r"(?P<before>^|[^0-9A-Za-z.:]|\\[nrt])(?P<value>"
     r"(?:\d{1,3}\.){3}\d{1,3}"  # IPv4
     r"|(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"  # IPv6, full form
     r"|(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?"  # IPv6 with ::
@@ -235,19 +243,21 @@ class Redactor:
         if not pc.any(needs_work).as_py():
             return texts, hits
         row_ids = pc.indices_nonzero(needs_work).to_pylist()
-        rows: list[str] = pc.filter(texts, needs_work).to_pylist()
-        candidates = pa.array(rows, pa.string())
+        rows = [_without_sentinels(text) for text in pc.filter(texts, needs_work).to_pylist()]
         found: dict[str, int] = {}
         for rule, re2, python in zip(self.rules, self._re2, self._python, strict=True):
-            matches = pc.count_substring_regex(candidates, re2)
-            if not (pc.sum(matches).as_py() or 0):
-                continue
-            for position in pc.indices_nonzero(pc.fill_null(pc.greater(matches, 0), False)).to_pylist():
-                text, replaced = _replace(python, rule, rows[position])
-                if replaced:
-                    rows[position] = text
-                    found[rule.name] = found.get(rule.name, 0) + replaced
-                    hits.setdefault(row_ids[position], set()).add(rule.name)
+            for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
+                marked = pc.replace_substring_regex(pa.array(rows, pa.string()), re2, _MARK)
+                replaced_any = False
+                for position in pc.indices_nonzero(pc.match_substring(marked, _OPEN)).to_pylist():
+                    text, replaced = _confirmed(python, rule, marked[position].as_py())
+                    if replaced:
+                        rows[position] = text
+                        replaced_any = True
+                        found[rule.name] = found.get(rule.name, 0) + replaced
+                        hits.setdefault(row_ids[position], set()).add(rule.name)
+                if not replaced_any:
+                    break
         if not found:
             return texts, hits
         with self._counts_lock:
@@ -267,22 +277,33 @@ class Redactor:
         return self.redact_texts([text])[0][0]
 
 
-def _replace(pattern: re.Pattern[str], rule: RedactionRule, text: str) -> tuple[str, int]:
+# RE2 finds and marks every candidate in one linear pass (a private-use pair around `\\0`, the whole
+# match); Python only re-reads each marked candidate on its own. Python's backtracking engine never
+# scans the whole text: on a megabyte of word characters the email pattern alone is quadratic there.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_MARK = _OPEN + "\\0" + _CLOSE
+MAX_PASSES = 3
+
+
+def _without_sentinels(text: str) -> str:
+    if _OPEN in text or _CLOSE in text:  # private-use characters no real text needs
+        return text.replace(_OPEN, "\ufffd").replace(_CLOSE, "\ufffd")
+    return text
+
+
+def _confirmed(pattern: re.Pattern[str], rule: RedactionRule, marked: str) -> tuple[str, int]:
+    """The text with each marked candidate replaced when it is confirmed, or restored when not."""
+    head, *candidates = marked.split(_OPEN)
+    out = [head]
     replaced = 0
-
-    def substitute(match: re.Match[str]) -> str:
-        nonlocal replaced
-        if rule.validate is not None and not rule.validate(match):
-            return match[0]
-        replaced += 1
-        groups = match.groupdict()
-        return (groups.get("before") or "") + rule.marker + (groups.get("after") or "")
-
-    # Boundary groups consume the character after a value; scanning again picks up neighbours
-    # that shared it ("415-555-0100,415-555-0199").
-    for _ in range(3):
-        before = replaced
-        text = pattern.sub(substitute, text)
-        if replaced == before:
-            break
-    return text, replaced
+    for candidate in candidates:
+        value, _, rest = candidate.partition(_CLOSE)
+        match = pattern.fullmatch(value)
+        if match is None or (rule.validate is not None and not rule.validate(match)):
+            out.append(value)
+        else:
+            groups = match.groupdict()
+            out.append((groups.get("before") or "") + rule.marker + (groups.get("after") or ""))
+            replaced += 1
+        out.append(rest)
+    return "".join(out), replaced

@@ -12,6 +12,11 @@ DEFAULT_OUTPUT_PREFIX = "curated/"
 DEFAULT_QUARANTINE_PREFIX = "quarantine/"
 DEFAULT_REDACT = ",".join(DEFAULT_RULES)
 NO_REDACTION = "none"
+# Decoded bytes read from one object (a small gzip object can inflate a thousandfold); past it the
+# rest is left in the source object and the quarantine says so. 2 GiB is minutes of work within
+# the function's 15 and fits its 2 GiB of /tmp once compressed to Parquet.
+DEFAULT_MAX_OBJECT_BYTES = 2 << 30
+MAX_OBJECT_BYTES_RANGE = (1 << 20, 16 << 30)
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # A key ARN or alias ARN: what the bucket policy compares the SSE-KMS header with.
@@ -29,6 +34,7 @@ class Settings:
     quarantine_prefix: str
     redaction_rules: tuple[str, ...]
     output_kms_key_id: str | None = None  # None: the bucket's default encryption
+    max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES
 
     @property
     def upload_arguments(self) -> dict[str, object]:
@@ -58,14 +64,25 @@ class Settings:
         key_id = environ.get("OUTPUT_KMS_KEY_ID") or None
         if key_id is not None and not _KMS_KEY_ARN.match(key_id):
             problems.append(f"OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN, got {key_id!r}")
+        max_object_bytes = _max_object_bytes(environ.get("MAX_OBJECT_BYTES"), problems)
         if problems:
             raise ConfigurationError(
                 "capture processor configuration is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
             )
-        return cls(output_bucket, output_prefix, quarantine_prefix, rules, key_id)
+        return cls(output_bucket, output_prefix, quarantine_prefix, rules, key_id, max_object_bytes)
 
     def output_bucket_for(self, source_bucket: str) -> str:
         return self.output_bucket or source_bucket
+
+
+def _max_object_bytes(value: str | None, problems: list[str]) -> int:
+    if value is None or value == "":
+        return DEFAULT_MAX_OBJECT_BYTES
+    low, high = MAX_OBJECT_BYTES_RANGE
+    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+        problems.append(f"MAX_OBJECT_BYTES must be a whole number of bytes from {low} to {high}, got {value!r}")
+        return DEFAULT_MAX_OBJECT_BYTES
+    return int(value)
 
 
 def _prefix_problems(name: str, prefix: str) -> list[str]:
