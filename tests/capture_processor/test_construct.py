@@ -151,7 +151,11 @@ def test_s3_permissions_are_scoped_to_the_prefixes(template: Template) -> None:
         assert "s3:*" not in as_list(statement["Action"])
         assert "*" not in as_list(statement["Resource"])
     assert {a for s in s3_statements for a in as_list(s["Action"])} == {
-        "s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:AbortMultipartUpload"}
+        "s3:GetObject",
+        "s3:GetObjectVersion",
+        "s3:PutObject",
+        "s3:AbortMultipartUpload",
+    }
     readable = [s for s in s3_statements if "s3:GetObject" in as_list(s["Action"])]
     writable = [s for s in s3_statements if "s3:PutObject" in as_list(s["Action"])]
     assert {p for s in readable for p in CAPTURE_PREFIXES if p + "*" in json.dumps(s["Resource"])} == set(
@@ -177,8 +181,10 @@ def test_kms_grants_come_from_the_key(template: Template) -> None:
     for statement in statements:
         # Only through S3 in this region, only for this bucket's objects (bucket keys: the bucket ARN).
         conditions = statement["Condition"]
-        assert conditions["StringEquals"] == {"kms:ViaService": "s3.eu-north-1.amazonaws.com",
-                                              "aws:ResourceAccount": "${aws:PrincipalAccount}"}
+        assert conditions["StringEquals"] == {
+            "kms:ViaService": "s3.eu-north-1.amazonaws.com",
+            "aws:ResourceAccount": "${aws:PrincipalAccount}",
+        }
         (bucket, objects) = conditions["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
         assert "Fn::GetAtt" in bucket and objects["Fn::Join"][1][-1] == "/*"
 

@@ -8,6 +8,7 @@ curated column, read as stored and read again after JSON-decoding the column.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 from typing import Any
@@ -48,10 +49,8 @@ def all_strings(value: Any, depth: int = 0) -> list[str]:
     if isinstance(value, str):
         found = [value]
         if depth < 4 and value[:1] in "{[":
-            try:
+            with contextlib.suppress(ValueError, RecursionError):
                 found += all_strings(json.loads(value), depth + 1)
-            except (ValueError, RecursionError):
-                pass
         return found
     if isinstance(value, dict):
         return [text for key, item in value.items() for text in all_strings(key, depth) + all_strings(item, depth)]
@@ -72,12 +71,28 @@ def assert_no_secret(rows: dict[str, dict] | list[dict], *, also: tuple[str, ...
 
 
 @pytest.mark.parametrize("separator", ["\n", "\t", "\r\n", "\n\n- ", "\\n"])
-def test_secrets_at_the_start_of_a_line_are_redacted_and_the_text_stays_json(pipeline: Pipeline, separator: str) -> None:
+def test_secrets_at_the_start_of_a_line_are_redacted_and_the_text_stays_json(
+    pipeline: Pipeline, separator: str
+) -> None:
     content = "Here is my .env:" + "".join(separator + value for value in SECRETS.values()) + separator + "thanks"
     request = side(transcripts.chat_request(content, stream=False))
-    response = side(json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "Noted:" + separator + SECRETS["email"]},
-         "finish_reason": "stop"}], "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59}}))  # fmt: skip
+    response = side(
+        json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Noted:" + separator + SECRETS["email"]},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59},
+            }
+        )
+    )
 
     rows = run(pipeline, record("chat", request, response))
 
@@ -86,12 +101,23 @@ def test_secrets_at_the_start_of_a_line_are_redacted_and_the_text_stays_json(pip
     messages = json.loads(row["input_text"])["messages"]  # still valid JSON
     assert "[REDACTED:email]" in messages[1]["content"] and messages[1]["content"].endswith("thanks")
     assert json.loads(row["output_text"])["choices"][0]["message"]["content"].endswith("[REDACTED:email]")
-    assert set(row["redaction_rules"]) >= {"email", "phone", "access_token", "aws_secret_key", "private_key",
-                                           "payment_card", "us_ssn", "iban"}  # fmt: skip
+    assert set(row["redaction_rules"]) >= {
+        "email",
+        "phone",
+        "access_token",
+        "aws_secret_key",
+        "private_key",
+        "payment_card",
+        "us_ssn",
+        "iban",
+    }
 
 
 def test_escaped_and_upper_case_forms_are_found(pipeline: Pipeline) -> None:
-    data = '{"prompt": "mail alice.smith\\u0040example.com, auth BEARER abcdefgh12345678ijklmnop, \\u0041KIAIOSFODNN7EXAMPLE"}'
+    data = (
+        '{"prompt": "mail alice.smith\\u0040example.com, auth BEARER abcdefgh12345678ijklmnop, '
+        '\\u0041KIAIOSFODNN7EXAMPLE"}'
+    )
     rows = run(pipeline, record("escaped", side(data), side('{"choices": []}')))
 
     assert_no_secret(rows, also=("alice.smith\\u0040example.com", "\\u0041KIAIOSFODNN7EXAMPLE"))
@@ -99,7 +125,9 @@ def test_escaped_and_upper_case_forms_are_found(pipeline: Pipeline) -> None:
 
 
 def test_secrets_inside_tool_call_arguments_are_redacted(pipeline: Pipeline) -> None:
-    arguments = json.dumps({"to": SECRETS["email"], "note": "key:\n" + SECRETS["access_token"], "card": SECRETS["payment_card"]})
+    arguments = json.dumps(
+        {"to": SECRETS["email"], "note": "key:\n" + SECRETS["access_token"], "card": SECRETS["payment_card"]}
+    )
     request = side(transcripts.chat_request("send it", stream=False, tool_arguments=arguments))
 
     rows = run(pipeline, record("tools", request, side('{"choices": []}')))
@@ -107,7 +135,10 @@ def test_secrets_inside_tool_call_arguments_are_redacted(pipeline: Pipeline) -> 
     assert_no_secret(rows)
     tool_call = json.loads(rows["tools"]["input_text"])["messages"][2]["tool_calls"][0]
     assert json.loads(tool_call["function"]["arguments"]) == {
-        "to": "[REDACTED:email]", "note": "key:\n[REDACTED:access_token]", "card": "[REDACTED:payment_card]"}  # fmt: skip
+        "to": "[REDACTED:email]",
+        "note": "key:\n[REDACTED:access_token]",
+        "card": "[REDACTED:payment_card]",
+    }
 
 
 def test_a_document_cut_at_the_capture_limit_is_still_redacted(pipeline: Pipeline) -> None:
@@ -133,9 +164,16 @@ def test_deeply_nested_payloads_are_redacted_without_recursion(pipeline: Pipelin
 # -- streams: vLLM, SGLang, TGI ---------------------------------------------------------------------
 
 ANSWER = (
-    "Sure. Contact " + SECRETS["email"] + " or call " + SECRETS["phone"] + ".\nThe key is\n"
-    + SECRETS["access_token"] + " and\t" + SECRETS["aws_secret_key"] + "\nDone."
-)  # fmt: skip
+    "Sure. Contact "
+    + SECRETS["email"]
+    + " or call "
+    + SECRETS["phone"]
+    + ".\nThe key is\n"
+    + SECRETS["access_token"]
+    + " and\t"
+    + SECRETS["aws_secret_key"]
+    + "\nDone."
+)
 EXPECTED_ANSWER = (
     "Sure. Contact [REDACTED:email] or call [REDACTED:phone].\nThe key is\n[REDACTED:access_token] and\t"
     "[REDACTED:aws_secret_key]\nDone."
@@ -151,7 +189,9 @@ def stream_side(body: str, content_type: str = "text/event-stream", encoding: st
 @pytest.mark.parametrize("server", ["vllm", "sglang", "tgi"])
 def test_token_streams_are_reassembled_then_redacted(pipeline: Pipeline, server: str, pieces: int) -> None:
     deltas = split(ANSWER, pieces)
-    body = {"vllm": transcripts.vllm_chat, "sglang": transcripts.sglang_chat, "tgi": transcripts.tgi_chat}[server](deltas)
+    body = {"vllm": transcripts.vllm_chat, "sglang": transcripts.sglang_chat, "tgi": transcripts.tgi_chat}[server](
+        deltas
+    )
     request = side(transcripts.chat_request("hi", model="served-model"))
 
     rows = run(pipeline, record("s", request, stream_side(body), callerId="team-a", responseStatus=200))
@@ -161,7 +201,11 @@ def test_token_streams_are_reassembled_then_redacted(pipeline: Pipeline, server:
     response = json.loads(row["output_text"])
     assert response["object"] == "chat.completion"
     assert response["choices"][0]["message"]["content"] == EXPECTED_ANSWER
-    assert (row["streamed"], row["gen_ai_operation_name"], row["gen_ai_request_model"]) == (True, "chat", "served-model")
+    assert (row["streamed"], row["gen_ai_operation_name"], row["gen_ai_request_model"]) == (
+        True,
+        "chat",
+        "served-model",
+    )
     assert row["gen_ai_response_finish_reasons"] == ["stop"]
     assert row["gen_ai_usage_output_tokens"] is not None and row["gen_ai_usage_input_tokens"] > 0
     assert (row["caller_id"], row["http_response_status_code"]) == ("team-a", 200)
@@ -179,17 +223,23 @@ def test_streamed_tool_call_arguments_are_merged_then_redacted(pipeline: Pipelin
     assert_no_secret(rows)
     [call] = json.loads(rows["t"]["output_text"])["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] == "send_email"
-    assert json.loads(call["function"]["arguments"]) == {"to": "[REDACTED:email]", "body": "card\n[REDACTED:payment_card]"}
+    assert json.loads(call["function"]["arguments"]) == {
+        "to": "[REDACTED:email]",
+        "body": "card\n[REDACTED:payment_card]",
+    }
 
 
 def test_vllm_completion_and_sglang_reasoning_streams(pipeline: Pipeline) -> None:
     completion = transcripts.vllm_completion(split("mail " + SECRETS["email"] + " now", 4))
     reasoning = transcripts.sglang_chat(["ok"], reasoning=split("the user is " + SECRETS["email"], 3))
     lines = [
-        record("completion", side(json.dumps({"model": "Qwen/Qwen2.5-7B", "prompt": "x", "stream": True})),
-               stream_side(completion, "text/event-stream; charset=utf-8", "JSON")),
+        record(
+            "completion",
+            side(json.dumps({"model": "Qwen/Qwen2.5-7B", "prompt": "x", "stream": True})),
+            stream_side(completion, "text/event-stream; charset=utf-8", "JSON"),
+        ),
         record("reasoning", side(transcripts.chat_request("x")), stream_side(reasoning)),
-    ]  # fmt: skip
+    ]
 
     rows = run(pipeline, *lines)
 
@@ -237,29 +287,59 @@ def test_a_stream_cut_at_the_capture_limit_is_reassembled_up_to_the_cut(pipeline
 
 
 def test_embeddings_and_non_streamed_chat_facts(pipeline: Pipeline) -> None:
-    embeddings = json.dumps({"object": "list", "model": "bge-m3", "data": [{"object": "embedding", "index": 0,
-                             "embedding": [0.1, 0.2]}], "usage": {"prompt_tokens": 8, "total_tokens": 8}})  # fmt: skip
-    chat = json.dumps({"id": "c", "object": "chat.completion", "model": "llama-served", "choices": [
-        {"index": 1, "message": {"role": "assistant", "content": "b"}, "finish_reason": "length"},
-        {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})  # fmt: skip
+    embeddings = json.dumps(
+        {
+            "object": "list",
+            "model": "bge-m3",
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+            "usage": {"prompt_tokens": 8, "total_tokens": 8},
+        }
+    )
+    chat = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "llama-served",
+            "choices": [
+                {"index": 1, "message": {"role": "assistant", "content": "b"}, "finish_reason": "length"},
+                {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"},
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    )
     lines = [
-        record("emb", side(json.dumps({"model": "bge-m3", "input": ["hello"]})), side(embeddings),
-               requestPath="/v1/embeddings", durationMs=12.5, timeToFirstChunkMs=11.0),
+        record(
+            "emb",
+            side(json.dumps({"model": "bge-m3", "input": ["hello"]})),
+            side(embeddings),
+            requestPath="/v1/embeddings",
+            durationMs=12.5,
+            timeToFirstChunkMs=11.0,
+        ),
         record("chat", side(transcripts.chat_request("x", model="llama", stream=False)), side(chat)),
         record("plain", side("1,2,3", "text/csv", "CSV"), side("0.5", "text/csv", "CSV")),
-    ]  # fmt: skip
+    ]
 
     rows = run(pipeline, *lines)
 
     emb, chat_row, plain = rows["emb"], rows["chat"], rows["plain"]
     assert (emb["gen_ai_operation_name"], emb["gen_ai_usage_input_tokens"], emb["gen_ai_usage_output_tokens"]) == (
-        "embeddings", 8, None)  # fmt: skip
-    assert (emb["request_path"], emb["request_duration_ms"], emb["time_to_first_chunk_ms"]) == ("/v1/embeddings", 12.5, 11.0)
+        "embeddings",
+        8,
+        None,
+    )
+    assert (emb["request_path"], emb["request_duration_ms"], emb["time_to_first_chunk_ms"]) == (
+        "/v1/embeddings",
+        12.5,
+        11.0,
+    )
     assert (chat_row["gen_ai_request_model"], chat_row["gen_ai_response_model"]) == ("llama", "llama-served")
     assert chat_row["gen_ai_response_finish_reasons"] == ["stop", "length"]  # one per choice, by index
     assert (chat_row["gen_ai_usage_input_tokens"], chat_row["gen_ai_usage_output_tokens"], chat_row["streamed"]) == (
-        3, 2, False)  # fmt: skip
+        3,
+        2,
+        False,
+    )
     assert plain["gen_ai_operation_name"] is None and plain["caller_id"] is None and plain["partial"] is False
 
 
@@ -272,10 +352,13 @@ def test_embeddings_and_non_streamed_chat_facts(pipeline: Pipeline) -> None:
         ("café: écrivez à alice.smith@example.com".encode("latin-1"), "text/plain", "windows-1252 (detected)"),
         (("café\n" + SECRETS["email"]).encode("iso-8859-1"), "text/plain; charset=ISO-8859-1", "iso8859-1 (declared)"),
         (("Grüße " + SECRETS["email"]).encode("utf-16"), "text/plain", "utf-16 (byte order mark)"),
-        (gzip.compress(json.dumps({"prompt": "x\n" + SECRETS["email"]}).encode(), mtime=0), "application/json",
-         "gzip body inflated"),
+        (
+            gzip.compress(json.dumps({"prompt": "x\n" + SECRETS["email"]}).encode(), mtime=0),
+            "application/json",
+            "gzip body inflated",
+        ),
     ],
-)  # fmt: skip
+)
 def test_other_charsets_and_gzip_bodies_are_decoded_then_redacted(
     pipeline: Pipeline, payload: bytes, content_type: str, note: str
 ) -> None:
@@ -304,15 +387,26 @@ def test_binary_payloads_never_reach_curated_and_go_to_the_quarantine(pipeline: 
 
 def test_no_single_line_fails_the_object(pipeline: Pipeline) -> None:
     good = record("good-1", side('{"prompt": "hi"}'), side("{}"))
-    lone_surrogate = r'{"captureData": {"endpointInput": {"data": "hi \ud800", "encoding": "JSON"}}, "eventMetadata": {}}'
+    lone_surrogate = (
+        r'{"captureData": {"endpointInput": {"data": "hi \ud800", "encoding": "JSON"}}, "eventMetadata": {}}'
+    )
     hostile = [
         lone_surrogate,  # UTF-8 cannot hold it: the stdlib reads it, Arrow cannot write it
         record("far-future", side("{}"), side("{}")).replace(EVENT_TIME, "9999-12-31T23:59:59-01:00"),
         record("epoch", side("{}"), side("{}")).replace(EVENT_TIME, "1970-01-01T00:00:00Z"),
         '{"captureData": ' + "[" * 5000 + "]" * 5000 + "}",  # nesting too deep for the stdlib
-        record("types", side("{}"), side("{}"), responseStatus="200", durationMs=-5, partial="yes",
-               timeToFirstChunkMs="NaN"),  # fmt: skip
-        record("huge-usage", side("{}"), side(json.dumps({"usage": {"prompt_tokens": 10**30, "completion_tokens": -1}}))),
+        record(
+            "types",
+            side("{}"),
+            side("{}"),
+            responseStatus="200",
+            durationMs=-5,
+            partial="yes",
+            timeToFirstChunkMs="NaN",
+        ),
+        record(
+            "huge-usage", side("{}"), side(json.dumps({"usage": {"prompt_tokens": 10**30, "completion_tokens": -1}}))
+        ),
         "not json " + SECRETS["email"],
     ]
     rows = run(pipeline, good, *hostile, record("good-2", side("{}"), side("{}")))
@@ -321,7 +415,10 @@ def test_no_single_line_fails_the_object(pipeline: Pipeline) -> None:
     assert rows["far-future"]["time_source"] == "object_key" and rows["epoch"]["time_source"] == "object_key"
     assert str(rows["far-future"]["inference_time"]).startswith("2026-11-30 10:00")
     assert (rows["types"]["http_response_status_code"], rows["types"]["request_duration_ms"]) == (None, None)
-    assert (rows["huge-usage"]["gen_ai_usage_input_tokens"], rows["huge-usage"]["gen_ai_usage_output_tokens"]) == (None, None)
+    assert (rows["huge-usage"]["gen_ai_usage_input_tokens"], rows["huge-usage"]["gen_ai_usage_output_tokens"]) == (
+        None,
+        None,
+    )
     reasons = {entry["line_number"]: entry["reason"] for entry in pipeline.quarantine()}
     assert reasons[2].startswith("a lone surrogate")
     assert reasons[5] == "JSON nested too deeply to read"
@@ -343,7 +440,9 @@ def test_the_quarantine_cut_never_splits_a_secret_out_of_reach(pipeline: Pipelin
     assert not entry["raw"].rstrip().endswith(SECRETS["email"][:8]) and "alice.smi" not in entry["raw"]
 
 
-def test_an_object_over_the_size_limit_is_processed_up_to_it(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_object_over_the_size_limit_is_processed_up_to_it(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MAX_OBJECT_BYTES", str(1 << 20))
     lines = [record(f"r{index:04d}", side('{"prompt": "' + "y" * 1000 + '"}'), side("{}")) for index in range(3000)]
 

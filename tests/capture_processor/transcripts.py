@@ -62,10 +62,19 @@ def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def vllm_chat(deltas: Sequence[str], *, model: str = "meta-llama/Llama-3.1-8B-Instruct", tool_args: Sequence[str] = (),
-              usage: tuple[int, int] = (25, 40)) -> str:  # fmt: skip
-    head = {"id": "chatcmpl-8f2c4be1a7d04c5e9b1f", "object": "chat.completion.chunk", "created": 1764497700,
-            "model": model}  # fmt: skip
+def vllm_chat(
+    deltas: Sequence[str],
+    *,
+    model: str = "meta-llama/Llama-3.1-8B-Instruct",
+    tool_args: Sequence[str] = (),
+    usage: tuple[int, int] = (25, 40),
+) -> str:
+    head = {
+        "id": "chatcmpl-8f2c4be1a7d04c5e9b1f",
+        "object": "chat.completion.chunk",
+        "created": 1764497700,
+        "model": model,
+    }
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -76,28 +85,55 @@ def vllm_chat(deltas: Sequence[str], *, model: str = "meta-llama/Llama-3.1-8B-In
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": delta}) for delta in deltas]
     if tool_args:
-        events.append(chunk({"tool_calls": [{"id": "chatcmpl-tool-5b1e0c", "type": "function", "index": 0,
-                                             "function": {"name": "send_email"}}]}))  # fmt: skip
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "id": "chatcmpl-tool-5b1e0c",
+                            "type": "function",
+                            "index": 0,
+                            "function": {"name": "send_email"},
+                        }
+                    ]
+                }
+            )
+        )
         events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}) for piece in tool_args]
     events.append(chunk({"content": ""}, "tool_calls" if tool_args else "stop"))
     prompt, completion = usage
-    events.append(head | {"choices": [], "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                                                   "completion_tokens": completion}})  # fmt: skip
+    events.append(
+        head
+        | {
+            "choices": [],
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion},
+        }
+    )
     return sse(events)
 
 
 def vllm_completion(deltas: Sequence[str], *, model: str = "Qwen/Qwen2.5-7B") -> str:
     head = {"id": "cmpl-3c9a77f0e5b24f4f", "object": "text_completion", "created": 1764497701, "model": model}
-    events = [head | {"choices": [{"index": 0, "text": delta, "logprobs": None, "finish_reason": None,
-                                   "stop_reason": None}]} for delta in deltas]  # fmt: skip
-    events.append(head | {"choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length",
-                                       "stop_reason": None}]})  # fmt: skip
-    events.append(head | {"choices": [], "usage": {"prompt_tokens": 7, "total_tokens": 7 + len(deltas),
-                                                   "completion_tokens": len(deltas)}})  # fmt: skip
+    events = [
+        head | {"choices": [{"index": 0, "text": delta, "logprobs": None, "finish_reason": None, "stop_reason": None}]}
+        for delta in deltas
+    ]
+    events.append(
+        head | {"choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length", "stop_reason": None}]}
+    )
+    events.append(
+        head
+        | {
+            "choices": [],
+            "usage": {"prompt_tokens": 7, "total_tokens": 7 + len(deltas), "completion_tokens": len(deltas)},
+        }
+    )
     return sse(events)
 
 
-def sglang_chat(deltas: Sequence[str], *, model: str = "Qwen/Qwen2.5-7B-Instruct", reasoning: Sequence[str] = ()) -> str:
+def sglang_chat(
+    deltas: Sequence[str], *, model: str = "Qwen/Qwen2.5-7B-Instruct", reasoning: Sequence[str] = ()
+) -> str:
     head = {"id": "a1b2c3d4e5f64718", "object": "chat.completion.chunk", "created": 1764497702, "model": model}
 
     def chunk(delta: dict, finish: str | None = None, usage: dict | None = None) -> dict:
@@ -111,30 +147,55 @@ def sglang_chat(deltas: Sequence[str], *, model: str = "Qwen/Qwen2.5-7B-Instruct
     events += [chunk({"reasoning_content": piece}) for piece in reasoning]
     events += [chunk({"content": delta}) for delta in deltas]
     events.append(chunk({}, "stop"))
-    events.append(head | {"choices": [], "usage": {"prompt_tokens": 31, "total_tokens": 31 + len(deltas),
-                                                   "completion_tokens": len(deltas)}})  # fmt: skip
+    events.append(
+        head
+        | {
+            "choices": [],
+            "usage": {"prompt_tokens": 31, "total_tokens": 31 + len(deltas), "completion_tokens": len(deltas)},
+        }
+    )
     return sse(events)
 
 
 def tgi_chat(deltas: Sequence[str], *, tool_args: Sequence[str] = ()) -> str:
-    head = {"object": "chat.completion.chunk", "id": "", "created": 1764497703, "model": "tgi",
-            "system_fingerprint": "3.0.1-sha-bb9095a"}  # fmt: skip
+    head = {
+        "object": "chat.completion.chunk",
+        "id": "",
+        "created": 1764497703,
+        "model": "tgi",
+        "system_fingerprint": "3.0.1-sha-bb9095a",
+    }
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
-        return head | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-                       "usage": None}  # fmt: skip
+        return head | {
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "usage": None,
+        }
 
     events = [chunk({"role": "assistant", "content": delta}) for delta in deltas]
     # TGI 2.x streams tool calls as one object (not a list), the name in the first delta only.
     events += [
-        chunk({"role": "assistant", "tool_calls": {"index": 0, "id": "", "type": "function",
-                                                   "function": {"name": "send_email" if index == 0 else None,
-                                                                "arguments": piece}}})  # fmt: skip
+        chunk(
+            {
+                "role": "assistant",
+                "tool_calls": {
+                    "index": 0,
+                    "id": "",
+                    "type": "function",
+                    "function": {"name": "send_email" if index == 0 else None, "arguments": piece},
+                },
+            }
+        )
         for index, piece in enumerate(tool_args)
     ]
     events.append(chunk({"role": "assistant", "content": ""}, "stop"))
-    events.append(head | {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": len(deltas),
-                                                   "total_tokens": 12 + len(deltas)}})  # fmt: skip
+    events.append(
+        head
+        | {
+            "choices": [],
+            "usage": {"prompt_tokens": 12, "completion_tokens": len(deltas), "total_tokens": 12 + len(deltas)},
+        }
+    )
     return sse(events, space=False)
 
 
@@ -142,24 +203,40 @@ def tgi_generate_stream(tokens: Sequence[str]) -> str:
     events = []
     for index, text in enumerate(tokens, start=1):
         last = index == len(tokens)
-        events.append({
-            "index": index,
-            "token": {"id": 1000 + index, "text": text, "logprob": -0.25, "special": False},
-            "generated_text": "".join(tokens) if last else None,
-            "details": {"finish_reason": "eos_token", "generated_tokens": len(tokens), "seed": None} if last else None,
-        })  # fmt: skip
+        events.append(
+            {
+                "index": index,
+                "token": {"id": 1000 + index, "text": text, "logprob": -0.25, "special": False},
+                "generated_text": "".join(tokens) if last else None,
+                "details": {"finish_reason": "eos_token", "generated_tokens": len(tokens), "seed": None}
+                if last
+                else None,
+            }
+        )
     return sse(events, space=False, done=False)
 
 
-def chat_request(content: str, *, model: str = "meta-llama/Llama-3.1-8B-Instruct", stream: bool = True,
-                 tool_arguments: str | None = None) -> str:  # fmt: skip
+def chat_request(
+    content: str,
+    *,
+    model: str = "meta-llama/Llama-3.1-8B-Instruct",
+    stream: bool = True,
+    tool_arguments: str | None = None,
+) -> str:
     messages: list[dict] = [
         {"role": "system", "content": "You are a helpful assistant.\nAnswer briefly."},
         {"role": "user", "content": content},
     ]
     if tool_arguments is not None:
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": tool_arguments}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": tool_arguments}}
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": "call_1", "content": "done"})
     body: dict = {"model": model, "messages": messages, "stream": stream, "max_tokens": 256}
     if stream:
