@@ -451,3 +451,79 @@ def test_an_object_over_the_size_limit_is_processed_up_to_it(
     assert len(rows) == (1 << 20) // (len(lines[0]) + 1)  # every whole line up to the limit, none after
     [entry] = pipeline.quarantine()
     assert entry["reason"].startswith("object decodes to more than MAX_OBJECT_BYTES (1048576 bytes)")
+
+
+# -- the load balancer tier -------------------------------------------------------------------------
+
+ALB_KEY = (
+    "data-capture/a1b2c3d4/alb/AWSLogs/123456789012/elasticloadbalancing/us-east-2/2026/11/30/"
+    "123456789012_elasticloadbalancing_us-east-2_app.my-lb.50dc6c495c0c9188_20261130T1005Z_10.0.0.1_x.log"
+)
+
+
+def alb_line(
+    request: str = "GET https://api.example.com:443/v1/models HTTP/1.1",
+    user_agent: str = "curl/8.5.0",
+    *,
+    client: str = "192.0.2.10:50599",
+    status: str = "200",
+    received: str = "120",
+    time: str = "2026-11-30T10:04:59.186641Z",
+) -> str:
+    return (
+        f"h2 {time} app/my-lb/50dc6c495c0c9188 {client} 10.0.1.5:8443 0.001 0.250 0.000 {status} {status} "
+        f'{received} 900 "{request}" "{user_agent}" ECDHE-RSA-AES128-GCM-SHA256 TLSv1.2 '
+        'arn:aws:elasticloadbalancing:us-east-2:123456789012:targetgroup/tg/73e2d6bc24d8a067 "Root=1-5" '
+        '"api.example.com" "arn:aws:acm:us-east-2:123456789012:certificate/12345678" 0 '
+        '2026-11-30T10:04:58.936000Z "forward" "-" "-" "10.0.1.5:8443" "200" "-" "-"'
+    )
+
+
+def test_alb_url_encoded_values_and_the_user_agent_are_redacted(pipeline: Pipeline) -> None:
+    lines = [
+        alb_line("GET https://api.example.com:443/v1/chat?user=alice.smith%40example.com&x=1 HTTP/1.1"),
+        alb_line("GET https://api.example.com:443/v1/chat?auth=Bearer%20abcdefgh12345678ijklmnop HTTP/1.1"),
+        alb_line("GET https://api.example.com:443/v1/chat?phone=%2B44%2020%207946%200958 HTTP/1.1"),
+        alb_line("GET https://api.example.com:443/u/alice.smith%2540example.com/x HTTP/1.1"),  # encoded twice
+        alb_line(
+            user_agent="python-requests/2.32 (contact alice.smith@example.com) "
+            "token=hf_abcdefghijklmnopqrstuvwxyz0123456789"
+        ),
+    ]
+    pipeline.put(ALB_KEY, ("\n".join(lines) + "\n").encode())
+
+    assert pipeline.run(ALB_KEY) == {"batchItemFailures": []}
+
+    rows = pipeline.rows()
+    assert len(rows) == 5
+    assert_no_secret(rows, also=("alice.smith%40example.com", "abcdefgh12345678", "%2B44%2020", "%2540example"))
+    assert rows[0]["request_query"] == "user=[REDACTED:email]&x=1"
+    assert rows[0]["request_url"] == "https://api.example.com:443/v1/chat?user=[REDACTED:email]&x=1"
+    assert rows[4]["user_agent"].startswith("python-requests/2.32 (contact [REDACTED:email]) token=[REDACTED")
+
+
+def test_alb_hostile_lines_are_quarantined_and_the_others_land(pipeline: Pipeline) -> None:
+    lines = [
+        alb_line(),
+        alb_line("GET https://[api.example.com:443/v1/models HTTP/1.1"),  # '[' in the host: kept, not split
+        alb_line(client="192.0.2.10:5²"),  # a superscript digit in the port
+        alb_line(status="99999999999"),  # past int32
+        alb_line(received="99999999999999999999999"),  # past int64
+        alb_line(time="9999-12-31T23:59:59.000000Z"),
+        alb_line(time="1970-01-01T00:00:00.000000Z"),
+        alb_line(client="192.0.2.10:99999"),  # not a port
+    ]
+    pipeline.put(ALB_KEY, ("\n".join(lines) + "\n").encode())
+
+    assert pipeline.run(ALB_KEY) == {"batchItemFailures": []}
+
+    rows = pipeline.rows()
+    assert len(rows) == 4
+    assert rows[1]["request_url"] == "https://[api.example.com:443/v1/models" and rows[1]["request_host"] is None
+    assert [row["time_source"] for row in rows[2:]] == ["object_key", "object_key"]
+    assert all(key.startswith("curated/tier=alb/dt=2026-11-30/hour=10/") for key in pipeline.keys("curated/"))
+    reasons = {entry["line_number"]: entry["reason"] for entry in pipeline.quarantine()}
+    assert sorted(reasons) == [3, 4, 5, 8]
+    assert reasons[3].startswith("client:port must be ip:port (port 0-65535)")
+    assert reasons[4].startswith("elb_status_code is out of range")
+    assert reasons[5].startswith("received_bytes is out of range")
