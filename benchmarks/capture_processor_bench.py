@@ -79,6 +79,8 @@ _WORDS = [
 
 
 # --------------------------------------------------------------------------- input generation
+STREAMED = True  # --no-streams: every response non-streamed (the mix of the figures before issue 16)
+
 def _sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
 
@@ -87,33 +89,60 @@ def _paragraph(rng: random.Random, sentences: tuple[int, int]) -> str:
     return " ".join(_sentence(rng, rng.randint(8, 20)) for _ in range(rng.randint(*sentences)))
 
 
+def _text(rng: random.Random, paragraphs: tuple[int, int], sentences: tuple[int, int]) -> str:
+    """Several paragraphs with line breaks, as chats are: in the capture's JSON every break is `\\n`."""
+    return "\n\n".join(_paragraph(rng, sentences) for _ in range(rng.randint(*paragraphs)))
+
+
+def _stream(answer: str, index: int) -> str:
+    """The answer as a vLLM chat stream: a chunk per ~4 characters (a token), usage last."""
+    head = {"id": f"chatcmpl-{index}", "object": "chat.completion.chunk", "created": 1764460800, "model": "llama"}
+    events = [
+        head
+        | {"choices": [{"index": 0, "delta": {"content": answer[i : i + 4]}, "logprobs": None, "finish_reason": None}]}
+        for i in range(0, len(answer), 4)
+    ]
+    events.append(head | {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]})
+    events.append(head | {"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": len(events)}})
+    return "".join(f"data: {json.dumps(event, separators=(',', ':'))}\n\n" for event in events) + "data: [DONE]\n\n"
+
+
 def capture_record(rng: random.Random, index: int) -> str:
-    """One capture line: ~3 KB, like a chat completion. Of the records, 20% carry an email,
-    20% a phone number, 5% tokens (Bearer JWT, Hugging Face); 25% of outputs are BASE64."""
-    user = _paragraph(rng, (4, 10))
+    """One capture line: ~3 KB, like a chat completion, its texts in paragraphs. Of the records,
+    20% carry an email, 20% a phone number, 5% tokens (Bearer JWT, Hugging Face), some of them at
+    the start of a line; 25% of the responses are streamed (a vLLM event stream, BASE64, a chunk
+    per token) and 25% are BASE64 JSON; every record names its caller, as the sidecar writes it."""
+    user = _text(rng, (1, 3), (2, 4))
     if index % 5 == 0:
-        user += f" Reach me at user{index}.name@example{index % 7}.com."
+        user += f"\nReach me at user{index}.name@example{index % 7}.com."
     if index % 5 == 1:
         user += f" Call +1 (415) 555-{index % 10000:04d} after five."
     if index % 20 == 3:
-        user += " Use hf_" + "a1B2c3D4e5" * 4 + " with Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijkl"
+        user += "\nUse hf_" + "a1B2c3D4e5" * 4 + " with Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijkl"
     request = {
+        "model": "llama",
         "messages": [{"role": "system", "content": _sentence(rng, 15)}, {"role": "user", "content": user}],
         "max_tokens": 512,
         "temperature": 0.7,
     }
+    answer = _text(rng, (2, 4), (2, 4))
     response = {
         "id": f"chatcmpl-{index}",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": _paragraph(rng, (8, 16))}}],
+        "object": "chat.completion",
+        "model": "llama",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 100 + index % 50, "completion_tokens": 300 + index % 80},
     }
-    output_text = json.dumps(response)
     if index % 4 == 0:
         output = {"observedContentType": "application/octet-stream", "mode": "OUTPUT", "encoding": "BASE64"}
-        output["data"] = base64.b64encode(output_text.encode()).decode()
+        output["data"] = base64.b64encode(json.dumps(response).encode()).decode()
+    elif STREAMED and index % 4 == 1:
+        request["stream"] = True
+        output = {"observedContentType": "text/event-stream", "mode": "OUTPUT", "encoding": "BASE64"}
+        output["data"] = base64.b64encode(_stream(answer, index).encode()).decode()
     else:
         output = {"observedContentType": "application/json", "mode": "OUTPUT", "encoding": "JSON"}
-        output["data"] = output_text
+        output["data"] = json.dumps(response)
     seconds = index // 10  # ten requests per second: a 1 GiB file spans about 9 hours
     return json.dumps(
         {
@@ -130,6 +159,10 @@ def capture_record(rng: random.Random, index: int) -> str:
                 "eventId": f"00000000-0000-4000-8000-{index:012d}",
                 "inferenceId": str(index),
                 "inferenceTime": f"2026-11-30T{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}Z",
+                "callerId": f"team-{index % 7}",
+                "responseStatus": 200,
+                "durationMs": 850.0 + index % 300,
+                "timeToFirstChunkMs": 45.0 + index % 40,
             },
             "eventVersion": "0",
         }
@@ -297,8 +330,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="throughput runs per engine; best is kept")
     parser.add_argument("--rss-sizes", default="64,256", help="object sizes in MiB for the memory runs")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--no-streams", action="store_true", help="no streamed responses (each stream is ~13x its answer in bytes)"
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
+    global STREAMED
+    STREAMED = not args.no_streams
 
     cpu = platform.processor() or platform.machine()
     print(f"machine: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}")

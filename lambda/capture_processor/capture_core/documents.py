@@ -23,6 +23,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from capture_core.redaction import Redactor
 
 MAX_DEPTH = 4
@@ -94,20 +97,42 @@ class DocumentBatch:
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._pieces: list[str] = []
-        self._documents: list[tuple[str, _Node | int]] = []
+        self._documents: list[tuple[str, _Node | int | None]] = []  # None: clean, nothing to redact
+        self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
         self._redacted: list[str] | None = None
         self._hits: dict[int, set[str]] = {}
 
     def add(self, text: str, *, as_json: bool) -> int:
         if as_json and "\\" in text:
-            plan: _Node | int = self._plan_json(text, 1)
+            self._escaped.append(len(self._documents))
+            plan: _Node | int | None = None
         else:
             plan = self._piece(text)
         self._documents.append((text, plan))
         return len(self._documents) - 1
 
     def redact(self) -> None:
+        self._plan_escaped()
         self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+
+    def _plan_escaped(self) -> None:
+        """Most JSON documents have escapes (every line break is one) and nothing to redact. One RE2
+        pass over them with the two-character escapes decoded finds those that may: its text equals
+        the decoded values but for the quotes between them, which no rule matches across, so it never
+        misses a match. Documents with \\u escapes, which it cannot decode, are planned regardless."""
+        if not self._escaped or not self._redactor.rules:
+            return
+        texts = pa.array([self._documents[document][0] for document in self._escaped], pa.string())
+        decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
+        decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
+        flagged = pc.or_(
+            pc.fill_null(pc.match_substring_regex(decoded, self._redactor.any_rule), False),
+            pc.fill_null(pc.match_substring(texts, "\\u"), False),
+        )
+        for position in pc.indices_nonzero(flagged).to_pylist():
+            document = self._escaped[position]
+            text = self._documents[document][0]
+            self._documents[document] = (text, self._plan_json(text, 1))
 
     def original(self, document: int) -> str:
         return self._documents[document][0]
@@ -117,6 +142,8 @@ class DocumentBatch:
         assert self._redacted is not None, "redact() first"
         text, plan = self._documents[document]
         rules: set[str] = set()
+        if plan is None:
+            return text, rules
         changed = self._changed(plan, rules)
         return (self._render(plan) if changed else text), rules
 

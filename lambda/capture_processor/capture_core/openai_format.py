@@ -69,19 +69,7 @@ def sse_events(text: str) -> list[str]:
 
 def reassemble(events: list[str]) -> dict[str, Any]:
     """The non-streamed equivalent of an OpenAI-compatible or TGI stream; NotReassembled otherwise."""
-    chunks: list[dict[str, Any]] = []
-    for position, data in enumerate(events):
-        if data.strip() == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError):
-            if position == len(events) - 1:  # cut mid-event (size cap, client gone): the rest stands
-                break
-            raise NotReassembled("an event's data is not JSON") from None
-        if not isinstance(chunk, dict):
-            raise NotReassembled("an event's data is not a JSON object")
-        chunks.append(chunk)
+    chunks = _parsed_events(events)
     if not chunks:
         raise NotReassembled("no events")
     if any(isinstance(chunk.get("token"), dict) for chunk in chunks):
@@ -89,18 +77,66 @@ def reassemble(events: list[str]) -> dict[str, Any]:
     return _openai(chunks)
 
 
+def _parsed_events(events: list[str]) -> list[dict[str, Any]]:
+    """Each event's JSON object, up to `[DONE]`; an unparsable last event (cut mid-event by the size
+    cap or a client gone) is left out. All events are parsed in one call when they can be: a stream
+    is hundreds of small objects, and one json.loads per event costs more than the parsing."""
+    until = next((index for index, data in enumerate(events) if data.strip() == "[DONE]"), len(events))
+    events = events[:until]
+    try:
+        parsed = json.loads("[" + ",".join(events) + "]")
+        if len(parsed) != len(events):  # an event holding "1,2" would read as two
+            raise ValueError("event count")
+    except (ValueError, RecursionError):
+        parsed = []
+        for position, data in enumerate(events):
+            try:
+                parsed.append(json.loads(data))
+            except (ValueError, RecursionError):
+                if position == len(events) - 1:
+                    break
+                raise NotReassembled("an event's data is not JSON") from None
+    if not all(isinstance(chunk, dict) for chunk in parsed):
+        raise NotReassembled("an event's data is not a JSON object")
+    return parsed
+
+
+class _Choice:
+    """One choice being reassembled: string fields as lists of pieces, joined once at the end."""
+
+    __slots__ = ("chat", "fields", "index", "message", "rest")
+
+    def __init__(self, index: int, chat: bool) -> None:
+        self.index, self.chat = index, chat
+        self.fields: dict[str, list[str]] = {}  # content, reasoning_content, refusal, or text
+        self.message: dict[str, Any] = {"role": "assistant"}  # tool calls, function_call, role
+        self.rest: dict[str, Any] = {"finish_reason": None}  # finish_reason, stop_reason, logprobs
+
+    def finished(self) -> dict[str, Any]:
+        joined = {name: "".join(pieces) for name, pieces in self.fields.items()}
+        if not self.chat:
+            return {"index": self.index, "text": joined.get("text", ""), **self.rest}
+        message = dict(self.message)
+        message["content"] = joined.pop("content", None)
+        message.update(joined)
+        if "_tool_calls" in message:
+            calls = message.pop("_tool_calls")
+            message["tool_calls"] = [calls[index] for index in sorted(calls)]
+        return {"index": self.index, "message": message, **self.rest}
+
+
 def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    choices: dict[int, dict[str, Any]] = {}
+    choices: dict[int, _Choice] = {}
     chat = None
     for chunk in chunks:
         if "error" in chunk and "choices" not in chunk:
             result["error"] = chunk["error"]  # vLLM reports a failure mid-stream as an event
             continue
-        kind = chunk.get("object")
-        for name in ("id", "created", "model", "system_fingerprint"):
-            if name in chunk and name not in result:
-                result[name] = chunk[name]
+        if len(result) < 4:
+            for name in ("id", "created", "model", "system_fingerprint"):
+                if name in chunk and name not in result:
+                    result[name] = chunk[name]
         if chunk.get("usage") is not None:
             result["usage"] = chunk["usage"]
         entries = chunk.get("choices")
@@ -111,50 +147,49 @@ def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         for entry in entries:
             if not isinstance(entry, dict):
                 raise NotReassembled("a choice is not an object")
-            is_chat = "delta" in entry or kind == "chat.completion.chunk"
+            delta = entry.get("delta")
+            is_chat = delta is not None or chunk.get("object") == "chat.completion.chunk"
             if chat is None:
                 chat = is_chat
             elif chat != is_chat:
                 raise NotReassembled("chat and completion chunks mixed")
             index = entry.get("index", 0)
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
-                raise NotReassembled("a choice index is not a small integer")
-            choice = choices.setdefault(index, _new_choice(index, is_chat))
+            choice = choices.get(index) if isinstance(index, int) else None
+            if choice is None:
+                if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
+                    raise NotReassembled("a choice index is not a small integer")
+                choice = choices[index] = _Choice(index, is_chat)
             if is_chat:
-                _merge_delta(choice["message"], entry.get("delta") or {})
+                _merge_delta(choice, delta or {})
             elif isinstance(entry.get("text"), str):
-                choice["text"] += entry["text"]
+                choice.fields.setdefault("text", []).append(entry["text"])
             for name in ("finish_reason", "stop_reason", "matched_stop"):
-                if entry.get(name) is not None:
-                    choice[name] = entry[name]
-            if isinstance(entry.get("logprobs"), dict):
-                choice["logprobs"] = _merged_logprobs(choice.get("logprobs"), entry["logprobs"])
+                value = entry.get(name)
+                if value is not None:
+                    choice.rest[name] = value
+            logprobs = entry.get("logprobs")
+            if isinstance(logprobs, dict):
+                choice.rest["logprobs"] = _merged_logprobs(choice.rest.get("logprobs"), logprobs)
     if chat is None and "error" not in result:
         raise NotReassembled("no choices in any chunk")
     result["object"] = "chat.completion" if chat else "text_completion"
-    result["choices"] = [_finished_choice(choices[index]) for index in sorted(choices)]
+    result["choices"] = [choices[index].finished() for index in sorted(choices)]
     return result
 
 
-def _new_choice(index: int, chat: bool) -> dict[str, Any]:
-    if chat:
-        return {"index": index, "message": {"role": "assistant", "content": None}, "finish_reason": None}
-    return {"index": index, "text": "", "finish_reason": None}
-
-
-def _merge_delta(message: dict[str, Any], delta: Any) -> None:
+def _merge_delta(choice: _Choice, delta: Any) -> None:
     if not isinstance(delta, dict):
         raise NotReassembled("a delta is not an object")
     for name, value in delta.items():
-        if name == "tool_calls":
-            _merge_tool_calls(message, value)
-        elif name == "role":
-            if isinstance(value, str):
-                message["role"] = value
-        elif isinstance(value, str):
-            message[name] = (message.get(name) or "") + value
+        if isinstance(value, str):
+            if name == "role":
+                choice.message["role"] = value
+            else:
+                choice.fields.setdefault(name, []).append(value)
+        elif name == "tool_calls":
+            _merge_tool_calls(choice.message, value)
         elif name == "function_call" and isinstance(value, dict):  # the legacy single-function form
-            call = message.setdefault("function_call", {"name": "", "arguments": ""})
+            call = choice.message.setdefault("function_call", {"name": "", "arguments": ""})
             _merge_function(call, value)
 
 
@@ -197,14 +232,6 @@ def _merged_logprobs(current: dict[str, Any] | None, new: dict[str, Any]) -> dic
         else:
             merged[name] = value
     return merged
-
-
-def _finished_choice(choice: dict[str, Any]) -> dict[str, Any]:
-    message = choice.get("message")
-    if message is not None and "_tool_calls" in message:
-        calls = message.pop("_tool_calls")
-        message["tool_calls"] = [calls[index] for index in sorted(calls)]
-    return choice
 
 
 def _tgi_generate(chunks: list[dict[str, Any]]) -> dict[str, Any]:

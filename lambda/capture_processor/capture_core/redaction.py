@@ -225,7 +225,7 @@ class Redactor:
         self._counts_lock = threading.Lock()  # chunks are redacted on several threads
         self._re2 = tuple(_re2(rule.pattern) for rule in self.rules)
         self._python = tuple(_python_regex(rule.pattern) for rule in self.rules)
-        self._any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
+        self.any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
 
     def redact(self, texts: pa.Array) -> pa.Array:
         """`texts` with every confirmed match replaced; rows without a match are not copied."""
@@ -239,7 +239,7 @@ class Redactor:
         hits: dict[int, set[str]] = {}
         if not self.rules or len(texts) == 0:
             return texts, hits
-        needs_work = pc.fill_null(pc.match_substring_regex(texts, self._any_rule), False)
+        needs_work = pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
         if not pc.any(needs_work).as_py():
             return texts, hits
         row_ids = pc.indices_nonzero(needs_work).to_pylist()
