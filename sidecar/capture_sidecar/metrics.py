@@ -158,7 +158,7 @@ class SidecarMetrics:
         )
         counter(
             "requests_unauthorized",
-            "Requests answered 401 because they did not carry API_KEY as a bearer token.",
+            "Requests answered 401 because they carried none of the keys (API_KEY, API_KEYS_FILE) as a bearer token.",
             self.requests_unauthorized,
         )
         metric(
