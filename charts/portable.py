@@ -512,7 +512,7 @@ class PortableModelServerChart(cdk8s.Chart):
     def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None) -> None:
         env = capture_environment(capture, capture_s3_uri, kms_key_id,
                                   max_request_body_bytes=self.server.max_request_body_kb * 1024,
-                                  health_path=self.server.preset.health_path)
+                                  health_path=self.server.preset.health_path, model_name=self.server.name)
         env_values = {name: kplus.EnvValue.from_value(value) for name, value in env.items()}
         if self._api_key is not None:
             env_values["API_KEY"] = self._api_key_value()  # checked on every request, whatever its path
@@ -630,10 +630,12 @@ class PortableModelServerChart(cdk8s.Chart):
 
 def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None, *,
                         max_request_body_bytes: int = 8 * 1024 * 1024, health_path: str = "/health",
-                        memory_limit_mib: int = SIDECAR_MEMORY_LIMIT_MIB) -> dict[str, str]:
+                        memory_limit_mib: int = SIDECAR_MEMORY_LIMIT_MIB, model_name: str | None = None,
+                        ) -> dict[str, str]:
     """The sidecar's settings: the operator's modelPod knobs, with the operator's defaults, and its memory bounds
     from its memory limit. ``capture_s3_uri`` and ``kms_key_id`` are the planned ones (the same the sidecar's role
-    is granted). The API key is not here: it is a Secret reference, never a value."""
+    is granted); ``model_name`` is the served model name (the ``model`` label of its metrics, which the per-model
+    alarms select). The API key is not here: it is a Secret reference, never a value."""
     modes = capture.capture_options or (CaptureMode.INPUT, CaptureMode.OUTPUT)
     buffer = capture.buffer_config or BufferConfig()
     payload = capture.payload_config or PayloadConfig()
@@ -658,6 +660,8 @@ def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_i
     }
     if kms_key_id is not None:
         env["KMS_KEY_ID"] = kms_key_id
+    if model_name is not None:
+        env["MODEL_NAME"] = model_name
     # Unset lists keep the sidecar's own defaults, which also cover JSON Lines and event streams.
     header = capture.capture_content_type_header
     if header is not None and header.json_content_types:

@@ -5,8 +5,17 @@ Deployment in the workloads' namespace. It discovers every ``capture-sidecar`` c
 (Kubernetes pod discovery limited to that namespace), scrapes ``/metrics`` once a minute, keeps only the
 ``capture_sidecar_*`` series and sends them as embedded-metric-format log events to one log group; CloudWatch
 turns them into metrics in namespace ``ContainerInsights/Prometheus`` with dimensions ``ClusterName`` and
-``Namespace`` (plus ``reason`` or ``result`` where the alarm needs them). Counters arrive as the increase
-since the previous scrape, so ``Sum`` over a period counts events in it.
+``Namespace`` (plus ``reason``, ``result``, ``model``, ``status_class``, ``le`` or ``type`` where an alarm or the
+dashboard needs them). Counters arrive as the increase since the previous scrape, so ``Sum`` over a period counts
+events in it.
+
+Histograms do not arrive: the agent keeps counters, gauges and summaries and drops histogram series (its
+``MetricsFilter``; "Prometheus metric type conversion by the CloudWatch agent" in the CloudWatch docs). The p99
+time-to-first-chunk alarm therefore reads ``capture_sidecar_first_chunks_total{model, le}``, the sidecar's 2xx
+time-to-first-chunk buckets exposed again as a plain cumulative counter: "p99 above X s" is "more than 1 % of
+responses took longer than X s", i.e. ``100 * (le=+Inf - le=X) / le=+Inf > 1``, exact when X is a bucket bound,
+and correct across any number of pods (a summary's quantiles, which the agent would keep, cannot be combined
+across pods, and computing them would cost the sidecar a sort on its event loop).
 
 Why this path and not Amazon Managed Prometheus: the alarms then live where every other alarm of the platform
 lives (the same topic, the same notification format, the same dashboard), nothing needs an AMP workspace, a
@@ -20,6 +29,7 @@ kubectl provider) and the GitOps hand-off (``dist/``) render.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,8 +78,21 @@ RECORDS_UPLOADED = "capture_sidecar_records_uploaded_total"
 RECORDS_DROPPED = "capture_sidecar_records_dropped_total"
 UPLOADS = "capture_sidecar_uploads_total"
 REQUESTS_REJECTED = "capture_sidecar_requests_rejected_memory_total"
+REQUESTS = "capture_sidecar_requests_total"  # {model, status_class}
+FIRST_CHUNKS = "capture_sidecar_first_chunks_total"  # {model, le}: 2xx time to first chunk, cumulative buckets
+TOKENS = "capture_sidecar_tokens_total"  # {model, type}
+PARTIAL_EXCHANGES = "capture_sidecar_partial_exchanges_total"  # {model, reason}
+# Histograms the agent would drop anyway (its log would list them): not scraped.
+HISTOGRAM_SERIES = r"capture_sidecar_(request_duration|time_to_first_chunk)_seconds_(bucket|sum|count)"
 DROP_REASONS = ("queue_full", "upload_failed", "spool_full", "shutdown_timeout", "memory_full")
 UPLOAD_RESULTS = ("ok", "failed")
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
+# The sidecar's time-to-first-chunk bucket bounds (seconds), as its `le` labels read (metrics.format_bound).
+FIRST_CHUNK_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+# The sidecar's MODEL_NAME rule: the `model` dimension of the per-model alarms.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+# p99: the share of responses slower than the bound, in percent, above which the alarm fires.
+P99_SLOWER_SHARE_PERCENT = 1.0
 
 ONE_MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
@@ -80,6 +103,15 @@ REJECTED_REQUESTS = AlarmSettings(threshold=0, period=Duration.minutes(5))
 # sidecar runs, the agent sends that counter's increase every scrape, zeros included (every series of the
 # sidecar exists from its start), so silence means the agent is down or hung, or no capture sidecar runs.
 NO_METRICS = AlarmSettings(threshold=1, period=Duration.minutes(15))
+# Per model: 5xx responses above 5 % of all responses, and p99 time to first chunk above 5 s, each in 2 of 3
+# five-minute periods (one bad period of a quiet model is not a page).
+SERVER_ERROR_RATE = AlarmSettings(threshold=5, period=Duration.minutes(5), evaluation_periods=3, datapoints_to_alarm=2)
+FIRST_CHUNK_P99 = AlarmSettings(threshold=5, period=Duration.minutes(5), evaluation_periods=3, datapoints_to_alarm=2)
+
+
+def format_bound(bound: float) -> str:
+    """A bucket bound as the sidecar writes its `le` label ("0.025", "5", "+Inf" is not a bound)."""
+    return f"{bound:g}"
 
 
 def sidecar_metrics_log_group_name(cluster_name: str) -> str:
@@ -117,6 +149,21 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                     {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
                      "dimensions": [["ClusterName", "Namespace", "result"]],
                      "metric_selectors": [f"^{UPLOADS}$"]},
+                    # Per model: all requests and by status class (the 5xx rate), the 2xx first-chunk buckets
+                    # (the p99 alarm), tokens and partial exchanges (the dashboard).
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "model"],
+                                    ["ClusterName", "Namespace", "model", "status_class"]],
+                     "metric_selectors": [f"^{REQUESTS}$"]},
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "model", "le"]],
+                     "metric_selectors": [f"^{FIRST_CHUNKS}$"]},
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "model", "type"]],
+                     "metric_selectors": [f"^{TOKENS}$"]},
+                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+                     "dimensions": [["ClusterName", "Namespace", "model", "reason"]],
+                     "metric_selectors": [f"^{PARTIAL_EXCHANGES}$"]},
                 ]},
             }},
             "force_flush_interval": 5,
@@ -139,7 +186,8 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                  "target_label": "Workload"},
             ],
             "metric_relabel_configs": [
-                {"source_labels": ["__name__"], "regex": "capture_sidecar_.*", "action": "keep"}],
+                {"source_labels": ["__name__"], "regex": "capture_sidecar_.*", "action": "keep"},
+                {"source_labels": ["__name__"], "regex": HISTOGRAM_SERIES, "action": "drop"}],
         }],
     }
     return [
@@ -212,7 +260,9 @@ def check_capture_sidecar_metrics(
     image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
     runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
     failed_uploads: AlarmSettings | None = FAILED_UPLOADS, rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
-    no_metrics: AlarmSettings | None = NO_METRICS,
+    no_metrics: AlarmSettings | None = NO_METRICS, models: Sequence[str] = (),
+    server_error_rate: AlarmSettings | None = SERVER_ERROR_RATE,
+    first_chunk_p99: AlarmSettings | None = FIRST_CHUNK_P99,
 ) -> None:
     """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
     checked here, for a loader whose other sections check them)."""
@@ -239,15 +289,32 @@ def check_capture_sidecar_metrics(
                          unit="requests answered 503 per period")
     check_alarm_settings(problems, at, code, "no_metrics", no_metrics, threshold=(1, 1000),
                          unit="datapoints of the captured-records series per period, fires below")
+    seen: set[str] = set()
+    for index, model in enumerate(models):
+        if not isinstance(model, str) or not MODEL_NAME.match(model) or model in seen:
+            problems.add(f"{code}.BadModelName", at.at("models", index),
+                         "must be a served model name as the sidecar's MODEL_NAME (1-128 letters, digits and "
+                         "'._:/@+-'), each once", model)
+        seen.add(model)
+    check_alarm_settings(problems, at, code, "server_error_rate", server_error_rate, threshold=(0, 100),
+                         unit="percent of a model's responses that are 5xx")
+    check_alarm_settings(problems, at, code, "first_chunk_p99", first_chunk_p99, threshold=(0, 1e9),
+                         unit="seconds")
+    if first_chunk_p99 is not None and first_chunk_p99.threshold not in FIRST_CHUNK_BUCKETS:
+        problems.add(f"{code}.FirstChunkBound", at.at("first_chunk_p99", "threshold"),
+                     "must be one of the sidecar's time-to-first-chunk bucket bounds (seconds): "
+                     + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS), first_chunk_p99.threshold)
 
 
 class CaptureSidecarMetrics(Construct):
     """A CloudWatch agent that scrapes the capture sidecars of one namespace, its role and log group, and
-    alarms on lost records, failed uploads, requests refused for memory and the sidecars' series going silent.
+    alarms on lost records, failed uploads, requests refused for memory, the sidecars' series going silent and,
+    per served model, the 5xx rate and the p99 time to first chunk.
 
     Attributes: ``role`` (IRSA, may only write to ``log_group``), ``log_group``, ``manifest``, ``alarms``
-    (``dropped_records``, ``failed_uploads``, ``rejected_requests``, ``no_metrics``), ``alarm_names``,
-    ``cluster_name``, ``namespace``; :meth:`metric`.
+    (``dropped_records``, ``failed_uploads``, ``rejected_requests``, ``no_metrics``, and per model
+    ``server_error_rate:<model>``, ``first_chunk_p99:<model>``), ``alarm_names``, ``cluster_name``,
+    ``namespace``, ``models``; :meth:`metric`.
     """
 
     def __init__(
@@ -270,6 +337,9 @@ class CaptureSidecarMetrics(Construct):
         failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
         rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
         no_metrics: AlarmSettings | None = NO_METRICS,
+        models: Sequence[str] = (),
+        server_error_rate: AlarmSettings | None = SERVER_ERROR_RATE,
+        first_chunk_p99: AlarmSettings | None = FIRST_CHUNK_P99,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -293,6 +363,13 @@ class CaptureSidecarMetrics(Construct):
         :param no_metrics: the sidecars' series stop arriving (missing data breaches): the agent is down or
             hung, or no capture sidecar runs in the namespace; without it a dead agent would leave the other
             alarms quiet. @default fewer than 1 datapoint in 15 minutes
+        :param models: the served model names (each sidecar's ``MODEL_NAME``, the ``model`` dimension) that get
+            the two per-model alarms. @default none
+        :param server_error_rate: a model's 5xx responses (the sidecar's own 502s included) in percent of all its
+            responses, above the threshold. @default > 5 % in 2 of 3 x 5 minutes
+        :param first_chunk_p99: a model's p99 time to first chunk of its 2xx responses above the threshold in
+            seconds, which must be one of :data:`FIRST_CHUNK_BUCKETS` (more than 1 % of the responses slower than
+            it). @default > 5 s in 2 of 3 x 5 minutes
         :param depends_on: what must exist first (the namespace's manifest).
         """
         super().__init__(scope, id)
@@ -303,10 +380,12 @@ class CaptureSidecarMetrics(Construct):
                                       image=image, scrape_interval=scrape_interval,
                                       alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
                                       dropped_records=dropped_records, failed_uploads=failed_uploads,
-                                      rejected_requests=rejected_requests, no_metrics=no_metrics)
+                                      rejected_requests=rejected_requests, no_metrics=no_metrics, models=models,
+                                      server_error_rate=server_error_rate, first_chunk_p99=first_chunk_p99)
         problems.raise_if_any(f"CaptureSidecarMetrics {self.node.path}")
         self.cluster_name = cluster_name
         self.namespace = namespace
+        self.models = tuple(models)
         self.log_group = logs.LogGroup(
             self, "Logs", log_group_name=sidecar_metrics_log_group_name(cluster_name),
             retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
@@ -357,6 +436,34 @@ class CaptureSidecarMetrics(Construct):
             name = "sidecar-" + key.replace("_", "-")
             self.alarms[key] = wiring.alarm(self, construct_id, suffix=name, anchor=name, text=text, metric=metric,
                                             settings=settings, comparison=comparison, missing=missing)
+        # Per model: key, construct id, settings, expression, its inputs, threshold of the expression, meaning.
+        for model in self.models:
+            model_specs = []
+            if server_error_rate is not None:
+                model_specs.append((
+                    "server_error_rate", "ServerErrorRate", server_error_rate, "100 * errors / requests",
+                    {"errors": self.metric(REQUESTS, model=model, status_class="5xx"),
+                     "requests": self.metric(REQUESTS, model=model)}, server_error_rate.threshold,
+                    f"Model {model} in {namespace}: more than {server_error_rate.threshold:g} % of its responses "
+                    "were 5xx (the model server's, or the capture sidecar's 502 when the model server is "
+                    "unreachable or broke a response before its headers)."))
+            if first_chunk_p99 is not None:
+                bound = format_bound(first_chunk_p99.threshold)
+                model_specs.append((
+                    "first_chunk_p99", "FirstChunkP99", first_chunk_p99, "100 * (responses - within) / responses",
+                    {"responses": self.metric(FIRST_CHUNKS, model=model, le="+Inf"),
+                     "within": self.metric(FIRST_CHUNKS, model=model, le=bound)}, P99_SLOWER_SHARE_PERCENT,
+                    f"Model {model} in {namespace}: p99 time to first chunk above {bound} s (more than "
+                    f"{P99_SLOWER_SHARE_PERCENT:g} % of its 2xx responses waited longer for their first byte)."))
+            # In names and ids a model's '/' (meta-llama/Llama-3.1-8B-Instruct) becomes '-'.
+            plain = model.replace("/", "-")
+            for key, construct_id, settings, expression, inputs, threshold, text in model_specs:
+                kebab = key.replace("_", "-")
+                math = cloudwatch.MathExpression(expression=expression, using_metrics=inputs, period=settings.period,
+                                                 label=f"{kebab} {model}")
+                self.alarms[f"{key}:{model}"] = wiring.alarm(
+                    self, f"{construct_id}-{plain}", suffix=f"sidecar-{plain}-{kebab}", anchor=f"sidecar-{kebab}",
+                    text=text, metric=math, settings=settings, comparison=above, missing=quiet, threshold=threshold)
         self.alarm_names = alarm_names(self.alarms)
 
     def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,

@@ -119,6 +119,8 @@ _SIDECAR_ALARMS = {
     "failedUploads": ("failed_uploads", sidecar_metrics.FAILED_UPLOADS),
     "rejectedRequests": ("rejected_requests", sidecar_metrics.REJECTED_REQUESTS),
     "noMetrics": ("no_metrics", sidecar_metrics.NO_METRICS),
+    "serverErrorRate": ("server_error_rate", sidecar_metrics.SERVER_ERROR_RATE),
+    "firstChunkP99": ("first_chunk_p99", sidecar_metrics.FIRST_CHUNK_P99),
 }
 _SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluation_periods": "evaluationPeriods",
                  "datapoints_to_alarm": "datapointsToAlarm"}

@@ -188,6 +188,8 @@ class ClusterStack(Stack):
                 self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
                 cluster_name=config.cluster.name, role_name=config.sidecar_metrics_role_name,
                 log_retention=retention_from_days(config.logging.retention_days),
+                # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
+                models=[p.name for p in plan.portable if p.capture is not None],
                 depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),

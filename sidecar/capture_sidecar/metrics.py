@@ -6,9 +6,12 @@ after the executor returns), so plain integers need no locks and cost nothing on
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from .records import PARTIAL_REASONS
 
 DROP_QUEUE_FULL = "queue_full"
 DROP_UPLOAD_FAILED = "upload_failed"
@@ -17,6 +20,53 @@ DROP_SHUTDOWN_TIMEOUT = "shutdown_timeout"
 # MAX_INFLIGHT_BODY_BYTES was reached: the request is served, its capture is not kept.
 DROP_MEMORY_FULL = "memory_full"
 DROP_REASONS = (DROP_QUEUE_FULL, DROP_UPLOAD_FAILED, DROP_SPOOL_FULL, DROP_SHUTDOWN_TIMEOUT, DROP_MEMORY_FULL)
+
+# Upper bounds (seconds) of the latency histograms, fixed for LLM traffic: a first token comes in tens of
+# milliseconds when idle and in seconds when requests queue; a whole generation takes up to minutes.
+# constructs_lib/sidecar_metrics.py alarms on one of the first-chunk bounds (kept in step by a test).
+TIME_TO_FIRST_CHUNK_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+REQUEST_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Final statuses by class; index status // 100 - 2. 1xx are never final here (interim responses are dropped).
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
+
+
+def status_class_index(status: int) -> int | None:
+    index = status // 100 - 2
+    return index if 0 <= index < len(STATUS_CLASSES) else None
+
+
+class Histogram:
+    """Observations counted per bucket (not cumulative; the last is +Inf) and summed. Event loop only."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # le is inclusive: value == bound is in that bucket
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, count of observations <= le) for every bound and +Inf, as rendered."""
+        result = []
+        running = 0
+        for bound, count in zip((*self.bounds, None), self.counts, strict=True):
+            running += count
+            result.append(("+Inf" if bound is None else format_bound(bound), running))
+        return result
+
+
+def format_bound(bound: float) -> str:
+    """An `le` label value: "0.025", "1", "60" (CloudWatch alarms select a bucket by this exact text)."""
+    return f"{bound:g}"
+
+
+def _format_value(value: float) -> str:
+    # Integers exactly (`:g` would round counters past a million), floats in full.
+    return str(value) if isinstance(value, int) else repr(float(value))
 
 
 @dataclass
@@ -37,6 +87,28 @@ class SidecarMetrics:
     queue_depth: Callable[[], int] = lambda: 0
     spool_bytes: Callable[[], int] = lambda: 0
     inflight_body_bytes: Callable[[], int] = lambda: 0
+    # The `model` label of the per-model series (MODEL_NAME); validated to need no escaping.
+    model_name: str = "unknown"
+    requests_by_class: list[int] = field(default_factory=lambda: [0] * len(STATUS_CLASSES))
+    request_duration: list[Histogram] = field(
+        default_factory=lambda: [Histogram(REQUEST_DURATION_BUCKETS) for _ in STATUS_CLASSES]
+    )
+    time_to_first_chunk: list[Histogram] = field(
+        default_factory=lambda: [Histogram(TIME_TO_FIRST_CHUNK_BUCKETS) for _ in STATUS_CLASSES]
+    )
+    partial_exchanges: Counter[str] = field(default_factory=Counter)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def observe_exchange(self, status: int, duration: float, time_to_first_chunk: float | None) -> None:
+        """One answered request (seconds); a status outside 2xx-5xx is not counted."""
+        index = status_class_index(status)
+        if index is None:
+            return
+        self.requests_by_class[index] += 1
+        self.request_duration[index].observe(duration)
+        if time_to_first_chunk is not None:
+            self.time_to_first_chunk[index].observe(time_to_first_chunk)
 
     def render(self) -> str:
         lines: list[str] = []
@@ -45,8 +117,8 @@ class SidecarMetrics:
             full_name = f"capture_sidecar_{name}"
             lines.append(f"# HELP {full_name} {help_text}")
             lines.append(f"# TYPE {full_name} {kind}")
-            for labels, value in samples:
-                lines.append(f"{full_name}{labels} {value:g}")
+            for labels, value in samples:  # labels: "{...}", or a suffix and its labels ("_bucket{...}")
+                lines.append(f"{full_name}{labels} {_format_value(value)}")
 
         def counter(name: str, help_text: str, value: int) -> None:
             metric(f"{name}_total", "counter", help_text, [("", value)])
@@ -86,7 +158,7 @@ class SidecarMetrics:
         )
         counter(
             "requests_unauthorized",
-            "Requests answered 401 because they did not carry API_KEY as a bearer token.",
+            "Requests answered 401 because they carried none of the keys (API_KEY, API_KEYS_FILE) as a bearer token.",
             self.requests_unauthorized,
         )
         metric(
@@ -97,4 +169,55 @@ class SidecarMetrics:
         )
         metric("queue_depth", "gauge", "Records waiting in memory for upload.", [("", self.queue_depth())])
         metric("spool_bytes", "gauge", "Bytes waiting in the local spool.", [("", self.spool_bytes())])
+
+        model = f'model="{self.model_name}"'
+        metric(
+            "partial_exchanges_total",
+            "counter",
+            "Exchanges whose response was cut off, sampled or not, by reason.",
+            [(f'{{{model},reason="{reason}"}}', self.partial_exchanges[reason]) for reason in PARTIAL_REASONS],
+        )
+        metric(
+            "requests_total",
+            "counter",
+            "Requests answered, by the status class the client got (the sidecar's own 401, 413, 502, ... included).",
+            [
+                (f'{{{model},status_class="{status_class}"}}', count)
+                for status_class, count in zip(STATUS_CLASSES, self.requests_by_class, strict=True)
+            ],
+        )
+
+        def histogram(name: str, help_text: str, histograms: list[Histogram]) -> None:
+            samples: list[tuple[str, float]] = []
+            for status_class, observed in zip(STATUS_CLASSES, histograms, strict=True):
+                labels = f'{model},status_class="{status_class}"'
+                buckets = observed.cumulative()
+                samples += [(f'_bucket{{{labels},le="{le}"}}', count) for le, count in buckets]
+                samples += [(f"_sum{{{labels}}}", observed.total), (f"_count{{{labels}}}", buckets[-1][1])]
+            metric(name, "histogram", help_text, samples)
+
+        histogram(
+            "request_duration_seconds",
+            "From the first byte of the request head to the last byte of the response written (or the exchange's end).",
+            self.request_duration,
+        )
+        histogram(
+            "time_to_first_chunk_seconds",
+            "From the request fully received to the first response body byte from the model server.",
+            self.time_to_first_chunk,
+        )
+        # The CloudWatch agent drops histograms (it keeps counters, gauges and summaries): the 2xx buckets of
+        # time_to_first_chunk_seconds again, as a counter, for the p99 alarm (docs/alarms.md).
+        metric(
+            "first_chunks_total",
+            "counter",
+            "2xx responses whose first body byte came within le seconds (cumulative; le=\"+Inf\": all of them).",
+            [(f'{{{model},le="{le}"}}', count) for le, count in self.time_to_first_chunk[0].cumulative()],
+        )
+        metric(
+            "tokens_total",
+            "counter",
+            "Tokens in the OpenAI usage object of captured responses (sampled in, not truncated), by type.",
+            [(f'{{{model},type="input"}}', self.input_tokens), (f'{{{model},type="output"}}', self.output_tokens)],
+        )
         return "\n".join(lines) + "\n"

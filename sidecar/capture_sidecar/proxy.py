@@ -23,6 +23,7 @@ uploader when the response is complete; encoding happens in the upload workers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import random
@@ -30,12 +31,19 @@ import ssl
 import time
 from collections import deque
 from datetime import UTC, datetime
+from time import perf_counter
 from urllib.parse import urlsplit
 
 import httptools
 
 from .metrics import DROP_MEMORY_FULL, SidecarMetrics
-from .records import CapturedExchange, CapturedPayload
+from .records import (
+    PARTIAL_CLIENT_DISCONNECTED,
+    PARTIAL_UPSTREAM_BROKEN,
+    CapturedExchange,
+    CapturedPayload,
+    request_path,
+)
 from .settings import Settings
 from .uploader import CaptureUploader
 
@@ -137,6 +145,7 @@ class _Exchange:
     __slots__ = (
         "arrival",
         "body_mode",
+        "caller_id",
         "capture",
         "declared_length",
         "headers",
@@ -159,6 +168,10 @@ class _Exchange:
         "response_type",
         "retried",
         "started",
+        "status",
+        "t_first_chunk",
+        "t_head",
+        "t_request_done",
         "to_upstream",
         "to_upstream_bytes",
         "upstream",
@@ -194,19 +207,39 @@ class _Exchange:
         self.response_type: str | None = None
         self.response_started = False  # response headers written to the client
         self.retried = False
+        self.caller_id: str | None = None  # of the API key that authenticated the request
+        self.status = 0  # the final status the client got (0: none yet)
+        # perf_counter() moments: the first byte of the request head, the request fully received, the first
+        # response body byte from the model server (0.0: not yet).
+        self.t_head = perf_counter()
+        self.t_request_done = 0.0
+        self.t_first_chunk = 0.0
 
 
 def _decode(value: bytes) -> str:
     return value.decode("utf-8", "replace")
 
 
-def _bearer_matches(authorization: bytes | None, api_key: bytes) -> bool:
-    """``Authorization: Bearer <API_KEY>``, the scheme in any case (RFC 9110), the key compared in
-    constant time. Only this header decides: neither the path nor the Host header plays a part."""
+def _key_digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
+
+
+def _authenticated_caller(authorization: bytes | None, keys: dict[bytes, tuple[bytes, str]]) -> str | None:
+    """The caller id of ``Authorization: Bearer <key>`` (the scheme in any case, RFC 9110), or None.
+
+    Only this header decides: neither the path nor the Host header plays a part. The key is found by its
+    SHA-256 (a lookup whose timing tells nothing usable about any key, and costs the same for one key or a
+    thousand), then compared with it in constant time (hmac.compare_digest)."""
     if authorization is None:
-        return False
+        return None
     scheme, _, token = authorization.strip().partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), api_key)
+    if scheme.lower() != b"bearer":
+        return None
+    token = token.strip()
+    entry = keys.get(_key_digest(token))
+    if entry is None or not hmac.compare_digest(token, entry[0]):
+        return None
+    return entry[1]
 
 
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -244,8 +277,11 @@ class CaptureProxy:
         # MAX_PAYLOAD_SIZE_KB=0 ("no cap") still stops at MAX_CAPTURED_BODY_BYTES, for the memory bound.
         self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
-        # With API_KEY set, every request on the proxy port must carry it, whatever its path.
-        self.api_key = settings.api_key.encode() if settings.api_key else None
+        # With API_KEY or API_KEYS_FILE set, every request on the proxy port must carry one of the keys, whatever
+        # its path; keyed by the key's SHA-256 (see _authenticated_caller).
+        self.api_keys = {
+            _key_digest(entry.key.encode()): (entry.key.encode(), entry.caller_id) for entry in settings.api_keys
+        }
         self.connections: set[ClientConnection] = set()
         self.closing = False
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
@@ -268,8 +304,43 @@ class CaptureProxy:
         self.metrics.requests_sampled_out += 1
         return False
 
-    def finish_capture(self, exchange: _Exchange) -> None:
-        """Hand a completed sampled exchange to the uploader; its bytes stay reserved until uploaded."""
+    def end_exchange(
+        self, exchange: _Exchange, *, partial_reason: str | None = None, own_answer: bool = False
+    ) -> None:
+        """The exchange is over: answered, answered by the sidecar itself (``own_answer``: 401, 502, ...) or cut
+        off (``partial_reason``). Metrics for every exchange with a status, the record for a sampled one."""
+        duration = perf_counter() - exchange.t_head
+        first_chunk = exchange.t_first_chunk
+        # The model server may answer before the whole request is in: that first chunk came at once.
+        time_to_first_chunk = (
+            max(0.0, first_chunk - exchange.t_request_done) if first_chunk and exchange.t_request_done else None
+        )
+        metrics = self.metrics
+        if exchange.status:
+            metrics.observe_exchange(exchange.status, duration, time_to_first_chunk)
+        if partial_reason is not None:
+            metrics.partial_exchanges[partial_reason] += 1
+        if exchange.capture:
+            self.finish_capture(
+                exchange,
+                duration_ms=round(duration * 1000, 3),
+                time_to_first_chunk_ms=None if time_to_first_chunk is None else round(time_to_first_chunk * 1000, 3),
+                partial_reason=partial_reason,
+                with_output=not own_answer,
+            )
+        elif exchange.reserved:
+            self.drop_capture(exchange, None)
+
+    def finish_capture(
+        self,
+        exchange: _Exchange,
+        *,
+        duration_ms: float,
+        time_to_first_chunk_ms: float | None,
+        partial_reason: str | None,
+        with_output: bool,
+    ) -> None:
+        """Hand a finished sampled exchange to the uploader; its bytes stay reserved until uploaded."""
         metrics = self.metrics
         limit = self.payload_limit
         request = response = None
@@ -280,7 +351,7 @@ class CaptureProxy:
             if len(data) < exchange.input_total:
                 metrics.truncated_payloads += 1
             request = CapturedPayload(exchange.request_type, data, exchange.input_total)
-        if self.capture_output:
+        if self.capture_output and with_output:
             data = b"".join(exchange.output_chunks)
             if len(data) < exchange.output_total:
                 metrics.truncated_payloads += 1
@@ -290,6 +361,12 @@ class CaptureProxy:
             inference_id=exchange.inference_id,
             request=request,
             response=response,
+            caller_id=exchange.caller_id,
+            request_path=request_path(exchange.url),
+            response_status=exchange.status or None,
+            duration_ms=duration_ms,
+            time_to_first_chunk_ms=time_to_first_chunk_ms,
+            partial_reason=partial_reason,
         )
         size = record.size_bytes
         # The uploader releases `size` when the record's upload ends (or it is dropped).
@@ -402,13 +479,20 @@ class ClientConnection(asyncio.Protocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Not closed by the sidecar: the client went away (reset or closed) with the response not yet complete.
+        by_client = not self.closed
         self.closed = True
         self.proxy.connections.discard(self)
-        for exchange in self.exchanges:
+        for index, exchange in enumerate(self.exchanges):
             upstream = exchange.upstream
             if upstream is not None:
                 upstream.abandon()  # stop reading from the model server; never reuse it
-            self.proxy.drop_capture(exchange, None)
+            if by_client and index == 0 and exchange.started:
+                # Recorded with what was captured: a client that read the whole stream and reset before the
+                # last chunk still cost a generation (pipelined requests behind it never started).
+                self.proxy.end_exchange(exchange, partial_reason=PARTIAL_CLIENT_DISCONNECTED)
+            else:
+                self.proxy.drop_capture(exchange, None)
         self.exchanges.clear()
         if self.parsing is not None:
             self.proxy.drop_capture(self.parsing, None)
@@ -427,7 +511,7 @@ class ClientConnection(asyncio.Protocol):
     # ----- httptools callbacks -----
 
     def on_message_begin(self) -> None:
-        exchange = _Exchange()
+        exchange = _Exchange()  # its t_head is now: the first byte of the request head
         self.parsing = exchange
         self.head_bytes = 0
         self.exchanges.append(exchange)
@@ -470,11 +554,13 @@ class ClientConnection(asyncio.Protocol):
                 exchange.inference_id = _decode(value)
             elif lower == b"authorization":
                 authorization = value
-        if proxy.api_key is not None and not _bearer_matches(authorization, proxy.api_key):
-            # Checked first, before anything is forwarded or captured: an unauthenticated client learns nothing.
-            proxy.metrics.requests_unauthorized += 1
-            self._reject(401, "Unauthorized", "missing or wrong API key", extra=b"WWW-Authenticate: Bearer\r\n")
-            raise _Rejected
+        if proxy.api_keys:
+            exchange.caller_id = _authenticated_caller(authorization, proxy.api_keys)
+            if exchange.caller_id is None:
+                # Checked first, before anything is forwarded or captured: an unauthenticated client learns nothing.
+                proxy.metrics.requests_unauthorized += 1
+                self._reject(401, "Unauthorized", "missing or wrong API key", extra=b"WWW-Authenticate: Bearer\r\n")
+                raise _Rejected
         if content_length is not None and content_length > proxy.max_request_body:
             self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
             raise _Rejected
@@ -535,6 +621,7 @@ class ClientConnection(asyncio.Protocol):
         assert exchange is not None
         self.parsing = None
         exchange.request_done = True
+        exchange.t_request_done = perf_counter()
         if exchange.body_mode == BODY_CHUNKED:
             body = b"".join(exchange.input_chunks)
             exchange.input_chunks = [body] if exchange.capture and self.proxy.capture_input else []
@@ -658,14 +745,11 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def exchange_done(self, exchange: _Exchange, *, reusable_client: bool) -> None:
-        """The response is complete on the client side."""
+    def exchange_done(self, exchange: _Exchange, *, reusable_client: bool, own_answer: bool = False) -> None:
+        """The response is complete on the client side (``own_answer``: the sidecar's, not the model server's)."""
         if self.exchanges and self.exchanges[0] is exchange:
             self.exchanges.popleft()
-        if exchange.capture:
-            self.proxy.finish_capture(exchange)
-        elif exchange.reserved:
-            self.proxy.drop_capture(exchange, None)
+        self.proxy.end_exchange(exchange, own_answer=own_answer)
         if not reusable_client or not exchange.keep_alive or (self.close_after_response and not self.exchanges):
             self._close()
             return
@@ -681,21 +765,26 @@ class ClientConnection(asyncio.Protocol):
         self._pump()
 
     def fail_exchange(self, exchange: _Exchange, status: int, message: str) -> None:
-        """The model server failed before any response byte reached the client."""
-        self.proxy.drop_capture(exchange, None)
+        """The model server failed before any response byte reached the client: the sidecar answers (and records
+        the exchange with that status, without an output)."""
         if self.closed:
+            self.proxy.drop_capture(exchange, None)  # the client is gone: connection_lost ended the exchange
             return
         reason = {502: "Bad Gateway", 503: "Service Unavailable"}.get(status, "Error")
         self.write(_plain_response(status, reason, message, close=not exchange.request_done))
         exchange.upstream = None
+        exchange.status = status
         if exchange.request_done:
-            self.exchange_done(exchange, reusable_client=True)
+            self.exchange_done(exchange, reusable_client=True, own_answer=True)
         else:
+            self.proxy.drop_capture(exchange, None)  # half a request body is not a record
+            self.proxy.end_exchange(exchange, own_answer=True)
             self._close()
 
     def break_response(self, exchange: _Exchange) -> None:
-        """The model server broke a response whose headers are out: closing is the only signal left."""
-        self.proxy.drop_capture(exchange, None)
+        """The model server broke a response whose headers are out: closing is the only signal left. Recorded
+        with what was captured, as partial."""
+        self.proxy.end_exchange(exchange, partial_reason=PARTIAL_UPSTREAM_BROKEN)
         self._close()
 
     def upstream_write_buffer(self, full: bool) -> None:
@@ -719,6 +808,9 @@ class ClientConnection(asyncio.Protocol):
             self._close()  # a response is still going out ahead of this request
             return
         self.write(_plain_response(status, reason, message, close=True, extra=extra))
+        if exchange is not None:
+            exchange.status = status  # counted by status class; never recorded
+            self.proxy.end_exchange(exchange, own_answer=True)
         self._close(linger=True)
 
     def _close(self, *, linger: bool = False) -> None:
@@ -908,6 +1000,7 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         client = self.client
         assert exchange is not None and client is not None
+        exchange.status = status
         headers = self.headers
         named = _connection_tokens(headers)
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", self.reason, _CRLF]
@@ -956,6 +1049,8 @@ class UpstreamConnection(asyncio.Protocol):
         assert exchange is not None and client is not None
         if self.no_body:
             return
+        if not exchange.t_first_chunk:
+            exchange.t_first_chunk = perf_counter()
         out = client.to_client
         if self.chunked_out:
             out.append(b"%x\r\n" % len(body))

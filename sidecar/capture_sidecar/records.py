@@ -17,6 +17,11 @@ from functools import cached_property
 ENCODING_JSON = "JSON"
 ENCODING_CSV = "CSV"
 ENCODING_BASE64 = "BASE64"
+# eventMetadata.partialReason (the contract with the capture processor, docs/capture-sidecar.md).
+PARTIAL_CLIENT_DISCONNECTED = "client_disconnected"
+PARTIAL_UPSTREAM_BROKEN = "upstream_broken"
+PARTIAL_REASONS = (PARTIAL_CLIENT_DISCONNECTED, PARTIAL_UPSTREAM_BROKEN)
+MAX_REQUEST_PATH_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,14 @@ class CapturedExchange:
     inference_time: datetime  # UTC, when the request arrived
     inference_id: str | None
     request: CapturedPayload | None  # None when Input is not a capture mode
-    response: CapturedPayload | None  # None when Output is not a capture mode
+    response: CapturedPayload | None  # None when Output is not a capture mode, or the sidecar answered itself
+    # eventMetadata beyond SageMaker's (None: unknown, left out of the record).
+    caller_id: str | None = None  # the caller id of the API key that authenticated the request
+    request_path: str | None = None  # see request_path()
+    response_status: int | None = None  # what the client got, the sidecar's own 502 included
+    duration_ms: float | None = None  # rounded to 3 decimals by the proxy
+    time_to_first_chunk_ms: float | None = None
+    partial_reason: str | None = None  # one of PARTIAL_REASONS: the exchange did not complete
 
     @cached_property  # asked several times per record on the event loop; frozen, so computed once
     def size_bytes(self) -> int:
@@ -167,8 +179,30 @@ def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncod
     metadata = f'}},"eventMetadata":{{"eventId":"{uuid.uuid4()}","inferenceTime":"{moment}"'
     if exchange.inference_id is not None:
         metadata += ',"inferenceId":' + _json_string(exchange.inference_id)
+    if exchange.caller_id is not None:
+        metadata += ',"callerId":' + _json_string(exchange.caller_id)
+    if exchange.request_path is not None:
+        metadata += ',"requestPath":' + _json_string(exchange.request_path)
+    if exchange.response_status is not None:
+        metadata += f',"responseStatus":{exchange.response_status:d}'
+    # float.__repr__ is what json.dumps writes for a float.
+    if exchange.duration_ms is not None:
+        metadata += ',"durationMs":' + float.__repr__(exchange.duration_ms)
+    if exchange.time_to_first_chunk_ms is not None:
+        metadata += ',"timeToFirstChunkMs":' + float.__repr__(exchange.time_to_first_chunk_ms)
+    if exchange.partial_reason is not None:
+        metadata += ',"partial":true,"partialReason":' + _json_string(exchange.partial_reason)
     pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')
     return pieces
+
+
+def request_path(target: bytes) -> str:
+    """eventMetadata.requestPath: the request target's path as received (percent-encoding kept), without query
+    or fragment, the scheme and authority of an absolute-form target dropped, at most 256 characters."""
+    path = target.partition(b"?")[0].partition(b"#")[0]
+    if not path.startswith(b"/") and b"://" in path:
+        path = b"/" + path.partition(b"://")[2].partition(b"/")[2]
+    return path.decode("utf-8", "replace")[:MAX_REQUEST_PATH_CHARS]
 
 
 def format_inference_time(moment: datetime) -> str:
@@ -183,12 +217,22 @@ def encode_record_whole(exchange: CapturedExchange, encodings: ContentTypeEncodi
         capture_data["endpointInput"] = _payload_object(exchange.request, "INPUT", encodings)
     if exchange.response is not None:
         capture_data["endpointOutput"] = _payload_object(exchange.response, "OUTPUT", encodings)
-    event_metadata = {
+    event_metadata: dict[str, object] = {
         "eventId": str(uuid.uuid4()),
         "inferenceTime": format_inference_time(exchange.inference_time),
     }
-    if exchange.inference_id is not None:
-        event_metadata["inferenceId"] = exchange.inference_id
+    optional = {
+        "inferenceId": exchange.inference_id,
+        "callerId": exchange.caller_id,
+        "requestPath": exchange.request_path,
+        "responseStatus": exchange.response_status,
+        "durationMs": exchange.duration_ms,
+        "timeToFirstChunkMs": exchange.time_to_first_chunk_ms,
+    }
+    event_metadata.update((key, value) for key, value in optional.items() if value is not None)
+    if exchange.partial_reason is not None:
+        event_metadata["partial"] = True
+        event_metadata["partialReason"] = exchange.partial_reason
     record = {"captureData": capture_data, "eventMetadata": event_metadata, "eventVersion": "0"}
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 

@@ -88,7 +88,7 @@ async def serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
 
-    metrics = SidecarMetrics()
+    metrics = SidecarMetrics(model_name=settings.model_name)
     budget = MemoryBudget(settings.max_inflight_body_bytes)
     metrics.inflight_body_bytes = lambda: budget.used
     executor = ThreadPoolExecutor(max_workers=settings.upload_concurrency, thread_name_prefix="s3-upload")

@@ -6,7 +6,9 @@ start shows everything to fix instead of one problem per restart.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -34,6 +36,26 @@ DEFAULT_MAX_INFLIGHT_BODY_BYTES = 96 * MIB
 DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS = 2.0
 # A bearer key shorter than this is guessable; the chart's generated keys are 48 characters.
 MIN_API_KEY_LENGTH = 16
+# A caller id names a team in records and is safe to print: letters, digits, '.', '_', '-'.
+CALLER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# The `model` label of the sidecar's metrics (a served model name such as meta-llama/Llama-3.1-8B-Instruct).
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+DEFAULT_MODEL_NAME = "unknown"
+MAX_API_KEYS = 1000
+MAX_API_KEYS_FILE_BYTES = 1024 * 1024
+
+
+def key_fingerprint(key: str) -> str:
+    """The caller id of API_KEY without API_KEY_ID: names the key in records without revealing it."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One accepted bearer key and the caller id recorded for the requests that carry it."""
+
+    caller_id: str
+    key: str = field(repr=False)  # never in a repr or a log line
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,9 @@ class Settings:
     upstream_health_timeout_seconds: float = DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS
     # Never in a repr or a log line: the dataclass leaves it out of both.
     api_key: str | None = field(default=None, repr=False)
+    # Every accepted key: API_KEY (if set) first, then API_KEYS_FILE's; empty: no authentication.
+    api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
+    model_name: str = DEFAULT_MODEL_NAME
 
 
 class SettingsError(Exception):
@@ -185,17 +210,95 @@ def _check_health_path(path: str) -> str | None:
     return None
 
 
+def _key_problem(key: str) -> str | None:
+    if len(key) < MIN_API_KEY_LENGTH or any(c.isspace() or not c.isprintable() for c in key):
+        return f"must be at least {MIN_API_KEY_LENGTH} printable characters without spaces"
+    return None
+
+
 def _read_api_key(reader: _Reader) -> str | None:
     """API_KEY, checked without ever echoing the value (a problem line names the variable only)."""
     raw = reader.env.get("API_KEY")
     if raw is None or raw == "":
         return None
-    if len(raw) < MIN_API_KEY_LENGTH or any(c.isspace() or not c.isprintable() for c in raw):
-        reader.problems.append(
-            f"API_KEY (value not shown): must be at least {MIN_API_KEY_LENGTH} printable characters without spaces"
-        )
+    problem = _key_problem(raw)
+    if problem is not None:
+        reader.problems.append(f"API_KEY (value not shown): {problem}")
         return None
     return raw
+
+
+def _read_api_keys_file(reader: _Reader, path: str) -> list[ApiKey]:
+    """API_KEYS_FILE: one ``caller_id:key`` a line; blank lines and lines starting with # are skipped.
+
+    A problem names the file and the line number, and the caller id when it is not the problem; never a key
+    (nor a line, which may hold one)."""
+    where = f"API_KEYS_FILE={path!r}"
+    try:
+        with open(path, "rb") as file:
+            content = file.read(MAX_API_KEYS_FILE_BYTES + 1)
+    except OSError as error:
+        reader.problems.append(f"{where}: cannot be read ({error.strerror or type(error).__name__})")
+        return []
+    if len(content) > MAX_API_KEYS_FILE_BYTES:
+        reader.problems.append(f"{where}: is over {MAX_API_KEYS_FILE_BYTES // 1024} KiB")
+        return []
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        reader.problems.append(f"{where}: is not UTF-8 text")
+        return []
+    keys: list[ApiKey] = []
+    problems_before = len(reader.problems)
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        caller_id, colon, key = line.partition(":")
+        caller_id = caller_id.strip()
+        if not colon:
+            reader.problems.append(f"{where} line {number} (not shown): must be caller_id:key")
+        elif not CALLER_ID.match(caller_id):
+            reader.problems.append(
+                f"{where} line {number} (not shown): the part before ':' must be a caller id, 1-64 letters, "
+                "digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        elif (problem := _key_problem(key.strip())) is not None:
+            reader.problems.append(f"{where} line {number}, caller {caller_id!r} (key not shown): the key {problem}")
+        else:
+            keys.append(ApiKey(caller_id, key.strip()))
+    if not keys and len(reader.problems) == problems_before:
+        reader.problems.append(f"{where}: holds no caller_id:key line")
+    if len(keys) > MAX_API_KEYS:
+        reader.problems.append(f"{where}: holds {len(keys)} keys, at most {MAX_API_KEYS} are allowed")
+    return keys
+
+
+def _read_api_keys(reader: _Reader, api_key: str | None) -> tuple[ApiKey, ...]:
+    """API_KEY (caller id API_KEY_ID, else its fingerprint) and API_KEYS_FILE's keys: each caller id and each key
+    once."""
+    keys: list[ApiKey] = []
+    key_id = reader.text(
+        "API_KEY_ID", None,
+        lambda value: None if CALLER_ID.match(value) else "must be 1-64 letters, digits, '.', '_' or '-'",
+    )
+    if key_id is not None and api_key is None and reader.env.get("API_KEY") in (None, ""):
+        reader.fail("API_KEY_ID", key_id, "names the caller of API_KEY, which is not set")
+    if api_key is not None:
+        keys.append(ApiKey(key_id or key_fingerprint(api_key), api_key))
+    path = reader.text("API_KEYS_FILE", None, lambda value: None if value.startswith("/") else "must be absolute")
+    if path is not None:
+        keys += _read_api_keys_file(reader, path)
+    seen_ids: set[str] = set()
+    seen_keys: set[str] = set()
+    for entry in keys:
+        if entry.caller_id in seen_ids:
+            reader.problems.append(f"caller id {entry.caller_id!r} is given to more than one key")
+        if entry.key in seen_keys:
+            reader.problems.append(f"caller {entry.caller_id!r}: its key (not shown) is also another caller's")
+        seen_ids.add(entry.caller_id)
+        seen_keys.add(entry.key)
+    return tuple(keys)
 
 
 def _parse_capture_modes(reader: _Reader) -> tuple[bool, bool]:
@@ -219,6 +322,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         reader.fail("METRICS_PORT", str(metrics_port), "must differ from LISTEN_PORT")
     capture_input, capture_output = _parse_capture_modes(reader)
     max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
+    api_key = _read_api_key(reader)
     spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
     settings = Settings(
         upstream_url=(upstream_url or "").rstrip("/"),
@@ -250,7 +354,14 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         upstream_health_timeout_seconds=reader.number(
             "UPSTREAM_HEALTH_TIMEOUT_SECONDS", DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS, 0.1, 30
         ),
-        api_key=_read_api_key(reader),
+        api_key=api_key,
+        api_keys=_read_api_keys(reader, api_key),
+        model_name=reader.text(
+            "MODEL_NAME",
+            DEFAULT_MODEL_NAME,
+            lambda value: None if MODEL_NAME.match(value) else "must be 1-128 letters, digits and '._:/@+-'",
+        )
+        or DEFAULT_MODEL_NAME,
     )
     if reader.problems:
         raise SettingsError(reader.problems)

@@ -27,6 +27,7 @@ from .metrics import (
 )
 from .records import CapturedExchange, ContentTypeEncodings, encode_record_pieces, hour_of, object_key
 from .s3_writer import S3Writer, Spool
+from .usage import usage_tokens
 
 log = logging.getLogger("capture_sidecar.uploader")
 
@@ -41,6 +42,23 @@ MAX_OBJECT_BYTES = 16 * 1024 * 1024
 LARGE_RECORD_BYTES = 2 * 1024 * 1024
 _large_record = threading.Lock()
 JOIN_OBJECTS_UP_TO_BYTES = 1024 * 1024
+
+
+@dataclass
+class BatchTokens:
+    """Tokens of the usage objects found while a batch was encoded (applied to the metrics on the loop)."""
+
+    input: int = 0
+    output: int = 0
+
+    def add(self, exchange: CapturedExchange) -> None:
+        response = exchange.response
+        if response is None or response.truncated:  # a cut body has lost its tail, and the usage with it
+            return
+        found = usage_tokens(response.data)
+        if found is not None:
+            self.input += found[0]
+            self.output += found[1]
 
 
 @dataclass(frozen=True)
@@ -163,15 +181,17 @@ class CaptureUploader:
     async def _upload(self, batch: list[CapturedExchange]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            outcomes = await loop.run_in_executor(self._executor, self._write_batch, batch)
+            outcomes, tokens = await loop.run_in_executor(self._executor, self._write_batch, batch)
         finally:
             self._in_flight_records -= len(batch)
             self._upload_slots.release()
             self._release_bytes(sum(exchange.size_bytes for exchange in batch))
+        self._metrics.input_tokens += tokens.input
+        self._metrics.output_tokens += tokens.output
         for outcome in outcomes:
             self._record_outcome(outcome)
 
-    def _write_batch(self, batch: list[CapturedExchange]) -> list[UploadOutcome]:
+    def _write_batch(self, batch: list[CapturedExchange]) -> tuple[list[UploadOutcome], BatchTokens]:
         """Runs in a worker thread: one object per invocation hour, like SageMaker's layout.
 
         Memory: an object is cut once its encoded records pass MAX_OBJECT_BYTES, and a record
@@ -180,6 +200,7 @@ class CaptureUploader:
         in memory at a time (docs/capture-sidecar.md, *Memory bounds*).
         """
         outcomes: list[UploadOutcome] = []
+        tokens = BatchTokens()  # counted whether or not the object reaches S3: the tokens were spent
         prefix = self._writer.location.prefix
         for _, group in groupby(batch, key=hour_of):
             pieces: list[bytes] = []
@@ -187,6 +208,7 @@ class CaptureUploader:
             first: CapturedExchange | None = None
             count = 0
             for exchange in group:
+                tokens.add(exchange)
                 if exchange.size_bytes > LARGE_RECORD_BYTES:
                     with _large_record:
                         record = encode_record_pieces(exchange, self._encodings)
@@ -205,7 +227,7 @@ class CaptureUploader:
                 count += 1
             if first is not None:
                 outcomes.append(self._put_or_spool(object_key(prefix, first.inference_time), pieces, count))
-        return outcomes
+        return outcomes, tokens
 
     def _put_or_spool(self, key: str, body: list[bytes], records: int) -> UploadOutcome:
         size = sum(map(len, body))

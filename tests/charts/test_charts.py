@@ -144,6 +144,7 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "MAX_REQUEST_BODY_BYTES": str(8 * 1024 * 1024),
         "SPOOL_DIR": "/tmp/capture-spool",  # on the pod's scratch volume, mounted at /tmp
         "SPOOL_MAX_BYTES": "268435456",
+        "MODEL_NAME": "qwen3-8b",  # the served model name: the `model` label the per-model alarms select
     }
     assert sidecar["restartPolicy"] == "Always"  # native sidecar: outlives the model server on shutdown
     context = sidecar["securityContext"]

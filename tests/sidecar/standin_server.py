@@ -44,17 +44,24 @@ async def completions(request: web.BaseRequest) -> web.StreamResponse:
 
 
 async def stream(request: web.BaseRequest) -> web.StreamResponse:
-    """`?events=N&delay_ms=D`: N events, D milliseconds apart, then `data: [DONE]`."""
+    """`?events=N&delay_ms=D`: N events, D milliseconds apart, then `data: [DONE]`; `&usage=1`: an OpenAI usage
+    event before it; `&end_delay_ms=E`: the end of the body (the last chunk) E milliseconds after `[DONE]`."""
     await request.read()
     events = int(request.query.get("events", "5"))
     delay = float(request.query.get("delay_ms", "0")) / 1000
+    end_delay = float(request.query.get("end_delay_ms", "0")) / 1000
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     for index in range(events):
         if index and delay:
             await asyncio.sleep(delay)
         await response.write(sse_event(index))
+    if request.query.get("usage"):
+        usage = {"id": "cmpl-standin", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": events}}
+        await response.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
+    if end_delay:
+        await asyncio.sleep(end_delay)
     await response.write_eof()
     return response
 

@@ -214,7 +214,7 @@ def test_a_client_that_does_not_read_costs_bounded_memory(start_sidecar) -> None
     assert responses.items[-1]["size"] == size
 
 
-def test_a_client_that_leaves_mid_stream_leaves_no_record_and_the_sidecar_serves_on(start_sidecar) -> None:
+def test_a_client_that_leaves_mid_stream_is_counted_as_partial_and_the_sidecar_serves_on(start_sidecar) -> None:
     sidecar: Sidecar = start_sidecar()
     with connect(sidecar) as sock:
         sock.sendall(b"POST /v1/stream?events=50&delay_ms=20 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
@@ -226,7 +226,10 @@ def test_a_client_that_leaves_mid_stream_leaves_no_record_and_the_sidecar_serves
     time.sleep(0.3)
 
     assert sidecar.call("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"}).status == 200
-    assert sidecar.wait_for_metric("capture_sidecar_records_captured_total", 1) == 1  # only the second
+    # The cut-off stream is recorded as partial (tests/sidecar/test_exchange_metadata.py reads its record).
+    assert sidecar.wait_for_metric("capture_sidecar_records_captured_total", 2) == 2
+    partial = 'capture_sidecar_partial_exchanges_total{model="unknown",reason="client_disconnected"}'
+    assert sidecar.metrics()[partial] == 1
     assert sidecar.metrics()["capture_sidecar_inflight_body_bytes"] >= 0
 
 

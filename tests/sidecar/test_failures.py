@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.s3server import free_loopback_port
 
-from .conftest import Sidecar, object_keys, read_records
+from .conftest import Sidecar, read_records
 
 COMPLETION = ("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"})
 DROPPED_UPLOAD_FAILED = 'capture_sidecar_records_dropped_total{reason="upload_failed"}'
@@ -84,7 +84,7 @@ def test_broken_upstream_response_reaches_the_client_as_incomplete(sidecar: Side
     assert sidecar.metrics()["capture_sidecar_upstream_errors_total"] >= 1
 
 
-def test_broken_responses_are_not_captured(start_sidecar, s3) -> None:
+def test_broken_responses_are_recorded_as_partial(start_sidecar, s3) -> None:
     sidecar = start_sidecar()
     connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=5)
     connection.request("POST", "/broken/midstream", b"{}", {"Content-Type": "application/json"})
@@ -94,9 +94,14 @@ def test_broken_responses_are_not_captured(start_sidecar, s3) -> None:
 
     sidecar.call(*COMPLETION)
 
-    records = read_records(s3, sidecar.prefix, expected=1)
-    assert len(records) == 1
-    assert sidecar.metrics()["capture_sidecar_records_captured_total"] == 1
+    records = read_records(s3, sidecar.prefix, expected=2)
+    broken = [record for record in records if record["eventMetadata"].get("partial")]
+    assert len(records) == 2 and len(broken) == 1
+    assert broken[0]["eventMetadata"]["partialReason"] == "upstream_broken"
+    assert broken[0]["eventMetadata"]["responseStatus"] == 200  # what the client got before the break
+    metrics = sidecar.metrics()
+    assert metrics["capture_sidecar_records_captured_total"] == 2
+    assert metrics['capture_sidecar_partial_exchanges_total{model="unknown",reason="upstream_broken"}'] == 1
 
 
 def test_unreachable_model_server_gives_502_and_the_sidecar_keeps_running(start_sidecar, s3) -> None:
@@ -106,6 +111,12 @@ def test_unreachable_model_server_gives_502_and_the_sidecar_keeps_running(start_
     second = sidecar.call(*COMPLETION)
 
     assert (first.status, second.status) == (502, 502)
-    assert sidecar.metrics()["capture_sidecar_upstream_errors_total"] == 2
+    metrics = sidecar.metrics()
+    assert metrics["capture_sidecar_upstream_errors_total"] == 2
+    assert metrics['capture_sidecar_requests_total{model="unknown",status_class="5xx"}'] == 2
     assert sidecar.process.poll() is None
-    assert object_keys(s3, sidecar.prefix) == []
+    # Recorded with the status the client got; the sidecar's own answer is not the model's output.
+    records = read_records(s3, sidecar.prefix, expected=2)
+    assert [record["eventMetadata"]["responseStatus"] for record in records] == [502, 502]
+    assert all("endpointOutput" not in record["captureData"] for record in records)
+    assert all("partial" not in record["eventMetadata"] for record in records)

@@ -5,6 +5,7 @@ metric names are exactly the ones the capture processor and the capture sidecar 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -508,6 +509,87 @@ def test_metric_names_and_labels_are_the_ones_the_sidecar_exposes() -> None:
     assert sidecar_module.DROP_REASONS == metrics.DROP_REASONS
     for result in sidecar_module.UPLOAD_RESULTS:
         assert f'{sidecar_module.UPLOADS}{{result="{result}"}}' in exposition
+    # The per-model series the new alarms read, with the labels they select on.
+    for name in (sidecar_module.REQUESTS, sidecar_module.FIRST_CHUNKS, sidecar_module.TOKENS,
+                 sidecar_module.PARTIAL_EXCHANGES):
+        assert f"# TYPE {name} counter" in exposition, name
+    assert sidecar_module.STATUS_CLASSES == metrics.STATUS_CLASSES
+    for status_class in sidecar_module.STATUS_CLASSES:
+        assert f'{sidecar_module.REQUESTS}{{model="unknown",status_class="{status_class}"}}' in exposition
+    assert sidecar_module.FIRST_CHUNK_BUCKETS == metrics.TIME_TO_FIRST_CHUNK_BUCKETS
+    for bound in sidecar_module.FIRST_CHUNK_BUCKETS:
+        label = sidecar_module.format_bound(bound)
+        assert label == metrics.format_bound(bound)
+        assert f'{sidecar_module.FIRST_CHUNKS}{{model="unknown",le="{label}"}}' in exposition
+    assert f'{sidecar_module.FIRST_CHUNKS}{{model="unknown",le="+Inf"}}' in exposition
+    from capture_sidecar import settings
+
+    assert sidecar_module.MODEL_NAME.pattern == settings.MODEL_NAME.pattern
+    # What the agent drops before its EMF step is exactly the histograms (which it could not publish).
+    histogram_series = {line.split("{")[0] for line in exposition.splitlines()
+                        if line and not line.startswith("#") and re.fullmatch(sidecar_module.HISTOGRAM_SERIES,
+                                                                                line.split("{")[0])}
+    assert histogram_series == {f"capture_sidecar_{name}_seconds_{part}" for name in
+                                ("request_duration", "time_to_first_chunk") for part in ("bucket", "sum", "count")}
+    assert "# TYPE capture_sidecar_request_duration_seconds histogram" in exposition
+
+
+@pytest.fixture(scope="module")
+def model_alarms() -> dict[str, dict[str, Any]]:
+    stack, cluster = _cluster_stack()
+    CaptureSidecarMetrics(stack, "SidecarMetrics", cluster=cluster, namespace="inference", cluster_name="gpu-cluster",
+                          topic=_topic(stack), alarm_name_prefix="probe", models=["llama", "org/qwen"],
+                          first_chunk_p99=AlarmSettings(threshold=2, period=FIVE))
+    return _alarms_by_name(Template.from_stack(stack).to_json())
+
+
+def _math(alarm: dict[str, Any]) -> tuple[str, dict[str, tuple[str, dict[str, str], str, int]]]:
+    """The returned expression and each input: metric name, dimensions, statistic, period."""
+    expression = next(m["Expression"] for m in alarm["Metrics"] if "Expression" in m)
+    inputs = {m["Id"]: (m["MetricStat"]["Metric"]["MetricName"],
+                        {d["Name"]: d["Value"] for d in m["MetricStat"]["Metric"]["Dimensions"]},
+                        m["MetricStat"]["Stat"], m["MetricStat"]["Period"])
+              for m in alarm["Metrics"] if "MetricStat" in m}
+    return expression, inputs
+
+
+def test_each_model_gets_a_5xx_rate_and_a_p99_first_chunk_alarm(model_alarms: dict[str, dict[str, Any]]) -> None:
+    names = sorted(name for name in model_alarms if name.startswith(("probe-sidecar-llama", "probe-sidecar-org")))
+    assert names == ["probe-sidecar-llama-first-chunk-p99", "probe-sidecar-llama-server-error-rate",
+                     "probe-sidecar-org-qwen-first-chunk-p99", "probe-sidecar-org-qwen-server-error-rate"]
+    base = {"ClusterName": "gpu-cluster", "Namespace": "inference", "model": "org/qwen"}
+    errors = model_alarms["probe-sidecar-org-qwen-server-error-rate"]
+    assert _math(errors) == ("100 * errors / requests", {
+        "errors": ("capture_sidecar_requests_total", {**base, "status_class": "5xx"}, "Sum", 300),
+        "requests": ("capture_sidecar_requests_total", base, "Sum", 300)})
+    assert (errors["Threshold"], errors["EvaluationPeriods"], errors["DatapointsToAlarm"]) == (5, 3, 2)
+    assert (errors["ComparisonOperator"], errors["TreatMissingData"]) == ("GreaterThanThreshold", "notBreaching")
+    assert "sidecar-server-error-rate" in errors["AlarmDescription"]
+    # p99 above 2 s: more than 1 % of the 2xx responses outside the le="2" bucket.
+    slow = model_alarms["probe-sidecar-org-qwen-first-chunk-p99"]
+    assert _math(slow) == ("100 * (responses - within) / responses", {
+        "responses": ("capture_sidecar_first_chunks_total", {**base, "le": "+Inf"}, "Sum", 300),
+        "within": ("capture_sidecar_first_chunks_total", {**base, "le": "2"}, "Sum", 300)})
+    assert (slow["Threshold"], slow["EvaluationPeriods"]) == (1, 1)
+    assert "above 2 s" in slow["AlarmDescription"] and "sidecar-first-chunk-p99" in slow["AlarmDescription"]
+    assert all(alarm["AlarmActions"] for alarm in model_alarms.values())
+
+
+def test_the_agent_publishes_the_per_model_series() -> None:
+    objects = sidecar_metrics_manifests(namespace="inference", cluster_name="c", region=REGION,
+                                        role_arn="arn:aws:iam::111122223333:role/r", log_group_name="/g")
+    configs = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
+    agent = json.loads(configs["capture-metrics-agent-config"]["cwagentconfig.json"])
+    declared = {(selector.strip("^$"), tuple(dims)) for d in
+                agent["logs"]["metrics_collected"]["prometheus"]["emf_processor"]["metric_declaration"]
+                for selector in d["metric_selectors"] for dims in d["dimensions"]}
+    model = ("ClusterName", "Namespace", "model")
+    assert {(sidecar_module.REQUESTS, model), (sidecar_module.REQUESTS, (*model, "status_class")),
+            (sidecar_module.FIRST_CHUNKS, (*model, "le")), (sidecar_module.TOKENS, (*model, "type")),
+            (sidecar_module.PARTIAL_EXCHANGES, (*model, "reason"))} <= declared
+    (job,) = yaml.safe_load(configs["capture-metrics-agent-scrape"]["prometheus.yaml"])["scrape_configs"]
+    assert job["metric_relabel_configs"][1] == {"source_labels": ["__name__"], "action": "drop",
+                                                "regex": sidecar_module.HISTOGRAM_SERIES}
 
 
 def test_the_scrape_targets_are_the_portable_charts_sidecar_container_and_port() -> None:
@@ -530,6 +612,12 @@ def test_the_scrape_targets_are_the_portable_charts_sidecar_container_and_port()
      "dropped_records.threshold"),
     ({"no_metrics": AlarmSettings(threshold=0, period=FIVE)}, "CaptureSidecarMetrics.ThresholdOutOfRange",
      "no_metrics.threshold"),
+    ({"models": ["ok", 'bad"name']}, "CaptureSidecarMetrics.BadModelName", "models[1]"),
+    ({"models": ["twice", "twice"]}, "CaptureSidecarMetrics.BadModelName", "models[1]"),
+    ({"server_error_rate": AlarmSettings(threshold=101, period=FIVE)}, "CaptureSidecarMetrics.ThresholdOutOfRange",
+     "server_error_rate.threshold"),
+    ({"first_chunk_p99": AlarmSettings(threshold=3, period=FIVE)}, "CaptureSidecarMetrics.FirstChunkBound",
+     "first_chunk_p99.threshold"),
 ])
 def test_sidecar_metrics_props_are_validated(props: dict[str, Any], code: str, path: str) -> None:
     stack, cluster = _cluster_stack()
@@ -602,13 +690,13 @@ def test_alarm_settings_read_as_a_window() -> None:
 
 
 def test_every_runbook_link_has_its_section_and_every_code_its_page(
-        capture: tuple[dict[str, Any], CaptureAlarms], sidecar: tuple[dict[str, Any], CaptureSidecarMetrics]) -> None:
-    import re
-
+        capture: tuple[dict[str, Any], CaptureAlarms], sidecar: tuple[dict[str, Any], CaptureSidecarMetrics],
+        model_alarms: dict[str, dict[str, Any]]) -> None:
     runbooks = (REPO / "docs" / "alarms.md").read_text()
-    sections = set(re.findall(r"^### ([a-z-]+)$", runbooks, flags=re.MULTILINE))
+    sections = set(re.findall(r"^### ([a-z0-9-]+)$", runbooks, flags=re.MULTILINE))
     anchors = {props["AlarmDescription"].rsplit("#", 1)[-1] for props in _alarms_by_name(capture[0]).values()}
     anchors |= {props["AlarmDescription"].rsplit("section ", 1)[-1] for props in _alarms_by_name(sidecar[0]).values()}
+    anchors |= {props["AlarmDescription"].rsplit("section ", 1)[-1] for props in model_alarms.values()}
     assert anchors | {"certificate-days-to-expiry"} <= sections
     sources = {name: (REPO / "constructs_lib" / f"{module}.py").read_text() for name, module in (
         ("alarm-topic", "alarm_topic"), ("capture-alarms", "capture_alarms"),
