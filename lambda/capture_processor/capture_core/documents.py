@@ -101,8 +101,11 @@ class DocumentBatch:
         self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
         self._redacted: list[str] | None = None
         self._hits: dict[int, set[str]] = {}
+        self._owners: list[int] = []  # the document of each piece
+        self._document_rules: dict[int, set[str]] = {}  # documents where something was redacted
 
     def add(self, text: str, *, as_json: bool) -> int:
+        self._owner = len(self._documents)
         if as_json and "\\" in text:
             self._escaped.append(len(self._documents))
             plan: _Node | int | None = None
@@ -114,6 +117,8 @@ class DocumentBatch:
     def redact(self) -> None:
         self._plan_escaped()
         self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+        for piece, rules in self._hits.items():
+            self._document_rules.setdefault(self._owners[piece], set()).update(rules)
 
     def _plan_escaped(self) -> None:
         """Most JSON documents have escapes (every line break is one) and nothing to redact. One RE2
@@ -132,6 +137,7 @@ class DocumentBatch:
         for position in pc.indices_nonzero(flagged).to_pylist():
             document = self._escaped[position]
             text = self._documents[document][0]
+            self._owner = document
             self._documents[document] = (text, self._plan_json(text, 1))
 
     def original(self, document: int) -> str:
@@ -141,14 +147,14 @@ class DocumentBatch:
         """The document's redacted text and the rules that hit it."""
         assert self._redacted is not None, "redact() first"
         text, plan = self._documents[document]
-        rules: set[str] = set()
-        if plan is None:
-            return text, rules
-        changed = self._changed(plan, rules)
-        return (self._render(plan) if changed else text), rules
+        rules = self._document_rules.get(document)
+        if plan is None or rules is None:
+            return text, set()
+        return self._render(plan), set(rules)
 
     def _piece(self, text: str) -> int:
         self._pieces.append(text)
+        self._owners.append(self._owner)
         return len(self._pieces) - 1
 
     def _plan_json(self, text: str, depth: int) -> _Node:
@@ -171,20 +177,14 @@ class DocumentBatch:
         if gap:
             node.parts.append(self._piece(gap) if len(gap) >= MIN_GAP else gap)
 
-    def _changed(self, plan: _Node | int, rules: set[str]) -> bool:
-        assert self._redacted is not None
+    def _changed(self, plan: _Node | int) -> bool:
         if isinstance(plan, int):
-            hit = self._hits.get(plan)
-            if hit:
-                rules.update(hit)
-            return self._redacted[plan] is not self._pieces[plan] and self._redacted[plan] != self._pieces[plan]
-        changed = False
-        for part in plan.parts:
-            if isinstance(part, int):
-                changed = self._changed(part, rules) or changed
-            elif isinstance(part, _Literal):
-                changed = self._changed(part.value, rules) or changed
-        return changed
+            return plan in self._hits
+        return any(
+            self._changed(part) if isinstance(part, int) else self._changed(part.value)
+            for part in plan.parts
+            if not isinstance(part, str)
+        )
 
     def _render(self, plan: _Node | int) -> str:
         assert self._redacted is not None
@@ -198,7 +198,7 @@ class DocumentBatch:
                 out.append(self._redacted[part])
             else:
                 out.append('"')
-                if self._changed(part.value, set()):
+                if self._changed(part.value):
                     value = self._render(part.value)
                     out.append(encode_literal(value))
                 else:

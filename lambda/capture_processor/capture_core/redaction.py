@@ -243,27 +243,36 @@ class Redactor:
         if not pc.any(needs_work).as_py():
             return texts, hits
         row_ids = pc.indices_nonzero(needs_work).to_pylist()
-        rows = [_without_sentinels(text) for text in pc.filter(texts, needs_work).to_pylist()]
+        candidates = pc.filter(texts, needs_work)
+        if pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py():
+            candidates = pa.array([_without_sentinels(text) for text in candidates.to_pylist()], pa.string())
+        rows: list[str] | None = None  # the candidates as Python strings, once something changes
         found: dict[str, int] = {}
         for rule, re2, python in zip(self.rules, self._re2, self._python, strict=True):
+            positions = pc.indices_nonzero(pc.match_substring_regex(candidates, re2))
             for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
-                marked = pc.replace_substring_regex(pa.array(rows, pa.string()), re2, _MARK)
-                replaced_any = False
-                for position in pc.indices_nonzero(pc.match_substring(marked, _OPEN)).to_pylist():
-                    text, replaced = _confirmed(python, rule, marked[position].as_py())
+                if len(positions) == 0:
+                    break
+                marked = pc.replace_substring_regex(pc.take(candidates, positions), re2, _MARK).to_pylist()
+                changed = []
+                for position, text in zip(positions.to_pylist(), marked, strict=True):
+                    redacted, replaced = _confirmed(python, rule, text)
                     if replaced:
-                        rows[position] = text
-                        replaced_any = True
+                        rows = rows if rows is not None else candidates.to_pylist()
+                        rows[position] = redacted
+                        changed.append(position)
                         found[rule.name] = found.get(rule.name, 0) + replaced
                         hits.setdefault(row_ids[position], set()).add(rule.name)
-                if not replaced_any:
+                if not changed:
                     break
-        if not found:
+                candidates = pa.array(rows, pa.string())
+                positions = pa.array(changed, pa.int64())  # only where a neighbour may now be free
+        if rows is None:
             return texts, hits
         with self._counts_lock:
             for name, count in found.items():
                 self.counts[name] += count
-        return pc.replace_with_mask(texts, needs_work, pa.array(rows, pa.string())), hits
+        return pc.replace_with_mask(texts, needs_work, candidates), hits
 
     def redact_texts(self, texts: list[str]) -> tuple[list[str], dict[int, set[str]]]:
         """The same for a Python list (the pieces of decoded documents)."""
@@ -282,6 +291,7 @@ class Redactor:
 # scans the whole text: on a megabyte of word characters the email pattern alone is quadratic there.
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARK = _OPEN + "\\0" + _CLOSE
+_SENTINELS = "[\ue000\ue001]"
 MAX_PASSES = 3
 
 
