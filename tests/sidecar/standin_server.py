@@ -9,6 +9,7 @@ break mid-body.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import hashlib
 import json
@@ -62,6 +63,21 @@ async def stream(request: web.BaseRequest) -> web.StreamResponse:
     await response.write(b"data: [DONE]\n\n")
     if end_delay:
         await asyncio.sleep(end_delay)
+    await response.write_eof()
+    return response
+
+
+async def replay(request: web.BaseRequest) -> web.StreamResponse:
+    """A recorded stream, as given: header `X-Replay` carries the event-stream body (BASE64) and
+    `X-Chunk-Bytes` how many bytes each write holds, so events split across chunks as on a real wire.
+    Headers, not the body: the capture keeps the body, and the replay instructions are no prompt."""
+    await request.read()
+    data, size = base64.b64decode(request.headers["X-Replay"]), int(request.headers.get("X-Chunk-Bytes", "64"))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for start in range(0, len(data), size):
+        await response.write(data[start : start + size])
+        await asyncio.sleep(0)
     await response.write_eof()
     return response
 
@@ -188,6 +204,7 @@ async def binary(_: web.BaseRequest) -> web.StreamResponse:
 ROUTES = {
     "/v1/completions": completions,
     "/v1/stream": stream,
+    "/v1/chat/completions": replay,
     "/large": large,
     "/broken/midstream": break_midstream,
     "/broken/length": break_length,

@@ -90,8 +90,13 @@ def test_the_right_key_is_proxied_and_reaches_the_model_server(start_sidecar) ->
 
 
 def test_a_weak_api_key_is_refused_without_printing_it() -> None:
-    env = {"PATH": "/usr/bin:/bin", "UPSTREAM_URL": "http://127.0.0.1:8000", "CAPTURE_S3_URI": "s3://bucket/p/",
-           "API_KEY": "short secret", "UPSTREAM_HEALTH_PATH": "health"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "UPSTREAM_URL": "http://127.0.0.1:8000",
+        "CAPTURE_S3_URI": "s3://bucket/p/",
+        "API_KEY": "short secret",
+        "UPSTREAM_HEALTH_PATH": "health",
+    }
     result = subprocess.run(
         [sys.executable, "-m", "capture_sidecar"], cwd=SIDECAR_DIR, env=env, capture_output=True, text=True, timeout=10
     )

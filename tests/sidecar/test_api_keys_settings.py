@@ -72,8 +72,6 @@ def test_keys_file_problems_of_the_file_itself(tmp_path: Path) -> None:
 def test_api_key_id_needs_api_key_and_model_name_is_checked() -> None:
     assert problems(API_KEY_ID="platform") == ["API_KEY_ID='platform': names the caller of API_KEY, which is not set"]
     assert problems(API_KEY=KEY_A, API_KEY_ID="no spaces please")[0].startswith("API_KEY_ID='no spaces please'")
-    assert problems(MODEL_NAME='bad"name') == [
-        "MODEL_NAME='bad\"name': must be 1-128 letters, digits and '._:/@+-'"
-    ]
+    assert problems(MODEL_NAME='bad"name') == ["MODEL_NAME='bad\"name': must be 1-128 letters, digits and '._:/@+-'"]
     assert load_settings(BASE).model_name == "unknown"
     assert load_settings({**BASE, "MODEL_NAME": "Qwen/Qwen2.5-7B-Instruct"}).model_name == "Qwen/Qwen2.5-7B-Instruct"

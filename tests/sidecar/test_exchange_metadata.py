@@ -122,8 +122,11 @@ def test_the_metrics_are_valid_prometheus_text_with_per_model_histograms_and_tok
             assert buckets[-1].labels["le"] == "+Inf"
             (count,) = [s.value for s in samples if s.name.endswith("_count")]
             assert counts[-1] == count
-    two_xx = [s for s in families["capture_sidecar_request_duration_seconds"].samples
-              if s.name.endswith("_count") and s.labels["status_class"] == "2xx"]
+    two_xx = [
+        s
+        for s in families["capture_sidecar_request_duration_seconds"].samples
+        if s.name.endswith("_count") and s.labels["status_class"] == "2xx"
+    ]
     assert two_xx[0].value >= 3
     five_xx = families["capture_sidecar_requests"].samples  # the parser drops _total from a counter's name
     assert {s.labels["status_class"]: s.value for s in five_xx}["5xx"] >= 1
@@ -134,8 +137,10 @@ def test_the_metrics_are_valid_prometheus_text_with_per_model_histograms_and_tok
 
 
 def _request(path: str, inference_id: str) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"X-Amzn-SageMaker-Inference-Id: {inference_id}\r\nContent-Length: 2\r\n\r\n{{}}").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-Amzn-SageMaker-Inference-Id: {inference_id}\r\nContent-Length: 2\r\n\r\n{{}}"
+    ).encode()
 
 
 def _reset(sock: socket.socket) -> None:

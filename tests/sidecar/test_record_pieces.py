@@ -62,11 +62,20 @@ def test_each_mode_alone() -> None:
     "metadata",
     [
         {},
-        {"caller_id": "team-a", "request_path": "/v1/chat/completions", "response_status": 200,
-         "duration_ms": 1234.567, "time_to_first_chunk_ms": 0.0},
+        {
+            "caller_id": "team-a",
+            "request_path": "/v1/chat/completions",
+            "response_status": 200,
+            "duration_ms": 1234.567,
+            "time_to_first_chunk_ms": 0.0,
+        },
         {"caller_id": 'odd "id" ä', "request_path": "/ä\\\u2028", "response_status": 502, "duration_ms": 0.001},
-        {"response_status": 200, "duration_ms": 10.5, "time_to_first_chunk_ms": 3.25,
-         "partial_reason": records.PARTIAL_CLIENT_DISCONNECTED},
+        {
+            "response_status": 200,
+            "duration_ms": 10.5,
+            "time_to_first_chunk_ms": 3.25,
+            "partial_reason": records.PARTIAL_CLIENT_DISCONNECTED,
+        },
         {"duration_ms": 123456789.125, "partial_reason": records.PARTIAL_UPSTREAM_BROKEN},
     ],
     ids=lambda metadata: ",".join(metadata) or "none",
@@ -77,9 +86,15 @@ def test_event_metadata_pieces_equal_the_whole_record(metadata: dict) -> None:
     assert EVENT_ID.sub(b"", pieces) == EVENT_ID.sub(b"", encode_record_whole(exchange, ENCODINGS))
     written = json.loads(pieces)["eventMetadata"]
     assert set(written) - {"eventId", "inferenceTime", "inferenceId"} == {
-        {"caller_id": "callerId", "request_path": "requestPath", "response_status": "responseStatus",
-         "duration_ms": "durationMs", "time_to_first_chunk_ms": "timeToFirstChunkMs",
-         "partial_reason": "partialReason"}[key] for key in metadata
+        {
+            "caller_id": "callerId",
+            "request_path": "requestPath",
+            "response_status": "responseStatus",
+            "duration_ms": "durationMs",
+            "time_to_first_chunk_ms": "timeToFirstChunkMs",
+            "partial_reason": "partialReason",
+        }[key]
+        for key in metadata
     } | ({"partial"} if "partial_reason" in metadata else set())
     if "partial_reason" in metadata:
         assert written["partial"] is True

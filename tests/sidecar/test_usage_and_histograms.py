@@ -11,12 +11,22 @@ from capture_sidecar.metrics import TIME_TO_FIRST_CHUNK_BUCKETS, Histogram, Side
 
 
 def test_usage_is_read_from_the_last_usage_object_in_the_tail() -> None:
-    completion = json.dumps({"choices": [{"text": 'say "usage": 99'}],
-                             "usage": {"prompt_tokens": 12, "total_tokens": 20,
-                                       "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens": 8}})
+    completion = json.dumps(
+        {
+            "choices": [{"text": 'say "usage": 99'}],
+            "usage": {
+                "prompt_tokens": 12,
+                "total_tokens": 20,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens": 8,
+            },
+        }
+    )
     assert usage.usage_tokens(completion.encode()) == (12, 8)
-    stream = (b'data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
-              b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\ndata: [DONE]\n\n')
+    stream = (
+        b'data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+    )
     assert usage.usage_tokens(stream) == (7, 3)
 
 
