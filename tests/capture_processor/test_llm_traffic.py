@@ -527,3 +527,28 @@ def test_alb_hostile_lines_are_quarantined_and_the_others_land(pipeline: Pipelin
     assert reasons[3].startswith("client:port must be ip:port (port 0-65535)")
     assert reasons[4].startswith("elb_status_code is out of range")
     assert reasons[5].startswith("received_bytes is out of range")
+
+
+def test_a_row_arrow_refuses_is_quarantined_and_the_others_land(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The net under the checks: should a value ever pass them that Arrow cannot hold (here a token
+    count past int64, forced past the check), only its row is lost to the quarantine."""
+    from capture_core import capture_format, openai_format
+
+    real = openai_format.exchange_facts
+
+    def facts_with_an_overflow(request, response, **options):
+        facts = real(request, response, **options)
+        if isinstance(request, dict) and request.get("prompt") == "overflow":
+            return openai_format.ExchangeFacts(input_tokens=1 << 70)
+        return facts
+
+    monkeypatch.setattr(capture_format.openai_format, "exchange_facts", facts_with_an_overflow)
+    lines = [record(name, side(json.dumps({"prompt": name})), side("{}")) for name in ("a", "overflow", "b")]
+
+    rows = run(pipeline, *lines)
+
+    assert set(rows) == {"a", "b"}
+    [entry] = pipeline.quarantine()
+    assert entry["line_number"] == 2 and entry["reason"].startswith("could not convert to the curated schema")

@@ -273,9 +273,22 @@ def _curate(
             rejected.append(RejectedLine(entry.line_number, reason, entry.raw))
     if len(kept) < raw.num_rows:
         raw = raw.take(pa.array(kept, pa.int64()))
-        capture, metadata = raw.column("captureData").combine_chunks(), raw.column("eventMetadata").combine_chunks()
-        sides = {name: pc.struct_field(capture, name) for name in ("endpointInput", "endpointOutput")}
-    return _table(raw, sides, metadata, exchanges, batch, context), rejected
+    try:
+        return _table(raw, exchanges, batch, context), rejected
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        # A value Arrow refuses (none is known; this is the net under the checks above): find the
+        # rows one by one, quarantine them, and keep the others.
+        good: list[int] = []
+        for position, row in enumerate(kept):
+            try:
+                _table(raw.slice(position, 1), exchanges[position : position + 1], batch, context)
+                good.append(position)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as row_error:
+                entry = lines.line(row)
+                reason = f"could not convert to the curated schema: {type(row_error).__name__}: {row_error}"
+                rejected.append(RejectedLine(entry.line_number, reason[:500], entry.raw))
+        table = _table(raw.take(pa.array(good, pa.int64())), [exchanges[p] for p in good], batch, context)
+        return table, rejected
 
 
 @dataclass
@@ -321,14 +334,9 @@ def _exchange(request: DecodedSide, response: DecodedSide, path: str | None, bat
     )
 
 
-def _table(
-    raw: pa.Table,
-    sides: dict[str, pa.Array],
-    metadata: pa.Array,
-    exchanges: list[_Exchange],
-    batch: DocumentBatch,
-    context: ChunkContext,
-) -> pa.Table:
+def _table(raw: pa.Table, exchanges: list[_Exchange], batch: DocumentBatch, context: ChunkContext) -> pa.Table:
+    capture, metadata = raw.column("captureData").combine_chunks(), raw.column("eventMetadata").combine_chunks()
+    sides = {name: pc.struct_field(capture, name) for name in ("endpointInput", "endpointOutput")}
     length = raw.num_rows
     texts: dict[str, list[str | None]] = {"input": [], "output": []}
     rules: list[list[str] | None] = []
