@@ -150,59 +150,59 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
     for name in REDACTED_COLUMNS:
         index = table.schema.get_field_index(name)
         values = table.column(index).combine_chunks()
-        redacted = redact_urls(redactor, values) if name in URL_COLUMNS else redact_free_text(redactor, values)
+        if name in URL_COLUMNS:
+            redacted = redact_urls(redactor, values, is_query=name == "request_query")
+        else:
+            redacted = redact_free_text(redactor, values)
         table = table.set_column(index, name, redacted)
     return ParsedChunk(table, tuple(rejected), {"alb_lines_with_extra_fields": lines_with_extra_fields})
 
 
-def redact_urls(redactor: Redactor, values: pa.Array) -> pa.Array:
+def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False) -> pa.Array:
     """URLs redacted on their decoded components: `a%40b.com`, `Bearer%20…` and `%2B44…` are found
-    like their plain forms; only components that changed are re-encoded."""
+    like their plain forms; only components that changed are re-encoded. `+` is a space in a query
+    (after `?`, or everywhere in a query column) and itself in a path."""
     if not redactor.rules:
         return values
     urls = values.to_pylist()
     pieces: list[str] = []
     plans: list[list[str | tuple[int, str]] | None] = []
     for url in urls:
-        if url is None or ("%" not in url and "+" not in url):
-            plans.append(None if url is None else [(len(pieces), url)])
-            if url is not None:
-                pieces.append(url)
-            continue
-        plan: list[str | tuple[int, str]] = []
-        in_query = False
-        for part in _URL_DELIMITERS.split(url):
-            if _URL_DELIMITERS.fullmatch(part):
-                in_query = in_query or part == "?"
-                plan.append(part)
-            elif part:
-                decoded = _decoded_component(part, plus_is_space=in_query or "?" not in url)
-                plan.append((len(pieces), part))
-                pieces.append(decoded)
-        plans.append(plan)
+        if url is None:
+            plans.append(None)
+        elif "%" not in url and "+" not in url:  # nothing encoded: the URL is its own decoded text
+            plans.append([(len(pieces), url)])
+            pieces.append(url)
+        else:
+            plan: list[str | tuple[int, str]] = []
+            in_query = is_query
+            for part in _URL_DELIMITERS.split(url):
+                if _URL_DELIMITERS.fullmatch(part):
+                    in_query = in_query or part == "?"
+                    plan.append(part)
+                elif part:
+                    plan.append((len(pieces), part))
+                    pieces.append(_decoded_component(part, plus_is_space=in_query))
+            plans.append(plan)
     redacted, _ = redactor.redact_texts(pieces)
     if redacted is pieces:
         return values
     out: list[str | None] = []
     for url, plan in zip(urls, plans, strict=True):
-        if plan is None:
+        if url is None or plan is None:
             out.append(None)
             continue
+        encoded = "%" in url or "+" in url
         parts = []
         for part in plan:
             if isinstance(part, str):
                 parts.append(part)
                 continue
             index, original = part
-            changed = redacted[index] != pieces[index]
-            encoded = url is not None and ("%" in url or "+" in url)
-            parts.append(
-                quote(redacted[index], safe=_URL_SAFE)
-                if changed and encoded
-                else redacted[index]
-                if changed
-                else original
-            )
+            if redacted[index] == pieces[index]:
+                parts.append(original)
+            else:
+                parts.append(quote(redacted[index], safe=_URL_SAFE) if encoded else redacted[index])
         out.append("".join(parts))
     return pa.array(out, pa.string())
 
