@@ -89,7 +89,7 @@ class SidecarMetrics:
     requests_rejected_memory: int = 0
     requests_unauthorized: int = 0
     # New connections refused at MAX_CONNECTIONS; open ones closed to make room, by the cap that was reached.
-    connections_rejected: int = 0
+    connections_rejected: Counter[str] = field(default_factory=Counter)
     connections_evicted: Counter[str] = field(default_factory=Counter)
     header_timeouts: int = 0
     idle_timeouts: int = 0
@@ -176,8 +176,8 @@ class SidecarMetrics:
         metric(
             "connections_rejected_total",
             "counter",
-            "New client connections refused (503, closed at once) because MAX_CONNECTIONS were open, by reason.",
-            [(f'{{reason="{CONNECTION_CAP_MAX_CONNECTIONS}"}}', self.connections_rejected)],
+            "New client connections refused (503, closed at once), by the cap reached (with no connection to evict).",
+            [(f'{{reason="{reason}"}}', self.connections_rejected[reason]) for reason in CONNECTION_CAPS],
         )
         metric(
             "connections_evicted_total",

@@ -83,6 +83,10 @@ UPSTREAM_WARNING_INTERVAL_SECONDS = 10.0
 UPSTREAM_CONNECT_TIMEOUT_SECONDS = 10.0
 # The header and idle timeouts are checked this often (at most; a tenth of the shorter timeout if less).
 TIMEOUT_SWEEP_SECONDS = 0.5
+# An unauthenticated connection is evicted to make room only once it was read from or is this old (by the event
+# loop's clock, which uvloop advances once per iteration): a client accepted in the same burst as hundreds of others
+# has sent its head but has not been read yet, and must not be the one closed.
+EVICTION_GRACE_SECONDS = 0.05
 # Request line plus headers; more gets 431 (nginx allows 4 x 8 KiB, aiohttp 8 KiB a line).
 MAX_REQUEST_HEAD_BYTES = 64 * 1024
 # Header lines of one request; more gets 431 (each costs ~130 bytes of Python objects beyond its text).
@@ -412,26 +416,36 @@ class CaptureProxy:
         exchange.input_chunks = []
         exchange.output_chunks = []
 
-    def admit(self) -> bool:
-        """A new client connection: room is made for it, or it is refused (False).
+    def admit(self, now: float) -> bool:
+        """A new client connection (``now``: the loop's time): room is made for it, or it is refused (False).
 
         At MAX_UNAUTHENTICATED the oldest connection without an authenticated request is closed: refusing the new
         one instead would let a client that holds that many half-sent heads lock every new client out, while
-        evicting makes it open connections faster than an honest head arrives after connecting. At MAX_CONNECTIONS
-        (the rest are authenticated or answered) one lingering after its answer, else the oldest unauthenticated,
-        is closed; with neither, the new connection is refused."""
+        evicting makes it open connections faster than honest heads arrive and are read. The oldest is spared while
+        it was never read and is younger than EVICTION_GRACE_SECONDS (then the new one is refused). At
+        MAX_CONNECTIONS (the rest are authenticated or answered) one lingering after its answer, else the oldest
+        unauthenticated by the same rule, is closed; with neither, the new connection is refused."""
         metrics = self.metrics
         if len(self.connections) >= self.max_connections:
-            victim = next(iter(self.lingering), None) or next(iter(self.unauthenticated), None)
-            if victim is None:
-                metrics.connections_rejected += 1
-                return False
-            metrics.connections_evicted[CONNECTION_CAP_MAX_CONNECTIONS] += 1
-            victim.abort()
+            cap = CONNECTION_CAP_MAX_CONNECTIONS
+            victim = next(iter(self.lingering), None) or self._evictable(now)
         elif len(self.unauthenticated) >= self.max_unauthenticated:
-            metrics.connections_evicted[CONNECTION_CAP_MAX_UNAUTHENTICATED] += 1
-            next(iter(self.unauthenticated)).abort()
+            cap = CONNECTION_CAP_MAX_UNAUTHENTICATED
+            victim = self._evictable(now)
+        else:
+            return True
+        if victim is None:
+            metrics.connections_rejected[cap] += 1
+            return False
+        metrics.connections_evicted[cap] += 1
+        victim.abort()
         return True
+
+    def _evictable(self, now: float) -> ClientConnection | None:
+        oldest = next(iter(self.unauthenticated), None)
+        if oldest is None or not (oldest.read_from or now - oldest.accepted_at >= EVICTION_GRACE_SECONDS):
+            return None
+        return oldest
 
     def start_idle_sweeper(self) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self._sweep_timeouts())
@@ -491,6 +505,8 @@ class ClientConnection(asyncio.Protocol):
         self.head_received = 0  # raw bytes received while in the head (what httptools holds for a long line)
         self.messages_completed = 0
         self.authenticated = False  # a request on this connection was read whole and passed the key check
+        self.accepted_at = 0.0  # the loop's time
+        self.read_from = False
         self.to_client: list[bytes] = []
         self.writing_paused = False
         self.reading_paused = False
@@ -503,7 +519,8 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         proxy = self.proxy
-        if proxy.closing or not proxy.admit():
+        self.accepted_at = now = asyncio.get_running_loop().time()
+        if proxy.closing or not proxy.admit(now):
             # Refused before anything is made for it: one small write and a close.
             self.closed = self.discarding = True
             transport.write(_AT_CAPACITY)  # type: ignore[attr-defined]
@@ -521,6 +538,7 @@ class ClientConnection(asyncio.Protocol):
         if self.discarding:
             return
         assert self.parser is not None
+        self.read_from = True
         in_head = self.in_head
         completed = self.messages_completed
         try:
