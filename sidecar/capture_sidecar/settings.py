@@ -42,9 +42,10 @@ CALLER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 DEFAULT_MODEL_NAME = "unknown"
 MAX_API_KEYS = 1000
-# Client connection bounds (docs/capture-sidecar.md, *Connection bounds*). A connection costs ~5 KiB of the
-# sidecar's memory when idle and up to its 64 KiB head while the head is read; 1024 connections (of which at most
-# 256 before their first request is authenticated) fit the ~80 MiB the body and upload bounds leave of 512 MiB.
+# Client connection bounds (docs/capture-sidecar.md, *Connection bounds*). A connection costs ~3 KiB of the
+# sidecar's memory when idle and ~105 KiB while it holds a head near the 64 KiB cap (measured); 1024 connections
+# (at most 256 before their first request is authenticated: ~27 MiB) fit the ~80 MiB the body and upload bounds
+# leave of 512 MiB.
 DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
 # Longer than the idle timeouts of the pools in front (ALB 60 s): the side in front closes first, so a request
 # never meets a connection the sidecar is closing.

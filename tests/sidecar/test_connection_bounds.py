@@ -5,6 +5,7 @@ and never costs an exchange; a client with the key is served throughout."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import time
 from types import SimpleNamespace
@@ -45,19 +46,10 @@ def response_on(sock: socket.socket, request: bytes = AUTHENTICATED_REQUEST) -> 
     """The status line of the response to one request on an open keep-alive connection."""
     sock.settimeout(10)
     sock.sendall(request)
-    received = b""
-    while b"\r\n\r\n" not in received:
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        received += piece
-    head, _, body = received.partition(b"\r\n\r\n")
-    length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
-    )
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head.split(b"\r\n")[0]
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    response.read()
+    return f"HTTP/1.1 {response.status} {response.reason}".encode()
 
 
 def keyed_connections(port: int, count: int) -> list[socket.socket]:
