@@ -20,6 +20,10 @@ DROP_SHUTDOWN_TIMEOUT = "shutdown_timeout"
 # MAX_INFLIGHT_BODY_BYTES was reached: the request is served, its capture is not kept.
 DROP_MEMORY_FULL = "memory_full"
 DROP_REASONS = (DROP_QUEUE_FULL, DROP_UPLOAD_FAILED, DROP_SPOOL_FULL, DROP_SHUTDOWN_TIMEOUT, DROP_MEMORY_FULL)
+# Client connections closed by a bound (docs/capture-sidecar.md, *Connection bounds*).
+CONNECTION_CAP_MAX_CONNECTIONS = "max_connections"
+CONNECTION_CAP_MAX_UNAUTHENTICATED = "max_unauthenticated"
+CONNECTION_CAPS = (CONNECTION_CAP_MAX_CONNECTIONS, CONNECTION_CAP_MAX_UNAUTHENTICATED)
 
 # Upper bounds (seconds) of the latency histograms, fixed for LLM traffic: a first token comes in tens of
 # milliseconds when idle and in seconds when requests queue; a whole generation takes up to minutes.
@@ -84,6 +88,14 @@ class SidecarMetrics:
     records_spooled: int = 0
     requests_rejected_memory: int = 0
     requests_unauthorized: int = 0
+    # New connections refused at MAX_CONNECTIONS; open ones closed to make room, by the cap that was reached.
+    connections_rejected: Counter[str] = field(default_factory=Counter)
+    connections_evicted: Counter[str] = field(default_factory=Counter)
+    header_timeouts: int = 0
+    idle_timeouts: int = 0
+    half_open_closed: int = 0
+    connections_open: Callable[[], int] = lambda: 0
+    connections_unauthenticated: Callable[[], int] = lambda: 0
     queue_depth: Callable[[], int] = lambda: 0
     spool_bytes: Callable[[], int] = lambda: 0
     inflight_body_bytes: Callable[[], int] = lambda: 0
@@ -160,6 +172,43 @@ class SidecarMetrics:
             "requests_unauthorized",
             "Requests answered 401 because they carried none of the keys (API_KEY, API_KEYS_FILE) as a bearer token.",
             self.requests_unauthorized,
+        )
+        metric(
+            "connections_rejected_total",
+            "counter",
+            "New client connections refused (503, closed at once), by the cap reached (with no connection to evict).",
+            [(f'{{reason="{reason}"}}', self.connections_rejected[reason]) for reason in CONNECTION_CAPS],
+        )
+        metric(
+            "connections_evicted_total",
+            "counter",
+            "Open client connections closed to make room for a new one, by the cap reached (the oldest without an "
+            "authenticated request, or at MAX_CONNECTIONS first one lingering after its answer).",
+            [(f'{{reason="{reason}"}}', self.connections_evicted[reason]) for reason in CONNECTION_CAPS],
+        )
+        counter(
+            "header_timeouts",
+            "Client connections closed because a request head did not arrive whole within HEADER_TIMEOUT_SECONDS.",
+            self.header_timeouts,
+        )
+        counter(
+            "idle_timeouts",
+            "Keep-alive client connections closed after IDLE_TIMEOUT_SECONDS without a request.",
+            self.idle_timeouts,
+        )
+        counter(
+            "half_open_closed",
+            "Client connections closed because the client ended its side (EOF) in the middle of a request.",
+            self.half_open_closed,
+        )
+        metric(
+            "connections_open", "gauge", "Client connections open on the proxy port.", [("", self.connections_open())]
+        )
+        metric(
+            "connections_unauthenticated",
+            "gauge",
+            "Client connections open whose first request is not yet read whole and authenticated.",
+            [("", self.connections_unauthenticated())],
         )
         metric(
             "inflight_body_bytes",

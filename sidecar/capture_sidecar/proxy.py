@@ -36,7 +36,12 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from .metrics import DROP_MEMORY_FULL, SidecarMetrics
+from .metrics import (
+    CONNECTION_CAP_MAX_CONNECTIONS,
+    CONNECTION_CAP_MAX_UNAUTHENTICATED,
+    DROP_MEMORY_FULL,
+    SidecarMetrics,
+)
 from .records import (
     PARTIAL_CLIENT_DISCONNECTED,
     PARTIAL_UPSTREAM_BROKEN,
@@ -76,11 +81,16 @@ INFERENCE_ID_HEADER = b"x-amzn-sagemaker-inference-id"
 
 UPSTREAM_WARNING_INTERVAL_SECONDS = 10.0
 UPSTREAM_CONNECT_TIMEOUT_SECONDS = 10.0
-# Like aiohttp's server default: an idle keep-alive client connection is closed after this.
-CLIENT_IDLE_TIMEOUT_SECONDS = 75.0
-IDLE_SWEEP_SECONDS = 5.0
+# The header and idle timeouts are checked this often (at most; a tenth of the shorter timeout if less).
+TIMEOUT_SWEEP_SECONDS = 0.5
+# An unauthenticated connection is evicted to make room only once it was read from or is this old (by the event
+# loop's clock, which uvloop advances once per iteration): a client accepted in the same burst as hundreds of others
+# has sent its head but has not been read yet, and must not be the one closed.
+EVICTION_GRACE_SECONDS = 0.05
 # Request line plus headers; more gets 431 (nginx allows 4 x 8 KiB, aiohttp 8 KiB a line).
 MAX_REQUEST_HEAD_BYTES = 64 * 1024
+# Header lines of one request; more gets 431 (each costs ~130 bytes of Python objects beyond its text).
+MAX_REQUEST_HEADERS = 256
 # Body bytes of one request kept while its upstream connection is being opened; past this the
 # client is not read from until the connection is up (back-pressure, not buffering).
 MAX_PENDING_BODY_BYTES = 256 * 1024
@@ -117,6 +127,12 @@ def _plain_response(status: int, reason: str, message: str, *, close: bool, extr
         + _CRLF
         + body
     )
+
+
+# What a connection refused at MAX_CONNECTIONS gets before the close (made once).
+_AT_CAPACITY = _plain_response(
+    503, "Service Unavailable", "too many connections, retry later", close=True, extra=b"Retry-After: 1\r\n"
+)
 
 
 class MemoryBudget:
@@ -178,10 +194,10 @@ class _Exchange:
         "url",
     )
 
-    def __init__(self) -> None:
-        self.method = b""
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
+    def __init__(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], t_head: float) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
         self.body_mode = BODY_NONE
         self.declared_length = 0
         self.request_done = False
@@ -211,7 +227,7 @@ class _Exchange:
         self.status = 0  # the final status the client got (0: none yet)
         # perf_counter() moments: the first byte of the request head, the request fully received, the first
         # response body byte from the model server (0.0: not yet).
-        self.t_head = perf_counter()
+        self.t_head = t_head
         self.t_request_done = 0.0
         self.t_first_chunk = 0.0
 
@@ -283,6 +299,18 @@ class CaptureProxy:
             _key_digest(entry.key.encode()): (entry.key.encode(), entry.caller_id) for entry in settings.api_keys
         }
         self.connections: set[ClientConnection] = set()
+        # Connection bounds (docs/capture-sidecar.md, *Connection bounds*). Each dict is in the order of its
+        # deadlines: every entry is "now + one constant" when it is made, so the sweeper only looks at the front.
+        self.header_timeout = settings.header_timeout_seconds
+        self.idle_timeout = settings.idle_timeout_seconds
+        self.max_connections = settings.max_connections
+        self.max_unauthenticated = settings.max_unauthenticated
+        self.head_deadlines: dict[ClientConnection, float] = {}  # reading a head, no exchange in flight
+        self.idle_deadlines: dict[ClientConnection, float] = {}  # keep-alive, no exchange, no byte of a head
+        self.unauthenticated: dict[ClientConnection, None] = {}  # no request read whole and authenticated yet
+        self.lingering: dict[ClientConnection, None] = {}  # answered, closing (see ClientConnection._close)
+        metrics.connections_open = lambda: len(self.connections)
+        metrics.connections_unauthenticated = lambda: len(self.unauthenticated)
         self.closing = False
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
 
@@ -388,16 +416,59 @@ class CaptureProxy:
         exchange.input_chunks = []
         exchange.output_chunks = []
 
-    def start_idle_sweeper(self) -> asyncio.Task[None]:
-        return asyncio.get_running_loop().create_task(self._sweep_idle())
+    def admit(self, now: float) -> bool:
+        """A new client connection (``now``: the loop's time): room is made for it, or it is refused (False).
 
-    async def _sweep_idle(self) -> None:
-        loop = asyncio.get_running_loop()
+        At MAX_UNAUTHENTICATED the oldest connection without an authenticated request is closed: refusing the new
+        one instead would let a client that holds that many half-sent heads lock every new client out, while
+        evicting makes it open connections faster than honest heads arrive and are read. The oldest is spared while
+        it was never read and is younger than EVICTION_GRACE_SECONDS (then the new one is refused). At
+        MAX_CONNECTIONS (the rest are authenticated or answered) one lingering after its answer, else the oldest
+        unauthenticated by the same rule, is closed; with neither, the new connection is refused."""
+        metrics = self.metrics
+        if len(self.connections) >= self.max_connections:
+            cap = CONNECTION_CAP_MAX_CONNECTIONS
+            victim = next(iter(self.lingering), None) or self._evictable(now)
+        elif len(self.unauthenticated) >= self.max_unauthenticated:
+            cap = CONNECTION_CAP_MAX_UNAUTHENTICATED
+            victim = self._evictable(now)
+        else:
+            return True
+        if victim is None:
+            metrics.connections_rejected[cap] += 1
+            return False
+        metrics.connections_evicted[cap] += 1
+        victim.abort()
+        return True
+
+    def _evictable(self, now: float) -> ClientConnection | None:
+        oldest = next(iter(self.unauthenticated), None)
+        if oldest is None or not (oldest.read_from or now - oldest.accepted_at >= EVICTION_GRACE_SECONDS):
+            return None
+        return oldest
+
+    def start_idle_sweeper(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._sweep_timeouts())
+
+    async def _sweep_timeouts(self) -> None:
+        interval = min(TIMEOUT_SWEEP_SECONDS, self.header_timeout / 10, self.idle_timeout / 10)
+        metrics = self.metrics
         while True:
-            await asyncio.sleep(IDLE_SWEEP_SECONDS)
-            deadline = loop.time() - CLIENT_IDLE_TIMEOUT_SECONDS
-            for connection in list(self.connections):
-                connection.close_if_idle_since(deadline)
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for deadlines in (self.head_deadlines, self.idle_deadlines):
+                while deadlines:
+                    connection, deadline = next(iter(deadlines.items()))
+                    if deadline > now:
+                        break
+                    del deadlines[connection]
+                    if connection.exchanges:
+                        continue  # an exchange in flight: no timeout of these applies
+                    if deadlines is self.head_deadlines:
+                        metrics.header_timeouts += 1
+                    else:
+                        metrics.idle_timeouts += 1
+                    connection.abort()
 
     def stop_accepting(self) -> None:
         """SIGTERM: idle connections close now, busy ones after their current response."""
@@ -422,32 +493,54 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, proxy: CaptureProxy) -> None:
         self.proxy = proxy
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
+        self.parser: httptools.HttpRequestParser | None = None  # made once the connection is admitted
         self.exchanges: deque[_Exchange] = deque()  # [0] is the one being proxied
-        self.parsing: _Exchange | None = None  # the request being parsed
-        self.head_bytes = 0
+        self.parsing: _Exchange | None = None  # the request whose body is being read (its head was accepted)
+        # The head being read: kept on the connection, not in an exchange, until it is whole and authenticated.
+        self.in_head = False
+        self.head_url = b""
+        self.head_headers: list[tuple[bytes, bytes]] = []
+        self.head_started = 0.0  # perf_counter() of its first byte (0.0: no head begun)
+        self.head_bytes = 0  # url and header bytes seen by the callbacks
+        self.head_received = 0  # raw bytes received while in the head (what httptools holds for a long line)
+        self.messages_completed = 0
+        self.authenticated = False  # a request on this connection was read whole and passed the key check
+        self.accepted_at = 0.0  # the loop's time
+        self.read_from = False
         self.to_client: list[bytes] = []
         self.writing_paused = False
         self.reading_paused = False
         self.upstream_full = False  # the upstream connection's write buffer is over its mark
         self.closed = False
         self.close_after_response = False
-        self.idle_since = 0.0
         self.discarding = False  # answered and closing: what the client still sends is dropped
 
     # ----- asyncio.Protocol -----
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        proxy = self.proxy
+        self.accepted_at = now = asyncio.get_running_loop().time()
+        if proxy.closing or not proxy.admit(now):
+            # Refused before anything is made for it: one small write and a close.
+            self.closed = self.discarding = True
+            transport.write(_AT_CAPACITY)  # type: ignore[attr-defined]
+            transport.close()
+            return
         self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        self.proxy.connections.add(self)
-        self.idle_since = asyncio.get_running_loop().time()
-        if self.proxy.closing:
-            transport.close()
+        self.parser = httptools.HttpRequestParser(self)
+        proxy.connections.add(self)
+        proxy.unauthenticated[self] = None
+        # The first head must be whole within the header timeout from the connection.
+        proxy.head_deadlines[self] = time.monotonic() + proxy.header_timeout
 
     def data_received(self, data: bytes) -> None:
         if self.discarding:
             return
+        assert self.parser is not None
+        self.read_from = True
+        in_head = self.in_head
+        completed = self.messages_completed
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
@@ -466,15 +559,30 @@ class ClientConnection(asyncio.Protocol):
             if not self.closed:
                 self._reject(400, "Bad Request", f"malformed request ({error})")
             return
-        if not self.closed:
-            self._pump()
+        if self.closed:
+            return
+        # httptools joins the pieces of a header line before on_header: count what arrives while a head is read, so
+        # one endless line is bounded like many (a head begun after a request in this same read: from the next one).
+        if self.in_head and (in_head or completed == self.messages_completed):
+            self.head_received += len(data)
+            if self.head_received > MAX_REQUEST_HEAD_BYTES:
+                try:
+                    self._head_too_large()
+                except _Rejected:
+                    return
+        self._pump()
 
     def eof_received(self) -> bool:
         if self.discarding:
             return False
-        # A client that half-closes after its request still gets the response (then we close).
-        if not self.exchanges and self.parsing is None:
+        if self.parsing is not None or (self.in_head and not self.exchanges):
+            # The client ended its side in the middle of a request, which can never be complete: close now.
+            self.proxy.metrics.half_open_closed += 1
             return False
+        if not self.exchanges:
+            return False
+        # A client that half-closes after its request still gets the response (then we close); a head it began
+        # after that request is never completed.
         self.close_after_response = True
         return True
 
@@ -482,7 +590,9 @@ class ClientConnection(asyncio.Protocol):
         # Not closed by the sidecar: the client went away (reset or closed) with the response not yet complete.
         by_client = not self.closed
         self.closed = True
+        self._forget()
         self.proxy.connections.discard(self)
+        self.proxy.lingering.pop(self, None)
         for index, exchange in enumerate(self.exchanges):
             upstream = exchange.upstream
             if upstream is not None:
@@ -511,36 +621,41 @@ class ClientConnection(asyncio.Protocol):
     # ----- httptools callbacks -----
 
     def on_message_begin(self) -> None:
-        exchange = _Exchange()  # its t_head is now: the first byte of the request head
-        self.parsing = exchange
-        self.head_bytes = 0
-        self.exchanges.append(exchange)
+        self.in_head = True
+        self.head_started = perf_counter()  # the exchange's t_head: the first byte of the request head
+        self.head_url = b""
+        self.head_headers = []
+        self.head_bytes = self.head_received = 0
+        if not self.exchanges:
+            proxy = self.proxy
+            # Idle keep-alive until now: the header timeout runs from this first byte (on a new connection it
+            # already runs, from the connection).
+            if proxy.idle_deadlines.pop(self, None) is not None:
+                proxy.head_deadlines[self] = time.monotonic() + proxy.header_timeout
 
     def on_url(self, url: bytes) -> None:
-        exchange = self.parsing
-        assert exchange is not None
-        exchange.url += url
+        self.head_url += url
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        exchange = self.parsing
-        assert exchange is not None
-        exchange.headers.append((name, value))
+        headers = self.head_headers
+        headers.append((name, value))
         self._count_head(len(name) + len(value) + 4)
+        if len(headers) > MAX_REQUEST_HEADERS:
+            self._head_too_large()
 
     def on_headers_complete(self) -> None:
-        exchange = self.parsing
-        assert exchange is not None
         proxy = self.proxy
         parser = self.parser
+        assert parser is not None
+        self.in_head = False
+        proxy.head_deadlines.pop(self, None)
         proxy.metrics.requests_proxied += 1
-        exchange.method = method = parser.get_method()
-        exchange.http10 = parser.get_http_version() == "1.0"
-        exchange.keep_alive = parser.should_keep_alive() and not proxy.closing
+        headers = self.head_headers
         content_length = None
-        authorization = None
+        authorization = request_type = inference_id = None
         chunked = expect_continue = False
-        for name, value in exchange.headers:
+        for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":
                 content_length = int(value)  # llhttp has validated it
@@ -549,18 +664,37 @@ class ClientConnection(asyncio.Protocol):
             elif lower == b"expect" and value.strip().lower() == b"100-continue":
                 expect_continue = True
             elif lower == b"content-type":
-                exchange.request_type = _decode(value)
+                request_type = value
             elif lower == INFERENCE_ID_HEADER:
-                exchange.inference_id = _decode(value)
+                inference_id = value
             elif lower == b"authorization":
                 authorization = value
+        caller_id = None
         if proxy.api_keys:
-            exchange.caller_id = _authenticated_caller(authorization, proxy.api_keys)
-            if exchange.caller_id is None:
-                # Checked first, before anything is forwarded or captured: an unauthenticated client learns nothing.
+            caller_id = _authenticated_caller(authorization, proxy.api_keys)
+            if caller_id is None:
+                # Checked first, before anything is made, forwarded or captured: an unauthenticated client learns
+                # nothing and costs no exchange.
                 proxy.metrics.requests_unauthorized += 1
                 self._reject(401, "Unauthorized", "missing or wrong API key", extra=b"WWW-Authenticate: Bearer\r\n")
                 raise _Rejected
+        if not self.authenticated:
+            self.authenticated = True
+            proxy.unauthenticated.pop(self, None)
+        exchange = _Exchange(parser.get_method(), self.head_url, headers, self.head_started)
+        self.head_headers = []
+        self.head_url = b""
+        self.head_started = 0.0
+        self.parsing = exchange
+        self.exchanges.append(exchange)
+        method = exchange.method
+        exchange.http10 = parser.get_http_version() == "1.0"
+        exchange.keep_alive = parser.should_keep_alive() and not proxy.closing
+        exchange.caller_id = caller_id
+        if request_type is not None:
+            exchange.request_type = _decode(request_type)
+        if inference_id is not None:
+            exchange.inference_id = _decode(inference_id)
         if content_length is not None and content_length > proxy.max_request_body:
             self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
             raise _Rejected
@@ -620,6 +754,7 @@ class ClientConnection(asyncio.Protocol):
         exchange = self.parsing
         assert exchange is not None
         self.parsing = None
+        self.messages_completed += 1
         exchange.request_done = True
         exchange.t_request_done = perf_counter()
         if exchange.body_mode == BODY_CHUNKED:
@@ -644,8 +779,13 @@ class ClientConnection(asyncio.Protocol):
     def _count_head(self, size: int) -> None:
         self.head_bytes += size
         if self.head_bytes > MAX_REQUEST_HEAD_BYTES:
-            self._reject(431, "Request Header Fields Too Large", "request head over 64 KiB")
-            raise _Rejected
+            self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self._reject(
+            431, "Request Header Fields Too Large", f"request head over 64 KiB or {MAX_REQUEST_HEADERS} header lines"
+        )
+        raise _Rejected
 
     def _upstream_head(self, exchange: _Exchange, length: int | None) -> bytes:
         named = (
@@ -758,10 +898,16 @@ class ClientConnection(asyncio.Protocol):
             # cannot be told apart from the next request without reading it, so close.
             self._close()
             return
-        self.idle_since = asyncio.get_running_loop().time()
-        if self.proxy.closing and not self.exchanges and self.parsing is None:
-            self._close()
-            return
+        proxy = self.proxy
+        if not self.exchanges:
+            if proxy.closing and self.parsing is None:
+                self._close()
+                return
+            # No exchange in flight: the idle timeout runs, or the header timeout for a head begun meanwhile.
+            if self.in_head:
+                proxy.head_deadlines[self] = time.monotonic() + proxy.header_timeout
+            else:
+                proxy.idle_deadlines[self] = time.monotonic() + proxy.idle_timeout
         self._pump()
 
     def fail_exchange(self, exchange: _Exchange, status: int, message: str) -> None:
@@ -811,12 +957,16 @@ class ClientConnection(asyncio.Protocol):
         if exchange is not None:
             exchange.status = status  # counted by status class; never recorded
             self.proxy.end_exchange(exchange, own_answer=True)
+        elif self.head_started:
+            # Refused with its head (401, 431, 400): no exchange was made, the answer is counted all the same.
+            self.proxy.metrics.observe_exchange(status, perf_counter() - self.head_started, None)
         self._close(linger=True)
 
     def _close(self, *, linger: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
+        self._forget()
         transport = self.transport
         for exchange in self.exchanges:
             if exchange.upstream is not None:
@@ -833,6 +983,7 @@ class ClientConnection(asyncio.Protocol):
             # makes the kernel send a reset, which can destroy the answer (413, 503) before the
             # client reads it. Send it and a FIN, drop what still arrives, close a bit later.
             self.discarding = True
+            self.proxy.lingering[self] = None  # the first to go if MAX_CONNECTIONS are reached
             transport.write_eof()
             if self.reading_paused:
                 self.reading_paused = False
@@ -849,12 +1000,18 @@ class ClientConnection(asyncio.Protocol):
             for exchange in self.exchanges:
                 exchange.keep_alive = False
 
-    def close_if_idle_since(self, deadline: float) -> None:
-        if not self.exchanges and self.idle_since < deadline:
-            self._close()
+    def _forget(self) -> None:
+        """Off every timeout and cap list (closing)."""
+        proxy = self.proxy
+        proxy.head_deadlines.pop(self, None)
+        proxy.idle_deadlines.pop(self, None)
+        proxy.unauthenticated.pop(self, None)
 
     def abort(self) -> None:
+        """Close at once, nothing flushed (a timeout, a cap, the end of the shutdown grace)."""
         self._close()
+        self.proxy.connections.discard(self)
+        self.proxy.lingering.pop(self, None)
         if self.transport is not None:
             self.transport.abort()
 

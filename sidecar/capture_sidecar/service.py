@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import resource
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +26,27 @@ log = logging.getLogger("capture_sidecar")
 FLUSH_RESERVE_SECONDS = 5.0
 LISTEN_BACKLOG = 1024
 EXIT_CANNOT_LISTEN = 1
+# Beyond two per client connection (client, upstream): listeners, idle upstream connections, S3, the spool.
+SPARE_FILE_DESCRIPTORS = 512
+
+
+def raise_file_limit(max_connections: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to what MAX_CONNECTIONS needs (container runtimes may start at 1024), within
+    the hard limit; say so if the hard limit is lower."""
+    wanted = 2 * max_connections + SPARE_FILE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if new > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    if new < wanted:
+        log.warning(
+            "file descriptor limit %d is below the %d that MAX_CONNECTIONS=%d needs: lower MAX_CONNECTIONS",
+            new,
+            wanted,
+            max_connections,
+        )
 
 
 class UpstreamHealth:
@@ -84,6 +106,7 @@ def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event, upstream:
 async def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain and flush within SHUTDOWN_GRACE_SECONDS."""
     loop = asyncio.get_running_loop()
+    raise_file_limit(settings.max_connections)
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)

@@ -42,6 +42,16 @@ CALLER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 DEFAULT_MODEL_NAME = "unknown"
 MAX_API_KEYS = 1000
+# Client connection bounds (docs/capture-sidecar.md, *Connection bounds*). A connection costs ~3 KiB of the
+# sidecar's memory when idle and ~105 KiB while it holds a head near the 64 KiB cap (measured); 1024 connections
+# (at most 256 before their first request is authenticated: ~27 MiB) fit the ~80 MiB the body and upload bounds
+# leave of 512 MiB.
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+# Longer than the idle timeouts of the pools in front (ALB 60 s): the side in front closes first, so a request
+# never meets a connection the sidecar is closing.
+DEFAULT_IDLE_TIMEOUT_SECONDS = 75.0
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_MAX_UNAUTHENTICATED = 256
 MAX_API_KEYS_FILE_BYTES = 1024 * 1024
 
 
@@ -95,6 +105,10 @@ class Settings:
     # Every accepted key: API_KEY (if set) first, then API_KEYS_FILE's; empty: no authentication.
     api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
     model_name: str = DEFAULT_MODEL_NAME
+    header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
 
 
 class SettingsError(Exception):
@@ -324,6 +338,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
     api_key = _read_api_key(reader)
     spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
+    max_connections = reader.integer("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16, 1_000_000)
+    max_unauthenticated = reader.integer("MAX_UNAUTHENTICATED", DEFAULT_MAX_UNAUTHENTICATED, 1, 1_000_000)
+    if max_unauthenticated > max_connections:
+        reader.fail(
+            "MAX_UNAUTHENTICATED", str(max_unauthenticated), f"must not exceed MAX_CONNECTIONS ({max_connections})"
+        )
     settings = Settings(
         upstream_url=(upstream_url or "").rstrip("/"),
         listen_host=reader.text("LISTEN_HOST", "0.0.0.0", lambda _: None) or "0.0.0.0",
@@ -362,6 +382,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             lambda value: None if MODEL_NAME.match(value) else "must be 1-128 letters, digits and '._:/@+-'",
         )
         or DEFAULT_MODEL_NAME,
+        header_timeout_seconds=reader.number("HEADER_TIMEOUT_SECONDS", DEFAULT_HEADER_TIMEOUT_SECONDS, 0.1, 300),
+        idle_timeout_seconds=reader.number("IDLE_TIMEOUT_SECONDS", DEFAULT_IDLE_TIMEOUT_SECONDS, 0.1, 3600),
+        max_connections=max_connections,
+        max_unauthenticated=max_unauthenticated,
     )
     if reader.problems:
         raise SettingsError(reader.problems)
