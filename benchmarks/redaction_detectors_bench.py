@@ -33,21 +33,36 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 PLANTED = {
     "email": ["alice.smith@example.com", "ops+alerts@mail.example.co.uk", "x_y.z@sub.example.org"],
     "phone": ["+44 20 7946 0958", "(415) 555-0100", "415-555-0199", "+1 415 555 0123", "+49 30 901820"],
-    "access_token": ["AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
-                     "xoxb-1234567890-abcdefghijkl", "hf_abcdefghijklmnopqrstuvwxyz0123456789",
-                     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"],
+    "access_token": [
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "xoxb-1234567890-abcdefghijkl",
+        "hf_abcdefghijklmnopqrstuvwxyz0123456789",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ],
     "aws_secret_key": ["aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"],
-    "private_key": ["-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
-                    "-----END RSA PRIVATE KEY-----"],
+    "private_key": [
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
+        "-----END RSA PRIVATE KEY-----"
+    ],
     "payment_card": ["4111 1111 1111 1111", "5500-0000-0000-0004", "340000000000009"],
     "us_ssn": ["123-45-6789", "078-05-1120"],
     "iban": ["GB82 WEST 1234 5698 7654 32", "DE89370400440532013000"],
-}  # fmt: skip
+}
 LOOK_ALIKES = [
-    "order 12345678901 shipped", "2026-11-30T10:15:00Z", "version 1.2.3.4", "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
-    "id 550e8400-e29b-41d4-a716-446655440000", "9,45,45,42,7,5,0", "ISBN 978-3-16-148410-0", "port 8080",
-    "build 4111111111111112", "ticket 123-45-678", "tracking 1Z999AA10123456784", "ts 1764497700123",
-]  # fmt: skip
+    "order 12345678901 shipped",
+    "2026-11-30T10:15:00Z",
+    "version 1.2.3.4",
+    "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
+    "id 550e8400-e29b-41d4-a716-446655440000",
+    "9,45,45,42,7,5,0",
+    "ISBN 978-3-16-148410-0",
+    "port 8080",
+    "build 4111111111111112",
+    "ticket 123-45-678",
+    "tracking 1Z999AA10123456784",
+    "ts 1764497700123",
+]
 
 
 def corpus(count: int, seed: int = 3) -> tuple[list[str], list[tuple[int, str, str]], list[int]]:
@@ -120,7 +135,9 @@ def main() -> None:
 
     texts, planted, look_alikes = corpus(args.texts)
     megabytes = sum(len(text.encode()) for text in texts) / 1e6
-    print(f"corpus: {len(texts)} texts, {megabytes:.1f} MB, {len(planted)} planted values, {len(look_alikes)} look-alikes")
+    print(
+        f"corpus: {len(texts)} texts, {megabytes:.1f} MB, {len(planted)} planted values, {len(look_alikes)} look-alikes"
+    )
     detectors = [
         ("processor rules (all defaults)", ours(DEFAULT_RULES), set(PLANTED)),
         ("processor rule phone", ours(("phone",)), {"phone"}),
@@ -138,8 +155,10 @@ def main() -> None:
         found = sum(index in flagged for index, _ in meant)
         missed = sorted({kind for index, kind in meant if index not in flagged})
         false = sum(index in flagged for index in look_alikes)
-        print(f"{name:34} {megabytes / seconds:8.1f} {found:>6}/{len(meant):<7} {false:>12}/{len(look_alikes):<7}  "
-              f"{', '.join(missed) or '-'}")  # fmt: skip
+        print(
+            f"{name:34} {megabytes / seconds:8.1f} {found:>6}/{len(meant):<7} {false:>12}/{len(look_alikes):<7}  "
+            f"{', '.join(missed) or '-'}"
+        )
 
 
 if __name__ == "__main__":
