@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aws_cdk import Duration
 
 from hyperpod_inference_iac import (
@@ -56,6 +55,7 @@ from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
 from hyperpod_inference_iac.validation import WRONG_TYPE, ConfigError, Problems, join_path
+from platform_config.document import read_document
 from platform_config.model import (
     AcknowledgedWarning,
     AlarmsConfig,
@@ -127,26 +127,15 @@ _SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluatio
 
 
 def load_config(path: str | Path) -> PlatformConfig:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError([], source=f"{path} (cannot be read: {error.strerror}; pass an existing file with "
-                                     f"CONFIG=path/to/file.yaml or -c config=path/to/file.yaml)") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problems = Problems()
-        problems.add("Config.InvalidYaml", where, f"is not valid YAML: {getattr(error, 'problem', error)}")
-        raise ConfigError(problems, source=str(path)) from None
-    return parse_config(data, source=str(path))
+    """The checked config of a file (read within bounds first: platform_config.document)."""
+    data, problems = read_document(path)
+    return parse_config(data, source=str(path), problems=problems)
 
 
-def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
-    """Every problem of the file in one :class:`ConfigError`, or the checked and planned config."""
-    problems = Problems()
+def parse_config(data: Any, *, source: str = "<config>", problems: Problems | None = None) -> PlatformConfig:
+    """Every problem of the file in one :class:`ConfigError` (with ``problems``, those found before, such as
+    duplicate keys), or the checked and planned config."""
+    problems = Problems() if problems is None else problems
     root = Section(data, "", problems)
     project = root.string("project", required=True, pattern=PROJECT,
                           hint="must be 3-20 characters of lowercase letters, digits and '-', starting with a "
