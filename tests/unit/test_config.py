@@ -184,9 +184,13 @@ CASES = [
      _put("alarms.capture.noCuratedOutput", {"evaluationPeriods": 200})),
     ("CertificateAlarms.ThresholdOutOfRange", "alarms.certificate.daysToExpiry.threshold",
      _put("alarms.certificate.daysToExpiry", {"threshold": 0})),
-    ("CertificateAlarms.OtherRegion", "domain.existingCertificateArn", _set(
+    # The certificate's region is EndpointDomain's rule (the load balancers'); the alarm's is not reported again.
+    ("EndpointDomain.CertificateOtherRegion", "domain.existingCertificateArn", _set(
         "domain.existingCertificateArn",
         "arn:aws:acm:us-east-1:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
+    ("EndpointDomain.CertificateOtherAccount", "domain.existingCertificateArn", _set(
+        "domain.existingCertificateArn",
+        "arn:aws:acm:us-west-2:444455556666:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
     ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.droppedRecords.threshold",
      _put("alarms.sidecar.droppedRecords", {"threshold": -1})),
     ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.noMetrics.threshold",
