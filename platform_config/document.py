@@ -8,6 +8,7 @@ time or memory, each refusal one problem with a code and the place (the line, or
 * ``Config.NotUtf8``: a UTF-16/UTF-32 file (byte order mark, or NUL bytes) or bytes that are not UTF-8; a
   UTF-8 byte order mark is tolerated;
 * ``Config.TooDeep``: mappings and lists nested more than :data:`MAX_DEPTH` levels;
+* ``Config.TooManyItems``: a list or mapping of more than :data:`MAX_ITEMS` entries;
 * ``Config.AliasNotAllowed``: YAML anchors (``&name``) and aliases (``*name``). An alias is a reference: a
   small file can name one node a billion times ("billion laughs"), and every walk of the data (the checks,
   the problems' quoted values, the charts' schema validation, the rendered manifests) pays for the expanded
@@ -42,10 +43,15 @@ MAX_FILE_BYTES = 1 << 20
 # Nesting of mappings and lists: the deepest key of config/default.yaml is 9 levels down
 # (models[i].spec.autoScalingSpec...); 64 leaves room for any CRD spec and keeps every recursive walk short.
 MAX_DEPTH = 64
+# Entries of one list or mapping: the longest list of config/default.yaml has 8 (capture.redact); a platform
+# lists tens of models or endpoint names, AWS allows 50 tags. The bound keeps every check that compares
+# entries with each other (duplicates, overlaps) far from quadratic time on a file of 100,000 tiny entries.
+MAX_ITEMS = 1000
 
 FILE_TOO_LARGE = "Config.FileTooLarge"
 NOT_UTF8 = "Config.NotUtf8"
 TOO_DEEP = "Config.TooDeep"
+TOO_MANY_ITEMS = "Config.TooManyItems"
 ALIAS_NOT_ALLOWED = "Config.AliasNotAllowed"
 DUPLICATE_KEY = "Config.DuplicateKey"
 INVALID_YAML = "Config.InvalidYaml"
@@ -106,6 +112,7 @@ class _BoundedComposer(Composer):
             tag = self.resolve(SequenceNode, None, start.implicit)
         node = SequenceNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
         while not self.check_event(SequenceEndEvent):
+            self._check_items(node)
             self._path.append(len(node.value))
             node.value.append(self.compose_node(node, len(node.value)))
             self._path.pop()
@@ -120,6 +127,7 @@ class _BoundedComposer(Composer):
         node = MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
         lines: dict[Any, int] = {}
         while not self.check_event(MappingEndEvent):
+            self._check_items(node)
             key = self.compose_node(node, None)
             name = self._key(key)
             self._path.append("?" if name is None else str(name))
@@ -132,6 +140,12 @@ class _BoundedComposer(Composer):
             node.value.append((key, value))
         node.end_mark = self.get_event().end_mark
         return node
+
+    def _check_items(self, node: Node) -> None:
+        if len(node.value) >= MAX_ITEMS:
+            kind = "list" if isinstance(node, SequenceNode) else "mapping"
+            raise _Refused(TOO_MANY_ITEMS, f"a {kind} may have at most {MAX_ITEMS} entries; this one (at "
+                           f"{self._key_path() or 'the top level'}) has more", self.peek_event().start_mark)
 
     def _key(self, key: Node) -> Any:
         """A scalar key as the mapping will hold it (``true`` and ``yes`` are one key), or None."""
