@@ -105,12 +105,16 @@ class _BoundedComposer(Composer):
         finally:
             self._depth -= 1
 
-    def compose_sequence_node(self, anchor: str | None) -> SequenceNode:
+    def _start(self, kind: type[Node]) -> Any:
+        """The collection node of the start event next (its tag resolved as PyYAML's composer does)."""
         start = self.get_event()
         tag = start.tag
         if tag is None or tag == "!":
-            tag = self.resolve(SequenceNode, None, start.implicit)
-        node = SequenceNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+            tag = self.resolve(kind, None, start.implicit)
+        return kind(tag, [], start.start_mark, None, flow_style=start.flow_style)
+
+    def compose_sequence_node(self, anchor: str | None) -> SequenceNode:
+        node: SequenceNode = self._start(SequenceNode)
         while not self.check_event(SequenceEndEvent):
             self._check_items(node)
             self._path.append(len(node.value))
@@ -120,11 +124,7 @@ class _BoundedComposer(Composer):
         return node
 
     def compose_mapping_node(self, anchor: str | None) -> MappingNode:
-        start = self.get_event()
-        tag = start.tag
-        if tag is None or tag == "!":
-            tag = self.resolve(MappingNode, None, start.implicit)
-        node = MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        node: MappingNode = self._start(MappingNode)
         lines: dict[Any, int] = {}
         while not self.check_event(MappingEndEvent):
             self._check_items(node)
