@@ -36,9 +36,9 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from hyperpod_inference_iac.validation import ConfigError, Problems, join_path
 
-# 1 MiB: config/default.yaml, a full platform with three models, is 12 KiB; a hundred models stay under
-# 1 MiB. The bound is what makes the rest finite: the whole check of a 1 MiB file of the worst shapes
-# (tiny scalars, 100,000 bad tags) takes about a second and stays under a few hundred MiB.
+# 1 MiB: config/default.yaml, a full platform with three models, is 12 KiB; a hundred models stay far under
+# 1 MiB. The bound is what makes the rest finite: the slowest 1 MiB file measured, about 700 full model entries
+# each checked against its CRD schema, takes 4.5 s and 40 MiB; hostile shapes are refused in milliseconds.
 MAX_FILE_BYTES = 1 << 20
 # Nesting of mappings and lists: the deepest key of config/default.yaml is 9 levels down
 # (models[i].spec.autoScalingSpec...); 64 leaves room for any CRD spec and keeps every recursive walk short.
