@@ -74,6 +74,7 @@ from hyperpod_inference_iac.network import (
 )
 from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.regions import check_region
 from hyperpod_inference_iac.s3_access import (
     bucket_arn,
     grant_key_through_s3,
@@ -95,6 +96,7 @@ from hyperpod_inference_iac.sidecar_metrics import (
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
 )
+from hyperpod_inference_iac.tags import apply_tags, check_tags
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
 
@@ -155,6 +157,7 @@ __all__ = [
     "add_flow_logs",
     "alarm_table",
     "api_key_sync",
+    "apply_tags",
     "bucket_arn",
     "check_alarm_topic",
     "check_capture_alarms",
@@ -172,6 +175,8 @@ __all__ = [
     "check_log_retention",
     "check_platform_dashboard",
     "check_platform_vpc",
+    "check_region",
+    "check_tags",
     "check_workload_identity",
     "deploy_time_availability_zones",
     "describe_alarms",

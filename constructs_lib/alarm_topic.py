@@ -54,12 +54,13 @@ def check_alarm_topic(problems: Problems, at: KeyPaths = PROPS, *, topic_name: s
         if isinstance(values, str):
             problems.add(error, at.at(prop), "must be a list", values)
             continue
+        seen: set[str] = set()
         for index, value in enumerate(values):
             if is_unresolved(value):
                 continue
             if not isinstance(value, str) or not pattern.match(value):
                 problems.add(error, at.at(prop, index), message, value)
-            elif list(values).index(value) != index:
+            elif value in seen or seen.add(value):  # (add returns None: the first one is kept)
                 problems.add(f"{code}.DuplicateSubscriber", at.at(prop, index), "lists the same subscriber twice",
                              value)
 

@@ -202,10 +202,19 @@ def check_capture_pipeline(
     if isinstance(capture_prefixes, str) or not capture_prefixes:
         problems.add(f"{code}.NoCapturePrefixes", at.at("capture_prefixes"), "list at least one key prefix",
                      capture_prefixes)
+    valid = []
     for path, prefix in prefixes.items():
-        if not is_unresolved(prefix) and (not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/"):
+        if is_unresolved(prefix):
+            continue
+        if prefix == "":
+            # (Not "the default": an empty prefix is the whole bucket, the outputs and the access logs included.)
+            problems.add(f"{code}.EmptyPrefix", path, "must not be empty: that is the whole bucket, outputs "
+                         "included; leave the key out for the default 'data-capture/', or name a prefix", prefix)
+        elif not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/":
             problems.add(f"{code}.InvalidPrefix", path, "must be an S3 key prefix ending in '/', e.g. 'data/'", prefix)
-    paths = sorted(path for path, prefix in prefixes.items() if isinstance(prefix, str) and not is_unresolved(prefix))
+        else:
+            valid.append(path)
+    paths = sorted(valid)  # (an invalid prefix is one problem, not also an overlap)
     for index, first in enumerate(paths):
         for second in paths[index + 1 :]:
             a, b = prefixes[first], prefixes[second]

@@ -7,6 +7,7 @@ parent) before the deploy, or the certificate waits for validation until CloudFo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from aws_cdk import Stack
@@ -17,10 +18,17 @@ from constructs import Construct
 from hyperpod_inference_iac.patterns import DOMAIN_NAME
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
+_ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):certificate/\S+$")
+
 
 def check_endpoint_domain(problems: Problems, at: KeyPaths = PROPS, *, zone_name: str,
-                          endpoint_domains: Sequence[str]) -> None:
-    """Every rule of :class:`EndpointDomain`'s properties (a config loader calls it with its key paths)."""
+                          endpoint_domains: Sequence[str], certificate_arn: str | None = None,
+                          account: str | None = None, region: str | None = None) -> None:
+    """Every rule of :class:`EndpointDomain`'s properties (a config loader calls it with its key paths).
+
+    ``certificate_arn`` (an existing certificate's) must be in ``account`` and ``region``, the stack's: ACM
+    certificates cannot be shared between accounts, and a load balancer uses only its own region's."""
+    _check_certificate(problems, at, certificate_arn, account, region)
     zone_ok = is_unresolved(zone_name) or bool(DOMAIN_NAME.match(zone_name))
     if not zone_ok:
         problems.add("EndpointDomain.BadZoneName", at.at("zone_name"),
@@ -42,6 +50,24 @@ def check_endpoint_domain(problems: Problems, at: KeyPaths = PROPS, *, zone_name
     seen = [name for name in endpoint_domains if endpoint_domains.count(name) > 1]
     for name in sorted(set(seen)):
         problems.add("EndpointDomain.Duplicate", at.at("endpoint_domains"), "lists a name twice", name)
+
+
+def _check_certificate(problems: Problems, at: KeyPaths, arn: str | None, account: str | None,
+                       region: str | None) -> None:
+    if arn is None or is_unresolved(arn):
+        return
+    match = _ACM_ARN.match(arn)
+    if match is None:
+        problems.add("EndpointDomain.BadCertificateArn", at.at("certificate"), "must be an ACM certificate ARN", arn)
+        return
+    if account is not None and not is_unresolved(account) and match["account"] != account:
+        problems.add("EndpointDomain.CertificateOtherAccount", at.at("certificate"),
+                     f"is a certificate of account {match['account']}, not of {account} (the stack's): ACM "
+                     f"certificates cannot be shared between accounts; request or import it in {account}", arn)
+    if region is not None and not is_unresolved(region) and match["region"] != region:
+        problems.add("EndpointDomain.CertificateOtherRegion", at.at("certificate"),
+                     f"is a certificate of {match['region']}, not of {region} (the stack's): the endpoints' load "
+                     f"balancers use only certificates of their own region; request or import it in {region}", arn)
 
 
 class EndpointDomain(Construct):
@@ -69,7 +95,10 @@ class EndpointDomain(Construct):
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
-        check_endpoint_domain(problems, zone_name=zone_name, endpoint_domains=endpoint_domains)
+        stack = Stack.of(self)
+        check_endpoint_domain(problems, zone_name=zone_name, endpoint_domains=endpoint_domains,
+                              certificate_arn=certificate.certificate_arn if certificate is not None else None,
+                              account=stack.account, region=stack.region)
         problems.raise_if_any(f"EndpointDomain {self.node.path}")
         self.zone_name = zone_name
         self.endpoint_domains = tuple(endpoint_domains)

@@ -75,11 +75,20 @@ class Problems:
     """Collects problems. The same problem (code, path, value) is kept once, whoever reports it."""
 
     items: list[Problem] = field(default_factory=list)
+    # (code, path, repr of the value) of each problem kept: a file with 100,000 bad entries is checked in
+    # linear time, not by comparing each new problem with every earlier one.
+    _seen: set[tuple[str, str, str]] = field(default_factory=set, init=False, repr=False, compare=False)
+    _seen_of: int = field(default=0, init=False, repr=False, compare=False)  # len(items) _seen was made of
 
     def add(self, code: str, path: str, message: str, value: Any = _NOT_GIVEN) -> None:
         problem = Problem(code, path, message, value)
-        if not any(_same(problem, known) for known in self.items):
+        if self._seen_of != len(self.items):  # items given to the constructor or changed by a caller
+            self._seen = {_identity(known) for known in self.items}
+        identity = _identity(problem)
+        if identity not in self._seen:
+            self._seen.add(identity)
             self.items.append(problem)
+        self._seen_of = len(self.items)
 
     def extend(self, other: Iterable[Problem]) -> None:
         for problem in other:
@@ -103,8 +112,8 @@ class Problems:
             raise ConfigError(self.items, source=source)
 
 
-def _same(a: Problem, b: Problem) -> bool:
-    return a.code == b.code and a.path == b.path and repr(a.value) == repr(b.value)
+def _identity(problem: Problem) -> tuple[str, str, str]:
+    return problem.code, problem.path, repr(problem.value)
 
 
 def join_path(parent: str, child: str | int) -> str:

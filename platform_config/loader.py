@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aws_cdk import Duration
 
 from hyperpod_inference_iac import (
@@ -48,6 +47,8 @@ from hyperpod_inference_iac import (
     check_inference_operator,
     check_log_retention,
     check_platform_vpc,
+    check_region,
+    check_tags,
     sidecar_metrics,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
@@ -55,7 +56,8 @@ from hyperpod_inference_iac.charts.inference_chart import parse_model
 from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
-from hyperpod_inference_iac.validation import WRONG_TYPE, ConfigError, Problems, join_path
+from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
+from platform_config.document import read_document
 from platform_config.model import (
     AcknowledgedWarning,
     AlarmsConfig,
@@ -101,7 +103,7 @@ _HYPERPOD_KEYS = {"cluster_name": "clusterName", "node_recovery": "nodeRecovery"
 _INSTANCE_GROUP_KEYS = {"instance_type": "instanceType", "instance_count": "instanceCount",
                         "threads_per_core": "threadsPerCore", "ebs_volume_gib": "ebsVolumeGiB",
                         "deep_health_checks": "deepHealthChecks"}
-_DOMAIN_KEYS = {"zone_name": "zoneName", "endpoint_domains": "endpointDomains"}
+_DOMAIN_KEYS = {"zone_name": "zoneName", "endpoint_domains": "endpointDomains", "certificate": "existingCertificateArn"}
 _SUBSCRIBER_KEYS = {"https_endpoints": "httpsEndpoints", "lambda_function_arns": "lambdaFunctionArns",
                     "forward_to_topic_arns": "topicArns"}
 # Alarm blocks: config key -> (construct property, the construct's default settings).
@@ -127,43 +129,38 @@ _SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluatio
 
 
 def load_config(path: str | Path) -> PlatformConfig:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError([], source=f"{path} (cannot be read: {error.strerror}; pass an existing file with "
-                                     f"CONFIG=path/to/file.yaml or -c config=path/to/file.yaml)") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problems = Problems()
-        problems.add("Config.InvalidYaml", where, f"is not valid YAML: {getattr(error, 'problem', error)}")
-        raise ConfigError(problems, source=str(path)) from None
-    return parse_config(data, source=str(path))
+    """The checked config of a file (read within bounds first: platform_config.document)."""
+    data, problems = read_document(path)
+    return parse_config(data, source=str(path), problems=problems)
 
 
-def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
-    """Every problem of the file in one :class:`ConfigError`, or the checked and planned config."""
-    problems = Problems()
+def parse_config(data: Any, *, source: str = "<config>", problems: Problems | None = None) -> PlatformConfig:
+    """Every problem of the file in one :class:`ConfigError` (with ``problems``, those found before, such as
+    duplicate keys), or the checked and planned config."""
+    problems = Problems() if problems is None else problems
     root = Section(data, "", problems)
     project = root.string("project", required=True, pattern=PROJECT,
                           hint="must be 3-20 characters of lowercase letters, digits and '-', starting with a "
                                "letter (it prefixes bucket names, which S3 limits to 63 characters)") or "invalid"
     env_section = root.section("environment", required=True)
+    region = env_section.string("region", required=True, pattern=REGION.pattern,
+                                hint="must be an AWS region name such as us-west-2")
+    if region is not None:
+        check_region(problems, env_section.at("region"), region)
     environment = Environment(
         account=env_section.string("account", required=True, pattern=ACCOUNT_ID.pattern,
                                    hint="must be a 12-digit AWS account id, quoted in YAML") or "000000000000",
-        region=env_section.string("region", required=True, pattern=REGION.pattern,
-                                  hint="must be an AWS region name such as us-west-2") or "us-east-1",
+        # A placeholder after a problem: the region's consequences (a pandas layer, a certificate's region) are
+        # not reported again under other keys.
+        region=region if region is not None and not problems.has_at_or_below("environment.region")
+        else "us-east-1",
     )
     env_section.finish()
     config = PlatformConfig(
         source=source,
         project=project,
         environment=environment,
-        tags=root.string_map("tags"),
+        tags=_tags(root),
         capture=_capture(root.section("capture"), environment),
         logging=_logging(root.section("logging")),
         secrets=_secrets(root.section("secrets")),
@@ -171,7 +168,7 @@ def parse_config(data: Any, *, source: str = "<config>") -> PlatformConfig:
         cluster=_cluster(root.section("cluster", required=True)),
         hyperpod=_hyperpod(root.section("hyperpod", required=True)),
         operator=_operator(root.section("operator")),
-        domain=_domain(root.section("domain", required=True)),
+        domain=_domain(root.section("domain", required=True), environment),
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
@@ -193,7 +190,8 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
     defaults = CapturePolicy()
     redact = section.string_list("redact") if section.has("redact") else [str(rule) for rule in defaults.redact]
     policy = CapturePolicy(
-        prefix=section.string("prefix", default=defaults.prefix) or defaults.prefix,
+        # An explicit "" is the construct's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
+        prefix=_or_default(section.string("prefix", default=defaults.prefix), defaults.prefix),
         retention_days=_integer(section, "retentionDays", defaults.retention_days),
         noncurrent_version_retention_days=_integer(section, "noncurrentVersionRetentionDays",
                                                    defaults.noncurrent_version_retention_days),
@@ -368,7 +366,30 @@ def _operator(section: Section) -> OperatorConfig:
     return config
 
 
-def _domain(section: Section) -> DomainConfig:
+def _tags(root: Section) -> dict[str, str]:
+    """``tags``: key -> string value, each entry under its own key path; the tag rules are the construct's."""
+    problems = root.problems
+    value = root.raw("tags")
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(WRONG_TYPE, root.at("tags"), "must be a mapping of tag keys to string values", value)
+        return {}
+    tags = {}
+    for key, item in value.items():
+        path = join_path(root.at("tags"), str(key))
+        if not isinstance(key, str):
+            problems.add(WRONG_TYPE, path, "a tag key must be a string (quote it in YAML)", key)
+        elif not isinstance(item, str):
+            problems.add(WRONG_TYPE, path, "a tag value must be a string (quote it in YAML; an empty one is \"\")",
+                         item)
+        else:
+            tags[key] = item
+    check_tags(problems, KeyPaths(root.path), tags=tags)
+    return tags
+
+
+def _domain(section: Section, environment: Environment) -> DomainConfig:
     problems = section.problems
     config = DomainConfig(
         zone_name=section.string("zoneName", required=True) or "example.com",
@@ -379,8 +400,13 @@ def _domain(section: Section) -> DomainConfig:
                                                 hint="must be an ACM certificate ARN"),
     )
     section.finish()
+    # (Against a region or account with a problem of its own, the certificate is not checked: one mistake, one
+    # problem.)
+    checkable = not problems.has_at_or_below("environment")
     check_endpoint_domain(problems, KeyPaths(section.path, _DOMAIN_KEYS), zone_name=config.zone_name,
-                          endpoint_domains=config.endpoint_domains)
+                          endpoint_domains=config.endpoint_domains,
+                          certificate_arn=config.existing_certificate_arn if checkable else None,
+                          account=environment.account, region=environment.region)
     return config
 
 
@@ -417,7 +443,8 @@ def _alarms(section: Section, config: PlatformConfig) -> AlarmsConfig:
     check_certificate_alarms(problems, _alarm_paths(naming, certificate.path, _CERTIFICATE_ALARMS),
                              region=config.environment.region, certificate_arns=None, alarm_name_prefix=prefix,
                              days_to_expiry=alarms.certificate.get("days_to_expiry"))
-    if config.domain.existing_certificate_arn and not problems.has_at_or_below("environment"):
+    if (config.domain.existing_certificate_arn and not problems.has_at_or_below("environment")
+            and not problems.has_at_or_below("domain.existingCertificateArn")):  # (its region: EndpointDomain's)
         # The certificate the alarm watches is the config's: a problem with it is named after its key.
         check_certificate_alarms(problems, KeyPaths("domain", {"certificates.endpoints": "existingCertificateArn"}),
                                  region=config.environment.region,
@@ -502,6 +529,11 @@ def _acknowledged_warnings(root: Section) -> list[AcknowledgedWarning]:
         if warning_id and reason:
             acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason))
     return acknowledged
+
+
+def _or_default(value: str | None, default: str) -> str:
+    """A string value as read ("" included), or the default after a problem (None)."""
+    return default if value is None else value
 
 
 def _integer(section: Section, key: str, default: int) -> int:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import App, Aspects, Environment, Tags, Validations
+from aws_cdk import App, Aspects, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from hyperpod_inference_iac import LambdaLogRetention, retention_from_days
+from hyperpod_inference_iac import LambdaLogRetention, apply_tags, retention_from_days
 from platform_config import PlatformConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.storage_stack import StorageStack
@@ -27,8 +27,7 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
                            storage=storage.storage, pipeline=storage.pipeline, alarm_topic=storage.alarm_topic,
                            capture_alarms=storage.capture_alarms,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
-    for key, value in sorted(config.tags.items()):
-        Tags.of(app).add(key, value)
+    apply_tags(app, config.tags)
     # Every Lambda function, CDK's own helpers included, logs into a group with a retention.
     Aspects.of(app).add(LambdaLogRetention(retention_from_days(config.logging.retention_days)))
     return Platform(storage=storage, cluster=cluster)

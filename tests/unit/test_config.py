@@ -184,9 +184,13 @@ CASES = [
      _put("alarms.capture.noCuratedOutput", {"evaluationPeriods": 200})),
     ("CertificateAlarms.ThresholdOutOfRange", "alarms.certificate.daysToExpiry.threshold",
      _put("alarms.certificate.daysToExpiry", {"threshold": 0})),
-    ("CertificateAlarms.OtherRegion", "domain.existingCertificateArn", _set(
+    # The certificate's region is EndpointDomain's rule (the load balancers'); the alarm's is not reported again.
+    ("EndpointDomain.CertificateOtherRegion", "domain.existingCertificateArn", _set(
         "domain.existingCertificateArn",
         "arn:aws:acm:us-east-1:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
+    ("EndpointDomain.CertificateOtherAccount", "domain.existingCertificateArn", _set(
+        "domain.existingCertificateArn",
+        "arn:aws:acm:us-west-2:444455556666:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")),
     ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.droppedRecords.threshold",
      _put("alarms.sidecar.droppedRecords", {"threshold": -1})),
     ("CaptureSidecarMetrics.ThresholdOutOfRange", "alarms.sidecar.noMetrics.threshold",
@@ -211,6 +215,17 @@ CASES = [
     ("Config.BadFormat", "acknowledgedWarnings[0].reason", _set("acknowledgedWarnings.0.reason", "ok")),
     ("Config.MissingKey", "acknowledgedWarnings[0].reason", _delete("acknowledgedWarnings.0.reason")),
     ("Config.UnknownKey", "portable[0].apiKey.clients", _set("portable.0.apiKey.clients", [])),
+    # Issue 17: tags, the region at its own key, an explicitly empty capture prefix.
+    ("Tags.TooMany", "tags", _set("tags", {f"k{i}": "v" for i in range(51)})),
+    ("Tags.BadKey", "tags.cost#center", _set("tags", {"cost#center": "ml"})),
+    ("Tags.BadKey", "tags." + "k" * 129, _set("tags", {"k" * 129: "ml"})),
+    ("Tags.ReservedPrefix", "tags.AWS:CostCenter", _set("tags", {"AWS:CostCenter": "ml"})),
+    ("Tags.BadValue", "tags.Owner", _set("tags.Owner", "v" * 257)),
+    ("Tags.BadValue", "tags.Owner", _set("tags.Owner", "platform\tteam")),
+    ("Config.WrongType", "tags.CostCenter", _set("tags.CostCenter", 42)),
+    ("Config.WrongType", "tags", _set("tags", ["Owner=platform-team"])),
+    ("Region.Unknown", "environment.region", _set("environment.region", "us-wset-2")),
+    ("CapturePipeline.EmptyPrefix", "capture.prefix", _set("capture.prefix", "")),
 ]
 
 
@@ -411,6 +426,42 @@ def test_cdk_synth_with_bad_config_fails_readably_and_changes_nothing(tmp_path: 
 
 
 ALARM_CASES = [case for case in CASES if case[1].startswith("alarms.") or case[0].startswith("CertificateAlarms")]
+# Issue 17's rules: each mistake is one problem, none of its consequences reported again under other keys.
+ONE_PROBLEM_CASES = [case for case in CASES if case[0].split(".")[0] in ("Tags", "Region")
+                     or case[0].startswith("EndpointDomain.Certificate") or case[0] == "CapturePipeline.EmptyPrefix"]
+
+
+@pytest.mark.parametrize(("code", "path", "change"), ONE_PROBLEM_CASES,
+                         ids=[f"{c[0]}-{c[1][:40]}" for c in ONE_PROBLEM_CASES])
+def test_one_tag_region_certificate_or_prefix_mistake_is_one_problem(
+        code: str, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    assert _problems(_with(change)) == [(code, path)]
+
+
+def test_a_region_typo_names_the_close_regions_and_an_empty_prefix_the_default() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(lambda d: (_set("environment.region", "us-wset-2")(d), _set("capture.prefix", "")(d))))
+    region, prefix = caught.value.problems
+    assert "did you mean us-west-2 or us-west-1" in region.message and "aws partition" in region.message
+    assert "'data-capture/'" in prefix.message
+
+
+def test_a_python_consumer_gets_the_same_tag_and_certificate_rules() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_certificatemanager as acm
+
+    from hyperpod_inference_iac import EndpointDomain, apply_tags
+
+    with pytest.raises(ConfigError) as caught:
+        apply_tags(App(), {"aws:owner": "x", "ok": "v" * 300})
+    assert caught.value.codes == ["Tags.ReservedPrefix", "Tags.BadValue"]
+    stack = Stack(App(), "S", env={"account": "111122223333", "region": "us-west-2"})
+    other = "arn:aws:acm:eu-west-1:444455556666:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+    with pytest.raises(ConfigError) as caught:
+        EndpointDomain(stack, "Domain", zone_name="inference.example.com",
+                       endpoint_domains=["a.inference.example.com"],
+                       certificate=acm.Certificate.from_certificate_arn(stack, "Cert", other))
+    assert caught.value.codes == ["EndpointDomain.CertificateOtherAccount", "EndpointDomain.CertificateOtherRegion"]
 
 
 @pytest.mark.parametrize(("code", "path", "change"), ALARM_CASES, ids=[f"{c[0]}-{c[1]}" for c in ALARM_CASES])
