@@ -37,7 +37,7 @@ from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableM
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_NAME_MAX
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_name
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
 from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
@@ -65,7 +65,8 @@ class PlatformContext:
     :param account: the AWS account of the workload roles (their ARNs are derived, so manifests
         outside CDK can name them).
     :param partition: the AWS partition. @default ``aws``
-    :param role_name_prefix: each workload role is ``<prefix>-<service account>`` (at most 64 characters).
+    :param role_name_prefix: each workload role is ``<prefix>-<service account>``; a longer name than IAM's 64
+        characters is cut to 55 and given a hash of the whole (``patterns.iam_role_name``), so names never collide.
     :param capture: where captured data goes when a workload's ``dataCapture`` names no ``s3Uri``; the
         operator's execution role may write there. @default none: every capture block needs its own s3Uri
     :param capture_key: the key captures are encrypted with when a tier names none. @default none
@@ -103,7 +104,7 @@ class PlatformContext:
     vpc_cidr: str | None = None
 
     def role_name(self, service_account: str) -> str:
-        return f"{self.role_name_prefix}-{service_account}"[:IAM_ROLE_NAME_MAX]
+        return iam_role_name(f"{self.role_name_prefix}-{service_account}")
 
     def role_arn(self, role_name: str) -> str:
         return f"arn:{self.partition}:iam::{self.account}:role/{role_name}"

@@ -29,6 +29,7 @@ from constructs import Construct
 from hyperpod_inference_iac.charts.plan import PortableWorkload
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
 from hyperpod_inference_iac.nag import acknowledge
+from hyperpod_inference_iac.patterns import iam_role_name
 from hyperpod_inference_iac.secrets_key import encrypt_secret
 
 API_KEY_LENGTH = 48  # letters and digits: ~285 bits, safe in a header and on a command line
@@ -43,7 +44,8 @@ def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_
     return SecretSync(
         namespace=namespace, secrets_manager_name=f"{secrets_manager_prefix}/{name}/api-key",
         kubernetes_secret_name=workload.api_key.name, key=workload.api_key.key,
-        reader_service_account=f"{name}-api-key-reader", reader_role_name=f"{role_name_prefix}-{name}-api-key"[:64],
+        reader_service_account=f"{name}-api-key-reader",
+        reader_role_name=iam_role_name(f"{role_name_prefix}-{name}-api-key"),
         secret_store_name=f"{name}-api-key")
 
 

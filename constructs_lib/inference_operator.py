@@ -34,7 +34,7 @@ from hyperpod_inference_iac.alb_controller_policy import alb_controller_statemen
 from hyperpod_inference_iac.data_perimeter import ObjectAccess
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
-from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION
+from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION, iam_role_name
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
@@ -166,7 +166,7 @@ class InferenceOperator(Construct):
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
-        execution_role_name = execution_role_name or f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}"[:64]
+        execution_role_name = execution_role_name or iam_role_name(f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}")
         problems = Problems()
         check_inference_operator(problems, execution_role_name=execution_role_name, addon_version=addon_version)
         problems.raise_if_any(f"InferenceOperator {self.node.path}")

@@ -8,6 +8,7 @@ the operator's CRDs), anchored on both ends.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 # SageMaker resource names (HyperPod clusters and instance groups, endpoints, JumpStart ids and hubs):
@@ -36,6 +37,15 @@ IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\
 # IAM's rule for role names: 1-64 ASCII letters, digits and '+=,.@_-' (IAM User Guide, IAM quotas).
 IAM_ROLE_NAME_MAX = 64
 IAM_ROLE_NAME = re.compile(rf"^[A-Za-z0-9+=,.@_-]{{1,{IAM_ROLE_NAME_MAX}}}$")
+
+
+def iam_role_name(name: str) -> str:
+    """`name` when IAM takes it, else its first 55 characters, '-' and 8 hex characters of its SHA-256: two
+    long names that share a prefix (two portable servers whose names share their first 51 characters) get two
+    roles, not one, and a name maps to the same role on every synth."""
+    if len(name) <= IAM_ROLE_NAME_MAX:
+        return name
+    return f"{name[: IAM_ROLE_NAME_MAX - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 # The operator CRD's customCertificateConfig.acmArn (which admits only the aws partition).
 ACM_CERTIFICATE_ARN = re.compile(r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$")
 HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]+$")

@@ -33,3 +33,29 @@ def test_every_construct_judges_a_role_name_alike(name: str) -> None:
         check(problems)
         verdicts.add(any(problem.code.endswith(".BadRoleName") for problem in problems))
     assert verdicts == {not IAM_ROLE_NAME.match(name)}
+
+
+def test_long_role_names_are_cut_with_a_hash_so_they_never_collide() -> None:
+    from hyperpod_inference_iac.charts.plan import PlatformContext
+    from hyperpod_inference_iac.patterns import iam_role_name
+
+    assert iam_role_name("r" * 64) == "r" * 64  # what IAM takes stays as it is
+    first, second = iam_role_name("p-" + "x" * 60 + "-one"), iam_role_name("p-" + "x" * 60 + "-two")
+    assert first != second and len(first) == len(second) == 64 and IAM_ROLE_NAME.match(first)
+    assert first == iam_role_name("p-" + "x" * 60 + "-one")  # the same on every synth
+    # The two portable servers whose names share their first 51 characters that the review found: two roles.
+    context = PlatformContext(
+        cluster_name="c", namespace="inference", account="111122223333", role_name_prefix="llm-platform"
+    )
+    names = ["s" * 51 + "-a", "s" * 51 + "-b"]
+    assert len({context.role_name(name) for name in names}) == 2
+    assert all(len(context.role_name(name)) <= 64 for name in names)
+
+
+def test_the_api_key_reader_role_and_the_operator_role_use_the_same_rule() -> None:
+    import inspect
+
+    from hyperpod_inference_iac import api_keys, inference_operator
+
+    for module in (api_keys, inference_operator):
+        assert "[:64]" not in inspect.getsource(module), module.__name__
