@@ -62,6 +62,16 @@ def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def usage_chunk(head: dict, prompt: int, completion: int, *, total_last: bool = False) -> dict:
+    """The last chunk of a stream with stream_options.include_usage: no choices, the usage. vLLM and
+    SGLang write total_tokens second, TGI last."""
+    if total_last:
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    else:
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    return head | {"choices": [], "usage": usage}
+
+
 def vllm_chat(
     deltas: Sequence[str],
     *,
@@ -101,14 +111,7 @@ def vllm_chat(
         )
         events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}) for piece in tool_args]
     events.append(chunk({"content": ""}, "tool_calls" if tool_args else "stop"))
-    prompt, completion = usage
-    events.append(
-        head
-        | {
-            "choices": [],
-            "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion},
-        }
-    )
+    events.append(usage_chunk(head, *usage))
     return sse(events)
 
 
@@ -121,13 +124,7 @@ def vllm_completion(deltas: Sequence[str], *, model: str = "Qwen/Qwen2.5-7B") ->
     events.append(
         head | {"choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length", "stop_reason": None}]}
     )
-    events.append(
-        head
-        | {
-            "choices": [],
-            "usage": {"prompt_tokens": 7, "total_tokens": 7 + len(deltas), "completion_tokens": len(deltas)},
-        }
-    )
+    events.append(usage_chunk(head, 7, len(deltas)))
     return sse(events)
 
 
@@ -147,13 +144,7 @@ def sglang_chat(
     events += [chunk({"reasoning_content": piece}) for piece in reasoning]
     events += [chunk({"content": delta}) for delta in deltas]
     events.append(chunk({}, "stop"))
-    events.append(
-        head
-        | {
-            "choices": [],
-            "usage": {"prompt_tokens": 31, "total_tokens": 31 + len(deltas), "completion_tokens": len(deltas)},
-        }
-    )
+    events.append(usage_chunk(head, 31, len(deltas)))
     return sse(events)
 
 
@@ -189,13 +180,7 @@ def tgi_chat(deltas: Sequence[str], *, tool_args: Sequence[str] = ()) -> str:
         for index, piece in enumerate(tool_args)
     ]
     events.append(chunk({"role": "assistant", "content": ""}, "stop"))
-    events.append(
-        head
-        | {
-            "choices": [],
-            "usage": {"prompt_tokens": 12, "completion_tokens": len(deltas), "total_tokens": 12 + len(deltas)},
-        }
-    )
+    events.append(usage_chunk(head, 12, len(deltas), total_last=True))
     return sse(events, space=False)
 
 

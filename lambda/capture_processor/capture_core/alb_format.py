@@ -9,13 +9,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pyarrow as pa
 
-from capture_core.records import ChunkContext, ParsedChunk, RejectedLine, constant_column, fill_missing_times
+from capture_core.records import (
+    ChunkContext,
+    ParsedChunk,
+    RejectedLine,
+    constant_column,
+    fill_missing_times,
+    parse_iso_time,
+)
 from capture_core.redaction import Redactor
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -89,8 +95,6 @@ URL_COLUMNS = ("request_url", "request_path", "request_query", "redirect_url", "
 REDACTED_COLUMNS = (*URL_COLUMNS, "user_agent")
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
-LATEST_SKEW = timedelta(days=1)
 _URL_DELIMITERS = re.compile(r"([&=/?;#])")
 _URL_SAFE = "[]:@!$'()*,~"
 
@@ -116,7 +120,6 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
     rows: list[dict[str, Any]] = []
     rejected: list[RejectedLine] = []
     lines_with_extra_fields = 0
-    latest = context.last_modified.astimezone(UTC) + LATEST_SKEW
     for offset, line in enumerate(data.split(b"\n")):
         if not line.strip():
             continue
@@ -130,8 +133,6 @@ def parse_alb_chunk(data: bytes, first_line: int, context: ChunkContext, redacto
                 RejectedLine(first_line + offset, f"could not parse: {type(error).__name__}: {error}", line)
             )
             continue
-        if row["time"] is not None and not EARLIEST_TIME <= row["time"] <= latest:
-            row["time"] = None  # a clock at 1970 or 9999: filed under the file's time instead
         rows.append(row)
         lines_with_extra_fields += extra_fields > 0
     times, sources = fill_missing_times([row["time"] for row in rows], context)
@@ -245,7 +246,7 @@ def parse_alb_line(line: str) -> tuple[dict[str, Any], int]:
     request = parse_request_line(fields["request"])
     row = {
         "type": _text(fields["type"]),
-        "time": _timestamp(fields["time"]),
+        "time": parse_iso_time(fields["time"]),
         "elb": _text(fields["elb"]),
         "client_ip": client_ip,
         "client_port": client_port,
@@ -258,7 +259,7 @@ def parse_alb_line(line: str) -> tuple[dict[str, Any], int]:
         "request_port": request.port,
         "request_path": request.path,
         "request_query": request.query,
-        "request_creation_time": _timestamp(fields["request_creation_time"]),
+        "request_creation_time": parse_iso_time(fields["request_creation_time"]),
         "target_port_list": _text(fields["target:port_list"]),
     }
     for name, convert in _TYPED_FIELDS.items():
@@ -300,14 +301,6 @@ def _address(value: str, name: str) -> tuple[str | None, int | None]:
     if not separator or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise MalformedAlbLineError(f"{name} must be ip:port (port 0-65535) or '-', got {value[:100]!r}")
     return host, int(port)
-
-
-def _timestamp(value: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(value)
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
 
 
 def _converted(fields: dict[str, str], name: str, convert: Callable[[str], Any]) -> Any:

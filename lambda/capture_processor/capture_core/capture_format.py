@@ -12,7 +12,7 @@ import io
 import json
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +22,14 @@ import pyarrow.json as pa_json
 from capture_core import openai_format
 from capture_core.documents import DocumentBatch
 from capture_core.payloads import DecodedSide, decode_side
-from capture_core.records import ChunkContext, ParsedChunk, RejectedLine, constant_column, fill_missing_times
+from capture_core.records import (
+    ChunkContext,
+    ParsedChunk,
+    RejectedLine,
+    constant_column,
+    fill_missing_times,
+    parse_iso_time,
+)
 from capture_core.redaction import Redactor
 
 _SIDE_FIELDS = (
@@ -91,10 +98,6 @@ CURATED_SCHEMA = pa.schema(
 
 _FAST_BLOCK_SIZE = 1 << 20  # several blocks per chunk let Arrow parse on all cores
 _PARSE_OPTIONS = pa_json.ParseOptions(explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore")
-# Record times outside this window are not trusted for partitioning (a clock at 1970 or 9999 files
-# rows where partition projection never looks): the key's time is used instead.
-EARLIEST_RECORD_TIME = datetime(2000, 1, 1, tzinfo=UTC)
-LATEST_RECORD_SKEW = timedelta(days=1)  # after the object's LastModified
 INT32_MAX = (1 << 31) - 1
 
 
@@ -350,9 +353,7 @@ def _table(raw: pa.Table, exchanges: list[_Exchange], batch: DocumentBatch, cont
             texts[label].append(text)
             hit |= document_rules
         rules.append(sorted(hit) or None)
-    times, sources = fill_missing_times(
-        _parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist(), context), context
-    )
+    times, sources = fill_missing_times(_parsed_times(pc.struct_field(metadata, "inferenceTime").to_pylist()), context)
     facts = [exchange.facts for exchange in exchanges]
     status = pc.struct_field(metadata, "responseStatus")
     columns = {
@@ -402,21 +403,8 @@ def _truncated_flags(side: pa.Array) -> pa.Array:
     return pc.fill_null(pc.struct_field(side, "truncated"), False)
 
 
-def _parsed_times(values: list[str | None], context: ChunkContext) -> list[datetime | None]:
-    latest = context.last_modified.astimezone(UTC) + LATEST_RECORD_SKEW
+def _parsed_times(values: list[str | None]) -> list[datetime | None]:
+    """As SageMaker writes them (`...Z`, second precision) or as the SDK tests do (fractional seconds,
+    no zone); None for anything else, e.g. "{%s}"."""
     cache: dict[str | None, datetime | None] = {}
-    return [cache[value] if value in cache else cache.setdefault(value, parse_time(value, latest)) for value in values]
-
-
-def parse_time(value: str | None, latest: datetime) -> datetime | None:
-    """ISO-8601 as SageMaker writes it (`...Z`, second precision) or as the SDK tests do
-    (fractional seconds, no zone: taken as UTC); None for anything else, e.g. "{%s}", and for a
-    time outside [EARLIEST_RECORD_TIME, latest] (a clock at 1970, an offset that overflows 9999)."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
-    return parsed if EARLIEST_RECORD_TIME <= parsed <= latest else None
+    return [cache[value] if value in cache else cache.setdefault(value, parse_iso_time(value)) for value in values]

@@ -15,7 +15,7 @@ import pyarrow as pa
 from boto3.s3.transfer import TransferConfig
 
 from capture_core import alb_format, capture_format
-from capture_core.documents import looks_like_json, redact_document
+from capture_core.documents import redact_document
 from capture_core.line_chunks import (
     DecodeStatus,
     LineChunk,
@@ -243,7 +243,8 @@ def _completed(entry: tuple[Any, Future[ParsedChunk] | None]) -> tuple[Any, Pars
 
 def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLine) -> None:
     conversion.quarantine.add(
-        rejected, lambda text: redact_document(redactor, text, as_json=looks_like_json(text) or '"' in text)
+        rejected,
+        lambda text: redact_document(redactor, text, as_json='"' in text),  # string by string when quoted
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
@@ -32,14 +32,34 @@ class ParsedChunk:
     counters: dict[str, int]  # parser-specific counts, e.g. ALB lines with newer trailing fields
 
 
+# Record times outside this window are not trusted for partitioning (a clock at 1970 or 9999 files
+# rows where partition projection never looks): the key's time is used instead.
+EARLIEST_RECORD_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_RECORD_SKEW = timedelta(days=1)  # after the object's LastModified
+
+
+def parse_iso_time(value: str | None) -> datetime | None:
+    """ISO-8601 in UTC (no zone: taken as UTC); None when unparsable or its offset overflows 9999."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
 def fill_missing_times(times: list[datetime | None], context: ChunkContext) -> tuple[list[datetime], list[str]]:
-    """Each row's partition time and where it came from: its own time, else the key's, else
-    the object's LastModified (the placeholder "{%s}" in public samples is one such case)."""
+    """Each row's partition time and where it came from: its own time when it is within the sane
+    window, else the key's, else the object's LastModified (the placeholder "{%s}" in public
+    samples is one such case; a clock at 1970 is another)."""
     fallback, fallback_source = (
         (context.key_time, "object_key") if context.key_time else (context.last_modified, "last_modified")
     )
-    filled = [value or fallback for value in times]
-    sources = ["record" if value else fallback_source for value in times]
+    latest = context.last_modified.astimezone(UTC) + LATEST_RECORD_SKEW
+    sane = [value if value is not None and EARLIEST_RECORD_TIME <= value <= latest else None for value in times]
+    filled = [value or fallback for value in sane]
+    sources = ["record" if value else fallback_source for value in sane]
     return filled, sources
 
 
