@@ -85,7 +85,7 @@ from hyperpod_inference_iac.charts.plan import (
     api_key_secret_name,
     plan_workloads,
 )
-from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS
+from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS, PodSecurityLevel, namespace_security
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
     ModelServerRuntime,
@@ -157,6 +157,7 @@ __all__ = [
     "ObjectAccess",
     "PayloadConfig",
     "PlatformContext",
+    "PodSecurityLevel",
     "PortName",
     "PortableApiKey",
     "PortableDeployment",
@@ -181,6 +182,7 @@ __all__ = [
     "api_key_secret_name",
     "capture_environment",
     "capture_prefix_hash",
+    "namespace_security",
     "parse_model",
     "parse_models",
     "plan_workloads",

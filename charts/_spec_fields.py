@@ -117,6 +117,16 @@ def crd_field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def planned_field(default: Any = None) -> Any:
+    """A field the plan sets (a workload's credentials, say), never the user: not parsed from YAML, not emitted by
+    ``to_dict``, not checked by ``validate``."""
+    return dataclasses.field(default=default, metadata={"planned": True})
+
+
+def is_planned(spec_field: dataclasses.Field[Any]) -> bool:
+    return bool(spec_field.metadata.get("planned"))
+
+
 def camel_case(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
@@ -160,7 +170,7 @@ class SpecBlock:
         out: dict[str, Any] = {}
         for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, spec_field.name)
-            if value is None:
+            if value is None or is_planned(spec_field):
                 continue
             wrap = spec_field.metadata.get("wrap_items")
             if wrap is not None:
@@ -173,7 +183,7 @@ class SpecBlock:
         """Field constraints of this block and every nested block, then the cross-field rules."""
         for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, spec_field.name)
-            if value is None:
+            if value is None or is_planned(spec_field):
                 continue
             sub_path = join_path(path, key_of(spec_field))
             constraint: Constraint | None = spec_field.metadata.get("constraint")
@@ -205,7 +215,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
     if not isinstance(data, Mapping):
         problems.add(WRONG_TYPE, path, "must be a mapping", data)
         return None
-    declared = {key_of(f): f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}  # type: ignore[arg-type]
     for key in data:
         if key not in declared:
             problems.add(

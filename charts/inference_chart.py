@@ -19,7 +19,7 @@ from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.plan import Workload, check_workload_set, named
-from hyperpod_inference_iac.charts.pod_security import namespace_metadata
+from hyperpod_inference_iac.charts.pod_security import namespace_metadata, namespace_security
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
 from hyperpod_inference_iac.platform_values import PlatformValues
@@ -41,11 +41,12 @@ class WorkloadServiceAccount(SpecBlock):
     """A service account one workload runs under, bound to its own IAM role through IRSA.
 
     ``role_arn`` is a plain string (derived from account and role name), so the manifest holds no
-    unresolved CDK token.
+    unresolved CDK token. ``None``: no role on the account, so no container gets one from it (a workload whose only
+    AWS caller, its NVMe loader, holds a token of its own: :mod:`charts.pod_credentials`).
     """
 
     name: str = crd_field(code="ServiceAccount.NameInvalid", pattern=DNS1123_SUBDOMAIN.pattern, max_length=253)
-    role_arn: str = crd_field(code="ServiceAccount.RoleArnInvalid", pattern=IAM_ROLE_ARN.pattern)
+    role_arn: str | None = crd_field(code="ServiceAccount.RoleArnInvalid", pattern=IAM_ROLE_ARN.pattern)
 
 
 def parse_model(data: Any, path: str, problems: Problems) -> Workload | None:
@@ -114,7 +115,10 @@ class InferenceChart(cdk8s.Chart):
         self.namespace_object: cdk8s.ApiObject | None = None
         if create_namespace:
             self.namespace_object = cdk8s.ApiObject(
-                self, "namespace", api_version="v1", kind="Namespace", metadata=namespace_metadata(namespace)
+                self, "namespace", api_version="v1", kind="Namespace",
+                metadata=namespace_metadata(namespace, security=namespace_security(
+                    host_paths=any(getattr(model, "nvme_cache", None) is not None for model in models),
+                    operator_pods=True, root_pods=True))
             )
         self.service_accounts: dict[str, cdk8s.ApiObject] = {
             account.name: self._service_account(account, namespace) for account in service_accounts
@@ -146,7 +150,7 @@ class InferenceChart(cdk8s.Chart):
                 "namespace": namespace,
                 # Only labelled accounts may be named in spec.kubernetes.serviceAccountName.
                 "labels": {USER_ASSIGNABLE_LABEL: "true"},
-                "annotations": {IRSA_ROLE_ANNOTATION: account.role_arn},
+                **({"annotations": {IRSA_ROLE_ANNOTATION: account.role_arn}} if account.role_arn else {}),
             },
         )
 

@@ -33,6 +33,7 @@ from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointCo
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
+from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
 from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
@@ -85,6 +86,8 @@ class PlatformContext:
     :param vpc_cidr: the cluster VPC's IPv4 CIDR. Portable servers admit their metrics port (scrapers, kubelet
         probes) from it only, and their load balancers default to it as the allowed source range; needed by a
         portable server that captures or has a hostname. @default none
+    :param region: the AWS Region the workloads' SDKs call STS and S3 in (``AWS_REGION`` of the containers that hold
+        credentials). @default none: the SDKs' defaults (the global STS endpoint)
     """
 
     cluster_name: str
@@ -102,6 +105,7 @@ class PlatformContext:
     known_values: Mapping[PlatformValue, str] = dataclasses.field(default_factory=dict)
     operator_addon_version: str | None = DEFAULT_ADDON_VERSION
     vpc_cidr: str | None = None
+    region: str | None = None
 
     def role_name(self, service_account: str) -> str:
         return iam_role_name(f"{self.role_name_prefix}-{service_account}")
@@ -138,12 +142,32 @@ class ObjectAccess:
 
 @dataclasses.dataclass(frozen=True)
 class IdentityPlan:
-    """The role of one service account and exactly the object accesses its runtimes need."""
+    """One role of a service account's pods, who in the pod holds it, and exactly the object accesses they need.
+
+    ``scope`` :attr:`~CredentialScope.POD`: every container (the service account's IRSA annotation); otherwise one
+    container only, through a token of its own audience (:mod:`charts.pod_credentials`), so the other containers of
+    the pod, the model server among them, hold no credentials at all.
+    """
 
     service_account: str
     role_name: str
     role_arn: str
     accesses: tuple[ObjectAccess, ...] = ()
+    scope: CredentialScope = CredentialScope.POD
+
+    @property
+    def audience(self) -> str:
+        """The token audience the role's trust requires (``<issuer>:aud``)."""
+        return self.scope.audience
+
+    @property
+    def construct_suffix(self) -> str:
+        """Distinguishes a service account's second role in construct ids (the first keeps the plain id, so a role
+        that existed before never changes its logical id)."""
+        return "" if self.scope in (CredentialScope.POD, CredentialScope.WEIGHTS_LOADER) else f"-{self.scope.value}"
+
+    def credentials(self, region: str | None) -> ContainerCredentials:
+        return ContainerCredentials(self.role_arn, self.scope, region)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,27 +184,43 @@ class ModelWorkload:
     def chart_id(self) -> str:
         return f"model-{self.workload.name}"
 
+    @property
+    def identities(self) -> tuple[IdentityPlan, ...]:
+        return (self.identity,) if self.identity is not None else ()
+
 
 @dataclasses.dataclass(frozen=True)
 class PortableWorkload:
-    """One portable server as planned. ``capture``/``capture_key``: where its sidecar writes (None: no capture).
-    ``vpc_cidr``: where its metrics port is open to. ``certificate``: the TLS listener's certificate and
-    ``source_ranges`` who may connect (hostname only). ``api_key``: the synced Secret holding its key."""
+    """One portable server as planned. ``loader_identity``: the NVMe loader's role (read of ``weights``).
+    ``capture``/``capture_key``: where its sidecar writes (None: no capture), with ``capture_identity`` the sidecar's
+    role (write there only). The model server holds no role. ``vpc_cidr``: where its metrics port is open to.
+    ``certificate``: the TLS listener's certificate and ``source_ranges`` who may connect (hostname only).
+    ``api_key``: the synced Secret holding its key. ``region``: where its containers' SDKs call STS."""
 
     path: str
     server: PortableModelServer
-    identity: IdentityPlan
+    loader_identity: IdentityPlan
     weights: S3Location
     capture: S3Location | None = None
     capture_key: str | PlatformValue | None = None
+    capture_identity: IdentityPlan | None = None
     vpc_cidr: str | None = None
     certificate: str | PlatformValue | None = None
     source_ranges: tuple[str, ...] = ()
     api_key: SecretKeyRef | None = None
+    region: str | None = None
 
     @property
     def name(self) -> str:
         return self.server.name
+
+    @property
+    def service_account(self) -> str:
+        return self.loader_identity.service_account
+
+    @property
+    def identities(self) -> tuple[IdentityPlan, ...]:
+        return (self.loader_identity, *((self.capture_identity,) if self.capture_identity is not None else ()))
 
     @property
     def chart_id(self) -> str:
@@ -195,8 +235,7 @@ class WorkloadPlan:
 
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
-        found = [m.identity for m in self.models if m.identity is not None]
-        return (*found, *(p.identity for p in self.portable))
+        return tuple(identity for workload in (*self.models, *self.portable) for identity in workload.identities)
 
     @property
     def crd_names(self) -> list[str]:
@@ -292,7 +331,15 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
         role_name = context.role_name(account)
         weights = _weights_of(workload)
         accesses = (ObjectAccess(weights, write=False, purpose="model weights"),) if weights else ()
-        identity = IdentityPlan(account, role_name, context.role_arn(role_name), accesses)
+        cache = getattr(workload, "nvme_cache", None)
+        # With an NVMe cache the weights come from the node, and only its loader reads S3: the role is the loader's
+        # alone, and the model server (the operator's worker) holds none. Otherwise the operator's own containers
+        # read with the service account's role.
+        scope = CredentialScope.WEIGHTS_LOADER if cache is not None else CredentialScope.POD
+        identity = IdentityPlan(account, role_name, context.role_arn(role_name), accesses, scope)
+        if isinstance(workload, InferenceEndpointConfig) and cache is not None:
+            cache = dataclasses.replace(cache, credentials=identity.credentials(context.region))
+            workload = dataclasses.replace(workload, nvme_cache=cache)
     return ModelWorkload(path, workload, identity)
 
 
@@ -494,9 +541,13 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
     server.validate(path, problems)
     _check_hostname(context, server, path, problems)
     _check_vpc_cidr(context, server, path, problems)
+    # Two roles, one per container that needs AWS, each with its own token audience; the model server gets none.
     weights = S3Location.parse(server.model_cache.source_s3_uri)
-    accesses = [ObjectAccess(weights, write=False, purpose="model weights (NVMe cache loader)")]
-    capture_location, capture_key = None, None
+    loader_role = context.role_name(server.name)
+    loader = IdentityPlan(server.name, loader_role, context.role_arn(loader_role),
+                          (ObjectAccess(weights, write=False, purpose="model weights (NVMe cache loader)"),),
+                          CredentialScope.WEIGHTS_LOADER)
+    capture_location, capture_key, sidecar = None, None, None
     pod = server.pod_capture
     if pod is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
         uri = server.data_capture.s3_uri
@@ -505,18 +556,20 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
                                      name=server.name)
         capture_location = base.child(digest, "pod")
         capture_key = pod.kms_key_id
-        accesses.append(ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",
-                                     key=capture_key))
-    role_name = context.role_name(server.name)
-    identity = IdentityPlan(server.name, role_name, context.role_arn(role_name), tuple(accesses))
+        capture_role = context.role_name(f"{server.name}-capture")
+        sidecar = IdentityPlan(server.name, capture_role, context.role_arn(capture_role),
+                               (ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",
+                                             key=capture_key),),
+                               CredentialScope.CAPTURE_SIDECAR)
     has_hostname = server.hostname is not None
     source_ranges = server.allowed_source_ranges or ((context.vpc_cidr,) if context.vpc_cidr else ())
     return PortableWorkload(
-        path, server, identity, weights, capture_location, capture_key, vpc_cidr=context.vpc_cidr,
+        path, server, loader, weights, capture_location, capture_key, sidecar, vpc_cidr=context.vpc_cidr,
         certificate=PlatformValue.CERTIFICATE_ARN if has_hostname else None,
         source_ranges=tuple(source_ranges) if has_hostname else (),
         api_key=SecretKeyRef(name=api_key_secret_name(server.name), key=API_KEY_SECRET_KEY)
-        if server.api_key_enabled else None)
+        if server.api_key_enabled else None,
+        region=context.region)
 
 
 def api_key_secret_name(server_name: str) -> str:
@@ -610,3 +663,17 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
     check_workload_set([*(named(m.path, m.workload) for m in models), *(named(p.path, p.server) for p in portable)],
                        namespace=context.namespace,
                        custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)
+    _check_role_names([(w.path, identity) for w in (*models, *portable) for identity in w.identities], problems)
+
+
+def _check_role_names(identities: Sequence[tuple[str, IdentityPlan]], problems: Problems) -> None:
+    """Two identities never share a role (a portable server ``a-capture`` next to ``a``'s capture role, say): the
+    second would hold the first one's rights."""
+    owners: dict[str, tuple[str, str]] = {}
+    for path, identity in identities:
+        owner, account = owners.setdefault(identity.role_name, (path, identity.service_account))
+        # One service account for two workloads is ServiceAccount.Shared, reported already.
+        if owner != path and account != identity.service_account:
+            problems.add("Plan.RoleNameCollision", join_path(path, "name"),
+                         f"its role {identity.role_name} is already the role of {owner}; rename one of them",
+                         identity.service_account)

@@ -32,8 +32,9 @@ from constructs import Construct
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
 from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH
-from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, NvmeModelCache
-from hyperpod_inference_iac.charts.pod_security import namespace_metadata
+from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL, aws_api_egress, tcp
+from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, LOADER_CONTAINER, NvmeModelCache
+from hyperpod_inference_iac.charts.pod_security import namespace_metadata, namespace_security
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, IAM_ROLE_ARN, PINNED_IMAGE
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
 from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
@@ -66,6 +67,8 @@ _MEMORY_PATTERN = r"^[1-9][0-9]*(Mi|Gi)$"
 EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"
 MODEL_SERVER_CONTAINER = "model-server"
+CAPTURE_SIDECAR_CONTAINER = "capture-sidecar"
+PORTABLE_WORKLOAD = "portable-model-server"  # its pods' WORKLOAD_LABEL
 
 
 class ModelServerRuntime(enum.StrEnum):
@@ -325,17 +328,17 @@ class PortableModelServerChart(cdk8s.Chart):
         self.namespace_object: cdk8s.ApiObject | None = None
         if create_namespace:
             self.namespace_object = cdk8s.ApiObject(
-                self, "namespace", api_version="v1", kind="Namespace", metadata=namespace_metadata(namespace)
+                self, "namespace", api_version="v1", kind="Namespace",
+                metadata=namespace_metadata(namespace, security=namespace_security(
+                    host_paths=True, operator_pods=False, root_pods=True))
             )
         labels = {"app.kubernetes.io/name": server.name, "app.kubernetes.io/component": "model-server"}
+        # No role on the service account: the loader and the sidecar each get their own token and role
+        # (ContainerCredentials, added in to_json), and the model server none.
         self.service_account = kplus.ServiceAccount(
             self,
             "service-account",
-            metadata=cdk8s.ApiObjectMetadata(
-                name=workload.identity.service_account,
-                namespace=namespace,
-                annotations={"eks.amazonaws.com/role-arn": workload.identity.role_arn},
-            ),
+            metadata=cdk8s.ApiObjectMetadata(name=workload.service_account, namespace=namespace),
         )
         self._api_key = (
             kplus.Secret.from_secret_name(self, "api-key", workload.api_key.name) if workload.api_key else None
@@ -357,7 +360,9 @@ class PortableModelServerChart(cdk8s.Chart):
             self,
             "deployment",
             metadata=cdk8s.ApiObjectMetadata(name=server.name, namespace=namespace, labels=labels),
-            pod_metadata=cdk8s.ApiObjectMetadata(labels=labels),
+            # The workload label marks the pod as the platform's own (the namespace's policies tell it from the
+            # operator's pods by it); the selector keeps the two labels it always had (selectors are immutable).
+            pod_metadata=cdk8s.ApiObjectMetadata(labels={**labels, WORKLOAD_LABEL: PORTABLE_WORKLOAD}),
             select=False,
             replicas=server.replicas,
             service_account=self.service_account,
@@ -389,8 +394,10 @@ class PortableModelServerChart(cdk8s.Chart):
         args = preset.args(model_dir=DEFAULT_MODEL_MOUNT_PATH, served_name=server.name, gpu_count=server.gpu_count,
                            host=host)
         # Caches under the writable $HOME, also Hugging Face's (the TGI image points HF_HOME at /data).
+        # HF_HUB_OFFLINE: the weights are on the volume; a runtime never reaches for the Hub (its egress is closed).
         env = {"HOME": kplus.EnvValue.from_value(MODEL_SERVER_HOME),
-               "HF_HOME": kplus.EnvValue.from_value(f"{MODEL_SERVER_HOME}/.cache/huggingface")}
+               "HF_HOME": kplus.EnvValue.from_value(f"{MODEL_SERVER_HOME}/.cache/huggingface"),
+               "HF_HUB_OFFLINE": kplus.EnvValue.from_value("1")}
         if self._api_key is not None:
             env[preset.api_key_env] = self._api_key_value()
             args += preset.api_key_args()
@@ -508,6 +515,13 @@ class PortableModelServerChart(cdk8s.Chart):
             if container["name"] == MODEL_SERVER_CONTAINER:
                 for section in ("limits", "requests"):
                     container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
+        # Credentials for the two containers that call AWS, each its own; nothing for the model server.
+        holders = {LOADER_CONTAINER: self.workload.loader_identity,
+                   CAPTURE_SIDECAR_CONTAINER: self.workload.capture_identity}
+        for container in pod.get("initContainers", []):
+            identity = holders.get(container["name"])
+            if identity is not None:
+                identity.credentials(self.workload.region).add_to(pod, container)
 
     def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None) -> None:
         env = capture_environment(capture, capture_s3_uri, kms_key_id,
@@ -518,7 +532,7 @@ class PortableModelServerChart(cdk8s.Chart):
             env_values["API_KEY"] = self._api_key_value()  # checked on every request, whatever its path
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
         sidecar = self.deployment.add_init_container(
-            name="capture-sidecar",
+            name=CAPTURE_SIDECAR_CONTAINER,
             image=self._values.get(PlatformValue.SIDECAR_IMAGE),
             # A native sidecar (init container that keeps running): it starts before the model
             # server and stops after it, so the last requests are captured and flushed.
@@ -601,12 +615,11 @@ class PortableModelServerChart(cdk8s.Chart):
         return service
 
     def _network_policy(self, namespace: str, labels: dict[str, str]) -> cdk8s.ApiObject:
-        """Ingress to the server's pods: denied unless listed. With capture, the sidecar's port from anywhere (the NLB's
-        IP targets, in-cluster clients) and its metrics port from the VPC (scrapers, the kubelet's probes), nothing to
-        the model's port; without, the model's port from anywhere."""
-        def tcp(port: int) -> dict[str, Any]:
-            return {"protocol": "TCP", "port": port}
-
+        """What the server's pods may receive and send (the namespace denies everything else,
+        :mod:`charts.network_policies`). In: with capture, the sidecar's port from anywhere (the NLB's IP targets,
+        in-cluster clients) and its metrics port from the VPC (scrapers, the kubelet's probes), nothing to the model's
+        port; without, the model's port from anywhere. Out: HTTPS to AWS (the loader's S3 and STS, the sidecar's S3)
+        and nothing else (DNS is the namespace's own policy)."""
         if self.capturing:
             assert self.workload.vpc_cidr is not None  # the plan requires it for capture
             ingress = [
@@ -623,8 +636,9 @@ class PortableModelServerChart(cdk8s.Chart):
             metadata={"name": self.server.name, "namespace": namespace, "labels": labels},
         )
         # ApiObject's Python props take no body: the spec is its first patch.
-        policy.add_json_patch(cdk8s.JsonPatch.add(
-            "/spec", {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": ingress}))
+        policy.add_json_patch(cdk8s.JsonPatch.add("/spec", {
+            "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
+            "egress": [aws_api_egress(self.workload.vpc_cidr)]}))
         return policy
 
 

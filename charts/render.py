@@ -1,17 +1,34 @@
-"""A :class:`~hyperpod_inference_iac.charts.plan.WorkloadPlan` as cdk8s charts: the namespace, then one small
-chart per workload, in a fixed order. The CDK app and the GitOps hand-off both call :func:`render_workloads`
-on the same plan, with their own :class:`~hyperpod_inference_iac.platform_values.PlatformValues`."""
+"""A :class:`~hyperpod_inference_iac.charts.plan.WorkloadPlan` as cdk8s charts: the namespaces with their security,
+then one small chart per workload, in a fixed order. The CDK app and the GitOps hand-off both call
+:func:`render_workloads` on the same plan, with their own
+:class:`~hyperpod_inference_iac.platform_values.PlatformValues`.
+
+The namespace chart holds, per namespace, the Namespace (its Pod Security level: :mod:`charts.pod_security`) and
+its network policies (:mod:`charts.network_policies`), and once for the cluster the host-path admission policy when
+any namespace needs it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import cdk8s
 
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
+from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
+from hyperpod_inference_iac.charts.network_policies import namespace_policies
+from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, LOADER_CONTAINER
 from hyperpod_inference_iac.charts.plan import ModelWorkload, PortableWorkload, WorkloadPlan
-from hyperpod_inference_iac.charts.pod_security import namespace_metadata
+from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
+from hyperpod_inference_iac.charts.pod_security import (
+    CacheWriter,
+    NamespaceSecurity,
+    host_path_policy,
+    namespace_metadata,
+    namespace_security,
+)
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValues
 
@@ -32,10 +49,12 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
                      namespace_labels: Mapping[str, str] | None = None) -> RenderedWorkloads:
     """Every chart of ``plan`` in ``app``. A chart whose values are not all known is left out and listed
     in ``waiting`` (GitOps rendering before a deploy); nothing is ever rendered with a placeholder."""
-    context = plan.context
     namespace_chart = cdk8s.Chart(app, NAMESPACE_CHART, disable_resource_name_hashes=True)
-    cdk8s.ApiObject(namespace_chart, "namespace", api_version="v1", kind="Namespace",
-                    metadata=namespace_metadata(context.namespace, namespace_labels))
+    for index, obj in enumerate(namespace_objects(plan, namespace_labels)):
+        cdk8s.ApiObject(namespace_chart, f"{obj['kind']}-{obj['metadata']['name']}-{index}",
+                        api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"]) \
+            .add_json_patch(*(cdk8s.JsonPatch.add(f"/{key}", value) for key, value in obj.items()
+                              if key not in ("apiVersion", "kind", "metadata")))
     rendered = RenderedWorkloads(namespace_chart)
     for item in (*plan.models, *plan.portable):
         try:
@@ -49,13 +68,60 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
     return rendered
 
 
+def namespace_security_of(plan: WorkloadPlan) -> NamespaceSecurity:
+    """What the plan's pods need of their namespace (:func:`charts.pod_security.namespace_security`)."""
+    workloads = (*plan.models, *plan.portable)
+    return namespace_security(host_paths=bool(_cache_paths(plan)), operator_pods=bool(plan.models),
+                              root_pods=bool(workloads))
+
+
+def namespace_objects(plan: WorkloadPlan, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The Namespace with its Pod Security labels, its network policies, and the host-path admission policy with
+    its bindings when the namespace mounts a cache."""
+    context = plan.context
+    security = namespace_security_of(plan)
+    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": namespace_metadata(context.namespace, labels, security)}]
+    objects += namespace_policies(context.namespace, vpc_cidr=context.vpc_cidr, operator_workloads=bool(plan.models))
+    if security.host_path_action is not None:
+        objects += host_path_policy(_cache_paths(plan), _cache_writers(plan))
+    return objects
+
+
+def _pod_volumes(item: ModelWorkload | PortableWorkload) -> list[Any]:
+    if isinstance(item, PortableWorkload):
+        return [item.server.model_cache.volume(EKS_AL2023_NVME_ROOT)]
+    if isinstance(item.workload, InferenceEndpointConfig):
+        kubernetes = item.workload.effective_spec().kubernetes
+        return list(kubernetes.volumes or ()) if kubernetes is not None else []
+    return []
+
+
+def _cache_paths(plan: WorkloadPlan) -> list[str]:
+    """Every host path a planned pod mounts: the NVMe caches, and a model's own hostPath volumes."""
+    return sorted({volume["hostPath"]["path"] for item in (*plan.models, *plan.portable)
+                   for volume in _pod_volumes(item) if isinstance(volume, Mapping) and "hostPath" in volume})
+
+
+def _cache_writers(plan: WorkloadPlan) -> list[CacheWriter]:
+    caches = [p.server.model_cache for p in plan.portable]
+    caches += [cache for m in plan.models if (cache := getattr(m.workload, "nvme_cache", None)) is not None]
+    writers = {CacheWriter(LOADER_CONTAINER, cache.aws_cli_image, tuple(cache.init_container()["command"]))
+               for cache in caches}
+    return sorted(writers, key=lambda w: (w.image, w.command))
+
+
 def _chart(app: cdk8s.App, item: ModelWorkload | PortableWorkload, plan: WorkloadPlan,
            values: PlatformValues) -> cdk8s.Chart:
     namespace = plan.context.namespace
     if isinstance(item, PortableWorkload):
         return PortableModelServerChart(app, item.chart_id, workload=item, namespace=namespace, values=values)
-    accounts = [WorkloadServiceAccount(name=item.identity.service_account, role_arn=item.identity.role_arn)] \
-        if item.identity is not None else []
+    # The service account carries the role only when every container may use it; a loader's role reaches the loader
+    # alone, through its own token (the plan put it into the loader's container).
+    identity = item.identity
+    accounts = [WorkloadServiceAccount(
+        name=identity.service_account,
+        role_arn=identity.role_arn if identity.scope is CredentialScope.POD else None)] if identity is not None else []
     return InferenceChart(app, item.chart_id, namespace=namespace, models=[item.workload], service_accounts=accounts,
                           custom_service_accounts_enabled=plan.context.custom_service_accounts_enabled,
                           values=values, checked=True)

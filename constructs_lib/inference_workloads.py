@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cdk8s
-from aws_cdk import Annotations, DefaultStackSynthesizer, Stack
+from aws_cdk import Annotations, CfnResource, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
@@ -31,6 +32,7 @@ from hyperpod_inference_iac.charts.plan import (
     WorkloadPlan,
     token_secret_of,
 )
+from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
 from hyperpod_inference_iac.s3_access import bucket_arn
@@ -70,7 +72,12 @@ class InferenceWorkloads(Construct):
     :param secret_sync: waited for by models that read a synced token Secret. @default none
     :param namespace_labels: labels of the namespace. @default none
 
-    Attributes: ``identities`` (service account -> :class:`~hyperpod_inference_iac.WorkloadIdentity`),
+    Container-scoped identities (a portable server's loader and sidecar, an operator model's NVMe loader) trust
+    their own token audience; on a cluster built in this app (``aws_eks_v2.Cluster``) the audiences are added to its
+    OIDC provider's client IDs, on an imported one a warning names them (:func:`register_token_audiences`). They need
+    IRSA: EKS Pod Identity gives every container of a pod the same role.
+
+    Attributes: ``identities`` (role name -> :class:`~hyperpod_inference_iac.WorkloadIdentity`),
     ``namespace_manifest``, ``manifests`` (chart id -> ``KubernetesManifest``), ``values`` (what the
     manifests were rendered with), ``sidecar_image`` (the asset, when built here).
     """
@@ -116,9 +123,12 @@ class InferenceWorkloads(Construct):
                 from_objects[value] = source
         self.values = PlatformValues(dict(known_values or {})).merged(from_objects)
 
-        self.identities = {
-            identity.service_account: self._identity(cluster, identity, binding) for identity in plan.identities
-        }
+        container_scoped = [i for i in plan.identities if i.scope is not CredentialScope.POD]
+        if container_scoped:
+            _check_binding(self, binding, container_scoped)
+            register_token_audiences(self, cluster, sorted({i.audience for i in container_scoped}))
+        self.identities = {identity.role_name: self._identity(cluster, identity, binding)
+                           for identity in plan.identities}
         app = cdk8s.App()
         rendered = render_workloads(app, plan, self.values, namespace_labels=namespace_labels)
         if rendered.waiting:
@@ -131,8 +141,8 @@ class InferenceWorkloads(Construct):
             manifest = cluster.add_cdk8s_chart(chart_id, chart)
             manifest.node.add_dependency(self.namespace_manifest)
             workload = rendered.workloads[chart_id]
-            if workload.identity is not None:
-                manifest.node.add_dependency(self.identities[workload.identity.service_account])
+            for identity in workload.identities:
+                manifest.node.add_dependency(self.identities[identity.role_name])
             hostname = getattr(getattr(workload, "server", None), "hostname", None)
             if hostname and external_dns is not None:
                 manifest.node.add_dependency(external_dns)
@@ -169,8 +179,9 @@ class InferenceWorkloads(Construct):
 
     def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
-            self, f"Identity-{identity.service_account}", cluster=cluster, namespace=self.plan.context.namespace,
-            service_account=identity.service_account, role_name=identity.role_name, binding=binding)
+            self, f"Identity-{identity.service_account}{identity.construct_suffix}", cluster=cluster,
+            namespace=self.plan.context.namespace, service_account=identity.service_account,
+            role_name=identity.role_name, binding=binding, audience=identity.audience)
         for access in identity.accesses:
             arn, key = self._bucket_arn(access), self._key(identity, access)
             if access.write:
@@ -205,6 +216,39 @@ class InferenceWorkloads(Construct):
                      "that key; an alias cannot be granted", key)
         problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
         return None
+
+
+def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences: Sequence[str]) -> None:
+    """Let the cluster's OIDC provider accept tokens of ``audiences`` (container-scoped identities' own), besides
+    ``sts.amazonaws.com``. The provider of an ``aws_eks_v2.Cluster`` of this app gets them in its client ID list
+    (the native ``AWS::IAM::OIDCProvider`` and the older custom resource alike); an imported cluster's provider is
+    not this app's to change, so a warning names the client IDs to add
+    (``aws iam add-client-id-to-open-id-connect-provider``)."""
+    provider = cluster.open_id_connect_provider if isinstance(cluster, eks.Cluster) else None
+    resources = [child for child in provider.node.find_all() if isinstance(child, CfnResource)] if provider else []
+    native = [r for r in resources if isinstance(r, iam.CfnOIDCProvider)]
+    custom = [r for r in resources if r.cfn_resource_type.startswith("Custom::") and not native]
+    if native or custom:
+        for resource in native or custom:
+            resource.add_property_override("ClientIdList" if native else "ClientIDList", [STS_AUDIENCE, *audiences])
+        return
+    Annotations.of(scope).add_warning_v2(
+        "@hyperpod-inference-iac/InferenceWorkloads:registerTokenAudiences",
+        f"the cluster's OIDC provider must accept the token audiences {', '.join(audiences)} (the NVMe loaders' and "
+        "capture sidecars' own): add each as a client ID (aws iam add-client-id-to-open-id-connect-provider), then "
+        "acknowledge this warning")
+
+
+def _check_binding(scope: Construct, binding: IdentityBinding, identities: Sequence[IdentityPlan]) -> None:
+    if IdentityBinding(binding) is IdentityBinding.IRSA:
+        return
+    problems = Problems()
+    for identity in identities:
+        problems.add("InferenceWorkloads.ContainerIdentityNeedsIrsa", identity.role_name,
+                     f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
+                     "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model server "
+                     "among them, the same role): use IdentityBinding.IRSA", str(binding))
+    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
 def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, Any]]:

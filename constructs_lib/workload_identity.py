@@ -22,6 +22,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
@@ -33,12 +34,12 @@ class IdentityBinding(enum.StrEnum):
 
 
 def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str,
-                              service_account: str) -> iam.IPrincipal:
-    """An OIDC (IRSA) principal that only the one service account can assume."""
+                              service_account: str, audience: str = STS_AUDIENCE) -> iam.IPrincipal:
+    """An OIDC (IRSA) principal that only the one service account can assume, with a token of ``audience``."""
     provider = cluster.open_id_connect_provider
     issuer = provider.open_id_connect_provider_issuer
     conditions = CfnJson(scope, id, value={
-        f"{issuer}:aud": "sts.amazonaws.com",
+        f"{issuer}:aud": audience,
         f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
     })
     return iam.OpenIdConnectPrincipal(provider).with_conditions({"StringEquals": conditions})
@@ -70,6 +71,9 @@ class WorkloadIdentity(Construct):
     :param role_name: fixed name, so the role ARN is known before deploy and can be written into a
         ServiceAccount annotation in GitOps manifests without CDK tokens. @default generated
     :param binding: :class:`IdentityBinding`. @default IRSA
+    :param audience: the token audience the role's IRSA trust requires (``<issuer>:aud``): a container-scoped
+        identity's own (``charts.pod_credentials``), which the cluster's OIDC provider must list as a client ID.
+        @default ``sts.amazonaws.com`` (the EKS webhook's: every container of the pod)
 
     Grants: :meth:`grant_read_objects` and :meth:`grant_write_objects`, each on one prefix of one bucket
     (a whole bucket is never granted), with the bucket's key used through S3 only; each grant's object
@@ -86,6 +90,7 @@ class WorkloadIdentity(Construct):
         service_account: str,
         role_name: str | None = None,
         binding: IdentityBinding = IdentityBinding.IRSA,
+        audience: str = STS_AUDIENCE,
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
@@ -99,7 +104,8 @@ class WorkloadIdentity(Construct):
         self.binding = binding
         if binding is IdentityBinding.IRSA:
             principal: iam.IPrincipal = service_account_principal(
-                self, "TrustConditions", cluster=cluster, namespace=namespace, service_account=service_account)
+                self, "TrustConditions", cluster=cluster, namespace=namespace, service_account=service_account,
+                audience=audience)
         else:
             principal = iam.ServicePrincipal("pods.eks.amazonaws.com").with_conditions({
                 "StringEquals": {"aws:SourceAccount": stack.account},

@@ -302,6 +302,7 @@ class PlatformConfig:
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
             operator_addon_version=self.operator.addon_version,
             vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
+            region=self.environment.region,
         )
 
 

@@ -257,6 +257,7 @@ def portable_server(**changes: Any) -> PortableModelServer:
 
 PORTABLE_HOSTNAME = "qwen3-8b.portable.example.com"
 VPC_CIDR = "10.0.0.0/16"
+REGION = "us-east-1"
 
 
 def context(**changes: Any) -> PlatformContext:
@@ -265,7 +266,7 @@ def context(**changes: Any) -> PlatformContext:
     base: dict[str, Any] = {
         "cluster_name": CLUSTER_NAME, "namespace": NAMESPACE, "account": ACCOUNT, "role_name_prefix": "test",
         "custom_service_accounts_enabled": True, "synced_secrets": {"hf-token": ("token",)},
-        "endpoint_domains": (PORTABLE_HOSTNAME,), "vpc_cidr": VPC_CIDR,
+        "endpoint_domains": (PORTABLE_HOSTNAME,), "vpc_cidr": VPC_CIDR, "region": REGION,
     }
     return PlatformContext(**{**base, **changes})
 

@@ -145,6 +145,12 @@ def test_portable_sidecar_writes_the_tier3_layout_with_the_operator_knobs(
         "SPOOL_DIR": "/tmp/capture-spool",  # on the pod's scratch volume, mounted at /tmp
         "SPOOL_MAX_BYTES": "268435456",
         "MODEL_NAME": "qwen3-8b",  # the served model name: the `model` label the per-model alarms select
+        # Its own role and token (charts/pod_credentials.py), nobody else's.
+        "AWS_ROLE_ARN": f"arn:aws:iam::{samples.ACCOUNT}:role/test-qwen3-8b-capture",
+        "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/hyperpod-inference-iac/capture-sidecar/token",
+        "AWS_STS_REGIONAL_ENDPOINTS": "regional",
+        "AWS_REGION": samples.REGION,
+        "AWS_DEFAULT_REGION": samples.REGION,
     }
     assert sidecar["restartPolicy"] == "Always"  # native sidecar: outlives the model server on shutdown
     context = sidecar["securityContext"]
@@ -188,14 +194,35 @@ def test_portable_model_server_gets_its_gpus_toleration_and_graceful_shutdown(
     assert pod["initContainers"][0]["name"] == "nvme-weights-loader"
 
 
-def test_portable_service_account_carries_the_workload_role(
+def test_only_the_loader_and_the_sidecar_hold_credentials_each_its_own(
     portable_manifests: dict[str, list[dict[str, Any]]],
 ) -> None:
+    """The service account carries no role (the EKS webhook would give it to every container); the loader and the
+    sidecar each mount a token of their own audience and name their own role; the model server has neither."""
     (account,) = _of_kind(portable_manifests["vllm"], "ServiceAccount")
-    role_arn = samples.planned_portable(samples.portable_server()).identity.role_arn
-    assert role_arn == f"arn:aws:iam::{samples.ACCOUNT}:role/test-qwen3-8b"
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role_arn}
-    assert _deployment_pod(portable_manifests["vllm"])["serviceAccountName"] == account["metadata"]["name"]
+    assert "annotations" not in account["metadata"]
+    pod = _deployment_pod(portable_manifests["vllm"])
+    assert pod["serviceAccountName"] == account["metadata"]["name"] and pod["automountServiceAccountToken"] is False
+    workload = samples.planned_portable(samples.portable_server())
+    assert workload.loader_identity.role_arn == f"arn:aws:iam::{samples.ACCOUNT}:role/test-qwen3-8b"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    holders = {}
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        env = {item["name"]: item.get("value") for item in container.get("env", [])}
+        tokens = [m for m in container.get("volumeMounts", []) if "projected" in volumes[m["name"]]]
+        if "AWS_ROLE_ARN" not in env:
+            assert not tokens and not any(name.startswith("AWS_") for name in env), container["name"]
+            continue
+        (mount,) = tokens
+        source = volumes[mount["name"]]["projected"]["sources"][0]["serviceAccountToken"]
+        assert env["AWS_WEB_IDENTITY_TOKEN_FILE"] == f"{mount['mountPath']}/{source['path']}"
+        assert mount["readOnly"] is True
+        holders[container["name"]] = (env["AWS_ROLE_ARN"], source["audience"])
+    assert holders == {
+        "nvme-weights-loader": (workload.loader_identity.role_arn, "hyperpod-inference-iac/weights-loader"),
+        "capture-sidecar": (workload.capture_identity.role_arn, "hyperpod-inference-iac/capture-sidecar"),
+    }
+    assert workload.capture_identity.role_arn != workload.loader_identity.role_arn
 
 
 def test_manifests_hold_no_unresolved_tokens(

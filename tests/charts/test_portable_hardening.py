@@ -106,12 +106,37 @@ def test_with_capture_the_network_policy_admits_the_sidecar_never_the_model_port
     policy = _one(manifests, "NetworkPolicy")
     pod_labels = _one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()  # selects the server's pods
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     anywhere, in_vpc = "192.168.7.7", "10.0.3.4"
     assert _admits(policy, anywhere, 8080) and _admits(policy, in_vpc, 8080)
     assert _admits(policy, in_vpc, 9090) and not _admits(policy, anywhere, 9090)
     assert not _admits(policy, in_vpc, 8000) and not _admits(policy, anywhere, 8000)
     assert not _admits(policy, in_vpc, 22)
+
+
+@pytest.mark.parametrize("capture", [True, False])
+def test_the_pods_may_send_only_https_outside_the_vpc(capture: bool) -> None:
+    """S3 and STS for the loader and the sidecar; never another pod or node, the metadata service or plain HTTP (the
+    namespace's own policies add DNS)."""
+    policy = _one(_manifests(_capturing("vllm") if capture else _plain("vllm")), "NetworkPolicy")
+    assert _sends(policy, "52.216.8.1", 443)  # S3
+    assert not _sends(policy, "52.216.8.1", 80)
+    assert not _sends(policy, "10.0.3.4", 443)  # a pod or node of the VPC
+    assert not _sends(policy, "169.254.169.254", 80) and not _sends(policy, "169.254.169.254", 443)  # IMDS
+
+
+def _sends(policy: dict[str, Any], destination_ip: str, port: int) -> bool:
+    """Whether a NetworkPolicy of Egress type lets TCP go to ``destination_ip``:``port`` (ipBlock rules)."""
+    address = ipaddress.ip_address(destination_ip)
+    for rule in policy["spec"].get("egress", []):
+        ports = [p["port"] for p in rule.get("ports", [])]
+        blocks = [peer["ipBlock"] for peer in rule.get("to", []) if "ipBlock" in peer]
+        in_block = any(address in ipaddress.ip_network(block["cidr"])
+                       and not any(address in ipaddress.ip_network(x) for x in block.get("except", []))
+                       for block in blocks)
+        if (not ports or port in ports) and (not rule.get("to") or in_block):
+            return True
+    return False
 
 
 def test_without_capture_the_network_policy_admits_only_the_model_port() -> None:
@@ -246,6 +271,8 @@ def test_the_namespace_carries_the_pod_security_levels_and_names_the_exception()
         "pod-security.kubernetes.io/enforce": "privileged",  # hostPath (NVMe cache) is forbidden by baseline
         "pod-security.kubernetes.io/warn": "restricted",
         "pod-security.kubernetes.io/audit": "restricted",
+        # baseline's other rules and the cache's own, enforced by admission: every pod here is the chart's own
+        "hyperpod-inference-iac/host-path-policy": "deny",
     }
     assert "hostPath" in namespace["metadata"]["annotations"][POD_SECURITY_EXCEPTION_ANNOTATION]
 
@@ -255,8 +282,12 @@ def test_the_rendered_namespace_has_the_levels_and_the_caller_s_labels() -> None
     plan = plan_workloads(context, portable=[dataclasses.replace(_plain("vllm"), hostname=None)])
     rendered = render_workloads(cdk8s.Testing.app(), plan, samples.VALUES,
                                 namespace_labels={"app.kubernetes.io/managed-by": "platform"})
-    (namespace,) = cdk8s.Testing.synth(rendered.namespace)
+    namespace, *policies = cdk8s.Testing.synth(rendered.namespace)
+    assert [p["metadata"]["name"] for p in policies] == [
+        "default-deny", "allow-dns", "hyperpod-inference-iac-host-path", "hyperpod-inference-iac-host-path-deny",
+        "hyperpod-inference-iac-host-path-warn"]
     labels = namespace["metadata"]["labels"]
+    assert labels["hyperpod-inference-iac/host-path-policy"] == "deny"  # only the platform's own pods here
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["pod-security.kubernetes.io/audit"] == "restricted"
     assert labels["app.kubernetes.io/managed-by"] == "platform"

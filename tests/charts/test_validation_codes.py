@@ -330,6 +330,12 @@ MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
         "models[0].nvmeCache.awsCliImage",
     ),
     (
+        "NvmeCache.ManifestSha256Invalid",
+        0,
+        {"nvmeCache.manifestSha256": "sha256:0123"},
+        "models[0].nvmeCache.manifestSha256",
+    ),
+    (
         "NvmeCache.ServiceAccountMissing",
         0,
         {"spec.kubernetes": DELETE},
@@ -805,7 +811,19 @@ def test_preferred_instance_types_problem(code: str, types: list[str], path: str
 def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
     cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES + PORTABLE_PLATFORM_CASES
-    tested = {case[0] for case in cases} | {"ServiceAccount.Shared"}
+    tested = {case[0] for case in cases} | {"ServiceAccount.Shared", "Plan.RoleNameCollision"}
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()
     assert sorted(code for code in emitted if f"`{code}`" not in documented) == []
+
+
+def test_two_workloads_never_share_a_role() -> None:
+    """A portable server named like another's capture role ("qwen3-8b-capture") would hold that role's rights."""
+    problems = Problems()
+    plan_workloads(samples.context(), portable=[
+        PortableDeployment(samples.portable_server(), path="portable[0]"),
+        PortableDeployment(samples.portable_server(name="qwen3-8b-capture", hostname=None), path="portable[1]")],
+        problems=problems)
+    with pytest.raises(ConfigError) as raised:
+        problems.raise_if_any()
+    assert _problems_of(raised.value) == [("Plan.RoleNameCollision", "portable[1].name")]
