@@ -51,6 +51,8 @@ from hyperpod_inference_iac.alarms import (
     check_alarm_settings,
     topic_actions,
 )
+from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
+from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.patterns import (
     DNS1123_LABEL,
     EKS_CLUSTER_NAME,
@@ -202,18 +204,26 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
          "data": {"cwagentconfig.json": json.dumps(agent_config, indent=2)}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-scrape"),
          "data": {"prometheus.yaml": yaml.safe_dump(scrape_config, sort_keys=False)}},
-        # The agent serves nothing: no ingress at all. (Egress stays open: it needs the Kubernetes API, the
-        # sidecars' metrics ports in this namespace, STS and CloudWatch Logs, whose addresses are not stable.)
+        # The agent serves nothing: no ingress at all. Out: the sidecars' metrics ports in this namespace, and HTTPS
+        # to the Kubernetes API (in the VPC with a private endpoint), STS and CloudWatch Logs, whose addresses are not
+        # stable; never the metadata service. (DNS: the namespace's own policy; everything else: its default deny.)
         {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(AGENT_NAME),
          "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
-                  "policyTypes": ["Ingress"], "ingress": []}},
+                  "policyTypes": ["Ingress", "Egress"], "ingress": [],
+                  "egress": [
+                      {"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}}],
+                       "ports": [{"protocol": "TCP", "port": SIDECAR_METRICS_PORT}]},
+                      {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [LINK_LOCAL]}}],
+                       "ports": [{"protocol": "TCP", "port": HTTPS}]},
+                  ]}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(AGENT_NAME),
          "spec": {
              "replicas": 1,  # two agents would send every increase twice
              "strategy": {"type": "Recreate"},
              "selector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
              "template": {
-                 "metadata": {"labels": dict(labels)},
+                 # The workload label tells the namespace's policies it is the platform's own pod, not the operator's.
+                 "metadata": {"labels": {**labels, WORKLOAD_LABEL: AGENT_NAME}},
                  "spec": {
                      "serviceAccountName": AGENT_NAME,
                      "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.composition import Templates, accesses, denied
+from tests.support.composition import Templates, accesses, credential_holders, denied
 from tests.support.synth import Assembly
 
 ACCOUNT, REGION = "111122223333", "us-west-2"
@@ -29,12 +29,29 @@ def test_every_runtime_may_do_what_it_is_configured_to(assembly: Assembly, templ
     assert denied(found, templates) == []
 
 
+def test_only_the_loaders_and_the_sidecar_hold_credentials_each_with_a_token_its_role_trusts(
+        assembly: Assembly, templates: Templates) -> None:
+    """No model server holds a role: the loaders and the capture sidecar each mount a token of their own audience,
+    which their role's trust requires, so one cannot assume another's role with its token."""
+    found = credential_holders(assembly.manifests)
+    # The metrics agent is a pod of its own, one container: the service account's role is its alone.
+    agent = [h for h in found if h.runtime == "capture-metrics-agent/cloudwatch-agent"]
+    assert [h.audience for h in agent] == ["sts.amazonaws.com"]
+    holders = [h for h in found if h not in agent]
+    assert sorted(h.runtime for h in holders) == [
+        "qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader", "qwen3-8b/nvme-weights-loader"]
+    for holder in holders:
+        assert holder.audience.startswith("hyperpod-inference-iac/"), holder
+        assert templates.trusted_audience(holder.role_name) == holder.audience, holder
+    assert len({h.role_name for h in holders}) == len(holders)  # each its own role
+
+
 def test_the_check_fails_when_a_role_cannot_do_what_its_runtime_does(assembly: Assembly) -> None:
     """Without the portable server's capture grant (the bug this check exists for), the sidecar is refused."""
     broken = copy.deepcopy(assembly.templates)
     cluster = next(t for name, t in broken.items() if name.endswith("-cluster"))
     for resource in cluster["Resources"].values():
-        if resource["Type"] == "AWS::IAM::Policy" and "portable" in str(resource["Properties"]["Roles"]):
+        if resource["Type"] == "AWS::IAM::Policy" and "portablecapture" in str(resource["Properties"]["Roles"]).lower():
             statements = resource["Properties"]["PolicyDocument"]["Statement"]
             statements[:] = [s for s in statements if "s3:PutObject" not in _actions(s)]
     templates = Templates(broken, ACCOUNT, REGION)

@@ -158,10 +158,14 @@ def test_models_are_wired_to_the_platform(assembly: Assembly) -> None:
     assert spec["modelSourceConfig"]["huggingFaceModel"]["tokenSecretRef"] == {"name": "hf-token", "key": "token"}
 
 
-def test_service_account_role_is_the_identity_the_stack_creates(assembly: Assembly) -> None:
+def test_the_loader_s_role_is_the_identity_the_stack_creates(assembly: Assembly) -> None:
+    """The model's service account carries no role (its worker needs none); the NVMe loader names its own."""
+    (model,) = [o for o in assembly.manifests["model-qwen3-8b.k8s.yaml"] if o["kind"] == "InferenceEndpointConfig"]
     (account,) = [o for o in assembly.manifests["model-qwen3-8b.k8s.yaml"] if o["kind"] == "ServiceAccount"]
-    role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
-    assert role_arn == f"arn:aws:iam::{ACCOUNT}:role/llm-platform-qwen3-8b"
+    assert "annotations" not in account["metadata"]
+    (loader,) = model["spec"]["kubernetes"]["initContainers"]
+    env = {item["name"]: item["value"] for item in loader["env"]}
+    assert env["AWS_ROLE_ARN"] == f"arn:aws:iam::{ACCOUNT}:role/llm-platform-qwen3-8b"
     roles = [v for v in assembly.template("-cluster")["Resources"].values() if v["Type"] == "AWS::IAM::Role"]
     assert any(r["Properties"].get("RoleName") == "llm-platform-qwen3-8b" for r in roles)
 

@@ -1,6 +1,7 @@
 """Rehearsal of the NVMe weights loaders: every init container the manifests give a MODEL_SOURCE_S3_URI (the
 portable Deployment's and each InferenceEndpointConfig's `nvme-weights-loader`) runs its own shell script, with
-an `aws` on PATH, under the temporary credentials of the role its service account is annotated with.
+an `aws` on PATH, under the temporary credentials of its own role (the one its AWS_ROLE_ARN names). The publisher's
+SHA256SUMS is in the bucket beside the weights, as the publisher writes it (hyperpod_inference_iac.weights_manifest).
 
 Proves: the role allows what `aws s3 sync` really does (ListObjectsV2 = s3:ListBucket, GetObject per file) on the
 model's prefix, and refuses another model's objects. moto ignores the ListBucket grant's ``s3:prefix`` condition
@@ -12,13 +13,14 @@ making the same S3 calls)."""
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import subprocess
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from hyperpod_inference_iac.charts.nvme_cache import COMPLETE_MARKER
+from hyperpod_inference_iac.charts.nvme_cache import WEIGHTS_MANIFEST
 from tests.rehearsal.conftest import base_environment
 from tests.support.rehearsal import ContainerRuntime, Rehearsal, container_runtimes, split_s3_uri
 from tests.support.synth import Assembly
@@ -54,26 +56,30 @@ def seeded(rehearsal: Rehearsal, assembly: Assembly) -> list[ContainerRuntime]:
         for name, body in WEIGHTS.items():
             s3.put_object(Bucket=bucket, Key=f"{prefix}{name}", Body=body)
             s3.put_object(Bucket=bucket, Key=f"{OTHER_MODEL}{name}", Body=body)
+        for where in (prefix, OTHER_MODEL):
+            s3.put_object(Bucket=bucket, Key=f"{where}{WEIGHTS_MANIFEST}", Body=MANIFEST)
     return loaders
 
 
+MANIFEST = "".join(f"{hashlib.sha256(body).hexdigest()}  {name}\n" for name, body in sorted(WEIGHTS.items())).encode()
+
+
 def run_loader(rehearsal: Rehearsal, runtime: ContainerRuntime, aws_cli_bin: Path, workdir: Path,
-               **overrides: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    """The init container's command (`/bin/sh -c <script>`) with the manifest's env and its role's credentials;
-    the volume's mount path in the script becomes a folder here. The result, the folder, the marker file."""
+               **overrides: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The init container's command (`/bin/bash -c <script>`) with the manifest's env and its role's credentials;
+    the volume's mount path in the script becomes a folder here. The result and the folder."""
     shell, script = runtime.container["command"][:2], runtime.container["command"][2]
-    [mount_path] = [path for path in runtime.mounts if path in script]
+    [mount_path] = [path for path in runtime.mounts if f"cd {path}\n" in script]
     folder = workdir / "nvme"
     folder.mkdir(parents=True, exist_ok=True)
     local_script = script.replace(mount_path, str(folder))
-    marker = folder / COMPLETE_MARKER  # the script runs in the volume and writes its marker there, last
     env = base_environment(workdir)
     env.update(runtime.env)
     env.update(overrides)
     env.update(rehearsal.environment(rehearsal.credentials(runtime.role_arn)))
     env["PATH"] = f"{aws_cli_bin}:/usr/bin:/bin"
     result = subprocess.run([*shell, local_script], env=env, capture_output=True, text=True, timeout=300, check=False)
-    return result, folder, marker
+    return result, folder
 
 
 def listed_prefixes(rehearsal: Rehearsal, offset: int, bucket: str) -> list[str]:
@@ -109,8 +115,7 @@ def prefix_condition_allows(rehearsal: Rehearsal, role_arn: str, bucket: str, pr
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*")
-            if path.is_file() and not path.name.startswith(".")}
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
 def test_each_loader_copies_its_model_under_its_own_role(
@@ -118,24 +123,24 @@ def test_each_loader_copies_its_model_under_its_own_role(
 ) -> None:
     for index, runtime in enumerate(seeded):
         offset = rehearsal.server.log_offset()
-        result, folder, marker = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
+        result, folder = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
         assert result.returncode == 0, f"{runtime.name} ({runtime.role_arn}):\n{result.stdout}\n{result.stderr}"
-        assert files_under(folder) == WEIGHTS, runtime.name
-        assert marker.is_file(), f"{runtime.name} wrote no marker"
+        assert files_under(folder) == WEIGHTS, runtime.name  # exactly the published files, nothing of the loader's
         # The condition moto skipped: every prefix the CLI listed is one the role's s3:prefix condition allows.
         bucket, _ = split_s3_uri(runtime.env["MODEL_SOURCE_S3_URI"])
         listed = listed_prefixes(rehearsal, offset, bucket)
         assert listed, "moto's log shows no ListObjects of the loader"
         assert [p for p in listed if not prefix_condition_allows(rehearsal, runtime.role_arn, bucket, p)] == []
-        assert marker.read_text().strip() == runtime.env["MODEL_SOURCE_S3_URI"]  # the marker names its source
-        # A pod restart on the same node finds the complete copy and does not touch S3 again.
-        again, _, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
+        # A pod restart on the same node finds a copy that matches the manifest in S3 and syncs nothing.
+        again, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
         assert again.returncode == 0 and "skipping download" in again.stdout, again.stdout + again.stderr
-        # A file changed in place (same size: sync alone would keep it) fails the checksums: synced again.
+        # A file changed in place (same size: sync alone would keep it), with a forged manifest beside it on the node:
+        # the manifest in S3 decides, the file is fetched again and the forgery removed.
         (name, body), *_ = WEIGHTS.items()
         (folder / name).write_bytes(bytes(255 - b for b in body))
-        repaired, _, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
-        assert repaired.returncode == 0 and "not a verified copy" in repaired.stdout, repaired.stdout + repaired.stderr
+        (folder / WEIGHTS_MANIFEST).write_text(f"{hashlib.sha256(bytes(255 - b for b in body)).hexdigest()}  {name}\n")
+        repaired, _ = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index))
+        assert repaired.returncode == 0 and "syncing" in repaired.stdout, repaired.stdout + repaired.stderr
         assert files_under(folder) == WEIGHTS, runtime.name
 
 
@@ -145,11 +150,37 @@ def test_a_loader_pointed_at_another_models_prefix_is_refused(
     for index, runtime in enumerate(seeded):
         bucket, _ = split_s3_uri(runtime.env["MODEL_SOURCE_S3_URI"])
         offset = rehearsal.server.log_offset()
-        result, folder, marker = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index),
-                                            MODEL_SOURCE_S3_URI=f"s3://{bucket}/{OTHER_MODEL}")
+        result, folder = run_loader(rehearsal, runtime, aws_cli_bin, tmp_path / str(index),
+                                    MODEL_SOURCE_S3_URI=f"s3://{bucket}/{OTHER_MODEL}")
         assert result.returncode != 0, f"{runtime.name} read another model:\n{result.stdout}"
-        assert "AccessDenied" in result.stderr, result.stderr  # moto refused the GetObject calls
-        assert files_under(folder) == {} and not marker.exists()
-        # AWS would have refused earlier, at the listing (the condition moto ignores).
-        listed = listed_prefixes(rehearsal, offset, bucket)
-        assert listed and not any(prefix_condition_allows(rehearsal, runtime.role_arn, bucket, p) for p in listed)
+        assert f"cannot read s3://{bucket}/{OTHER_MODEL}{WEIGHTS_MANIFEST}" in result.stderr, result.stderr
+        assert files_under(folder) == {}
+        # moto refused the first read, the other model's manifest, and nothing of it was listed or read after.
+        requests = rehearsal.server.requests_since(offset)
+        assert [status for _, target, status in requests if OTHER_MODEL + WEIGHTS_MANIFEST in target] == [403]
+        assert not any(status == 200 and OTHER_MODEL in target for _, target, status in requests), requests
+        assert not prefix_condition_allows(rehearsal, runtime.role_arn, bucket, OTHER_MODEL)
+
+
+def test_the_loader_and_the_sidecar_cannot_use_each_other_s_rights(
+    rehearsal: Rehearsal, seeded: list[ContainerRuntime], assembly: Assembly
+) -> None:
+    """One pod, two roles: the loader's may not write captures, the sidecar's may not read weights, and the model
+    server in between holds neither (tests/platform/test_composition.py)."""
+    from botocore.exceptions import ClientError
+
+    runtimes = container_runtimes(assembly.manifests)
+    sidecars = [r for r in runtimes if "CAPTURE_S3_URI" in r.env]
+    assert sidecars and seeded
+    for sidecar in sidecars:
+        pod = sidecar.workload
+        (loader,) = [r for r in seeded if r.workload == pod]
+        assert loader.role_arn != sidecar.role_arn
+        capture_bucket, capture_prefix = split_s3_uri(sidecar.env["CAPTURE_S3_URI"])
+        weights_bucket, weights_prefix = split_s3_uri(loader.env["MODEL_SOURCE_S3_URI"])
+        as_loader = rehearsal.client("s3", rehearsal.credentials(loader.role_arn))
+        as_sidecar = rehearsal.client("s3", rehearsal.credentials(sidecar.role_arn))
+        with pytest.raises(ClientError, match="AccessDenied"):
+            as_loader.put_object(Bucket=capture_bucket, Key=f"{capture_prefix}forged.jsonl", Body=b"{}")
+        with pytest.raises(ClientError, match="AccessDenied|Forbidden|403"):
+            as_sidecar.get_object(Bucket=weights_bucket, Key=f"{weights_prefix}config.json")

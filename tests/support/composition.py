@@ -20,6 +20,7 @@ resolved to their keys through the templates' ``AWS::KMS::Alias`` resources.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,12 @@ class Templates:
             if "Fn::Join" in value:
                 delimiter, parts = value["Fn::Join"]
                 return delimiter.join(self.text(stack, part) for part in parts)
+            if "Fn::Select" in value:
+                index, source = value["Fn::Select"]
+                if "Fn::Split" in source:
+                    delimiter, text = source["Fn::Split"]
+                    return self.text(stack, text).split(delimiter)[index] if delimiter in self.text(stack, text) \
+                        else f"<{stack}/select {index}>"
             if "Fn::ImportValue" in value:
                 owner, exported = self.exports[value["Fn::ImportValue"]]
                 return self.text(owner, exported)
@@ -90,6 +97,19 @@ class Templates:
                     actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
                     yield {"Effect": statement["Effect"], "Action": actions,
                            "Resource": [self.text(stack, r) for r in resources]}
+
+    def trusted_audience(self, role_name: str) -> str:
+        """The ``<issuer>:aud`` a role's IRSA trust requires (its condition block is a ``CfnJson`` value)."""
+        for stack, template in self.templates.items():
+            for resource in template["Resources"].values():
+                if resource["Type"] != "AWS::IAM::Role" or resource["Properties"].get("RoleName") != role_name:
+                    continue
+                (statement,) = resource["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+                logical_id, _ = statement["Condition"]["StringEquals"]["Fn::GetAtt"]
+                value = self.text(stack, template["Resources"][logical_id]["Properties"]["Value"])
+                (audience,) = [v for k, v in json.loads(value).items() if k.endswith(":aud")]
+                return str(audience)
+        raise AssertionError(f"no role named {role_name} in the templates")
 
     def key_arn(self, key_id: str) -> str:
         """A manifest's ``kmsKeyId`` (key ARN or alias ARN) as the key ARN policies name."""
@@ -129,13 +149,15 @@ def accesses(manifests: Mapping[str, list[dict[str, Any]]], templates: Templates
             pod = obj["spec"]["template"]["spec"]
             role = role_of[(namespace, pod["serviceAccountName"])]
             for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
-                found += _container_accesses(f"{name}/{container['name']}", role, container, templates)
+                found += _container_accesses(f"{name}/{container['name']}", container_role(container, role),
+                                             container, templates)
         if obj["kind"] in ("InferenceEndpointConfig", "JumpStartModel"):
             spec = obj["spec"]
             kubernetes = spec.get("kubernetes", {})
             account = kubernetes.get("serviceAccountName")
             for container in kubernetes.get("initContainers", []):
-                found += _container_accesses(f"{name}/{container['name']}", role_of[(namespace, account)],
+                found += _container_accesses(f"{name}/{container['name']}",
+                                             container_role(container, role_of[(namespace, account)]),
                                              container, templates)
             capture = spec.get("dataCapture")
             if capture and capture.get("s3Uri"):
@@ -155,6 +177,56 @@ def accesses(manifests: Mapping[str, list[dict[str, Any]]], templates: Templates
                 found.append(Access(f"{name} operator (TLS)", operator_role, "s3:PutObject",
                                     f"{bucket}/{prefix.rstrip('/')}/<object>".replace("//", "/")))
     return found
+
+
+def container_role(container: dict[str, Any], pod_role: str) -> str:
+    """The role a container runs under: its own (``AWS_ROLE_ARN`` with a web identity token of its own), else the
+    service account's (the EKS webhook's injection), else none ("")."""
+    env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+    return env["AWS_ROLE_ARN"].rsplit("/", 1)[-1] if "AWS_ROLE_ARN" in env else pod_role
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A container that holds AWS credentials: its role and the audience of the token it gets (its own projected
+    token's, or ``sts.amazonaws.com`` through the service account's annotation)."""
+
+    runtime: str
+    role_name: str
+    audience: str
+
+
+def credential_holders(manifests: Mapping[str, list[dict[str, Any]]]) -> list[Holder]:
+    """Every container of every pod the manifests define that can get AWS credentials, and from where."""
+    objects = [obj for file in manifests.values() for obj in file]
+    role_of = {(obj["metadata"].get("namespace"), obj["metadata"]["name"]):
+               obj["metadata"].get("annotations", {}).get("eks.amazonaws.com/role-arn", "").rsplit("/", 1)[-1]
+               for obj in objects if obj["kind"] == "ServiceAccount"}
+    holders = []
+    for obj in objects:
+        namespace, name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
+        if obj["kind"] == "Deployment":
+            pod = obj["spec"]["template"]["spec"]
+            account, containers = pod["serviceAccountName"], [*pod.get("initContainers", []), *pod["containers"]]
+            volumes = pod.get("volumes", [])
+        elif obj["kind"] == "InferenceEndpointConfig":
+            kubernetes = obj["spec"].get("kubernetes", {})
+            account, containers = kubernetes.get("serviceAccountName"), kubernetes.get("initContainers", [])
+            volumes = kubernetes.get("volumes", [])
+        else:
+            continue
+        tokens = {v["name"]: v["projected"]["sources"][0]["serviceAccountToken"]["audience"]
+                  for v in volumes if "projected" in v}
+        pod_role = role_of.get((namespace, account), "")
+        for container in containers:
+            env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+            runtime = f"{name}/{container['name']}"
+            if "AWS_ROLE_ARN" in env:
+                mounted = [tokens[m["name"]] for m in container.get("volumeMounts", []) if m["name"] in tokens]
+                holders.append(Holder(runtime, env["AWS_ROLE_ARN"].rsplit("/", 1)[-1], ",".join(mounted)))
+            elif pod_role:
+                holders.append(Holder(runtime, pod_role, "sts.amazonaws.com"))  # the EKS webhook's injection
+    return holders
 
 
 def _container_accesses(runtime: str, role: str, container: dict[str, Any], templates: Templates) -> list[Access]:

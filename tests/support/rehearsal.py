@@ -788,9 +788,15 @@ def _conditions_hold(condition: dict[str, Any], context: Mapping[str, str]) -> b
 # ------------------------------------------------------------------------------------------------ the runtimes
 
 
+# The web identity a container is given (charts/pod_credentials.py): the rehearsal hands it its role's credentials
+# directly, so these stay out of the environment it runs with.
+WEB_IDENTITY = ("AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+
+
 @dataclass(frozen=True)
 class ContainerRuntime:
-    """A container of a workload in the manifests, with the role its service account is annotated with."""
+    """A container of a workload in the manifests, with the role it runs under: its own (``AWS_ROLE_ARN`` with a token
+    of its own), else its service account's annotation (the EKS webhook gives it to every container)."""
 
     workload: str  # kind/namespace/name
     container: dict[str, Any]
@@ -803,7 +809,8 @@ class ContainerRuntime:
 
     @property
     def env(self) -> dict[str, str]:
-        return {item["name"]: item.get("value", "") for item in self.container.get("env", [])}
+        return {item["name"]: item.get("value", "") for item in self.container.get("env", [])
+                if item["name"] not in WEB_IDENTITY}
 
 
 def container_runtimes(manifests: Mapping[str, list[dict[str, Any]]]) -> list[ContainerRuntime]:
@@ -826,7 +833,8 @@ def container_runtimes(manifests: Mapping[str, list[dict[str, Any]]]) -> list[Co
             continue
         for container in containers:
             mounts = {mount["mountPath"]: mount["name"] for mount in container.get("volumeMounts", [])}
-            found.append(ContainerRuntime(workload, container, role_of.get((namespace, account)), mounts))
+            own = next((item.get("value") for item in container.get("env", []) if item["name"] == "AWS_ROLE_ARN"), None)
+            found.append(ContainerRuntime(workload, container, own or role_of.get((namespace, account)), mounts))
     return found
 
 

@@ -421,9 +421,17 @@ def test_the_agent_is_applied_with_a_namespaced_role_and_pinned_image(
     assert sorted(objects) == [("ConfigMap", f"{agent}-config"), ("ConfigMap", f"{agent}-scrape"),
                                ("Deployment", agent), ("NetworkPolicy", agent), ("Role", agent),
                                ("RoleBinding", agent), ("ServiceAccount", agent)]
-    # Nothing may connect to the agent; it keeps no capability.
+    # Nothing may connect to the agent; it reaches the sidecars' metrics ports and HTTPS, never the metadata service.
     assert objects[("NetworkPolicy", agent)]["spec"] == {
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": agent}}, "policyTypes": ["Ingress"], "ingress": []}
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": agent}}, "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [
+            {"to": [{"podSelector": {"matchLabels": {"hyperpod-inference-iac/workload": "portable-model-server"}}}],
+             "ports": [{"protocol": "TCP", "port": 9090}]},
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}],
+             "ports": [{"protocol": "TCP", "port": 443}]}]}
+    pod_labels = objects[("Deployment", agent)]["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["hyperpod-inference-iac/workload"] == agent  # the platform's own pod, not the operator's
     assert all(o["metadata"]["namespace"] == "inference" for o in objects.values())
     assert objects[("Role", "capture-metrics-agent")]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]

@@ -25,6 +25,7 @@ from hyperpod_inference_iac.charts import (
     plan_workloads,
 )
 from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.workload_identity import IdentityBinding
 
 ACCOUNT = "123456789012"
 
@@ -59,12 +60,50 @@ def test_the_sidecar_role_writes_exactly_the_planned_prefix_with_the_planned_key
                                    capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
                                    sidecar_image="registry.example/sidecar:1")
     (portable,) = plan.portable
-    statements = json.dumps(Template.from_stack(stack).find_resources("AWS::IAM::Policy"))
+    assert list(workloads.identities) == ["t-qwen", "t-qwen-capture"]  # the loader's role and the sidecar's
+    template = Template.from_stack(stack)
+    loader, sidecar = (_statements_of(template, name) for name in workloads.identities)
     # (the partition is a literal only under the app flag @aws-cdk/core:enablePartitionLiterals)
-    assert f":s3:::captures/{portable.capture.prefix}*" in statements
-    assert ":s3:::weights-bucket/qwen/*" in statements
-    assert "arn:aws:kms:us-west-2:123456789012:key/1111-2222" in statements
-    assert list(workloads.identities) == ["qwen"]
+    assert f":s3:::captures/{portable.capture.prefix}*" in sidecar
+    assert "arn:aws:kms:us-west-2:123456789012:key/1111-2222" in sidecar
+    assert "weights-bucket" not in sidecar and "s3:GetObject" not in sidecar
+    assert ":s3:::weights-bucket/qwen/*" in loader
+    assert "captures" not in loader and "s3:PutObject" not in loader and "kms:" not in loader
+
+
+def _statements_of(template: Template, role_name: str) -> str:
+    roles = template.find_resources("AWS::IAM::Role", {"Properties": {"RoleName": role_name}})
+    (role_id,) = roles
+    policies = [p for p in template.find_resources("AWS::IAM::Policy").values()
+                if {"Ref": role_id} in p["Properties"]["Roles"]]
+    return json.dumps(policies)
+
+
+def test_each_container_role_trusts_its_own_token_audience_only() -> None:
+    """The loader's token cannot assume the sidecar's role, nor the reverse: same service account, other audience."""
+    stack, cluster = _stack()
+    InferenceWorkloads(stack, "W", cluster=cluster, plan=_plan(ModelPodCapture(initial_sampling_percentage=5)),
+                       capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
+                       sidecar_image="registry.example/sidecar:1")
+    template = Template.from_stack(stack)
+    conditions = {json.dumps(r["Properties"]["Value"]) for r in template.find_resources("Custom::AWSCDKCfnJson").values()}
+    (loader,) = [c for c in conditions if "hyperpod-inference-iac/weights-loader" in c]
+    (sidecar,) = [c for c in conditions if "hyperpod-inference-iac/capture-sidecar" in c]
+    assert loader != sidecar
+    assert not any("sts.amazonaws.com" in c for c in conditions)  # the webhook's audience trusts no workload role
+    # An imported cluster's OIDC provider is not this app's to change: a warning names the client IDs to add.
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp(
+        ".*must accept the token audiences hyperpod-inference-iac/capture-sidecar, "
+        "hyperpod-inference-iac/weights-loader.*"))
+
+
+def test_container_roles_need_irsa() -> None:
+    stack, cluster = _stack()
+    with pytest.raises(ConfigError) as caught:
+        InferenceWorkloads(stack, "W", cluster=cluster, plan=_plan(ModelPodCapture()),
+                           capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
+                           sidecar_image="registry.example/sidecar:1", binding=IdentityBinding.POD_IDENTITY)
+    assert caught.value.codes == ["InferenceWorkloads.ContainerIdentityNeedsIrsa"] * 2
 
 
 def test_a_plan_that_needs_the_capture_bucket_refuses_to_build_without_it() -> None:

@@ -1,0 +1,232 @@
+"""The host-path ValidatingAdmissionPolicy, evaluated as the API server would: its CEL (variables, then each
+validation) run by cel-python against the pods the platform renders and against pods an attacker in the namespace
+could create. Where Pod Security must be ``privileged`` (the NVMe cache is a hostPath), this policy is what keeps a
+pod creator from mounting the node, running privileged, or writing the cache with a command of their own."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import cdk8s
+import celpy
+import pytest
+
+from hyperpod_inference_iac.charts import InferenceEndpointConfig, ModelDeployment, PortableDeployment, plan_workloads
+from hyperpod_inference_iac.charts.inference_chart import parse_models
+from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY, HOST_PATH_POLICY_LABEL
+from hyperpod_inference_iac.charts.render import namespace_objects
+from hyperpod_inference_iac.charts.portable import PortableModelServerChart
+from hyperpod_inference_iac.validation import Problems
+from tests.charts import samples
+
+Pod = dict[str, Any]
+
+
+def _plan(operator_models: bool = True) -> Any:
+    problems = Problems()
+    models = [ModelDeployment(model, path=path) for path, model in parse_models(samples.model_entries()[:1],
+                                                                                 problems=problems)]
+    plan = plan_workloads(samples.context(), models=models if operator_models else [],
+                          portable=[PortableDeployment(samples.portable_server(), path="portable[0]")],
+                          problems=problems)
+    problems.raise_if_any()
+    return plan
+
+
+def _objects(plan: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in namespace_objects(plan)}
+
+
+class Policy:
+    """The policy's CEL, compiled once: ``failures(pod)`` are the messages of the validations the pod fails."""
+
+    def __init__(self, policy: dict[str, Any]) -> None:
+        env = celpy.Environment()
+        spec = policy["spec"]
+        self.variables = [(v["name"], env.program(env.compile(v["expression"]))) for v in spec["variables"]]
+        self.validations = [(v["message"], env.program(env.compile(v["expression"]))) for v in spec["validations"]]
+
+    def failures(self, pod: Pod) -> list[str]:
+        obj = celpy.json_to_cel(pod)
+        variables: dict[str, Any] = {}
+        for name, program in self.variables:
+            variables[name] = program.evaluate({"object": obj, "variables": celpy.celtypes.MapType(variables)})
+        activation = {"object": obj, "variables": celpy.celtypes.MapType(variables)}
+        failed = []
+        for message, program in self.validations:
+            result = program.evaluate(activation)
+            assert isinstance(result, celpy.celtypes.BoolType), f"{message}: {result!r}"  # never an evaluation error
+            if not result:
+                failed.append(message.removeprefix(f"{HOST_PATH_POLICY}: "))
+        return failed
+
+
+@pytest.fixture(scope="module")
+def plan() -> Any:
+    return _plan()
+
+
+@pytest.fixture(scope="module")
+def policy(plan: Any) -> Policy:
+    return Policy(_objects(plan)[("ValidatingAdmissionPolicy", HOST_PATH_POLICY)])
+
+
+@pytest.fixture(scope="module")
+def portable_pod(plan: Any) -> Pod:
+    app = cdk8s.Testing.app()
+    chart = PortableModelServerChart(app, "p", workload=plan.portable[0], namespace=samples.NAMESPACE,
+                                     values=samples.VALUES)
+    (deployment,) = [m for m in cdk8s.Testing.synth(chart) if m["kind"] == "Deployment"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": samples.NAMESPACE},
+            "spec": deployment["spec"]["template"]["spec"]}
+
+
+@pytest.fixture(scope="module")
+def operator_pod(plan: Any) -> Pod:
+    """A pod as the operator would make it for the NVMe model: its worker mounting the cache read-only, our loader."""
+    model = plan.models[0].workload
+    assert isinstance(model, InferenceEndpointConfig)
+    kubernetes = model.manifest(namespace=samples.NAMESPACE)["spec"]["kubernetes"]
+    worker = {"name": "worker", "image": "vllm/vllm-openai:v0.11.0",
+              "volumeMounts": [{"name": "model-weights", "mountPath": "/opt/ml/model", "readOnly": True}]}
+    return {"spec": {"serviceAccountName": kubernetes["serviceAccountName"], "containers": [worker],
+                     "initContainers": kubernetes["initContainers"], "volumes": kubernetes["volumes"]}}
+
+
+def test_the_platform_s_own_pods_pass(policy: Policy, portable_pod: Pod, operator_pod: Pod) -> None:
+    assert policy.failures(portable_pod) == []
+    assert policy.failures(operator_pod) == []
+    assert policy.failures({"spec": {"containers": [{"name": "debug", "image": "busybox:1.37"}]}}) == []
+
+
+def _container(pod: Pod, name: str) -> dict[str, Any]:
+    return next(c for c in [*pod["spec"]["containers"], *pod["spec"].get("initContainers", [])] if c["name"] == name)
+
+
+def _writable_in_server(pod: Pod) -> None:
+    for mount in _container(pod, "model-server")["volumeMounts"]:
+        if mount["name"] == "model-weights":
+            mount["readOnly"] = False
+
+
+def _loader_runs_own_command(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader")["command"] = ["/bin/bash", "-c", "echo poisoned > /nvme-model/config.json"]
+
+
+def _loader_extra_args(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader")["args"] = ["; curl evil"]
+
+
+def _loader_other_image(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader")["image"] = "public.ecr.aws/aws-cli/aws-cli:2.99.0"
+
+
+def _loader_named_by_an_impostor(pod: Pod) -> None:
+    impostor = copy.deepcopy(_container(pod, "nvme-weights-loader"))
+    impostor["name"] = "helper"
+    pod["spec"]["initContainers"].append(impostor)
+
+
+def _mount_the_node(pod: Pod) -> None:
+    pod["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    _container(pod, "model-server")["volumeMounts"].append({"name": "root", "mountPath": "/host", "readOnly": True})
+
+
+def _cache_path_with_dots(pod: Pod) -> None:
+    for volume in pod["spec"]["volumes"]:
+        if "hostPath" in volume:
+            volume["hostPath"]["path"] += "/../../../etc"
+
+
+def _privileged(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["privileged"] = True
+
+
+def _host_network(pod: Pod) -> None:
+    pod["spec"]["hostNetwork"] = True
+
+
+def _host_pid(pod: Pod) -> None:
+    pod["spec"]["hostPID"] = True
+
+
+def _sys_admin(pod: Pod) -> None:
+    _container(pod, "capture-sidecar")["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+
+
+def _host_port(pod: Pod) -> None:
+    _container(pod, "model-server")["ports"].append({"containerPort": 22, "hostPort": 22})
+
+
+def _unconfined(pod: Pod) -> None:
+    pod["spec"]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
+def _unmasked_proc(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["procMount"] = "Unmasked"
+
+
+def _unsafe_sysctl(pod: Pod) -> None:
+    pod["spec"]["securityContext"]["sysctls"] = [{"name": "kernel.core_pattern", "value": "|/tmp/x"}]
+
+
+def _debug_container_writes_cache(pod: Pod) -> None:
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox:1.37",
+                                           "volumeMounts": [{"name": "model-weights", "mountPath": "/w"}]}]
+
+
+@pytest.mark.parametrize(("attack", "failure"), [
+    (_writable_in_server, "a model cache is mounted read-only"),
+    (_loader_runs_own_command, "a model cache is mounted read-only"),
+    (_loader_extra_args, "a model cache is mounted read-only"),
+    (_loader_other_image, "a model cache is mounted read-only"),
+    (_loader_named_by_an_impostor, "a model cache is mounted read-only"),
+    (_debug_container_writes_cache, "a model cache is mounted read-only"),
+    (_mount_the_node, "host paths are the planned model caches only"),
+    (_cache_path_with_dots, "host paths are the planned model caches only"),
+    (_privileged, "no privileged container"),
+    (_host_network, "no host network, PID or IPC namespace"),
+    (_host_pid, "no host network, PID or IPC namespace"),
+    (_sys_admin, "no capability beyond baseline's"),
+    (_host_port, "no host port"),
+    (_unconfined, "no Unconfined seccomp profile"),
+    (_unmasked_proc, "the default /proc mount only"),
+    (_unsafe_sysctl, "safe sysctls only"),
+], ids=lambda value: value.__name__.strip("_") if callable(value) else None)
+def test_what_a_pod_creator_in_the_namespace_cannot_do(policy: Policy, portable_pod: Pod,
+                                                      attack: Callable[[Pod], None], failure: str) -> None:
+    pod = copy.deepcopy(portable_pod)
+    attack(pod)
+    (failed,) = policy.failures(pod)
+    assert failed.startswith(failure), failed
+
+
+def test_the_policy_denies_where_every_pod_is_the_platform_s_and_warns_where_the_operator_makes_pods() -> None:
+    shared = _objects(_plan(operator_models=True))
+    portable_only = _objects(_plan(operator_models=False))
+    label = HOST_PATH_POLICY_LABEL
+    assert shared[("Namespace", samples.NAMESPACE)]["metadata"]["labels"][label] == "warn"
+    assert portable_only[("Namespace", samples.NAMESPACE)]["metadata"]["labels"][label] == "deny"
+    deny = shared[("ValidatingAdmissionPolicyBinding", f"{HOST_PATH_POLICY}-deny")]["spec"]
+    warn = shared[("ValidatingAdmissionPolicyBinding", f"{HOST_PATH_POLICY}-warn")]["spec"]
+    assert deny == {"policyName": HOST_PATH_POLICY, "validationActions": ["Deny"],
+                    "matchResources": {"namespaceSelector": {"matchLabels": {label: "deny"}}}}
+    assert warn["validationActions"] == ["Warn", "Audit"]
+    assert shared[("ValidatingAdmissionPolicy", HOST_PATH_POLICY)]["spec"]["failurePolicy"] == "Fail"
+
+
+def test_a_namespace_without_caches_is_baseline_and_has_no_host_path_policy() -> None:
+    entries = [e for e in samples.model_entries() if "nvmeCache" not in e
+               and e["spec"].get("modelSourceConfig", {}).get("modelSourceType") == "huggingface"][:1]
+    assert entries
+    problems = Problems()
+    models = [ModelDeployment(m, path=p) for p, m in parse_models(entries, problems=problems)]
+    plan = plan_workloads(samples.context(), models=models, problems=problems)
+    problems.raise_if_any()
+    objects = _objects(plan)
+    labels = objects[("Namespace", samples.NAMESPACE)]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert HOST_PATH_POLICY_LABEL not in labels
+    assert not any(kind.startswith("ValidatingAdmission") for kind, _ in objects)
