@@ -182,5 +182,5 @@ def test_the_loader_and_the_sidecar_cannot_use_each_other_s_rights(
         as_sidecar = rehearsal.client("s3", rehearsal.credentials(sidecar.role_arn))
         with pytest.raises(ClientError, match="AccessDenied"):
             as_loader.put_object(Bucket=capture_bucket, Key=f"{capture_prefix}forged.jsonl", Body=b"{}")
-        with pytest.raises(ClientError, match="AccessDenied|Forbidden|403"):
+        with pytest.raises(ClientError, match=r"AccessDenied|Forbidden|403"):
             as_sidecar.get_object(Bucket=weights_bucket, Key=f"{weights_prefix}config.json")

@@ -86,7 +86,8 @@ def test_each_container_role_trusts_its_own_token_audience_only() -> None:
                        capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"),
                        sidecar_image="registry.example/sidecar:1")
     template = Template.from_stack(stack)
-    conditions = {json.dumps(r["Properties"]["Value"]) for r in template.find_resources("Custom::AWSCDKCfnJson").values()}
+    conditions = {json.dumps(r["Properties"]["Value"])
+                  for r in template.find_resources("Custom::AWSCDKCfnJson").values()}
     (loader,) = [c for c in conditions if "hyperpod-inference-iac/weights-loader" in c]
     (sidecar,) = [c for c in conditions if "hyperpod-inference-iac/capture-sidecar" in c]
     assert loader != sidecar
