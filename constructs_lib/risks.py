@@ -17,7 +17,7 @@ when the message's wording changes. :data:`WARNINGS` lists every id this library
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from aws_cdk import Annotations
@@ -96,19 +96,11 @@ class RiskWarnings:
         if not any(w.id == full and w.path == path for w in self.items):
             self.items.append(RiskWarning(full, path, message))
 
-    def extend(self, warnings: Iterable[RiskWarning]) -> None:
-        for warning in warnings:
-            self.add(warning.id, warning.path, warning.message)
-
     def annotate(self, scope: IConstruct) -> None:
         """Each warning as a CDK warning on ``scope`` (an acknowledgment of its id on ``scope`` or above, made
         before or after, silences it)."""
         for warning in self.items:
             Annotations.of(scope).add_warning_v2(warning.id, warning.text)
-
-    @property
-    def ids(self) -> set[str]:
-        return {warning.id for warning in self.items}
 
     def __iter__(self) -> Iterator[RiskWarning]:
         return iter(self.items)
