@@ -17,6 +17,7 @@ from aws_cdk import App
 
 from hyperpod_inference_iac import ConfigError, PlatformValue
 from platform_config import load_config, read_stack_outputs
+from platform_config.acknowledgments import review_warnings
 from stacks.gitops import stage_dist
 from stacks.platform import add_nag_checks, build_platform
 
@@ -34,6 +35,9 @@ def main() -> int:
     outputs_path = context("outputs")
     try:
         config = load_config(config_path)
+        # The risky choices the constructs warn about below, under this file's key paths (as the config check says).
+        for line in review_warnings(config).warning_lines(config_path):
+            print(line, file=sys.stderr)
         outputs = read_stack_outputs(config, Path(outputs_path)) if outputs_path else {}
         platform = build_platform(app, config)
         add_nag_checks(app)

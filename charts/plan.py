@@ -580,8 +580,8 @@ def api_key_secret_name(server_name: str) -> str:
 def _check_hostname(context: PlatformContext, server: PortableModelServer, path: str, problems: Problems) -> None:
     """A hostname is published in the platform zone and served with the platform certificate: both must cover it."""
     hostname = server.hostname
-    if hostname is None or is_unresolved(hostname):
-        return
+    if hostname is None or is_unresolved(hostname) or problems.has_at_or_below(join_path(path, "hostname")):
+        return  # (a hostname that is no DNS name, "" included, is one problem: Portable.HostnameInvalid)
     if context.zone_name is not None and not hostname.endswith("." + context.zone_name):
         problems.add("Portable.HostnameOutsideZone", join_path(path, "hostname"),
                      f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records "

@@ -22,11 +22,12 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
 :mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
-one :class:`ConfigError`), needs no feature flag of the app it lives in, and acknowledges its own
-reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
+one :class:`ConfigError`), warns about risky but legal choices (acknowledgeable CDK warnings, decided by
+``warn_*`` functions a config loader calls too: :mod:`hyperpod_inference_iac.risks`), needs no feature flag of
+the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
-from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic
+from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic, warn_alarm_topic
 from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
 from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync
 from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
@@ -35,15 +36,21 @@ from hyperpod_inference_iac.capture_pipeline import (
     CapturePipeline,
     RedactionRule,
     check_capture_pipeline,
+    warn_capture_pipeline,
 )
-from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage
-from hyperpod_inference_iac.certificate_alarms import CertificateAlarms, check_certificate_alarms
+from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
+from hyperpod_inference_iac.certificate_alarms import (
+    CertificateAlarms,
+    check_certificate_alarms,
+    warn_certificate_alarms,
+)
 from hyperpod_inference_iac.eks_cluster import (
     KUBECTL_LAYERS,
     NVIDIA_DEVICE_PLUGIN,
     ClusterEndpointAccess,
     InferenceCluster,
     check_inference_cluster,
+    warn_inference_cluster,
 )
 from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
 from hyperpod_inference_iac.external_dns import ExternalDns, external_dns_release
@@ -60,7 +67,7 @@ from hyperpod_inference_iac.hyperpod_cluster import (
     check_hyperpod_cluster,
 )
 from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
-from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri
+from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri, warn_workload
 from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
 from hyperpod_inference_iac.network import (
     FlowLogTraffic,
@@ -75,6 +82,7 @@ from hyperpod_inference_iac.network import (
 from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.regions import check_region
+from hyperpod_inference_iac.risks import WARNINGS, RiskWarning, RiskWarnings
 from hyperpod_inference_iac.s3_access import (
     bucket_arn,
     grant_key_through_s3,
@@ -107,6 +115,7 @@ __all__ = [
     "EXTERNAL_SECRETS",
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
+    "WARNINGS",
     "AlarmSettings",
     "AlarmTopic",
     "ApiKeySync",
@@ -145,6 +154,8 @@ __all__ = [
     "Problems",
     "PrometheusWorkspace",
     "RedactionRule",
+    "RiskWarning",
+    "RiskWarnings",
     "S3Location",
     "S3Uri",
     "ScalingMetrics",
@@ -194,4 +205,10 @@ __all__ = [
     "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",
     "stage_manifests",
+    "warn_alarm_topic",
+    "warn_capture_pipeline",
+    "warn_capture_storage",
+    "warn_certificate_alarms",
+    "warn_inference_cluster",
+    "warn_workload",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from aws_cdk import Annotations, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
@@ -22,6 +22,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from hyperpod_inference_iac.data_perimeter import KEY_ADMIN_ACTIONS
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -120,11 +121,11 @@ class AlarmTopic(Construct):
             )
         elif isinstance(encryption_key, kms.Key):
             encryption_key.add_to_resource_policy(_cloudwatch_may_use_key(stack))
-        else:
-            Annotations.of(self).add_warning_v2(
-                "@hyperpod-inference-iac/AlarmTopic:importedKey",
-                "the topic's key is imported: its policy must allow cloudwatch.amazonaws.com kms:GenerateDataKey* "
-                "and kms:Decrypt, or every alarm notification is dropped (the alarm history shows the KMS error)")
+        warnings = RiskWarnings()
+        warn_alarm_topic(warnings, emails=emails, https_endpoints=https_endpoints,
+                         lambda_function_arns=lambda_function_arns, forward_to_topic_arns=forward_to_topic_arns,
+                         imported_key=encryption_key is not None and not isinstance(encryption_key, kms.Key))
+        warnings.annotate(self)
         self.key = encryption_key
         self.topic = sns.Topic(self, "Topic", topic_name=topic_name, display_name=display_name,
                                master_key=encryption_key, enforce_ssl=True)
@@ -151,12 +152,24 @@ class AlarmTopic(Construct):
                                  for index, arn in enumerate(forward_to_topic_arns)]
         self.alarm_actions: list[cloudwatch.IAlarmAction] = [
             cloudwatch_actions.SnsAction(topic) for topic in (self.topic, *self.forwarded_topics)]
-        if not (emails or https_endpoints or lambda_function_arns or forward_to_topic_arns):
-            Annotations.of(self).add_warning_v2(
-                "@hyperpod-inference-iac/AlarmTopic:noSubscribers",
-                "nobody is subscribed to the alarm topic: alarms change state without telling anyone (subscribe "
-                "emails, an HTTPS endpoint or a Lambda function, forward to a topic, or add the topic to an AWS "
-                "Chatbot channel)")
+
+
+def warn_alarm_topic(warnings: RiskWarnings, at: KeyPaths = PROPS, *, emails: Sequence[str] = (),
+                     https_endpoints: Sequence[str] = (), lambda_function_arns: Sequence[str] = (),
+                     forward_to_topic_arns: Sequence[str] = (), imported_key: bool = False) -> None:
+    """The risky but legal choices of :class:`AlarmTopic`'s properties (a config loader calls it with its key paths;
+    the construct turns them into CDK warnings). ``imported_key``: ``encryption_key`` is not a ``kms.Key`` of this
+    app."""
+    if imported_key:
+        warnings.add("AlarmTopic:importedKey", at.at("encryption_key"),
+                     "the topic's key is imported: its policy must allow cloudwatch.amazonaws.com "
+                     "kms:GenerateDataKey* and kms:Decrypt, or every alarm notification is dropped (the alarm history "
+                     "shows the KMS error)")
+    if not (emails or https_endpoints or lambda_function_arns or forward_to_topic_arns):
+        warnings.add("AlarmTopic:noSubscribers", at.at(),
+                     "nobody is subscribed to the alarm topic: alarms change state without telling anyone (subscribe "
+                     "emails, an HTTPS endpoint or a Lambda function, forward to a topic, or add the topic to an AWS "
+                     "Chatbot channel)")
 
 
 def _cloudwatch_may_use_key(stack: Stack) -> iam.PolicyStatement:

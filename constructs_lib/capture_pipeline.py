@@ -29,6 +29,7 @@ from constructs import Construct
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, stack_singletons
 from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -259,6 +260,17 @@ def check_capture_pipeline(
         problems.add(f"{code}.InvalidDate", at.at("first_partition_date"), "must be YYYY-MM-DD", first_partition_date)
 
 
+def warn_capture_pipeline(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
+                          redact: Sequence[str] = DEFAULT_REDACTION_RULES) -> None:
+    """The risky but legal choices of :class:`CapturePipeline`'s properties (a config loader calls it with its key
+    paths; the construct turns them into CDK warnings)."""
+    if not isinstance(redact, str) and len(redact) == 0:
+        warnings.add("CapturePipeline:redactionOff", at.at("redact"),
+                     "redaction is off: curated/, what readers and monitors read, holds prompts and responses as "
+                     "captured (e-mail addresses, card numbers, access keys included); list the rules to apply (the "
+                     "default is every rule but ip_address), or acknowledge that nothing captured needs redacting")
+
+
 class CapturePipeline(Construct):
     """Post-processes captured inference data into Parquet, with redaction and a quarantine.
 
@@ -330,6 +342,9 @@ class CapturePipeline(Construct):
             max_concurrency=max_concurrency, redact=redact, pandas_layer_arn=pandas_layer_arn,
             glue_database_name=glue_database_name, first_partition_date=first_partition_date)
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
+        warnings = RiskWarnings()
+        warn_capture_pipeline(warnings, redact=redact)
+        warnings.annotate(self)
         self.capture_prefixes = tuple(capture_prefixes)
         self.output_prefix = output_prefix
         self.quarantine_prefix = quarantine_prefix

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Annotations, Duration, Names, RemovalPolicy, Stack
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
@@ -26,6 +26,7 @@ from hyperpod_inference_iac.data_perimeter import BucketGuard, KeyGuard, KeyRequ
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.patterns import IAM_ROLE_ARN, S3_BUCKET_NAME
+from hyperpod_inference_iac.risks import RiskWarnings, role_account
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
@@ -65,8 +66,10 @@ def check_capture_storage(
     capture_prefix: str = DEFAULT_CAPTURE_PREFIX,
     curated_prefix: str = DEFAULT_CURATED_PREFIX,
     quarantine_prefix: str = DEFAULT_QUARANTINE_PREFIX,
+    account: str | None = None,
 ) -> None:
-    """Every rule of :class:`CaptureStorage`'s properties (a config loader calls it with its key paths)."""
+    """Every rule of :class:`CaptureStorage`'s properties (a config loader calls it with its key paths).
+    ``account``: the stack's account (None or a token: not known, not checked)."""
     if tls_bucket_name is not None and not is_unresolved(tls_bucket_name) \
             and not tls_bucket_name.startswith(TLS_BUCKET_PREFIX):
         problems.add("CaptureStorage.TlsBucketPrefix", at.at("tls_bucket_name"),
@@ -90,6 +93,17 @@ def check_capture_storage(
             if not is_unresolved(arn) and not IAM_ROLE_ARN.match(arn):
                 problems.add("CaptureStorage.BadReaderRoleArn", at.at(prop, index),
                              "must be an IAM role ARN such as arn:aws:iam::111122223333:role/analysts", arn)
+    # A break-glass role is exempt from every deny of the data perimeter (read, write, delete, both buckets) and may
+    # use the key: in another account, that account's administrators would decide who holds it and when, and its
+    # trust policy and IAM changes would be recorded there, not here. Refused, not warned: the fix loses nothing.
+    for index, arn in enumerate(break_glass_role_arns):
+        other = _other_account(arn, account)
+        if other is not None:
+            problems.add("CaptureStorage.BreakGlassOtherAccount", at.at("break_glass_role_arns", index),
+                         f"must be a role of this account ({account}), not of {other}: a break-glass role is exempt "
+                         "from every deny of the data perimeter, so whoever governs its account would govern the "
+                         "captures; create the incident-response role in this account (its trust policy may let the "
+                         "other account's responders assume it)", arn)
     prefixes = {"capture_prefix": capture_prefix, "curated_prefix": curated_prefix,
                 "quarantine_prefix": quarantine_prefix}
     for prop, prefix in prefixes.items():
@@ -106,6 +120,40 @@ def check_capture_storage(
                 problems.add("CaptureStorage.PrefixesOverlap", at.at(first),
                              f"must not contain or be contained in {second} ({b!r}): readers of one would read the "
                              f"other", a)
+
+
+def warn_capture_storage(warnings: RiskWarnings, at: KeyPaths = PROPS, *, account: str | None = None,
+                         reader_role_arns: Sequence[str] = (), raw_reader_role_arns: Sequence[str] = (),
+                         break_glass_role_arns: Sequence[str] = (), imported_key: bool = False) -> None:
+    """The risky but legal choices of :class:`CaptureStorage`'s properties (a config loader calls it with its key
+    paths; the construct turns them into CDK warnings). ``account``: the stack's account (None or a token: reader
+    roles are not compared with it)."""
+    readers = (("reader_role_arns", reader_role_arns, "CaptureStorage:readerInOtherAccount",
+                "read curated/ (redacted prompts and responses)"),
+               ("raw_reader_role_arns", raw_reader_role_arns, "CaptureStorage:rawReaderInOtherAccount",
+                "read the raw captures and quarantine/ (unredacted prompts and responses)"))
+    for prop, arns, name, what in readers:
+        for index, arn in enumerate(arns):
+            other = _other_account(arn, account)
+            if other is not None:
+                warnings.add(name, at.at(prop, index),
+                             f"{arn} is a role of account {other}, not of this one ({account}): the bucket and key "
+                             f"policies let it {what}, and who may assume it is decided by that account's IAM, which "
+                             "this account neither sees nor audits; use a role of this account (its trust policy may "
+                             "admit the other account's principals), or acknowledge the share with its reason")
+    if imported_key and (reader_role_arns or raw_reader_role_arns or break_glass_role_arns):
+        warnings.add("CaptureStorage:readersNeedKeyPolicy", at.at("encryption_key"),
+                     "reader roles with an imported encryption_key: the bucket policy admits them, but decrypting the "
+                     "objects needs kms:Decrypt for these roles in that key's own policy (edit it where the key is "
+                     "managed)")
+
+
+def _other_account(arn: str, account: str | None) -> str | None:
+    """The account of role ``arn`` when both it and ``account`` are known and differ, else None."""
+    if account is None or is_unresolved(account) or is_unresolved(arn) or not IAM_ROLE_ARN.match(arn):
+        return None
+    other = role_account(arn)
+    return other if other is not None and other != account else None
 
 
 class CaptureStorage(Construct):
@@ -190,7 +238,8 @@ class CaptureStorage(Construct):
             noncurrent_version_retention_days=noncurrent_version_retention_days,
             access_log_retention_days=access_log_retention_days, reader_role_arns=reader_role_arns,
             raw_reader_role_arns=raw_reader_role_arns, break_glass_role_arns=break_glass_role_arns,
-            capture_prefix=capture_prefix, curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix)
+            capture_prefix=capture_prefix, curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix,
+            account=Stack.of(self).account)
         problems.raise_if_any(f"CaptureStorage {self.node.path}")
         stack = Stack.of(self)
         suffix = Names.unique_id(self)[-8:].lower()
@@ -274,11 +323,11 @@ class CaptureStorage(Construct):
             # The operator gives each ALB the prefix <capture prefix><hash>/alb; ELB appends AWSLogs/<account>/.
             self.capture_allowlist.accept_load_balancer_logs(f"{capture_prefix}*/alb/AWSLogs/{stack.account}/")
 
-        if self.key_allowlist is None and (reader_role_arns or raw_reader_role_arns or break_glass_role_arns):
-            Annotations.of(self).add_warning_v2(
-                "@hyperpod-inference-iac/CaptureStorage:readersNeedKeyPolicy",
-                "reader roles with an imported encryption_key: the bucket policy admits them, but decrypting the "
-                "objects needs kms:Decrypt for these roles in that key's own policy (edit it where the key is managed)")
+        warnings = RiskWarnings()
+        warn_capture_storage(warnings, account=stack.account, reader_role_arns=reader_role_arns,
+                             raw_reader_role_arns=raw_reader_role_arns, break_glass_role_arns=break_glass_role_arns,
+                             imported_key=self.key_allowlist is None)
+        warnings.annotate(self)
         for arn in reader_role_arns:
             self._admit_reader(arn, (curated_prefix,))
         for arn in raw_reader_role_arns:

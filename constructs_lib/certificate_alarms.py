@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from aws_cdk import Annotations, Duration, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
@@ -29,6 +29,7 @@ from hyperpod_inference_iac.alarms import (
     topic_actions,
 )
 from hyperpod_inference_iac.patterns import DNS1123_LABEL
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 DAYS_TO_EXPIRY = AlarmSettings(threshold=45, period=Duration.days(1))
@@ -63,6 +64,18 @@ def check_certificate_alarms(problems: Problems, at: KeyPaths = PROPS, *, region
                          f"stack in that region, not {region}", arn)
     check_alarm_settings(problems, at, code, "days_to_expiry", days_to_expiry, threshold=(1, 365),
                          unit="days left; fires below it")
+
+
+def warn_certificate_alarms(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
+                            days_to_expiry: AlarmSettings | None = DAYS_TO_EXPIRY) -> None:
+    """The risky but legal choices of :class:`CertificateAlarms`'s properties (a config loader calls it with its key
+    paths; the construct turns them into CDK warnings)."""
+    if days_to_expiry is not None and not is_unresolved(days_to_expiry.threshold) \
+            and days_to_expiry.threshold > MANAGED_RENEWAL_DAYS:
+        warnings.add("CertificateAlarms:beforeManagedRenewal", at.at("days_to_expiry", "threshold"),
+                     f"{days_to_expiry.threshold:g} days: ACM starts renewing the certificates it issued "
+                     f"{MANAGED_RENEWAL_DAYS} days before expiry, so healthy certificates alarm every cycle until "
+                     "their renewal completes")
 
 
 class CertificateAlarms(Construct):
@@ -105,12 +118,9 @@ class CertificateAlarms(Construct):
                                  alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
                                  days_to_expiry=days_to_expiry)
         problems.raise_if_any(f"CertificateAlarms {self.node.path}")
-        if days_to_expiry.threshold > MANAGED_RENEWAL_DAYS:
-            Annotations.of(self).add_warning_v2(
-                "@hyperpod-inference-iac/CertificateAlarms:beforeManagedRenewal",
-                f"days_to_expiry.threshold is {days_to_expiry.threshold:g}: ACM starts renewing the certificates it "
-                f"issued {MANAGED_RENEWAL_DAYS} days before expiry, so healthy certificates alarm every cycle "
-                "until their renewal completes")
+        warnings = RiskWarnings()
+        warn_certificate_alarms(warnings, days_to_expiry=days_to_expiry)
+        warnings.annotate(self)
         self.certificates = dict(certificates)
         wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
         self.alarms: dict[str, cloudwatch.Alarm] = {}

@@ -12,7 +12,7 @@ import enum
 import importlib
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Annotations, CfnResource, RemovalPolicy, Size
+from aws_cdk import CfnResource, RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -26,6 +26,7 @@ from hyperpod_inference_iac.log_retention import DEFAULT_AUDIT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
 from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -89,6 +90,15 @@ def check_inference_cluster(
                      "must be an EC2 instance type such as m6i.large", system_instance_type)
 
 
+def warn_inference_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *, endpoint_access: str) -> None:
+    """The risky but legal choices of :class:`InferenceCluster`'s properties (a config loader calls it with its key
+    paths; the construct turns them into CDK warnings)."""
+    if endpoint_access == ClusterEndpointAccess.PUBLIC_AND_PRIVATE:
+        warnings.add("InferenceCluster:publicEndpoint", at.at("endpoint_access"),
+                     "the Kubernetes API server is reachable from the internet (public_and_private); authentication "
+                     "still applies, but private keeps it inside the VPC")
+
+
 def kubectl_layer_for(scope: Construct, kubernetes_version: str) -> lambda_.ILayerVersion:
     module_name, class_name = KUBECTL_LAYERS[kubernetes_version]
     return getattr(importlib.import_module(module_name), class_name)(scope, "KubectlLayer")
@@ -148,11 +158,9 @@ class InferenceCluster(Construct):
                                 system_instance_type=system_instance_type)
         problems.raise_if_any(f"InferenceCluster {self.node.path}")
         endpoint_access = ClusterEndpointAccess(endpoint_access)
-        if endpoint_access is ClusterEndpointAccess.PUBLIC_AND_PRIVATE:
-            Annotations.of(self).add_warning_v2(
-                "@hyperpod-inference-iac/InferenceCluster:publicEndpoint",
-                "the Kubernetes API server is reachable from the internet (endpoint_access=PUBLIC_AND_PRIVATE); "
-                "authentication still applies, but PRIVATE keeps it inside the VPC")
+        warnings = RiskWarnings()
+        warn_inference_cluster(warnings, endpoint_access=endpoint_access)
+        warnings.annotate(self)
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description=f"Envelope encryption of Kubernetes secrets in {cluster_name}",
                                    removal_policy=RemovalPolicy.RETAIN)

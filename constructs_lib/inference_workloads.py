@@ -9,6 +9,7 @@ its role may read.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,8 +36,9 @@ from hyperpod_inference_iac.charts.plan import (
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
+from hyperpod_inference_iac.risks import RiskWarnings, is_private_range
 from hyperpod_inference_iac.s3_access import bucket_arn
-from hyperpod_inference_iac.validation import Problems, is_unresolved
+from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
@@ -150,8 +152,9 @@ class InferenceWorkloads(Construct):
                     and token_secret_of(workload.workload) is not None:
                 manifest.node.add_dependency(secret_sync)
             self.manifests[chart_id] = manifest
-            _warn_about_capture(manifest, workload)
-            _warn_about_images(manifest, workload, self._sidecar_image_by_tag(workload))
+            warnings = RiskWarnings()
+            warn_workload(warnings, workload, sidecar_image=self._sidecar_image_by_tag(workload))
+            warnings.annotate(manifest)
 
     def _sidecar_image_by_tag(self, workload: ModelWorkload | PortableWorkload) -> str | None:
         """The capture sidecar's image when it is named by a tag someone could move. The image built here is not:
@@ -251,33 +254,46 @@ def _check_binding(scope: Construct, binding: IdentityBinding, identities: Seque
     problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
-def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, Any]]:
+def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload, *,
+                  sidecar_image: str | None = None) -> None:
+    """The risky but legal choices of one planned workload, under the path it was planned from (``models[0]``,
+    ``portable[1]``: a config file's key paths). :class:`InferenceWorkloads` puts them on the workload's manifest,
+    where an acknowledgment of their id silences them; a config loader prints them. ``sidecar_image``: the capture
+    sidecar's image when it is named by a tag someone could move (None: built here, or pinned)."""
+    _warn_about_capture(warnings, workload)
+    _warn_about_images(warnings, workload, sidecar_image)
+    if isinstance(workload, PortableWorkload):
+        _warn_about_exposure(warnings, workload)
+
+
+def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, str, Any]]:
+    """(tier, its key path, its block) of each capture tier a workload names."""
     if isinstance(workload, PortableWorkload):
         capture = workload.server.data_capture
-        return [("modelPod", capture.model_pod)] if capture is not None and capture.model_pod is not None else []
+        return [("modelPod", join_path(workload.path, "dataCapture.modelPod"), capture.model_pod)] \
+            if capture is not None and capture.model_pod is not None else []
     capture = getattr(workload.workload.spec, "data_capture", None)
     if capture is None:
         return []
-    return [(tier, block) for tier, block in (("sagemakerEndpoint", capture.sagemaker_endpoint),
-                                              ("modelPod", capture.model_pod)) if block is not None]
+    return [(tier, join_path(workload.path, f"spec.dataCapture.{tier}"), block)
+            for tier, block in (("sagemakerEndpoint", capture.sagemaker_endpoint), ("modelPod", capture.model_pod))
+            if block is not None]
 
 
-def _warn_about_capture(manifest: Construct, workload: ModelWorkload | PortableWorkload) -> None:
-    """Risky but legal capture settings, as warnings a reviewer acknowledges on the workload's manifest."""
-    for tier, block in _capture_tiers(workload):
+def _warn_about_capture(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload) -> None:
+    for tier, path, block in _capture_tiers(workload):
         if not block.enabled:
             continue
         if block.kms_key_id is None:
-            Annotations.of(manifest).add_warning_v2(
-                "@hyperpod-inference-iac/InferenceWorkloads:captureWithoutKmsKey",
-                f"{workload.name}: the {tier} capture tier has no kmsKeyId, so captured prompts are encrypted with "
-                "the bucket's default key only; name a customer-managed key (the brief asks for one on tiers 1 and 3)")
+            warnings.add("InferenceWorkloads:captureWithoutKmsKey", join_path(path, "kmsKeyId"),
+                         f"{workload.name}: the {tier} capture tier has no kmsKeyId, so captured prompts are "
+                         "encrypted with the bucket's default key only; name a customer-managed key (the brief asks "
+                         "for one on tiers 1 and 3)")
         sampling = block.initial_sampling_percentage
         if sampling == 100 or (sampling is None and tier == "modelPod"):
-            Annotations.of(manifest).add_warning_v2(
-                "@hyperpod-inference-iac/InferenceWorkloads:fullSampling",
-                f"{workload.name}: the {tier} capture tier keeps every request (initialSamplingPercentage "
-                f"{sampling if sampling is not None else 'unset: 100'}); start production sampling low")
+            warnings.add("InferenceWorkloads:fullSampling", join_path(path, "initialSamplingPercentage"),
+                         f"{workload.name}: the {tier} capture tier keeps every request (initialSamplingPercentage "
+                         f"{sampling if sampling is not None else 'unset: 100'}); start production sampling low")
 
 
 def _pinned_by_digest(image: str) -> bool:
@@ -297,17 +313,52 @@ def _images_by_tag(workload: ModelWorkload | PortableWorkload) -> list[str]:
     return [image for image in images if not is_unresolved(image) and not _pinned_by_digest(image)]
 
 
-def _warn_about_images(manifest: Construct, workload: ModelWorkload | PortableWorkload,
+def _warn_about_images(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload,
                        sidecar_image: str | None) -> None:
     """One warning per workload whose images are named by tag only: a registry lets whoever may push move a tag to
     other content, so the same manifest can run other code tomorrow. A digest cannot move."""
     images = [*_images_by_tag(workload), *([sidecar_image] if sidecar_image else [])]
     if images:
-        Annotations.of(manifest).add_warning_v2(
-            "@hyperpod-inference-iac/InferenceWorkloads:imageNotPinnedByDigest",
+        warnings.add(
+            "InferenceWorkloads:imageNotPinnedByDigest", workload.path,
             f"{workload.name}: {', '.join(images)} named by tag only; whoever may push to the registry can move a "
             "tag to other content. Pin each image by digest (name@sha256:<digest> of the image you reviewed), or "
             "acknowledge this warning where the tags are immutable (your own mirror with immutable tags)")
+
+
+def _warn_about_exposure(warnings: RiskWarnings, workload: PortableWorkload) -> None:
+    """Who reaches a portable server: without an API key, anyone who reaches its port; a source range outside
+    private address space or open to every address widens who that is. Warned, not refused: the load balancer is
+    internal (the internet itself never reaches it), and a network may authenticate in front of the server."""
+    server, path = workload.server, workload.path
+    reached_by = "any pod of the cluster" + (" and every client its load balancer admits" if server.hostname else "")
+    if not server.api_key_enabled:
+        warnings.add("InferenceWorkloads:noApiKey",
+                     join_path(path, "apiKey" if server.api_key is None else "apiKey.enabled"),
+                     f"{workload.name} has no API key: {reached_by} is served without authentication, and its "
+                     "captures name no caller; set apiKey.enabled: true (the key is generated and synced for you), "
+                     "or acknowledge what authenticates in front of it")
+    for index, cidr in enumerate(server.allowed_source_ranges or ()):
+        if is_unresolved(cidr):
+            continue
+        try:
+            network = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            continue  # (refused: Portable.SourceRangeInvalid)
+        at = join_path(join_path(path, "allowedSourceRanges"), index)
+        if network.prefixlen == 0:
+            warnings.add("InferenceWorkloads:sourceRangeOpenToAll", at,
+                         f"{cidr} admits every address to {workload.name}'s load balancer: it is internal, so not the "
+                         "internet itself, but every network routed into the VPC (peered VPCs, VPNs, Direct Connect, "
+                         "Transit Gateway) reaches it; list the clients' ranges (leave the key out for the VPC's "
+                         "CIDR)")
+        elif not is_private_range(cidr, workload.vpc_cidr):
+            warnings.add("InferenceWorkloads:sourceRangeNotPrivate", at,
+                         f"{cidr} is not private address space (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, "
+                         f"100.64.0.0/10, fc00::/7) nor inside the VPC's CIDR {workload.vpc_cidr}: {workload.name}'s "
+                         "internal load balancer admits those public addresses wherever a network routes them in "
+                         "(a proxy or Direct Connect that keeps client addresses), and a mistyped range admits "
+                         "strangers; list private ranges, or acknowledge the public ones with whom they belong to")
 
 
 def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:
@@ -319,4 +370,4 @@ def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformVa
     problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
-__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_uri"]
+__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_uri", "warn_workload"]

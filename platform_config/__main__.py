@@ -2,6 +2,9 @@
 
 Prints every problem (each once, under its key path) and exits 2, or prints what the file plans and
 exits 0. ``make synth`` runs it first, so a mistake in the file stops the synth before the CDK CLI starts.
+A valid file's risky choices (the warnings the synth gives, platform_config.acknowledgments) are printed too:
+the acknowledged ones with their reasons, the others and any stale acknowledgment on stderr; they do not change
+the exit status.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from hyperpod_inference_iac import ConfigError
+from platform_config.acknowledgments import review_warnings
 from platform_config.loader import load_config
 
 DEFAULT_CONFIG = "config/default.yaml"
@@ -25,6 +29,13 @@ def main(argv: list[str]) -> int:
     assert plan is not None
     print(f"{path}: valid ({len(plan.models)} model(s), {len(plan.portable)} portable server(s), "
           f"{len(plan.identities)} workload identit{'y' if len(plan.identities) == 1 else 'ies'})")
+    review = review_warnings(config)
+    accepted = review.accepted_lines()
+    if accepted:
+        print("Acknowledged warnings (acknowledgedWarnings):")
+        print("\n".join(accepted))
+    for line in review.warning_lines(path):
+        print(line, file=sys.stderr)
     return 0
 
 

@@ -31,6 +31,7 @@ from hyperpod_inference_iac import (
     KeyPaths,
     NodeRecovery,
     RedactionRule,
+    RiskWarnings,
     capture_alarms,
     certificate_alarms,
     check_alarm_topic,
@@ -50,6 +51,12 @@ from hyperpod_inference_iac import (
     check_region,
     check_tags,
     sidecar_metrics,
+    warn_alarm_topic,
+    warn_capture_pipeline,
+    warn_capture_storage,
+    warn_certificate_alarms,
+    warn_inference_cluster,
+    warn_workload,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
 from hyperpod_inference_iac.charts.inference_chart import parse_model
@@ -77,7 +84,7 @@ from platform_config.model import (
 from platform_config.reader import Section
 
 PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
-WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z]+:[A-Za-z]+"
+WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z_]+:[A-Za-z]+"
 
 # Config keys of the construct properties they set (KeyPaths names).
 _CAPTURE_KEYS = {"retention_days": "retentionDays",
@@ -182,7 +189,34 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
     plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable, problems=problems)
     problems.raise_if_any(source)
-    return dataclasses.replace(config, workloads=plan)
+    config = dataclasses.replace(config, workloads=plan)
+    return dataclasses.replace(config, warnings=tuple(_warnings(config)))
+
+
+def _warnings(config: PlatformConfig) -> RiskWarnings:
+    """The warnings the platform's stacks give at synth, from the constructs' own ``warn_*`` functions, given what
+    the stacks give each construct (stacks/; a test builds the platform and compares) and this file's key paths."""
+    warnings = RiskWarnings()
+    capture = KeyPaths("capture", _CAPTURE_KEYS)
+    warn_capture_storage(warnings, capture, account=config.environment.account,
+                         reader_role_arns=config.capture.reader_role_arns,
+                         raw_reader_role_arns=config.capture.raw_reader_role_arns,
+                         break_glass_role_arns=config.capture.break_glass_role_arns)
+    warn_capture_pipeline(warnings, capture, redact=config.capture.redact)
+    warn_inference_cluster(warnings, KeyPaths("cluster", _CLUSTER_KEYS), endpoint_access=config.cluster.endpoint_access)
+    alarms = config.alarms
+    if alarms.enabled:
+        warn_alarm_topic(warnings, KeyPaths("alarms.subscribers", _SUBSCRIBER_KEYS), emails=alarms.emails,
+                         https_endpoints=alarms.https_endpoints, lambda_function_arns=alarms.lambda_function_arns,
+                         forward_to_topic_arns=alarms.topic_arns)
+        days_to_expiry = alarms.certificate.get("days_to_expiry", certificate_alarms.DAYS_TO_EXPIRY)
+        warn_certificate_alarms(
+            warnings, _alarm_paths(KeyPaths("alarms"), "alarms.certificate", _CERTIFICATE_ALARMS),
+            days_to_expiry=days_to_expiry)  # (None: that alarm is off, and so is its warning)
+    plan = config.workloads
+    for workload in (*plan.models, *plan.portable) if plan is not None else ():
+        warn_workload(warnings, workload)  # (the app builds the sidecar image: never named by a movable tag)
+    return warnings
 
 
 def _capture(section: Section, environment: Environment) -> CapturePolicy:
@@ -191,7 +225,7 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
     redact = section.string_list("redact") if section.has("redact") else [str(rule) for rule in defaults.redact]
     policy = CapturePolicy(
         # An explicit "" is the construct's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
-        prefix=_or_default(section.string("prefix", default=defaults.prefix), defaults.prefix),
+        prefix=_or_default(section.string("prefix", default=defaults.prefix, allow_empty=True), defaults.prefix),
         retention_days=_integer(section, "retentionDays", defaults.retention_days),
         noncurrent_version_retention_days=_integer(section, "noncurrentVersionRetentionDays",
                                                    defaults.noncurrent_version_retention_days),
@@ -209,7 +243,9 @@ def _capture(section: Section, environment: Environment) -> CapturePolicy:
                           noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
                           access_log_retention_days=policy.access_log_retention_days,
                           reader_role_arns=policy.reader_role_arns, raw_reader_role_arns=policy.raw_reader_role_arns,
-                          break_glass_role_arns=policy.break_glass_role_arns)  # (prefixes: the pipeline's rules)
+                          break_glass_role_arns=policy.break_glass_role_arns,  # (prefixes: the pipeline's rules)
+                          # (Against an account with a problem of its own, roles are not compared with it.)
+                          account=None if problems.has_at_or_below("environment.account") else environment.account)
     check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
                            pandas_layer_arn=policy.pandas_layer_arn, max_concurrency=policy.processor_max_concurrency)
     return policy
@@ -527,7 +563,7 @@ def _acknowledged_warnings(root: Section) -> list[AcknowledgedWarning]:
                               hint="must say why the platform accepts it (at least 10 characters)")
         entry.finish()
         if warning_id and reason:
-            acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason))
+            acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason, path=path))
     return acknowledged
 
 

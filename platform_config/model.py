@@ -19,6 +19,7 @@ from hyperpod_inference_iac import (
     NodeRecovery,
     PlatformValue,
     RedactionRule,
+    RiskWarning,
     S3Location,
     SecretSync,
     api_key_sync,
@@ -164,6 +165,7 @@ class AcknowledgedWarning:
 
     id: str
     reason: str
+    path: str = ""  # where the file acknowledges it: acknowledgedWarnings[i]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +186,9 @@ class PlatformConfig:
     portable: tuple[PortableDeployment, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
+    # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file
+    # (under its key paths); acknowledged or not (platform_config.acknowledgments tells which).
+    warnings: tuple[RiskWarning, ...] = ()
     # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
     workloads: WorkloadPlan | None = None
 

@@ -21,6 +21,17 @@ def _type_name(value: Any) -> str:
             float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
 
 
+EMPTY_STRING = "Config.EmptyString"
+
+
+def _empty_fix(required: bool, default: str | None) -> str:
+    if required:
+        return "must not be empty: give a value"
+    if default is not None:
+        return f"must not be empty: leave the key out for the default {default!r}, or give a value"
+    return "must not be empty: leave the key out for its default (docs/configuration.md), or give a value"
+
+
 class Section:
     """One mapping of the config file. Tracks which keys were read so unknown keys are reported."""
 
@@ -56,7 +67,9 @@ class Section:
 
     def string(self, key: str, *, required: bool = False, default: str | None = None,
                pattern: str | None = None, allowed: Sequence[str] | None = None, hint: str = "",
-               max_length: int | None = None) -> str | None:
+               max_length: int | None = None, allow_empty: bool = False) -> str | None:
+        """The key's string, or ``default`` after a problem. An explicit ``""`` is refused (``Config.EmptyString``)
+        unless ``allow_empty`` (then the value's own check judges it): it is never silently the default."""
         value = self._get(key, required, default)
         if value is _MISSING:
             return default
@@ -65,6 +78,9 @@ class Section:
             # 1.30 would become 1.3. Quote it.
             self.problems.add(WRONG_TYPE, self.at(key),
                               f"must be a string, not {_type_name(value)} (quote it in YAML)", value)
+            return default
+        if value == "" and not allow_empty:
+            self.problems.add(EMPTY_STRING, self.at(key), _empty_fix(required, default), value)
             return default
         if allowed is not None and value not in allowed:
             self.problems.add("Config.NotAllowed", self.at(key), f"must be one of {', '.join(allowed)}", value)

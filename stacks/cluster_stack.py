@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Annotations, CfnOutput, Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -146,9 +146,6 @@ class ClusterStack(Stack):
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
-        # Warnings the platform's config accepts, with its reasons: acknowledged for everything in this stack.
-        for warning in config.acknowledged_warnings:
-            Annotations.of(self).acknowledge_warning(warning.id, warning.reason)
 
     def _api_keys(self, config: PlatformConfig, eks_cluster: Any) -> dict[str, ApiKeySync]:
         """The generated API key of each portable server that asks for one, synced into the namespace before the

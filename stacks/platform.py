@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import App, Aspects, Environment, Validations
+from aws_cdk import Annotations, App, Aspects, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import LambdaLogRetention, apply_tags, retention_from_days
@@ -27,6 +27,11 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
                            storage=storage.storage, pipeline=storage.pipeline, alarm_topic=storage.alarm_topic,
                            capture_alarms=storage.capture_alarms,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
+    # Warnings the config accepts, with its reasons: acknowledged for everything in both stacks (the storage stack's
+    # redaction and reader warnings as much as the cluster's), also those added after this (warn_about_replacements).
+    for stack in (storage, cluster):
+        for warning in config.acknowledged_warnings:
+            Annotations.of(stack).acknowledge_warning(warning.id, warning.reason)
     apply_tags(app, config.tags)
     # Every Lambda function, CDK's own helpers included, logs into a group with a retention.
     Aspects.of(app).add(LambdaLogRetention(retention_from_days(config.logging.retention_days)))

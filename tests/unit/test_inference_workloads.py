@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from hyperpod_inference_iac.charts import (
     ModelServerRuntime,
     NvmeModelCache,
     PlatformContext,
+    PortableApiKey,
     PortableModelServer,
     plan_workloads,
 )
@@ -188,3 +190,59 @@ def test_the_image_warning_is_acknowledged_on_the_workload_s_manifest() -> None:
     CdkAnnotations.of(workloads.manifests["portable-qwen"]).acknowledge_warning(
         IMAGE_WARNING, "our mirror's tags are immutable")
     assert _image_warnings(stack) == []
+
+
+# -- issue 17: who reaches a portable server is said out loud ------------------------------------------------------
+OURS = "@hyperpod-inference-iac/InferenceWorkloads:"
+
+
+CERTIFICATE = "arn:aws:acm:us-west-2:123456789012:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+
+
+def _exposure_warnings(acknowledged: tuple[str, ...] = (), **server: Any) -> list[str]:
+    """The exposure warnings InferenceWorkloads leaves on a portable server's manifest with a hostname (after
+    ``acknowledged`` warning names are acknowledged on the stack)."""
+    server = {"name": "qwen", "runtime": ModelServerRuntime.VLLM, "hostname": "qwen.inference.example.com",
+              "model_cache": NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/"), **server}
+    context = PlatformContext(cluster_name="c", namespace="inference", account=ACCOUNT, role_name_prefix="t",
+                              vpc_cidr="10.0.0.0/16", zone_name="inference.example.com",
+                              endpoint_domains=("qwen.inference.example.com",))
+    stack, cluster = _stack()
+    for name in acknowledged:
+        CdkAnnotations.of(stack).acknowledge_warning(OURS + name, "reviewed: a mesh authenticates in front")
+    InferenceWorkloads(stack, "W", cluster=cluster, sidecar_image="registry.example/sidecar:1",
+                       known_values={PlatformValue.CERTIFICATE_ARN: CERTIFICATE},
+                       plan=plan_workloads(context, portable=[PortableModelServer(**server)]))
+    return [str(w.entry.data) for w in Annotations.from_stack(stack).find_warning(
+        "*", Match.string_like_regexp(".*(noApiKey|sourceRangeOpenToAll|sourceRangeNotPrivate).*"))]
+
+
+def test_a_portable_server_without_an_api_key_is_warned_whichever_way_it_lacks_one() -> None:
+    (absent,) = _exposure_warnings()
+    assert absent.startswith("portable[0].apiKey: qwen has no API key: any pod of the cluster and every client its "
+                             "load balancer admits is served without authentication")
+    assert absent.endswith(f"[ack: {OURS}noApiKey]")
+    (disabled,) = _exposure_warnings(api_key=PortableApiKey(enabled=False))
+    assert disabled.startswith("portable[0].apiKey.enabled: qwen has no API key")
+    assert _exposure_warnings(api_key=PortableApiKey()) == []
+
+
+@pytest.mark.parametrize(("ranges", "expected"), [
+    (("0.0.0.0/0",), [("0", "sourceRangeOpenToAll")]),
+    (("10.1.0.0/16", "::/0"), [("1", "sourceRangeOpenToAll")]),
+    (("8.0.0.0/8", "192.168.0.0/16"), [("0", "sourceRangeNotPrivate")]),
+    (("10.0.0.0/7",), [("0", "sourceRangeNotPrivate")]),  # 10/8 and 11/8: not all of it private
+    (("10.0.0.0/16", "172.16.0.0/12", "100.64.0.0/10", "fd00::/8"), []),
+])
+def test_open_and_public_source_ranges_are_warned_each_at_its_index(
+        ranges: tuple[str, ...], expected: list[tuple[str, str]]) -> None:
+    warnings = _exposure_warnings(api_key=PortableApiKey(), allowed_source_ranges=ranges)
+    found = [(re.match(r"portable\[0\]\.allowedSourceRanges\[(\d+)\]: ", w), re.search(r":(\w+)\]$", w))
+             for w in warnings]
+    assert [(index[1], name[1]) for index, name in found if index and name] == expected
+    assert len(found) == len(expected)
+
+
+def test_exposure_warnings_are_acknowledged_like_any_construct_warning() -> None:
+    assert len(_exposure_warnings(allowed_source_ranges=("0.0.0.0/0",))) == 2
+    assert _exposure_warnings(("noApiKey", "sourceRangeOpenToAll"), allowed_source_ranges=("0.0.0.0/0",)) == []
