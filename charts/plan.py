@@ -59,10 +59,12 @@ _SCHEMA_CHECK_VALUES = PlatformValues({
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PlatformContext:
-    """What the workloads of one namespace need to know about the platform they run on.
+    """What the workloads need to know about the platform they run on.
 
     :param cluster_name: the EKS cluster (part of the portable capture hash).
-    :param namespace: where the workloads and their service accounts live.
+    :param namespace: where the workloads and their service accounts live unless a workload names its own
+        (``ModelDeployment.namespace``, ``PortableModelServer.namespace``): the platform's namespace, the only one
+        the synced Secrets are in.
     :param account: the AWS account of the workload roles (their ARNs are derived, so manifests
         outside CDK can name them).
     :param partition: the AWS partition. @default ``aws``
@@ -108,6 +110,8 @@ class PlatformContext:
     region: str | None = None
 
     def role_name(self, service_account: str) -> str:
+        """``<prefix>-<service account>``: unique, since names and service accounts are unique across the plan's
+        namespaces (they also name Secrets, alarms and charts)."""
         return iam_role_name(f"{self.role_name_prefix}-{service_account}")
 
     def role_arn(self, role_name: str) -> str:
@@ -117,11 +121,13 @@ class PlatformContext:
 @dataclasses.dataclass(frozen=True)
 class ModelDeployment:
     """One operator custom resource to plan, with the platform shortcut ``endpoint_domain`` (TLS with the
-    platform certificate and DNS in the platform zone) and the path it came from (for problems)."""
+    platform certificate and DNS in the platform zone), the path it came from (for problems) and its own
+    ``namespace`` (None: the platform's, ``PlatformContext.namespace``)."""
 
     workload: Workload
     endpoint_domain: str | None = None
     path: str = ""
+    namespace: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +160,7 @@ class IdentityPlan:
     role_arn: str
     accesses: tuple[ObjectAccess, ...] = ()
     scope: CredentialScope = CredentialScope.POD
+    namespace: str = ""  # the service account's; "" in plans made before namespaces per workload: the platform's
 
     @property
     def audience(self) -> str:
@@ -175,6 +182,7 @@ class ModelWorkload:
     path: str
     workload: Workload
     identity: IdentityPlan | None = None
+    namespace: str = ""
 
     @property
     def name(self) -> str:
@@ -209,6 +217,7 @@ class PortableWorkload:
     source_ranges: tuple[str, ...] = ()
     api_key: SecretKeyRef | None = None
     region: str | None = None
+    namespace: str = ""
 
     @property
     def name(self) -> str:
@@ -236,6 +245,18 @@ class WorkloadPlan:
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
         return tuple(identity for workload in (*self.models, *self.portable) for identity in workload.identities)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace the plan's workloads live in: the platform's first (it holds the synced Secrets), then the
+        workloads' own, sorted."""
+        own = {w.namespace for w in (*self.models, *self.portable)} - {self.context.namespace, ""}
+        return (self.context.namespace, *sorted(own))
+
+    def in_namespace(self, namespace: str) -> WorkloadPlan:
+        """The part of the plan in one namespace."""
+        return dataclasses.replace(self, models=tuple(m for m in self.models if m.namespace == namespace),
+                                   portable=tuple(p for p in self.portable if p.namespace == namespace))
 
     @property
     def crd_names(self) -> list[str]:
@@ -288,8 +309,8 @@ class WorkloadPlan:
     def gated_model_namespaces(self) -> tuple[str, ...]:
         """Where gated JumpStart models download with the add-on's gated-model role (those that name no role of
         their own): ``InferenceOperator(gated_model_namespaces=...)`` creates that role for them."""
-        gated = [m for m in self.models if isinstance(m.workload, JumpStartModel) and m.workload.needs_addon_gated_role]
-        return (self.context.namespace,) if gated else ()
+        return tuple(sorted({m.namespace for m in self.models
+                             if isinstance(m.workload, JumpStartModel) and m.workload.needs_addon_gated_role}))
 
 
 def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment | Workload] = (),
@@ -318,10 +339,14 @@ def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment
 # -- operator custom resources ---------------------------------------------------------------------
 def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Problems) -> ModelWorkload:
     path = entry.path or join_path("models", entry.workload.name)
+    namespace = entry.namespace or context.namespace
+    if entry.namespace is not None and (not DNS1123_LABEL.match(entry.namespace) or len(entry.namespace) > 63):
+        problems.add("Model.NamespaceInvalid", join_path(path, "namespace"),
+                     "must be a DNS-1123 label of at most 63 characters", entry.namespace)
     workload = _wire_model(context, entry, path, problems)
     before = len(problems)
     workload.validate(path, problems)
-    _check_model_on_platform(context, workload, path, problems)
+    _check_model_on_platform(context, workload, path, problems, namespace)
     _check_operator_features(context, workload, path, problems)
     if len(problems) == before:
         _check_against_crd(workload, path, problems)
@@ -336,11 +361,11 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
         # alone, and the model server (the operator's worker) holds none. Otherwise the operator's own containers
         # read with the service account's role.
         scope = CredentialScope.WEIGHTS_LOADER if cache is not None else CredentialScope.POD
-        identity = IdentityPlan(account, role_name, context.role_arn(role_name), accesses, scope)
+        identity = IdentityPlan(account, role_name, context.role_arn(role_name), accesses, scope, namespace)
         if isinstance(workload, InferenceEndpointConfig) and cache is not None:
             cache = dataclasses.replace(cache, credentials=identity.credentials(context.region))
             workload = dataclasses.replace(workload, nvme_cache=cache)
-    return ModelWorkload(path, workload, identity)
+    return ModelWorkload(path, workload, identity, namespace)
 
 
 def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, problems: Problems) -> Workload:
@@ -392,7 +417,8 @@ def _wire_capture(context: PlatformContext, capture: DataCapture, *, tiers: Sequ
     return dataclasses.replace(capture, **changes) if changes else capture
 
 
-def _check_model_on_platform(context: PlatformContext, workload: Workload, path: str, problems: Problems) -> None:
+def _check_model_on_platform(context: PlatformContext, workload: Workload, path: str, problems: Problems,
+                             namespace: str) -> None:
     """Rules between a workload and the platform it runs on (identity, secrets, buckets, nodes)."""
     spec_path = join_path(path, "spec")
     capture = data_capture_of(workload)
@@ -405,12 +431,15 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
                                   join_path(spec_path, "tlsConfig.tlsCertificateOutputS3Uri"),
                                   "Tls.OutputBucketNotGranted", "TLS certificates", problems)
     secret = token_secret_of(workload)
-    if secret is not None and secret not in context.synced_secrets:
-        synced = ", ".join(sorted(context.synced_secrets)) or "none"
+    synced_here = context.synced_secrets if namespace == context.namespace else {}
+    if secret is not None and secret not in synced_here:
+        synced = ", ".join(sorted(synced_here)) or "none"
+        where = "" if namespace == context.namespace else (
+            f"; the platform syncs its Secrets into {context.namespace} only: run this model there")
         problems.add("HuggingFace.TokenSecretNotSynced",
                      join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.name"),
-                     f"names a Secret nothing syncs into namespace {context.namespace} (synced: {synced}); use the "
-                     "platform's Hugging Face token Secret", secret)
+                     f"names a Secret nothing syncs into namespace {namespace} (synced: {synced}); use the "
+                     f"platform's Hugging Face token Secret{where}", secret)
     elif secret is not None:
         key = workload.spec.model_source_config.hugging_face_model.token_secret_ref.key  # type: ignore[union-attr]
         if key not in context.synced_secrets[secret]:
@@ -535,6 +564,7 @@ def token_secret_of(workload: Workload) -> str | None:
 def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems: Problems) -> PortableWorkload:
     path = entry.path or join_path("portable", entry.server.name)
     server = entry.server
+    namespace = server.namespace or context.namespace
     if server.data_capture is not None:
         server = dataclasses.replace(server, data_capture=_wire_capture(context, server.data_capture,
                                                                          tiers=("model_pod",)))
@@ -546,21 +576,20 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
     loader_role = context.role_name(server.name)
     loader = IdentityPlan(server.name, loader_role, context.role_arn(loader_role),
                           (ObjectAccess(weights, write=False, purpose="model weights (NVMe cache loader)"),),
-                          CredentialScope.WEIGHTS_LOADER)
+                          CredentialScope.WEIGHTS_LOADER, namespace)
     capture_location, capture_key, sidecar = None, None, None
     pod = server.pod_capture
     if pod is not None and server.data_capture is not None and server.data_capture.s3_uri is not None:
         uri = server.data_capture.s3_uri
         base = uri.location if isinstance(uri, S3Uri) else S3Location.parse(uri)
-        digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=context.namespace,
-                                     name=server.name)
+        digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=namespace, name=server.name)
         capture_location = base.child(digest, "pod")
         capture_key = pod.kms_key_id
         capture_role = context.role_name(f"{server.name}-capture")
         sidecar = IdentityPlan(server.name, capture_role, context.role_arn(capture_role),
                                (ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",
                                              key=capture_key),),
-                               CredentialScope.CAPTURE_SIDECAR)
+                               CredentialScope.CAPTURE_SIDECAR, namespace)
     has_hostname = server.hostname is not None
     source_ranges = server.allowed_source_ranges or ((context.vpc_cidr,) if context.vpc_cidr else ())
     return PortableWorkload(
@@ -569,7 +598,7 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         source_ranges=tuple(source_ranges) if has_hostname else (),
         api_key=SecretKeyRef(name=api_key_secret_name(server.name), key=API_KEY_SECRET_KEY)
         if server.api_key_enabled else None,
-        region=context.region)
+        region=context.region, namespace=namespace)
 
 
 def api_key_secret_name(server_name: str) -> str:
@@ -615,6 +644,7 @@ class NamedWorkload:
     name: str
     service_account: str | None
     custom_account: bool  # named in spec.kubernetes.serviceAccountName (needs the operator's flag)
+    namespace: str = ""
 
 
 def check_workload_set(workloads: Sequence[NamedWorkload], *, namespace: str, custom_service_accounts_enabled: bool,
@@ -628,7 +658,8 @@ def check_workload_set(workloads: Sequence[NamedWorkload], *, namespace: str, cu
         key = f"{item.kind}/{item.name}"
         if key in names:
             problems.add("Model.DuplicateName", join_path(item.path, "name"),
-                         f"is already used by {names[key]}; names are unique within a namespace", item.name)
+                         f"is already used by {names[key]}; names are unique across the platform's namespaces "
+                         "(they also name roles, secrets and alarms)", item.name)
         names.setdefault(key, item.path)
         if item.service_account is None:
             continue
@@ -645,11 +676,13 @@ def check_workload_set(workloads: Sequence[NamedWorkload], *, namespace: str, cu
         accounts.setdefault(item.service_account, item.path)
 
 
-def named(path: str, workload: Workload | PortableModelServer) -> NamedWorkload:
+def named(path: str, workload: Workload | PortableModelServer, namespace: str = "") -> NamedWorkload:
     if isinstance(workload, PortableModelServer):
-        return NamedWorkload(path, "Deployment", workload.name, workload.name, custom_account=False)
+        return NamedWorkload(path, "Deployment", workload.name, workload.name, custom_account=False,
+                             namespace=namespace)
     account = workload.service_account_name
-    return NamedWorkload(path, workload.KIND, workload.name, account, custom_account=account is not None)
+    return NamedWorkload(path, workload.KIND, workload.name, account, custom_account=account is not None,
+                         namespace=namespace)
 
 
 def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], portable: Sequence[PortableWorkload],
@@ -660,8 +693,11 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
         except ValueError:
             problems.add("Portable.VpcCidrInvalid", "vpcCidr", "must be an IPv4 CIDR block, e.g. 10.42.0.0/16",
                          context.vpc_cidr)
-    check_workload_set([*(named(m.path, m.workload) for m in models), *(named(p.path, p.server) for p in portable)],
-                       namespace=context.namespace,
+    entries = [*(named(m.path, m.workload, m.namespace) for m in models),
+               *(named(p.path, p.server, p.namespace) for p in portable)]
+    # Names and service accounts are unique across every namespace of the plan: they also name roles, Secrets in
+    # Secrets Manager, alarms and charts. (A workload's own namespace is checked at its own key.)
+    check_workload_set(entries, namespace=context.namespace,
                        custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)
     _check_role_names([(w.path, identity) for w in (*models, *portable) for identity in w.identities], problems)
 
@@ -669,11 +705,12 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
 def _check_role_names(identities: Sequence[tuple[str, IdentityPlan]], problems: Problems) -> None:
     """Two identities never share a role (a portable server ``a-capture`` next to ``a``'s capture role, say): the
     second would hold the first one's rights."""
-    owners: dict[str, tuple[str, str]] = {}
+    owners: dict[str, tuple[str, tuple[str, str]]] = {}
     for path, identity in identities:
-        owner, account = owners.setdefault(identity.role_name, (path, identity.service_account))
+        account = identity.service_account
+        owner, owner_account = owners.setdefault(identity.role_name, (path, account))
         # One service account for two workloads is ServiceAccount.Shared, reported already.
-        if owner != path and account != identity.service_account:
+        if owner != path and owner_account != account:
             problems.add("Plan.RoleNameCollision", join_path(path, "name"),
                          f"its role {identity.role_name} is already the role of {owner}; rename one of them",
                          identity.service_account)

@@ -228,6 +228,9 @@ class PortableModelServer(SpecBlock):
     # The model server's root filesystem; /tmp and $HOME are writable emptyDirs either way. Off only for
     # an image that writes elsewhere.
     read_only_root_filesystem: bool = True
+    # A namespace of its own (None: the platform's): its Pod Security level and policies are then this server's alone.
+    namespace: str | None = crd_field(default=None, code="Portable.NamespaceInvalid", pattern=DNS1123_LABEL.pattern,
+                                      max_length=63)
 
     @property
     def preset(self) -> ModelServerPreset:

@@ -68,22 +68,31 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
     return rendered
 
 
-def namespace_security_of(plan: WorkloadPlan) -> NamespaceSecurity:
-    """What the plan's pods need of their namespace (:func:`charts.pod_security.namespace_security`)."""
-    workloads = (*plan.models, *plan.portable)
-    return namespace_security(host_paths=bool(_cache_paths(plan)), operator_pods=bool(plan.models),
-                              root_pods=bool(workloads))
+def namespace_security_of(plan: WorkloadPlan, namespace: str | None = None) -> NamespaceSecurity:
+    """What the pods of one namespace of the plan need of it (:func:`charts.pod_security.namespace_security`).
+    @default namespace: the platform's"""
+    namespace = namespace or plan.context.namespace
+    part = plan.in_namespace(namespace)
+    # Root: every model server image, and the metrics agent, which runs in the platform's namespace.
+    root_pods = bool(part.models or part.portable) or namespace == plan.context.namespace
+    return namespace_security(host_paths=bool(_cache_paths(part)), operator_pods=bool(part.models),
+                              root_pods=root_pods)
 
 
 def namespace_objects(plan: WorkloadPlan, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """The Namespace with its Pod Security labels, its network policies, and the host-path admission policy with
-    its bindings when the namespace mounts a cache."""
+    """Each namespace of the plan with its Pod Security labels and its network policies, and the host-path admission
+    policy with its bindings when some namespace mounts a cache."""
     context = plan.context
-    security = namespace_security_of(plan)
-    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace",
-                                      "metadata": namespace_metadata(context.namespace, labels, security)}]
-    objects += namespace_policies(context.namespace, vpc_cidr=context.vpc_cidr, operator_workloads=bool(plan.models))
-    if security.host_path_action is not None:
+    objects: list[dict[str, Any]] = []
+    needs_policy = False
+    for namespace in plan.namespaces:
+        security = namespace_security_of(plan, namespace)
+        needs_policy = needs_policy or security.host_path_action is not None
+        objects.append({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": namespace_metadata(namespace, labels, security)})
+        objects += namespace_policies(namespace, vpc_cidr=context.vpc_cidr,
+                                      operator_workloads=bool(plan.in_namespace(namespace).models))
+    if needs_policy:
         objects += host_path_policy(_cache_paths(plan), _cache_writers(plan))
     return objects
 
@@ -113,7 +122,7 @@ def _cache_writers(plan: WorkloadPlan) -> list[CacheWriter]:
 
 def _chart(app: cdk8s.App, item: ModelWorkload | PortableWorkload, plan: WorkloadPlan,
            values: PlatformValues) -> cdk8s.Chart:
-    namespace = plan.context.namespace
+    namespace = item.namespace or plan.context.namespace
     if isinstance(item, PortableWorkload):
         return PortableModelServerChart(app, item.chart_id, workload=item, namespace=namespace, values=values)
     # The service account carries the role only when every container may use it; a loader's role reaches the loader

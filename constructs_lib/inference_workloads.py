@@ -73,6 +73,8 @@ class InferenceWorkloads(Construct):
     :param external_dns: waited for by manifests whose Service publishes a hostname. @default none
     :param secret_sync: waited for by models that read a synced token Secret. @default none
     :param namespace_labels: labels of the namespace. @default none
+    :param monitored_namespaces: where a CaptureSidecarMetrics agent watches capture sidecars; a capturing portable
+        server elsewhere is warned (``captureNotMonitored``). @default None: not checked
 
     Container-scoped identities (a portable server's loader and sidecar, an operator model's NVMe loader) trust
     their own token audience; on a cluster built in this app (``aws_eks_v2.Cluster``) the audiences are added to its
@@ -103,6 +105,7 @@ class InferenceWorkloads(Construct):
         external_dns: IConstruct | None = None,
         secret_sync: IConstruct | None = None,
         namespace_labels: Mapping[str, str] | None = None,
+        monitored_namespaces: Sequence[str] | None = None,
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -153,7 +156,8 @@ class InferenceWorkloads(Construct):
                 manifest.node.add_dependency(secret_sync)
             self.manifests[chart_id] = manifest
             warnings = RiskWarnings()
-            warn_workload(warnings, workload, sidecar_image=self._sidecar_image_by_tag(workload))
+            warn_workload(warnings, workload, sidecar_image=self._sidecar_image_by_tag(workload),
+                          monitored_namespaces=monitored_namespaces)
             warnings.annotate(manifest)
 
     def _sidecar_image_by_tag(self, workload: ModelWorkload | PortableWorkload) -> str | None:
@@ -183,7 +187,7 @@ class InferenceWorkloads(Construct):
     def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
             self, f"Identity-{identity.service_account}{identity.construct_suffix}", cluster=cluster,
-            namespace=self.plan.context.namespace, service_account=identity.service_account,
+            namespace=identity.namespace or self.plan.context.namespace, service_account=identity.service_account,
             role_name=identity.role_name, binding=binding, audience=identity.audience)
         for access in identity.accesses:
             arn, key = self._bucket_arn(access), self._key(identity, access)
@@ -255,15 +259,22 @@ def _check_binding(scope: Construct, binding: IdentityBinding, identities: Seque
 
 
 def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload, *,
-                  sidecar_image: str | None = None) -> None:
+                  sidecar_image: str | None = None, monitored_namespaces: Sequence[str] | None = None) -> None:
     """The risky but legal choices of one planned workload, under the path it was planned from (``models[0]``,
     ``portable[1]``: a config file's key paths). :class:`InferenceWorkloads` puts them on the workload's manifest,
     where an acknowledgment of their id silences them; a config loader prints them. ``sidecar_image``: the capture
-    sidecar's image when it is named by a tag someone could move (None: built here, or pinned)."""
+    sidecar's image when it is named by a tag someone could move (None: built here, or pinned).
+    ``monitored_namespaces``: where a capture sidecar metrics agent watches (None: not checked)."""
     _warn_about_capture(warnings, workload)
     _warn_about_images(warnings, workload, sidecar_image)
     if isinstance(workload, PortableWorkload):
         _warn_about_exposure(warnings, workload)
+        if monitored_namespaces is not None and workload.capture is not None \
+                and workload.namespace not in monitored_namespaces:
+            warnings.add("InferenceWorkloads:captureNotMonitored", join_path(workload.path, "namespace"),
+                         f"the capture sidecar metrics agent watches {', '.join(monitored_namespaces)} only: lost "
+                         f"records, upload failures and 5xx of {workload.name} in {workload.namespace} are not "
+                         "alarmed; run it in a watched namespace, or add a CaptureSidecarMetrics for its namespace")
 
 
 def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, str, Any]]:

@@ -54,6 +54,8 @@ WARNINGS: Mapping[str, str] = {
         "InferenceWorkloads: allowedSourceRanges with 0.0.0.0/0 or ::/0",
     warning_id("InferenceWorkloads:sourceRangeNotPrivate"):
         "InferenceWorkloads: an allowedSourceRanges range outside private address space and the VPC",
+    warning_id("InferenceWorkloads:captureNotMonitored"):
+        "InferenceWorkloads: a capturing portable server outside the namespaces a metrics agent watches",
     warning_id("InferenceWorkloads:registerTokenAudiences"):
         "InferenceWorkloads: container-scoped identities on an imported cluster, whose OIDC provider must list their "
         "token audiences",

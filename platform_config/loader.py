@@ -59,7 +59,7 @@ from hyperpod_inference_iac import (
     warn_workload,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
-from hyperpod_inference_iac.charts.inference_chart import parse_model
+from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
 from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
@@ -215,7 +215,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
             days_to_expiry=days_to_expiry)  # (None: that alarm is off, and so is its warning)
     plan = config.workloads
     for workload in (*plan.models, *plan.portable) if plan is not None else ():
-        warn_workload(warnings, workload)  # (the app builds the sidecar image: never named by a movable tag)
+        # (the app builds the sidecar image: never named by a movable tag)
+        warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     return warnings
 
 
@@ -532,11 +533,15 @@ def _models(root: Section) -> list[ModelDeployment]:
         workload = parse_model(entry, path, problems)
         if workload is None:
             continue
-        domain = entry.get("endpointDomain")
-        if domain is not None and not isinstance(domain, str):
-            problems.add(WRONG_TYPE, join_path(path, "endpointDomain"), "must be a string", domain)
-            domain = None
-        deployments.append(ModelDeployment(workload, endpoint_domain=domain, path=path))
+        shortcuts = {}
+        for key in ENTRY_SHORTCUTS:  # endpointDomain, namespace: plain strings
+            value = entry.get(key)
+            if value is not None and not isinstance(value, str):
+                problems.add(WRONG_TYPE, join_path(path, key), "must be a string", value)
+                value = None
+            shortcuts[key] = value
+        deployments.append(ModelDeployment(workload, endpoint_domain=shortcuts["endpointDomain"], path=path,
+                                           namespace=shortcuts["namespace"]))
     return deployments
 
 

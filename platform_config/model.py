@@ -243,13 +243,18 @@ class PlatformConfig:
                           kubernetes_secret_name=TOKEN_SECRET, reader_role_name=f"{self.project}-hf-token-reader")
 
     @property
+    def monitored_namespaces(self) -> tuple[str, ...] | None:
+        """Where the app's capture sidecar metrics agent watches (its own namespace), or None without one."""
+        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar_metrics else None
+
+    @property
     def api_key_syncs(self) -> dict[str, SecretSync]:
         """One sync per portable server with an API key, by server name (Secrets Manager
         ``{project}/portable/<server>/api-key``, reader role ``{project}-<server>-api-key``)."""
         plan = self.workloads
         if plan is None:
             return {}
-        return {portable.name: api_key_sync(portable, namespace=self.operator.namespace,
+        return {portable.name: api_key_sync(portable, namespace=portable.namespace or self.operator.namespace,
                                             secrets_manager_prefix=f"{self.project}/portable",
                                             role_name_prefix=self.project)
                 for portable in plan.portable if portable.api_key is not None}

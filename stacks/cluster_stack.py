@@ -125,6 +125,7 @@ class ClusterStack(Stack):
             external_dns=self.external_dns.chart if self.external_dns else None,
             secret_sync=self.hugging_face_token.manifest,
             namespace_labels={"app.kubernetes.io/managed-by": config.project},
+            monitored_namespaces=config.monitored_namespaces,
         )
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)

@@ -671,6 +671,7 @@ def test_chart_validates_python_built_models_with_the_same_rules() -> None:
 
 PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
+    ("Portable.NamespaceInvalid", {"namespace": "Team_A"}, "server.namespace"),
     ("Portable.NameInvalid", {"name": "q" * 56}, "server.name"),  # "<name>-metrics" must fit 63
     ("Portable.HostnameNotCertified", {"hostname": "other.portable.example.com"}, "server.hostname"),
     ("Portable.SourceRangeInvalid", {"allowed_source_ranges": ("10.0.0.1/16",)}, "server.allowedSourceRanges[0]"),
@@ -811,7 +812,7 @@ def test_preferred_instance_types_problem(code: str, types: list[str], path: str
 def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> None:
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
     cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES + PORTABLE_PLATFORM_CASES
-    tested = {case[0] for case in cases} | {"ServiceAccount.Shared", "Plan.RoleNameCollision"}
+    tested = {case[0] for case in cases} | {"ServiceAccount.Shared", "Plan.RoleNameCollision", "Model.NamespaceInvalid"}
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()
     assert sorted(code for code in emitted if f"`{code}`" not in documented) == []
