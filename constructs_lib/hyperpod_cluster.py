@@ -82,9 +82,9 @@ _NETWORK_DESCRIBE_ACTIONS = [
 ]
 # These change network interfaces. EC2 authorizes each resource of a request on its own, and ec2:Vpc is a
 # condition key of the network interface (Delete, Detach, the permissions), the subnet and the security group
-# (Create), but not of the interface being created nor of the instance (Detach; a HyperPod node is not an
-# instance of the account): with ...IfExists, every interface, subnet and security group they touch must be in
-# the cluster's VPC, and the role can no longer detach or delete the other network interfaces of the Region.
+# (Create), but not of the interface being created nor of the instance resource type (Detach authorizes the
+# node too): with ...IfExists, every interface, subnet and security group they touch must be in the cluster's
+# VPC, and the role can no longer detach or delete the other network interfaces of the Region.
 _NETWORK_INTERFACE_ACTIONS = [
     "ec2:CreateNetworkInterface",
     "ec2:CreateNetworkInterfacePermission",

@@ -13,10 +13,10 @@
 # AL2 and AL2023 and changes with AMI releases).
 #
 # It also keeps pods away from the instance metadata service (169.254.169.254), which hands out the
-# credentials of the instance group's execution role to whoever asks: HyperPod's CreateCluster has no
+# credentials of the instance group's execution role to whoever asks: HyperPod's CreateCluster takes no
 # metadata options (no IMDSv2 requirement, no hop limit to set), so the node drops what pods send there
 # (see block_pod_metadata_access), as the EKS documentation suggests for nodes whose metadata options
-# cannot be changed.
+# are not set.
 #
 # Output goes to /var/log/provision/on_create.log; HyperPod uploads lifecycle logs to CloudWatch
 # Logs under /aws/sagemaker/Clusters/<cluster-name>/<cluster-id>. Sourced instead of run (the tests),

@@ -212,7 +212,7 @@ def test_execution_role_changes_network_interfaces_of_the_cluster_vpc_only(built
     subnet = "arn:aws:ec2:us-west-2:123456789012:subnet/subnet-0123"
     assert ec2("ec2:CreateNetworkInterface", subnet, ours) == "allow"
     assert ec2("ec2:CreateNetworkInterface", subnet, other) == "neutral"
-    # Detach: the node (an instance of HyperPod's account) carries no ec2:Vpc.
+    # Detach authorizes the node too: the instance resource type has no ec2:Vpc key.
     assert ec2("ec2:DetachNetworkInterface", "arn:aws:ec2:us-west-2:999999999999:instance/i-0123") == "allow"
     assert ec2("ec2:DeleteNetworkInterface", eni, ours) == "allow"
     assert decision(statements, Request("ec2:DeleteNetworkInterface", eni, "arn:aws:iam::1:role/x", None, {
