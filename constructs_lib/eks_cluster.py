@@ -264,9 +264,9 @@ class InferenceCluster(Construct):
         if not deployers:
             Annotations.of(self).add_warning_v2(
                 "@hyperpod-inference-iac/InferenceCluster:noDeployer",
-                "the stack does not use CDK's DefaultStackSynthesizer, so the role CloudFormation deploys with is "
-                "unknown: name it in deployer_role_arns (creating the cluster needs kms:Encrypt, kms:Decrypt and "
-                "kms:CreateGrant on the secrets key through EKS)")
+                "the role CloudFormation deploys with is unknown (deployer_role_arns is empty, or the stack does not "
+                "use CDK's DefaultStackSynthesizer): name it in deployer_role_arns (creating the cluster needs "
+                "kms:Encrypt, kms:Decrypt and kms:CreateGrant on the secrets key through EKS)")
         role = self.cluster.role
         policy = secrets_key_policy(Stack.of(self), cluster_role_arn=role.role_arn, deployer_role_arns=deployers)
         cfn_key: kms.CfnKey = self.secrets_key.node.default_child  # type: ignore[assignment]

@@ -90,8 +90,10 @@ def check_external_dns(problems: Problems, at: KeyPaths = PROPS, *, namespaces: 
     known_zones = [zone.rstrip(".").lower() for zone in zone_names if not is_unresolved(zone)]
     for index, hostname in enumerate(hostnames or ()):
         if is_unresolved(hostname):
-            continue
-        if not DOMAIN_NAME.match(hostname):
+            problems.add("ExternalDns.BadHostname", at.at("hostnames", index),
+                         "must be a literal DNS name (its TXT ownership record names are derived at synthesis)",
+                         hostname)
+        elif not DOMAIN_NAME.match(hostname):
             problems.add("ExternalDns.BadHostname", at.at("hostnames", index),
                          "must be a lower-case DNS name such as api.inference.example.com (no wildcard)", hostname)
         elif known_zones and len(known_zones) == len(zone_names) and not any(
