@@ -270,6 +270,17 @@ class WorkloadPlan:
         return any(p.server.hostname for p in self.portable)
 
     @property
+    def published_hostnames(self) -> tuple[str, ...]:
+        """The hostnames the portable servers publish: ExternalDNS may change these records (and their TXT
+        ownership records) only."""
+        return tuple(dict.fromkeys(p.server.hostname for p in self.portable if p.server.hostname))
+
+    @property
+    def external_dns_namespaces(self) -> tuple[str, ...]:
+        """The namespaces of the portable servers that publish a hostname: ExternalDNS watches these only."""
+        return tuple(sorted({p.namespace or self.context.namespace for p in self.portable if p.server.hostname}))
+
+    @property
     def captures_load_balancer_logs(self) -> bool:
         """Some model has Tier 2 capture (ALB access logs) into the platform's capture bucket: that bucket must
         then accept ELB log delivery, which writes SSE-S3 only (``CaptureStorage(load_balancer_logs=True)``)."""

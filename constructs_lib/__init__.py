@@ -53,7 +53,12 @@ from hyperpod_inference_iac.eks_cluster import (
     warn_inference_cluster,
 )
 from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
-from hyperpod_inference_iac.external_dns import ExternalDns, external_dns_release
+from hyperpod_inference_iac.external_dns import (
+    ExternalDns,
+    check_external_dns,
+    external_dns_release,
+    external_dns_releases,
+)
 from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, check_github_deploy_role
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
 from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup, LocalStorageStrategy, check_gpu_node_group
@@ -178,6 +183,7 @@ __all__ = [
     "check_certificate_alarms",
     "check_endpoint_domain",
     "check_existing_vpc",
+    "check_external_dns",
     "check_github_deploy_role",
     "check_gpu_node_group",
     "check_hyperpod_cluster",
@@ -193,6 +199,7 @@ __all__ = [
     "describe_alarms",
     "existing_vpc",
     "external_dns_release",
+    "external_dns_releases",
     "grant_key_through_s3",
     "grant_object_reads",
     "grant_object_writes",

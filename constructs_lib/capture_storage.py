@@ -286,6 +286,9 @@ class CaptureStorage(Construct):
             # ALB access logs (Tier 2) can be delivered only with SSE-S3: the default then is SSE-S3 and the
             # bucket policy makes every other writer name the capture key.
             encryption_key=None if load_balancer_logs else self.key,
+            # No S3 Bucket Key: S3 then gives KMS each object's ARN as the encryption context (with a bucket key,
+            # the bucket's), so the key policy can let readers decrypt curated/ and nothing else.
+            bucket_key=False,
             access_logs_bucket=self.access_log_bucket,
             lifecycle_rules=[
                 s3.LifecycleRule(
@@ -343,7 +346,7 @@ class CaptureStorage(Construct):
         for prefix in prefixes:
             self.capture_allowlist.allow_in_bucket_policy(arn, prefix)
         if self.key_allowlist is not None:  # named: their IAM policies are not ours to write
-            self.key_allowlist.admit(arn, KMS_READ_ACTIONS, self.capture_bucket_arn, named=True)
+            self.key_allowlist.admit(arn, KMS_READ_ACTIONS, self.capture_bucket_arn, named=True, prefixes=prefixes)
 
     # -- grants -------------------------------------------------------------------------------
     def grant_write_captures(self, grantee: iam.IGrantable, prefix: str | None = None) -> iam.Grant:
@@ -363,9 +366,10 @@ class CaptureStorage(Construct):
         return self.grant_read_curated(grantee)
 
     def grant_read_captures(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
-        """Get and list objects under ``prefix`` of the capture bucket, and decrypt them."""
+        """Get and list objects under ``prefix`` of the capture bucket, and decrypt them (only them: the key's
+        encryption-context condition names the prefix too)."""
         return grant_object_reads(grantee, bucket_arn=self.capture_bucket_arn, prefix=prefix, key=self.key,
-                                  actions=("s3:GetObject", "s3:GetObjectVersion"))
+                                  actions=("s3:GetObject", "s3:GetObjectVersion"), decrypt_under_prefix_only=True)
 
     def grant_write_tls_certificates(self, grantee: iam.IGrantable) -> iam.Grant:
         """What the inference operator needs on its TLS output bucket: it reads, deletes and replaces its

@@ -29,6 +29,7 @@ is the break-glass path), and AWS CloudTrail records that it did.
 from __future__ import annotations
 
 import enum
+import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -233,14 +234,15 @@ class KeyGuard:
 
     def __init__(self, key: kms.Key) -> None:
         self.key = key
-        self._uses: dict[str, dict[str, set[str]]] = {}  # bucket ARN -> principal -> actions
+        self._uses: dict[str, dict[str, _KeyUse]] = {}  # bucket ARN -> principal -> actions and prefixes
         self._named: set[str] = set()  # principals the key policy names themselves (no IAM policy of ours)
         self._grant_makers: list[str] = []
         _registry(key).keys[key.key_arn] = self
         cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
-    def admit(self, principal: str, actions: Iterable[str], bucket_arn: str, *, named: bool = False) -> None:
+    def admit(self, principal: str, actions: Iterable[str], bucket_arn: str, *, named: bool = False,
+              prefixes: Sequence[str] = ()) -> None:
         """Let ``principal`` use the key with ``actions`` through S3 for ``bucket_arn``'s objects.
 
         By default the statement's principal is the account with an ``aws:PrincipalArn`` condition: it can
@@ -248,10 +250,17 @@ class KeyGuard:
         account-principal statement, it only *enables* the principal's IAM policy, which the library's grant
         wrote. ``named``: the key policy names the role itself and grants on its own, for roles whose IAM
         policies are managed elsewhere (readers given by ARN); such a role must exist when the policy is set.
+
+        ``prefixes``: only for the objects under these key prefixes (the encryption context is the object's ARN
+        when the bucket uses no S3 Bucket Key: :func:`~hyperpod_inference_iac.s3_access.kms_through_s3`). A
+        principal admitted for the whole bucket once keeps the whole bucket.
         """
         guard = _registry(self.key).buckets.get(bucket_arn)
         bucket_arn = guard.arn if guard is not None else bucket_arn  # one statement per bucket, however named
-        self._uses.setdefault(bucket_arn, {}).setdefault(principal, set()).update(actions)
+        use = self._uses.setdefault(bucket_arn, {}).setdefault(principal, _KeyUse(set(), set(prefixes)))
+        use.actions.update(actions)
+        if use.prefixes is not None:
+            use.prefixes = use.prefixes | set(prefixes) if prefixes else None
         if named:
             self._named.add(principal)
 
@@ -262,7 +271,12 @@ class KeyGuard:
             self._grant_makers.append(principal)
 
     def principals(self, bucket_arn: str) -> dict[str, frozenset[str]]:
-        return {p: frozenset(a) for p, a in self._uses.get(bucket_arn, {}).items()}
+        return {p: frozenset(use.actions) for p, use in self._uses.get(bucket_arn, {}).items()}
+
+    def prefixes(self, bucket_arn: str) -> dict[str, frozenset[str] | None]:
+        """Each admitted principal's key prefixes (None: the whole bucket)."""
+        return {p: None if use.prefixes is None else frozenset(use.prefixes)
+                for p, use in self._uses.get(bucket_arn, {}).items()}
 
     def policy(self) -> dict[str, Any]:
         stack = Stack.of(self.key)
@@ -273,15 +287,17 @@ class KeyGuard:
         for index, (bucket_arn, uses) in enumerate(self._uses.items(), start=1):
             guard = _registry(self.key).buckets.get(bucket_arn)
             label = guard.label if guard is not None else f"Bucket{index}"
-            groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
-            for principal, actions in uses.items():
-                groups.setdefault((tuple(sorted(actions)), principal in self._named), []).append(principal)
-            for (actions, named), members in groups.items():
+            groups: dict[tuple[tuple[str, ...], bool, tuple[str, ...]], list[str]] = {}
+            for principal, use in uses.items():
+                prefixes = tuple(sorted(use.prefixes or ()))
+                groups.setdefault((tuple(sorted(use.actions)), principal in self._named, prefixes), []).append(
+                    principal)
+            for (actions, named, prefixes), members in groups.items():
                 kind = "Write" if any(a.startswith("kms:GenerateDataKey") for a in actions) else "Read"
-                sid = f"{label}{kind}ThroughS3{'ForNamedRoles' if named else ''}"
+                sid = f"{label}{kind}{_prefix_label(prefixes)}ThroughS3{'ForNamedRoles' if named else ''}"
                 seen[sid] = seen.get(sid, 0) + 1
                 sid = sid if seen[sid] == 1 else f"{sid}{seen[sid]}"
-                conditions = kms_through_s3(stack.region, bucket_arn, in_key_policy=True)
+                conditions = kms_through_s3(stack.region, bucket_arn, in_key_policy=True, prefixes=prefixes)
                 if named:
                     principal_block: Any = members if len(members) > 1 else members[0]
                 else:
@@ -353,6 +369,18 @@ def unnamed_principal(grantee: iam.IGrantable, guarded: IConstruct, what: str) -
 
 
 # -- internals -------------------------------------------------------------------------------------------
+@dataclass
+class _KeyUse:
+    actions: set[str]
+    prefixes: set[str] | None  # None or empty: the whole bucket
+
+
+def _prefix_label(prefixes: Sequence[str]) -> str:
+    """``("curated/",)`` -> ``Curated`` (statement ids are alphanumeric); empty for the whole bucket."""
+    words = (word for prefix in prefixes for word in re.split(r"[^A-Za-z0-9]+", prefix) if word)
+    return "".join(word[:1].upper() + word[1:] for word in words)
+
+
 @dataclass
 class _Registry:
     buckets: dict[str, BucketGuard]

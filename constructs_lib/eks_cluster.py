@@ -11,22 +11,26 @@ from __future__ import annotations
 import enum
 import importlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from aws_cdk import CfnResource, RemovalPolicy, Size
+from aws_cdk import Annotations, CfnResource, RemovalPolicy, Size, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from hyperpod_inference_iac.addons import managed_addon
+from hyperpod_inference_iac.data_perimeter import _accounts, key_administration
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.log_retention import DEFAULT_AUDIT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
 from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
 from hyperpod_inference_iac.risks import RiskWarnings
+from hyperpod_inference_iac.secrets_key import default_deployer_role_arns
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -51,6 +55,15 @@ SYSTEM_ROOT_VOLUME_GIB = 20  # EKS's default disk size for managed node groups, 
 VPC_CNI_ADDON = "vpc-cni"
 # The VPC CNI add-on's configuration key that starts its network policy agent (a string in its schema).
 VPC_CNI_NETWORK_POLICY = {"enableNetworkPolicy": "true"}
+# What the cluster role does with the secrets key: the control plane's KMS provider encrypts and decrypts the
+# data keys of Kubernetes secrets (the key policy allows Encrypt and Decrypt; DescribeKey and ListGrants are
+# administration, which the key policy leaves to IAM). AmazonEKSClusterPolicy holds kms:DescribeKey only.
+CLUSTER_ROLE_KEY_ACTIONS = ("kms:Encrypt", "kms:Decrypt")
+CLUSTER_ROLE_KEY_IAM_ACTIONS = (*CLUSTER_ROLE_KEY_ACTIONS, "kms:DescribeKey", "kms:ListGrants")
+# What the principal calling eks:CreateCluster (CloudFormation's role) needs of the key: EKS checks the key and
+# creates the grant its control plane uses with the caller's permissions (aws-eks's cluster creation role gets
+# exactly these), all through EKS.
+DEPLOYER_KEY_ACTIONS = ("kms:Encrypt", "kms:Decrypt")
 
 
 class ClusterEndpointAccess(enum.StrEnum):
@@ -69,6 +82,7 @@ def check_inference_cluster(
     endpoint_access: str = ClusterEndpointAccess.PRIVATE,
     admin_role_arns: Sequence[str] = (),
     system_instance_type: str = "m6i.large",
+    deployer_role_arns: Sequence[str] | None = None,
 ) -> None:
     """Every rule of :class:`InferenceCluster`'s properties (a config loader calls it with its key paths)."""
     if not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
@@ -88,6 +102,35 @@ def check_inference_cluster(
     if not is_unresolved(system_instance_type) and not EC2_INSTANCE_TYPE.match(system_instance_type):
         problems.add("InferenceCluster.BadInstanceType", at.at("system_instance_type"),
                      "must be an EC2 instance type such as m6i.large", system_instance_type)
+    for index, arn in enumerate(deployer_role_arns or ()):
+        if not is_unresolved(arn) and not IAM_ROLE_ARN.match(arn):
+            problems.add("InferenceCluster.BadDeployerRoleArn", at.at("deployer_role_arns", index),
+                         "must be an IAM role ARN such as arn:aws:iam::111122223333:role/cdk-deploy", arn)
+
+
+def secrets_key_policy(stack: Stack, *, cluster_role_arn: str, deployer_role_arns: Sequence[str]) -> dict[str, Any]:
+    """The key policy of the secrets envelope key, in the style of the data perimeter's: the account administers
+    the key without using it, the cluster role encrypts and decrypts (the key policy enables the IAM statement
+    :class:`InferenceCluster` gives the role), and the deployers may use it and create grants only through EKS
+    (``kms:ViaService``), grants only for an AWS resource (``kms:GrantIsForAWSResource``)."""
+    via_eks = {"kms:ViaService": f"eks.{stack.region}.amazonaws.com"}
+    statements: list[dict[str, Any]] = [key_administration(stack), {
+        "Sid": "ClusterRoleEncryptsSecrets", "Effect": "Allow",
+        "Principal": {"AWS": _accounts(stack, [cluster_role_arn])}, "Action": list(CLUSTER_ROLE_KEY_ACTIONS),
+        "Resource": "*",
+        "Condition": {"ArnLike": {"aws:PrincipalArn": cluster_role_arn}}}]
+    if deployer_role_arns:
+        accounts = {"AWS": _accounts(stack, deployer_role_arns)}
+        deployers = {"ArnLike": {"aws:PrincipalArn": list(deployer_role_arns)}}
+        statements.append({
+            "Sid": "DeployerCreatesTheClusterThroughEks", "Effect": "Allow", "Principal": accounts,
+            "Action": list(DEPLOYER_KEY_ACTIONS), "Resource": "*",
+            "Condition": {"StringEquals": via_eks, **deployers}})
+        statements.append({
+            "Sid": "DeployerGrantsOnlyToEks", "Effect": "Allow", "Principal": accounts,
+            "Action": "kms:CreateGrant", "Resource": "*",
+            "Condition": {"StringEquals": via_eks, "Bool": {"kms:GrantIsForAWSResource": "true"}, **deployers}})
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def warn_inference_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *, endpoint_access: str) -> None:
@@ -128,6 +171,13 @@ class InferenceCluster(Construct):
     :param control_plane_log_retention: how long the control-plane logs (API, audit, authenticator,
         controller manager, scheduler) are kept: the log group ``/aws/eks/<cluster_name>/cluster`` is created
         before the cluster, so EKS writes into it. @default one year
+    :param deployer_role_arns: the roles CloudFormation deploys the cluster with: the secrets key's policy lets
+        them encrypt, decrypt and create grants through EKS only (``eks:CreateCluster`` checks the key and creates
+        the control plane's grant with the caller's permissions). @default the CloudFormation execution role of
+        the stack's ``DefaultStackSynthesizer``; with another synthesizer, name the deploying role (warned), or
+        creating the cluster fails
+
+    The secrets key's policy names its principals (:func:`secrets_key_policy`): no ``kms:*`` for the account.
 
     Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
     ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and ``device_plugin`` (None when not
@@ -150,12 +200,13 @@ class InferenceCluster(Construct):
         install_device_plugin: bool = True,
         enforce_network_policies: bool = True,
         control_plane_log_retention: logs.RetentionDays = DEFAULT_AUDIT_RETENTION,
+        deployer_role_arns: Sequence[str] | None = None,
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
         check_inference_cluster(problems, cluster_name=cluster_name, kubernetes_version=kubernetes_version,
                                 endpoint_access=endpoint_access, admin_role_arns=admin_role_arns,
-                                system_instance_type=system_instance_type)
+                                system_instance_type=system_instance_type, deployer_role_arns=deployer_role_arns)
         problems.raise_if_any(f"InferenceCluster {self.node.path}")
         endpoint_access = ClusterEndpointAccess(endpoint_access)
         warnings = RiskWarnings()
@@ -187,6 +238,7 @@ class InferenceCluster(Construct):
                 memory=Size.gibibytes(1)),
         )
         _cfn_cluster(self.cluster).node.add_dependency(self.control_plane_log_group)
+        self._restrict_secrets_key(deployer_role_arns)
         self.system_launch_template = node_launch_template(self, "SystemNodesLaunchTemplate",
                                                            root_volume_gib=SYSTEM_ROOT_VOLUME_GIB)
         # No fixed nodegroup_name: EKS cannot add a launch template to a group created without one, and
@@ -211,6 +263,27 @@ class InferenceCluster(Construct):
         acknowledge(self.system_nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
         acknowledge_kubectl_provider(self.cluster.kubectl_provider)  # type: ignore[arg-type]
+
+    def _restrict_secrets_key(self, deployer_role_arns: Sequence[str] | None) -> None:
+        """Replace CDK's default key policy (``kms:*`` for the account) with :func:`secrets_key_policy`, and give
+        the cluster role the IAM statement that policy enables (aws_eks_v2 gives it none)."""
+        deployers = list(deployer_role_arns) if deployer_role_arns is not None \
+            else default_deployer_role_arns(self)
+        if not deployers:
+            Annotations.of(self).add_warning_v2(
+                "@hyperpod-inference-iac/InferenceCluster:noDeployer",
+                "the role CloudFormation deploys with is unknown (deployer_role_arns is empty, or the stack does not "
+                "use CDK's DefaultStackSynthesizer): name it in deployer_role_arns (creating the cluster needs "
+                "kms:Encrypt, kms:Decrypt and kms:CreateGrant on the secrets key through EKS)")
+        role = self.cluster.role
+        policy = secrets_key_policy(Stack.of(self), cluster_role_arn=role.role_arn, deployer_role_arns=deployers)
+        cfn_key: kms.CfnKey = self.secrets_key.node.default_child  # type: ignore[assignment]
+        cfn_key.add_property_override("KeyPolicy", policy)
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="EncryptKubernetesSecrets", actions=list(CLUSTER_ROLE_KEY_IAM_ACTIONS),
+            resources=[self.secrets_key.key_arn]))
+        # The control plane uses the key as soon as the cluster exists: its role's statement first.
+        _cfn_cluster(self.cluster).node.add_dependency(role.node.find_child("DefaultPolicy"))
 
     def _control_plane_log_group(self, cluster_name: str, retention: logs.RetentionDays) -> logs.LogGroup:
         """The group EKS writes control-plane logs to, created first: EKS would otherwise create it itself

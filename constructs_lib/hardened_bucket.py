@@ -22,11 +22,15 @@ def hardened_bucket(
     access_logs_bucket: s3.IBucket | None,
     lifecycle_rules: Sequence[s3.LifecycleRule] = (),
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    bucket_key: bool = True,
 ) -> s3.Bucket:
     """SSE-KMS with a bucket key (or SSE-S3 when ``encryption_key`` is None, for log sinks that
     AWS services can only write with SSE-S3), versioning, every public access blocked, TLS 1.2+
     only, ACLs disabled (object ownership enforced), RETAIN by default (buckets hold captured prompts
     and certificates: they are never deleted with the stack).
+
+    ``bucket_key=False``: SSE-KMS without an S3 Bucket Key, one KMS request per object written or read, so
+    that the encryption context is each object's ARN and a key policy can tell prefixes apart.
 
     Server access logs go to ``access_logs_bucket`` under ``<bucket name>/`` (so one log bucket serves
     many), and the log bucket's policy admits the S3 logging service for exactly this bucket and prefix
@@ -43,8 +47,8 @@ def hardened_bucket(
         bucket_name=bucket_name,
         encryption=s3.BucketEncryption.KMS if encryption_key else s3.BucketEncryption.S3_MANAGED,
         encryption_key=encryption_key,
-        # Bucket keys cut KMS requests (and cost) by ~99% for high-volume capture writes.
-        bucket_key_enabled=True if encryption_key else None,
+        # Bucket keys cut KMS requests (and cost) by ~99% for high-volume writes.
+        bucket_key_enabled=bucket_key if encryption_key else None,
         versioned=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         enforce_ssl=True,

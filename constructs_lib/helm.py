@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,11 +24,16 @@ class HelmRelease:
     create_namespace: bool = False
     purpose: str = ""
 
-    def install(self, cluster: eks.ICluster, id: str, *, wait: bool = False) -> eks.HelmChart:
-        return cluster.add_helm_chart(
-            id, chart=self.chart, repository=self.repository, version=self.version, namespace=self.namespace,
-            release=self.release, values=dict(self.values), create_namespace=self.create_namespace or None,
-            wait=wait or None)
+    def install(self, cluster: eks.ICluster, id: str, *, wait: bool = False,
+                scope: Construct | None = None) -> eks.HelmChart:
+        """Install through the cluster's kubectl provider; the chart is a child of ``scope`` (@default the
+        cluster)."""
+        props = {"chart": self.chart, "repository": self.repository, "version": self.version,
+                 "namespace": self.namespace, "release": self.release, "values": dict(self.values),
+                 "create_namespace": self.create_namespace or None, "wait": wait or None}
+        if scope is None:
+            return cluster.add_helm_chart(id, **props)  # type: ignore[arg-type]
+        return eks.HelmChart(scope, id, cluster=cluster, **props)  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, Any]:
         """The release as a GitOps tool's Helm source needs it (written to ``dist/helm/<release>.yaml``)."""

@@ -8,8 +8,8 @@ cluster needs around it and checks the input against the CloudFormation schema a
 * the instance groups' execution role: trusted by ``sagemaker.amazonaws.com`` for HyperPod clusters
   of this account and region only, with the AWS managed ``AmazonSageMakerClusterInstanceRolePolicy``
   (required by HyperPod; it is an instance-role policy, not a ``*FullAccess`` one), read access to
-  the lifecycle scripts, and the network-interface, ECR pull, Pod Identity and log permissions
-  HyperPod nodes use;
+  the lifecycle scripts, and the network-interface (in the cluster's VPC only), ECR pull, Pod Identity
+  and log permissions HyperPod nodes use;
 * the EKS access entry of type ``HYPERPOD_LINUX`` that lets the nodes join the cluster (no access
   policies: that type cannot have any, and nodes never get cluster-admin);
 * the ``AWS::SageMaker::Cluster`` itself, created after the scripts are uploaded, the role has its
@@ -70,18 +70,26 @@ class DeepHealthCheck(enum.StrEnum):
     INSTANCE_STRESS = "InstanceStress"  # GPU/accelerator stress test
     INSTANCE_CONNECTIVITY = "InstanceConnectivity"  # EFA/NCCL
 
-# What HyperPod does with the execution role in the customer VPC (VpcConfig): attach and clean up
-# the nodes' network interfaces. These EC2 actions have no resource-level scoping.
-_NETWORK_INTERFACE_ACTIONS = [
-    "ec2:CreateNetworkInterface",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
+# What HyperPod does with the execution role in the customer VPC (VpcConfig), as AWS documents it for the
+# role: create the nodes' network interfaces, let the service attach them, detach and delete them.
+# The Describe calls support no resource-level permissions.
+_NETWORK_DESCRIBE_ACTIONS = [
     "ec2:DescribeDhcpOptions",
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSubnets",
     "ec2:DescribeVpcs",
+]
+# These change network interfaces. EC2 authorizes each resource of a request on its own, and ec2:Vpc is a
+# condition key of the network interface (Delete, Detach, the permissions), the subnet and the security group
+# (Create), but not of the interface being created nor of the instance resource type (Detach authorizes the
+# node too): with ...IfExists, every interface, subnet and security group they touch must be in the cluster's
+# VPC, and the role can no longer detach or delete the other network interfaces of the Region.
+_NETWORK_INTERFACE_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
     "ec2:DetachNetworkInterface",
 ]
 _ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
@@ -132,6 +140,8 @@ class HyperPodCluster(Construct):
     :param encryption_key: KMS key of the lifecycle bucket. @default SSE-S3
     :param log_retention: how long the cluster's log group (lifecycle scripts, node agents) keeps its events.
         @default three months
+    :param vpc: the VPC of ``subnets``: the execution role may create, detach and delete network interfaces in it
+        only. @default the EKS cluster's VPC (required when ``eks_cluster`` was imported without one)
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
     ``lifecycle_scripts`` (the uploads), ``access_entry``, ``log_group_name`` and ``log_retention_calls``
@@ -155,12 +165,15 @@ class HyperPodCluster(Construct):
         access_logs_bucket: s3.IBucket | None = None,
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays = DEFAULT_RETENTION,
+        vpc: ec2.IVpc | None = None,
     ) -> None:
         super().__init__(scope, id)
         problems = Problems()
+        vpc = vpc or _vpc_of(eks_cluster)
         check_hyperpod_cluster(problems, cluster_name=cluster_name, instance_groups=instance_groups,
                                node_recovery=node_recovery, lifecycle_bucket_name=lifecycle_bucket_name,
-                               subnet_count=len(subnets), security_group_count=len(security_groups))
+                               subnet_count=len(subnets), security_group_count=len(security_groups),
+                               vpc_known=vpc is not None)
         scripts = Path(lifecycle_scripts) if lifecycle_scripts is not None else LIFECYCLE_SCRIPTS_DIR
         if not (scripts / ON_CREATE_SCRIPT).is_file():
             problems.add("HyperPodCluster.NoOnCreateScript", "lifecycle_scripts",
@@ -199,7 +212,7 @@ class HyperPodCluster(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
         )
         self._grant_read_lifecycle_scripts(stack, encryption_key)
-        self._grant_node_permissions(stack, eks_cluster)
+        self._grant_node_permissions(stack, eks_cluster, vpc)  # type: ignore[arg-type]
 
         self.access_entry = eks.AccessEntry(
             self,
@@ -347,12 +360,16 @@ class HyperPodCluster(Construct):
                 conditions=kms_through_s3(stack.region, bucket.bucket_arn),
             ))
 
-    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster) -> None:
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster, vpc: ec2.IVpc) -> None:
         role = self.execution_role
         in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         role.add_to_principal_policy(iam.PolicyStatement(
-            sid="NodeNetworkInterfaces", actions=_NETWORK_INTERFACE_ACTIONS, resources=["*"],
-            conditions=in_this_region,
+            sid="DescribeTheNetwork", actions=_NETWORK_DESCRIBE_ACTIONS, resources=["*"], conditions=in_this_region,
+        ))
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="NodeNetworkInterfacesInClusterVpc", actions=_NETWORK_INTERFACE_ACTIONS, resources=["*"],
+            conditions={**in_this_region, "StringEqualsIfExists": {"ec2:Vpc": vpc_arn}},
         ))
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="TagNodeNetworkInterfaces", actions=["ec2:CreateTags"],
@@ -378,6 +395,14 @@ class HyperPodCluster(Construct):
         ))
 
 
+def _vpc_of(eks_cluster: eks.ICluster) -> ec2.IVpc | None:
+    """The cluster's VPC, or None for a cluster imported without one (whose ``vpc`` raises)."""
+    try:
+        return eks_cluster.vpc
+    except RuntimeError:
+        return None
+
+
 def check_hyperpod_cluster(
     problems: Problems,
     at: KeyPaths = PROPS,
@@ -389,9 +414,15 @@ def check_hyperpod_cluster(
     subnet_count: int | None = None,
     security_group_count: int | None = None,
     instance_group_names: dict[str, str] | None = None,
+    vpc_known: bool | None = None,
 ) -> None:
     """Every rule of :class:`HyperPodCluster`'s properties (a config loader calls it with its key paths;
-    ``instance_group_names`` maps :class:`InstanceGroup` fields to its keys)."""
+    ``instance_group_names`` maps :class:`InstanceGroup` fields to its keys; ``vpc_known``: whether the VPC of
+    the nodes' network interfaces is known, given or the EKS cluster's)."""
+    if vpc_known is False:
+        problems.add("HyperPodCluster.NoVpc", at.at("vpc"),
+                     "must be given: the EKS cluster was imported without its VPC, and the execution role may change "
+                     "the network interfaces of that VPC only")
     if not is_unresolved(cluster_name) and not SAGEMAKER_NAME.match(cluster_name):
         problems.add("HyperPodCluster.BadName", at.at("cluster_name"),
                      "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",

@@ -63,6 +63,9 @@ WARNINGS: Mapping[str, str] = {
         "InferenceWorkloads.warn_about_replacements: a custom resource change the operator applies only to a new "
         "resource (decided against the previous dist/, at synth)",
     warning_id("SecretsKey:noDeployer"): "SecretsKey: a stack synthesizer whose deploy role is unknown",
+    warning_id("InferenceCluster:noDeployer"):
+        "InferenceCluster: no deployer_role_arns and a stack synthesizer whose deploy role is unknown",
+    warning_id("ExternalDns:anyRecordName"): "ExternalDns: no hostnames (it may change any record of its zones)",
     warning_id("SecretsKey:unmanagedKeyPolicy"): "a secret's encryption_key that is not a SecretsKey",
     warning_id("PlatformVpc:availabilityZoneLookup"): "PlatformVpc: zones looked up in the account at synth",
     warning_id("hardened_bucket:logBucketPolicy"): "server access logs into an imported bucket",

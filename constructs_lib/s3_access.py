@@ -38,15 +38,22 @@ KMS_WRITE_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 KMS_READ_ACTIONS = ("kms:Decrypt",)
 
 
-def kms_through_s3(region: str, bucket_arn: str, *, in_key_policy: bool = False) -> dict[str, Any]:
+def kms_through_s3(region: str, bucket_arn: str, *, in_key_policy: bool = False,
+                   prefixes: Sequence[str] = ()) -> dict[str, Any]:
     """Conditions that limit use of a key to S3 in ``region`` working on ``bucket_arn``'s objects.
 
     In an identity policy the key must also be in the caller's account; in a key policy that is
     always true and ``kms:CallerAccount`` (set by the key policy's own statements) takes its place.
+
+    ``prefixes`` (key prefixes such as ``curated/``) narrow the encryption context to the objects under them.
+    S3 passes the object's ARN as the context only for objects written without an S3 Bucket Key; with a bucket
+    key it passes the bucket's ARN, so a prefix condition refuses every object of a bucket that uses one (the
+    capture bucket uses none, for this reason).
     """
+    context = [f"{bucket_arn}/{prefix}*" for prefix in prefixes] or [bucket_arn, f"{bucket_arn}/*"]
     conditions: dict[str, Any] = {
         "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"},
-        "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, f"{bucket_arn}/*"]},
+        "StringLike": {"kms:EncryptionContext:aws:s3:arn": context},
     }
     if not in_key_policy:
         conditions["StringEquals"]["aws:ResourceAccount"] = "${aws:PrincipalAccount}"
@@ -58,12 +65,14 @@ def objects_arn(bucket_arn: str, prefix: str = "") -> str:
     return f"{bucket_arn}/{prefix}*"
 
 
-def grant_key_through_s3(grantee: iam.IGrantable, key: kms.IKey, actions: Sequence[str], bucket_arn: str) -> None:
-    """Use ``key`` for ``bucket_arn``'s objects through S3 only; a guarded key
-    (:mod:`~hyperpod_inference_iac.data_perimeter`) also lists the grantee in its key policy."""
+def grant_key_through_s3(grantee: iam.IGrantable, key: kms.IKey, actions: Sequence[str], bucket_arn: str, *,
+                         prefixes: Sequence[str] = ()) -> None:
+    """Use ``key`` for ``bucket_arn``'s objects through S3 only (under ``prefixes`` only, for a bucket without an
+    S3 Bucket Key: :func:`kms_through_s3`); a guarded key (:mod:`~hyperpod_inference_iac.data_perimeter`) also
+    lists the grantee in its key policy."""
     iam.Grant.add_to_principal(
         grantee=grantee, actions=list(actions), resource_arns=[key.key_arn],
-        conditions=kms_through_s3(key.env.region, bucket_arn),
+        conditions=kms_through_s3(key.env.region, bucket_arn, prefixes=prefixes),
     )
     guard = key_guard(key)
     if guard is not None:
@@ -71,7 +80,7 @@ def grant_key_through_s3(grantee: iam.IGrantable, key: kms.IKey, actions: Sequen
         if arn is None:
             unnamed_principal(grantee, key, "the key")
         else:
-            guard.admit(arn, actions, bucket_arn)
+            guard.admit(arn, actions, bucket_arn, prefixes=prefixes)
 
 
 def admit_objects(grantee: iam.IGrantable, bucket_arn: str, access: ObjectAccess, prefix: str = "") -> None:
@@ -106,10 +115,15 @@ def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str
 
 
 def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
-                       actions: Sequence[str] = OBJECT_READ_ACTIONS, list_bucket: bool = True) -> iam.Grant:
-    """Read objects under ``prefix``; list the bucket only for keys under ``prefix``."""
+                       actions: Sequence[str] = OBJECT_READ_ACTIONS, list_bucket: bool = True,
+                       decrypt_under_prefix_only: bool = False) -> iam.Grant:
+    """Read objects under ``prefix``; list the bucket only for keys under ``prefix``.
+
+    ``decrypt_under_prefix_only``: the key too may decrypt only the objects under ``prefix`` (for a bucket without
+    an S3 Bucket Key, whose encryption context is the object's ARN; with a bucket key nothing could be read)."""
     if key is not None:
-        grant_key_through_s3(grantee, key, KMS_READ_ACTIONS, bucket_arn)
+        grant_key_through_s3(grantee, key, KMS_READ_ACTIONS, bucket_arn,
+                             prefixes=(prefix,) if decrypt_under_prefix_only and prefix else ())
     if list_bucket:
         iam.Grant.add_to_principal(
             grantee=grantee, actions=["s3:ListBucket"], resource_arns=[bucket_arn],

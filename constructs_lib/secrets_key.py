@@ -94,7 +94,8 @@ class SecretsKeyGuard:
     def __init__(self, key: kms.Key, *, deployer_role_arns: Sequence[str] | None = None) -> None:
         self.key = key
         self._secrets: dict[str, _SecretReaders] = {}
-        self._deployers = list(deployer_role_arns) if deployer_role_arns is not None else _default_deployers(key)
+        self._deployers = list(deployer_role_arns) if deployer_role_arns is not None \
+            else default_deployer_role_arns(key)
         _GUARDS.setdefault(key.node.root, {})[key.key_arn] = self
         cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
@@ -247,8 +248,10 @@ def grant_secret_read(grantee: iam.IGrantable, secret: secretsmanager.ISecret, s
 _GUARDS: weakref.WeakKeyDictionary[Any, dict[str, SecretsKeyGuard]] = weakref.WeakKeyDictionary()
 
 
-def _default_deployers(key: kms.Key) -> list[str]:
-    stack = Stack.of(key)
+def default_deployer_role_arns(scope: IConstruct) -> list[str]:
+    """The role CloudFormation deploys ``scope``'s stack with: the CloudFormation execution role of CDK's
+    ``DefaultStackSynthesizer`` (``cdk-<qualifier>-cfn-exec-role-...``), none with another synthesizer."""
+    stack = Stack.of(scope)
     synthesizer = stack.synthesizer
     if not isinstance(synthesizer, DefaultStackSynthesizer):
         return []

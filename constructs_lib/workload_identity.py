@@ -14,6 +14,7 @@ Two bindings, both exact to one namespace and one service account:
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
@@ -34,13 +35,16 @@ class IdentityBinding(enum.StrEnum):
 
 
 def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str,
-                              service_account: str, audience: str = STS_AUDIENCE) -> iam.IPrincipal:
-    """An OIDC (IRSA) principal that only the one service account can assume, with a token of ``audience``."""
+                              service_account: str | Sequence[str], audience: str = STS_AUDIENCE) -> iam.IPrincipal:
+    """An OIDC (IRSA) principal that only the one service account (or only the service accounts listed, all of
+    ``namespace``) can assume, with a token of ``audience``."""
     provider = cluster.open_id_connect_provider
     issuer = provider.open_id_connect_provider_issuer
+    subjects = [f"system:serviceaccount:{namespace}:{name}" for name in
+                ([service_account] if isinstance(service_account, str) else service_account)]
     conditions = CfnJson(scope, id, value={
         f"{issuer}:aud": audience,
-        f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+        f"{issuer}:sub": subjects[0] if len(subjects) == 1 else subjects,
     })
     return iam.OpenIdConnectPrincipal(provider).with_conditions({"StringEquals": conditions})
 

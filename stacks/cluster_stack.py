@@ -113,8 +113,10 @@ class ClusterStack(Stack):
         secrets_key = self.secrets_key.key if self.secrets_key else None
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
                                                        sync=config.hugging_face_sync, encryption_key=secrets_key)
+        # ExternalDNS watches the namespaces of the portable servers with a hostname, and may change their records only.
         self.external_dns = ExternalDns(
             self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=cluster_config.name,
+            namespaces=plan.external_dns_namespaces, hostnames=plan.published_hostnames,
             role_name=config.external_dns_role_name) if plan.needs_external_dns else None
         self.workloads = InferenceWorkloads(
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
@@ -122,7 +124,7 @@ class ClusterStack(Stack):
             hosted_zone=domain.hosted_zone, known_values=config.known_values,
             depends_on=[self.operator.addon, *([self.cluster.device_plugin] if self.cluster.device_plugin else []),
                         *self.gpu_node_groups],
-            external_dns=self.external_dns.chart if self.external_dns else None,
+            external_dns=self.external_dns,
             secret_sync=self.hugging_face_token.manifest,
             namespace_labels={"app.kubernetes.io/managed-by": config.project},
             monitored_namespaces=config.monitored_namespaces,

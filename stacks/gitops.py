@@ -12,7 +12,7 @@ from hyperpod_inference_iac import (
     PlatformValues,
     Prerequisite,
     StagedManifests,
-    external_dns_release,
+    external_dns_releases,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
     stage_manifests,
@@ -35,10 +35,10 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     reader_role_arn = f"arn:{env.partition}:iam::{env.account}:role/{sync.reader_role_name}"
     releases = [NVIDIA_DEVICE_PLUGIN, EXTERNAL_SECRETS]
     if plan.needs_external_dns:
-        releases.append(external_dns_release(
-            zone_ids=[PlatformValue.HOSTED_ZONE_ID], domain_filters=[config.domain.zone_name],
-            owner_id=config.cluster.name,
-            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.external_dns_role_name}"))
+        releases += external_dns_releases(
+            namespaces=plan.external_dns_namespaces, zone_ids=[PlatformValue.HOSTED_ZONE_ID],
+            domain_filters=[config.domain.zone_name], owner_id=config.cluster.name,
+            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.external_dns_role_name}")
     prerequisites = [
         Prerequisite(f"the EKS add-on {OPERATOR_ADDON} {config.operator.addon_version} (its CRDs and controller), "
                      "installed by the cluster stack",

@@ -4,14 +4,17 @@ privilege), access entry, ordering, and one test per validation code."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk import CfnElement, RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
@@ -20,6 +23,7 @@ from aws_cdk.aws_logs import RetentionDays
 from hyperpod_inference_iac.hyperpod_cluster import LIFECYCLE_SCRIPTS_DIR, HyperPodCluster, InstanceGroup
 from hyperpod_inference_iac.validation import ConfigError
 from tests.cluster.conftest import Base, make_base, resources_of
+from tests.support.policy_eval import Request, decision
 
 GPU_GROUP = InstanceGroup(
     name="gpu-workers", instance_type="ml.g6e.12xlarge", instance_count=2, threads_per_core=2,
@@ -169,15 +173,55 @@ def test_execution_role_statements_are_scoped(built: Built) -> None:
         "Resource": "arn:aws:ec2:us-west-2:123456789012:network-interface/*",
         "Condition": {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}},
     }
-    assert sorted(by_sid["NodeNetworkInterfaces"]["Action"]) == sorted([
+    assert sorted(by_sid["DescribeTheNetwork"]["Action"]) == sorted([
+        "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups"])
+    assert sorted(by_sid["NodeNetworkInterfacesInClusterVpc"]["Action"]) == sorted([
         "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
-        "ec2:DeleteNetworkInterfacePermission", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
-        "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups",
-        "ec2:DetachNetworkInterface",
-    ])
+        "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface"])
     assert by_sid["EcrAuthorizationToken"]["Action"] == "ecr:GetAuthorizationToken"
     assert sorted(by_sid["EcrPullImages"]["Action"]) == [
         "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def test_execution_role_changes_network_interfaces_of_the_cluster_vpc_only(built: Built) -> None:
+    """Evaluated per resource, as EC2 authorizes (tests/support/policy_eval.py): ec2:Vpc is a key of network
+    interfaces, subnets and security groups, not of the interface being created nor of the node's instance."""
+    vpc_ref = built.resolve(built.base.vpc.vpc_id)
+    statements = [{**s, "Principal": "*"} for s in _execution_statements(built)]
+    statement = next(s for s in statements if s["Sid"] == "NodeNetworkInterfacesInClusterVpc")
+    assert statement["Condition"]["StringEqualsIfExists"] == {"ec2:Vpc": {"Fn::Join": ["", [
+        "arn:aws:ec2:us-west-2:123456789012:vpc/", vpc_ref]]}}
+    ours = f"arn:aws:ec2:us-west-2:123456789012:vpc/{vpc_ref['Ref']}"
+    statements = [{**s, "Condition": {**s["Condition"], "StringEqualsIfExists": {"ec2:Vpc": ours}}}
+                  if s["Sid"] == "NodeNetworkInterfacesInClusterVpc" else s for s in statements]
+    eni = "arn:aws:ec2:us-west-2:123456789012:network-interface/eni-0123"
+    region = {"aws:RequestedRegion": "us-west-2"}
+
+    def ec2(action: str, resource: str, vpc: str | None = None) -> str:
+        context = {**region, **({"ec2:Vpc": vpc} if vpc else {})}
+        return decision(statements, Request(action, resource, "arn:aws:iam::123456789012:role/x", None, context))
+
+    other = "arn:aws:ec2:us-west-2:123456789012:vpc/vpc-other"
+    for action in ("ec2:DeleteNetworkInterface", "ec2:DetachNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                   "ec2:DeleteNetworkInterfacePermission"):
+        assert ec2(action, eni, ours) == "allow", action
+        assert ec2(action, eni, other) == "neutral", action  # another VPC's interface: no longer
+    # Create: the new interface has no ec2:Vpc yet; its subnet and security group must be in the VPC.
+    assert ec2("ec2:CreateNetworkInterface", eni) == "allow"
+    subnet = "arn:aws:ec2:us-west-2:123456789012:subnet/subnet-0123"
+    assert ec2("ec2:CreateNetworkInterface", subnet, ours) == "allow"
+    assert ec2("ec2:CreateNetworkInterface", subnet, other) == "neutral"
+    # Detach authorizes the node too: the instance resource type has no ec2:Vpc key.
+    assert ec2("ec2:DetachNetworkInterface", "arn:aws:ec2:us-west-2:999999999999:instance/i-0123") == "allow"
+    assert ec2("ec2:DeleteNetworkInterface", eni, ours) == "allow"
+    assert decision(statements, Request("ec2:DeleteNetworkInterface", eni, "arn:aws:iam::1:role/x", None, {
+        "aws:RequestedRegion": "eu-west-1", "ec2:Vpc": ours})) == "neutral"
+
+
+def test_an_imported_cluster_without_its_vpc_needs_the_vpc(scratch: Base, unique_id: Callable[[], str]) -> None:
+    imported = eks.Cluster.from_cluster_attributes(scratch.stack, unique_id(), cluster_name="imported")
+    assert _errors(scratch, unique_id, eks_cluster=imported).codes == ["HyperPodCluster.NoVpc"]
 
 
 def test_execution_role_only_reads_the_lifecycle_prefix(built: Built) -> None:
@@ -280,6 +324,71 @@ def test_on_create_script_is_strict_bash() -> None:
     assert "/opt/dlami/nvme" in text and "/var/lib/containerd" in text
     subprocess.run(["bash", "-n", str(script)], check=True)
     assert sorted(p.name for p in LIFECYCLE_SCRIPTS_DIR.iterdir() if not p.name.startswith(".")) == ["on_create.sh"]
+
+
+# Stand-ins for the node's commands: iptables keeps its rules in a file (-C checks, -I inserts), systemctl and
+# mountpoint log their calls (nothing is mounted).
+_IPTABLES = r"""#!/bin/bash
+echo "$(basename "$0") $*" >>"$NODE/calls"
+rules="$NODE/$(basename "$0").rules"; touch "$rules"
+args="$*"
+case "$2" in
+  -C) grep -qxF -- "${args#-w -C }" "$rules" ;;
+  -I) shift 4; echo "FORWARD $*" >>"$rules" ;;
+  *) exit 2 ;;
+esac
+"""
+_LOGGING = '#!/bin/bash\necho "$(basename "$0") $*" >>"$NODE/calls"\n'
+
+
+def _node(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("iptables", _IPTABLES), ("ip6tables", _IPTABLES), ("systemctl", _LOGGING),
+                       ("mountpoint", _LOGGING + "exit 1\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "NODE": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_on_create_keeps_pods_away_from_the_metadata_service(tmp_path: Path) -> None:
+    """The lifecycle script run (its main, sourced with the paths pointed at a scratch folder and no instance
+    store) with stand-ins: it installs a helper and a boot unit that drop what pod interfaces send to the instance
+    metadata service, enables the unit, and still moves on to containerd's disk."""
+    env = _node(tmp_path)
+    script = LIFECYCLE_SCRIPTS_DIR / "on_create.sh"
+    run = subprocess.run(["bash", "-c", f'source "{script}"; LOG_FILE="$NODE/log/on_create.log"; '
+                          'SYSTEMD_UNIT_DIR="$NODE/units"; HELPER_DIR="$NODE/sbin"; '
+                          'has_instance_store() { return 1; }; main'],
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "log" / "on_create.log").read_text()
+    assert "pods can no longer reach the instance metadata service" in log
+    assert "containerd stays on the root volume" in log
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[:2] == ["systemctl daemon-reload", "systemctl enable --now block-pod-imds.service"]
+    helper = tmp_path / "sbin" / "block-pod-imds"
+    unit = (tmp_path / "units" / "block-pod-imds.service").read_text()
+    assert f"ExecStart={helper}\n" in unit and "Before=kubelet.service" in unit
+    assert "WantedBy=multi-user.target" in unit and "Type=oneshot" in unit
+    assert os.access(helper, os.X_OK)
+    # The helper (what the unit runs at every boot) inserts each DROP first in FORWARD, once however often it runs.
+    for _ in range(2):
+        subprocess.run([str(helper)], env=env, check=True, timeout=30)
+    assert (tmp_path / "iptables.rules").read_text() == "FORWARD -i eni+ -d 169.254.169.254/32 -j DROP\n"
+    inserts = [c for c in (tmp_path / "calls").read_text().splitlines() if " -I " in c]
+    assert "iptables -w -I FORWARD 1 -i eni+ -d 169.254.169.254/32 -j DROP" in inserts
+    if Path("/proc/net/if_inet6").exists():
+        assert (tmp_path / "ip6tables.rules").read_text() == "FORWARD -i eni+ -d fd00:ec2::254/128 -j DROP\n"
+    assert len(inserts) == (2 if Path("/proc/net/if_inet6").exists() else 1)
+
+
+def test_on_create_sourced_runs_nothing(tmp_path: Path) -> None:
+    env = _node(tmp_path)
+    script = LIFECYCLE_SCRIPTS_DIR / "on_create.sh"
+    subprocess.run(["bash", "-c", f'source "{script}"; declare -F block_pod_metadata_access main'], env=env,
+                   check=True, timeout=30, capture_output=True)
+    assert not (tmp_path / "calls").exists()
 
 
 # -- validation -------------------------------------------------------------------------------------

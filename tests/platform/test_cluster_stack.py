@@ -240,6 +240,47 @@ def test_the_token_and_api_keys_are_encrypted_with_the_secrets_key_their_readers
     assert "alias/llm-platform/secrets" in aliases
 
 
+def test_the_eks_secrets_key_names_its_principals_and_gives_nobody_kms_star(cluster: dict[str, Any]) -> None:
+    (key_id,) = [k for k, r in _resources(cluster, "AWS::KMS::Key").items()
+                 if r["Metadata"]["aws:cdk:path"] == "llm-platform-cluster/Eks/SecretsKey/Resource"]
+    eks_cluster = next(iter(_resources(cluster, "AWS::EKS::Cluster").values()))
+    assert eks_cluster["Properties"]["EncryptionConfig"][0]["Provider"]["KeyArn"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    statements = {s["Sid"]: s for s in _resources(cluster, "AWS::KMS::Key")[key_id]["Properties"]["KeyPolicy"][
+        "Statement"]}
+    assert set(statements) == {"KeyAdministrationWithoutUse", "ClusterRoleEncryptsSecrets",
+                               "DeployerCreatesTheClusterThroughEks", "DeployerGrantsOnlyToEks"}
+    assert not {"kms:*", "kms:Decrypt", "kms:Encrypt", "kms:CreateGrant"} & set(
+        statements["KeyAdministrationWithoutUse"]["Action"])
+    role_id, _ = _role(cluster, "/Eks/Cluster/Role/")
+    assert statements["ClusterRoleEncryptsSecrets"]["Condition"] == {
+        "ArnLike": {"aws:PrincipalArn": {"Fn::GetAtt": [role_id, "Arn"]}}}
+    via_eks = {"kms:ViaService": f"eks.{REGION}.amazonaws.com"}
+    deployer = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
+    for sid in ("DeployerCreatesTheClusterThroughEks", "DeployerGrantsOnlyToEks"):
+        assert statements[sid]["Condition"]["StringEquals"] == via_eks
+        assert json.dumps(statements[sid]["Condition"]["ArnLike"]).count("cfn-exec-role") == 1, deployer
+    assert statements["DeployerGrantsOnlyToEks"]["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": "true"}
+    (encrypt,) = [s for s in _statements_of(cluster, role_id) if s.get("Sid") == "EncryptKubernetesSecrets"]
+    assert encrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+
+
+def test_external_dns_watches_the_inference_namespace_and_changes_the_portable_hostname_only(
+        cluster: dict[str, Any]) -> None:
+    charts = [r for r in _resources(cluster, "Custom::AWSCDK-EKS-HelmChart").values()
+              if r["Properties"]["Chart"] == "external-dns"]
+    assert [(c["Properties"]["Release"], c["Properties"]["Namespace"]) for c in charts] == [
+        ("external-dns-inference", "kube-system")]
+    assert "--namespace=inference" in json.dumps(charts[0]["Properties"]["Values"])
+    role_id, _ = _role(cluster, "/ExternalDns/Role/")
+    (change,) = [s for s in _statements_of(cluster, role_id) if s.get("Sid") == "ChangeRecordsInNamedZones"]
+    host = "qwen-portable.inference.example.com"
+    assert change["Condition"] == {"ForAllValues:StringEquals": {
+        "route53:ChangeResourceRecordSetsActions": ["CREATE", "UPSERT"],
+        "route53:ChangeResourceRecordSetsRecordTypes": ["A", "AAAA", "CNAME", "TXT"],
+        "route53:ChangeResourceRecordSetsNormalizedRecordNames": sorted(
+            [host, f"a-{host}", f"aaaa-{host}", f"cname-{host}"])}}
+
+
 def test_without_the_customer_managed_key_the_secrets_use_aws_secretsmanager() -> None:
     from aws_cdk import App
 

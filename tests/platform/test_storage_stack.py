@@ -125,18 +125,22 @@ def test_key_policy_names_its_users_and_never_grants_freely(template: Template, 
     admin = _sid(statements, "KeyAdministrationWithoutUse")
     assert not {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom"} & set(admin["Action"])
     uses = [s for s in statements if s["Sid"] != "KeyAdministrationWithoutUse"]
-    assert {s["Sid"] for s in uses} == {"CapturesReadThroughS3ForNamedRoles", "CapturesWriteThroughS3",
+    assert {s["Sid"] for s in uses} == {"CapturesReadCuratedThroughS3ForNamedRoles", "CapturesWriteThroughS3",
                                         "TlsCertificatesReadThroughS3", "TlsCertificatesWriteThroughS3"}
     for use in uses:  # named principals, through S3, for one bucket's objects
         condition = use["Condition"]
         assert condition["StringEquals"] == {"kms:ViaService": "s3.us-west-2.amazonaws.com"}
-        assert len(condition["StringLike"]["kms:EncryptionContext:aws:s3:arn"]) == 2
+        assert len(condition["StringLike"]["kms:EncryptionContext:aws:s3:arn"]) == (
+            1 if use["Sid"] == "CapturesReadCuratedThroughS3ForNamedRoles" else 2)
         # The library's grantees: the account, narrowed to them, enabling the IAM statement the grant wrote.
         assert condition.get("ArnLike", {}).get("aws:PrincipalArn") or use["Sid"].endswith("ForNamedRoles")
-    # Readers' IAM policies are not ours: the key policy names them and grants on its own.
-    readers = _sid(statements, "CapturesReadThroughS3ForNamedRoles")
+    # Readers' IAM policies are not ours: the key policy names them and grants on its own, for curated/ only
+    # (the capture bucket has no S3 Bucket Key, so the encryption context is the object's ARN).
+    readers = _sid(statements, "CapturesReadCuratedThroughS3ForNamedRoles")
     assert readers["Action"] == ["kms:Decrypt"]
     assert readers["Principal"] == {"AWS": "arn:aws:iam::111122223333:role/ml-analysts"}
+    assert readers["Condition"]["StringLike"] == {"kms:EncryptionContext:aws:s3:arn": [
+        "arn:aws:s3:::llm-platform-capture-111122223333-us-west-2/curated/*"]}
 
 
 def test_capture_readers_read_curated_data_only(storage: dict[str, Any]) -> None:

@@ -32,7 +32,10 @@ def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Ass
         "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "namespace.k8s.yaml",
         "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
-    assert helm == ["external-dns.yaml", "external-secrets.yaml", "nvidia-device-plugin.yaml"]
+    # ExternalDNS: one release per namespace of portable servers with a hostname, watching that namespace only.
+    assert helm == ["external-dns-inference.yaml", "external-secrets.yaml", "nvidia-device-plugin.yaml"]
+    external_dns = yaml.safe_load((assembly.directory / "dist" / "helm" / "external-dns-inference.yaml").read_text())
+    assert "--namespace=inference" in external_dns["values"]["extraArgs"]
     readme = (assembly.directory / "dist" / "README.md").read_text()
     assert ("kubectl get crd inferenceendpointconfigs.inference.sagemaker.aws.amazon.com "
             "jumpstartmodels.inference.sagemaker.aws.amazon.com") in readme

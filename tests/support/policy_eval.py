@@ -3,8 +3,8 @@
 Moto (the rehearsal) evaluates identity policies but not conditions; these tests evaluate the conditions the
 data perimeter depends on (``aws:PrincipalArn``, ``aws:PrincipalIsAWSService``, the SSE headers, ``Null``,
 ``kms:ViaService``, the encryption context; for the log bucket ``aws:SourceArn``, ``aws:SourceAccount`` and
-``s3:TlsVersion``) for the statement shapes it renders. It is not a general IAM
-engine: an operator or condition it does not know fails the test instead of guessing.
+``s3:TlsVersion``; ``ForAllValues`` over Route 53's multivalued keys) for the statement shapes it renders. It is
+not a general IAM engine: an operator or condition it does not know fails the test instead of guessing.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ class Request:
     resource: str  # e.g. arn:aws:s3:::bucket/key
     principal_arn: str | None = None  # None: an AWS service acting as itself
     service: str | None = None  # the service principal, e.g. logdelivery.elasticloadbalancing.amazonaws.com
-    context: Mapping[str, str] = field(default_factory=dict)  # request condition keys (headers, kms:...)
+    # request condition keys (headers, kms:...); a multivalued key (route53:ChangeResourceRecordSets...) is a tuple
+    context: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
 
-    def keys(self) -> dict[str, str]:
+    def keys(self) -> dict[str, str | tuple[str, ...]]:
         keys = dict(self.context)
         keys["aws:PrincipalIsAWSService"] = "true" if self.principal_arn is None else "false"
         if self.principal_arn is not None:
@@ -47,7 +48,11 @@ def _matches_principal(statement: Mapping[str, Any], request: Request) -> bool:
     return any(arn == request.principal_arn or arn.endswith(f":{account}:root") for arn in _list(principal["AWS"]))
 
 
-def _condition(operator: str, key: str, expected: Any, keys: Mapping[str, str]) -> bool:
+def _condition(operator: str, key: str, expected: Any, keys: Mapping[str, str | tuple[str, ...]]) -> bool:
+    if operator.startswith("ForAllValues:"):
+        # Every value of the (multivalued) key must match; no value at all matches too (AWS's semantics).
+        base = operator.removeprefix("ForAllValues:")
+        return all(_condition(base, key, expected, {key: value}) for value in _list(list(keys.get(key, ()))))
     values = [str(v).lower() if isinstance(v, bool) else str(v) for v in _list(expected)]
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")

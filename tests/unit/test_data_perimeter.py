@@ -159,9 +159,12 @@ def test_load_balancers_deliver_access_logs_under_alb_only(policies: dict[str, A
     assert s3(policies, ELB_ACCOUNT, "s3:GetObject", log) == "deny"
 
 
-def kms(policies: dict[str, Any], principal: str, action: str, *, bucket: str = BUCKET,
+def kms(policies: dict[str, Any], principal: str, action: str, *, bucket: str = BUCKET, key: str | None = CURATED,
         via: str = "s3.us-west-2.amazonaws.com", **extra: str) -> str:
-    context = {"kms:ViaService": via, "kms:EncryptionContext:aws:s3:arn": f"arn:aws:s3:::{bucket}", **extra}
+    """A KMS request S3 makes for an object of ``bucket`` (the capture bucket uses no S3 Bucket Key, so the
+    encryption context is the object's ARN; ``key=None``: the bucket's ARN, as for a bucket key)."""
+    arn = f"arn:aws:s3:::{bucket}" + (f"/{key}" if key is not None else "")
+    context = {"kms:ViaService": via, "kms:EncryptionContext:aws:s3:arn": arn, **extra}
     return decision(policies["key"], Request(action, policies["key_arn"], principal, None, context))
 
 
@@ -177,6 +180,48 @@ def test_only_listed_principals_use_the_key_through_s3_for_their_bucket(policies
     assert kms(policies, WRITER, "kms:GenerateDataKey") == "iam"
     assert kms(policies, policies["processor"], "kms:Decrypt") == "iam"
     assert kms(policies, ADMIN, "kms:Decrypt") == "neutral"  # IAM alone cannot: the key policy names no admin
+
+
+def test_readers_decrypt_only_what_they_may_read(policies: dict[str, Any]) -> None:
+    # The bucket policy already limits their reads; the key policy says the same on its own, so a copy of a raw
+    # object (another path to it) or a bucket policy removed by the root user still decrypts nothing for them.
+    assert kms(policies, ANALYST, "kms:Decrypt", key=CURATED) == "allow"
+    for key in (RAW, QUARANTINED, "athena-results/q.csv", "curatedx/y.parquet"):
+        assert kms(policies, ANALYST, "kms:Decrypt", key=key) == "neutral", key
+    for key in (RAW, QUARANTINED, CURATED):
+        assert kms(policies, REVIEWER, "kms:Decrypt", key=key) == "allow", key
+    assert kms(policies, REVIEWER, "kms:Decrypt", key="athena-results/q.csv") == "neutral"
+    assert kms(policies, RESPONDER, "kms:Decrypt", key="athena-results/q.csv") == "allow"  # break-glass: all
+    # An object under a bucket key has the bucket's ARN as its context: no reader's prefix covers it.
+    assert kms(policies, ANALYST, "kms:Decrypt", key=None) == "neutral"
+    assert kms(policies, REVIEWER, "kms:Decrypt", key=None) == "neutral"
+    reader = next(s for s in policies["key"] if s["Sid"] == "CapturesReadCuratedThroughS3ForNamedRoles")
+    assert reader["Principal"] == {"AWS": ANALYST}
+    assert reader["Condition"]["StringLike"] == {
+        "kms:EncryptionContext:aws:s3:arn": [f"arn:aws:s3:::{BUCKET}/curated/*"]}
+
+
+def test_library_reader_grants_decrypt_their_prefix_only() -> None:
+    _, stack, storage = build()
+    role = iam.Role(stack, "Dashboards", role_name="dashboards", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    storage.grant_read_curated(role)
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    policy = next(r for k, r in resources.items() if r["Type"] == "AWS::IAM::Policy" and k.startswith("Dashboards"))
+    decrypt = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "kms:Decrypt")
+    assert resolve(decrypt["Condition"]["StringLike"], resources) == {
+        "kms:EncryptionContext:aws:s3:arn": [f"arn:aws:s3:::{BUCKET}/curated/*"]}
+    key = next(r for r in resources.values() if r["Type"] == "AWS::KMS::Key")
+    statements = resolve(key["Properties"]["KeyPolicy"]["Statement"], resources)
+    dashboards = f"arn:aws:iam::{ACCOUNT}:role/dashboards"
+    via = {"kms:ViaService": "s3.us-west-2.amazonaws.com"}
+    arn = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/x"
+
+    def decrypt_of(key_name: str) -> str:
+        context = {**via, "kms:EncryptionContext:aws:s3:arn": f"arn:aws:s3:::{BUCKET}/{key_name}"}
+        return decision(statements, Request("kms:Decrypt", arn, dashboards, None, context))
+
+    assert decrypt_of(CURATED) == "iam"
+    assert decrypt_of(RAW) == "neutral"
 
 
 def test_the_account_administers_the_key_but_creates_no_grant(policies: dict[str, Any]) -> None:
@@ -205,8 +250,10 @@ def test_default_key_mode_lets_writers_omit_headers_but_not_choose_weaker_ones()
     resources = Template.from_stack(stack).to_json()["Resources"]
     bucket = next(r for r in resources.values() if r["Type"] == "AWS::S3::Bucket"
                   and r["Properties"].get("BucketName") == BUCKET)
-    assert bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
-        "ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    rule = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    # No S3 Bucket Key: the encryption context is each object's ARN, which the readers' prefixes need.
+    assert rule["BucketKeyEnabled"] is False
     policy = next(r for r in resources.values() if r["Type"] == "AWS::S3::BucketPolicy"
                   and "CaptureBucket" in str(r["Properties"]["Bucket"]))
     statements = resolve(policy["Properties"]["PolicyDocument"]["Statement"], resources)

@@ -30,7 +30,9 @@ from hyperpod_inference_iac import (
     WorkloadIdentity,
     existing_vpc,
 )
+from hyperpod_inference_iac.external_dns import release_name
 from hyperpod_inference_iac.validation import ConfigError
+from tests.support.policy_eval import Request, decision
 from tests.support.synth import REPO
 
 CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]
@@ -293,20 +295,94 @@ def test_operator_takes_buckets_and_keys_without_certificate_or_zone() -> None:
     assert operator.addon.addon_name
 
 
-def test_external_dns_changes_records_in_its_zones_only() -> None:
-    stack = _stack()
-    cluster = _cluster(stack)
+def _external_dns(stack: Stack, **props: Any) -> ExternalDns:
     zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
                                                           zone_name="inference.example.com")
-    dns = ExternalDns(stack, "Dns", cluster=cluster, hosted_zones=[zone], owner_id="c", role_name="c-external-dns")
+    defaults: dict[str, Any] = {"hosted_zones": [zone], "owner_id": "c", "role_name": "c-external-dns",
+                                "namespaces": ["inference"], "hostnames": ["qwen.inference.example.com"]}
+    return ExternalDns(stack, "Dns", cluster=_cluster(stack), **{**defaults, **props})
+
+
+def _external_dns_statements(stack: Stack) -> dict[str, dict[str, Any]]:
     policies = Template.from_stack(stack).find_resources("AWS::IAM::Policy")
     (policy,) = [p for p in policies.values() if "ChangeRecordsInNamedZones" in json.dumps(p)]
-    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    return {s["Sid"]: {**s, "Principal": "*"} for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_external_dns_changes_records_in_its_zones_only() -> None:
+    stack = _stack()
+    dns = _external_dns(stack)
+    statements = _external_dns_statements(stack)
     assert "hostedzone/Z0123456789ABC" in json.dumps(statements["ChangeRecordsInNamedZones"]["Resource"])
     assert statements["FindTheZones"]["Action"] == "route53:ListHostedZones"
-    assert dns.release.values["extraArgs"] == ["--zone-id-filter=Z0123456789ABC"]
-    assert dns.release.values["serviceAccount"]["annotations"] == {
-        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/c-external-dns"}
+    release = dns.releases["inference"]
+    assert release.values["extraArgs"] == ["--zone-id-filter=Z0123456789ABC", "--namespace=inference"]
+    assert release.values["serviceAccount"] == {"name": "external-dns-inference", "annotations": {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/c-external-dns"}}
+    assert (release.release, release.namespace, release.values["policy"]) == (
+        "external-dns-inference", "kube-system", "upsert-only")
+
+
+def test_external_dns_changes_only_the_records_of_its_hostnames() -> None:
+    """Evaluated with the conditions (tests/support/policy_eval.py): the names ExternalDNS 0.16 writes for a
+    Service behind a load balancer (alias A and AAAA, TXT ownership records in both formats), created or upserted."""
+    stack = _stack()
+    _external_dns(stack)
+    statements = list(_external_dns_statements(stack).values())
+    zone = "arn:aws:route53:::hostedzone/Z0123456789ABC"
+
+    def change(names: tuple[str, ...], types: tuple[str, ...] = ("A", "TXT"),
+               actions: tuple[str, ...] = ("UPSERT",), resource: str = zone) -> str:
+        role = "arn:aws:iam::123456789012:role/c-external-dns"
+        return decision(statements, Request("route53:ChangeResourceRecordSets", resource, role, None, {
+            "route53:ChangeResourceRecordSetsNormalizedRecordNames": names,
+            "route53:ChangeResourceRecordSetsRecordTypes": types,
+            "route53:ChangeResourceRecordSetsActions": actions}))
+
+    published = ("qwen.inference.example.com", "cname-qwen.inference.example.com", "aaaa-qwen.inference.example.com",
+                 "a-qwen.inference.example.com")
+    assert change(published, ("A", "AAAA", "TXT"), ("CREATE",)) == "allow"
+    assert change(published[:2]) == "allow"
+    assert change(("api.inference.example.com",)) == "neutral"  # another name of the zone
+    assert change((*published[:1], "inference.example.com")) == "neutral"  # one name outside spoils the batch
+    assert change(published[:1], actions=("DELETE",)) == "neutral"  # upsert-only never deletes
+    assert change(published[:1], actions=("DELETE", "CREATE")) == "neutral"
+    assert change(published[:1], types=("NS",)) == "neutral"
+    assert change(published[:1], resource="arn:aws:route53:::hostedzone/ZOTHER") == "neutral"
+
+
+def test_external_dns_watches_its_namespaces_only_one_release_each() -> None:
+    stack = _stack()
+    dns = _external_dns(stack, namespaces=["inference", "team-b"], hostnames=None)
+    assert [r.values["extraArgs"][-1] for r in dns.releases.values()] == ["--namespace=inference",
+                                                                        "--namespace=team-b"]
+    template = Template.from_stack(stack)
+    charts = template.find_resources("Custom::AWSCDK-EKS-HelmChart")
+    assert sorted(c["Properties"]["Release"] for c in charts.values()) == ["external-dns-inference",
+                                                                          "external-dns-team-b"]
+    assert all(c["Properties"]["Namespace"] == "kube-system" for c in charts.values())
+    trust = json.dumps(template.find_resources("Custom::AWSCDKCfnJson"))  # IRSA conditions (deploy-time issuer)
+    assert "system:serviceaccount:kube-system:external-dns-inference" in trust
+    assert "system:serviceaccount:kube-system:external-dns-team-b" in trust
+    names = _external_dns_statements(stack)["ChangeRecordsInNamedZones"]["Condition"]["ForAllValues:StringEquals"]
+    assert "route53:ChangeResourceRecordSetsNormalizedRecordNames" not in names
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp(".*no hostnames given.*"))
+    long_namespace = "n" * 63
+    assert len(release_name(long_namespace)) == 53 and release_name(long_namespace) != release_name("n" * 62)
+
+
+@pytest.mark.parametrize(("props", "codes"), [
+    ({"namespaces": []}, ["ExternalDns.NoNamespaces"]),
+    ({"namespaces": ["Inference", "inference", "inference"]},
+     ["ExternalDns.BadNamespace", "ExternalDns.DuplicateNamespace"]),
+    ({"hostnames": ["*.inference.example.com", "api.other.org"]},
+     ["ExternalDns.BadHostname", "ExternalDns.HostnameOutsideZones"]),
+    ({"hosted_zones": []}, ["ExternalDns.NoHostedZones"]),
+])
+def test_external_dns_validation(props: dict[str, Any], codes: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _external_dns(_stack(), **props)
+    assert caught.value.codes == codes
 
 
 # -- flow logs, network policies, log retention ------------------------------------------------------------
