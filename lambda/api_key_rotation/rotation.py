@@ -82,8 +82,8 @@ def rotate(client: Any, *, step: str, secret_id: str, token: str, key_length: in
         # External Secrets brings the pending key to the sidecars (see the module docstring): nothing to call.
         pass
     elif step == "testSecret":
-        _test(client, secret_id, token, key_length)
-        _wait_for_propagation(client, secret_id, token, propagation_seconds, remaining_seconds, sleep)
+        if _test(client, secret_id, token, key_length):
+            _wait_for_propagation(client, secret_id, token, propagation_seconds, remaining_seconds, sleep)
     elif step == "finishSecret":
         _finish(client, secret_id, token, stages)
     else:
@@ -107,21 +107,30 @@ def _create(client: Any, secret_id: str, token: str, key_length: int) -> None:
     log.info("%s: new key stored as version %s (%s)", secret_id, token, PENDING)
 
 
-def _test(client: Any, secret_id: str, token: str, key_length: int) -> None:
+def _test(client: Any, secret_id: str, token: str, key_length: int) -> bool:
     """The new key is one a sidecar accepts (at least 16 printable characters, no spaces: it checks the same when
-    it reads the file) and the chart can pass on: the length asked for, letters and digits; and no key in use."""
+    it reads the file) and the chart can pass on: the length asked for, letters and digits; and not the previous
+    key again. True when the key is new, so the sidecars must get it before it becomes current.
+
+    A pending version that holds the current key is Secrets Manager testing the configuration (``RotateSecret``
+    with ``RotateImmediately`` false, as CloudFormation sets up the schedule here: it labels a copy of the secret
+    ``AWSPENDING``, runs this step alone and removes it again): the function could read both, nothing to wait for.
+    """
     pending = client.get_secret_value(SecretId=secret_id, VersionId=token, VersionStage=PENDING)["SecretString"]
     if len(pending) != key_length or not set(pending) <= KEY_ALPHABET:
         raise RotationError(f"version {token} of {secret_id} is not {key_length} letters and digits")
-    for stage in (CURRENT, PREVIOUS):
-        try:
-            other = client.get_secret_value(SecretId=secret_id, VersionStage=stage)["SecretString"]
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ResourceNotFoundException":
-                raise
-            continue
-        if other == pending:
-            raise RotationError(f"version {token} of {secret_id} repeats the {stage} key")
+    if pending == client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT)["SecretString"]:
+        log.info("%s: version %s holds the current key: a test of the rotation's configuration", secret_id, token)
+        return False
+    try:
+        previous = client.get_secret_value(SecretId=secret_id, VersionStage=PREVIOUS)["SecretString"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+        return True
+    if previous == pending:
+        raise RotationError(f"version {token} of {secret_id} repeats the {PREVIOUS} key")
+    return True
 
 
 def _wait_for_propagation(client: Any, secret_id: str, token: str, propagation_seconds: float,

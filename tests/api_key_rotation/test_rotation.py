@@ -96,7 +96,21 @@ def test_each_step_can_run_again(secretsmanager: Any, secret: str) -> None:
     assert stages(secretsmanager, secret) == {"AWSCURRENT": pending, "AWSPREVIOUS": FIRST_KEY}
 
 
+def test_setting_up_the_schedule_only_tests_the_configuration(secretsmanager: Any, secret: str,
+                                                                moto_endpoint: str) -> None:
+    """CloudFormation sets the schedule up without rotating (RotateImmediatelyOnUpdate false): Secrets Manager runs
+    testSecret alone on a pending copy of the current key, which passes at once and changes nothing."""
+    with rotation_function(moto_endpoint, "rotate-configure", propagation_seconds=600.0) as (arn, invocations):
+        invocations.context.remaining_seconds = 60.0  # far less than the propagation wait: none is made
+        secretsmanager.rotate_secret(SecretId=secret, RotationLambdaARN=arn, RotateImmediately=False,
+                                     RotationRules={"AutomaticallyAfterDays": 30})
+    assert invocations.steps == ["testSecret"]
+    assert stages(secretsmanager, secret)["AWSCURRENT"] == FIRST_KEY
+
+
 def test_test_secret_refuses_a_key_the_sidecar_or_the_chart_could_not_use(secretsmanager: Any, secret: str) -> None:
+    with rotation_function(secretsmanager.meta.endpoint_url, "rotate-first") as (arn, _):
+        rotate_now(secretsmanager, secret, arn)  # FIRST_KEY is previous now
     for bad in ("short0123456789", "x" * 47 + "!", FIRST_KEY):
         token = _pending_version(secretsmanager, secret)
         secretsmanager.put_secret_value(SecretId=secret, ClientRequestToken=token, SecretString=bad,
@@ -104,7 +118,7 @@ def test_test_secret_refuses_a_key_the_sidecar_or_the_chart_could_not_use(secret
         with pytest.raises(rotation.RotationError) as raised:
             step(secretsmanager, secret, token, "testSecret")
         assert bad not in str(raised.value)
-    assert stages(secretsmanager, secret)["AWSCURRENT"] == FIRST_KEY
+    assert stages(secretsmanager, secret)["AWSPREVIOUS"] == FIRST_KEY
 
 
 def test_test_secret_waits_for_the_sidecars_or_fails_when_it_cannot(secretsmanager: Any, secret: str) -> None:
