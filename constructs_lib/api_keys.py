@@ -57,9 +57,22 @@ KUBELET_SECRET_UPDATE_SECONDS = 120
 #: The capture sidecar's API_KEYS_RELOAD_SECONDS (its default) and a margin for External Secrets' own queue.
 SIDECAR_RELOAD_SECONDS = 5
 PROPAGATION_MARGIN_SECONDS = 35
-#: How long a new key stays pending before it becomes current: every sidecar accepts it by then.
-PROPAGATION_SECONDS = API_KEY_REFRESH_SECONDS + KUBELET_SECRET_UPDATE_SECONDS + SIDECAR_RELOAD_SECONDS \
-    + PROPAGATION_MARGIN_SECONDS
+#: Of the rotation function's time, what is not the wait: a handful of API calls.
+ROTATION_CALLS_SECONDS = 120
+#: Lambda's longest invocation: the propagation wait must fit in one.
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+def propagation_seconds(refresh_interval_seconds: int) -> int:
+    """How long a new key stays pending before it becomes current, for a sync refreshed that often: External
+    Secrets' refresh, the kubelet's update of the mounted Secret, the sidecar's re-read and a margin; every sidecar
+    accepts the key by then."""
+    return refresh_interval_seconds + KUBELET_SECRET_UPDATE_SECONDS + SIDECAR_RELOAD_SECONDS \
+        + PROPAGATION_MARGIN_SECONDS
+
+
+#: The wait of ``api_key_sync``'s syncs (refreshed every 120 s): 280 s.
+PROPAGATION_SECONDS = propagation_seconds(API_KEY_REFRESH_SECONDS)
 ROTATION_RUNTIME = lambda_.Runtime.PYTHON_3_14
 DEFAULT_ROTATION_DAYS = 30
 
@@ -114,7 +127,8 @@ class ApiKeySync(Construct):
                  log_retention: logs.RetentionDays = DEFAULT_RETENTION) -> None:
         super().__init__(scope, id)
         problems = Problems()
-        check_api_key_rotation(problems, rotation_days=rotation_days, has_keys_file=sync.keys_file is not None)
+        check_api_key_rotation(problems, rotation_days=rotation_days, has_keys_file=sync.keys_file is not None,
+                               refresh_interval_seconds=sync.refresh_interval_seconds)
         problems.raise_if_any()
         self.sync = sync
         self.encryption_key = encryption_key
@@ -150,6 +164,7 @@ class ApiKeySync(Construct):
         up without rotating (``RotateImmediatelyOnUpdate`` false): an upgraded server's pods that still hold the key
         in an environment variable are replaced before the first rotation, which comes ``every_days`` later."""
         stack = Stack.of(self)
+        wait = propagation_seconds(self.sync.refresh_interval_seconds)
         log_group = logs.LogGroup(self, "RotationLogs", retention=log_retention)
         role = iam.Role(self, "RotationRole", role_name=role_name,
                         assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
@@ -161,9 +176,9 @@ class ApiKeySync(Construct):
             handler="rotation.handler", role=role, log_group=log_group, memory_size=128,
             code=lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.api_key_rotation")),
                                          exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            # testSecret waits PROPAGATION_SECONDS for the sidecars; the rest is a handful of API calls.
-            timeout=Duration.seconds(PROPAGATION_SECONDS + 120),
-            environment={"PROPAGATION_SECONDS": str(PROPAGATION_SECONDS), "KEY_LENGTH": str(API_KEY_LENGTH)},
+            # testSecret waits for the sidecars (External Secrets' refresh and the rest); then a few API calls.
+            timeout=Duration.seconds(wait + ROTATION_CALLS_SECONDS),
+            environment={"PROPAGATION_SECONDS": str(wait), "KEY_LENGTH": str(API_KEY_LENGTH)},
             description=f"Rotates the API key {self.sync.secrets_manager_name} (docs/secrets.md)")
         secret_arn = self.secret.secret_arn
         grant_secret_read(role, self.secret, self.sync.secrets_manager_name, self.encryption_key)
@@ -210,9 +225,12 @@ class ApiKeySync(Construct):
 
 
 def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation_days: int | None,
-                           has_keys_file: bool = True) -> None:
+                           has_keys_file: bool = True,
+                           refresh_interval_seconds: int = API_KEY_REFRESH_SECONDS) -> None:
     """``ApiKeySync.RotationDaysOutOfRange``: Secrets Manager schedules 1 to 1000 days. A rotated key needs the
-    sync's keys file (``ApiKeySync.RotationWithoutKeysFile``), or the server would never learn the pending key."""
+    sync's keys file (``ApiKeySync.RotationWithoutKeysFile``), or the server would never learn the pending key, and
+    a sync refreshed often enough that the wait for it fits in one invocation of the function
+    (``ApiKeySync.RotationRefreshTooSlow``)."""
     if rotation_days is None or is_unresolved(rotation_days):
         return
     if isinstance(rotation_days, bool) or not isinstance(rotation_days, int) or not 1 <= rotation_days <= 1000:
@@ -222,3 +240,9 @@ def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation
         problems.add("ApiKeySync.RotationWithoutKeysFile", at.at("rotation_days"),
                      "needs a sync with keys_file (api_key_sync has one): the server learns a new key from it "
                      "before clients can read it")
+    longest = LAMBDA_MAX_TIMEOUT_SECONDS - ROTATION_CALLS_SECONDS - propagation_seconds(0)
+    if not is_unresolved(refresh_interval_seconds) and refresh_interval_seconds > longest:
+        problems.add("ApiKeySync.RotationRefreshTooSlow", at.at("rotation_days"),
+                     f"needs a sync refreshed at least every {longest} s (its refresh_interval_seconds): the rotation "
+                     "waits for the refresh before it makes the new key current, within one Lambda invocation",
+                     refresh_interval_seconds)

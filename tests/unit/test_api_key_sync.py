@@ -109,11 +109,22 @@ def test_with_rotation_cdk_nag_finds_the_schedule_and_nothing_to_acknowledge() -
     assert not Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("notRotated"))
 
 
+def test_the_wait_follows_the_syncs_refresh() -> None:
+    import dataclasses
+
+    stack, _ = build(rotation_days=30, sync=dataclasses.replace(SYNC, refresh_interval_seconds=300))
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"].get("Handler") == "rotation.handler"]
+    assert function["Environment"]["Variables"]["PROPAGATION_SECONDS"] == "460"  # 300 + 120 + 5 + 35
+    assert function["Timeout"] == 580 <= 900
+
+
 @pytest.mark.parametrize(("days", "sync", "codes"), [
     (0, SYNC, ["ApiKeySync.RotationDaysOutOfRange"]),
     (1001, SYNC, ["ApiKeySync.RotationDaysOutOfRange"]),
     (30, SecretSync(namespace="inference", secrets_manager_name=API_KEY, reader_role_name="r"),
-     ["ApiKeySync.RotationWithoutKeysFile"]),
+     ["ApiKeySync.RotationWithoutKeysFile", "ApiKeySync.RotationRefreshTooSlow"]),  # the default hour
 ])
 def test_rotation_days_are_checked(days: int, sync: SecretSync, codes: list[str]) -> None:
     with pytest.raises(ConfigError) as raised:
