@@ -123,10 +123,20 @@ def test_a_whole_rotation_never_refuses_a_client_that_reads_the_current_key(
     name = f"llm-platform/portable/e2e{uuid.uuid4().hex[:8]}/api-key"
     client.create_secret(Name=name, SecretString=OLD_KEY)
     secret = MountedSecret(tmp_path / "api-keys")
+    written: list[str] = []
 
     def sync() -> None:
-        secret.write(synced_api_keys(client, name, CALLER))
-        time.sleep(0.3)  # the kubelet's update and the sidecar's next look (API_KEYS_RELOAD_SECONDS)
+        """External Secrets' refresh and the kubelet's update, then the sidecar's next look at the file: returns once
+        the sidecar has the new keys in force (each sync here changes them)."""
+        content = synced_api_keys(client, name, CALLER)
+        if written and content == written[-1]:
+            return
+        reloaded = sidecar.metrics()['capture_sidecar_api_keys_reloads_total{result="ok"}'] if written else 0
+        secret.write(content)
+        if written:
+            assert sidecar.wait_for_metric('capture_sidecar_api_keys_reloads_total{result="ok"}', reloaded + 1) > \
+                reloaded, sidecar.log()
+        written.append(content)
 
     def client_call() -> int:
         return status(sidecar, client.get_secret_value(SecretId=name)["SecretString"])
