@@ -79,7 +79,8 @@ clean:
 	rm -rf cdk.out dist .pytest_cache
 
 ## lock: regenerate the hashed lock files in requirements/ from pyproject.toml, constraints.txt and
-# requirements/checkov.in (needs the package index); review the diff like any dependency change.
+# requirements/checkov.in, and the capture sidecar image's sidecar/requirements.lock from sidecar/requirements.in
+# at the pins of constraints.txt (needs the package index); review the diff like any dependency change.
 lock:
 	test -x $(LOCK_VENV)/bin/python || $(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'pip==26.3' 'pip-tools==7.6.2'
@@ -88,3 +89,5 @@ lock:
 		-o requirements/deploy.lock pyproject.toml
 	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 		--no-emit-find-links -o requirements/checkov.lock requirements/checkov.in
+	cd sidecar && $(CURDIR)/$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
+		--no-emit-find-links -c ../constraints.txt -o requirements.lock requirements.in

@@ -9,7 +9,8 @@ listens on 127.0.0.1 only, its probes ask the sidecar (``/upstream/health``), th
 the sidecar and the server's NetworkPolicy admits the sidecar's port, never the model's. With a
 hostname, the Service is an internal NLB with a TLS listener on the platform certificate, open to
 the allowed source ranges only; an optional API key (Secrets Manager, synced by External Secrets)
-is checked by the sidecar and by the model server.
+is checked by the sidecar (from a mounted file it re-reads, so a rotated key needs no restart), or without
+capture by the model server.
 
 cdk8s-plus builds the Deployment, Service and ServiceAccount. What it cannot express (extended
 resources ``nvidia.com/gpu``, the pod's seccomp profile, ``allocateLoadBalancerNodePorts``) is
@@ -59,6 +60,9 @@ SIDECAR_MEMORY_LIMIT_MIB = 512
 # slices 34, socket buffers 48 (MiB).
 SIDECAR_FIXED_MEMORY_MIB = 335
 API_KEY_SECRET_KEY = "api-key"
+# The synced Secret's list of accepted keys (caller_id:key lines: current, pending, previous), read by the sidecar.
+API_KEYS_FILE_SECRET_KEY = "api-keys"
+API_KEYS_MOUNT_PATH = "/etc/capture-sidecar/api-keys"
 MODEL_SERVER_HOME = "/home/model-server"  # caches of every runtime go under $HOME (emptyDir)
 MODEL_SERVER_HOME_GIB = 20  # compile caches (torch.compile, Triton, FlashInfer JIT, CUDA) are a few GB
 MODEL_SERVER_TMP_GIB = 10
@@ -401,7 +405,7 @@ class PortableModelServerChart(cdk8s.Chart):
         env = {"HOME": kplus.EnvValue.from_value(MODEL_SERVER_HOME),
                "HF_HOME": kplus.EnvValue.from_value(f"{MODEL_SERVER_HOME}/.cache/huggingface"),
                "HF_HUB_OFFLINE": kplus.EnvValue.from_value("1")}
-        if self._api_key is not None:
+        if self._api_key is not None and not self.capturing:  # with capture the sidecar checks it (loopback only)
             env[preset.api_key_env] = self._api_key_value()
             args += preset.api_key_args()
         startup, readiness, liveness = self._model_server_probes()
@@ -531,8 +535,8 @@ class PortableModelServerChart(cdk8s.Chart):
                                   max_request_body_bytes=self.server.max_request_body_kb * 1024,
                                   health_path=self.server.preset.health_path, model_name=self.server.name)
         env_values = {name: kplus.EnvValue.from_value(value) for name, value in env.items()}
-        if self._api_key is not None:
-            env_values["API_KEY"] = self._api_key_value()  # checked on every request, whatever its path
+        if self._api_key is not None:  # checked on every request, whatever its path
+            env_values["API_KEYS_FILE"] = kplus.EnvValue.from_value(f"{API_KEYS_MOUNT_PATH}/{API_KEYS_FILE_SECRET_KEY}")
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
         sidecar = self.deployment.add_init_container(
             name=CAPTURE_SIDECAR_CONTAINER,
@@ -565,6 +569,18 @@ class PortableModelServerChart(cdk8s.Chart):
             ),
         )
         sidecar.mount("/tmp", scratch)  # buffered batches; the root filesystem stays read-only
+        if self._api_key is not None:
+            self._mount_api_keys(sidecar)
+
+    def _mount_api_keys(self, sidecar: kplus.Container) -> None:
+        """The synced Secret's list of accepted keys, as a file of a whole-Secret volume (the kubelet updates those
+        in place, never a subPath mount): the sidecar re-reads it, so a rotated key is accepted, and a dropped one
+        refused, without a restart."""
+        assert self._api_key is not None
+        volume = kplus.Volume.from_secret(
+            self, "api-keys", self._api_key, name="api-keys", default_mode=0o444,
+            items={API_KEYS_FILE_SECRET_KEY: kplus.PathMapping(path=API_KEYS_FILE_SECRET_KEY)})
+        sidecar.mount(API_KEYS_MOUNT_PATH, volume, read_only=True)
 
     def _service(self, namespace: str, labels: dict[str, str]) -> kplus.Service:
         """The API. In the cluster (no hostname): a ClusterIP Service on plain HTTP port 80. With a hostname: an

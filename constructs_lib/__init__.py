@@ -29,7 +29,7 @@ the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`h
 
 from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic, warn_alarm_topic
 from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
-from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync
+from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync, check_api_key_rotation
 from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
 from hyperpod_inference_iac.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
@@ -176,6 +176,7 @@ __all__ = [
     "apply_tags",
     "bucket_arn",
     "check_alarm_topic",
+    "check_api_key_rotation",
     "check_capture_alarms",
     "check_capture_pipeline",
     "check_capture_sidecar_metrics",

@@ -6,9 +6,15 @@ Unlike the Hugging Face token, the value is generated: Secrets Manager draws 48 
 when the secret is created (``GenerateSecretString``), so the key exists in Secrets Manager and in the
 namespace's Secret only, never in a template, a manifest, ``dist/`` or a log line.
 
+Rotation (``rotation_days``): a rotation function of its own (``lambda/api_key_rotation``) gives the secret a new
+version every so many days. External Secrets syncs the current, pending and previous versions into the Secret's
+``api-keys`` file, which the capture sidecar re-reads: it accepts a new key from the moment it is pending, before
+any client can read it as current, and the old one until the next rotation. Clients re-read the secret on a
+``401``; no restart, no moment when a client holding a key that was current is refused.
+
 Who can read it: the secret's resource policy denies ``secretsmanager:GetSecretValue`` to every principal
-except the sync's reader role (External Secrets, IRSA for one service account) and the client roles named
-in the server's ``apiKey.clientRoleArns``, which it allows. Clients fetch it with
+except the sync's reader role (External Secrets, IRSA for one service account), the rotation function and the
+client roles named in the server's ``apiKey.clientRoleArns``, which it allows. Clients fetch it with
 ``aws secretsmanager get-secret-value --secret-id <name> --query SecretString --output text`` and send
 ``Authorization: Bearer <key>``. With a customer managed key (``encryption_key``, the app's
 :class:`~hyperpod_inference_iac.SecretsKey`), the key policy is a second gate: the reader and the client roles
@@ -19,20 +25,56 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.charts.plan import PortableWorkload
+from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
+from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge
 from hyperpod_inference_iac.patterns import iam_role_name
-from hyperpod_inference_iac.secrets_key import encrypt_secret
+from hyperpod_inference_iac.secrets_key import (
+    encrypt_secret,
+    grant_secret_read,
+    kms_through_secrets_manager,
+    secret_arn_pattern,
+)
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 API_KEY_LENGTH = 48  # letters and digits: ~285 bits, safe in a header and on a command line
+#: How often External Secrets re-reads an API key (three GetSecretValue calls: current, pending, previous).
+API_KEY_REFRESH_SECONDS = 120
+#: From a Secret's change to the file in the pod: the kubelet's sync period (1 min) and its cache of Secrets (1 min).
+KUBELET_SECRET_UPDATE_SECONDS = 120
+#: The capture sidecar's API_KEYS_RELOAD_SECONDS (its default) and a margin for External Secrets' own queue.
+SIDECAR_RELOAD_SECONDS = 5
+PROPAGATION_MARGIN_SECONDS = 35
+#: Of the rotation function's time, what is not the wait: a handful of API calls.
+ROTATION_CALLS_SECONDS = 120
+#: Lambda's longest invocation: the propagation wait must fit in one.
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+def propagation_seconds(refresh_interval_seconds: int) -> int:
+    """How long a new key stays pending before it becomes current, for a sync refreshed that often: External
+    Secrets' refresh, the kubelet's update of the mounted Secret, the sidecar's re-read and a margin; every sidecar
+    accepts the key by then."""
+    return refresh_interval_seconds + KUBELET_SECRET_UPDATE_SECONDS + SIDECAR_RELOAD_SECONDS \
+        + PROPAGATION_MARGIN_SECONDS
+
+
+#: The wait of ``api_key_sync``'s syncs (refreshed every 120 s): 280 s.
+PROPAGATION_SECONDS = propagation_seconds(API_KEY_REFRESH_SECONDS)
+ROTATION_RUNTIME = lambda_.Runtime.PYTHON_3_14
+DEFAULT_ROTATION_DAYS = 30
 
 
 def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_prefix: str,
@@ -46,7 +88,9 @@ def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_
         kubernetes_secret_name=workload.api_key.name, key=workload.api_key.key,
         reader_service_account=f"{name}-api-key-reader",
         reader_role_name=iam_role_name(f"{role_name_prefix}-{name}-api-key"),
-        secret_store_name=f"{name}-api-key")
+        secret_store_name=f"{name}-api-key", refresh_interval_seconds=API_KEY_REFRESH_SECONDS,
+        # The sidecar's file of accepted keys; one caller id for every version, the Secret's name.
+        keys_file=API_KEYS_FILE_SECRET_KEY, keys_file_caller_id=workload.api_key.name)
 
 
 class ApiKeySync(Construct):
@@ -62,15 +106,30 @@ class ApiKeySync(Construct):
         :class:`~hyperpod_inference_iac.SecretsKey`'s: the reader and the client roles may then decrypt only
         through Secrets Manager and only this secret (the key's policy names the clients, which must exist).
         @default Secrets Manager's ``aws/secretsmanager``
+    :param rotation_days: rotate the key every so many days (1-1000) with the library's rotation function, without
+        downtime for the server's clients: the server must check the key from the sync's ``keys_file``, as the
+        portable chart's capture sidecar does (a model server that reads its key from an environment variable at
+        start would refuse the new key until restarted). None: no rotation, warned
+        (``ApiKeySync:notRotated``). @default None
+    :param rotation_role_name: the rotation function's role name, fixed so policies and reviews show it by name.
+        @default generated
+    :param log_retention: how long the rotation function's logs are kept. @default three months
 
-    Attributes: ``secret``, ``reader_role``, ``manifest``, ``encryption_key``. The secret's missing rotation schedule is
-    acknowledged for cdk-nag here (rotation restarts the server: a runbook, docs/secrets.md).
+    Attributes: ``secret``, ``reader_role``, ``manifest``, ``encryption_key``, ``rotation_function`` and
+    ``rotation_schedule`` (None without rotation). Without rotation, the secret's missing rotation schedule is
+    acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
     """
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, sync: SecretSync,
                  client_role_arns: Sequence[str] = (), operator_chart: Construct | None = None,
-                 encryption_key: kms.IKey | None = None) -> None:
+                 encryption_key: kms.IKey | None = None, rotation_days: int | None = None,
+                 rotation_role_name: str | None = None,
+                 log_retention: logs.RetentionDays = DEFAULT_RETENTION) -> None:
         super().__init__(scope, id)
+        problems = Problems()
+        check_api_key_rotation(problems, rotation_days=rotation_days, has_keys_file=sync.keys_file is not None,
+                               refresh_interval_seconds=sync.refresh_interval_seconds)
+        problems.raise_if_any()
         self.sync = sync
         self.encryption_key = encryption_key
         self.secret = secretsmanager.Secret(
@@ -85,14 +144,69 @@ class ApiKeySync(Construct):
             encrypt_secret(self, encryption_key, sync.secrets_manager_name, named_readers=list(client_role_arns))
         self.reader_role = sync_reader_role(self, cluster=cluster, sync=sync, secret=self.secret,
                                             purpose="read a model server's API key", encryption_key=encryption_key)
+        self.rotation_function: lambda_.Function | None = None
+        self.rotation_schedule: secretsmanager.CfnRotationSchedule | None = None
+        if rotation_days is not None:
+            self._rotate(rotation_days, rotation_role_name, log_retention)
+        else:
+            acknowledge(self.secret, "portable-api-key-rotation")
+            Annotations.of(self).add_warning_v2(
+                "@hyperpod-inference-iac/ApiKeySync:notRotated",
+                f"the API key {sync.secrets_manager_name} is never rotated: a leaked key works until someone "
+                "rotates it by hand (docs/secrets.md); give rotation_days (the server must read the sync's keys "
+                "file, as the capture sidecar does), or acknowledge with the reason")
         self._limit_readers(list(client_role_arns))
         self.manifest = apply_sync(cluster, f"ApiKeySync-{sync.kubernetes_secret_name}", sync=sync,
                                    reader_role=self.reader_role, operator_chart=operator_chart)
-        acknowledge(self.secret, "portable-api-key-rotation")
+
+    def _rotate(self, every_days: int, role_name: str | None, log_retention: logs.RetentionDays) -> None:
+        """The rotation function (its own role: this secret only) and the schedule. CloudFormation sets the schedule
+        up without rotating (``RotateImmediatelyOnUpdate`` false): an upgraded server's pods that still hold the key
+        in an environment variable are replaced before the first rotation, which comes ``every_days`` later."""
+        stack = Stack.of(self)
+        wait = propagation_seconds(self.sync.refresh_interval_seconds)
+        log_group = logs.LogGroup(self, "RotationLogs", retention=log_retention)
+        role = iam.Role(self, "RotationRole", role_name=role_name,
+                        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description=f"Rotates the API key {self.sync.secrets_manager_name}")
+        self._rotation_role_name = role_name
+        log_group.grant_write(role)
+        self.rotation_function = function = lambda_.Function(
+            self, "Rotation", runtime=ROTATION_RUNTIME, architecture=lambda_.Architecture.ARM_64,
+            handler="rotation.handler", role=role, log_group=log_group, memory_size=128,
+            code=lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.api_key_rotation")),
+                                         exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
+            # testSecret waits for the sidecars (External Secrets' refresh and the rest); then a few API calls.
+            timeout=Duration.seconds(wait + ROTATION_CALLS_SECONDS),
+            environment={"PROPAGATION_SECONDS": str(wait), "KEY_LENGTH": str(API_KEY_LENGTH)},
+            description=f"Rotates the API key {self.sync.secrets_manager_name} (docs/secrets.md)")
+        secret_arn = self.secret.secret_arn
+        grant_secret_read(role, self.secret, self.sync.secrets_manager_name, self.encryption_key)
+        iam.Grant.add_to_principal(grantee=role, resource_arns=[secret_arn], actions=[
+            "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage",
+            "secretsmanager:ListSecretVersionIds"])
+        # GetRandomPassword has no resource: it reads no secret.
+        iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["secretsmanager:GetRandomPassword"])
+        if self.encryption_key is not None:  # the new version's data key, for this secret only
+            iam.Grant.add_to_principal(
+                grantee=role, actions=["kms:GenerateDataKey"], resource_arns=[self.encryption_key.key_arn],
+                conditions=kms_through_secrets_manager(
+                    stack.region, [secret_arn_pattern(self.secret, self.sync.secrets_manager_name)]))
+        # Only Secrets Manager, for this secret, may invoke it.
+        function.add_permission("SecretsManagerInvokes", principal=iam.ServicePrincipal("secretsmanager.amazonaws.com"),
+                                source_account=stack.account, source_arn=secret_arn)
+        self.rotation_schedule = secretsmanager.CfnRotationSchedule(
+            self, "RotationSchedule", secret_id=secret_arn, rotation_lambda_arn=function.function_arn,
+            rotate_immediately_on_update=False,
+            rotation_rules=secretsmanager.CfnRotationSchedule.RotationRulesProperty(
+                schedule_expression=f"rate({every_days} day{'s' if every_days > 1 else ''})"))
+        self.rotation_schedule.node.add_dependency(function.permissions_node.find_child("SecretsManagerInvokes"))
+        self.rotation_schedule.node.add_dependency(role)
+        acknowledge(role, "api-key-rotation-random-password", "Resource::*")
 
     def _limit_readers(self, client_role_arns: list[str]) -> None:
         """The clients may read the key (same account: no IAM policy of their own needed); every other principal
-        is denied, whatever its IAM policies allow, except the reader role that syncs it."""
+        is denied, whatever its IAM policies allow, except the reader role that syncs it and the rotation function."""
         if client_role_arns:
             self.secret.add_to_resource_policy(iam.PolicyStatement(
                 sid="ClientsReadTheKey", actions=["secretsmanager:GetSecretValue"], resources=["*"],
@@ -100,7 +214,35 @@ class ApiKeySync(Construct):
         stack = Stack.of(self)
         reader_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{self.sync.reader_role_name}" \
             if self.sync.reader_role_name else self.reader_role.role_arn
+        rotation = []
+        if self.rotation_function is not None and self.rotation_function.role is not None:
+            rotation = [f"arn:{stack.partition}:iam::{stack.account}:role/{self._rotation_role_name}"
+                        if self._rotation_role_name else self.rotation_function.role.role_arn]
         self.secret.add_to_resource_policy(iam.PolicyStatement(
             sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],
             resources=["*"], principals=[iam.AnyPrincipal()],
-            conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *client_role_arns]}}))
+            conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *rotation, *client_role_arns]}}))
+
+
+def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation_days: int | None,
+                           has_keys_file: bool = True,
+                           refresh_interval_seconds: int = API_KEY_REFRESH_SECONDS) -> None:
+    """``ApiKeySync.RotationDaysOutOfRange``: Secrets Manager schedules 1 to 1000 days. A rotated key needs the
+    sync's keys file (``ApiKeySync.RotationWithoutKeysFile``), or the server would never learn the pending key, and
+    a sync refreshed often enough that the wait for it fits in one invocation of the function
+    (``ApiKeySync.RotationRefreshTooSlow``)."""
+    if rotation_days is None or is_unresolved(rotation_days):
+        return
+    if isinstance(rotation_days, bool) or not isinstance(rotation_days, int) or not 1 <= rotation_days <= 1000:
+        problems.add("ApiKeySync.RotationDaysOutOfRange", at.at("rotation_days"),
+                     "must be a number of days from 1 to 1000", rotation_days)
+    if not has_keys_file:
+        problems.add("ApiKeySync.RotationWithoutKeysFile", at.at("rotation_days"),
+                     "needs a sync with keys_file (api_key_sync has one): the server learns a new key from it "
+                     "before clients can read it")
+    longest = LAMBDA_MAX_TIMEOUT_SECONDS - ROTATION_CALLS_SECONDS - propagation_seconds(0)
+    if not is_unresolved(refresh_interval_seconds) and refresh_interval_seconds > longest:
+        problems.add("ApiKeySync.RotationRefreshTooSlow", at.at("rotation_days"),
+                     f"needs a sync refreshed at least every {longest} s (its refresh_interval_seconds): the rotation "
+                     "waits for the refresh before it makes the new key current, within one Lambda invocation",
+                     refresh_interval_seconds)

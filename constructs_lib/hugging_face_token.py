@@ -34,6 +34,10 @@ EXTERNAL_SECRETS = HelmRelease(
     purpose="syncs the Hugging Face token from Secrets Manager into the inference namespace",
 )
 SECRET_STORE = "aws-secrets-manager"
+#: The versions a rotated key's ``keys_file`` lists (``SecretSync``), by the name of their entry: the current one,
+#: the one a rotation is about to make current (the sidecars accept it before clients can read it), the one it
+#: replaced (clients that read it before the rotation keep working until the next).
+ROTATED_STAGES = {"current": "AWSCURRENT", "pending": "AWSPENDING", "previous": "AWSPREVIOUS"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +53,12 @@ class SecretSync:
     :param refresh_interval_seconds: how often ESO re-reads the secret. @default 3600
     :param secret_store_name: the ``SecretStore`` the ``ExternalSecret`` reads through; one per sync, since each
         authenticates as its own reader. @default ``aws-secrets-manager``
+    :param keys_file: a second key of the Secret that lists every version a client may hold as ``caller_id:key``
+        lines (the format of the capture sidecar's ``API_KEYS_FILE``): the current one, and while a rotation runs
+        or after it the pending and the previous one (:data:`ROTATED_STAGES`). ``key`` still holds the current
+        version alone. Stages Secrets Manager does not have are left out. @default none
+    :param keys_file_caller_id: the caller id of every line of ``keys_file``: one id for the key, whatever its
+        version, so records name the caller the same way across rotations. @default ``kubernetes_secret_name``
     """
 
     namespace: str
@@ -59,9 +69,15 @@ class SecretSync:
     reader_role_name: str | None = None
     refresh_interval_seconds: int = 3600
     secret_store_name: str = SECRET_STORE
+    keys_file: str | None = None
+    keys_file_caller_id: str | None = None
 
     def manifests(self, *, region: str, reader_role_arn: str) -> list[dict[str, Any]]:
         """ServiceAccount (IRSA), SecretStore and ExternalSecret."""
+        target: dict[str, Any] = {"name": self.kubernetes_secret_name, "creationPolicy": "Owner"}
+        data: list[dict[str, Any]] = [{"secretKey": self.key, "remoteRef": {"key": self.secrets_manager_name}}]
+        if self.keys_file is not None:
+            target, data = self._with_keys_file(target)
         return [
             {"apiVersion": "v1", "kind": "ServiceAccount",
              "metadata": {"name": self.reader_service_account, "namespace": self.namespace,
@@ -75,9 +91,28 @@ class SecretSync:
              "metadata": {"name": self.kubernetes_secret_name, "namespace": self.namespace},
              "spec": {"refreshInterval": f"{self.refresh_interval_seconds}s",
                       "secretStoreRef": {"name": self.secret_store_name, "kind": "SecretStore"},
-                      "target": {"name": self.kubernetes_secret_name, "creationPolicy": "Owner"},
-                      "data": [{"secretKey": self.key, "remoteRef": {"key": self.secrets_manager_name}}]}},
+                      "target": target, "data": data}},
         ]
+
+    def _with_keys_file(self, target: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Every stage of :data:`ROTATED_STAGES` read as its own entry, and a template that writes ``key`` (the
+        current version) and ``keys_file`` (one line per distinct version). A stage Secrets Manager does not have
+        (no rotation yet: no previous; none running: no pending) is skipped, not an error, with
+        ``deletionPolicy: Delete`` (External Secrets skips a missing entry unless the policy is ``Retain``; only
+        when every entry is missing, the secret itself, is the Kubernetes Secret deleted)."""
+        assert self.keys_file is not None
+        caller = self.keys_file_caller_id or self.kubernetes_secret_name
+        data = [{"secretKey": name, "remoteRef": {"key": self.secrets_manager_name, "version": stage}}
+                for name, stage in ROTATED_STAGES.items()]
+        # Go text/template (External Secrets' engine v2, missingkey=error): `index` yields "" for an entry that was
+        # skipped where `.pending` would fail; a stage that holds the current version is not listed twice.
+        other = ('\n{{{{- with index . "{name}" }}}}{{{{ if ne . $.current }}}}'
+                 '\n{caller}:{{{{ . }}}}{{{{ end }}}}{{{{ end }}}}')
+        lines = f"{caller}:{{{{ .current }}}}" + "".join(
+            other.format(name=name, caller=caller) for name in ROTATED_STAGES if name != "current") + "\n"
+        template = {"engineVersion": "v2", "mergePolicy": "Replace",
+                    "data": {self.key: "{{ .current }}", self.keys_file: lines}}
+        return {**target, "deletionPolicy": "Delete", "template": template}, data
 
 
 class HuggingFaceTokenSync(Construct):

@@ -113,9 +113,11 @@ class InferenceWorkloads(Construct):
         self._capture_bucket, self._capture_key = capture_bucket, capture_key
         self.sidecar_image: ecr_assets.DockerImageAsset | None = None
         if sidecar_image is None and plan.needs_sidecar_image:
+            # linux/amd64 whatever builds it: the sidecar runs beside the model server on the GPU nodes, which are
+            # x86_64 (GpuNodeGroup); an arm64 laptop would otherwise build an image those nodes cannot run.
             self.sidecar_image = ecr_assets.DockerImageAsset(
                 self, "CaptureSidecarImage", directory=str(package_dir("hyperpod_inference_iac.sidecar")),
-                exclude=SIDECAR_ASSET_EXCLUDES)
+                exclude=SIDECAR_ASSET_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64)
             sidecar_image = sidecar_image_uri(stack, self.sidecar_image)
         from_objects: dict[PlatformValue, str] = {}
         for value, source in ((PlatformValue.CAPTURE_BUCKET, capture_bucket and capture_bucket.bucket_name),

@@ -126,9 +126,14 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "portable-api-key-rotation": (
         "AwsSolutions-SMG4",
-        "A portable model server reads its API key when it starts, so a new key takes a restart of its "
-        "Deployment once External Secrets has refreshed the Secret, and a switch of its clients; a rotation "
-        "Lambda can do neither. The runbook (docs/secrets.md) generates the new value, refreshes, restarts.",
+        "Rotation is off for this API key (ApiKeySync without rotation_days, warned as notRotated): the server "
+        "reads it once, e.g. from an environment variable without the capture sidecar, so a new key takes a "
+        "restart of its Deployment; the runbook (docs/secrets.md) generates the new value, refreshes, restarts.",
+    ),
+    "api-key-rotation-random-password": (
+        "AwsSolutions-IAM5",
+        "secretsmanager:GetRandomPassword has no resource type (it reads and writes no secret, it returns random "
+        "characters); every other action of the rotation role names the one secret it rotates.",
     ),
 }
 

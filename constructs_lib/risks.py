@@ -63,6 +63,7 @@ WARNINGS: Mapping[str, str] = {
         "InferenceWorkloads.warn_about_replacements: a custom resource change the operator applies only to a new "
         "resource (decided against the previous dist/, at synth)",
     warning_id("SecretsKey:noDeployer"): "SecretsKey: a stack synthesizer whose deploy role is unknown",
+    warning_id("ApiKeySync:notRotated"): "ApiKeySync: a key not rotated (rotation off, or a server without capture)",
     warning_id("InferenceCluster:noDeployer"):
         "InferenceCluster: no deployer_role_arns and a stack synthesizer whose deploy role is unknown",
     warning_id("ExternalDns:anyRecordName"): "ExternalDns: no hostnames (it may change any record of its zones)",

@@ -35,6 +35,7 @@ from hyperpod_inference_iac import (
     capture_alarms,
     certificate_alarms,
     check_alarm_topic,
+    check_api_key_rotation,
     check_capture_alarms,
     check_capture_pipeline,
     check_capture_sidecar_metrics,
@@ -265,8 +266,13 @@ def _logging(section: Section) -> LogRetentionPolicy:
 
 
 def _secrets(section: Section) -> SecretsConfig:
-    config = SecretsConfig(customer_managed_key=section.boolean("customerManagedKey", default=True))
+    defaults = SecretsConfig()
+    config = SecretsConfig(customer_managed_key=section.boolean("customerManagedKey", default=True),
+                           api_key_rotation_days=_integer(section, "apiKeyRotationDays",
+                                                          defaults.api_key_rotation_days))
     section.finish()
+    check_api_key_rotation(section.problems, KeyPaths(section.path, {"rotation_days": "apiKeyRotationDays"}),
+                           rotation_days=config.api_key_rotation_days or None)
     return config
 
 

@@ -25,6 +25,7 @@ from hyperpod_inference_iac import (
     api_key_sync,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
+from hyperpod_inference_iac.patterns import iam_role_name
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
 OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
@@ -76,6 +77,9 @@ class SecretsConfig:
     """How the platform's Secrets Manager secrets (the Hugging Face token, the API keys) are encrypted."""
 
     customer_managed_key: bool = True  # a SecretsKey of the cluster stack; False: aws/secretsmanager
+    # Days between rotations of the portable servers' API keys (their capture sidecars accept a new key without a
+    # restart); 0: never rotated (warned, ApiKeySync:notRotated). Servers without capture are never rotated.
+    api_key_rotation_days: int = 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,6 +262,10 @@ class PlatformConfig:
                                             secrets_manager_prefix=f"{self.project}/portable",
                                             role_name_prefix=self.project)
                 for portable in plan.portable if portable.api_key is not None}
+
+    def api_key_rotation_role_name(self, server: str) -> str:
+        """The role of the function that rotates ``server``'s API key: ``{project}-<server>-api-key-rotation``."""
+        return iam_role_name(f"{self.project}-{server}-api-key-rotation")
 
     @property
     def known_values(self) -> dict[PlatformValue, str]:

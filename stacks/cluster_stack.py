@@ -152,16 +152,22 @@ class ClusterStack(Stack):
 
     def _api_keys(self, config: PlatformConfig, eks_cluster: Any) -> dict[str, ApiKeySync]:
         """The generated API key of each portable server that asks for one, synced into the namespace before the
-        server's manifest is applied (the operator installed with the Hugging Face token sync runs the sync)."""
+        server's manifest is applied (the operator installed with the Hugging Face token sync runs the sync).
+        Rotated every ``secrets.apiKeyRotationDays`` where the capture sidecar checks it (it re-reads the synced
+        file); a server without capture reads its key at start, so its key is not rotated (warned)."""
         keys = {}
-        servers = {p.name: p.server for p in config.workloads.portable} if config.workloads else {}
+        portable = {p.name: p for p in config.workloads.portable} if config.workloads else {}
         for name, sync in config.api_key_syncs.items():
-            api_key = servers[name].api_key
+            api_key = portable[name].server.api_key
+            rotation_days = config.secrets.api_key_rotation_days \
+                if portable[name].capture is not None and config.secrets.api_key_rotation_days else None
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
                 operator_chart=self.hugging_face_token.operator_chart,
-                encryption_key=self.hugging_face_token.encryption_key)
+                encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
+                rotation_role_name=config.api_key_rotation_role_name(name),
+                log_retention=retention_from_days(config.logging.retention_days))
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys

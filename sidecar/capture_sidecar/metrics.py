@@ -88,6 +88,9 @@ class SidecarMetrics:
     records_spooled: int = 0
     requests_rejected_memory: int = 0
     requests_unauthorized: int = 0
+    # Re-reads of API_KEYS_FILE that changed the accepted keys ("ok") or were refused, keeping them ("failed").
+    api_keys_reloads: Counter[str] = field(default_factory=Counter)
+    api_keys: Callable[[], int] = lambda: 0
     # New connections refused at MAX_CONNECTIONS; open ones closed to make room, by the cap that was reached.
     connections_rejected: Counter[str] = field(default_factory=Counter)
     connections_evicted: Counter[str] = field(default_factory=Counter)
@@ -173,6 +176,15 @@ class SidecarMetrics:
             "Requests answered 401 because they carried none of the keys (API_KEY, API_KEYS_FILE) as a bearer token.",
             self.requests_unauthorized,
         )
+        metric(
+            "api_keys_reloads_total",
+            "counter",
+            "Re-reads of a changed API_KEYS_FILE, by result: ok (the new keys are in force) or failed (unreadable or "
+            "invalid; the keys in force stay).",
+            [('{result="ok"}', self.api_keys_reloads["ok"]), ('{result="failed"}', self.api_keys_reloads["failed"])],
+        )
+        metric("api_keys", "gauge", "Keys accepted on the proxy port now (API_KEY and API_KEYS_FILE's).",
+               [("", self.api_keys())])
         metric(
             "connections_rejected_total",
             "counter",

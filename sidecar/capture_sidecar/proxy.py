@@ -49,7 +49,7 @@ from .records import (
     CapturedPayload,
     request_path,
 )
-from .settings import Settings
+from .settings import ApiKey, Settings
 from .uploader import CaptureUploader
 
 log = logging.getLogger("capture_sidecar.proxy")
@@ -294,10 +294,11 @@ class CaptureProxy:
         self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
         # With API_KEY or API_KEYS_FILE set, every request on the proxy port must carry one of the keys, whatever
-        # its path; keyed by the key's SHA-256 (see _authenticated_caller).
-        self.api_keys = {
-            _key_digest(entry.key.encode()): (entry.key.encode(), entry.caller_id) for entry in settings.api_keys
-        }
+        # its path; keyed by the key's SHA-256 (see _authenticated_caller). Replaced whole when API_KEYS_FILE
+        # changes (set_api_keys): each request head is checked against the set in force when it is read.
+        self.api_keys: dict[bytes, tuple[bytes, str]] = {}
+        self.set_api_keys(settings.api_keys)
+        metrics.api_keys = lambda: len(self.api_keys)
         self.connections: set[ClientConnection] = set()
         # Connection bounds (docs/capture-sidecar.md, *Connection bounds*). Each dict is in the order of its
         # deadlines: every entry is "now + one constant" when it is made, so the sweeper only looks at the front.
@@ -313,6 +314,10 @@ class CaptureProxy:
         metrics.connections_unauthenticated = lambda: len(self.unauthenticated)
         self.closing = False
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
+
+    def set_api_keys(self, keys: tuple[ApiKey, ...]) -> None:
+        """The keys accepted from now on (never none once some were: the reloader keeps the old set instead)."""
+        self.api_keys = {_key_digest(entry.key.encode()): (entry.key.encode(), entry.caller_id) for entry in keys}
 
     def warn_upstream(self, problem: str, error: BaseException | str) -> None:
         """Log model-server failures at most once per interval: a server that is down would

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 from aiohttp import web
 
+from .key_reload import ApiKeysReloader
 from .metrics import SidecarMetrics
 from .proxy import CaptureProxy, ClientConnection, MemoryBudget
 from .records import ContentTypeEncodings
@@ -157,6 +158,9 @@ async def serve(settings: Settings) -> int:
         executor.shutdown(wait=False)
         return EXIT_CANNOT_LISTEN
     sweeper = proxy.start_idle_sweeper()
+    # A rotated key arrives as a new version of the mounted Secret: accepted (and a dropped one refused) without a
+    # restart.
+    key_reload = ApiKeysReloader(settings, proxy.set_api_keys, metrics).start() if settings.api_keys_file else None
     # boto3's service model is ~90k long-lived objects; a full garbage collection scans them all
     # (~40 ms here), which showed up as p99 spikes. Frozen objects are never scanned again.
     gc.collect()
@@ -178,6 +182,8 @@ async def serve(settings: Settings) -> int:
     proxy.stop_accepting()  # idle keep-alive connections close now, busy ones after their response
     await proxy.wait_for_connections(settings.shutdown_grace_seconds - flush_reserve)
     sweeper.cancel()
+    if key_reload is not None:
+        key_reload.cancel()
     uploader_task.cancel()
     log.info("flushing captured records")
     complete = await uploader.drain(deadline)

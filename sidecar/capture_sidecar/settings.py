@@ -53,6 +53,9 @@ DEFAULT_IDLE_TIMEOUT_SECONDS = 75.0
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_MAX_UNAUTHENTICATED = 256
 MAX_API_KEYS_FILE_BYTES = 1024 * 1024
+# How often API_KEYS_FILE is checked for a new version (the kubelet rewrites a mounted Secret in place): a rotated
+# key is accepted, and a dropped one refused, this long after the file changed at the latest.
+DEFAULT_API_KEYS_RELOAD_SECONDS = 5.0
 
 
 def key_fingerprint(key: str) -> str:
@@ -104,6 +107,9 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)
     # Every accepted key: API_KEY (if set) first, then API_KEYS_FILE's; empty: no authentication.
     api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
+    # The file the keys after API_KEY's came from, re-read when it changes (0: never).
+    api_keys_file: str | None = None
+    api_keys_reload_seconds: float = DEFAULT_API_KEYS_RELOAD_SECONDS
     model_name: str = DEFAULT_MODEL_NAME
     header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
@@ -242,28 +248,26 @@ def _read_api_key(reader: _Reader) -> str | None:
     return raw
 
 
-def _read_api_keys_file(reader: _Reader, path: str) -> list[ApiKey]:
-    """API_KEYS_FILE: one ``caller_id:key`` a line; blank lines and lines starting with # are skipped.
+def read_api_keys_file(path: str) -> tuple[list[ApiKey], list[str]]:
+    """API_KEYS_FILE: one ``caller_id:key`` a line; blank lines and lines starting with # are skipped. Returns the
+    keys and the problems found (the file is refused as a whole when there is one).
 
     A problem names the file and the line number, and the caller id when it is not the problem; never a key
-    (nor a line, which may hold one)."""
+    (nor a line, which may hold one). Also used to re-read the file while the sidecar runs (``key_reload``)."""
     where = f"API_KEYS_FILE={path!r}"
     try:
         with open(path, "rb") as file:
             content = file.read(MAX_API_KEYS_FILE_BYTES + 1)
     except OSError as error:
-        reader.problems.append(f"{where}: cannot be read ({error.strerror or type(error).__name__})")
-        return []
+        return [], [f"{where}: cannot be read ({error.strerror or type(error).__name__})"]
     if len(content) > MAX_API_KEYS_FILE_BYTES:
-        reader.problems.append(f"{where}: is over {MAX_API_KEYS_FILE_BYTES // 1024} KiB")
-        return []
+        return [], [f"{where}: is over {MAX_API_KEYS_FILE_BYTES // 1024} KiB"]
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
-        reader.problems.append(f"{where}: is not UTF-8 text")
-        return []
+        return [], [f"{where}: is not UTF-8 text"]
     keys: list[ApiKey] = []
-    problems_before = len(reader.problems)
+    problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -271,26 +275,41 @@ def _read_api_keys_file(reader: _Reader, path: str) -> list[ApiKey]:
         caller_id, colon, key = line.partition(":")
         caller_id = caller_id.strip()
         if not colon:
-            reader.problems.append(f"{where} line {number} (not shown): must be caller_id:key")
+            problems.append(f"{where} line {number} (not shown): must be caller_id:key")
         elif not CALLER_ID.match(caller_id):
-            reader.problems.append(
+            problems.append(
                 f"{where} line {number} (not shown): the part before ':' must be a caller id, 1-64 letters, "
                 "digits, '.', '_' or '-', starting with a letter or digit"
             )
         elif (problem := _key_problem(key.strip())) is not None:
-            reader.problems.append(f"{where} line {number}, caller {caller_id!r} (key not shown): the key {problem}")
+            problems.append(f"{where} line {number}, caller {caller_id!r} (key not shown): the key {problem}")
         else:
             keys.append(ApiKey(caller_id, key.strip()))
-    if not keys and len(reader.problems) == problems_before:
-        reader.problems.append(f"{where}: holds no caller_id:key line")
+    if not keys and not problems:
+        problems.append(f"{where}: holds no caller_id:key line")
     if len(keys) > MAX_API_KEYS:
-        reader.problems.append(f"{where}: holds {len(keys)} keys, at most {MAX_API_KEYS} are allowed")
-    return keys
+        problems.append(f"{where}: holds {len(keys)} keys, at most {MAX_API_KEYS} are allowed")
+    return keys, problems
 
 
-def _read_api_keys(reader: _Reader, api_key: str | None) -> tuple[ApiKey, ...]:
-    """API_KEY (caller id API_KEY_ID, else its fingerprint) and API_KEYS_FILE's keys: each caller id and each key
-    once."""
+def unique_api_keys(keys: list[ApiKey]) -> tuple[tuple[ApiKey, ...], list[str]]:
+    """Every key belongs to one caller. A caller may hold several keys: during a rotation the old and the new key
+    are both accepted under the caller's one id (records name the caller the same way before, during and after).
+    The same ``caller_id:key`` twice counts once (a key that is current and still pending for a moment)."""
+    unique: dict[str, ApiKey] = {}
+    problems: list[str] = []
+    for entry in keys:
+        seen = unique.get(entry.key)
+        if seen is None:
+            unique[entry.key] = entry
+        elif seen.caller_id != entry.caller_id:
+            problems.append(f"caller {entry.caller_id!r}: its key (not shown) is also the key of {seen.caller_id!r}")
+    return tuple(unique.values()), problems
+
+
+def _read_api_keys(reader: _Reader, api_key: str | None) -> tuple[tuple[ApiKey, ...], str | None]:
+    """API_KEY (caller id API_KEY_ID, else its fingerprint) and API_KEYS_FILE's keys (and the file's path): every
+    key belongs to one caller."""
     keys: list[ApiKey] = []
     key_id = reader.text(
         "API_KEY_ID", None,
@@ -302,17 +321,12 @@ def _read_api_keys(reader: _Reader, api_key: str | None) -> tuple[ApiKey, ...]:
         keys.append(ApiKey(key_id or key_fingerprint(api_key), api_key))
     path = reader.text("API_KEYS_FILE", None, lambda value: None if value.startswith("/") else "must be absolute")
     if path is not None:
-        keys += _read_api_keys_file(reader, path)
-    seen_ids: set[str] = set()
-    seen_keys: set[str] = set()
-    for entry in keys:
-        if entry.caller_id in seen_ids:
-            reader.problems.append(f"caller id {entry.caller_id!r} is given to more than one key")
-        if entry.key in seen_keys:
-            reader.problems.append(f"caller {entry.caller_id!r}: its key (not shown) is also another caller's")
-        seen_ids.add(entry.caller_id)
-        seen_keys.add(entry.key)
-    return tuple(keys)
+        file_keys, problems = read_api_keys_file(path)
+        reader.problems += problems
+        keys += file_keys
+    unique, problems = unique_api_keys(keys)
+    reader.problems += problems
+    return unique, path
 
 
 def _parse_capture_modes(reader: _Reader) -> tuple[bool, bool]:
@@ -337,6 +351,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     capture_input, capture_output = _parse_capture_modes(reader)
     max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
     api_key = _read_api_key(reader)
+    api_keys, api_keys_file = _read_api_keys(reader, api_key)
     spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
     max_connections = reader.integer("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16, 1_000_000)
     max_unauthenticated = reader.integer("MAX_UNAUTHENTICATED", DEFAULT_MAX_UNAUTHENTICATED, 1, 1_000_000)
@@ -375,7 +390,11 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "UPSTREAM_HEALTH_TIMEOUT_SECONDS", DEFAULT_UPSTREAM_HEALTH_TIMEOUT_SECONDS, 0.1, 30
         ),
         api_key=api_key,
-        api_keys=_read_api_keys(reader, api_key),
+        api_keys=api_keys,
+        api_keys_file=api_keys_file,
+        api_keys_reload_seconds=reader.number(
+            "API_KEYS_RELOAD_SECONDS", DEFAULT_API_KEYS_RELOAD_SECONDS, 0, 3600
+        ),
         model_name=reader.text(
             "MODEL_NAME",
             DEFAULT_MODEL_NAME,

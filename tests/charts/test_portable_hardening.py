@@ -200,16 +200,36 @@ SECRET_REF = {"secretKeyRef": {"name": "qwen3-8b-api-key", "key": "api-key"}}
     ("tgi", "API_KEY", []),  # text-generation-launcher --api-key [env: API_KEY]
     ("sglang", "API_KEY", ["--api-key", "$(API_KEY)"]),  # a flag only: Kubernetes expands the variable
 ])
-def test_the_api_key_reaches_each_runtime_by_secret_reference(runtime: str, variable: str, args: list[str]) -> None:
-    manifests = _manifests(_capturing(runtime, api_key=PortableApiKey()))
-    pod = _pod(manifests)
+def test_without_capture_the_api_key_reaches_each_runtime_by_secret_reference(
+        runtime: str, variable: str, args: list[str]) -> None:
+    pod = _pod(_manifests(_plain(runtime, api_key=PortableApiKey())))
     server = _container(pod, "model-server")
     assert _env(server)[variable] == SECRET_REF
     if args:
         assert server["args"][-2:] == args
     else:
         assert "--api-key" not in server["args"]
-    assert _env(_container(pod, "capture-sidecar"))["API_KEY"] == SECRET_REF  # the sidecar checks every request
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_with_capture_the_sidecar_checks_the_keys_from_a_file_it_re_reads(runtime: str) -> None:
+    """The sidecar reads the synced Secret's list of accepted keys (current, pending, previous) from a whole-Secret
+    volume, which the kubelet updates in place, so a rotated key needs no restart. The model server, on loopback
+    behind it, gets no key: it would refuse a rotated one until restarted."""
+    pod = _pod(_manifests(_capturing(runtime, api_key=PortableApiKey())))
+    server = _container(pod, "model-server")
+    assert not any("API_KEY" in name for name in _env(server)) and "--api-key" not in server["args"]
+    assert "--host" in server["args"] or "--hostname" in server["args"]
+    assert "127.0.0.1" in server["args"]  # reachable through the sidecar only
+    sidecar = _container(pod, "capture-sidecar")
+    env = _env(sidecar)
+    assert "API_KEY" not in env and env["API_KEYS_FILE"] == "/etc/capture-sidecar/api-keys/api-keys"
+    (mount,) = [m for m in sidecar["volumeMounts"] if m["mountPath"] == "/etc/capture-sidecar/api-keys"]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a subPath mount is never updated
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"] == {"secretName": "qwen3-8b-api-key", "defaultMode": 0o444,
+                                "items": [{"key": "api-keys", "path": "api-keys"}]}
+    assert not any(m["name"] == mount["name"] for m in server.get("volumeMounts", []))
 
 
 def test_without_an_api_key_nothing_names_one() -> None:

@@ -212,11 +212,76 @@ def test_a_portable_api_key_is_generated_and_readable_by_its_reader_and_clients_
     deny = statements["OnlyReaderAndClients"]
     assert (deny["Effect"], deny["Principal"]) == ("Deny", {"AWS": "*"})
     assert deny["Action"] == "secretsmanager:GetSecretValue"
-    assert deny["Condition"] == {"StringNotEquals": {"aws:PrincipalArn": [reader, clients]}}
+    rotation = "arn:aws:iam::111122223333:role/llm-platform-qwen3-8b-portable-api-key-rotation"
+    assert _flat(deny["Condition"]) == {"StringNotEquals": {"aws:PrincipalArn": [reader, rotation, clients]}}
     roles = [r for r in _resources(cluster, "AWS::IAM::Role").values() if r["Properties"].get("RoleName") ==
              "llm-platform-qwen3-8b-portable-api-key"]
     (trust,) = roles[0]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"  # IRSA, for the reader service account only
+
+
+def _flat(value: Any) -> Any:
+    """``{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ...]]}`` as the text it becomes (partition aws)."""
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join("aws" if part == {"Ref": "AWS::Partition"} else _flat(part) for part in parts)
+    if isinstance(value, dict):
+        return {key: _flat(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_flat(item) for item in value]
+    return value
+
+
+def test_the_portable_api_key_is_rotated_by_a_function_that_touches_that_secret_only(cluster: dict[str, Any]) -> None:
+    """Issue 17: every 30 days (secrets.apiKeyRotationDays), set up without an immediate rotation; the function's
+    role may read, write and relabel this one secret and use the secrets key through Secrets Manager for it alone;
+    only Secrets Manager, for this secret, may invoke it."""
+    (secret_id,) = [k for k, v in _resources(cluster, "AWS::SecretsManager::Secret").items()
+                    if v["Properties"]["Name"] == "llm-platform/portable/qwen3-8b-portable/api-key"]
+    (schedule,) = _resources(cluster, "AWS::SecretsManager::RotationSchedule").values()
+    properties = schedule["Properties"]
+    assert properties["SecretId"] == {"Ref": secret_id}
+    assert properties["RotationRules"] == {"ScheduleExpression": "rate(30 days)"}
+    assert properties["RotateImmediatelyOnUpdate"] is False
+    function_id = properties["RotationLambdaARN"]["Fn::GetAtt"][0]
+    function = cluster["Resources"][function_id]["Properties"]
+    assert (function["Handler"], function["Runtime"]) == ("rotation.handler", "python3.14")
+    propagation = int(function["Environment"]["Variables"]["PROPAGATION_SECONDS"])
+    assert propagation >= 120 + 120 + 5  # External Secrets' refresh, the kubelet, the sidecar's re-read
+    assert function["Timeout"] >= propagation + 60
+    (permission,) = [p["Properties"] for p in _resources(cluster, "AWS::Lambda::Permission").values()
+                     if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id, "Arn"]}]
+    assert (permission["Principal"], permission["SourceArn"]) == ("secretsmanager.amazonaws.com", {"Ref": secret_id})
+
+    role_id, role = _role(cluster, "ApiKey-qwen3-8b-portable/RotationRole")
+    assert role["Properties"]["RoleName"] == "llm-platform-qwen3-8b-portable-api-key-rotation"
+    assert function["Role"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    secret_actions, other = set(), []
+    for statement in _statements_of(cluster, role_id):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Resource"] == {"Ref": secret_id}:
+            secret_actions |= set(actions)
+        else:
+            other.append((actions, statement["Resource"], _flat(statement.get("Condition"))))
+    assert secret_actions == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret",
+                              "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage",
+                              "secretsmanager:ListSecretVersionIds"}
+    this_secret = {"kms:EncryptionContext:SecretARN": [
+        "arn:aws:secretsmanager:us-west-2:111122223333:secret:llm-platform/portable/qwen3-8b-portable/api-key-??????"]}
+    key_uses = {action: condition for actions, _, condition in other for action in actions if action.startswith("kms:")}
+    assert set(key_uses) == {"kms:Decrypt", "kms:GenerateDataKey"}  # read the current key, write a new version
+    assert all(condition["StringLike"] == this_secret for condition in key_uses.values())
+    assert (["secretsmanager:GetRandomPassword"], "*", None) in other  # an action without a resource
+    logs = [resource for actions, resource, _ in other if actions == ["logs:CreateLogStream", "logs:PutLogEvents"]]
+    assert len(logs) == 1 and len(other) == 2 + len({str(c) for c in key_uses.values()})
+
+    key = next(r for r in _resources(cluster, "AWS::KMS::Key").values()
+               if r["Metadata"]["aws:cdk:path"] == "llm-platform-cluster/SecretsKey/Key/Resource")
+    readers = {s["Sid"]: s for s in key["Properties"]["KeyPolicy"]["Statement"]}
+    admitted = readers["ReadLlmPlatformPortableQwen38bPortableApiKeyThroughSecretsManager"]["Condition"]["ArnLike"]
+    assert {"Fn::GetAtt": [role_id, "Arn"]} in admitted["aws:PrincipalArn"]  # decrypts this secret, no other
+    assert all({"Fn::GetAtt": [role_id, "Arn"]} not in json.loads(json.dumps(s.get("Condition", {}))).get(
+        "ArnLike", {}).get("aws:PrincipalArn", []) for sid, s in readers.items() if "HuggingfaceToken" in sid)
 
 
 def test_the_token_and_api_keys_are_encrypted_with_the_secrets_key_their_readers_alone_decrypt(
@@ -294,6 +359,26 @@ def test_without_the_customer_managed_key_the_secrets_use_aws_secretsmanager() -
     assert platform.cluster.secrets_key is None
     assert platform.cluster.hugging_face_token.encryption_key is None
     assert all(sync.encryption_key is None for sync in platform.cluster.api_keys.values())
+
+
+@pytest.mark.parametrize("change", ["rotation off", "no capture"])
+def test_an_api_key_the_sidecar_does_not_check_or_rotation_off_is_not_rotated(change: str) -> None:
+    """``secrets.apiKeyRotationDays: 0``; a server without capture reads its key from an environment variable at
+    start, so a rotated key would lock its clients out until a restart: neither gets a schedule, both a warning."""
+    from aws_cdk import App
+
+    from platform_config import parse_config
+    from stacks.platform import build_platform
+    from tests.unit.test_config import DEFAULT
+
+    data = json.loads(json.dumps(DEFAULT))
+    if change == "rotation off":
+        data["secrets"] = {"apiKeyRotationDays": 0}
+    else:
+        del data["portable"][0]["dataCapture"]
+    platform = build_platform(App(), parse_config(data))
+    (key,) = platform.cluster.api_keys.values()
+    assert key.rotation_schedule is None and key.rotation_function is None
 
 
 def test_outputs_a_user_needs(assembly: Assembly, cluster: dict[str, Any]) -> None:

@@ -98,15 +98,33 @@ def test_each_secret_sync_reads_through_its_own_store_and_reader(assembly: Assem
 
 
 def test_the_portable_server_reads_the_synced_api_key_and_dist_never_holds_it(assembly: Assembly) -> None:
+    """External Secrets syncs the current, pending and previous version of the rotated key (issue 17): the Secret's
+    ``api-keys`` lists each distinct one under the Secret's name as caller id, ``api-key`` the current one; a stage
+    that does not exist yet (no rotation so far, none running) is skipped (deletionPolicy Delete). The capturing
+    server's sidecar reads ``api-keys`` from a volume; nothing else of the pod gets a key."""
     objects = {o["kind"]: o for o in assembly.manifests["api-key-qwen3-8b-portable.k8s.yaml"]}
-    target = objects["ExternalSecret"]["spec"]["target"]["name"]
-    assert objects["ExternalSecret"]["spec"]["data"] == [
-        {"secretKey": "api-key", "remoteRef": {"key": "llm-platform/portable/qwen3-8b-portable/api-key"}}]
+    spec = objects["ExternalSecret"]["spec"]
+    target = spec["target"]["name"]
+    name = "llm-platform/portable/qwen3-8b-portable/api-key"
+    assert spec["data"] == [{"secretKey": entry, "remoteRef": {"key": name, "version": stage}}
+                            for entry, stage in (("current", "AWSCURRENT"), ("pending", "AWSPENDING"),
+                                                 ("previous", "AWSPREVIOUS"))]
+    assert spec["refreshInterval"] == "120s"
+    assert (spec["target"]["creationPolicy"], spec["target"]["deletionPolicy"]) == ("Owner", "Delete")
+    template = spec["target"]["template"]
+    assert (template["engineVersion"], template["mergePolicy"]) == ("v2", "Replace")
+    other = '\n{{{{- with index . "{}" }}}}{{{{ if ne . $.current }}}}\n{}:{{{{ . }}}}{{{{ end }}}}{{{{ end }}}}'
+    assert template["data"] == {  # rendered with Go's text/template as External Secrets does: docs/secrets.md
+        "api-key": "{{ .current }}",
+        "api-keys": f"{target}:{{{{ .current }}}}" + other.format("pending", target)
+                    + other.format("previous", target) + "\n"}
     (deployment,) = [o for o in assembly.manifests["portable-qwen3-8b-portable.k8s.yaml"] if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
-    refs = [env["valueFrom"]["secretKeyRef"] for c in [*pod["containers"], *pod["initContainers"]]
-            for env in c.get("env", []) if "valueFrom" in env]
-    assert refs == [{"name": target, "key": "api-key"}] * 2  # the model server and its sidecar
+    assert not [env for c in [*pod["containers"], *pod["initContainers"]] for env in c.get("env", [])
+                if "valueFrom" in env]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == target
+    assert volume["secret"]["items"] == [{"key": "api-keys", "path": "api-keys"}]
     assert "kind: Secret\n" not in "".join(p.read_text() for p in (assembly.directory / "dist").glob("*.yaml"))
 
 

@@ -198,6 +198,8 @@ def start_sidecar(rehearsal: Rehearsal, runtime: ContainerRuntime, credentials: 
     env.update(UPSTREAM_URL=f"http://127.0.0.1:{standin_port}", LISTEN_HOST="127.0.0.1",
                LISTEN_PORT=str(free_loopback_port()), METRICS_PORT=str(free_loopback_port()))
     env.update(overrides)
+    if env.get("API_KEYS_FILE"):  # the API key's Secret volume, as External Secrets and the kubelet fill it
+        Path(env["API_KEYS_FILE"]).write_text(f"{REHEARSAL_CALLER}:{REHEARSAL_API_KEY}\n")
     env.update(rehearsal.environment(credentials))
     log_path = workdir / "sidecar.log"
     with log_path.open("wb") as log:
@@ -216,17 +218,23 @@ def start_sidecar(rehearsal: Rehearsal, runtime: ContainerRuntime, credentials: 
 
 # Prompts carry what the capture processor's redaction must remove before curated/.
 PROMPT = json.dumps({"model": "qwen3-8b", "prompt": "Write to jane.doe@example.com or call +1 415 555 0100."})
+# A sidecar with API_KEYS_FILE (the portable server's API key) gets this key in that file, and the requests carry it.
+REHEARSAL_API_KEY = "rehearsal0api0key0abcdefghijklmnopqrstuvwxyz012345"
+REHEARSAL_CALLER = "rehearsal-api-key"
 
 
 def fill_one_batch(sidecar: Sidecar, batch_size: int, *, max_requests: int = 5000) -> int:
     """Send completions until the sidecar has sampled one batch in (its sampling percentage is the manifest's),
     then wait until it has tried to upload it; the number of requests sent."""
     connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if getattr(sidecar, "env", {}).get("API_KEYS_FILE"):
+        headers["Authorization"] = f"Bearer {REHEARSAL_API_KEY}"
     sent = 0
     try:
         while sent < max_requests:
             for _ in range(25):
-                connection.request("POST", "/v1/completions", PROMPT, {"Content-Type": "application/json"})
+                connection.request("POST", "/v1/completions", PROMPT, headers)
                 response = connection.getresponse()
                 response.read()
                 assert response.status == 200, f"the sidecar answered {response.status}:\n{sidecar.log()}"

@@ -114,9 +114,12 @@ def _actions(statement: dict) -> list[str]:
 
 def test_it_ran_with_the_manifests_settings(sidecar_batch: SidecarBatch) -> None:
     """The rehearsal changed only what must be this machine's: upstream, ports, volume folders, credentials."""
-    local = {"UPSTREAM_URL", "LISTEN_PORT", "METRICS_PORT", "SPOOL_DIR"}
+    local = {"UPSTREAM_URL", "LISTEN_PORT", "METRICS_PORT", "SPOOL_DIR", "API_KEYS_FILE"}
     manifest = sidecar_batch.runtime.env
     assert {k: v for k, v in manifest.items() if k not in local} == {
         k: sidecar_batch.env[k] for k in manifest if k not in local}
     assert sidecar_batch.env["SPOOL_DIR"].endswith(manifest["SPOOL_DIR"].removeprefix("/tmp"))
+    # The API key's Secret volume (the default platform's portable server has a key): its file, in that folder.
+    mount = "/etc/capture-sidecar/api-keys"
+    assert sidecar_batch.env["API_KEYS_FILE"].endswith(manifest["API_KEYS_FILE"].removeprefix(mount))
     assert sidecar_batch.env["AWS_ACCESS_KEY_ID"].startswith("ASIA")  # temporary credentials of an assumed role

@@ -115,3 +115,79 @@ def test_the_scanner_venv_has_exactly_the_checkov_lock() -> None:
     installed = {name: version for name, version in installed.items() if name not in bundled}
     expected = {name: version for name, (version, _) in _lock(CHECKOV_LOCK).items() if name not in bundled}
     assert installed == expected
+
+
+# -- the capture sidecar image: sidecar/Dockerfile and sidecar/requirements.lock -----------------------------------
+SIDECAR = REPO / "sidecar"
+SIDECAR_LOCK = SIDECAR / "requirements.lock"
+_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.M | re.I)
+_PINNED_IMAGE = re.compile(r"^(?P<repository>[a-z0-9][a-z0-9._/-]*):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]*)"
+                           r"@sha256:[0-9a-f]{64}$")
+
+
+def _sidecar_python() -> str:
+    """The Python of the image, from its base image's tag (``python:3.12-slim-bookworm@...`` -> ``3.12``)."""
+    (image,) = _FROM.findall((SIDECAR / "Dockerfile").read_text())
+    match = re.match(r"python:(3\.\d+)-", image)
+    assert match, image
+    return match[1]
+
+
+def test_the_sidecar_image_starts_from_a_tag_and_its_digest() -> None:
+    """A tag alone can be moved to other content by whoever controls the registry; the digest cannot. Every stage
+    names both: the tag for the reader, the digest for the build."""
+    images = _FROM.findall((SIDECAR / "Dockerfile").read_text())
+    assert images
+    for image in images:
+        assert _PINNED_IMAGE.match(image), f"{image}: give it as repository:tag@sha256:<64 hex>"
+
+
+def test_the_sidecar_image_installs_the_hashed_lock_and_nothing_else() -> None:
+    instructions = [line for line in (SIDECAR / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+                    if line and not line.startswith("#")]
+    installs = [match[1].split() for line in instructions if line.startswith("RUN")
+                for match in re.finditer(r"pip3? install ([^&;|]*)", line)]
+    assert installs == [["--require-hashes", "--no-deps", "--only-binary=:all:", "-r", "requirements.lock"]]
+    assert [line for line in instructions if line.startswith(("COPY", "ADD"))] == [
+        "COPY requirements.lock .", "COPY capture_sidecar ./capture_sidecar"]
+    assert "requirements.in" in (SIDECAR / ".dockerignore").read_text().splitlines()  # not in the image context
+
+
+def test_every_sidecar_lock_entry_is_an_exact_pin_with_hashes() -> None:
+    entries = _lock(SIDECAR_LOCK)
+    assert entries and all(hashes >= 1 for _, hashes in entries.values())
+
+
+def test_the_sidecar_lock_agrees_with_what_the_tests_run_against() -> None:
+    """The image runs the versions tests/sidecar/ tested: constraints.txt's pins, which `make setup` installed."""
+    constraints = _constraints()
+    lock = _lock(SIDECAR_LOCK)
+    assert not set(lock) - set(constraints), "every package of the sidecar lock is pinned in constraints.txt"
+    for name, (version, _) in lock.items():
+        assert constraints[name] == version, f"{name}: sidecar lock {version}, constraints.txt {constraints[name]}"
+        assert metadata.version(name) == version, f"{name}: sidecar lock {version}, installed {metadata.version(name)}"
+
+
+def test_the_sidecar_lock_is_exactly_its_requirements_and_their_dependencies() -> None:
+    """The closure of sidecar/requirements.in on the image's Python (Linux), from the installed metadata; and
+    requirements.in's own pins are the lock's."""
+    direct = [Requirement(line) for line in (SIDECAR / "requirements.in").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    lock = _lock(SIDECAR_LOCK)
+    for requirement in direct:
+        assert requirement.specifier.contains(lock[canonicalize_name(requirement.name)][0]), requirement
+    environment = {**default_environment(), "python_version": _sidecar_python(), "sys_platform": "linux",
+                   "platform_system": "Linux", "platform_python_implementation": "CPython",
+                   "implementation_name": "cpython", "extra": ""}
+    needed: set[str] = set()
+    todo = [requirement.name for requirement in direct]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in needed:
+            continue
+        needed.add(name)
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                todo.append(requirement.name)
+    assert needed == set(lock), f"missing: {sorted(needed - set(lock))}, not needed: {sorted(set(lock) - needed)}"

@@ -45,19 +45,32 @@ def test_every_bad_line_of_the_keys_file_is_one_problem_without_its_key(tmp_path
                 f"bad id!:{KEY_B}",
                 "team-c:short-secret",
                 f"team-a:{KEY_A}",
-                f"team-a:{KEY_B}",  # the same caller twice
-                f"team-d:{KEY_A}",  # the same key twice
+                f"team-d:{KEY_A}",  # another caller's key
             ]
         )
     )
     found = problems(API_KEYS_FILE=str(path))
-    assert len(found) == 5, found
+    assert len(found) == 4, found
     assert "line 1 (not shown): must be caller_id:key" in found[0]
     assert "line 2 (not shown)" in found[1]
     assert "line 3, caller 'team-c' (key not shown)" in found[2]
-    assert "caller id 'team-a' is given to more than one key" in found[3]
-    assert "caller 'team-d': its key (not shown) is also another caller's" in found[4]
+    assert "caller 'team-d': its key (not shown) is also the key of 'team-a'" in found[3]
     assert not any(secret in problem for problem in found for secret in (KEY_A, KEY_B, "short-secret", "bad id"))
+
+
+def test_a_caller_may_hold_several_keys_during_a_rotation(tmp_path: Path) -> None:
+    """The synced Secret lists the current, pending and previous key of one caller: one id for all of them, and a
+    key that is current and still pending for a moment (the same line twice) counts once."""
+    path = tmp_path / "keys"
+    path.write_text(f"server-api-key:{KEY_B}\nserver-api-key:{KEY_B}\nserver-api-key:{KEY_A}\n")
+    settings = load_settings({**BASE, "API_KEYS_FILE": str(path)})
+    assert [(entry.caller_id, entry.key) for entry in settings.api_keys] == [
+        ("server-api-key", KEY_B), ("server-api-key", KEY_A)]
+    assert settings.api_keys_file == str(path) and settings.api_keys_reload_seconds == 5
+    never = load_settings({**BASE, "API_KEYS_FILE": str(path), "API_KEYS_RELOAD_SECONDS": "0"})
+    assert never.api_keys_reload_seconds == 0
+    assert problems(API_KEYS_FILE=str(path), API_KEYS_RELOAD_SECONDS="-1") == [
+        "API_KEYS_RELOAD_SECONDS='-1': must be a number from 0 to 3600"]
 
 
 def test_keys_file_problems_of_the_file_itself(tmp_path: Path) -> None:

@@ -114,6 +114,8 @@ CASES = [
     ("Config.WrongType", "cluster.enforceNetworkPolicies", _set("cluster.enforceNetworkPolicies", "yes")),
     ("Config.WrongType", "secrets.customerManagedKey", _set("secrets.customerManagedKey", "yes")),
     ("Config.UnknownKey", "secrets.kmsKeyArn", _set("secrets.kmsKeyArn", "arn:aws:kms:us-west-2:1:key/x")),
+    ("ApiKeySync.RotationDaysOutOfRange", "secrets.apiKeyRotationDays", _set("secrets.apiKeyRotationDays", 1001)),
+    ("ApiKeySync.RotationDaysOutOfRange", "secrets.apiKeyRotationDays", _set("secrets.apiKeyRotationDays", -1)),
     ("InferenceCluster.UnsupportedKubernetesVersion", "cluster.kubernetesVersion",
      _set("cluster.kubernetesVersion", "1.20")),
     ("InferenceCluster.EndpointAccess", "cluster.endpointAccess", _set("cluster.endpointAccess", "privat")),
@@ -281,6 +283,14 @@ def test_secrets_get_a_customer_managed_key_unless_turned_off() -> None:
     off = parse_config(_with(_set("secrets.customerManagedKey", False)))
     assert off.secrets.customer_managed_key is False
     assert off.secrets_key_alias == "alias/llm-platform/secrets"
+
+
+def test_api_keys_rotate_every_30_days_unless_turned_off() -> None:
+    config = parse_config(_with(_delete("secrets")))
+    assert config.secrets.api_key_rotation_days == 30
+    assert config.api_key_rotation_role_name("qwen3-8b-portable") == "llm-platform-qwen3-8b-portable-api-key-rotation"
+    assert parse_config(_with(_set("secrets.apiKeyRotationDays", 0))).secrets.api_key_rotation_days == 0
+    assert parse_config(_with(_set("secrets.apiKeyRotationDays", 7))).secrets.api_key_rotation_days == 7
 
 
 @pytest.mark.parametrize(("network", "traffic"), [

@@ -1,0 +1,172 @@
+"""Secrets Manager rotation function of a portable model server's API key (``rotation.handler``).
+
+Secrets Manager calls it four times per rotation, with the same ``ClientRequestToken`` (the new version's id),
+after it has labelled an empty version with that id ``AWSPENDING``:
+
+1. ``createSecret``: generate the new key (``GetRandomPassword``: 48 letters and digits by default) and store it
+   as that ``AWSPENDING`` version. Nothing changes for clients: they read ``AWSCURRENT``.
+2. ``setSecret``: the server needs no call. External Secrets syncs ``AWSCURRENT``, ``AWSPENDING`` and
+   ``AWSPREVIOUS`` into the namespace's Secret (``<server>-api-key``, key ``api-keys``), whose file the capture
+   sidecar re-reads, so from the next sync on the sidecar accepts the new key too.
+3. ``testSecret``: check the new key (length, alphabet, not a key already in use), then wait until the pending
+   version has existed for ``PROPAGATION_SECONDS`` (External Secrets' refresh interval, the kubelet's update of the
+   mounted Secret and the sidecar's re-read, with margin), so that every sidecar accepts it before any client can
+   get it.
+4. ``finishSecret``: move ``AWSCURRENT`` to the new version (Secrets Manager moves ``AWSPREVIOUS`` to the old one)
+   and take ``AWSPENDING`` off. Clients that read the key now get the new one; the old one stays accepted as
+   ``AWSPREVIOUS`` until the next rotation, or until ``AWSPREVIOUS`` is taken off it (docs/secrets.md).
+
+Every step is idempotent (Secrets Manager retries a failed rotation from the start with the same token). Keys are
+never logged. The function's role may touch this one secret only (``ApiKeySync``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import string
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+CURRENT, PENDING, PREVIOUS = "AWSCURRENT", "AWSPENDING", "AWSPREVIOUS"
+DEFAULT_KEY_LENGTH = 48
+KEY_ALPHABET = frozenset(string.ascii_letters + string.digits)
+# What the step keeps of the invocation's time after waiting, for its own last calls.
+RESERVE_SECONDS = 20.0
+
+log = logging.getLogger("api_key_rotation")
+log.setLevel(logging.INFO)
+
+
+class RotationError(Exception):
+    """The rotation cannot go on; Secrets Manager marks it failed and retries it later."""
+
+
+def handler(event: dict[str, Any], context: Any) -> None:
+    """Lambda entry point: one rotation step (event ``Step``, ``SecretId``, ``ClientRequestToken``)."""
+    rotate(
+        boto3.client("secretsmanager"),
+        step=event["Step"],
+        secret_id=event["SecretId"],
+        token=event["ClientRequestToken"],
+        key_length=int(os.environ.get("KEY_LENGTH", DEFAULT_KEY_LENGTH)),
+        propagation_seconds=float(os.environ["PROPAGATION_SECONDS"]),
+        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
+    )
+
+
+def rotate(client: Any, *, step: str, secret_id: str, token: str, key_length: int = DEFAULT_KEY_LENGTH,
+           propagation_seconds: float, remaining_seconds: Callable[[], float],
+           sleep: Callable[[float], None] = time.sleep) -> None:
+    """One step of the rotation of ``secret_id`` to the version ``token``."""
+    metadata = client.describe_secret(SecretId=secret_id)
+    if not metadata.get("RotationEnabled"):
+        raise RotationError(f"rotation is not enabled for {secret_id}")
+    stages = metadata.get("VersionIdsToStages", {})
+    if token not in stages:
+        raise RotationError(f"version {token} of {secret_id} has no stage for rotation")
+    if CURRENT in stages[token]:
+        log.info("%s: version %s is already %s, nothing to do for %s", secret_id, token, CURRENT, step)
+        return
+    if PENDING not in stages[token]:
+        raise RotationError(f"version {token} of {secret_id} is not {PENDING}")
+    log.info("%s: %s of version %s", secret_id, step, token)
+    if step == "createSecret":
+        _create(client, secret_id, token, key_length)
+    elif step == "setSecret":
+        # External Secrets brings the pending key to the sidecars (see the module docstring): nothing to call.
+        pass
+    elif step == "testSecret":
+        if _test(client, secret_id, token, key_length):
+            _wait_for_propagation(client, secret_id, token, propagation_seconds, remaining_seconds, sleep)
+    elif step == "finishSecret":
+        _finish(client, secret_id, token, stages)
+    else:
+        raise RotationError(f"unknown step {step!r}")
+
+
+def _create(client: Any, secret_id: str, token: str, key_length: int) -> None:
+    current = client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT)["SecretString"]
+    try:
+        client.get_secret_value(SecretId=secret_id, VersionId=token, VersionStage=PENDING)
+        log.info("%s: version %s holds its key already", secret_id, token)
+        return
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+    key = current
+    while key == current:  # a repeat is as likely as guessing the key, but costs nothing to rule out
+        key = client.get_random_password(PasswordLength=key_length, ExcludePunctuation=True, IncludeSpace=False,
+                                         RequireEachIncludedType=True)["RandomPassword"]
+    client.put_secret_value(SecretId=secret_id, ClientRequestToken=token, SecretString=key, VersionStages=[PENDING])
+    log.info("%s: new key stored as version %s (%s)", secret_id, token, PENDING)
+
+
+def _test(client: Any, secret_id: str, token: str, key_length: int) -> bool:
+    """The new key is one a sidecar accepts (at least 16 printable characters, no spaces: it checks the same when
+    it reads the file) and the chart can pass on: the length asked for, letters and digits; and not the previous
+    key again. True when the key is new, so the sidecars must get it before it becomes current.
+
+    A pending version that holds the current key is Secrets Manager testing the configuration (``RotateSecret``
+    with ``RotateImmediately`` false, as CloudFormation sets up the schedule here: it labels a copy of the secret
+    ``AWSPENDING``, runs this step alone and removes it again): the function could read both, nothing to wait for.
+    """
+    pending = client.get_secret_value(SecretId=secret_id, VersionId=token, VersionStage=PENDING)["SecretString"]
+    if len(pending) != key_length or not set(pending) <= KEY_ALPHABET:
+        raise RotationError(f"version {token} of {secret_id} is not {key_length} letters and digits")
+    if pending == client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT)["SecretString"]:
+        log.info("%s: version %s holds the current key: a test of the rotation's configuration", secret_id, token)
+        return False
+    try:
+        previous = client.get_secret_value(SecretId=secret_id, VersionStage=PREVIOUS)["SecretString"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+        return True
+    if previous == pending:
+        raise RotationError(f"version {token} of {secret_id} repeats the {PREVIOUS} key")
+    return True
+
+
+def _wait_for_propagation(client: Any, secret_id: str, token: str, propagation_seconds: float,
+                          remaining_seconds: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    """Return once the pending version is ``propagation_seconds`` old. If the invocation cannot last that long,
+    fail: Secrets Manager retries the rotation with the same token, and the version keeps its age."""
+    created = _created(client, secret_id, token)
+    age = (datetime.now(UTC) - created).total_seconds() if created is not None else 0.0
+    wait = max(0.0, propagation_seconds - age)
+    if wait > remaining_seconds() - RESERVE_SECONDS:
+        raise RotationError(f"version {token} of {secret_id} needs {wait:.0f} s more to reach every sidecar, "
+                            f"more than this invocation has left")
+    if wait > 0:
+        log.info("%s: waiting %.0f s for the new key to reach every sidecar", secret_id, wait)
+        sleep(wait)
+
+
+def _created(client: Any, secret_id: str, token: str) -> datetime | None:
+    """When the version ``token`` was created (Secrets Manager: when the rotation began), if listed."""
+    arguments: dict[str, Any] = {"SecretId": secret_id}
+    while True:
+        page = client.list_secret_version_ids(**arguments)
+        for version in page.get("Versions", []):
+            if version["VersionId"] == token and isinstance(version.get("CreatedDate"), datetime):
+                created: datetime = version["CreatedDate"]
+                return created if created.tzinfo else created.replace(tzinfo=UTC)
+        if not page.get("NextToken"):
+            return None
+        arguments["NextToken"] = page["NextToken"]
+
+
+def _finish(client: Any, secret_id: str, token: str, stages: dict[str, list[str]]) -> None:
+    current = next(version for version, labels in stages.items() if CURRENT in labels)
+    client.update_secret_version_stage(SecretId=secret_id, VersionStage=CURRENT, MoveToVersionId=token,
+                                       RemoveFromVersionId=current)
+    # Off the new version: a pending key that is also current would be listed twice, and the next rotation would
+    # take a pending label on another version for one still in progress.
+    client.update_secret_version_stage(SecretId=secret_id, VersionStage=PENDING, RemoveFromVersionId=token)
+    log.info("%s: version %s is %s, version %s is %s", secret_id, token, CURRENT, current, PREVIOUS)

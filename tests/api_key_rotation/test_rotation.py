@@ -1,0 +1,142 @@
+"""The API key rotation function (lambda/api_key_rotation/rotation.py) against moto's Secrets Manager on loopback:
+``RotateSecret`` drives the four steps as Secrets Manager does, each step is idempotent, and a key is never
+logged."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.support.rotation import rotation, rotation_function, stages
+
+FIRST_KEY = "k" * 24 + "0123456789abcdefghijKLMN"  # 48 letters and digits, as the secret is created
+
+
+@pytest.fixture
+def secretsmanager(moto_endpoint: str) -> Any:
+    return boto3.client("secretsmanager", endpoint_url=moto_endpoint)
+
+
+@pytest.fixture
+def secret(secretsmanager: Any) -> str:
+    name = f"llm-platform/portable/s{uuid.uuid4().hex[:8]}/api-key"
+    secretsmanager.create_secret(Name=name, SecretString=FIRST_KEY)
+    return name
+
+
+def rotate_now(secretsmanager: Any, secret: str, function_arn: str) -> None:
+    """``aws secretsmanager rotate-secret``, with the schedule the construct sets."""
+    secretsmanager.rotate_secret(SecretId=secret, RotationLambdaARN=function_arn,
+                                 RotationRules={"AutomaticallyAfterDays": 30})
+
+
+def test_rotate_secret_runs_the_four_steps_and_keeps_the_old_key_as_previous(
+        secretsmanager: Any, secret: str, moto_endpoint: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="api_key_rotation")
+    with rotation_function(moto_endpoint, "rotate-four-steps", propagation_seconds=1.5) as (arn, invocations):
+        started = time.monotonic()
+        rotate_now(secretsmanager, secret, arn)
+        took = time.monotonic() - started
+
+    assert invocations.steps == ["createSecret", "setSecret", "testSecret", "finishSecret"]
+    # testSecret waited for the new key to reach the sidecars before finishSecret made it current (moto dates
+    # versions to the second, so the wait is 0.5 to 1.5 s).
+    assert took >= 0.5
+    values = stages(secretsmanager, secret)
+    assert set(values) == {"AWSCURRENT", "AWSPREVIOUS"}  # no pending label left behind
+    assert values["AWSPREVIOUS"] == FIRST_KEY
+    new = values["AWSCURRENT"]
+    assert len(new) == 48 and new.isalnum() and new != FIRST_KEY
+    logged = caplog.text
+    assert "finishSecret" in logged and new not in logged and FIRST_KEY not in logged
+
+
+def test_a_second_rotation_drops_the_oldest_key(secretsmanager: Any, secret: str, moto_endpoint: str) -> None:
+    with rotation_function(moto_endpoint, "rotate-twice") as (arn, _):
+        rotate_now(secretsmanager, secret, arn)
+        second = stages(secretsmanager, secret)["AWSCURRENT"]
+        rotate_now(secretsmanager, secret, arn)
+    values = stages(secretsmanager, secret)
+    assert values["AWSPREVIOUS"] == second
+    assert FIRST_KEY not in values.values()  # no stage holds it any more: External Secrets drops it from the file
+
+
+def _pending_version(secretsmanager: Any, secret: str) -> str:
+    """What RotateSecret does before it invokes the function: an empty version labelled AWSPENDING (moto: the
+    rotation function registered but never invoked, so the steps can be called one by one)."""
+    token = str(uuid.uuid4())
+    with pytest.raises(ClientError):  # no function behind the ARN: moto refuses after labelling the version
+        secretsmanager.rotate_secret(SecretId=secret, ClientRequestToken=token,
+                                     RotationLambdaARN="arn:aws:lambda:us-east-1:123456789012:function:none",
+                                     RotationRules={"AutomaticallyAfterDays": 30})
+    return token
+
+
+def step(secretsmanager: Any, secret: str, token: str, name: str, **options: Any) -> None:
+    rotation.rotate(secretsmanager, step=name, secret_id=secret, token=token,
+                    propagation_seconds=options.pop("propagation_seconds", 0.0),
+                    remaining_seconds=options.pop("remaining_seconds", lambda: 900.0), **options)
+
+
+def test_each_step_can_run_again(secretsmanager: Any, secret: str) -> None:
+    token = _pending_version(secretsmanager, secret)
+    step(secretsmanager, secret, token, "createSecret")
+    pending = secretsmanager.get_secret_value(SecretId=secret, VersionStage="AWSPENDING")["SecretString"]
+    step(secretsmanager, secret, token, "createSecret")  # a retried rotation: the same token, the same key
+    assert secretsmanager.get_secret_value(SecretId=secret, VersionStage="AWSPENDING")["SecretString"] == pending
+    assert stages(secretsmanager, secret)["AWSCURRENT"] == FIRST_KEY  # clients still get the old key
+    for name in ("setSecret", "testSecret", "finishSecret", "finishSecret", "testSecret"):
+        step(secretsmanager, secret, token, name)  # after finishSecret: "already current", nothing done
+    assert stages(secretsmanager, secret) == {"AWSCURRENT": pending, "AWSPREVIOUS": FIRST_KEY}
+
+
+def test_setting_up_the_schedule_only_tests_the_configuration(secretsmanager: Any, secret: str,
+                                                                moto_endpoint: str) -> None:
+    """CloudFormation sets the schedule up without rotating (RotateImmediatelyOnUpdate false): Secrets Manager runs
+    testSecret alone on a pending copy of the current key, which passes at once and changes nothing."""
+    with rotation_function(moto_endpoint, "rotate-configure", propagation_seconds=600.0) as (arn, invocations):
+        invocations.context.remaining_seconds = 60.0  # far less than the propagation wait: none is made
+        secretsmanager.rotate_secret(SecretId=secret, RotationLambdaARN=arn, RotateImmediately=False,
+                                     RotationRules={"AutomaticallyAfterDays": 30})
+    assert invocations.steps == ["testSecret"]
+    assert stages(secretsmanager, secret)["AWSCURRENT"] == FIRST_KEY
+
+
+def test_test_secret_refuses_a_key_the_sidecar_or_the_chart_could_not_use(secretsmanager: Any, secret: str) -> None:
+    with rotation_function(secretsmanager.meta.endpoint_url, "rotate-first") as (arn, _):
+        rotate_now(secretsmanager, secret, arn)  # FIRST_KEY is previous now
+    for bad in ("short0123456789", "x" * 47 + "!", FIRST_KEY):
+        token = _pending_version(secretsmanager, secret)
+        secretsmanager.put_secret_value(SecretId=secret, ClientRequestToken=token, SecretString=bad,
+                                        VersionStages=["AWSPENDING"])
+        with pytest.raises(rotation.RotationError) as raised:
+            step(secretsmanager, secret, token, "testSecret")
+        assert bad not in str(raised.value)
+    assert stages(secretsmanager, secret)["AWSPREVIOUS"] == FIRST_KEY
+
+
+def test_test_secret_waits_for_the_sidecars_or_fails_when_it_cannot(secretsmanager: Any, secret: str) -> None:
+    token = _pending_version(secretsmanager, secret)
+    step(secretsmanager, secret, token, "createSecret")
+    waited: list[float] = []
+    step(secretsmanager, secret, token, "testSecret", propagation_seconds=240.0, sleep=waited.append)
+    assert len(waited) == 1 and 230 < waited[0] <= 240
+    # An invocation without the time to wait fails rather than making the key current too early.
+    with pytest.raises(rotation.RotationError, match=r"needs 2[34][0-9] s more"):
+        step(secretsmanager, secret, token, "testSecret", propagation_seconds=240.0,
+             remaining_seconds=lambda: 120.0, sleep=waited.append)
+    assert len(waited) == 1
+
+
+def test_a_secret_without_rotation_or_a_foreign_token_is_refused(secretsmanager: Any, secret: str) -> None:
+    with pytest.raises(rotation.RotationError, match="rotation is not enabled"):
+        step(secretsmanager, secret, str(uuid.uuid4()), "createSecret")
+    _pending_version(secretsmanager, secret)
+    with pytest.raises(rotation.RotationError, match="has no stage for rotation"):
+        step(secretsmanager, secret, str(uuid.uuid4()), "createSecret")

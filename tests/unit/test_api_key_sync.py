@@ -1,0 +1,132 @@
+"""ApiKeySync with and without rotation (issue 17): the schedule, what the rotation function may do (evaluated with
+the key policy's conditions), what External Secrets syncs, the acknowledgment and warning without rotation, and the
+rules of ``rotation_days``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk import App, Environment, Stack
+from aws_cdk.assertions import Annotations, Match, Template
+from cdk_nag import AwsSolutionsChecks
+
+from hyperpod_inference_iac import ApiKeySync, ConfigError, SecretsKey, SecretSync
+from hyperpod_inference_iac.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS
+from hyperpod_inference_iac.nag import REASONS
+from tests.unit.test_data_perimeter import resolve
+from tests.unit.test_secrets_key import ACCOUNT, ADMIN, API_KEY, CLIENT, REGION, TOKEN, _cluster, kms_use
+
+ROTATOR = f"arn:aws:iam::{ACCOUNT}:role/llm-qwen-api-key-rotation"
+SYNC = SecretSync(namespace="inference", secrets_manager_name=API_KEY, kubernetes_secret_name="qwen-api-key",
+                  key="api-key", reader_service_account="qwen-api-key-reader", reader_role_name="llm-qwen-api-key",
+                  secret_store_name="qwen-api-key", refresh_interval_seconds=API_KEY_REFRESH_SECONDS,
+                  keys_file="api-keys", keys_file_caller_id="qwen-api-key")
+
+
+def build(**options: Any) -> tuple[Stack, ApiKeySync]:
+    stack = Stack(App(), "ApiKey", env=Environment(account=ACCOUNT, region=REGION))
+    key = SecretsKey(stack, "SecretsKey").key
+    sync = ApiKeySync(stack, "ApiKey", cluster=_cluster(stack), client_role_arns=[CLIENT], encryption_key=key,
+                      sync=options.pop("sync", SYNC), **options)
+    return stack, sync
+
+
+@pytest.fixture(scope="module")
+def rotated() -> dict[str, Any]:
+    stack, _ = build(rotation_days=7, rotation_role_name="llm-qwen-api-key-rotation")
+    return Template.from_stack(stack).to_json()
+
+
+def test_the_schedule_and_the_function(rotated: dict[str, Any]) -> None:
+    resources = rotated["Resources"]
+    (schedule,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::SecretsManager::RotationSchedule"]
+    assert schedule["RotationRules"] == {"ScheduleExpression": "rate(7 days)"}
+    assert schedule["RotateImmediatelyOnUpdate"] is False  # the first rotation comes 7 days after the deploy
+    function = resources[schedule["RotationLambdaARN"]["Fn::GetAtt"][0]]["Properties"]
+    assert function["Environment"]["Variables"] == {"PROPAGATION_SECONDS": str(PROPAGATION_SECONDS),
+                                                    "KEY_LENGTH": "48"}
+    assert PROPAGATION_SECONDS > API_KEY_REFRESH_SECONDS + 120  # External Secrets, then the kubelet, then the sidecar
+
+
+def _policy_of(resources: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
+    (statements,) = [r["Properties"]["PolicyDocument"]["Statement"] for r in resources.values()
+                     if r["Type"] == "AWS::IAM::Policy" and r["Properties"]["Roles"][0]["Ref"].startswith(role_prefix)]
+    return statements  # type: ignore[no-any-return]
+
+
+def test_the_rotation_function_decrypts_and_writes_its_secret_only(rotated: dict[str, Any]) -> None:
+    resources = rotated["Resources"]
+    (key,) = [r for r in resources.values() if r["Type"] == "AWS::KMS::Key"]
+    key_policy = resolve(key["Properties"]["KeyPolicy"]["Statement"], resources)
+    # The key policy enables its IAM statement for this secret, through Secrets Manager, and for nothing else.
+    assert kms_use(key_policy, ROTATOR, secret=API_KEY) == "iam"
+    assert kms_use(key_policy, ROTATOR, "kms:GenerateDataKey", secret=API_KEY) == "iam"
+    assert kms_use(key_policy, ROTATOR, secret=API_KEY, via=None) == "neutral"
+    assert kms_use(key_policy, ROTATOR, secret="llm/some-other-secret") == "neutral"
+    assert kms_use(key_policy, ADMIN, secret=API_KEY) == "neutral"
+    # Its IAM statements name the one secret (and the key, for that secret only).
+    statements = _policy_of(resources, "ApiKeyRotationRole")
+    kms = resolve([s for s in statements if "kms:" in str(s["Action"])], resources)
+    assert {a for s in kms for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {
+        "kms:Decrypt", "kms:GenerateDataKey"}
+    assert all(s["Condition"]["StringLike"]["kms:EncryptionContext:SecretARN"] == [
+        f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{API_KEY}-??????"] for s in kms)
+    (secret_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::SecretsManager::Secret"]
+    secretsmanager = [s for s in statements if "secretsmanager:" in str(s["Action"])]
+    assert all(s["Resource"] == {"Ref": secret_id} for s in secretsmanager if s["Resource"] != "*")
+    assert [s["Action"] for s in secretsmanager if s["Resource"] == "*"] == ["secretsmanager:GetRandomPassword"]
+    assert kms_use(key_policy, ROTATOR, secret=TOKEN) == "neutral"  # another secret of the same key
+
+
+def test_the_resource_policy_lets_the_rotation_function_read_the_key(rotated: dict[str, Any]) -> None:
+    resources = rotated["Resources"]
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy"]
+    deny = next(s for s in resolve(policy["Statement"], resources) if s["Sid"] == "OnlyReaderAndClients")
+    assert deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [
+        f"arn:aws:iam::{ACCOUNT}:role/llm-qwen-api-key", ROTATOR, CLIENT]
+
+
+def test_without_rotation_the_missing_schedule_is_acknowledged_and_warned() -> None:
+    """The reason `portable-api-key-rotation`, which the default platform (rotating) does not use."""
+    stack, sync = build()
+    assert sync.rotation_function is None and sync.rotation_schedule is None
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("ApiKeySync:notRotated"))
+    assert len(warnings) == 1
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    assert "AwsSolutions-SMG4" not in {violation.rule_name for violation in report.violations}
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    assert not [r for r in resources.values() if r["Type"] == "AWS::SecretsManager::RotationSchedule"]
+    assert REASONS["portable-api-key-rotation"][0] == "AwsSolutions-SMG4"
+
+
+def test_with_rotation_cdk_nag_finds_the_schedule_and_nothing_to_acknowledge() -> None:
+    stack, _ = build(rotation_days=30)
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    rules = {violation.rule_name for violation in report.violations}
+    assert not rules & {"AwsSolutions-SMG4", "AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-IAM4"}, rules
+    assert not Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("notRotated"))
+
+
+def test_the_wait_follows_the_syncs_refresh() -> None:
+    import dataclasses
+
+    stack, _ = build(rotation_days=30, sync=dataclasses.replace(SYNC, refresh_interval_seconds=300))
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"].get("Handler") == "rotation.handler"]
+    assert function["Environment"]["Variables"]["PROPAGATION_SECONDS"] == "460"  # 300 + 120 + 5 + 35
+    assert function["Timeout"] == 580 <= 900
+
+
+@pytest.mark.parametrize(("days", "sync", "codes"), [
+    (0, SYNC, ["ApiKeySync.RotationDaysOutOfRange"]),
+    (1001, SYNC, ["ApiKeySync.RotationDaysOutOfRange"]),
+    (30, SecretSync(namespace="inference", secrets_manager_name=API_KEY, reader_role_name="r"),
+     ["ApiKeySync.RotationWithoutKeysFile", "ApiKeySync.RotationRefreshTooSlow"]),  # the default hour
+])
+def test_rotation_days_are_checked(days: int, sync: SecretSync, codes: list[str]) -> None:
+    with pytest.raises(ConfigError) as raised:
+        build(rotation_days=days, sync=sync)
+    assert raised.value.codes == codes
