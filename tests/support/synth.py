@@ -14,6 +14,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
+TELEMETRY_TRAP = "http://127.0.0.1:9/metrics"  # the discard port, closed: a telemetry send would fail here
 VENV_BIN = REPO / ".venv" / "bin"
 
 
@@ -21,6 +22,10 @@ def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}:{REPO / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
     env["CDK_DISABLE_VERSION_CHECK"] = "true"
+    # No telemetry from any CLI call of the tests (cdk.json says so too; tests/unit/test_cli_telemetry.py checks
+    # both), and should anything still try, it goes to a closed port on loopback, never to the internet.
+    env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+    env["TELEMETRY_ENDPOINT"] = TELEMETRY_TRAP
     # No credentials and no profile: synth must work without any AWS access.
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         env.pop(name, None)
@@ -33,7 +38,7 @@ def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml",
     """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``."""
     extra = [arg for key, value in (context or {}).items() for arg in ("-c", f"{key}={value}")]
     return subprocess.run(
-        [str(CDK), "synth", "--quiet", "-o", str(outdir), "-c", f"config={config}", "-c", f"dist={outdir}/dist",
+        [str(CDK), "synth", "--quiet", "--no-notices", "-o", str(outdir), "-c", f"config={config}", "-c", f"dist={outdir}/dist",
          *extra],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, check=False,
     )

@@ -100,6 +100,8 @@ def cli_env() -> dict[str, str]:
         env.pop(name, None)
     env.update({"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                 "AWS_EC2_METADATA_DISABLED": "true", "CDK_DISABLE_VERSION_CHECK": "true",
+                # No telemetry: the base side's cdk.json (an older commit) may not turn it off itself.
+                "CDK_DISABLE_CLI_TELEMETRY": "true",
                 "NO_COLOR": "1", "FORCE_COLOR": "0"})
     return env
 
