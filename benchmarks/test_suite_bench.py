@@ -28,7 +28,7 @@ COMMANDS = {
     "suite": ["-n", "{workers}", "--dist", "loadgroup"],  # make test
     "fast": ["-n", "{workers}", "--dist", "loadgroup", "-m", "not slow"],  # make test-fast
 }
-SUMMARY = re.compile(r"=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s")
+SUMMARY = re.compile(r"^=*\s*(?P<counts>\d+ (?:passed|failed|error).*?) in (?P<seconds>[\d.]+)s", re.M)
 
 
 def load_average() -> float:
@@ -46,13 +46,19 @@ def run_once(checkout: Path, what: str, workers: int) -> dict[str, object]:
     load_before, cpu_before, started = load_average(), children_cpu(), time.perf_counter()
     result = subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
-    summary = SUMMARY.search(result.stdout.splitlines()[-1] if result.stdout.strip() else "")
+    summaries = list(SUMMARY.finditer(result.stdout))
+    summary = summaries[-1] if summaries else None
     return {
         "checkout": str(checkout), "what": what, "workers": workers, "wall_s": round(wall, 1),
         "pytest_s": float(summary["seconds"]) if summary else None,
         "cpu_s": round(children_cpu() - cpu_before, 1), "load_before": load_before, "load_after": load_average(),
         "result": summary["counts"] if summary else f"exit {result.returncode}", "exit": result.returncode,
     }
+
+
+def _median(values: list[object]) -> str:
+    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    return f"{statistics.median(numbers):.1f}" if numbers else "-"
 
 
 def main() -> None:
@@ -78,11 +84,9 @@ def main() -> None:
     for what in kinds:
         for checkout in checkouts:
             mine = [r for r in runs if r["what"] == what and r["checkout"] == str(checkout)]
-            medians = [statistics.median(float(r[key]) for r in mine if r[key] is not None) if mine else None
-                       for key in ("wall_s", "pytest_s", "cpu_s")]
+            medians = [_median([r[key] for r in mine]) for key in ("wall_s", "pytest_s", "cpu_s")]
             loads = ", ".join(f"{r['load_before']}-{r['load_after']}" for r in mine)
-            print(f"  {what:5} {checkout.name}: {medians[0]:.1f} / {medians[1]:.1f} / {medians[2]:.1f} "
-                  f"(load {loads})")
+            print(f"  {what:5} {checkout.name}: {' / '.join(medians)} (load {loads})")
     if options.json:
         options.json.write_text(json.dumps(runs, indent=1) + "\n")
 
