@@ -77,9 +77,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if not item.get_closest_marker("slow") and is_slow(item):
             item.add_marker(pytest.mark.slow)
-    # Stable: each module's tests stay together and in their order. The scheduler keeps this order
-    # (--no-loadscope-reorder in pyproject.toml).
+    # Stable: each module's tests stay together and in their order. The scheduler keeps this order (below).
     items.sort(key=run_order)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's scheduler would put its groups first, the largest first (--loadscope-reorder, its default): keep
+    # run_order instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(optionalhook=True)

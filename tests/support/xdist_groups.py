@@ -6,6 +6,9 @@ by setting ``item._nodeid``. pytest 9.2 keeps node ids structured (``item._id``,
 once per worker. This plugin appends the suffix where pytest 9.2 reads it, on the workers only, after every
 conftest has added its marks (``trylast``); an id that already ends with its suffix is left alone, so it stays
 right should xdist do it again itself. tests/unit/test_test_harness.py proves the scheduler honours the groups.
+
+As with xdist before pytest 9.2, a grouped test's id ends with ``@group``: syrupy then takes a parametrized test
+for a plain one, so keep snapshot tests out of groups (none is in one).
 """
 
 from __future__ import annotations
