@@ -61,7 +61,13 @@ from hyperpod_inference_iac.external_dns import (
 )
 from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, check_github_deploy_role
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
-from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup, LocalStorageStrategy, check_gpu_node_group
+from hyperpod_inference_iac.gpu_nodegroup import (
+    GpuNodeGroup,
+    GpuNodeGroupOptions,
+    GpuNodeGroupProps,
+    LocalStorageStrategy,
+    check_gpu_node_group,
+)
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.hugging_face_token import EXTERNAL_SECRETS, HuggingFaceTokenSync, SecretSync
 from hyperpod_inference_iac.hyperpod_cluster import (
@@ -138,6 +144,8 @@ __all__ = [
     "FlowLogTraffic",
     "GitHubDeployRole",
     "GpuNodeGroup",
+    "GpuNodeGroupOptions",
+    "GpuNodeGroupProps",
     "HelmRelease",
     "HuggingFaceTokenSync",
     "HyperPodCluster",

@@ -27,6 +27,7 @@ from hyperpod_inference_iac import (
     AlarmSettings,
     ClusterEndpointAccess,
     FlowLogTraffic,
+    GpuNodeGroupOptions,
     InstanceGroup,
     KeyPaths,
     NodeRecovery,
@@ -43,7 +44,6 @@ from hyperpod_inference_iac import (
     check_certificate_alarms,
     check_endpoint_domain,
     check_existing_vpc,
-    check_gpu_node_group,
     check_hyperpod_cluster,
     check_inference_cluster,
     check_inference_operator,
@@ -74,7 +74,6 @@ from platform_config.model import (
     DomainConfig,
     Environment,
     ExistingVpc,
-    GpuNodeGroupConfig,
     HyperPodConfig,
     LogRetentionPolicy,
     NewVpc,
@@ -82,7 +81,7 @@ from platform_config.model import (
     PlatformConfig,
     SecretsConfig,
 )
-from platform_config.reader import Section
+from platform_config.reader import Section, read_props
 
 PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
 WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z_]+:[A-Za-z]+"
@@ -105,8 +104,6 @@ _CLUSTER_KEYS = {"cluster_name": "name", "kubernetes_version": "kubernetesVersio
                  "admin_role_arns": "adminRoleArns", "system_instance_type": "systemInstanceType"}
 _FLOW_LOGS_OFF = "off"
 _UNSET: Any = object()
-_NODE_GROUP_KEYS = {"instance_types": "instanceTypes", "min_size": "minSize", "desired_size": "desiredSize",
-                    "max_size": "maxSize", "root_volume_gib": "rootVolumeGiB"}
 _HYPERPOD_KEYS = {"cluster_name": "clusterName", "node_recovery": "nodeRecovery", "instance_groups": "instanceGroups"}
 _INSTANCE_GROUP_KEYS = {"instance_type": "instanceType", "instance_count": "instanceCount",
                         "threads_per_core": "threadsPerCore", "ebs_volume_gib": "ebsVolumeGiB",
@@ -331,22 +328,8 @@ def _cluster(section: Section) -> ClusterConfig:
     groups = []
     for path, item in section.items("gpuNodeGroups", required=True, min_items=1):
         group = Section(item, path, problems)
-        defaults = GpuNodeGroupConfig(name="", instance_types=())
-        config = GpuNodeGroupConfig(
-            name=group.string("name", required=True) or "invalid",
-            instance_types=tuple(group.string_list("instanceTypes", required=True)),
-            min_size=_integer(group, "minSize", defaults.min_size),
-            desired_size=_integer(group, "desiredSize", defaults.desired_size),
-            max_size=_integer(group, "maxSize", defaults.max_size),
-            root_volume_gib=_integer(group, "rootVolumeGiB", defaults.root_volume_gib),
-            labels=group.string_map("labels"),
-        )
+        groups.append(read_props(GpuNodeGroupOptions, group))
         group.finish()
-        check_gpu_node_group(problems, KeyPaths(path, _NODE_GROUP_KEYS), name=config.name,
-                             instance_types=config.instance_types, min_size=config.min_size,
-                             desired_size=config.desired_size, max_size=config.max_size,
-                             root_volume_gib=config.root_volume_gib, labels=config.labels)
-        groups.append(config)
     names = [g.name for g in groups]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.add("Cluster.DuplicateNodeGroup", section.at("gpuNodeGroups"), "node group names must be unique",

@@ -15,6 +15,7 @@ from hyperpod_inference_iac import (
     ClusterEndpointAccess,
     DeepHealthCheck,
     FlowLogTraffic,
+    GpuNodeGroupOptions,
     InstanceGroup,
     NodeRecovery,
     PlatformValue,
@@ -100,24 +101,13 @@ class ExistingVpc:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuNodeGroupConfig:
-    name: str
-    instance_types: tuple[str, ...]
-    min_size: int = 0
-    desired_size: int = 1
-    max_size: int = 2
-    root_volume_gib: int = 200
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
     name: str
     kubernetes_version: str
     endpoint_access: ClusterEndpointAccess
     admin_role_arns: tuple[str, ...]
     system_instance_type: str
-    gpu_node_groups: tuple[GpuNodeGroupConfig, ...]
+    gpu_node_groups: tuple[GpuNodeGroupOptions, ...]  # the construct's own options: its keys, defaults and rules
     enforce_network_policies: bool = True
 
 
@@ -333,7 +323,6 @@ __all__ = [
     "DomainConfig",
     "Environment",
     "ExistingVpc",
-    "GpuNodeGroupConfig",
     "HyperPodConfig",
     "LogRetentionPolicy",
     "NewVpc",

@@ -6,13 +6,19 @@ problem, so validation continues and the user sees every mistake in one run.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, Problems, join_path
+from hyperpod_inference_iac.props import Props, config_key
+from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, KeyPaths, Problems, join_path
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Props)
 _MISSING: Any = object()
 
 
@@ -169,3 +175,55 @@ class Section:
                 known = ", ".join(sorted(self._read)) or "(none)"
                 self.problems.add(UNKNOWN_KEY, self.at(str(key)),
                                   f"is not a known key; known keys here: {known}")
+
+
+def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **given: Any) -> P:
+    """A construct's props read from one section of the file, each field at its config key with the type and
+    default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
+    default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
+
+    A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
+    field are left out (one mistake, one problem), those about the other fields are all reported."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    failed: list[str] = []
+    for field in cls.config_fields():
+        key = config_key(field)
+        assert key is not None
+        if field.name in given:
+            continue
+        before = len(section.problems)
+        values[field.name] = _read_field(section, key, hints[field.name], field)
+        if len(section.problems) != before:
+            failed.append(section.at(key))
+    props = cls(**values, **given)
+    found = Problems()
+    props.check(found, at or cls.key_paths(section.path))
+    section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
+                                                       for f in failed))
+    return props
+
+
+def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
+    """One field's value by its type; after a problem, its default or a neutral stand-in."""
+    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    default = None if required else field.default
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        return section.boolean(key, default=bool(default))
+    if hint is int:
+        value = section.integer(key, required=required, default=default)
+        return 0 if value is None else value
+    if hint is str:
+        value = section.string(key, required=required, default=default)
+        return "" if value is None and required else value
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        text = section.string(key, required=required, default=default)
+        return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
+    if origin in (tuple, Sequence):
+        return tuple(section.string_list(key, required=required))
+    if origin is not None and issubclass(origin, Mapping):
+        return section.string_map(key) if section.has(key) else default
+    raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")

@@ -59,10 +59,7 @@ class ClusterStack(Stack):
         eks_cluster = self.cluster.cluster
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.gpu_node_groups = [
-            GpuNodeGroup(self, f"Gpu-{group.name}", cluster=eks_cluster, name=group.name,
-                         instance_types=group.instance_types, min_size=group.min_size,
-                         desired_size=group.desired_size, max_size=group.max_size,
-                         root_volume_gib=group.root_volume_gib, labels=group.labels, subnets=private)
+            GpuNodeGroup(self, f"Gpu-{group.name}", cluster=eks_cluster, subnets=private, **group.kwargs())
             for group in cluster_config.gpu_node_groups
         ]
         if self.cluster.device_plugin is not None:

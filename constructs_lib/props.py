@@ -1,0 +1,150 @@
+"""Construct properties stated once.
+
+Each construct declares its properties in one frozen, keyword-only ``…Props`` dataclass, in the style of
+``aws_eks_v2``'s ``NodegroupProps``: every field with its type, its default (``@default``) and its documentation,
+and, for the properties a config file may set, its key there (the camelCase of its name unless it says otherwise).
+The class's ``check`` holds every rule of the properties. Everything else is derived from that one declaration or
+checked against it by a test (``tests/unit/test_props.py``):
+
+* the construct's constructor takes the same keyword arguments, with the defaults read from the class
+  (``min_size: int = GpuNodeGroupProps.min_size``), and builds the props from them;
+* the rules name a problem by the Python property for a Python consumer (``min_size``) and by the config key for
+  a config file (``cluster.gpuNodeGroups[0].minSize``): ``key_paths`` gives either from the same fields;
+* the app's config model *is* the props class (``platform_config`` reads a section into it with
+  :func:`platform_config.reader.read_props`), so a default or a key cannot differ between the two;
+* the construct's documentation page carries the table :func:`props_table` renders, between
+  ``<!-- props:<ClassName> -->`` markers (``python -m tools.props_docs`` rewrites them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
+
+
+@dataclass(frozen=True)
+class PropInfo:
+    """What a property's field says besides its type and default."""
+
+    doc: str
+    key: str | None = None  # its config key (None: the camelCase of its name); "" when no config file sets it
+    default_doc: str | None = None  # how the docs describe the default when its value says little (None: "the …")
+
+
+def prop(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None, config: bool = True,
+         default_doc: str | None = None) -> Any:
+    """One property: ``default`` (none: required), ``doc`` (one sentence or two, the reader's view), ``key`` (its
+    config key when not the camelCase of its name), ``config=False`` for what only Python code passes (a cluster, a
+    bucket), ``default_doc`` for a default whose value needs words (``None`` meaning "the cluster's subnets")."""
+    info = PropInfo(doc, "" if not config else key, default_doc)
+    return dataclasses.field(default=default, metadata={"prop": info})
+
+
+def camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def info_of(field: dataclasses.Field[Any]) -> PropInfo:
+    info = field.metadata.get("prop")
+    if not isinstance(info, PropInfo):
+        raise TypeError(f"{field.name}: declare it with props.prop(...)")
+    return info
+
+
+def config_key(field: dataclasses.Field[Any]) -> str | None:
+    """The field's config key, or None when no config file sets it."""
+    info = info_of(field)
+    if info.key == "":
+        return None
+    return info.key or camel_case(field.name)
+
+
+class Props:
+    """Base of the ``…Props`` dataclasses (frozen, keyword-only). Subclasses override :meth:`check`."""
+
+    # The ConfigError's source names the construct: "GpuNodeGroup <node path>".
+    CONSTRUCT: ClassVar[str] = ""
+
+    @classmethod
+    def fields(cls) -> Iterator[dataclasses.Field[Any]]:
+        yield from dataclasses.fields(cls)  # type: ignore[arg-type]
+
+    @classmethod
+    def config_fields(cls) -> Iterator[dataclasses.Field[Any]]:
+        return (field for field in cls.fields() if config_key(field) is not None)
+
+    @classmethod
+    def key_paths(cls, base: str, **renamed: str) -> KeyPaths:
+        """A config file's view of these properties under ``base``: each named by its config key (``renamed``
+        overrides one, e.g. a key the app places elsewhere)."""
+        names = {field.name: key for field in cls.config_fields() if (key := config_key(field))}
+        return KeyPaths(base, {**names, **renamed})
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """Every rule of these properties, each problem under ``at``'s name for it."""
+
+    def raise_if_invalid(self, source: str) -> None:
+        problems = Problems()
+        self.check(problems)
+        problems.raise_if_any(source)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The properties as the construct's keyword arguments: ``GpuNodeGroup(scope, id, cluster=c, **o.kwargs())``."""
+        return {field.name: getattr(self, field.name) for field in self.fields()}
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
+    """The default as the docs show it (``config``: as a config file writes it)."""
+    info = info_of(field)
+    if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+        return "required"
+    value = field.default
+    if isinstance(value, enum.Enum):
+        shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
+    else:
+        shown = f"`{value!r}`"
+    return f"{shown} ({info.default_doc})" if info.default_doc else shown
+
+
+def _config_type(annotation: str) -> str:
+    """The YAML kind of a property's annotation, as docs/configuration.md names it."""
+    bare = annotation.replace(" | None", "")
+    if bare.startswith(("Sequence[", "tuple[")):
+        return "list"
+    if bare.startswith("Mapping["):
+        return "map"
+    return {"str": "string", "int": "int", "bool": "bool"}.get(bare, "string")
+
+
+def config_table(cls: type[Props], base: str) -> str:
+    """The config file's view of a props class under ``base`` (``cluster.gpuNodeGroups[]``): key, kind, default,
+    meaning; what only Python code passes is left out."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in cls.config_fields():
+        key = config_key(field)
+        rows.append(f"| `{base}.{key}` | {_config_type(str(field.type))} | {default_text(field, config=True)} | "
+                    f"{info_of(field).doc} |")
+    return "\n".join(rows)
+
+
+def props_table(cls: type[Props]) -> str:
+    """The documentation table of a props class: property, config key, type, default, meaning."""
+    rows = ["| property | config key | type | default | meaning |", "|---|---|---|---|---|"]
+    for field in cls.fields():
+        key = config_key(field)
+        shown_key = f"`{key}`" if key else "(Python only)"
+        annotation = str(field.type).replace("|", "\\|")
+        rows.append(f"| `{field.name}` | {shown_key} | `{annotation}` | {default_text(field)} | {info_of(field).doc} |")
+    return "\n".join(rows)
+
+
+__all__ = ["PropInfo", "Props", "config_key", "config_table", "prop", "props_table"]
