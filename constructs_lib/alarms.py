@@ -89,17 +89,20 @@ def check_alarm_settings(problems: Problems, at: KeyPaths, code: str, prop: str,
     if not evaluations_ok:
         problems.add(f"{code}.EvaluationPeriods", at.at(prop, "evaluation_periods"), "must be an integer of at least 1",
                      evaluations)
+    # The other settings as the reader calls them (evaluationPeriods in a config file, evaluation_periods in Python).
+    evaluations_name = at.at(prop, "evaluation_periods").rsplit(".", 1)[-1]
+    period_name = at.at(prop, "period").rsplit(".", 1)[-1]
     datapoints = settings.datapoints_to_alarm
     if datapoints is not None and (isinstance(datapoints, bool) or not isinstance(datapoints, int) or datapoints < 1
                                    or (evaluations_ok and datapoints > evaluations)):
         problems.add(f"{code}.DatapointsToAlarm", at.at(prop, "datapoints_to_alarm"),
-                     "must be an integer from 1 to evaluation_periods", datapoints)
+                     f"must be an integer from 1 to {evaluations_name}", datapoints)
     if period_ok and evaluations_ok:
         limit = MAX_SHORT_PERIOD_RANGE if seconds < 3600 else MAX_EVALUATION_RANGE
         if seconds * evaluations > limit:
             problems.add(f"{code}.EvaluationRange", at.at(prop, "evaluation_periods"),
-                         "period x evaluation_periods must be at most 7 days (at most 1 day for periods under an "
-                         "hour; CloudWatch's limit)", f"{seconds * evaluations / 3600:g} h")
+                         f"{period_name} x {evaluations_name} must be at most 7 days (at most 1 day for periods "
+                         "under an hour; CloudWatch's limit)", f"{seconds * evaluations / 3600:g} h")
 
 
 def check_alarm_naming(problems: Problems, at: KeyPaths, code: str, *, alarm_name_prefix: str,
