@@ -32,7 +32,8 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "PlatformDashboard.BadName": "the app names the dashboard after `project`",
     "CaptureSidecarMetrics.BadRoleName": "the app names the agent's role after `project`",
     "CaptureSidecarMetrics.BadClusterName": "`cluster.name` is checked by InferenceCluster (one problem)",
-    "CaptureSidecarMetrics.BadNamespace": "`operator.inferenceNamespace` is checked by the plan (Chart.NamespaceInvalid)",
+    "CaptureSidecarMetrics.BadNamespace": "`operator.inferenceNamespace` is checked by the plan "
+                                          "(Chart.NamespaceInvalid)",
     "CaptureSidecarMetrics.BadModelName": "portable server names are checked by the plan (Portable.NameInvalid)",
     "CertificateAlarms.BadCertificateArn": "the certificate is the app's own, or `domain.existingCertificateArn`, "
                                            "whose format the config check refuses first (Config.BadFormat)",
@@ -93,8 +94,8 @@ NOT_FROM_CONFIG: dict[str, str] = {
 
 # Rules the config check does not apply yet, being made one rule with the construct's (issue 18): the capture prefix
 # (two construct rules that disagree) and a portable server's key alias (refused only by InferenceWorkloads).
-NOT_YET: set[str] = {"CapturePipeline.OverlappingPrefixes", "CaptureStorage.BadPrefix", "CaptureStorage.PrefixesOverlap",
-                     "InferenceWorkloads.KeyNotGrantable"}
+NOT_YET: set[str] = {"CapturePipeline.OverlappingPrefixes", "CaptureStorage.BadPrefix",
+                     "CaptureStorage.PrefixesOverlap", "InferenceWorkloads.KeyNotGrantable"}
 
 
 def _group(**changes: Any) -> Callable[[dict[str, Any]], None]:
