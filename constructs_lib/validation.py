@@ -43,6 +43,28 @@ UNKNOWN_KEY = "Config.UnknownKey"
 _NOT_GIVEN: Any = object()
 
 
+# The words every reader of YAML uses for the three shape problems (the app's config loader and the charts' parser
+# of the operator's custom resources): one problem, one wording, wherever it is found.
+REQUIRED = "is required"
+
+
+def kind_of(value: Any) -> str:
+    """What a YAML value is, in the reader's words: ``a list``, ``a string``, ``empty``."""
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "an integer",
+            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+def wrong_type(expected: str, value: Any, hint: str = "") -> str:
+    """``must be a string, not a list (quote it in YAML)``."""
+    return f"must be {expected}, not {kind_of(value)}{f' ({hint})' if hint else ''}"
+
+
+def unknown_key(known: Iterable[str], hint: str = "") -> str:
+    """``is not a known key here; known: a, b``, and where other keys go, when somewhere."""
+    names = ", ".join(sorted(known)) or "(none)"
+    return f"is not a known key here; known: {names}{f'; {hint}' if hint else ''}"
+
+
 @dataclass(frozen=True)
 class Problem:
     code: str

@@ -15,16 +15,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hyperpod_inference_iac.props import Props, config_key
-from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, KeyPaths, Problems, join_path
+from hyperpod_inference_iac.validation import (
+    MISSING_KEY,
+    REQUIRED,
+    UNKNOWN_KEY,
+    WRONG_TYPE,
+    KeyPaths,
+    Problems,
+    join_path,
+    unknown_key,
+    wrong_type,
+)
 
 T = TypeVar("T")
 P = TypeVar("P", bound=Props)
 _MISSING: Any = object()
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "an integer",
-            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
 
 
 EMPTY_STRING = "Config.EmptyString"
@@ -47,8 +52,7 @@ class Section:
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            problems.add("Config.NotAMapping", path or "(top level)", f"must be a mapping, not {_type_name(data)}",
-                         data)
+            problems.add(WRONG_TYPE, path or "(top level)", wrong_type("a mapping", data), data)
             data = {}
         self.data: Mapping[str, Any] = data
         self._read: set[str] = set()
@@ -67,13 +71,12 @@ class Section:
         self._read.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                self.problems.add(MISSING_KEY, self.at(key), "is required")
+                self.problems.add(MISSING_KEY, self.at(key), REQUIRED)
             return _MISSING
         return self.data[key]
 
     def string(self, key: str, *, required: bool = False, default: str | None = None,
-               pattern: str | None = None, allowed: Sequence[str] | None = None, hint: str = "",
-               max_length: int | None = None, allow_empty: bool = False) -> str | None:
+               pattern: str | None = None, hint: str = "", allow_empty: bool = False) -> str | None:
         """The key's string, or ``default`` after a problem. An explicit ``""`` is refused (``Config.EmptyString``)
         unless ``allow_empty`` (then the value's own check judges it): it is never silently the default."""
         value = self._get(key, required, default)
@@ -82,20 +85,13 @@ class Section:
         if not isinstance(value, str):
             # A YAML number is not silently turned into a string: 012345678901 would lose its leading zero,
             # 1.30 would become 1.3. Quote it.
-            self.problems.add(WRONG_TYPE, self.at(key),
-                              f"must be a string, not {_type_name(value)} (quote it in YAML)", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a string", value, "quote it in YAML"), value)
             return default
         if value == "" and not allow_empty:
             self.problems.add(EMPTY_STRING, self.at(key), _empty_fix(required, default), value)
             return default
-        if allowed is not None and value not in allowed:
-            self.problems.add("Config.NotAllowed", self.at(key), f"must be one of {', '.join(allowed)}", value)
-            return default
         if pattern is not None and not re.fullmatch(pattern, value):
             self.problems.add("Config.BadFormat", self.at(key), hint or f"must match {pattern}", value)
-            return default
-        if max_length is not None and len(value) > max_length:
-            self.problems.add("Config.TooLong", self.at(key), f"must be at most {max_length} characters", value)
             return default
         return value
 
@@ -105,7 +101,7 @@ class Section:
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problems.add(WRONG_TYPE, self.at(key), f"must be an integer, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("an integer", value), value)
             return default
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
@@ -118,7 +114,7 @@ class Section:
         if value is _MISSING:
             return default
         if not isinstance(value, bool):
-            self.problems.add(WRONG_TYPE, self.at(key), "must be true or false", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("true or false", value), value)
             return default
         return value
 
@@ -139,7 +135,7 @@ class Section:
         if value is _MISSING:
             value = []
         if not isinstance(value, list):
-            self.problems.add(WRONG_TYPE, self.at(key), f"must be a list, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a list", value), value)
             return []
         if len(value) < min_items:
             self.problems.add("Config.TooFewItems", self.at(key), f"needs at least {min_items} item(s)", value)
@@ -150,7 +146,7 @@ class Section:
         out: list[str] = []
         for path, item in self.items(key, required=required, min_items=min_items):
             if not isinstance(item, str):
-                self.problems.add(WRONG_TYPE, path, f"must be a string, not {_type_name(item)}", item)
+                self.problems.add(WRONG_TYPE, path, wrong_type("a string", item), item)
                 continue
             if check is not None:
                 check(path, item)
@@ -164,7 +160,7 @@ class Section:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            self.problems.add(WRONG_TYPE, self.at(key), "must be a mapping of strings to strings", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of strings to strings", value), value)
             return {}
         return dict(value)
 
@@ -172,9 +168,7 @@ class Section:
         """Report keys nobody read: almost always a typo, which would otherwise be silently ignored."""
         for key in self.data:
             if key not in self._read:
-                known = ", ".join(sorted(self._read)) or "(none)"
-                self.problems.add(UNKNOWN_KEY, self.at(str(key)),
-                                  f"is not a known key; known keys here: {known}")
+                self.problems.add(UNKNOWN_KEY, self.at(str(key)), unknown_key(self._read))
 
 
 def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **given: Any) -> P:

@@ -215,3 +215,16 @@ def test_the_config_check_raises_it_at_its_key(code: str, path: str, change: Cal
     with pytest.raises(ConfigError) as caught:
         parse_config(_with(change))
     assert [(p.code, p.path) for p in caught.value.problems] == [(code, path)], str(caught.value)
+
+
+def test_the_two_readers_word_the_same_problem_alike() -> None:
+    """The config loader and the models' parser (charts) report a wrong type and an unknown key in the same words."""
+    data = _with(lambda d: (d["capture"].update(retentionDays="thirty"), d["models"][0]["spec"].update(replicas="two"),
+                            d["capture"].update(retentionDay=3), d["models"][0]["spec"].update(replica=2)))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    messages = {(p.code, p.path): p.message for p in caught.value.problems}
+    assert messages[("Config.WrongType", "capture.retentionDays")] == "must be an integer, not a string"
+    assert messages[("Config.WrongType", "models[0].spec.replicas")] == "must be an integer, not a string"
+    assert messages[("Config.UnknownKey", "capture.retentionDay")].startswith("is not a known key here; known: ")
+    assert messages[("Config.UnknownKey", "models[0].spec.replica")].startswith("is not a known key here; known: ")

@@ -76,7 +76,7 @@ EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "ava
 # (code, key path, change): each breaks the default file in exactly one place, and that place is reported,
 # once, with that code.
 CASES = [
-    ("Config.NotAMapping", "environment", _set("environment", ["us-west-2"])),
+    ("Config.WrongType", "environment", _set("environment", ["us-west-2"])),
     ("Config.MissingKey", "environment.account", _delete("environment.account")),
     ("Config.WrongType", "capture.retentionDays", _set("capture.retentionDays", "thirty")),
     ("Config.WrongType", "environment.account", _set("environment.account", 111122223333)),
