@@ -38,7 +38,7 @@ from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableM
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_name
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
 from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
@@ -115,7 +115,7 @@ class PlatformContext:
         return iam_role_name(f"{self.role_name_prefix}-{service_account}")
 
     def role_arn(self, role_name: str) -> str:
-        return f"arn:{self.partition}:iam::{self.account}:role/{role_name}"
+        return iam_role_arn(self.partition, self.account, role_name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,7 +78,13 @@ from hyperpod_inference_iac.hyperpod_cluster import (
     check_hyperpod_cluster,
 )
 from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
-from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri, warn_workload
+from hyperpod_inference_iac.inference_workloads import (
+    InferenceWorkloads,
+    sidecar_image_hash,
+    sidecar_image_reference,
+    sidecar_image_uri,
+    warn_workload,
+)
 from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
 from hyperpod_inference_iac.network import (
     FlowLogTraffic,
@@ -217,6 +223,8 @@ __all__ = [
     "kms_through_secrets_manager",
     "retention_from_days",
     "secrets_key_guard",
+    "sidecar_image_hash",
+    "sidecar_image_reference",
     "sidecar_image_uri",
     "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",

@@ -40,7 +40,7 @@ from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge
-from hyperpod_inference_iac.patterns import iam_role_name
+from hyperpod_inference_iac.patterns import iam_role_arn, iam_role_name
 from hyperpod_inference_iac.secrets_key import (
     encrypt_secret,
     grant_secret_read,
@@ -212,11 +212,11 @@ class ApiKeySync(Construct):
                 sid="ClientsReadTheKey", actions=["secretsmanager:GetSecretValue"], resources=["*"],
                 principals=[iam.ArnPrincipal(arn) for arn in client_role_arns]))
         stack = Stack.of(self)
-        reader_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{self.sync.reader_role_name}" \
+        reader_arn = iam_role_arn(stack.partition, stack.account, self.sync.reader_role_name) \
             if self.sync.reader_role_name else self.reader_role.role_arn
         rotation = []
         if self.rotation_function is not None and self.rotation_function.role is not None:
-            rotation = [f"arn:{stack.partition}:iam::{stack.account}:role/{self._rotation_role_name}"
+            rotation = [iam_role_arn(stack.partition, stack.account, self._rotation_role_name)
                         if self._rotation_role_name else self.rotation_function.role.role_arn]
         self.secret.add_to_resource_policy(iam.PolicyStatement(
             sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],

@@ -42,6 +42,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.patterns import account_root_arn
+
 
 class ObjectAccess(enum.Enum):
     """What a principal may do with the objects under a prefix of a guarded bucket."""
@@ -148,7 +150,7 @@ class BucketGuard:
         self._service_writes.append((ELB_LOG_DELIVERY, prefix))
         account = _elb_account(stack)
         if account is not None:
-            principal = f"arn:{stack.partition}:iam::{account}:root"
+            principal = account_root_arn(stack.partition, account)
             self.admit(principal, ObjectAccess.WRITE, prefix)
             self._exempt_writers.append(principal)
             self._listed_allows.append(iam.PolicyStatement(
@@ -320,7 +322,7 @@ def key_administration(stack: Stack) -> dict[str, Any]:
     """The first statement of every key policy the library renders: the account administers the key
     (:data:`KEY_ADMIN_ACTIONS`: no ``kms:CreateGrant``, no use of the key)."""
     return {"Sid": "KeyAdministrationWithoutUse", "Effect": "Allow",
-            "Principal": {"AWS": f"arn:{stack.partition}:iam::{stack.account}:root"},
+            "Principal": {"AWS": account_root_arn(stack.partition, stack.account)},
             "Action": list(KEY_ADMIN_ACTIONS), "Resource": "*"}
 
 
@@ -404,7 +406,7 @@ def _accounts(stack: Stack, principals: Sequence[str]) -> list[str] | str:
         parts = principal.split(":") if not Token.is_unresolved(principal) else []
         account = parts[4] if len(parts) > 5 and parts[4] else stack.account
         partition = parts[1] if len(parts) > 5 else stack.partition
-        accounts.append(f"arn:{partition}:iam::{account}:root")
+        accounts.append(account_root_arn(partition, account))
     unique = list(dict.fromkeys(accounts))
     return unique[0] if len(unique) == 1 else unique
 

@@ -32,7 +32,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, iam_role_arn
 from hyperpod_inference_iac.platform_values import Interpolated, PlatformValue
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
@@ -191,7 +191,7 @@ class ExternalDns(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(
             # Route 53 list calls support no resource-level permissions; --zone-id-filter pins the zones.
             sid="FindTheZones", actions=["route53:ListHostedZones"], resources=["*"]))
-        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
+        role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name else self.role.role_arn
         releases = external_dns_releases(
             namespaces=namespaces, zone_ids=[zone.hosted_zone_id for zone in hosted_zones],
             domain_filters=[zone.zone_name for zone in hosted_zones], owner_id=owner_id, role_arn=role_arn)

@@ -27,7 +27,7 @@ from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX, REGION
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX, REGION, iam_role_arn
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 __all__ = [
@@ -69,7 +69,7 @@ def github_subject(owner: str, repository: str, environment: str) -> str:
 def bootstrap_role_arns(*, partition: str, account: str, regions: Sequence[str],
                         qualifier: str = CDK_DEFAULT_QUALIFIER) -> list[str]:
     """The ARNs of the CDK bootstrap roles in ``account`` for each of ``regions``, each named in full."""
-    return [f"arn:{partition}:iam::{account}:role/cdk-{qualifier}-{kind}-{account}-{region}"
+    return [iam_role_arn(partition, account, f"cdk-{qualifier}-{kind}-{account}-{region}")
             for region in regions for kind in CDK_BOOTSTRAP_ROLES]
 
 
@@ -184,5 +184,5 @@ class GitHubDeployRole(Construct):
                 actions=["sts:AssumeRole"], resources=self.bootstrap_role_arns,
             )])},
         )
-        self.role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name \
+        self.role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name \
             else self.role.role_arn

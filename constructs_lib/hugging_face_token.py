@@ -25,6 +25,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
+from hyperpod_inference_iac.patterns import iam_role_arn
 from hyperpod_inference_iac.secrets_key import encrypt_secret, grant_secret_read
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -174,7 +175,7 @@ def apply_sync(cluster: eks.ICluster, id: str, *, sync: SecretSync, reader_role:
     """The sync objects (:meth:`SecretSync.manifests`) on ``cluster``, after the reader role and the operator's
     chart (its CRDs). A fixed ``reader_role_name`` is written as an ARN without a token, as GitOps renders it."""
     stack = Stack.of(reader_role)
-    role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{sync.reader_role_name}" \
+    role_arn = iam_role_arn(stack.partition, stack.account, sync.reader_role_name) \
         if sync.reader_role_name else reader_role.role_arn
     manifest = cluster.add_manifest(id, *sync.manifests(region=stack.region, reader_role_arn=role_arn))
     manifest.node.add_dependency(reader_role)

@@ -9,12 +9,13 @@ its role may read.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cdk8s
-from aws_cdk import Annotations, CfnResource, DefaultStackSynthesizer, Stack
+from aws_cdk import Annotations, App, CfnResource, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -42,16 +43,38 @@ from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
+SIDECAR_IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64  # the GPU nodes are x86_64
+
+
+def sidecar_image_asset(scope: Construct, id: str) -> ecr_assets.DockerImageAsset:
+    """The capture sidecar's image asset: the image context shipped in this package, built for x86_64."""
+    return ecr_assets.DockerImageAsset(scope, id, directory=str(package_dir("hyperpod_inference_iac.sidecar")),
+                                       exclude=SIDECAR_ASSET_EXCLUDES, platform=SIDECAR_IMAGE_PLATFORM)
+
+
+@functools.cache
+def sidecar_image_hash() -> str:
+    """The hash of the capture sidecar image asset :class:`InferenceWorkloads` builds: computed by CDK itself, for
+    the same asset in a scratch app without staging, so whoever needs the image's URI (GitOps manifests) gets it
+    from here, never from a construct of the platform (tests check the two agree)."""
+    scratch = Stack(App(context={"aws:cdk:disable-asset-staging": True}), "SidecarImageHash")
+    return sidecar_image_asset(scratch, "Image").asset_hash
+
+
+def sidecar_image_reference(account: str, region: str, asset_hash: str | None = None) -> str:
+    """The sidecar image's URI in the CDK bootstrap's container asset repository (default qualifier) of ``account``
+    and ``region``: what the cluster's manifests name, known before any deploy."""
+    qualifier = DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    return (f"{account}.dkr.ecr.{region}.amazonaws.com/cdk-{qualifier}-container-assets-{account}-{region}:"
+            f"{asset_hash or sidecar_image_hash()}")
 
 
 def sidecar_image_uri(stack: Stack, asset: ecr_assets.DockerImageAsset) -> str:
-    """The image asset's URI without a token when the stack's account and region are known: the bootstrap's
-    container asset repository (default qualifier) and the asset hash, as GitOps manifests need it."""
+    """The image asset's URI without a token when the stack's account and region are known
+    (:func:`sidecar_image_reference`), else the asset's own (a token)."""
     if is_unresolved(stack.account) or is_unresolved(stack.region):
         return asset.image_uri
-    qualifier = DefaultStackSynthesizer.DEFAULT_QUALIFIER
-    return (f"{stack.account}.dkr.ecr.{stack.region}.amazonaws.com/cdk-{qualifier}-container-assets-"
-            f"{stack.account}-{stack.region}:{asset.asset_hash}")
+    return sidecar_image_reference(stack.account, stack.region, asset.asset_hash)
 
 
 class InferenceWorkloads(Construct):
@@ -115,9 +138,7 @@ class InferenceWorkloads(Construct):
         if sidecar_image is None and plan.needs_sidecar_image:
             # linux/amd64 whatever builds it: the sidecar runs beside the model server on the GPU nodes, which are
             # x86_64 (GpuNodeGroup); an arm64 laptop would otherwise build an image those nodes cannot run.
-            self.sidecar_image = ecr_assets.DockerImageAsset(
-                self, "CaptureSidecarImage", directory=str(package_dir("hyperpod_inference_iac.sidecar")),
-                exclude=SIDECAR_ASSET_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64)
+            self.sidecar_image = sidecar_image_asset(self, "CaptureSidecarImage")
             sidecar_image = sidecar_image_uri(stack, self.sidecar_image)
         from_objects: dict[PlatformValue, str] = {}
         for value, source in ((PlatformValue.CAPTURE_BUCKET, capture_bucket and capture_bucket.bucket_name),
@@ -383,4 +404,5 @@ def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformVa
     problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
-__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_uri", "warn_workload"]
+__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_hash", "sidecar_image_reference", "sidecar_image_uri",
+           "warn_workload"]

@@ -45,6 +45,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac.data_perimeter import _accounts, _Produce, key_administration, principal_arn
+from hyperpod_inference_iac.patterns import account_root_arn
 
 SECRET_ARN_CONTEXT = "kms:EncryptionContext:SecretARN"
 #: what writing a secret value needs of the key (a new version; the re-encryption when a secret changes key)
@@ -127,7 +128,7 @@ class SecretsKeyGuard:
 
     def policy(self) -> dict[str, Any]:
         stack = Stack.of(self.key)
-        root = f"arn:{stack.partition}:iam::{stack.account}:root"
+        root = account_root_arn(stack.partition, stack.account)
         statements: list[dict[str, Any]] = [key_administration(stack)]
         every_secret = [secret_arn_pattern(self.key, name) for name in self._secrets]
         if every_secret:

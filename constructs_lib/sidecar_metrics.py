@@ -59,6 +59,7 @@ from hyperpod_inference_iac.patterns import (
     IAM_ROLE_NAME,
     IAM_ROLE_NAME_MAX,
     PINNED_IMAGE,
+    iam_role_arn,
 )
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
@@ -409,7 +410,7 @@ class CaptureSidecarMetrics(Construct):
         # no other log group, no PutMetricData (the log group's EMF lines become the metrics).
         self.log_group.grant_write(self.role)
         self.log_group.grant(self.role, "logs:DescribeLogStreams")
-        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
+        role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name else self.role.role_arn
         objects = sidecar_metrics_manifests(
             namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
             log_group_name=sidecar_metrics_log_group_name(cluster_name), image=image,

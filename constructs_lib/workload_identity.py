@@ -24,7 +24,13 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX
+from hyperpod_inference_iac.patterns import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    IAM_ROLE_NAME,
+    IAM_ROLE_NAME_MAX,
+    iam_role_arn,
+)
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -132,7 +138,7 @@ class WorkloadIdentity(Construct):
         else:
             self.association = None
         # Deterministic when named (no token), for manifests outside CDK.
-        self.role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name \
+        self.role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name \
             else self.role.role_arn
 
     @property

@@ -4,6 +4,7 @@ One `cdk deploy` creates everything the operator needs. This stack only composes
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
@@ -44,7 +45,8 @@ from platform_config.model import NewVpc
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, storage: CaptureStorage,
                  pipeline: CapturePipeline | None = None, alarm_topic: AlarmTopic | None = None,
-                 capture_alarms: CaptureAlarms | None = None, **kwargs: Any) -> None:
+                 capture_alarms: CaptureAlarms | None = None,
+                 replacements: Mapping[str, Sequence[str]] | None = None, **kwargs: Any) -> None:
         self._zones = _zones(config)
         super().__init__(scope, id, **kwargs)
         self.vpc = self._vpc(config)
@@ -129,6 +131,7 @@ class ClusterStack(Stack):
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
         self.api_keys = self._api_keys(config, eks_cluster)
+        self.workloads.warn_about_replacements(replacements or {})
 
         self._monitoring(config, pipeline=pipeline, alarm_topic=alarm_topic, capture_alarms=capture_alarms)
 

@@ -13,6 +13,7 @@ from hyperpod_inference_iac import (
     Prerequisite,
     StagedManifests,
     external_dns_releases,
+    sidecar_image_reference,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
     stage_manifests,
@@ -21,14 +22,17 @@ from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
 from platform_config import PlatformConfig
 
 
-def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None,
+def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None = None,
                outputs: dict[PlatformValue, str] | None = None, complete_with: str = "") -> StagedManifests:
-    """``dist/`` staged beside ``outdir`` (commit it once the synth succeeded). ``sidecar_image`` is the
-    capture sidecar image the cluster stack builds (its deterministic URI)."""
+    """``dist/`` staged beside ``outdir`` (commit it once the synth succeeded), from the config alone. The capture
+    sidecar's image is the one the cluster stack builds, by its deterministic URI (``sidecar_image_reference``: the
+    same asset hash, computed by CDK); ``sidecar_image`` overrides it (a test's own registry)."""
     plan = config.workloads
     assert plan is not None
     env = config.environment
     values = PlatformValues(config.known_values).merged(dict(outputs or {}))
+    if sidecar_image is None and plan.needs_sidecar_image:
+        sidecar_image = sidecar_image_reference(env.account, env.region)
     if sidecar_image is not None:
         values = values.merged({PlatformValue.SIDECAR_IMAGE: sidecar_image})
     sync = config.hugging_face_sync
