@@ -401,8 +401,10 @@ def _accounts(stack: Stack, principals: Sequence[str]) -> list[str] | str:
     """The account roots the principals belong to (key policy principals; ``aws:PrincipalArn`` narrows)."""
     accounts = []
     for principal in principals:
-        parts = principal.split(":") if not Token.is_unresolved(principal) else []
-        account = parts[4] if len(parts) > 5 and parts[4] else stack.account
+        # An ARN built from a fixed role name holds a partition token unless the app sets
+        # @aws-cdk/core:enablePartitionLiterals: its account is still literal, and read the same either way.
+        parts = principal.split(":")
+        account = parts[4] if len(parts) > 5 and parts[4] and not Token.is_unresolved(parts[4]) else stack.account
         partition = parts[1] if len(parts) > 5 else stack.partition
         accounts.append(f"arn:{partition}:iam::{account}:root")
     unique = list(dict.fromkeys(accounts))

@@ -38,8 +38,8 @@ def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml",
     """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``."""
     extra = [arg for key, value in (context or {}).items() for arg in ("-c", f"{key}={value}")]
     return subprocess.run(
-        [str(CDK), "synth", "--quiet", "--no-notices", "-o", str(outdir), "-c", f"config={config}", "-c", f"dist={outdir}/dist",
-         *extra],
+        [str(CDK), "synth", "--quiet", "--no-notices", "-o", str(outdir), "-c", f"config={config}",
+         "-c", f"dist={outdir}/dist", *extra],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, check=False,
     )
 
