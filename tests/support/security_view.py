@@ -4,7 +4,8 @@
 statements and trust policies, bucket, key, topic, queue, secret and log resource policies (log delivery
 statements included), Lambda permissions, encryption settings, public access blocks, object ownership and
 server access logging, security group rules, the EKS cluster's endpoint, encryption and access entries, the OIDC
-provider's client IDs, launch templates' metadata options and volumes, flow logs. Everything else (names of
+provider's client IDs, launch templates' metadata options and volumes, flow logs, whether an SDK-call custom resource
+installs the latest AWS SDK at run time. Everything else (names of
 log groups, tags, dependencies, Lambda code) is left out.
 
 It is normalised so that two renderings of the same permissions compare equal: the partition
@@ -223,4 +224,7 @@ _EXTRACTORS: Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "AWS::EKS::AccessEntry": _pick("PrincipalArn", "AccessPolicies", "KubernetesGroups", "Type"),
     "AWS::EKS::PodIdentityAssociation": _pick("Namespace", "ServiceAccount", "RoleArn"),
     "AWS::EKS::Addon": _pick("ServiceAccountRoleArn", "PodIdentityAssociations"),
+    # AwsCustomResource: whether its function installs the latest AWS SDK from npm when it runs
+    # (@aws-cdk/customresources:installLatestAwsSdkDefault decides when the construct does not).
+    "Custom::AWS": _pick("InstallLatestAwsSdk"),
 }
