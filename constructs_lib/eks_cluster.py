@@ -181,6 +181,8 @@ class InferenceCluster(Construct):
         creating the cluster fails
 
     The secrets key's policy names its principals (:func:`secrets_key_policy`): no ``kms:*`` for the account.
+    The cluster's IAM OIDC provider (``cluster.open_id_connect_provider``) is the native ``AWS::IAM::OIDCProvider``
+    whatever the app's feature flags (``@aws-cdk/aws-eks:useNativeOidcProvider`` is set on this construct).
 
     Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
     ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and ``device_plugin`` (None when not
