@@ -41,7 +41,7 @@ from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, miss
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import KeyPaths, Problems, is_unresolved, join_path
 
 Workload = InferenceEndpointConfig | JumpStartModel | ModelWeightsCacheConfig
 
@@ -90,6 +90,9 @@ class PlatformContext:
         portable server that captures or has a hostname. @default none
     :param region: the AWS Region the workloads' SDKs call STS and S3 in (``AWS_REGION`` of the containers that hold
         credentials). @default none: the SDKs' defaults (the global STS endpoint)
+    :param key_paths: how problems name this context's own fields (``operator_addon_version``, ``vpc_cidr``): a
+        config loader passes its file's keys (the app: ``operator.addonVersion``). @default
+        ``PlatformContext.<field>``, for a context built in Python
     """
 
     cluster_name: str
@@ -108,6 +111,8 @@ class PlatformContext:
     operator_addon_version: str | None = DEFAULT_ADDON_VERSION
     vpc_cidr: str | None = None
     region: str | None = None
+    key_paths: KeyPaths = dataclasses.field(default_factory=lambda: KeyPaths("PlatformContext"), compare=False,
+                                            repr=False)
 
     def role_name(self, service_account: str) -> str:
         """``<prefix>-<service account>``: unique, since names and service accounts are unique across the plan's
@@ -511,8 +516,8 @@ def _check_operator_features(context: PlatformContext, workload: Workload, path:
         problems.add("OperatorVersion.FeatureUnavailable", _spec_path(workload, path, keys),
                      f"{feature.name} needs the inference operator add-on {feature.minimum} (operator "
                      f"{feature.operator}) or newer, and {workload.name} would run on {version}: raise "
-                     "operator.addonVersion (docs/operator-versions.md says what an upgrade brings) or remove it",
-                     version)
+                     f"{context.key_paths.at('operator_addon_version')} (docs/operator-versions.md says what an "
+                     "upgrade brings) or remove it", version)
 
 
 def _spec_path(workload: Workload, path: str, location: Sequence[str | int]) -> str:
@@ -642,7 +647,7 @@ def _check_vpc_cidr(context: PlatformContext, server: PortableModelServer, path:
         needs_for.append("its load balancer admits the VPC by default (or set allowedSourceRanges)")
     if needs_for and context.vpc_cidr is None:
         problems.add("Portable.VpcCidrMissing", path,
-                     f"needs the platform's VPC CIDR (PlatformContext.vpc_cidr): {'; '.join(needs_for)}")
+                     f"needs the platform's VPC CIDR ({context.key_paths.at('vpc_cidr')}): {'; '.join(needs_for)}")
 
 
 # -- across workloads ----------------------------------------------------------------------------------
@@ -702,8 +707,8 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
         try:
             ipaddress.IPv4Network(context.vpc_cidr, strict=True)
         except ValueError:
-            problems.add("Portable.VpcCidrInvalid", "vpcCidr", "must be an IPv4 CIDR block, e.g. 10.42.0.0/16",
-                         context.vpc_cidr)
+            problems.add("Portable.VpcCidrInvalid", context.key_paths.at("vpc_cidr"),
+                         "must be an IPv4 CIDR block, e.g. 10.42.0.0/16", context.vpc_cidr)
     entries = [*(named(m.path, m.workload, m.namespace) for m in models),
                *(named(p.path, p.server, p.namespace) for p in portable)]
     # Names and service accounts are unique across every namespace of the plan: they also name roles, Secrets in

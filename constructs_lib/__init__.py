@@ -125,7 +125,7 @@ from hyperpod_inference_iac.tags import apply_tags, check_tags
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",

@@ -27,6 +27,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.data_perimeter import how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, stack_singletons
 from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
 from hyperpod_inference_iac.risks import RiskWarnings
@@ -382,6 +383,8 @@ class CapturePipeline(Construct):
         # An own role instead of the default one: the default attaches the managed
         # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        how_to_name(role, "create the CapturePipeline in the stack of its bucket (the processor's role has no fixed "
+                          "name a guarded bucket of another stack could list)")
         self.log_group.grant_write(role)
         self.function = lambda_.Function(
             self,

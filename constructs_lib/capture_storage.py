@@ -283,6 +283,7 @@ class CaptureStorage(Construct):
             self,
             "CaptureBucket",
             bucket_name=capture_bucket_name,
+            name_property="capture_bucket_name",
             # ALB access logs (Tier 2) can be delivered only with SSE-S3: the default then is SSE-S3 and the
             # bucket policy makes every other writer name the capture key.
             encryption_key=None if load_balancer_logs else self.key,
@@ -303,6 +304,7 @@ class CaptureStorage(Construct):
             self,
             "TlsCertificateBucket",
             bucket_name=tls_bucket_name,
+            name_property="tls_bucket_name",
             encryption_key=self.key,
             access_logs_bucket=self.access_log_bucket,
             lifecycle_rules=[

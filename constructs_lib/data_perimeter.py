@@ -32,7 +32,7 @@ import enum
 import re
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsii
@@ -363,11 +363,20 @@ def principal_arn(grantee: iam.IGrantable, guarded: IConstruct) -> str | None:
 
 def unnamed_principal(grantee: iam.IGrantable, guarded: IConstruct, what: str) -> None:
     """Fail synthesis: a grant on a guarded resource to a principal its policies cannot name would be
-    refused at run time by those policies."""
+    refused at run time by those policies. The error says how to name it: what :func:`how_to_name` recorded for
+    a role a construct made (its property), else a fixed ``role_name``."""
     target = grantee if isinstance(grantee, Construct) else guarded
+    fix = _registry(guarded).fixes.get(target.node.path) or (
+        "give the role a fixed role_name (a role in another stack), or create it in the same stack as the bucket")
     Annotations.of(target).add_error(
-        f"{what} is guarded by an allowlist in {guarded.node.path}, which must name this principal: give the "
-        f"role a fixed role_name (a role in another stack), or create it in the same stack as the bucket")
+        f"{what} is guarded by an allowlist in {guarded.node.path}, which must name this principal: {fix}")
+
+
+def how_to_name(role: iam.IRole, fix: str) -> None:
+    """What the error of :func:`unnamed_principal` tells the user of the construct that made ``role``, a role
+    without a fixed name (``pass InferenceOperator(s3_csi_role_name=...)``): the property that names it, not the
+    role's own ``role_name``, which the user never set."""
+    _registry(role).fixes[role.node.path] = fix
 
 
 # -- internals -------------------------------------------------------------------------------------------
@@ -387,6 +396,7 @@ def _prefix_label(prefixes: Sequence[str]) -> str:
 class _Registry:
     buckets: dict[str, BucketGuard]
     keys: dict[str, KeyGuard]
+    fixes: dict[str, str] = field(default_factory=dict)  # role path -> how to name it (how_to_name)
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
@@ -403,8 +413,10 @@ def _accounts(stack: Stack, principals: Sequence[str]) -> list[str] | str:
     """The account roots the principals belong to (key policy principals; ``aws:PrincipalArn`` narrows)."""
     accounts = []
     for principal in principals:
-        parts = principal.split(":") if not Token.is_unresolved(principal) else []
-        account = parts[4] if len(parts) > 5 and parts[4] else stack.account
+        # An ARN built from a fixed role name holds a partition token unless the app sets
+        # @aws-cdk/core:enablePartitionLiterals: its account is still literal, and read the same either way.
+        parts = principal.split(":")
+        account = parts[4] if len(parts) > 5 and parts[4] and not Token.is_unresolved(parts[4]) else stack.account
         partition = parts[1] if len(parts) > 5 else stack.partition
         accounts.append(account_root_arn(partition, account))
     unique = list(dict.fromkeys(accounts))

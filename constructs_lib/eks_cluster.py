@@ -49,6 +49,9 @@ KUBECTL_LAYERS: Mapping[str, tuple[str, str]] = {
     "1.35": ("aws_cdk.lambda_layer_kubectl_v35", "KubectlV35Layer"),
 }
 DEFAULT_KUBERNETES_VERSION = "1.34"
+# Without it, aws_eks_v2 makes the OIDC provider with a Lambda-backed custom resource: InferenceCluster sets it for
+# its own subtree, so the provider is the same with and without the app's feature flags.
+NATIVE_OIDC_PROVIDER_FLAG = "@aws-cdk/aws-eks:useNativeOidcProvider"
 CLUSTER_ROLE_MANAGED_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_ROLE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
 SYSTEM_ROOT_VOLUME_GIB = 20  # EKS's default disk size for managed node groups, as before the launch template
@@ -178,6 +181,8 @@ class InferenceCluster(Construct):
         creating the cluster fails
 
     The secrets key's policy names its principals (:func:`secrets_key_policy`): no ``kms:*`` for the account.
+    The cluster's IAM OIDC provider (``cluster.open_id_connect_provider``) is the native ``AWS::IAM::OIDCProvider``
+    whatever the app's feature flags (``@aws-cdk/aws-eks:useNativeOidcProvider`` is set on this construct).
 
     Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
     ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and ``device_plugin`` (None when not
@@ -203,6 +208,10 @@ class InferenceCluster(Construct):
         deployer_role_arns: Sequence[str] | None = None,
     ) -> None:
         super().__init__(scope, id)
+        # Decided here, not by the app's cdk.json: the cluster's IAM OIDC provider (which every IRSA role trusts) is
+        # the native AWS::IAM::OIDCProvider. aws_eks_v2 reads this flag when the provider is first asked for, from
+        # the cluster's scope up; set on this construct before any child exists, it holds for its subtree only.
+        self.node.set_context(NATIVE_OIDC_PROVIDER_FLAG, True)
         problems = Problems()
         check_inference_cluster(problems, cluster_name=cluster_name, kubernetes_version=kubernetes_version,
                                 endpoint_access=endpoint_access, admin_role_arns=admin_role_arns,

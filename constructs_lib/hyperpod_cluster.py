@@ -187,6 +187,7 @@ class HyperPodCluster(Construct):
             bucket_name=lifecycle_bucket_name,
             encryption_key=encryption_key,
             access_logs_bucket=access_logs_bucket,
+            name_property="lifecycle_bucket_name",
             # Without a log bucket, a prefix alone would make S3 log the bucket into itself.
             lifecycle_rules=[
                 s3.LifecycleRule(id="purge-replaced-scripts", noncurrent_version_expiration=Duration.days(30)),

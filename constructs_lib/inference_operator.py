@@ -31,7 +31,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.addons import cfn_addon, managed_addon
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
-from hyperpod_inference_iac.data_perimeter import ObjectAccess
+from hyperpod_inference_iac.data_perimeter import ObjectAccess, how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION, iam_role_name
@@ -213,6 +213,9 @@ class InferenceOperator(Construct):
                                                  service_account=account_name),
             description="Mountpoint for S3 CSI driver: read-only on the buckets the operator mounts",
         )
+        if s3_csi_role_name is None:  # a guarded bucket of another stack cannot name it: say which prop does
+            how_to_name(self.s3_csi_role, f"pass InferenceOperator(s3_csi_role_name=...) to {self.node.path}, the "
+                                          "Mountpoint for S3 CSI driver's role, which the allowlist then names")
         if tls_bucket_key is not None:
             grant_key_through_s3(self.s3_csi_role, tls_bucket_key, KMS_READ_ACTIONS, tls_arn)
         grant_object_reads(self.s3_csi_role, bucket_arn=tls_arn)

@@ -247,6 +247,14 @@ def test_each_error_code_names_key_path(code: str, path: str, change: Callable[[
     assert f"[{code}] {path}:" in str(caught.value)
 
 
+def test_plan_problems_name_the_config_files_keys() -> None:
+    """The plan's own rules on the platform (the add-on version) speak the file's keys to the app's user."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(_set("operator.addonVersion", "v1.3.0-eksbuild.1")))
+    (problem,) = [p for p in caught.value.problems if p.code == "OperatorVersion.FeatureUnavailable"]
+    assert "raise operator.addonVersion " in problem.message and "PlatformContext" not in problem.message
+
+
 def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
