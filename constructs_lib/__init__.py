@@ -27,10 +27,27 @@ one :class:`ConfigError`), warns about risky but legal choices (acknowledgeable 
 the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
-from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic, warn_alarm_topic
-from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
+from hyperpod_inference_iac.alarm_topic import (
+    AlarmTopic,
+    AlarmTopicOptions,
+    AlarmTopicProps,
+    check_alarm_topic,
+    warn_alarm_topic,
+)
+from hyperpod_inference_iac.alarms import (
+    AlarmNotifyOptions,
+    AlarmSettings,
+    AlarmWiringProps,
+    alarm_table,
+    describe_alarms,
+)
 from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync, check_api_key_rotation
-from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
+from hyperpod_inference_iac.capture_alarms import (
+    CaptureAlarms,
+    CaptureAlarmsOptions,
+    CaptureAlarmsProps,
+    check_capture_alarms,
+)
 from hyperpod_inference_iac.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
@@ -41,6 +58,8 @@ from hyperpod_inference_iac.capture_pipeline import (
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
+    CertificateAlarmsOptions,
+    CertificateAlarmsProps,
     check_certificate_alarms,
     warn_certificate_alarms,
 )
@@ -96,7 +115,11 @@ from hyperpod_inference_iac.network import (
     deploy_time_availability_zones,
     existing_vpc,
 )
-from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
+from hyperpod_inference_iac.platform_dashboard import (
+    PlatformDashboard,
+    PlatformDashboardProps,
+    check_platform_dashboard,
+)
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.regions import check_region
 from hyperpod_inference_iac.risks import WARNINGS, RiskWarning, RiskWarnings
@@ -117,6 +140,8 @@ from hyperpod_inference_iac.secrets_key import (
 )
 from hyperpod_inference_iac.sidecar_metrics import (
     CaptureSidecarMetrics,
+    CaptureSidecarMetricsOptions,
+    CaptureSidecarMetricsProps,
     check_capture_sidecar_metrics,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
@@ -133,15 +158,25 @@ __all__ = [
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
     "WARNINGS",
+    "AlarmNotifyOptions",
     "AlarmSettings",
     "AlarmTopic",
+    "AlarmTopicOptions",
+    "AlarmTopicProps",
+    "AlarmWiringProps",
     "ApiKeySync",
     "AwaitingDeploy",
     "CaptureAlarms",
+    "CaptureAlarmsOptions",
+    "CaptureAlarmsProps",
     "CapturePipeline",
     "CaptureSidecarMetrics",
+    "CaptureSidecarMetricsOptions",
+    "CaptureSidecarMetricsProps",
     "CaptureStorage",
     "CertificateAlarms",
+    "CertificateAlarmsOptions",
+    "CertificateAlarmsProps",
     "ClusterEndpointAccess",
     "ConfigError",
     "DeepHealthCheck",
@@ -165,6 +200,7 @@ __all__ = [
     "LocalStorageStrategy",
     "NodeRecovery",
     "PlatformDashboard",
+    "PlatformDashboardProps",
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",

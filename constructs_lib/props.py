@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -70,6 +72,9 @@ class Props:
 
     # The ConfigError's source names the construct: "GpuNodeGroup <node path>".
     CONSTRUCT: ClassVar[str] = ""
+    # A block of settings other props hold as one property (an alarm's: "alarm"): a config table shows such a
+    # property as one row, and in a config file the block's keys left out keep the holder's default for it.
+    BLOCK: ClassVar[str] = ""
 
     @classmethod
     def fields(cls) -> Iterator[dataclasses.Field[Any]]:
@@ -82,8 +87,14 @@ class Props:
     @classmethod
     def key_paths(cls, base: str, **renamed: str) -> KeyPaths:
         """A config file's view of these properties under ``base``: each named by its config key (``renamed``
-        overrides one, e.g. a key the app places elsewhere)."""
+        overrides one, e.g. a key the app places elsewhere); a block of props (:func:`block_props`) names its own
+        fields too, ``<name>.<field>`` (:meth:`KeyPaths.block` gives the block's view)."""
         names = {field.name: key for field in cls.config_fields() if (key := config_key(field))}
+        hints = typing.get_type_hints(cls)
+        for field in cls.config_fields():
+            if (block := block_props(hints[field.name])) is not None:
+                inner = block.key_paths("").names
+                names.update({f"{field.name}.{name}": f"{names[field.name]}.{key}" for name, key in inner.items()})
         return KeyPaths(base, {**names, **renamed})
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
@@ -94,12 +105,27 @@ class Props:
         self.check(problems)
         problems.raise_if_any(source)
 
-    def kwargs(self) -> dict[str, Any]:
-        """The properties as the construct's keyword arguments: ``GpuNodeGroup(scope, id, cluster=c, **o.kwargs())``."""
-        return {field.name: getattr(self, field.name) for field in self.fields()}
+    def kwargs(self, of: type[Props] | None = None) -> dict[str, Any]:
+        """The properties as the construct's keyword arguments: ``GpuNodeGroup(scope, id, cluster=c, **o.kwargs())``;
+        ``of``: only those of that class, a base of this one (a construct's options in an app's config section that
+        holds more)."""
+        return {field.name: getattr(self, field.name) for field in (of or self).fields()}
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def summary(self) -> str:
+        """How the docs show these props as a default value (a block's)."""
+        return ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in self.fields())
+
+
+def block_props(hint: Any) -> type[Props] | None:
+    """The props class of a property that holds one block of props (``AlarmSettings``, ``AlarmSettings | None``): a
+    config file gives it as a mapping of the block's keys."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    return hint if isinstance(hint, type) and issubclass(hint, Props) else None
 
 
 def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
@@ -110,6 +136,8 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     value = field.default
     if isinstance(value, enum.Enum):
         shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
+    elif isinstance(value, Props):
+        shown = value.summary()
     else:
         shown = f"`{value!r}`"
     return f"{shown} ({info.default_doc})" if info.default_doc else shown
@@ -122,18 +150,30 @@ def _config_type(annotation: str) -> str:
         return "list"
     if bare.startswith("Mapping["):
         return "map"
-    return {"str": "string", "int": "int", "bool": "bool"}.get(bare, "string")
+    # (a Duration is an integer of the unit its key names: periodMinutes)
+    return {"str": "string", "int": "int", "float": "number", "bool": "bool", "Duration": "int"}.get(bare, "string")
 
 
 def config_table(cls: type[Props], base: str) -> str:
     """The config file's view of a props class under ``base`` (``cluster.gpuNodeGroups[]``): key, kind, default,
-    meaning; what only Python code passes is left out."""
-    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    meaning; what only Python code passes is left out. A section of props (a block without ``BLOCK``) lists its own
+    keys under its key; a ``BLOCK`` (an alarm's settings) is one row, its keys in a table of their own."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_config_rows(cls, base)])
+
+
+def _config_rows(cls: type[Props], base: str) -> Iterator[str]:
+    hints = typing.get_type_hints(cls)
     for field in cls.config_fields():
-        key = config_key(field)
-        rows.append(f"| `{base}.{key}` | {_config_type(str(field.type))} | {default_text(field, config=True)} | "
-                    f"{info_of(field).doc} |")
-    return "\n".join(rows)
+        key = f"{base}.{config_key(field)}"
+        block = block_props(hints[field.name])
+        if block is not None and not block.BLOCK:
+            yield from _config_rows(block, key)
+            continue
+        kind = f"{block.BLOCK} block" if block is not None else _config_type(str(field.type))
+        default = default_text(field, config=True)
+        if cls.BLOCK and default == "required":
+            default = f"the {cls.BLOCK}'s"
+        yield f"| `{key}` | {kind} | {default} | {info_of(field).doc} |"
 
 
 def props_table(cls: type[Props]) -> str:
@@ -147,4 +187,9 @@ def props_table(cls: type[Props]) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["PropInfo", "Props", "config_key", "config_table", "prop", "props_table"]
+def listed(values: Sequence[Any]) -> Sequence[Any]:
+    """A list property as the props keep it: a tuple (frozen), a string as given (its rule says it is no list)."""
+    return values if isinstance(values, str) else tuple(values)
+
+
+__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "listed", "prop", "props_table"]

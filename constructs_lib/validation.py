@@ -175,6 +175,15 @@ class KeyPaths:
         """The paths of a nested block (an instance group, a list entry)."""
         return KeyPaths(self.at(prop, *more), dict(names or {}))
 
+    def block(self, prop: str) -> KeyPaths:
+        """The paths of a block of properties that ``prop`` holds (``Props.key_paths`` names its fields
+        ``<prop>.<field>``): this view's names for them, relative to the block, so a config file's keys stay its keys
+        inside the block and a Python consumer's stay the properties."""
+        own, prefix = self.names.get(prop, prop), f"{prop}."
+        names = {name.removeprefix(prefix): key.removeprefix(f"{own}.") for name, key in self.names.items()
+                 if name.startswith(prefix)}
+        return KeyPaths(self.at(prop), names)
+
 
 def is_unresolved(value: Any) -> bool:
     """True for a value CloudFormation resolves at deploy time (a CDK token, as a string, a number or a

@@ -21,10 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Duration
-
 from hyperpod_inference_iac import (
-    AlarmSettings,
     ClusterEndpointAccess,
     FlowLogTraffic,
     GpuNodeGroupOptions,
@@ -33,13 +30,8 @@ from hyperpod_inference_iac import (
     NodeRecovery,
     RedactionRule,
     RiskWarnings,
-    capture_alarms,
-    certificate_alarms,
-    check_alarm_topic,
     check_api_key_rotation,
-    check_capture_alarms,
     check_capture_pipeline,
-    check_capture_sidecar_metrics,
     check_capture_storage,
     check_certificate_alarms,
     check_endpoint_domain,
@@ -51,7 +43,6 @@ from hyperpod_inference_iac import (
     check_platform_vpc,
     check_region,
     check_tags,
-    sidecar_metrics,
     warn_alarm_topic,
     warn_capture_pipeline,
     warn_capture_storage,
@@ -109,28 +100,6 @@ _INSTANCE_GROUP_KEYS = {"instance_type": "instanceType", "instance_count": "inst
                         "threads_per_core": "threadsPerCore", "ebs_volume_gib": "ebsVolumeGiB",
                         "deep_health_checks": "deepHealthChecks"}
 _DOMAIN_KEYS = {"zone_name": "zoneName", "endpoint_domains": "endpointDomains", "certificate": "existingCertificateArn"}
-_SUBSCRIBER_KEYS = {"https_endpoints": "httpsEndpoints", "lambda_function_arns": "lambdaFunctionArns",
-                    "forward_to_topic_arns": "topicArns"}
-# Alarm blocks: config key -> (construct property, the construct's default settings).
-_CAPTURE_ALARMS = {
-    "failedMessages": ("failed_messages", capture_alarms.FAILED_MESSAGES),
-    "throttles": ("throttles", capture_alarms.THROTTLES),
-    "durationNearTimeout": ("duration_near_timeout", capture_alarms.DURATION_NEAR_TIMEOUT),
-    "backlogAge": ("backlog_age", capture_alarms.BACKLOG_AGE),
-    "quarantinedLines": ("quarantined_lines", capture_alarms.QUARANTINED_LINES),
-    "noCuratedOutput": ("no_curated_output", capture_alarms.NO_CURATED_OUTPUT),
-}
-_CERTIFICATE_ALARMS = {"daysToExpiry": ("days_to_expiry", certificate_alarms.DAYS_TO_EXPIRY)}
-_SIDECAR_ALARMS = {
-    "droppedRecords": ("dropped_records", sidecar_metrics.DROPPED_RECORDS),
-    "failedUploads": ("failed_uploads", sidecar_metrics.FAILED_UPLOADS),
-    "rejectedRequests": ("rejected_requests", sidecar_metrics.REJECTED_REQUESTS),
-    "noMetrics": ("no_metrics", sidecar_metrics.NO_METRICS),
-    "serverErrorRate": ("server_error_rate", sidecar_metrics.SERVER_ERROR_RATE),
-    "firstChunkP99": ("first_chunk_p99", sidecar_metrics.FIRST_CHUNK_P99),
-}
-_SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluation_periods": "evaluationPeriods",
-                 "datapoints_to_alarm": "datapointsToAlarm"}
 
 
 def load_config(path: str | Path) -> PlatformConfig:
@@ -204,13 +173,10 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
     warn_inference_cluster(warnings, KeyPaths("cluster", _CLUSTER_KEYS), endpoint_access=config.cluster.endpoint_access)
     alarms = config.alarms
     if alarms.enabled:
-        warn_alarm_topic(warnings, KeyPaths("alarms.subscribers", _SUBSCRIBER_KEYS), emails=alarms.emails,
-                         https_endpoints=alarms.https_endpoints, lambda_function_arns=alarms.lambda_function_arns,
-                         forward_to_topic_arns=alarms.topic_arns)
-        days_to_expiry = alarms.certificate.get("days_to_expiry", certificate_alarms.DAYS_TO_EXPIRY)
-        warn_certificate_alarms(
-            warnings, _alarm_paths(KeyPaths("alarms"), "alarms.certificate", _CERTIFICATE_ALARMS),
-            days_to_expiry=days_to_expiry)  # (None: that alarm is off, and so is its warning)
+        at = AlarmsConfig.key_paths("alarms")
+        warn_alarm_topic(warnings, at.block("subscribers"), **alarms.subscribers.kwargs())
+        warn_certificate_alarms(warnings, at.block("certificate"), **alarms.certificate.kwargs())
+        # (days_to_expiry None: that alarm is off, and so is its warning)
     plan = config.workloads
     for workload in (*plan.models, *plan.portable) if plan is not None else ():
         # (the app builds the sidecar image: never named by a movable tag)
@@ -437,82 +403,20 @@ def _domain(section: Section, environment: Environment) -> DomainConfig:
 
 
 def _alarms(section: Section, config: PlatformConfig) -> AlarmsConfig:
+    """The ``alarms:`` section, read as the alarm constructs' options (their keys, defaults and rules)."""
     problems = section.problems
-    subscribers = section.section("subscribers")
-    capture = section.section("capture")
-    certificate = section.section("certificate")
-    sidecar = section.section("sidecar")
-    alarms = AlarmsConfig(
-        enabled=section.boolean("enabled", default=True),
-        notify_on_ok=section.boolean("notifyOnOk", default=True),
-        runbook_url=section.string("runbookUrl"),
-        emails=tuple(subscribers.string_list("emails")),
-        https_endpoints=tuple(subscribers.string_list("httpsEndpoints")),
-        lambda_function_arns=tuple(subscribers.string_list("lambdaFunctionArns")),
-        topic_arns=tuple(subscribers.string_list("topicArns")),
-        capture=_alarm_blocks(capture, _CAPTURE_ALARMS),
-        certificate=_alarm_blocks(certificate, _CERTIFICATE_ALARMS),
-        sidecar_metrics=sidecar.boolean("cloudWatchAgent", default=True),
-        sidecar=_alarm_blocks(sidecar, _SIDECAR_ALARMS),
-        dashboard=section.boolean("dashboard", default=True),
-    )
-    for part in (subscribers, capture, certificate, sidecar, section):
-        part.finish()
-    prefix = config.project
-    check_alarm_topic(problems, KeyPaths(subscribers.path, _SUBSCRIBER_KEYS), topic_name=config.alarm_topic_name,
-                      emails=alarms.emails, https_endpoints=alarms.https_endpoints,
-                      lambda_function_arns=alarms.lambda_function_arns, forward_to_topic_arns=alarms.topic_arns)
-    naming = KeyPaths(section.path, {"runbook_url": "runbookUrl"})
-    check_capture_alarms(problems, _alarm_paths(naming, capture.path, _CAPTURE_ALARMS), alarm_name_prefix=prefix,
-                         runbook_url=alarms.runbook_url, **alarms.capture)  # type: ignore[arg-type]
-    # (The runbook link and the name prefix are shared: checked once, with the capture alarms.)
-    check_certificate_alarms(problems, _alarm_paths(naming, certificate.path, _CERTIFICATE_ALARMS),
-                             region=config.environment.region, certificate_arns=None, alarm_name_prefix=prefix,
-                             days_to_expiry=alarms.certificate.get("days_to_expiry"))
+    alarms = read_props(AlarmsConfig, section)
+    section.finish()
     if (config.domain.existing_certificate_arn and not problems.has_at_or_below("environment")
             and not problems.has_at_or_below("domain.existingCertificateArn")):  # (its region: EndpointDomain's)
         # The certificate the alarm watches is the config's: a problem with it is named after its key.
         check_certificate_alarms(problems, KeyPaths("domain", {"certificates.endpoints": "existingCertificateArn"}),
                                  region=config.environment.region,
                                  certificate_arns={"endpoints": config.domain.existing_certificate_arn},
-                                 alarm_name_prefix=prefix, days_to_expiry=None)
-    # (Cluster name and namespace are their own sections' values, checked there.)
-    check_capture_sidecar_metrics(problems, _alarm_paths(naming, sidecar.path, _SIDECAR_ALARMS), cluster_name=None,
-                                  namespace=None, role_name=config.sidecar_metrics_role_name,
-                                  alarm_name_prefix=prefix, **alarms.sidecar)  # type: ignore[arg-type]
+                                 alarm_name_prefix=config.project, days_to_expiry=None)
+    # (The names the app gives the topic, the alarms and the agent's role derive from `project`; the sidecars'
+    # cluster name and namespace are their own sections' values, checked there.)
     return alarms
-
-
-def _alarm_blocks(section: Section, blocks: Mapping[str, tuple[str, AlarmSettings]]) -> dict[str, AlarmSettings | None]:
-    """Each alarm block the file names, merged over the construct's defaults (``enabled: false``: None)."""
-    found: dict[str, AlarmSettings | None] = {}
-    for key, (prop, default) in blocks.items():
-        block = section.optional_section(key)
-        if block is None:
-            continue
-        enabled = block.boolean("enabled", default=True)
-        minutes = block.integer("periodMinutes")
-        settings = default.with_(
-            threshold=block.integer("threshold"),
-            period=None if minutes is None else Duration.minutes(max(minutes, 0)),
-            evaluation_periods=block.integer("evaluationPeriods"),
-            datapoints_to_alarm=block.integer("datapointsToAlarm"),
-        )
-        block.finish()
-        found[prop] = settings if enabled else None
-    return found
-
-
-def _alarm_paths(naming: KeyPaths, base: str, blocks: Mapping[str, tuple[str, AlarmSettings]]) -> KeyPaths:
-    """Key paths of one alarms section: each block's settings under its config key, the name prefix and runbook
-    link under ``alarms``."""
-    relative = base.removeprefix(f"{naming.base}.")
-    names = {"runbook_url": "runbookUrl"}
-    for key, (prop, _) in blocks.items():
-        names[prop] = f"{relative}.{key}"
-        for field, config_key in _SETTING_KEYS.items():
-            names[f"{prop}.{field}"] = f"{relative}.{key}.{config_key}"
-    return KeyPaths(naming.base, names)
 
 
 def _models(root: Section) -> list[ModelDeployment]:

@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
     DEFAULT_REDACTION_RULES,
-    AlarmSettings,
+    AlarmNotifyOptions,
+    AlarmTopicOptions,
+    CaptureAlarmsOptions,
+    CaptureSidecarMetricsOptions,
+    CertificateAlarmsOptions,
     ClusterEndpointAccess,
     DeepHealthCheck,
     FlowLogTraffic,
@@ -20,6 +24,7 @@ from hyperpod_inference_iac import (
     KeyPaths,
     NodeRecovery,
     PlatformValue,
+    Problems,
     RedactionRule,
     RiskWarning,
     S3Location,
@@ -28,6 +33,8 @@ from hyperpod_inference_iac import (
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 from hyperpod_inference_iac.patterns import iam_role_name
+from hyperpod_inference_iac.props import prop
+from hyperpod_inference_iac.validation import PROPS
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
 OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
@@ -136,22 +143,36 @@ class DomainConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlarmsConfig:
-    """The ``alarms:`` section: who is told, and when (each alarm's settings by its construct property; None:
-    that alarm is off). Empty mappings keep every construct default."""
+class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
+    """The ``alarms.sidecar`` section: whether the app runs the capture sidecars' metrics agent, and its alarms (the
+    construct's own options)."""
 
-    enabled: bool = True
-    notify_on_ok: bool = True
-    runbook_url: str | None = None
-    emails: tuple[str, ...] = ()
-    https_endpoints: tuple[str, ...] = ()
-    lambda_function_arns: tuple[str, ...] = ()
-    topic_arns: tuple[str, ...] = ()
-    capture: dict[str, AlarmSettings | None] = field(default_factory=dict)
-    certificate: dict[str, AlarmSettings] = field(default_factory=dict)
-    sidecar_metrics: bool = True
-    sidecar: dict[str, AlarmSettings | None] = field(default_factory=dict)
-    dashboard: bool = True
+    cloud_watch_agent: bool = prop(True, doc="Scrape the capture sidecars' `/metrics` into CloudWatch (only when a "
+                                             "portable server captures); `false`: neither the agent nor the sidecar "
+                                             "alarms.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmsConfig(AlarmNotifyOptions):
+    """The ``alarms:`` section: who is told, and when. Each part is the options of the construct it configures (their
+    keys, defaults and rules); the runbook link and ``notifyOnOk`` are every alarm construct's."""
+
+    enabled: bool = prop(True, doc="`false`: no topic, no alarm actions, no new alarms, no sidecar agent, no dashboard "
+                                   "(the pipeline keeps its two alarms, without actions).")
+    subscribers: AlarmTopicOptions = prop(AlarmTopicOptions(), doc="The alarm topic's subscribers.")
+    capture: CaptureAlarmsOptions = prop(CaptureAlarmsOptions(), doc="The alarms on the capture pipeline.")
+    certificate: CertificateAlarmsOptions = prop(CertificateAlarmsOptions(),
+                                                 doc="The endpoint certificate's expiry alarm.")
+    sidecar: SidecarAlarmsConfig = prop(SidecarAlarmsConfig(), doc="The capture sidecars' metrics agent and alarms.")
+    dashboard: bool = prop(True, doc="The CloudWatch dashboard `{project}`.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS, *, code: str | None = None) -> None:
+        """Each part's rules under its keys; the shared runbook link once, under the capture alarms' code."""
+        self.subscribers.check(problems, at.block("subscribers"))
+        super().check(problems, at, code=code or CaptureAlarmsOptions.CONSTRUCT)
+        self.capture.check(problems, at.block("capture"))
+        self.certificate.check(problems, at.block("certificate"))
+        self.sidecar.check(problems, at.block("sidecar"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,7 +261,7 @@ class PlatformConfig:
     @property
     def monitored_namespaces(self) -> tuple[str, ...] | None:
         """Where the app's capture sidecar metrics agent watches (its own namespace), or None without one."""
-        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar_metrics else None
+        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent else None
 
     @property
     def api_key_syncs(self) -> dict[str, SecretSync]:
@@ -333,4 +354,5 @@ __all__ = [
     "OperatorConfig",
     "PlatformConfig",
     "SecretsConfig",
+    "SidecarAlarmsConfig",
 ]

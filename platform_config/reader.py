@@ -14,7 +14,9 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from hyperpod_inference_iac.props import Props, config_key
+from aws_cdk import Duration
+
+from hyperpod_inference_iac.props import Props, block_props, config_key
 from hyperpod_inference_iac.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -30,6 +32,9 @@ from hyperpod_inference_iac.validation import (
 T = TypeVar("T")
 P = TypeVar("P", bound=Props)
 _MISSING: Any = object()
+# How read_props reads a Duration: the unit its key ends with (periodMinutes).
+_DURATION_UNITS: dict[str, Callable[[int], Duration]] = {
+    "Seconds": Duration.seconds, "Minutes": Duration.minutes, "Hours": Duration.hours, "Days": Duration.days}
 
 
 EMPTY_STRING = "Config.EmptyString"
@@ -109,6 +114,16 @@ class Section:
             return default
         return value
 
+    def number(self, key: str, *, required: bool = False, default: float | None = None) -> float | None:
+        """An integer or a decimal number (not a boolean), or ``default`` after a problem."""
+        value = self._get(key, required, default)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a number", value), value)
+            return default
+        return value
+
     def boolean(self, key: str, *, default: bool) -> bool:
         value = self._get(key, False, default)
         if value is _MISSING:
@@ -175,27 +190,67 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
+    A field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
+    block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also
+    takes ``enabled: false``, which makes it None.
 
     A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
     field are left out (one mistake, one problem), those about the other fields are all reported."""
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
     failed: list[str] = []
-    for field in cls.config_fields():
-        key = config_key(field)
-        assert key is not None
-        if field.name in given:
-            continue
-        before = len(section.problems)
-        values[field.name] = _read_field(section, key, hints[field.name], field)
-        if len(section.problems) != before:
-            failed.append(section.at(key))
-    props = cls(**values, **given)
+    props = _read_props(cls, section, given, failed)
     found = Problems()
     props.check(found, at or cls.key_paths(section.path))
     section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
                                                        for f in failed))
     return props
+
+
+def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
+                base: P | None = None) -> P:
+    """The config fields of ``cls`` read from ``section`` (defaults: ``base``'s values, else the class's); the key
+    path of each that could not be read goes to ``failed``."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in cls.config_fields():
+        key, name = config_key(field), field.name
+        assert key is not None
+        if name in given:
+            continue
+        if base is not None:  # (the holder's default block: its values are the defaults here)
+            field = dataclasses.field(default=getattr(base, name), metadata=field.metadata)
+        if (block := block_props(hints[name])) is not None:
+            values[name] = _read_block(block, section, key, hints[name], field, failed)
+            continue
+        before = len(section.problems)
+        values[name] = _read_field(section, key, hints[name], field)
+        if len(section.problems) != before:
+            failed.append(section.at(key))
+    return dataclasses.replace(base, **values, **given) if base is not None else cls(**values, **given)
+
+
+def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: dataclasses.Field[Any],
+                failed: list[str]) -> P | None:
+    """A block of props at ``key``: its keys over the field's default block; None when the field is optional and
+    the block says ``enabled: false`` (or the key is left out of an optional field without a default block)."""
+    default = field.default
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+    if "enabled" in {config_key(f) for f in cls.config_fields()}:
+        raise TypeError(f"{cls.__name__} has a field `enabled`: read_props reserves it to switch a block off")
+    if not section.has(key) or section.data[key] is None:
+        if default is not dataclasses.MISSING:
+            section.raw(key)
+            return default  # type: ignore[no-any-return]
+        section.section(key, required=True)  # (reported: a block is required here)
+        failed.append(section.at(key))
+        return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])  # (stand-ins, not reported)
+    before = len(section.problems)
+    block = section.section(key)
+    if len(section.problems) != before:  # not a mapping
+        failed.append(section.at(key))
+    enabled = block.boolean("enabled", default=True) if optional else True
+    props = _read_props(cls, block, {}, failed, default if isinstance(default, cls) else None)
+    block.finish()
+    return props if enabled else None
 
 
 def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
@@ -209,7 +264,17 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         return section.boolean(key, default=bool(default))
     if hint is int:
         value = section.integer(key, required=required, default=default)
-        return 0 if value is None else value
+        return 0 if value is None and required else value
+    if hint is float:
+        number = section.number(key, required=required, default=default)
+        return 0 if number is None and required else number
+    if hint is Duration:  # an integer of the unit the key names (periodMinutes); negative is 0, for the rules
+        unit = next((unit for unit in _DURATION_UNITS if key.endswith(unit)), None)
+        if unit is None:
+            raise TypeError(f"read_props reads a Duration from a key naming its unit ({', '.join(_DURATION_UNITS)}), "
+                            f"not {key}")
+        count = section.integer(key, required=required)
+        return default if count is None else _DURATION_UNITS[unit](max(count, 0))
     if hint is str:
         value = section.string(key, required=required, default=default)
         return "" if value is None and required else value

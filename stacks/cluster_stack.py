@@ -20,6 +20,7 @@ from hyperpod_inference_iac import (
     CaptureAlarms,
     CapturePipeline,
     CaptureSidecarMetrics,
+    CaptureSidecarMetricsOptions,
     CaptureStorage,
     CertificateAlarms,
     EndpointDomain,
@@ -185,18 +186,19 @@ class ClusterStack(Stack):
         wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
                   "notify_on_ok": alarms.notify_on_ok}
         certificates = {"endpoints": self.domain.certificate}
-        if "days_to_expiry" not in alarms.certificate or alarms.certificate["days_to_expiry"] is not None:
+        if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
-                                                        **wiring, **alarms.certificate)  # type: ignore[arg-type]
+                                                        **wiring, **alarms.certificate.kwargs())
         plan = config.workloads
-        if alarms.sidecar_metrics and plan is not None and plan.needs_sidecar_image:
+        if alarms.sidecar.cloud_watch_agent and plan is not None and plan.needs_sidecar_image:
             self.sidecar_metrics = CaptureSidecarMetrics(
                 self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
                 cluster_name=config.cluster.name, role_name=config.sidecar_metrics_role_name,
                 log_retention=retention_from_days(config.logging.retention_days),
                 # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
                 models=[p.name for p in plan.portable if p.capture is not None],
-                depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
+                depends_on=[self.workloads.namespace_manifest], **wiring,
+                **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),

@@ -54,7 +54,7 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
                      f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
     ]
     supporting = {"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)}
-    if config.alarms.enabled and config.alarms.sidecar_metrics and plan.needs_sidecar_image:
+    if config.alarms.enabled and config.alarms.sidecar.cloud_watch_agent and plan.needs_sidecar_image:
         # The same agent the cluster stack applies (CaptureSidecarMetrics), with its fixed role name.
         supporting["capture-sidecar-metrics"] = sidecar_metrics_manifests(
             namespace=config.operator.namespace, cluster_name=config.cluster.name, region=env.region,

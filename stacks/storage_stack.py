@@ -56,12 +56,11 @@ class StorageStack(Stack):
             # In this stack: the pipeline's own alarms notify it, and the cluster stack's alarms reference it.
             self.alarm_topic = AlarmTopic(
                 self, "AlarmTopic", topic_name=config.alarm_topic_name, display_name=f"{config.project} alarms",
-                emails=alarms.emails, https_endpoints=alarms.https_endpoints,
-                lambda_function_arns=alarms.lambda_function_arns, forward_to_topic_arns=alarms.topic_arns)
+                **alarms.subscribers.kwargs())
             self.capture_alarms = CaptureAlarms(
                 self, "CaptureAlarms", pipeline=self.pipeline, topic=self.alarm_topic, alarm_name_prefix=config.project,
                 runbook_url=alarms.runbook_url, notify_on_ok=alarms.notify_on_ok,
-                expected_tiers=config.capture_tiers, **alarms.capture)  # type: ignore[arg-type]
+                expected_tiers=config.capture_tiers, **alarms.capture.kwargs())
             CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hyperpod_inference_iac import CaptureStorage, PlatformValue
+from hyperpod_inference_iac import CaptureAlarmsOptions, CaptureStorage, PlatformValue
 from hyperpod_inference_iac.validation import ConfigError
 from platform_config import load_config, parse_config, read_stack_outputs
 from tests.support.synth import REPO, cli_env, run_cdk_synth
@@ -501,13 +501,15 @@ def test_alarm_blocks_override_only_the_keys_they_name_and_can_switch_an_alarm_o
                                          "throttles": {"enabled": False}}))
     _put("alarms.sidecar", {"cloudWatchAgent": False})(data)
     alarms = parse_config(data).alarms
-    no_output = alarms.capture["no_curated_output"]
+    no_output = alarms.capture.no_curated_output
     assert no_output is not None
     assert (no_output.threshold, no_output.period.to_seconds(), no_output.evaluation_periods) == (1, 3600, 24)
-    assert alarms.capture["throttles"] is None
-    assert set(alarms.capture) == {"no_curated_output", "throttles"}  # the others keep the construct defaults
-    assert alarms.sidecar_metrics is False
-    assert alarms.emails == ("ml-platform-oncall@example.com",)
+    assert alarms.capture.throttles is None
+    # The others keep the construct's defaults.
+    assert alarms.capture.replace(no_curated_output=None, throttles=None) == \
+        CaptureAlarmsOptions(no_curated_output=None, throttles=None)
+    assert alarms.sidecar.cloud_watch_agent is False
+    assert alarms.subscribers.emails == ("ml-platform-oncall@example.com",)
 
 
 def test_capture_tiers_are_the_tiers_some_workload_turns_on() -> None:
