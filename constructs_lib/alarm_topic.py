@@ -94,8 +94,9 @@ class AlarmTopicProps(AlarmTopicOptions):
         None, config=False,
         default_doc="a new key with rotation, whose policy lets the account administer it and CloudWatch (this "
                     "account) use it",
-        doc="The topic's key. A key you pass must allow `cloudwatch.amazonaws.com` `kms:GenerateDataKey*` and "
-            "`kms:Decrypt` in its own policy (one not made in this app is warned: `AlarmTopic:importedKey`).")
+        doc="The topic's key. A `kms.Key` of your app gets the CloudWatch statement added to its policy; an imported "
+            "key must already allow `cloudwatch.amazonaws.com` `kms:GenerateDataKey*` and `kms:Decrypt` (warned: "
+            "`AlarmTopic:importedKey`).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         topic_name = self.topic_name

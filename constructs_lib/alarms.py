@@ -58,8 +58,8 @@ class AlarmSettings(Props):
                                           "this is at most 7 days, at most 1 day for periods under an hour "
                                           "(CloudWatch's limit).")
     datapoints_to_alarm: int | None = prop(None, default_doc="all of them",
-                                           doc="How many of the evaluated periods must breach, from 1 to "
-                                               "`evaluation_periods`.")
+                                           doc="How many of the evaluated periods must breach, from 1 to their "
+                                               "number.")
 
     def with_(self, *, threshold: float | None = None, period: Duration | None = None,
               evaluation_periods: int | None = None, datapoints_to_alarm: int | None = None) -> AlarmSettings:

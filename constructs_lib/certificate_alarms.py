@@ -50,8 +50,8 @@ class CertificateAlarmsOptions(Props):
 
     days_to_expiry: AlarmSettings | None = alarm_prop(
         DAYS_TO_EXPIRY, threshold=(1, 365), unit="days left; fires below it",
-        doc="The fewest days a certificate has left in a period (ACM's `DaysToExpiry`, Minimum) below the threshold. "
-            "None: no alarm.")
+        doc="The fewest days a certificate has left in a period (ACM's `DaysToExpiry`, Minimum) below the threshold "
+            "(`LessThanThreshold`; missing data: missing, which notifies as INSUFFICIENT_DATA).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         check_alarm_blocks(self, problems, at, "CertificateAlarms")

@@ -56,8 +56,8 @@ class PlatformDashboardProps(Props):
     sidecar_metrics: CaptureSidecarMetrics | None = prop(None, config=False, default_doc="none",
                                                          doc="The capture sidecars' metrics (`CaptureSidecarMetrics`).")
     alarms: Sequence[cloudwatch.IAlarm] = prop(
-        (), config=False, doc="Shown in an alarm status widget at the top (alarms of another stack are referenced by "
-                              "their fixed names, without exports).")
+        (), config=False, doc="Shown in an alarm status widget at the top, most recently changed first (alarms of "
+                              "another stack are referenced by their fixed names, without exports).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         code = "PlatformDashboard"

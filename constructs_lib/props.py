@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from aws_cdk import Duration
+
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
 
 
@@ -134,10 +136,20 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
         return "required"
     value = field.default
+    if config and value is None:  # (a key left out: what the default means is all there is to say)
+        return info.default_doc or "\N{EN DASH}"
     if isinstance(value, enum.Enum):
         shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
     elif isinstance(value, Props):
         shown = value.summary()
+    elif isinstance(value, Duration):
+        shown = f"`{value.to_human_string()}`"
+    elif config and isinstance(value, bool):
+        shown = f"`{str(value).lower()}`"
+    elif config and isinstance(value, str):
+        shown = f"`{value}`"
+    elif config and isinstance(value, tuple):
+        shown = f"`[{', '.join(str(item) for item in value)}]`"
     else:
         shown = f"`{value!r}`"
     return f"{shown} ({info.default_doc})" if info.default_doc else shown
@@ -170,9 +182,8 @@ def _config_rows(cls: type[Props], base: str) -> Iterator[str]:
             yield from _config_rows(block, key)
             continue
         kind = f"{block.BLOCK} block" if block is not None else _config_type(str(field.type))
-        default = default_text(field, config=True)
-        if cls.BLOCK and default == "required":
-            default = f"the {cls.BLOCK}'s"
+        # (a block's key left out keeps the holder's default for it)
+        default = f"the {cls.BLOCK}'s" if cls.BLOCK else default_text(field, config=True)
         yield f"| `{key}` | {kind} | {default} | {info_of(field).doc} |"
 
 

@@ -288,15 +288,17 @@ class CaptureSidecarMetricsOptions(Props):
     no_metrics: AlarmSettings | None = alarm_prop(
         NO_METRICS, threshold=(1, 1000), unit="datapoints of the captured-records series per period, fires below",
         doc="The sidecars' series stop arriving (missing data breaches): the agent is down or hung, or no capture "
-            "sidecar runs in the namespace; without it a dead agent would leave the other alarms quiet.")
+            "sidecar runs in the namespace; without it a dead agent would leave the other alarms quiet. Switch it off "
+            "where servers scale to zero.")
     server_error_rate: AlarmSettings | None = alarm_prop(
         SERVER_ERROR_RATE, threshold=(0, 100), unit="percent of a model's responses that are 5xx",
         doc="Per model: its 5xx responses (the sidecar's own 502s included) in percent of all its responses, above "
-            "the threshold.")
+            "the threshold: `100 * errors / requests`.")
     first_chunk_p99: AlarmSettings | None = alarm_prop(
         FIRST_CHUNK_P99, threshold=(0, 1e9), unit="seconds",
-        doc="Per model: the p99 time to first chunk of its 2xx responses above the threshold (more than 1 % of the "
-            "responses slower than it), which must be one of the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: "
+        doc="Per model: the p99 time to first chunk of its 2xx responses above the threshold, `100 * (responses - "
+            "within) / responses > 1` (more than 1 % of the responses slower than it). The threshold must be one of "
+            "the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: "
             + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS) + ".")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
@@ -324,10 +326,11 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
     role_name: str | None = prop(None, config=False, default_doc="generated",
                                  doc="Fixed name of the agent's role, so GitOps manifests can name it.")
     log_retention: logs.RetentionDays = prop(logs.RetentionDays.ONE_MONTH, config=False,
-                                             doc="How long the agent's metric log events are kept.")
+                                             doc="How long the agent's metric log events are kept (the metrics stay 15 "
+                                                 "months).")
     image: str = prop(CLOUDWATCH_AGENT_IMAGE, config=False,
                       doc="The CloudWatch agent image, pinned by tag or digest (`CLOUDWATCH_AGENT_IMAGE`).")
-    scrape_interval: Duration = prop(ONE_MINUTE, config=False, default_doc="1 minute",
+    scrape_interval: Duration = prop(ONE_MINUTE, config=False,
                                      doc="How often each sidecar is scraped (10 s to 5 min, whole seconds).")
     models: Sequence[str] = prop((), config=False,
                                  doc="The served model names (each sidecar's `MODEL_NAME`, the `model` dimension) that "

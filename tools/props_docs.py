@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import hyperpod_inference_iac
+import platform_config.model as platform_model
 from hyperpod_inference_iac.props import Props, config_table, props_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,9 +22,10 @@ BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>\S+)
 
 
 def props_classes() -> dict[str, type[Props]]:
-    """Every props class the library exports, by name."""
-    return {name: value for name in hyperpod_inference_iac.__all__
-            if isinstance(value := getattr(hyperpod_inference_iac, name), type) and issubclass(value, Props)}
+    """Every props class the library exports, and those of the app's config model, by name."""
+    return {name: value for module in (hyperpod_inference_iac, platform_model) for name in module.__all__
+            if isinstance(value := getattr(module, name), type) and issubclass(value, Props)
+            and (module is hyperpod_inference_iac or value.__module__ == module.__name__)}  # (the model's own)
 
 
 def render(text: str, classes: dict[str, type[Props]]) -> str:
