@@ -78,7 +78,7 @@ from hyperpod_inference_iac.external_dns import (
     external_dns_release,
     external_dns_releases,
 )
-from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, check_github_deploy_role
+from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, GitHubDeployRoleProps, check_github_deploy_role
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
 from hyperpod_inference_iac.gpu_nodegroup import (
     GpuNodeGroup,
@@ -88,7 +88,12 @@ from hyperpod_inference_iac.gpu_nodegroup import (
     check_gpu_node_group,
 )
 from hyperpod_inference_iac.helm import HelmRelease
-from hyperpod_inference_iac.hugging_face_token import EXTERNAL_SECRETS, HuggingFaceTokenSync, SecretSync
+from hyperpod_inference_iac.hugging_face_token import (
+    EXTERNAL_SECRETS,
+    HuggingFaceTokenSync,
+    HuggingFaceTokenSyncProps,
+    SecretSync,
+)
 from hyperpod_inference_iac.hyperpod_cluster import (
     DeepHealthCheck,
     HyperPodCluster,
@@ -99,6 +104,7 @@ from hyperpod_inference_iac.hyperpod_cluster import (
 from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
 from hyperpod_inference_iac.inference_workloads import (
     InferenceWorkloads,
+    InferenceWorkloadsProps,
     sidecar_image_hash,
     sidecar_image_reference,
     sidecar_image_uri,
@@ -148,7 +154,12 @@ from hyperpod_inference_iac.sidecar_metrics import (
 )
 from hyperpod_inference_iac.tags import apply_tags, check_tags
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
-from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
+from hyperpod_inference_iac.workload_identity import (
+    IdentityBinding,
+    WorkloadIdentity,
+    WorkloadIdentityProps,
+    check_workload_identity,
+)
 
 __version__ = "0.3.0"
 
@@ -184,16 +195,19 @@ __all__ = [
     "ExternalDns",
     "FlowLogTraffic",
     "GitHubDeployRole",
+    "GitHubDeployRoleProps",
     "GpuNodeGroup",
     "GpuNodeGroupOptions",
     "GpuNodeGroupProps",
     "HelmRelease",
     "HuggingFaceTokenSync",
+    "HuggingFaceTokenSyncProps",
     "HyperPodCluster",
     "IdentityBinding",
     "InferenceCluster",
     "InferenceOperator",
     "InferenceWorkloads",
+    "InferenceWorkloadsProps",
     "InstanceGroup",
     "KeyPaths",
     "LambdaLogRetention",
@@ -220,6 +234,7 @@ __all__ = [
     "StagedManifests",
     "VpcFlowLogs",
     "WorkloadIdentity",
+    "WorkloadIdentityProps",
     "add_flow_logs",
     "alarm_table",
     "api_key_sync",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import cdk8s
 from aws_cdk import Annotations, App, CfnResource, DefaultStackSynthesizer, Stack
@@ -37,9 +38,10 @@ from hyperpod_inference_iac.charts.plan import (
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.risks import RiskWarnings, is_private_range
 from hyperpod_inference_iac.s3_access import bucket_arn
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved, join_path
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
@@ -77,27 +79,75 @@ def sidecar_image_uri(stack: Stack, asset: ecr_assets.DockerImageAsset) -> str:
     return sidecar_image_reference(stack.account, stack.region, asset.asset_hash)
 
 
+@dataclass(frozen=True, kw_only=True)
+class InferenceWorkloadsProps(Props):
+    """:class:`InferenceWorkloads`' properties (only Python code passes them; the app's come from its config and its
+    other constructs). The plan was checked by ``plan_workloads``; what the construct adds is in :meth:`check`."""
+
+    CONSTRUCT: ClassVar[str] = "InferenceWorkloads"
+
+    cluster: eks.ICluster = prop(config=False, doc="The `aws_eks_v2` cluster (its kubectl provider applies the "
+                                                   "manifests).")
+    plan: WorkloadPlan = prop(config=False, doc="What to deploy, from `plan_workloads`.")
+    capture_bucket: s3.IBucket | None = prop(None, config=False, default_doc="none",
+                                             doc="The platform's capture bucket, when the plan captures into it "
+                                                 "(`PlatformValue.CAPTURE_BUCKET`).")
+    capture_key: kms.IKey | None = prop(None, config=False, default_doc="none",
+                                        doc="The key of that bucket (`PlatformValue.CAPTURE_KEY_ID`, rendered as its "
+                                            "key ARN).")
+    tls_bucket: s3.IBucket | None = prop(None, config=False, default_doc="none",
+                                         doc="The operator's TLS output bucket, when the plan uses `endpointDomain`.")
+    certificate: acm.ICertificate | None = prop(None, config=False, default_doc="none",
+                                                doc="The platform certificate, when the plan uses `endpointDomain`.")
+    hosted_zone: route53.IHostedZone | None = prop(None, config=False, default_doc="none",
+                                                   doc="The platform zone, when the plan uses `endpointDomain`.")
+    known_values: Mapping[PlatformValue, str] | None = prop(
+        None, config=False, default_doc="none",
+        doc="Platform values known before deploy (deterministic names). They win over the tokens of the objects "
+            "above, so the applied manifests equal the GitOps ones.")
+    sidecar_image: str | None = prop(
+        None, config=False,
+        default_doc="an image asset built at deploy time from the package's `hyperpod_inference_iac.sidecar` context, "
+                    "when the plan needs one",
+        doc="The capture sidecar's image URI.")
+    binding: IdentityBinding = prop(IdentityBinding.IRSA, config=False,
+                                    doc="How identities bind to service accounts. Container-scoped identities (an NVMe "
+                                        "loader, a capture sidecar) need `IRSA`.")
+    depends_on: Sequence[IConstruct] = prop((), config=False,
+                                            doc="What the namespace manifest, and so every manifest, waits for (the "
+                                                "operator add-on, the device plugin, nodes).")
+    external_dns: IConstruct | None = prop(None, config=False, default_doc="none",
+                                           doc="Waited for by manifests whose Service publishes a hostname: the "
+                                               "[ExternalDns](external-dns.md) construct (its releases are its "
+                                               "children).")
+    secret_sync: IConstruct | None = prop(None, config=False, default_doc="none",
+                                          doc="Waited for by models whose Hugging Face source reads a token Secret.")
+    namespace_labels: Mapping[str, str] | None = prop(None, config=False, default_doc="none",
+                                                      doc="Labels of the namespace.")
+    monitored_namespaces: Sequence[str] | None = prop(
+        None, config=False, default_doc="not checked",
+        doc="Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches capture sidecars. A capturing "
+            "portable server in another namespace is warned (`captureNotMonitored`): its lost records and 5xx would "
+            "not be alarmed.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """A container-scoped identity needs IRSA (each problem at the identity's role name)."""
+        binding = self.binding
+        if binding in IdentityBinding._value2member_map_ and IdentityBinding(binding) is IdentityBinding.IRSA:
+            return
+        for identity in self.plan.identities:
+            if identity.scope is CredentialScope.POD:
+                continue
+            problems.add("InferenceWorkloads.ContainerIdentityNeedsIrsa", identity.role_name,
+                         f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
+                         "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model "
+                         "server among them, the same role): use IdentityBinding.IRSA", str(binding))
+
+
 class InferenceWorkloads(Construct):
     """The workloads of one plan on ``cluster``.
 
-    :param cluster: the ``aws_eks_v2`` cluster.
-    :param plan: what to deploy (:func:`~hyperpod_inference_iac.charts.plan.plan_workloads`).
-    :param capture_bucket: the platform's capture bucket, when the plan captures into it. @default none
-    :param capture_key: the key of that bucket. @default none
-    :param tls_bucket: the operator's TLS output bucket, when the plan uses ``endpointDomain``. @default none
-    :param certificate: the platform certificate, when the plan uses ``endpointDomain``. @default none
-    :param hosted_zone: the platform zone, when the plan uses ``endpointDomain``. @default none
-    :param known_values: platform values known before deploy (deterministic names), preferred to the
-        tokens of the objects above so the applied manifests equal the GitOps ones. @default none
-    :param sidecar_image: the capture sidecar's image URI. @default an image asset built at deploy time
-        from the context shipped in this package (``hyperpod_inference_iac.sidecar``)
-    :param binding: how identities bind to service accounts. @default IRSA
-    :param depends_on: what every manifest waits for (the operator add-on, the device plugin, nodes).
-    :param external_dns: waited for by manifests whose Service publishes a hostname. @default none
-    :param secret_sync: waited for by models that read a synced token Secret. @default none
-    :param namespace_labels: labels of the namespace. @default none
-    :param monitored_namespaces: where a CaptureSidecarMetrics agent watches capture sidecars; a capturing portable
-        server elsewhere is warned (``captureNotMonitored``). @default None: not checked
+    Properties: :class:`InferenceWorkloadsProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Container-scoped identities (a portable server's loader and sidecar, an operator model's NVMe loader) trust
     their own token audience; on a cluster built in this app (``aws_eks_v2.Cluster``) the audiences are added to its
@@ -109,6 +159,8 @@ class InferenceWorkloads(Construct):
     manifests were rendered with), ``sidecar_image`` (the asset, when built here).
     """
 
+    PROPS: ClassVar[type[Props]] = InferenceWorkloadsProps
+
     def __init__(
         self,
         scope: Construct,
@@ -116,21 +168,28 @@ class InferenceWorkloads(Construct):
         *,
         cluster: eks.ICluster,
         plan: WorkloadPlan,
-        capture_bucket: s3.IBucket | None = None,
-        capture_key: kms.IKey | None = None,
-        tls_bucket: s3.IBucket | None = None,
-        certificate: acm.ICertificate | None = None,
-        hosted_zone: route53.IHostedZone | None = None,
-        known_values: Mapping[PlatformValue, str] | None = None,
-        sidecar_image: str | None = None,
-        binding: IdentityBinding = IdentityBinding.IRSA,
-        depends_on: Sequence[IConstruct] = (),
-        external_dns: IConstruct | None = None,
-        secret_sync: IConstruct | None = None,
-        namespace_labels: Mapping[str, str] | None = None,
-        monitored_namespaces: Sequence[str] | None = None,
+        capture_bucket: s3.IBucket | None = InferenceWorkloadsProps.capture_bucket,
+        capture_key: kms.IKey | None = InferenceWorkloadsProps.capture_key,
+        tls_bucket: s3.IBucket | None = InferenceWorkloadsProps.tls_bucket,
+        certificate: acm.ICertificate | None = InferenceWorkloadsProps.certificate,
+        hosted_zone: route53.IHostedZone | None = InferenceWorkloadsProps.hosted_zone,
+        known_values: Mapping[PlatformValue, str] | None = InferenceWorkloadsProps.known_values,
+        sidecar_image: str | None = InferenceWorkloadsProps.sidecar_image,
+        binding: IdentityBinding = InferenceWorkloadsProps.binding,
+        depends_on: Sequence[IConstruct] = InferenceWorkloadsProps.depends_on,
+        external_dns: IConstruct | None = InferenceWorkloadsProps.external_dns,
+        secret_sync: IConstruct | None = InferenceWorkloadsProps.secret_sync,
+        namespace_labels: Mapping[str, str] | None = InferenceWorkloadsProps.namespace_labels,
+        monitored_namespaces: Sequence[str] | None = InferenceWorkloadsProps.monitored_namespaces,
     ) -> None:
         super().__init__(scope, id)
+        self.props = props = InferenceWorkloadsProps(
+            cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,
+            certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
+            binding=binding, depends_on=tuple(depends_on), external_dns=external_dns, secret_sync=secret_sync,
+            namespace_labels=namespace_labels,
+            monitored_namespaces=None if monitored_namespaces is None else tuple(monitored_namespaces))
+        props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
         stack = Stack.of(self)
         self.plan = plan
         self._capture_bucket, self._capture_key = capture_bucket, capture_key
@@ -152,8 +211,7 @@ class InferenceWorkloads(Construct):
         self.values = PlatformValues(dict(known_values or {})).merged(from_objects)
 
         container_scoped = [i for i in plan.identities if i.scope is not CredentialScope.POD]
-        if container_scoped:
-            _check_binding(self, binding, container_scoped)
+        if container_scoped:  # (each with IRSA: InferenceWorkloadsProps.check)
             register_token_audiences(self, cluster, sorted({i.audience for i in container_scoped}))
         self.identities = {identity.role_name: self._identity(cluster, identity, binding)
                            for identity in plan.identities}
@@ -267,18 +325,6 @@ def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences:
         f"the cluster's OIDC provider must accept the token audiences {', '.join(audiences)} (the NVMe loaders' and "
         "capture sidecars' own): add each as a client ID (aws iam add-client-id-to-open-id-connect-provider), then "
         "acknowledge this warning")
-
-
-def _check_binding(scope: Construct, binding: IdentityBinding, identities: Sequence[IdentityPlan]) -> None:
-    if IdentityBinding(binding) is IdentityBinding.IRSA:
-        return
-    problems = Problems()
-    for identity in identities:
-        problems.add("InferenceWorkloads.ContainerIdentityNeedsIrsa", identity.role_name,
-                     f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
-                     "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model server "
-                     "among them, the same role): use IdentityBinding.IRSA", str(binding))
-    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
 def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload, *,
@@ -404,5 +450,5 @@ def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformVa
     problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
-__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_hash", "sidecar_image_reference", "sidecar_image_uri",
-           "warn_workload"]
+__all__ = ["AwaitingDeploy", "InferenceWorkloads", "InferenceWorkloadsProps", "sidecar_image_hash",
+           "sidecar_image_reference", "sidecar_image_uri", "warn_workload"]
