@@ -98,8 +98,8 @@ class InferenceClusterOptions(Props):
                                                       "run models.")
     enforce_network_policies: bool = prop(
         True, doc="Manage the `vpc-cni` EKS add-on with `{\"enableNetworkPolicy\": \"true\"}`, so Kubernetes "
-                  "`NetworkPolicy` objects (such as the portable servers') are enforced. `False` creates no add-on and "
-                  "leaves the VPC CNI as EKS bootstrapped it (self-managed, policies not enforced).")
+                  "`NetworkPolicy` objects (such as the portable servers') are enforced. Off, no add-on: the VPC CNI "
+                  "stays as EKS bootstrapped it (self-managed, policies not enforced).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         cluster_name = self.cluster_name

@@ -93,9 +93,8 @@ class InferenceOperatorOptions(Props):
     addon_version: str = prop(
         DEFAULT_ADDON_VERSION, default_doc="`DEFAULT_ADDON_VERSION`, operator 3.3",
         doc="Pinned version of the `amazon-sagemaker-hyperpod-inference` add-on; every workload may use only the "
-            "features this version has ([operator-versions.md](../operator-versions.md)). The dependency add-ons "
-            "take EKS's default for the cluster's Kubernetes minor (pinning those too would break on each EKS "
-            "release).")
+            "features this version has (docs/operator-versions.md). The dependency add-ons take EKS's default for "
+            "the cluster's Kubernetes minor (pinning those too would break on each EKS release).")
     enable_custom_service_accounts: bool = prop(
         False, doc="The add-on's `enableCustomServiceAccounts`: workloads may run under their own labelled service "
                    "accounts.")

@@ -134,10 +134,14 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
         return "required"
     value = field.default
+    if config and value is None:  # (a key left out: what the default means is all there is to say)
+        return info.default_doc or "\N{EN DASH}"
     if isinstance(value, enum.Enum):
         shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
     elif config and isinstance(value, bool):
         shown = f"`{str(value).lower()}`"
+    elif config and isinstance(value, str):
+        shown = f"`{value}`"
     elif config and isinstance(value, tuple):
         shown = f"`[{', '.join(str(item) for item in value)}]`"
     else:
