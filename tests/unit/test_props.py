@@ -244,3 +244,14 @@ def test_a_missing_field_of_a_list_entry_is_one_problem() -> None:
         parse_config(_with(_delete("hyperpod.instanceGroups.0.instanceType")))
     assert [(p.code, p.path) for p in caught.value.problems] == [
         ("Config.MissingKey", "hyperpod.instanceGroups[0].instanceType")]
+
+
+def test_the_flow_logs_row_states_the_declared_defaults() -> None:
+    """``network.flowLogs`` sits beside the VPC kind, so its row is written by hand (the generated tables leave it
+    out): it must say each kind's declared default."""
+    rows = [line for line in (REPO / "docs" / "configuration.md").read_text().splitlines()
+            if line.startswith("| `network.flowLogs` |")]
+    assert len(rows) == 1
+    assert hyperpod_inference_iac.PlatformVpcOptions.flow_log_traffic == "ALL"
+    assert hyperpod_inference_iac.ExistingVpcOptions.flow_log_traffic is None
+    assert "`ALL` with `newVpc`, `off` with `existingVpc`" in rows[0]
