@@ -49,12 +49,20 @@ from hyperpod_inference_iac.eks_cluster import (
     NVIDIA_DEVICE_PLUGIN,
     ClusterEndpointAccess,
     InferenceCluster,
+    InferenceClusterOptions,
+    InferenceClusterProps,
     check_inference_cluster,
     warn_inference_cluster,
 )
-from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
+from hyperpod_inference_iac.endpoint_domain import (
+    EndpointDomain,
+    EndpointDomainOptions,
+    EndpointDomainProps,
+    check_endpoint_domain,
+)
 from hyperpod_inference_iac.external_dns import (
     ExternalDns,
+    ExternalDnsProps,
     check_external_dns,
     external_dns_release,
     external_dns_releases,
@@ -73,11 +81,18 @@ from hyperpod_inference_iac.hugging_face_token import EXTERNAL_SECRETS, HuggingF
 from hyperpod_inference_iac.hyperpod_cluster import (
     DeepHealthCheck,
     HyperPodCluster,
+    HyperPodClusterOptions,
+    HyperPodClusterProps,
     InstanceGroup,
     NodeRecovery,
     check_hyperpod_cluster,
 )
-from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
+from hyperpod_inference_iac.inference_operator import (
+    InferenceOperator,
+    InferenceOperatorOptions,
+    InferenceOperatorProps,
+    check_inference_operator,
+)
 from hyperpod_inference_iac.inference_workloads import (
     InferenceWorkloads,
     sidecar_image_hash,
@@ -87,8 +102,12 @@ from hyperpod_inference_iac.inference_workloads import (
 )
 from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
 from hyperpod_inference_iac.network import (
+    ExistingVpcOptions,
+    ExistingVpcProps,
     FlowLogTraffic,
     PlatformVpc,
+    PlatformVpcOptions,
+    PlatformVpcProps,
     VpcFlowLogs,
     add_flow_logs,
     check_existing_vpc,
@@ -146,7 +165,12 @@ __all__ = [
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
+    "EndpointDomainOptions",
+    "EndpointDomainProps",
+    "ExistingVpcOptions",
+    "ExistingVpcProps",
     "ExternalDns",
+    "ExternalDnsProps",
     "FlowLogTraffic",
     "GitHubDeployRole",
     "GpuNodeGroup",
@@ -155,9 +179,15 @@ __all__ = [
     "HelmRelease",
     "HuggingFaceTokenSync",
     "HyperPodCluster",
+    "HyperPodClusterOptions",
+    "HyperPodClusterProps",
     "IdentityBinding",
     "InferenceCluster",
+    "InferenceClusterOptions",
+    "InferenceClusterProps",
     "InferenceOperator",
+    "InferenceOperatorOptions",
+    "InferenceOperatorProps",
     "InferenceWorkloads",
     "InstanceGroup",
     "KeyPaths",
@@ -168,6 +198,8 @@ __all__ = [
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",
+    "PlatformVpcOptions",
+    "PlatformVpcProps",
     "Prerequisite",
     "Problem",
     "Problems",

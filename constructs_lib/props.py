@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -80,11 +82,22 @@ class Props:
         return (field for field in cls.fields() if config_key(field) is not None)
 
     @classmethod
+    def key_names(cls) -> dict[str, str]:
+        """Each config field's key by its name; for a list of props, also each entry's keys as
+        ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), so one view names every nested key too."""
+        hints = typing.get_type_hints(cls)
+        names: dict[str, str] = {}
+        for field in cls.config_fields():
+            names[field.name] = config_key(field)  # type: ignore[assignment]
+            if (item := item_props(hints[field.name])) is not None:
+                names.update({f"{field.name}[].{name}": key for name, key in item.key_names().items()})
+        return names
+
+    @classmethod
     def key_paths(cls, base: str, **renamed: str) -> KeyPaths:
         """A config file's view of these properties under ``base``: each named by its config key (``renamed``
         overrides one, e.g. a key the app places elsewhere)."""
-        names = {field.name: key for field in cls.config_fields() if (key := config_key(field))}
-        return KeyPaths(base, {**names, **renamed})
+        return KeyPaths(base, {**cls.key_names(), **renamed})
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """Every rule of these properties, each problem under ``at``'s name for it."""
@@ -94,12 +107,25 @@ class Props:
         self.check(problems)
         problems.raise_if_any(source)
 
-    def kwargs(self) -> dict[str, Any]:
-        """The properties as the construct's keyword arguments: ``GpuNodeGroup(scope, id, cluster=c, **o.kwargs())``."""
-        return {field.name: getattr(self, field.name) for field in self.fields()}
+    def kwargs(self, of: type[Props] | None = None) -> dict[str, Any]:
+        """The properties as the construct's keyword arguments: ``GpuNodeGroup(scope, id, cluster=c, **o.kwargs())``;
+        ``of``: only those of that class, a base of this one (a construct's options in an app's config section that
+        holds more)."""
+        return {field.name: getattr(self, field.name) for field in (of or self).fields()}
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def item_props(hint: Any) -> type[Props] | None:
+    """The props class of a list of props (``Sequence[InstanceGroup]``, ``tuple[X, ...]``, optional or not)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
+    if typing.get_origin(hint) in (tuple, list, Sequence):
+        item = typing.get_args(hint)[0] if typing.get_args(hint) else None
+        if isinstance(item, type) and issubclass(item, Props):
+            return item
+    return None
 
 
 def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
@@ -108,8 +134,16 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
         return "required"
     value = field.default
+    if config and value is None:  # (a key left out: what the default means is all there is to say)
+        return info.default_doc or "\N{EN DASH}"
     if isinstance(value, enum.Enum):
         shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
+    elif config and isinstance(value, bool):
+        shown = f"`{str(value).lower()}`"
+    elif config and isinstance(value, str):
+        shown = f"`{value}`"
+    elif config and isinstance(value, tuple):
+        shown = f"`[{', '.join(str(item) for item in value)}]`"
     else:
         shown = f"`{value!r}`"
     return f"{shown} ({info.default_doc})" if info.default_doc else shown
@@ -125,12 +159,15 @@ def _config_type(annotation: str) -> str:
     return {"str": "string", "int": "int", "bool": "bool"}.get(bare, "string")
 
 
-def config_table(cls: type[Props], base: str) -> str:
+def config_table(cls: type[Props], base: str, *, leave_out: Sequence[str] = ()) -> str:
     """The config file's view of a props class under ``base`` (``cluster.gpuNodeGroups[]``): key, kind, default,
-    meaning; what only Python code passes is left out."""
+    meaning; what only Python code passes is left out, and so are the keys ``leave_out`` names (a key the file
+    places elsewhere, documented there)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for field in cls.config_fields():
         key = config_key(field)
+        if key in leave_out:
+            continue
         rows.append(f"| `{base}.{key}` | {_config_type(str(field.type))} | {default_text(field, config=True)} | "
                     f"{info_of(field).doc} |")
     return "\n".join(rows)
@@ -147,4 +184,4 @@ def props_table(cls: type[Props]) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["PropInfo", "Props", "config_key", "config_table", "prop", "props_table"]
+__all__ = ["PropInfo", "Props", "config_key", "config_table", "item_props", "prop", "props_table"]

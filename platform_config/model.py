@@ -7,19 +7,21 @@ known before deploy and manifests outside CDK never hold tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
     DEFAULT_REDACTION_RULES,
     AlarmSettings,
-    ClusterEndpointAccess,
     DeepHealthCheck,
-    FlowLogTraffic,
+    EndpointDomainOptions,
+    ExistingVpcOptions,
     GpuNodeGroupOptions,
-    InstanceGroup,
-    KeyPaths,
-    NodeRecovery,
+    HyperPodClusterOptions,
+    InferenceClusterOptions,
+    InferenceOperatorOptions,
     PlatformValue,
+    PlatformVpcOptions,
     RedactionRule,
     RiskWarning,
     S3Location,
@@ -27,7 +29,9 @@ from hyperpod_inference_iac import (
     api_key_sync,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
-from hyperpod_inference_iac.patterns import iam_role_name
+from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, iam_role_name
+from hyperpod_inference_iac.props import prop
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
 OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
@@ -84,55 +88,74 @@ class SecretsConfig:
     api_key_rotation_days: int = 30
 
 
-@dataclass(frozen=True, kw_only=True)
-class NewVpc:
-    cidr: str = "10.42.0.0/16"
-    max_azs: int = 2
-    nat_gateways: int = 1
-    flow_log_traffic: FlowLogTraffic | None = FlowLogTraffic.ALL  # None: no flow log
+# The sections that are a construct's options, as the construct declares them (keys, types, defaults, rules):
+# ``network.newVpc`` / ``network.existingVpc`` (each with ``network.flowLogs`` beside it) and ``hyperpod``.
+NewVpc = PlatformVpcOptions
+ExistingVpc = ExistingVpcOptions
+HyperPodConfig = HyperPodClusterOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExistingVpc:
-    vpc_id: str
-    availability_zones: tuple[str, ...]
-    private_subnet_ids: tuple[str, ...]
-    vpc_cidr: str
-    flow_log_traffic: FlowLogTraffic | None = None  # off: the VPC's owners usually log it already
+class ClusterConfig(InferenceClusterOptions):
+    """The ``cluster`` section: the inference cluster's options and its GPU node groups."""
+
+    gpu_node_groups: tuple[GpuNodeGroupOptions, ...] = prop(
+        doc="At least one, names unique; each entry is the options of a GpuNodeGroup (`GpuNodeGroupOptions`, below).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        groups = self.gpu_node_groups
+        if not groups:
+            problems.add("Config.TooFewItems", at.at("gpu_node_groups"), "needs at least 1 item(s)", [])
+        for index, group in enumerate(groups):
+            group.check(problems, at.child("gpu_node_groups", index))
+        names = [group.name for group in groups]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.add("Cluster.DuplicateNodeGroup", at.at("gpu_node_groups"), "node group names must be unique",
+                         name)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterConfig:
-    name: str
-    kubernetes_version: str
-    endpoint_access: ClusterEndpointAccess
-    admin_role_arns: tuple[str, ...]
-    system_instance_type: str
-    gpu_node_groups: tuple[GpuNodeGroupOptions, ...]  # the construct's own options: its keys, defaults and rules
-    enforce_network_policies: bool = True
+class OperatorConfig(InferenceOperatorOptions):
+    """The ``operator`` section: the operator's options, the namespace the plan puts workloads in, and the gated-model
+    role the stack passes to the operator as a role."""
+
+    namespace: str = prop("inference", key="inferenceNamespace",
+                          doc="Namespace of the model deployments (the workload plan's; a workload may name its own).")
+    gated_model_download_role_arn: str | None = prop(
+        None, key="jumpstartGatedModelDownloadRoleArn", default_doc="created when a gated model needs it",
+        doc="An existing role for the add-on's `jumpstartGatedModelDownloadRoleArn`; without it the platform creates "
+            "one when a `gated: true` JumpStart model needs it.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        arn = self.gated_model_download_role_arn
+        if arn is not None and not re.fullmatch(IAM_ROLE_ARN.pattern, arn):
+            problems.add("Config.BadFormat", at.at("gated_model_download_role_arn"),
+                         "must be an IAM role ARN (the add-on's jumpstartGatedModelDownloadRoleArn)", arn)
 
 
 @dataclass(frozen=True, kw_only=True)
-class HyperPodConfig:
-    cluster_name: str
-    node_recovery: NodeRecovery
-    instance_groups: tuple[InstanceGroup, ...]
+class DomainConfig(EndpointDomainOptions):
+    """The ``domain`` section: the endpoint domain's options, and the zone and certificate to use instead of new ones
+    (the stack imports them by id and ARN)."""
 
+    existing_hosted_zone_id: str | None = prop(None, key="existingHostedZoneId", default_doc="a new public zone",
+                                               doc="Use this Route 53 zone instead of creating one (no lookup).")
+    existing_certificate_arn: str | None = prop(
+        None, key="existingCertificateArn", default_doc="a new DNS-validated certificate",
+        doc="Use this ACM certificate instead of creating one; it must be in `environment.account` and "
+            "`environment.region` (ACM certificates cannot be shared between accounts; load balancers use their own "
+            "region's).")
 
-@dataclass(frozen=True, kw_only=True)
-class OperatorConfig:
-    addon_version: str
-    enable_custom_service_accounts: bool
-    namespace: str
-    gated_model_download_role_arn: str | None = None  # else created when a gated JumpStart model needs it
-
-
-@dataclass(frozen=True, kw_only=True)
-class DomainConfig:
-    zone_name: str
-    existing_hosted_zone_id: str | None
-    endpoint_domains: tuple[str, ...]
-    existing_certificate_arn: str | None
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        zone_id, arn = self.existing_hosted_zone_id, self.existing_certificate_arn
+        if zone_id is not None and not re.fullmatch(HOSTED_ZONE_ID.pattern, zone_id):
+            problems.add("Config.BadFormat", at.at("existing_hosted_zone_id"),
+                         "must be a Route 53 hosted zone id such as Z0123456789ABC", zone_id)
+        if arn is not None and not re.fullmatch(ACM_CERTIFICATE_ARN.pattern, arn):
+            problems.add("Config.BadFormat", at.at("existing_certificate_arn"), "must be an ACM certificate ARN", arn)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,12 +324,13 @@ class PlatformConfig:
         """What the workloads need to know about this platform."""
         sync = self.hugging_face_sync
         return PlatformContext(
-            cluster_name=self.cluster.name, namespace=self.operator.namespace, account=self.environment.account,
+            cluster_name=self.cluster.cluster_name, namespace=self.operator.namespace, account=self.environment.account,
             partition=self.environment.partition, role_name_prefix=self.project,
             capture=S3Location(PlatformValue.CAPTURE_BUCKET, self.capture.prefix),
             capture_key=PlatformValue.CAPTURE_KEY_ID,
             tls_output=S3Location(PlatformValue.TLS_BUCKET, TLS_OUTPUT_PREFIX),
-            endpoint_domains=self.domain.endpoint_domains, zone_name=self.domain.zone_name,
+            # (no zone: none was given, a problem of its own; names are not compared with it)
+            endpoint_domains=tuple(self.domain.endpoint_domains), zone_name=self.domain.zone_name or None,
             custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
             operator_addon_version=self.operator.addon_version,

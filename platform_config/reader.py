@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from hyperpod_inference_iac.props import Props, config_key
+from hyperpod_inference_iac.props import Props, config_key, item_props
 from hyperpod_inference_iac.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -175,22 +175,12 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
+    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported.
 
     A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
     field are left out (one mistake, one problem), those about the other fields are all reported."""
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
     failed: list[str] = []
-    for field in cls.config_fields():
-        key = config_key(field)
-        assert key is not None
-        if field.name in given:
-            continue
-        before = len(section.problems)
-        values[field.name] = _read_field(section, key, hints[field.name], field)
-        if len(section.problems) != before:
-            failed.append(section.at(key))
-    props = cls(**values, **given)
+    props = _read_props(cls, section, given, failed)
     found = Problems()
     props.check(found, at or cls.key_paths(section.path))
     section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
@@ -198,9 +188,44 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **
     return props
 
 
+def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str]) -> P:
+    """The fields of ``cls`` read from ``section``; the key path of each that could not be read goes to
+    ``failed``."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in cls.config_fields():
+        key = config_key(field)
+        assert key is not None
+        if field.name in given:
+            continue
+        before = len(section.problems)
+        if (item := item_props(hints[field.name])) is not None:
+            entries = section.items(key, required=_required(field))
+            if len(section.problems) != before:  # missing, or not a list
+                failed.append(section.at(key))
+            values[field.name] = tuple(_read_entry(item, path, data, section.problems, failed)
+                                       for path, data in entries)
+            continue
+        values[field.name] = _read_field(section, key, hints[field.name], field)
+        if len(section.problems) != before:
+            failed.append(section.at(key))
+    return cls(**values, **given)
+
+
+def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
+    entry = Section(data, path, problems)
+    props = _read_props(cls, entry, {}, failed)
+    entry.finish()
+    return props
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
 def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
-    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    required = _required(field)
     default = None if required else field.default
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
@@ -214,7 +239,8 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         value = section.string(key, required=required, default=default)
         return "" if value is None and required else value
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        text = section.string(key, required=required, default=default)
+        # (the default as the file writes it: an empty value's message names it)
+        text = section.string(key, required=required, default=None if default is None else str(default))
         return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
     if origin in (tuple, Sequence):
         return tuple(section.string_list(key, required=required))

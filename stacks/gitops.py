@@ -41,7 +41,7 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     if plan.needs_external_dns:
         releases += external_dns_releases(
             namespaces=plan.external_dns_namespaces, zone_ids=[PlatformValue.HOSTED_ZONE_ID],
-            domain_filters=[config.domain.zone_name], owner_id=config.cluster.name,
+            domain_filters=[config.domain.zone_name], owner_id=config.cluster.cluster_name,
             role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.external_dns_role_name}")
     prerequisites = [
         Prerequisite(f"the EKS add-on {OPERATOR_ADDON} {config.operator.addon_version} (its CRDs and controller), "
@@ -57,9 +57,9 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     if config.alarms.enabled and config.alarms.sidecar_metrics and plan.needs_sidecar_image:
         # The same agent the cluster stack applies (CaptureSidecarMetrics), with its fixed role name.
         supporting["capture-sidecar-metrics"] = sidecar_metrics_manifests(
-            namespace=config.operator.namespace, cluster_name=config.cluster.name, region=env.region,
+            namespace=config.operator.namespace, cluster_name=config.cluster.cluster_name, region=env.region,
             role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.sidecar_metrics_role_name}",
-            log_group_name=sidecar_metrics_log_group_name(config.cluster.name))
+            log_group_name=sidecar_metrics_log_group_name(config.cluster.cluster_name))
     for name, key_sync in config.api_key_syncs.items():
         key_reader = f"arn:{env.partition}:iam::{env.account}:role/{key_sync.reader_role_name}"
         supporting[f"api-key-{name}"] = key_sync.manifests(region=env.region, reader_role_arn=key_reader)
