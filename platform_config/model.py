@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
     DEFAULT_REDACTION_RULES,
+    EXTERNAL_SECRETS,
+    NVIDIA_DEVICE_PLUGIN,
     AlarmSettings,
     DeepHealthCheck,
     EndpointDomainOptions,
     ExistingVpcOptions,
     GpuNodeGroupOptions,
+    HelmRelease,
     HyperPodClusterOptions,
     InferenceClusterOptions,
     InferenceOperatorOptions,
@@ -27,11 +30,41 @@ from hyperpod_inference_iac import (
     S3Location,
     SecretSync,
     api_key_sync,
+    external_dns_releases,
 )
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
-from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, iam_role_name
+from hyperpod_inference_iac.patterns import (
+    ACM_CERTIFICATE_ARN,
+    HOSTED_ZONE_ID,
+    IAM_ROLE_ARN,
+    iam_role_arn,
+    iam_role_name,
+)
 from hyperpod_inference_iac.props import prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
+
+
+@dataclass(frozen=True)
+class ExternalDnsPlan:
+    """ExternalDNS as the platform runs it: the namespaces it watches, the names it may publish, its zone, owner id
+    and role."""
+
+    namespaces: tuple[str, ...]
+    hostnames: tuple[str, ...]
+    zone_name: str
+    owner_id: str
+    role_name: str
+
+
+@dataclass(frozen=True)
+class MetricsAgentPlan:
+    """The capture sidecars' metrics agent: where it runs, for which cluster, its role, and the models it alarms on."""
+
+    namespace: str
+    cluster_name: str
+    role_name: str
+    models: tuple[str, ...]
+
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
 OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
@@ -298,6 +331,52 @@ class PlatformConfig:
     @property
     def alarm_topic_name(self) -> str:
         return f"{self.project}-alarms"
+
+    # -- the platform, decided once: what exists besides the workloads. The cluster stack builds it into CloudFormation
+    # and stacks/gitops.py renders the same into dist/; neither decides anything of this on its own.
+    def role_arn(self, role_name: str) -> str:
+        """The ARN of one of the platform's fixed-name roles (``patterns.iam_role_arn``)."""
+        return iam_role_arn(self.environment.partition, self.environment.account, role_name)
+
+    @property
+    def external_dns(self) -> ExternalDnsPlan | None:
+        """ExternalDNS, when some portable server publishes a hostname: the namespaces it watches and the names it may
+        change."""
+        plan = self.workloads
+        if plan is None or not plan.needs_external_dns:
+            return None
+        return ExternalDnsPlan(namespaces=plan.external_dns_namespaces, hostnames=plan.published_hostnames,
+                               zone_name=self.domain.zone_name, owner_id=self.cluster.cluster_name,
+                               role_name=self.external_dns_role_name)
+
+    @property
+    def metrics_agent(self) -> MetricsAgentPlan | None:
+        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures."""
+        plan = self.workloads
+        if not (self.alarms.enabled and self.alarms.sidecar_metrics) or plan is None or not plan.needs_sidecar_image:
+            return None
+        return MetricsAgentPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
+                                role_name=self.sidecar_metrics_role_name,
+                                models=tuple(p.name for p in plan.portable if p.capture is not None))
+
+    @property
+    def helm_releases(self) -> tuple[HelmRelease, ...]:
+        """The Helm releases the platform installs: the NVIDIA device plugin, External Secrets (the token and API key
+        syncs), and one ExternalDNS release per watched namespace."""
+        releases = [NVIDIA_DEVICE_PLUGIN, EXTERNAL_SECRETS]
+        dns = self.external_dns
+        if dns is not None:
+            releases += external_dns_releases(
+                namespaces=dns.namespaces, zone_ids=[PlatformValue.HOSTED_ZONE_ID], domain_filters=[dns.zone_name],
+                owner_id=dns.owner_id, role_arn=self.role_arn(dns.role_name))
+        return tuple(releases)
+
+    @property
+    def secret_syncs(self) -> dict[str, SecretSync]:
+        """Every Secrets Manager secret synced into the cluster, by the name of its manifests: the Hugging Face token
+        and each portable server's API key."""
+        return {"hugging-face-token": self.hugging_face_sync,
+                **{f"api-key-{name}": sync for name, sync in self.api_key_syncs.items()}}
 
     @property
     def sidecar_metrics_role_name(self) -> str:

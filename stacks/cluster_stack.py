@@ -110,11 +110,11 @@ class ClusterStack(Stack):
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
                                                        sync=config.hugging_face_sync, encryption_key=secrets_key)
         # ExternalDNS watches the namespaces of the portable servers with a hostname, and may change their records only.
+        dns = config.external_dns
         self.external_dns = ExternalDns(
-            self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone],
-            owner_id=cluster_config.cluster_name, namespaces=plan.external_dns_namespaces,
-            hostnames=plan.published_hostnames, role_name=config.external_dns_role_name,
-        ) if plan.needs_external_dns else None
+            self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=dns.owner_id,
+            namespaces=dns.namespaces, hostnames=dns.hostnames, role_name=dns.role_name,
+        ) if dns is not None else None
         self.workloads = InferenceWorkloads(
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,
@@ -186,14 +186,14 @@ class ClusterStack(Stack):
         if "days_to_expiry" not in alarms.certificate or alarms.certificate["days_to_expiry"] is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
                                                         **wiring, **alarms.certificate)  # type: ignore[arg-type]
-        plan = config.workloads
-        if alarms.sidecar_metrics and plan is not None and plan.needs_sidecar_image:
+        agent = config.metrics_agent
+        if agent is not None:
             self.sidecar_metrics = CaptureSidecarMetrics(
-                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
-                cluster_name=config.cluster.cluster_name, role_name=config.sidecar_metrics_role_name,
+                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=agent.namespace,
+                cluster_name=agent.cluster_name, role_name=agent.role_name,
                 log_retention=retention_from_days(config.logging.retention_days),
                 # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
-                models=[p.name for p in plan.portable if p.capture is not None],
+                models=list(agent.models),
                 depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
