@@ -11,7 +11,7 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hyperpod_inference_iac.props import Props, config_key
@@ -177,13 +177,18 @@ class Section:
                                   f"is not a known key; known keys here: {known}")
 
 
-def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **given: Any) -> P:
+def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, allow_empty: Collection[str] = (),
+               check_with: Mapping[str, Any] | None = None, problems: Problems | None = None, **given: Any) -> P:
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
 
     A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
-    field are left out (one mistake, one problem), those about the other fields are all reported."""
+    field are left out (one mistake, one problem), those about the other fields are all reported: into the section's
+    problems, or into ``problems`` for a loader that weighs them against another construct's rules on the same keys.
+    ``allow_empty``: string fields whose explicit ``""`` the class's own rule judges (with its own code, as for a
+    Python consumer) rather than ``Config.EmptyString``. ``check_with``: the keyword arguments of the class's
+    ``check`` that are not properties (the stack's account or region)."""
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     failed: list[str] = []
@@ -193,18 +198,18 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **
         if field.name in given:
             continue
         before = len(section.problems)
-        values[field.name] = _read_field(section, key, hints[field.name], field)
+        values[field.name] = _read_field(section, key, hints[field.name], field, field.name in allow_empty)
         if len(section.problems) != before:
             failed.append(section.at(key))
     props = cls(**values, **given)
     found = Problems()
-    props.check(found, at or cls.key_paths(section.path))
-    section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
-                                                       for f in failed))
+    props.check(found, at or cls.key_paths(section.path), **(check_with or {}))
+    (section.problems if problems is None else problems).extend(
+        p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}[")) for f in failed))
     return props
 
 
-def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
+def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
     required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
     default = None if required else field.default
@@ -217,13 +222,19 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         value = section.integer(key, required=required, default=default)
         return 0 if value is None else value
     if hint is str:
-        value = section.string(key, required=required, default=default)
+        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
         return "" if value is None and required else value
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         text = section.string(key, required=required, default=default)
         return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
     if origin in (tuple, Sequence):
-        return tuple(section.string_list(key, required=required))
+        items = section.string_list(key, required=required)
+        if not section.has(key) and not required:
+            return default
+        # Items of an enumeration become its members; a bad one stays a string, for the class's rule to report.
+        kinds = [kind for arg in typing.get_args(hint) for kind in (typing.get_args(arg) or (arg,))
+                 if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
+        return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
     if origin is not None and issubclass(origin, Mapping):
         return section.string_map(key) if section.has(key) else default
     raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")
