@@ -214,7 +214,7 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
     and checked by its own rules. ``prefix`` is the storage's ``capture_prefix`` and the pipeline's only capture
     prefix; the pipeline's output and quarantine prefixes are the storage's."""
     problems = section.problems
-    storage_rules = Problems()
+    storage_rules, pipeline_rules = Problems(), Problems()
     storage = read_props(
         CaptureStorageOptions, section, problems=storage_rules,
         # An explicit "" is the prefix rule's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
@@ -222,21 +222,24 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         # (Against an account with a problem of its own, roles are not compared with it.)
         check_with={"account": None if problems.has_at_or_below("environment.account") else environment.account})
     pipeline = read_props(
-        CapturePipelineOptions, section, check_with={"region": environment.region},
+        CapturePipelineOptions, section, problems=pipeline_rules, check_with={"region": environment.region},
         at=CapturePipelineOptions.key_paths(section.path, **_CAPTURE_PREFIX_KEYS),
         capture_prefixes=(storage.capture_prefix,), output_prefix=storage.curated_prefix,
         quarantine_prefix=storage.quarantine_prefix, glue_database_name=f"{project.replace('-', '_')}_capture")
     section.finish()
-    # One mistake, one problem: the two constructs' rules read the same prefix (one prefix rule, the pipeline's codes
-    # first); what the pipeline said about a key the storage does not say again.
-    problems.extend(p for p in storage_rules if not _reported(problems, p.path))
+    # One mistake, one problem: both constructs' rules read capture.prefix (one prefix rule). The pipeline's codes
+    # for its form come first (CapturePipeline.EmptyPrefix, InvalidPrefix); an overlap with curated/ or quarantine/
+    # is the storage's (at capture.prefix: the pipeline's names its own output prefix, which no file sets).
+    overlaps = [p for p in pipeline_rules if p.code == "CapturePipeline.OverlappingPrefixes"]
+    for batch in ([p for p in pipeline_rules if p not in overlaps], storage_rules, overlaps):
+        reported = [part for problem in problems for part in problem.path.split(", ")]
+        problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
+                                                    for path in reported))
     return CapturePolicy(storage=storage, pipeline=pipeline)
 
 
-def _reported(problems: Problems, path: str) -> bool:
-    """A problem already names ``path`` or a key inside it, alone or among the keys of an overlap (``a, b``)."""
-    return any(part == path or part.startswith((f"{path}.", f"{path}["))
-               for problem in problems for part in problem.path.split(", "))
+def _at_or_below(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith((f"{ancestor}.", f"{ancestor}["))
 
 
 def _logging(section: Section) -> LogRetentionOptions:
