@@ -29,16 +29,30 @@ the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`h
 
 from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic, warn_alarm_topic
 from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
-from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync, check_api_key_rotation
+from hyperpod_inference_iac.api_keys import (
+    ApiKeySync,
+    ApiKeySyncProps,
+    SecretsOptions,
+    api_key_sync,
+    check_api_key_rotation,
+)
 from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
 from hyperpod_inference_iac.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
+    CapturePipelineOptions,
+    CapturePipelineProps,
     RedactionRule,
     check_capture_pipeline,
     warn_capture_pipeline,
 )
-from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
+from hyperpod_inference_iac.capture_storage import (
+    CaptureStorage,
+    CaptureStorageOptions,
+    CaptureStorageProps,
+    check_capture_storage,
+    warn_capture_storage,
+)
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
     check_certificate_alarms,
@@ -100,7 +114,13 @@ from hyperpod_inference_iac.inference_workloads import (
     sidecar_image_uri,
     warn_workload,
 )
-from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
+from hyperpod_inference_iac.log_retention import (
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
+    check_log_retention,
+    retention_from_days,
+)
 from hyperpod_inference_iac.network import (
     ExistingVpcOptions,
     ExistingVpcProps,
@@ -130,6 +150,7 @@ from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingM
 from hyperpod_inference_iac.secrets_key import (
     SecretsKey,
     SecretsKeyGuard,
+    SecretsKeyProps,
     grant_secret_read,
     kms_through_secrets_manager,
     secrets_key_guard,
@@ -155,11 +176,16 @@ __all__ = [
     "AlarmSettings",
     "AlarmTopic",
     "ApiKeySync",
+    "ApiKeySyncProps",
     "AwaitingDeploy",
     "CaptureAlarms",
     "CapturePipeline",
+    "CapturePipelineOptions",
+    "CapturePipelineProps",
     "CaptureSidecarMetrics",
     "CaptureStorage",
+    "CaptureStorageOptions",
+    "CaptureStorageProps",
     "CertificateAlarms",
     "ClusterEndpointAccess",
     "ConfigError",
@@ -192,7 +218,9 @@ __all__ = [
     "InstanceGroup",
     "KeyPaths",
     "LambdaLogRetention",
+    "LambdaLogRetentionProps",
     "LocalStorageStrategy",
+    "LogRetentionOptions",
     "NodeRecovery",
     "PlatformDashboard",
     "PlatformValue",
@@ -213,6 +241,8 @@ __all__ = [
     "SecretSync",
     "SecretsKey",
     "SecretsKeyGuard",
+    "SecretsKeyProps",
+    "SecretsOptions",
     "StagedManifests",
     "VpcFlowLogs",
     "WorkloadIdentity",

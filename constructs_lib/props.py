@@ -138,12 +138,13 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
         return info.default_doc or "\N{EN DASH}"
     if isinstance(value, enum.Enum):
         shown = f"`{value.value}`" if config else f"`{value.__class__.__name__}.{value.name}`"
+    elif isinstance(value, tuple) and (config or (value and all(isinstance(item, enum.Enum) for item in value))):
+        # As a config file lists them (and a list of enumeration members in Python, by their values).
+        shown = f"`[{', '.join(str(item.value if isinstance(item, enum.Enum) else item) for item in value)}]`"
     elif config and isinstance(value, bool):
-        shown = f"`{str(value).lower()}`"
+        shown = f"`{str(value).lower()}`"  # as YAML writes it
     elif config and isinstance(value, str):
         shown = f"`{value}`"
-    elif config and isinstance(value, tuple):
-        shown = f"`[{', '.join(str(item) for item in value)}]`"
     else:
         shown = f"`{value!r}`"
     return f"{shown} ({info.default_doc})" if info.default_doc else shown

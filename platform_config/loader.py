@@ -25,20 +25,19 @@ from aws_cdk import Duration
 
 from hyperpod_inference_iac import (
     AlarmSettings,
+    CapturePipelineOptions,
+    CaptureStorageOptions,
     FlowLogTraffic,
     KeyPaths,
-    RedactionRule,
+    LogRetentionOptions,
     RiskWarnings,
+    SecretsOptions,
     capture_alarms,
     certificate_alarms,
     check_alarm_topic,
-    check_api_key_rotation,
     check_capture_alarms,
-    check_capture_pipeline,
     check_capture_sidecar_metrics,
-    check_capture_storage,
     check_certificate_alarms,
-    check_log_retention,
     check_region,
     check_tags,
     sidecar_metrics,
@@ -64,11 +63,9 @@ from platform_config.model import (
     Environment,
     ExistingVpc,
     HyperPodConfig,
-    LogRetentionPolicy,
     NewVpc,
     OperatorConfig,
     PlatformConfig,
-    SecretsConfig,
 )
 from platform_config.reader import Section, read_props
 
@@ -76,13 +73,8 @@ PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
 WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z_]+:[A-Za-z]+"
 
 # Config keys of the construct properties they set (KeyPaths names).
-_CAPTURE_KEYS = {"retention_days": "retentionDays",
-                 "noncurrent_version_retention_days": "noncurrentVersionRetentionDays",
-                 "access_log_retention_days": "accessLogRetentionDays", "reader_role_arns": "readerRoleArns",
-                 "raw_reader_role_arns": "rawReaderRoleArns", "break_glass_role_arns": "breakGlassRoleArns",
-                 "capture_prefixes[0]": "prefix", "capture_prefix": "prefix", "pandas_layer_arn": "pandasLayerArn",
-                 "max_concurrency": "processorMaxConcurrency"}
-_LOGGING_KEYS = {"retention_days": "retentionDays", "audit_retention_days": "auditRetentionDays"}
+# `capture.prefix` is the pipeline's capture_prefixes (its only one).
+_CAPTURE_PREFIX_KEYS = {"capture_prefixes": "prefix", "capture_prefixes[0]": "prefix"}
 # `network.flowLogs` is the VPC options' flow_log_traffic, beside the kind (it applies to whichever is given).
 _BESIDE_THE_VPC_KIND = ("flow_log_traffic",)
 _FLOW_LOGS_OFF = "off"
@@ -144,7 +136,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         project=project,
         environment=environment,
         tags=_tags(root),
-        capture=_capture(root.section("capture"), environment),
+        capture=_capture(root.section("capture"), environment, project),
         logging=_logging(root.section("logging")),
         secrets=_secrets(root.section("secrets")),
         vpc=_vpc(root.section("network")),
@@ -170,12 +162,11 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
     """The warnings the platform's stacks give at synth, from the constructs' own ``warn_*`` functions, given what
     the stacks give each construct (stacks/; a test builds the platform and compares) and this file's key paths."""
     warnings = RiskWarnings()
-    capture = KeyPaths("capture", _CAPTURE_KEYS)
-    warn_capture_storage(warnings, capture, account=config.environment.account,
-                         reader_role_arns=config.capture.reader_role_arns,
-                         raw_reader_role_arns=config.capture.raw_reader_role_arns,
-                         break_glass_role_arns=config.capture.break_glass_role_arns)
-    warn_capture_pipeline(warnings, capture, redact=config.capture.redact)
+    storage, pipeline = config.capture.storage, config.capture.pipeline
+    warn_capture_storage(warnings, storage.key_paths("capture"), account=config.environment.account,
+                         reader_role_arns=storage.reader_role_arns, raw_reader_role_arns=storage.raw_reader_role_arns,
+                         break_glass_role_arns=storage.break_glass_role_arns)
+    warn_capture_pipeline(warnings, pipeline.key_paths("capture"), redact=pipeline.redact)
     warn_inference_cluster(warnings, ClusterConfig.key_paths("cluster"), endpoint_access=config.cluster.endpoint_access)
     alarms = config.alarms
     if alarms.enabled:
@@ -193,59 +184,49 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
     return warnings
 
 
-def _capture(section: Section, environment: Environment) -> CapturePolicy:
+def _capture(section: Section, environment: Environment, project: str) -> CapturePolicy:
+    """``capture:``: the options of the platform's CaptureStorage and CapturePipeline, each read by its declared keys
+    and checked by its own rules. ``prefix`` is the storage's ``capture_prefix`` and the pipeline's only capture
+    prefix; the pipeline's output and quarantine prefixes are the storage's."""
     problems = section.problems
-    defaults = CapturePolicy()
-    redact = section.string_list("redact") if section.has("redact") else [str(rule) for rule in defaults.redact]
-    policy = CapturePolicy(
-        # An explicit "" is the construct's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
-        prefix=_or_default(section.string("prefix", default=defaults.prefix, allow_empty=True), defaults.prefix),
-        retention_days=_integer(section, "retentionDays", defaults.retention_days),
-        noncurrent_version_retention_days=_integer(section, "noncurrentVersionRetentionDays",
-                                                   defaults.noncurrent_version_retention_days),
-        access_log_retention_days=_integer(section, "accessLogRetentionDays", defaults.access_log_retention_days),
-        redact=tuple(RedactionRule(rule) for rule in redact if rule in RedactionRule._value2member_map_),
-        reader_role_arns=tuple(section.string_list("readerRoleArns")),
-        raw_reader_role_arns=tuple(section.string_list("rawReaderRoleArns")),
-        break_glass_role_arns=tuple(section.string_list("breakGlassRoleArns")),
-        pandas_layer_arn=section.string("pandasLayerArn"),
-        processor_max_concurrency=_integer(section, "processorMaxConcurrency", defaults.processor_max_concurrency),
-    )
+    storage_rules, pipeline_rules = Problems(), Problems()
+    storage = read_props(
+        CaptureStorageOptions, section, problems=storage_rules,
+        # An explicit "" is the prefix rule's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
+        allow_empty={"capture_prefix"},
+        # (Against an account with a problem of its own, roles are not compared with it.)
+        check_with={"account": None if problems.has_at_or_below("environment.account") else environment.account})
+    pipeline = read_props(
+        CapturePipelineOptions, section, problems=pipeline_rules, check_with={"region": environment.region},
+        at=CapturePipelineOptions.key_paths(section.path, **_CAPTURE_PREFIX_KEYS),
+        capture_prefixes=(storage.capture_prefix,), output_prefix=storage.curated_prefix,
+        quarantine_prefix=storage.quarantine_prefix, glue_database_name=f"{project.replace('-', '_')}_capture")
     section.finish()
-    at = KeyPaths(section.path, _CAPTURE_KEYS)
-    check_capture_storage(problems, at, retention_days=policy.retention_days,
-                          noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
-                          access_log_retention_days=policy.access_log_retention_days,
-                          reader_role_arns=policy.reader_role_arns, raw_reader_role_arns=policy.raw_reader_role_arns,
-                          break_glass_role_arns=policy.break_glass_role_arns,  # (prefixes: the pipeline's rules)
-                          # (Against an account with a problem of its own, roles are not compared with it.)
-                          account=None if problems.has_at_or_below("environment.account") else environment.account)
-    check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
-                           pandas_layer_arn=policy.pandas_layer_arn, max_concurrency=policy.processor_max_concurrency)
-    return policy
+    # One mistake, one problem: both constructs' rules read capture.prefix (one prefix rule). The pipeline's codes
+    # for its form come first (CapturePipeline.EmptyPrefix, InvalidPrefix); an overlap with curated/ or quarantine/
+    # is the storage's (at capture.prefix: the pipeline's names its own output prefix, which no file sets).
+    overlaps = [p for p in pipeline_rules if p.code == "CapturePipeline.OverlappingPrefixes"]
+    for batch in ([p for p in pipeline_rules if p not in overlaps], storage_rules, overlaps):
+        reported = [part for problem in problems for part in problem.path.split(", ")]
+        problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
+                                                    for path in reported))
+    return CapturePolicy(storage=storage, pipeline=pipeline)
 
 
-def _logging(section: Section) -> LogRetentionPolicy:
-    defaults = LogRetentionPolicy()
-    policy = LogRetentionPolicy(
-        retention_days=_integer(section, "retentionDays", defaults.retention_days),
-        audit_retention_days=_integer(section, "auditRetentionDays", defaults.audit_retention_days),
-    )
+def _at_or_below(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith((f"{ancestor}.", f"{ancestor}["))
+
+
+def _logging(section: Section) -> LogRetentionOptions:
+    logging = read_props(LogRetentionOptions, section)
     section.finish()
-    check_log_retention(section.problems, KeyPaths(section.path, _LOGGING_KEYS), retention_days=policy.retention_days,
-                        audit_retention_days=policy.audit_retention_days)
-    return policy
+    return logging
 
 
-def _secrets(section: Section) -> SecretsConfig:
-    defaults = SecretsConfig()
-    config = SecretsConfig(customer_managed_key=section.boolean("customerManagedKey", default=True),
-                           api_key_rotation_days=_integer(section, "apiKeyRotationDays",
-                                                          defaults.api_key_rotation_days))
+def _secrets(section: Section) -> SecretsOptions:
+    secrets = read_props(SecretsOptions, section)
     section.finish()
-    check_api_key_rotation(section.problems, KeyPaths(section.path, {"rotation_days": "apiKeyRotationDays"}),
-                           rotation_days=config.api_key_rotation_days or None)
-    return config
+    return secrets
 
 
 def _vpc(section: Section) -> NewVpc | ExistingVpc:
@@ -463,11 +444,6 @@ def _acknowledged_warnings(root: Section) -> list[AcknowledgedWarning]:
         if warning_id and reason:
             acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason, path=path))
     return acknowledged
-
-
-def _or_default(value: str | None, default: str) -> str:
-    """A string value as read ("" included), or the default after a problem (None)."""
-    return default if value is None else value
 
 
 def _integer(section: Section, key: str, default: int) -> int:

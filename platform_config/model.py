@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
-    DEFAULT_REDACTION_RULES,
     EXTERNAL_SECRETS,
     NVIDIA_DEVICE_PLUGIN,
     AlarmSettings,
+    CapturePipelineOptions,
+    CaptureStorageOptions,
     DeepHealthCheck,
     EndpointDomainOptions,
     ExistingVpcOptions,
@@ -23,11 +24,12 @@ from hyperpod_inference_iac import (
     HyperPodClusterOptions,
     InferenceClusterOptions,
     InferenceOperatorOptions,
+    LogRetentionOptions,
     PlatformValue,
     PlatformVpcOptions,
-    RedactionRule,
     RiskWarning,
     S3Location,
+    SecretsOptions,
     SecretSync,
     api_key_sync,
     external_dns_releases,
@@ -88,37 +90,19 @@ class Environment:
 
 @dataclass(frozen=True, kw_only=True)
 class CapturePolicy:
-    """Who may read captured prompts, for how long they are kept, and how they are redacted."""
+    """The ``capture:`` section: who may read captured prompts, for how long they are kept, and how they are redacted.
+    Its keys are the constructs' own options, read from the one section by their declared keys: ``storage`` the
+    :class:`~hyperpod_inference_iac.CaptureStorage`'s, ``pipeline`` the
+    :class:`~hyperpod_inference_iac.CapturePipeline`'s (``capture.prefix`` is the storage's ``capture_prefix`` and
+    the pipeline's only capture prefix)."""
 
-    prefix: str = "data-capture/"
-    retention_days: int = 30
-    noncurrent_version_retention_days: int = 7
-    access_log_retention_days: int = 365
-    redact: tuple[RedactionRule, ...] = DEFAULT_REDACTION_RULES
-    reader_role_arns: tuple[str, ...] = ()  # curated/ (redacted) only
-    raw_reader_role_arns: tuple[str, ...] = ()  # raw captures and quarantine too (unredacted prompts)
-    break_glass_role_arns: tuple[str, ...] = ()  # exempt from the allowlists; IAM grants on invocation
-    pandas_layer_arn: str | None = None
-    processor_max_concurrency: int = 10
+    storage: CaptureStorageOptions = field(default_factory=CaptureStorageOptions)
+    pipeline: CapturePipelineOptions = field(default_factory=CapturePipelineOptions)
 
-
-@dataclass(frozen=True, kw_only=True)
-class LogRetentionPolicy:
-    """Days CloudWatch Logs keeps the platform's logs: audit-like logs (EKS control plane, VPC flow logs) and
-    the rest (HyperPod cluster logs, every Lambda function's logs)."""
-
-    retention_days: int = 90
-    audit_retention_days: int = 365
-
-
-@dataclass(frozen=True, kw_only=True)
-class SecretsConfig:
-    """How the platform's Secrets Manager secrets (the Hugging Face token, the API keys) are encrypted."""
-
-    customer_managed_key: bool = True  # a SecretsKey of the cluster stack; False: aws/secretsmanager
-    # Days between rotations of the portable servers' API keys (their capture sidecars accept a new key without a
-    # restart); 0: never rotated (warned, ApiKeySync:notRotated). Servers without capture are never rotated.
-    api_key_rotation_days: int = 30
+    @property
+    def prefix(self) -> str:
+        """``capture.prefix``: where raw captures are written."""
+        return self.storage.capture_prefix
 
 
 # The sections that are a construct's options, as the construct declares them (keys, types, defaults, rules):
@@ -226,8 +210,9 @@ class PlatformConfig:
     environment: Environment
     tags: dict[str, str]
     capture: CapturePolicy
-    logging: LogRetentionPolicy = field(default_factory=LogRetentionPolicy)
-    secrets: SecretsConfig = field(default_factory=SecretsConfig)
+    # The logging: and secrets: sections are the library's options classes (their keys, defaults and rules).
+    logging: LogRetentionOptions = field(default_factory=LogRetentionOptions)
+    secrets: SecretsOptions = field(default_factory=SecretsOptions)
     vpc: NewVpc | ExistingVpc
     cluster: ClusterConfig
     hyperpod: HyperPodConfig
@@ -431,9 +416,7 @@ __all__ = [
     "Environment",
     "ExistingVpc",
     "HyperPodConfig",
-    "LogRetentionPolicy",
     "NewVpc",
     "OperatorConfig",
     "PlatformConfig",
-    "SecretsConfig",
 ]

@@ -11,7 +11,7 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hyperpod_inference_iac.props import Props, config_key, item_props
@@ -171,24 +171,30 @@ class Section:
                 self.problems.add(UNKNOWN_KEY, self.at(str(key)), unknown_key(self._read))
 
 
-def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **given: Any) -> P:
+def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, allow_empty: Collection[str] = (),
+               check_with: Mapping[str, Any] | None = None, problems: Problems | None = None, **given: Any) -> P:
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
     A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported.
 
     A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
-    field are left out (one mistake, one problem), those about the other fields are all reported."""
+    field are left out (one mistake, one problem), those about the other fields are all reported: into the section's
+    problems, or into ``problems`` for a loader that weighs them against another construct's rules on the same keys.
+    ``allow_empty``: string fields whose explicit ``""`` the class's own rule judges (with its own code, as for a
+    Python consumer) rather than ``Config.EmptyString``. ``check_with``: the keyword arguments of the class's
+    ``check`` that are not properties (the stack's account or region)."""
     failed: list[str] = []
-    props = _read_props(cls, section, given, failed)
+    props = _read_props(cls, section, given, failed, allow_empty)
     found = Problems()
-    props.check(found, at or cls.key_paths(section.path))
-    section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
-                                                       for f in failed))
+    props.check(found, at or cls.key_paths(section.path), **(check_with or {}))
+    (section.problems if problems is None else problems).extend(
+        p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}[")) for f in failed))
     return props
 
 
-def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str]) -> P:
+def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
+                allow_empty: Collection[str] = ()) -> P:
     """The fields of ``cls`` read from ``section``; the key path of each that could not be read goes to
     ``failed``."""
     hints = typing.get_type_hints(cls)
@@ -206,7 +212,7 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
             values[field.name] = tuple(_read_entry(item, path, data, section.problems, failed)
                                        for path, data in entries)
             continue
-        values[field.name] = _read_field(section, key, hints[field.name], field)
+        values[field.name] = _read_field(section, key, hints[field.name], field, field.name in allow_empty)
         if len(section.problems) != before:
             failed.append(section.at(key))
     return cls(**values, **given)
@@ -223,7 +229,7 @@ def _required(field: dataclasses.Field[Any]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
+def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
     required = _required(field)
     default = None if required else field.default
@@ -236,14 +242,20 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         value = section.integer(key, required=required, default=default)
         return 0 if value is None else value
     if hint is str:
-        value = section.string(key, required=required, default=default)
+        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
         return "" if value is None and required else value
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         # (the default as the file writes it: an empty value's message names it)
         text = section.string(key, required=required, default=None if default is None else str(default))
         return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
     if origin in (tuple, Sequence):
-        return tuple(section.string_list(key, required=required))
+        items = section.string_list(key, required=required)
+        if not section.has(key) and not required:
+            return default
+        # Items of an enumeration become its members; a bad one stays a string, for the class's rule to report.
+        kinds = [kind for arg in typing.get_args(hint) for kind in (typing.get_args(arg) or (arg,))
+                 if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
+        return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
     if origin is not None and issubclass(origin, Mapping):
         return section.string_map(key) if section.has(key) else default
     raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")

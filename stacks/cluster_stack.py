@@ -157,15 +157,14 @@ class ClusterStack(Stack):
         portable = {p.name: p for p in config.workloads.portable} if config.workloads else {}
         for name, sync in config.api_key_syncs.items():
             api_key = portable[name].server.api_key
-            rotation_days = config.secrets.api_key_rotation_days \
-                if portable[name].capture is not None and config.secrets.api_key_rotation_days else None
+            # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)
+            rotation_days = config.secrets.rotation_days_of(reads_keys_file=portable[name].capture is not None)
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
                 operator_chart=self.hugging_face_token.operator_chart,
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
-                rotation_role_name=config.api_key_rotation_role_name(name),
-                log_retention=retention_from_days(config.logging.retention_days))
+                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys

@@ -10,16 +10,22 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 import hyperpod_inference_iac
 from hyperpod_inference_iac import (
+    ApiKeySync,
+    CapturePipeline,
+    CapturePipelineOptions,
+    CaptureStorage,
+    CaptureStorageOptions,
     ConfigError,
     EndpointDomain,
     ExistingVpcProps,
@@ -30,7 +36,13 @@ from hyperpod_inference_iac import (
     InferenceCluster,
     InferenceOperator,
     InstanceGroup,
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
     PlatformVpc,
+    Problems,
+    SecretsOptions,
+    SecretSync,
     existing_vpc,
 )
 from hyperpod_inference_iac.props import Props, config_key
@@ -55,7 +67,8 @@ CONSTRUCTS = _constructs_with_props()
 
 def test_constructs_declare_their_props() -> None:
     assert {GpuNodeGroup, InferenceCluster, HyperPodCluster, InferenceOperator, EndpointDomain, PlatformVpc,
-            ExternalDns} <= set(CONSTRUCTS)
+            ExternalDns, CaptureStorage, CapturePipeline, ApiKeySync, hyperpod_inference_iac.SecretsKey} <= set(
+        CONSTRUCTS)
 
 
 # Each construct's constructor, and existing_vpc (a function: its arguments are ExistingVpcProps).
@@ -255,3 +268,87 @@ def test_the_flow_logs_row_states_the_declared_defaults() -> None:
     assert hyperpod_inference_iac.PlatformVpcOptions.flow_log_traffic == "ALL"
     assert hyperpod_inference_iac.ExistingVpcOptions.flow_log_traffic is None
     assert "`ALL` with `newVpc`, `off` with `existingVpc`" in rows[0]
+
+
+# -- the capture constructs, the log retentions and the API keys (issue 18) ------------------------------------------
+def _consumer_problems(build: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        build()
+    return [(p.code, p.path) for p in caught.value.problems]
+
+
+def _app_problems(change: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(change))
+    return [(p.code, p.path) for p in caught.value.problems]
+
+
+def test_capture_storage_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    stack = Stack(App())
+    assert _consumer_problems(lambda: CaptureStorage(stack, "S", noncurrent_version_retention_days=0)) == [
+        ("CaptureStorage.RetentionOutOfRange", "noncurrent_version_retention_days")]
+    assert _app_problems(lambda d: d["capture"].update(noncurrentVersionRetentionDays=0)) == [
+        ("CaptureStorage.RetentionOutOfRange", "capture.noncurrentVersionRetentionDays")]
+
+
+def test_capture_pipeline_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    """`max_concurrency` is `capture.processorMaxConcurrency` in the file: the key its prop declares."""
+    stack = Stack(App(), "P", env=Environment(account="111122223333", region="us-west-2"))
+    bucket = s3.Bucket(stack, "B")
+    assert _consumer_problems(lambda: CapturePipeline(stack, "P", bucket=bucket, encryption_key=None,
+                                                      max_concurrency=1)) == [
+        ("CapturePipeline.ConcurrencyOutOfRange", "max_concurrency")]
+    assert _app_problems(lambda d: d["capture"].update(processorMaxConcurrency=1)) == [
+        ("CapturePipeline.ConcurrencyOutOfRange", "capture.processorMaxConcurrency")]
+
+
+def test_log_retentions_name_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    problems = Problems()
+    LogRetentionOptions(audit_retention_days=100).check(problems)
+    assert [(p.code, p.path) for p in problems] == [("Logs.RetentionDays", "audit_retention_days")]
+    assert _consumer_problems(lambda: LambdaLogRetention(logs.RetentionDays.INFINITE)) == [
+        ("Logs.RetentionDays", "retention")]
+    assert _app_problems(lambda d: d["logging"].update(auditRetentionDays=100)) == [
+        ("Logs.RetentionDays", "logging.auditRetentionDays")]
+
+
+def test_api_key_rotation_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    """One rule of a rotation period: ApiKeySync's `rotation_days`, the platform's `api_key_rotation_days`
+    (`secrets.apiKeyRotationDays`, 0 meaning never)."""
+    stack = Stack(App())
+    sync = SecretSync(namespace="inference", secrets_manager_name="p/qwen/api-key", kubernetes_secret_name="k",
+                      reader_role_name="r", refresh_interval_seconds=120, keys_file="api-keys")
+    assert _consumer_problems(lambda: ApiKeySync(stack, "ApiKey", cluster=_cluster(stack), sync=sync,
+                                                 rotation_days=1001)) == [
+        ("ApiKeySync.RotationDaysOutOfRange", "rotation_days")]
+    problems = Problems()
+    SecretsOptions(api_key_rotation_days=1001).check(problems)
+    assert [(p.code, p.path) for p in problems] == [("ApiKeySync.RotationDaysOutOfRange", "api_key_rotation_days")]
+    assert _app_problems(lambda d: d["secrets"].update(apiKeyRotationDays=1001)) == [
+        ("ApiKeySync.RotationDaysOutOfRange", "secrets.apiKeyRotationDays")]
+
+
+def test_the_aspect_takes_exactly_its_props() -> None:
+    """LambdaLogRetention is an Aspect, not a construct: its one property may also be given by position."""
+    (parameter,) = [p for name, p in inspect.signature(LambdaLogRetention.__init__).parameters.items()
+                    if name != "self"]
+    (field,) = LambdaLogRetentionProps.fields()
+    assert (parameter.name, parameter.annotation, parameter.default) == (field.name, field.type, field.default)
+    assert LambdaLogRetention.PROPS is LambdaLogRetentionProps
+
+
+def test_the_app_s_capture_logging_and_secrets_sections_are_the_constructs_options() -> None:
+    """capture: holds CaptureStorage's and CapturePipeline's own options, read from the one section by their declared
+    keys; logging: and secrets: are the library's options classes. No key is stated twice: the two capture classes
+    share none."""
+    config = parse_config(_with(lambda d: None))
+    assert isinstance(config.capture.storage, CaptureStorageOptions)
+    assert isinstance(config.capture.pipeline, CapturePipelineOptions)
+    assert isinstance(config.logging, LogRetentionOptions) and isinstance(config.secrets, SecretsOptions)
+    storage_keys = {config_key(f) for f in CaptureStorageOptions.config_fields()}
+    pipeline_keys = {config_key(f) for f in CapturePipelineOptions.config_fields()}
+    assert not storage_keys & pipeline_keys
+    assert storage_keys | pipeline_keys == set(_with(lambda d: None)["capture"]) | {
+        "noncurrentVersionRetentionDays", "rawReaderRoleArns", "breakGlassRoleArns", "pandasLayerArn",
+        "processorMaxConcurrency"}
+    assert config.capture.pipeline.capture_prefixes == (config.capture.prefix,)
