@@ -48,7 +48,14 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
-from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
+from hyperpod_inference_iac.charts import (
+    ModelDeployment,
+    PlatformContext,
+    PortableDeployment,
+    PortableModelServer,
+    WorkloadPlan,
+    plan_workloads,
+)
 from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
 from hyperpod_inference_iac.endpoint_domain import check_endpoint_certificate
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
@@ -79,6 +86,8 @@ _CAPTURE_PREFIX_KEYS = {"capture_prefixes": "prefix", "capture_prefixes[0]": "pr
 _BESIDE_THE_VPC_KIND = ("flow_log_traffic",)
 _FLOW_LOGS_OFF = "off"
 _UNSET: Any = object()
+# The plan of a config being read, before its workloads are planned (never seen outside parse_config).
+_UNPLANNED = WorkloadPlan(context=PlatformContext(cluster_name="", namespace="", account="", role_name_prefix=""))
 _SUBSCRIBER_KEYS = {"https_endpoints": "httpsEndpoints", "lambda_function_arns": "lambdaFunctionArns",
                     "forward_to_topic_arns": "topicArns"}
 # Alarm blocks: config key -> (construct property, the construct's default settings).
@@ -147,6 +156,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
+        workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
     config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config))
     root.finish()
@@ -178,7 +188,7 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
             warnings, _alarm_paths(KeyPaths("alarms"), "alarms.certificate", _CERTIFICATE_ALARMS),
             days_to_expiry=days_to_expiry)  # (None: that alarm is off, and so is its warning)
     plan = config.workloads
-    for workload in (*plan.models, *plan.portable) if plan is not None else ():
+    for workload in (*plan.models, *plan.portable):
         # (the app builds the sidecar image: never named by a movable tag)
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     return warnings

@@ -225,8 +225,9 @@ class PlatformConfig:
     # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file
     # (under its key paths); acknowledged or not (platform_config.acknowledgments tells which).
     warnings: tuple[RiskWarning, ...] = ()
-    # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
-    workloads: WorkloadPlan | None = None
+    # Planned once, from everything above (charts.plan_workloads): identities and runtime settings. Always set by
+    # load_config/parse_config (which alone make a PlatformConfig): the loader plans with platform_context first.
+    workloads: WorkloadPlan
 
     # Deterministic names: known before deploy, so manifests in dist/ never hold CDK tokens.
     @property
@@ -288,8 +289,6 @@ class PlatformConfig:
         """One sync per portable server with an API key, by server name (Secrets Manager
         ``{project}/portable/<server>/api-key``, reader role ``{project}-<server>-api-key``)."""
         plan = self.workloads
-        if plan is None:
-            return {}
         return {portable.name: api_key_sync(portable, namespace=portable.namespace or self.operator.namespace,
                                             secrets_manager_prefix=f"{self.project}/portable",
                                             role_name_prefix=self.project)
@@ -328,7 +327,7 @@ class PlatformConfig:
         """ExternalDNS, when some portable server publishes a hostname: the namespaces it watches and the names it may
         change."""
         plan = self.workloads
-        if plan is None or not plan.needs_external_dns:
+        if not plan.needs_external_dns:
             return None
         return ExternalDnsPlan(namespaces=plan.external_dns_namespaces, hostnames=plan.published_hostnames,
                                zone_name=self.domain.zone_name, owner_id=self.cluster.cluster_name,
@@ -338,7 +337,7 @@ class PlatformConfig:
     def metrics_agent(self) -> MetricsAgentPlan | None:
         """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures."""
         plan = self.workloads
-        if not (self.alarms.enabled and self.alarms.sidecar_metrics) or plan is None or not plan.needs_sidecar_image:
+        if not (self.alarms.enabled and self.alarms.sidecar_metrics) or not plan.needs_sidecar_image:
             return None
         return MetricsAgentPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
                                 role_name=self.sidecar_metrics_role_name,

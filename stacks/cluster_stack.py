@@ -88,7 +88,6 @@ class ClusterStack(Stack):
             if domain_config.existing_certificate_arn else None,
         )
         plan = config.workloads
-        assert plan is not None  # load_config always plans
         operator_config = config.operator
         self.operator = InferenceOperator(
             self, "InferenceOperator", cluster=eks_cluster, hyperpod_cluster_arn=self.hyperpod.cluster_arn,
@@ -154,7 +153,7 @@ class ClusterStack(Stack):
         Rotated every ``secrets.apiKeyRotationDays`` where the capture sidecar checks it (it re-reads the synced
         file); a server without capture reads its key at start, so its key is not rotated (warned)."""
         keys = {}
-        portable = {p.name: p for p in config.workloads.portable} if config.workloads else {}
+        portable = {p.name: p for p in config.workloads.portable}
         for name, sync in config.api_key_syncs.items():
             api_key = portable[name].server.api_key
             # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)

@@ -25,7 +25,6 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     sidecar's image is the one the cluster stack builds, by its deterministic URI (``sidecar_image_reference``: the
     same asset hash, computed by CDK); ``sidecar_image`` overrides it (a test's own registry)."""
     plan = config.workloads
-    assert plan is not None
     env = config.environment
     values = PlatformValues(config.known_values).merged(dict(outputs or {}))
     if sidecar_image is None and plan.needs_sidecar_image:

@@ -28,7 +28,7 @@ class StorageStack(Stack):
             "CaptureStorage",
             key_alias=config.capture_key_alias,
             # Tier 2 (ALB access logs) is delivered SSE-S3 only: accepted only when a workload asks for it.
-            load_balancer_logs=config.workloads is not None and config.workloads.captures_load_balancer_logs,
+            load_balancer_logs=config.workloads.captures_load_balancer_logs,
             **capture.storage.replace(capture_bucket_name=config.capture_bucket_name,
                                       tls_bucket_name=config.tls_bucket_name,
                                       access_log_bucket_name=config.access_log_bucket_name).kwargs(),

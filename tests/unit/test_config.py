@@ -258,18 +258,18 @@ def test_plan_problems_name_the_config_files_keys() -> None:
 def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
-    assert config.workloads is not None and len(config.workloads.models) == 3
+    assert len(config.workloads.models) == 3
 
 
 def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
-    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable  # type: ignore[union-attr]
+    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable
     assert portable.vpc_cidr == DEFAULT["network"]["newVpc"]["cidr"]
     assert portable.source_ranges == (DEFAULT["network"]["newVpc"]["cidr"],)
 
     def existing(data: dict[str, Any]) -> None:
         data["network"] = {"existingVpc": EXISTING_VPC}
 
-    (portable,) = parse_config(_with(existing)).workloads.portable  # type: ignore[union-attr]
+    (portable,) = parse_config(_with(existing)).workloads.portable
     assert portable.vpc_cidr == EXISTING_VPC["vpcCidr"]
 
 
@@ -630,7 +630,7 @@ def test_a_portable_capture_key_that_is_an_alias_is_refused_at_the_config_check(
     assert _problems(_with(_set(key, "alias/captures"))) == [
         ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId")]
     arn = "arn:aws:kms:us-west-2:111122223333:key/11111111-2222-3333-4444-555555555555"
-    (portable,) = parse_config(_with(_set(key, arn))).workloads.portable  # type: ignore[union-attr]
+    (portable,) = parse_config(_with(_set(key, arn))).workloads.portable
     assert portable.capture_key == arn
 
 
