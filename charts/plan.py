@@ -151,6 +151,25 @@ class ObjectAccess:
     key: str | PlatformValue | None = None
 
 
+def grantable_key(key: str | PlatformValue | None) -> bool:
+    """Whether a role can be granted ``key``: the platform's own key, or a key ARN (``arn:...:key/<id>``). An alias
+    names no key a policy could grant, a bare key id no key in any account."""
+    if key is None or key is PlatformValue.CAPTURE_KEY_ID:
+        return True
+    return not isinstance(key, PlatformValue) and isinstance(key, str) and ":key/" in key
+
+
+def check_grantable_key(problems: Problems, path: str, key: str | PlatformValue | None) -> None:
+    """``InferenceWorkloads.KeyNotGrantable``: the one rule of a workload's own ``kmsKeyId`` that its role is granted
+    (a portable server's capture sidecar writes with it). The plan applies it under the key path, so a config file is
+    refused at its config check; :class:`~hyperpod_inference_iac.InferenceWorkloads` applies it again to the plan it
+    is given (a Python consumer's plan made without it)."""
+    if not grantable_key(key):
+        problems.add("InferenceWorkloads.KeyNotGrantable", path,
+                     "a workload's own kmsKeyId must be a key ARN (arn:...:key/<id>) so its role can be granted "
+                     "that key; an alias cannot be granted", key)
+
+
 @dataclasses.dataclass(frozen=True)
 class IdentityPlan:
     """One role of a service account's pods, who in the pod holds it, and exactly the object accesses they need.
@@ -601,6 +620,7 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=namespace, name=server.name)
         capture_location = base.child(digest, "pod")
         capture_key = pod.kms_key_id
+        check_grantable_key(problems, join_path(path, "dataCapture.modelPod.kmsKeyId"), capture_key)
         capture_role = context.role_name(f"{server.name}-capture")
         sidecar = IdentityPlan(server.name, capture_role, context.role_arn(capture_role),
                                (ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",

@@ -41,7 +41,13 @@ from hyperpod_inference_iac.alarms import (
     alarm_table,
     describe_alarms,
 )
-from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync, check_api_key_rotation
+from hyperpod_inference_iac.api_keys import (
+    ApiKeySync,
+    ApiKeySyncProps,
+    SecretsOptions,
+    api_key_sync,
+    check_api_key_rotation,
+)
 from hyperpod_inference_iac.capture_alarms import (
     CaptureAlarms,
     CaptureAlarmsOptions,
@@ -51,11 +57,19 @@ from hyperpod_inference_iac.capture_alarms import (
 from hyperpod_inference_iac.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
+    CapturePipelineOptions,
+    CapturePipelineProps,
     RedactionRule,
     check_capture_pipeline,
     warn_capture_pipeline,
 )
-from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
+from hyperpod_inference_iac.capture_storage import (
+    CaptureStorage,
+    CaptureStorageOptions,
+    CaptureStorageProps,
+    check_capture_storage,
+    warn_capture_storage,
+)
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
     CertificateAlarmsOptions,
@@ -68,12 +82,20 @@ from hyperpod_inference_iac.eks_cluster import (
     NVIDIA_DEVICE_PLUGIN,
     ClusterEndpointAccess,
     InferenceCluster,
+    InferenceClusterOptions,
+    InferenceClusterProps,
     check_inference_cluster,
     warn_inference_cluster,
 )
-from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
+from hyperpod_inference_iac.endpoint_domain import (
+    EndpointDomain,
+    EndpointDomainOptions,
+    EndpointDomainProps,
+    check_endpoint_domain,
+)
 from hyperpod_inference_iac.external_dns import (
     ExternalDns,
+    ExternalDnsProps,
     check_external_dns,
     external_dns_release,
     external_dns_releases,
@@ -97,11 +119,18 @@ from hyperpod_inference_iac.hugging_face_token import (
 from hyperpod_inference_iac.hyperpod_cluster import (
     DeepHealthCheck,
     HyperPodCluster,
+    HyperPodClusterOptions,
+    HyperPodClusterProps,
     InstanceGroup,
     NodeRecovery,
     check_hyperpod_cluster,
 )
-from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
+from hyperpod_inference_iac.inference_operator import (
+    InferenceOperator,
+    InferenceOperatorOptions,
+    InferenceOperatorProps,
+    check_inference_operator,
+)
 from hyperpod_inference_iac.inference_workloads import (
     InferenceWorkloads,
     InferenceWorkloadsProps,
@@ -110,10 +139,20 @@ from hyperpod_inference_iac.inference_workloads import (
     sidecar_image_uri,
     warn_workload,
 )
-from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
+from hyperpod_inference_iac.log_retention import (
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
+    check_log_retention,
+    retention_from_days,
+)
 from hyperpod_inference_iac.network import (
+    ExistingVpcOptions,
+    ExistingVpcProps,
     FlowLogTraffic,
     PlatformVpc,
+    PlatformVpcOptions,
+    PlatformVpcProps,
     VpcFlowLogs,
     add_flow_logs,
     check_existing_vpc,
@@ -140,6 +179,7 @@ from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingM
 from hyperpod_inference_iac.secrets_key import (
     SecretsKey,
     SecretsKeyGuard,
+    SecretsKeyProps,
     grant_secret_read,
     kms_through_secrets_manager,
     secrets_key_guard,
@@ -176,15 +216,20 @@ __all__ = [
     "AlarmTopicProps",
     "AlarmWiringProps",
     "ApiKeySync",
+    "ApiKeySyncProps",
     "AwaitingDeploy",
     "CaptureAlarms",
     "CaptureAlarmsOptions",
     "CaptureAlarmsProps",
     "CapturePipeline",
+    "CapturePipelineOptions",
+    "CapturePipelineProps",
     "CaptureSidecarMetrics",
     "CaptureSidecarMetricsOptions",
     "CaptureSidecarMetricsProps",
     "CaptureStorage",
+    "CaptureStorageOptions",
+    "CaptureStorageProps",
     "CertificateAlarms",
     "CertificateAlarmsOptions",
     "CertificateAlarmsProps",
@@ -192,7 +237,12 @@ __all__ = [
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
+    "EndpointDomainOptions",
+    "EndpointDomainProps",
+    "ExistingVpcOptions",
+    "ExistingVpcProps",
     "ExternalDns",
+    "ExternalDnsProps",
     "FlowLogTraffic",
     "GitHubDeployRole",
     "GitHubDeployRoleProps",
@@ -203,21 +253,31 @@ __all__ = [
     "HuggingFaceTokenSync",
     "HuggingFaceTokenSyncProps",
     "HyperPodCluster",
+    "HyperPodClusterOptions",
+    "HyperPodClusterProps",
     "IdentityBinding",
     "InferenceCluster",
+    "InferenceClusterOptions",
+    "InferenceClusterProps",
     "InferenceOperator",
+    "InferenceOperatorOptions",
+    "InferenceOperatorProps",
     "InferenceWorkloads",
     "InferenceWorkloadsProps",
     "InstanceGroup",
     "KeyPaths",
     "LambdaLogRetention",
+    "LambdaLogRetentionProps",
     "LocalStorageStrategy",
+    "LogRetentionOptions",
     "NodeRecovery",
     "PlatformDashboard",
     "PlatformDashboardProps",
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",
+    "PlatformVpcOptions",
+    "PlatformVpcProps",
     "Prerequisite",
     "Problem",
     "Problems",
@@ -231,6 +291,8 @@ __all__ = [
     "SecretSync",
     "SecretsKey",
     "SecretsKeyGuard",
+    "SecretsKeyProps",
+    "SecretsOptions",
     "StagedManifests",
     "VpcFlowLogs",
     "WorkloadIdentity",

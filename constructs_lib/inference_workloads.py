@@ -33,6 +33,7 @@ from hyperpod_inference_iac.charts.plan import (
     ObjectAccess,
     PortableWorkload,
     WorkloadPlan,
+    check_grantable_key,
     token_secret_of,
 )
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
@@ -296,14 +297,10 @@ class InferenceWorkloads(Construct):
             if self._capture_key is None:
                 _missing_resources(self, {access.purpose: (key,)})
             return self._capture_key
-        if isinstance(key, str) and ":key/" in key:
-            return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
         problems = Problems()
-        problems.add("InferenceWorkloads.KeyNotGrantable", access.purpose,
-                     "a workload's own kmsKeyId must be a key ARN (arn:...:key/<id>) so its role can be granted "
-                     "that key; an alias cannot be granted", key)
+        check_grantable_key(problems, access.purpose, key)  # (the plan's rule: a plan made without it)
         problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
-        return None
+        return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
 
 
 def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences: Sequence[str]) -> None:

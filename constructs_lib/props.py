@@ -87,17 +87,26 @@ class Props:
         return (field for field in cls.fields() if config_key(field) is not None)
 
     @classmethod
+    def key_names(cls) -> dict[str, str]:
+        """Each config field's key by its name; for a list of props, also each entry's keys as
+        ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props (:func:`block_props`) its
+        keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names every nested key too."""
+        hints = typing.get_type_hints(cls)
+        names: dict[str, str] = {}
+        for field in cls.config_fields():
+            names[field.name] = config_key(field)  # type: ignore[assignment]
+            if (item := item_props(hints[field.name])) is not None:
+                names.update({f"{field.name}[].{name}": key for name, key in item.key_names().items()})
+            elif (block := block_props(hints[field.name])) is not None:
+                names.update({f"{field.name}.{name}": f"{names[field.name]}.{key}"
+                              for name, key in block.key_names().items()})
+        return names
+
+    @classmethod
     def key_paths(cls, base: str, **renamed: str) -> KeyPaths:
         """A config file's view of these properties under ``base``: each named by its config key (``renamed``
-        overrides one, e.g. a key the app places elsewhere); a block of props (:func:`block_props`) names its own
-        fields too, ``<name>.<field>`` (:meth:`KeyPaths.block` gives the block's view)."""
-        names = {field.name: key for field in cls.config_fields() if (key := config_key(field))}
-        hints = typing.get_type_hints(cls)
-        for field in cls.config_fields():
-            if (block := block_props(hints[field.name])) is not None:
-                inner = block.key_paths("").names
-                names.update({f"{field.name}.{name}": f"{names[field.name]}.{key}" for name, key in inner.items()})
-        return KeyPaths(base, {**names, **renamed})
+        overrides one, e.g. a key the app places elsewhere)."""
+        return KeyPaths(base, {**cls.key_names(), **renamed})
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """Every rule of these properties, each problem under ``at``'s name for it."""
@@ -130,6 +139,17 @@ def block_props(hint: Any) -> type[Props] | None:
     return hint if isinstance(hint, type) and issubclass(hint, Props) else None
 
 
+def item_props(hint: Any) -> type[Props] | None:
+    """The props class of a list of props (``Sequence[InstanceGroup]``, ``tuple[X, ...]``, optional or not)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
+    if typing.get_origin(hint) in (tuple, list, Sequence):
+        item = typing.get_args(hint)[0] if typing.get_args(hint) else None
+        if isinstance(item, type) and issubclass(item, Props):
+            return item
+    return None
+
+
 def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     """The default as the docs show it (``config``: as a config file writes it)."""
     info = info_of(field)
@@ -144,12 +164,13 @@ def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
         shown = value.summary()
     elif isinstance(value, Duration):
         shown = f"`{value.to_human_string()}`"
+    elif isinstance(value, tuple) and (config or (value and all(isinstance(item, enum.Enum) for item in value))):
+        # As a config file lists them (and a list of enumeration members in Python, by their values).
+        shown = f"`[{', '.join(str(item.value if isinstance(item, enum.Enum) else item) for item in value)}]`"
     elif config and isinstance(value, bool):
-        shown = f"`{str(value).lower()}`"
+        shown = f"`{str(value).lower()}`"  # as YAML writes it
     elif config and isinstance(value, str):
         shown = f"`{value}`"
-    elif config and isinstance(value, tuple):
-        shown = f"`[{', '.join(str(item) for item in value)}]`"
     else:
         shown = f"`{value!r}`"
     return f"{shown} ({info.default_doc})" if info.default_doc else shown
@@ -166,16 +187,19 @@ def _config_type(annotation: str) -> str:
     return {"str": "string", "int": "int", "float": "number", "bool": "bool", "Duration": "int"}.get(bare, "string")
 
 
-def config_table(cls: type[Props], base: str) -> str:
+def config_table(cls: type[Props], base: str, *, leave_out: Sequence[str] = ()) -> str:
     """The config file's view of a props class under ``base`` (``cluster.gpuNodeGroups[]``): key, kind, default,
-    meaning; what only Python code passes is left out. A section of props (a block without ``BLOCK``) lists its own
-    keys under its key; a ``BLOCK`` (an alarm's settings) is one row, its keys in a table of their own."""
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_config_rows(cls, base)])
+    meaning; what only Python code passes is left out, and so are the keys ``leave_out`` names (a key the file
+    places elsewhere, documented there). A section of props (a block without ``BLOCK``) lists its own keys under its
+    key; a ``BLOCK`` (an alarm's settings) is one row, its keys in a table of their own."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_config_rows(cls, base, leave_out)])
 
 
-def _config_rows(cls: type[Props], base: str) -> Iterator[str]:
+def _config_rows(cls: type[Props], base: str, leave_out: Sequence[str] = ()) -> Iterator[str]:
     hints = typing.get_type_hints(cls)
     for field in cls.config_fields():
+        if config_key(field) in leave_out:
+            continue
         key = f"{base}.{config_key(field)}"
         block = block_props(hints[field.name])
         if block is not None and not block.BLOCK:
@@ -203,4 +227,5 @@ def listed(values: Sequence[Any]) -> Sequence[Any]:
     return values if isinstance(values, str) else tuple(values)
 
 
-__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "listed", "prop", "props_table"]
+__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "item_props", "listed", "prop",
+           "props_table"]

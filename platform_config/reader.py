@@ -11,12 +11,12 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.props import Props, block_props, config_key
+from hyperpod_inference_iac.props import Props, block_props, config_key, item_props
 from hyperpod_inference_iac.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -186,29 +186,35 @@ class Section:
                 self.problems.add(UNKNOWN_KEY, self.at(str(key)), unknown_key(self._read))
 
 
-def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, **given: Any) -> P:
+def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, allow_empty: Collection[str] = (),
+               check_with: Mapping[str, Any] | None = None, problems: Problems | None = None, **given: Any) -> P:
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
-    A field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
-    block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also
-    takes ``enabled: false``, which makes it None.
+    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported. A
+    field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
+    block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also takes
+    ``enabled: false``, which makes it None.
 
     A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
-    field are left out (one mistake, one problem), those about the other fields are all reported."""
+    field are left out (one mistake, one problem), those about the other fields are all reported: into the section's
+    problems, or into ``problems`` for a loader that weighs them against another construct's rules on the same keys.
+    ``allow_empty``: string fields whose explicit ``""`` the class's own rule judges (with its own code, as for a
+    Python consumer) rather than ``Config.EmptyString``. ``check_with``: the keyword arguments of the class's
+    ``check`` that are not properties (the stack's account or region)."""
     failed: list[str] = []
-    props = _read_props(cls, section, given, failed)
+    props = _read_props(cls, section, given, failed, allow_empty)
     found = Problems()
-    props.check(found, at or cls.key_paths(section.path))
-    section.problems.extend(p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}["))
-                                                       for f in failed))
+    props.check(found, at or cls.key_paths(section.path), **(check_with or {}))
+    (section.problems if problems is None else problems).extend(
+        p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}[")) for f in failed))
     return props
 
 
 def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
-                base: P | None = None) -> P:
-    """The config fields of ``cls`` read from ``section`` (defaults: ``base``'s values, else the class's); the key
-    path of each that could not be read goes to ``failed``."""
+                allow_empty: Collection[str] = (), base: P | None = None) -> P:
+    """The fields of ``cls`` read from ``section`` (defaults: ``base``'s values, else the class's); the key path of
+    each that could not be read goes to ``failed``."""
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for field in cls.config_fields():
@@ -218,14 +224,27 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
             continue
         if base is not None:  # (the holder's default block: its values are the defaults here)
             field = dataclasses.field(default=getattr(base, name), metadata=field.metadata)
+        before = len(section.problems)
+        if (item := item_props(hints[name])) is not None:
+            entries = section.items(key, required=_required(field))
+            if len(section.problems) != before:  # missing, or not a list
+                failed.append(section.at(key))
+            values[name] = tuple(_read_entry(item, path, data, section.problems, failed) for path, data in entries)
+            continue
         if (block := block_props(hints[name])) is not None:
             values[name] = _read_block(block, section, key, hints[name], field, failed)
             continue
-        before = len(section.problems)
-        values[name] = _read_field(section, key, hints[name], field)
+        values[name] = _read_field(section, key, hints[name], field, name in allow_empty)
         if len(section.problems) != before:
             failed.append(section.at(key))
     return dataclasses.replace(base, **values, **given) if base is not None else cls(**values, **given)
+
+
+def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
+    entry = Section(data, path, problems)
+    props = _read_props(cls, entry, {}, failed)
+    entry.finish()
+    return props
 
 
 def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: dataclasses.Field[Any],
@@ -237,7 +256,7 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
     if "enabled" in {config_key(f) for f in cls.config_fields()}:
         raise TypeError(f"{cls.__name__} has a field `enabled`: read_props reserves it to switch a block off")
     if not section.has(key) or section.data[key] is None:
-        if default is not dataclasses.MISSING:
+        if not _required(field):
             section.raw(key)
             return default  # type: ignore[no-any-return]
         section.section(key, required=True)  # (reported: a block is required here)
@@ -248,14 +267,18 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
     if len(section.problems) != before:  # not a mapping
         failed.append(section.at(key))
     enabled = block.boolean("enabled", default=True) if optional else True
-    props = _read_props(cls, block, {}, failed, default if isinstance(default, cls) else None)
+    props = _read_props(cls, block, {}, failed, base=default if isinstance(default, cls) else None)
     block.finish()
     return props if enabled else None
 
 
-def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any]) -> Any:
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
-    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    required = _required(field)
     default = None if required else field.default
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
@@ -276,13 +299,20 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         count = section.integer(key, required=required)
         return default if count is None else _DURATION_UNITS[unit](max(count, 0))
     if hint is str:
-        value = section.string(key, required=required, default=default)
+        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
         return "" if value is None and required else value
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        text = section.string(key, required=required, default=default)
+        # (the default as the file writes it: an empty value's message names it)
+        text = section.string(key, required=required, default=None if default is None else str(default))
         return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
     if origin in (tuple, Sequence):
-        return tuple(section.string_list(key, required=required))
+        items = section.string_list(key, required=required)
+        if not section.has(key) and not required:
+            return default
+        # Items of an enumeration become its members; a bad one stays a string, for the class's rule to report.
+        kinds = [kind for arg in typing.get_args(hint) for kind in (typing.get_args(arg) or (arg,))
+                 if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
+        return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
     if origin is not None and issubclass(origin, Mapping):
         return section.string_map(key) if section.has(key) else default
     raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from aws_cdk import Annotations, App, Aspects, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from hyperpod_inference_iac import LambdaLogRetention, apply_tags, retention_from_days
+from hyperpod_inference_iac import LambdaLogRetention, apply_tags
 from platform_config import PlatformConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.storage_stack import StorageStack
@@ -38,7 +38,7 @@ def build_platform(app: App, config: PlatformConfig,
             Annotations.of(stack).acknowledge_warning(warning.id, warning.reason)
     apply_tags(app, config.tags)
     # Every Lambda function, CDK's own helpers included, logs into a group with a retention.
-    Aspects.of(app).add(LambdaLogRetention(retention_from_days(config.logging.retention_days)))
+    Aspects.of(app).add(LambdaLogRetention(config.logging.retention))
     return Platform(storage=storage, cluster=cluster)
 
 

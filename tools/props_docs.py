@@ -2,7 +2,9 @@
 
 A page marks the table with ``<!-- props:<ClassName> -->`` and ``<!-- /props -->``; what is between them is
 :func:`hyperpod_inference_iac.props.props_table` of that class. A config page marks a config file's view of one with
-``<!-- config:<ClassName> <key path> -->`` (:func:`~hyperpod_inference_iac.props.config_table`). ``--check`` only
+``<!-- config:<ClassName> <key path> -->`` (:func:`~hyperpod_inference_iac.props.config_table`), optionally
+``leave_out=<key>,<key>`` for keys the file places elsewhere. The classes are the library's and those of the app's
+config model (``platform_config.model``: a construct's options with the app's own keys). ``--check`` only
 reports stale pages (exit 1), as ``tests/unit/test_props.py`` does.
 """
 
@@ -17,8 +19,8 @@ import platform_config.model as platform_model
 from hyperpod_inference_iac.props import Props, config_table, props_table
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>\S+))? -->\n)(?P<table>.*?)"
-                   r"(<!-- /(?P=kind) -->)", re.S)
+BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>[^\s=]+))?"
+                   r"(?: leave_out=(?P<leave_out>\S+))? -->\n)(?P<table>.*?)(<!-- /(?P=kind) -->)", re.S)
 
 
 def props_classes() -> dict[str, type[Props]]:
@@ -34,8 +36,9 @@ def render(text: str, classes: dict[str, type[Props]]) -> str:
         if name not in classes:
             raise SystemExit(f"no props class {name}")
         cls = classes[name]
-        table = props_table(cls) if match["kind"] == "props" else config_table(cls, match["base"])
-        return f"{match.group(1)}{table}\n{match.group(6)}"
+        leave_out = match["leave_out"].split(",") if match["leave_out"] else ()
+        table = props_table(cls) if match["kind"] == "props" else config_table(cls, match["base"], leave_out=leave_out)
+        return f"{match.group(1)}{table}\n{match.group(7)}"
 
     return BLOCK.sub(table, text)
 

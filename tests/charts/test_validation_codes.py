@@ -684,6 +684,10 @@ def test_chart_validates_python_built_models_with_the_same_rules() -> None:
 PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
     ("Portable.NamespaceInvalid", {"namespace": "Team_A"}, "server.namespace"),
+    ("InferenceWorkloads.KeyNotGrantable",
+     {"data_capture": dataclasses.replace(samples.portable_server().data_capture,
+                                          model_pod=ModelPodCapture(kms_key_id="alias/captures"))},
+     "server.dataCapture.modelPod.kmsKeyId"),
     ("Portable.NameInvalid", {"name": "q" * 56}, "server.name"),  # "<name>-metrics" must fit 63
     ("Portable.HostnameNotCertified", {"hostname": "other.portable.example.com"}, "server.hostname"),
     ("Portable.SourceRangeInvalid", {"allowed_source_ranges": ("10.0.0.1/16",)}, "server.allowedSourceRanges[0]"),

@@ -19,7 +19,7 @@ from hyperpod_inference_iac.validation import ConfigError
 from platform_config import parse_config
 from tests.support.synth import REPO
 from tests.unit import test_config
-from tests.unit.test_config import _with
+from tests.unit.test_config import _set, _with
 
 # The codes no config file can raise, each with the reason. A code here that a case reaches fails the test below.
 NOT_FROM_CONFIG: dict[str, str] = {
@@ -43,6 +43,10 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "EndpointDomain.NoDomains": "`domain.endpointDomains: []` is refused first by the config check "
                                 "(Config.TooFewItems)",
     "CaptureAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "CaptureStorage.BadPrefix": "`capture.prefix` is judged by one rule (s3_access.key_prefix_fault) for both "
+                                "constructs, reported once with the pipeline's code (CapturePipeline.InvalidPrefix)",
+    "CapturePipeline.OverlappingPrefixes": "an overlap of `capture.prefix` with the outputs is reported once, as "
+                                           "CaptureStorage.PrefixesOverlap",
     "CertificateAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
     "CaptureSidecarMetrics.BadNamePrefix": "the app prefixes alarm names with `project`",
     "CertificateAlarms.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as CaptureAlarms.BadRunbookUrl",
@@ -90,12 +94,6 @@ NOT_FROM_CONFIG: dict[str, str] = {
        for name in ("BadAccount", "BadEnvironment", "BadOwner", "BadProviderArn", "BadQualifier", "BadRegion",
                     "BadRepository", "BadRoleName", "NoRegion")},
 }
-
-
-# Rules the config check does not apply yet, being made one rule with the construct's (issue 18): the capture prefix
-# (two construct rules that disagree) and a portable server's key alias (refused only by InferenceWorkloads).
-NOT_YET: set[str] = {"CapturePipeline.OverlappingPrefixes", "CaptureStorage.BadPrefix",
-                     "CaptureStorage.PrefixesOverlap", "InferenceWorkloads.KeyNotGrantable"}
 
 
 def _group(**changes: Any) -> Callable[[dict[str, Any]], None]:
@@ -152,6 +150,9 @@ def _alarm(block: str, name: str, **settings: Any) -> Callable[[dict[str, Any]],
 
 
 CASES += [
+    ("CaptureStorage.PrefixesOverlap", "capture.prefix", _set("capture.prefix", "curated/x/")),
+    ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
+     _set("portable.0.dataCapture.modelPod.kmsKeyId", "alias/captures")),
     ("EndpointDomain.Duplicate", "domain.endpointDomains", _duplicate_domain),
     ("EndpointDomain.BadDomainName", "domain.endpointDomains[4]", _extra_domain),
     # The shared alarm-setting rules, for the two constructs test_config.py does not try them on.
@@ -201,7 +202,7 @@ def _reached() -> set[str]:
 
 
 def test_every_construct_code_is_reachable_from_the_config_or_explained() -> None:
-    unexplained = sorted(construct_codes() - _reached() - set(NOT_FROM_CONFIG) - NOT_YET)
+    unexplained = sorted(construct_codes() - _reached() - set(NOT_FROM_CONFIG))
     assert unexplained == [], "add a config case (tests/unit/test_codes_reachable.py) or a reason in NOT_FROM_CONFIG"
 
 

@@ -258,18 +258,18 @@ def test_plan_problems_name_the_config_files_keys() -> None:
 def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
-    assert config.workloads is not None and len(config.workloads.models) == 3
+    assert len(config.workloads.models) == 3
 
 
 def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
-    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable  # type: ignore[union-attr]
+    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable
     assert portable.vpc_cidr == DEFAULT["network"]["newVpc"]["cidr"]
     assert portable.source_ranges == (DEFAULT["network"]["newVpc"]["cidr"],)
 
     def existing(data: dict[str, Any]) -> None:
         data["network"] = {"existingVpc": EXISTING_VPC}
 
-    (portable,) = parse_config(_with(existing)).workloads.portable  # type: ignore[union-attr]
+    (portable,) = parse_config(_with(existing)).workloads.portable
     assert portable.vpc_cidr == EXISTING_VPC["vpcCidr"]
 
 
@@ -589,6 +589,51 @@ def test_an_explicit_empty_string_is_one_problem_never_the_default(path: str) ->
     assert [(p.code, p.path) for p in caught.value.problems] == [(code, path)], str(caught.value)
     if code == "Config.EmptyString" and STRING_KEYS.get(path) is not None:
         assert f"leave the key out for the default {STRING_KEYS[path]!r}" in caught.value.problems[0].message
+
+
+# -- issue 18: every rule a construct applies is applied by the config check, under the config key ---------------
+@pytest.mark.parametrize("prefix", ["/data-capture/", "data*/", "data-capture", "donn\u00e9es/", "", "curated/x/"])
+def test_a_capture_prefix_either_construct_refuses_is_refused_at_the_config_check(prefix: str) -> None:
+    """One prefix rule: what CaptureStorage or CapturePipeline would refuse at synth, `python -m platform_config`
+    refuses at capture.prefix, once."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_s3 as s3
+
+    from hyperpod_inference_iac import CapturePipeline
+
+    with pytest.raises(ConfigError) as storage:
+        CaptureStorage(Stack(App(), "S"), "Storage", capture_prefix=prefix)
+    stack = Stack(App(), "P", env={"account": "111122223333", "region": "us-west-2"})
+    with pytest.raises(ConfigError) as pipeline:
+        CapturePipeline(stack, "Pipeline", bucket=s3.Bucket(stack, "B"), encryption_key=None,
+                        capture_prefixes=[prefix])
+    refused_by = (storage.value.codes, pipeline.value.codes)
+    problems = _problems(_with(_set("capture.prefix", prefix)))
+    assert len(problems) == 1 and problems[0][1] == "capture.prefix", problems
+    # (the pipeline's code for the prefix's form, as before; the storage's for an overlap with curated/)
+    assert problems[0][0] in refused_by[0] + refused_by[1], (problems, refused_by)
+
+
+def test_the_config_check_command_refuses_a_prefix_the_storage_would_refuse(tmp_path: Path) -> None:
+    """Before, `python -m platform_config` passed '/data-capture/' (the pipeline's rule) and the synth failed in
+    CaptureStorage at a prop name."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with(_set("capture.prefix", "/data-capture/"))))
+    result = subprocess.run([sys.executable, "-m", "platform_config", str(bad)], cwd=REPO, capture_output=True,
+                            text=True, check=False, env=cli_env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "[CapturePipeline.InvalidPrefix] capture.prefix: must be an S3 key prefix" in result.stderr
+
+
+def test_a_portable_capture_key_that_is_an_alias_is_refused_at_the_config_check() -> None:
+    """The sidecar's role is granted its kmsKeyId: an alias cannot be granted. The plan refuses it under the key path
+    (the same rule InferenceWorkloads applies to a Python consumer's plan)."""
+    key = "portable.0.dataCapture.modelPod.kmsKeyId"
+    assert _problems(_with(_set(key, "alias/captures"))) == [
+        ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId")]
+    arn = "arn:aws:kms:us-west-2:111122223333:key/11111111-2222-3333-4444-555555555555"
+    (portable,) = parse_config(_with(_set(key, arn))).workloads.portable
+    assert portable.capture_key == arn
 
 
 # -- issue 17: risky choices are said out loud (warned, acknowledgeable) ------------------------------------------

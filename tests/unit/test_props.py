@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from aws_cdk import App, Duration, Environment, Stack
 from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -23,22 +26,43 @@ from hyperpod_inference_iac import (
     AlarmSettings,
     AlarmTopic,
     AlarmTopicOptions,
+    ApiKeySync,
     CaptureAlarms,
     CaptureAlarmsOptions,
     CaptureAlarmsProps,
     CapturePipeline,
+    CapturePipelineOptions,
     CaptureSidecarMetrics,
     CaptureSidecarMetricsOptions,
     CaptureSidecarMetricsProps,
+    CaptureStorage,
+    CaptureStorageOptions,
     CertificateAlarms,
     CertificateAlarmsOptions,
     ConfigError,
+    EndpointDomain,
+    ExistingVpcProps,
+    ExternalDns,
+    ExternalDnsProps,
     GpuNodeGroup,
+    HyperPodCluster,
+    InferenceCluster,
+    InferenceOperator,
+    InstanceGroup,
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
+    PlatformVpc,
+    Problems,
+    SecretsOptions,
+    SecretSync,
+    existing_vpc,
 )
 from hyperpod_inference_iac.props import Props, config_key
+from platform_config import model
 from platform_config.loader import parse_config
 from tests.support.synth import REPO
-from tests.unit.test_config import _with
+from tests.unit.test_config import EXISTING_VPC, _delete, _set, _with
 from tools import props_docs
 
 
@@ -55,14 +79,20 @@ CONSTRUCTS = _constructs_with_props()
 
 
 def test_constructs_declare_their_props() -> None:
-    assert GpuNodeGroup in CONSTRUCTS
+    assert {GpuNodeGroup, InferenceCluster, HyperPodCluster, InferenceOperator, EndpointDomain, PlatformVpc,
+            ExternalDns, CaptureStorage, CapturePipeline, ApiKeySync, hyperpod_inference_iac.SecretsKey} <= set(
+        CONSTRUCTS)
 
 
-@pytest.mark.parametrize("cls", CONSTRUCTS, ids=lambda c: c.__name__)
-def test_the_constructor_takes_exactly_its_props(cls: Any) -> None:
+# Each construct's constructor, and existing_vpc (a function: its arguments are ExistingVpcProps).
+SIGNATURES = [(cls.__init__, cls.PROPS, cls.__name__) for cls in CONSTRUCTS] + [
+    (existing_vpc, ExistingVpcProps, "existing_vpc")]
+
+
+@pytest.mark.parametrize(("function", "props"), [s[:2] for s in SIGNATURES], ids=[s[2] for s in SIGNATURES])
+def test_the_constructor_takes_exactly_its_props(function: Any, props: type[Props]) -> None:
     """Same names, keyword-only, same type, same default: the signature repeats nothing the props do not say."""
-    props: type[Props] = cls.PROPS
-    parameters = {name: p for name, p in inspect.signature(cls.__init__).parameters.items()
+    parameters = {name: p for name, p in inspect.signature(function).parameters.items()
                   if name not in ("self", "scope", "id")}
     fields = {field.name: field for field in props.fields()}
     assert sorted(parameters) == sorted(fields)
@@ -231,3 +261,218 @@ def test_an_alarm_block_is_read_over_that_alarm_s_default() -> None:
     assert alarms.sidecar.no_metrics is None
     assert [(c, path) for c, path, _ in _app_problems(_alarms(capture={"throttles": 5}))] == [
         ("Config.WrongType", "alarms.capture.throttles")]
+
+
+def _vpc(stack: Stack) -> ec2.IVpc:
+    return ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0", vpc_cidr_block="10.0.0.0/16",
+                                       availability_zones=["us-west-2a", "us-west-2b"],
+                                       private_subnet_ids=["subnet-01234567", "subnet-89abcdef"])
+
+
+def _inference_cluster(stack: Stack) -> None:
+    InferenceCluster(stack, "Eks", cluster_name="-llm", vpc=_vpc(stack))
+
+
+def _hyperpod_cluster(stack: Stack) -> None:
+    vpc = _vpc(stack)
+    HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=_cluster(stack), vpc=vpc,
+                    subnets=vpc.private_subnets,
+                    security_groups=[ec2.SecurityGroup.from_security_group_id(stack, "Sg", "sg-0123456789abcdef0")],
+                    instance_groups=[InstanceGroup(name="gpu", instance_type="ml.g5.12xlarge", ebs_volume_gib=0)])
+
+
+def _inference_operator(stack: Stack) -> None:
+    InferenceOperator(stack, "Operator", cluster=_cluster(stack), hyperpod_cluster_arn="arn",  # type: ignore[arg-type]
+                      tls_bucket=s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x"), addon_version="1.0.0")
+
+
+def _endpoint_domain(stack: Stack) -> None:
+    EndpointDomain(stack, "Domain", zone_name="Inference", endpoint_domains=["api.inference.example.com"])
+
+
+def _platform_vpc(stack: Stack) -> None:
+    PlatformVpc(stack, "Network", max_azs=1, nat_gateways=1)
+
+
+def _platform_vpc_flow_logs(stack: Stack) -> None:
+    PlatformVpc(stack, "Network", flow_log_traffic="REJECTED")  # type: ignore[arg-type]
+
+
+def _existing_vpc(stack: Stack) -> None:
+    existing_vpc(stack, "Network", **{**{"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
+                                         "availability_zones": ["a", "b"],
+                                         "private_subnet_ids": ["subnet-01234567", "subnet-89abcdef"]},
+                                      "vpc_id": "vpc-x"})
+
+
+# (construct, one mistake made by a Python consumer, its code and property; the same mistake in the app's config
+# file, and its key path): one declaration names both.
+MISTAKES: list[tuple[str, Callable[[Stack], None], str, str, Callable[[dict[str, Any]], None], str]] = [
+    ("InferenceCluster", _inference_cluster, "InferenceCluster.BadName", "cluster_name",
+     _set("cluster.name", "-llm"), "cluster.name"),
+    ("HyperPodCluster", _hyperpod_cluster, "HyperPodCluster.VolumeSize", "instance_groups[0].ebs_volume_gib",
+     _set("hyperpod.instanceGroups.0.ebsVolumeGiB", 0), "hyperpod.instanceGroups[0].ebsVolumeGiB"),
+    ("InferenceOperator", _inference_operator, "InferenceOperator.AddonVersion", "addon_version",
+     _set("operator.addonVersion", "1.0.0"), "operator.addonVersion"),
+    ("EndpointDomain", _endpoint_domain, "EndpointDomain.BadZoneName", "zone_name",
+     _set("domain.zoneName", "Inference"), "domain.zoneName"),
+    ("PlatformVpc", _platform_vpc, "Network.ZoneCount", "max_azs", _set("network.newVpc.maxAzs", 1),
+     "network.newVpc.maxAzs"),
+    ("PlatformVpc.flowLogs", _platform_vpc_flow_logs, "Network.FlowLogTraffic", "flow_log_traffic",
+     _set("network.flowLogs", "REJECTED"), "network.flowLogs"),
+    ("existing_vpc", _existing_vpc, "Network.BadVpcId", "vpc_id",
+     lambda d: d.update(network={"existingVpc": {**EXISTING_VPC, "vpcId": "vpc-x"}}), "network.existingVpc.vpcId"),
+]
+
+
+@pytest.mark.parametrize(("consumer", "code", "prop", "change", "key"), [m[1:] for m in MISTAKES],
+                         ids=[m[0] for m in MISTAKES])
+def test_one_mistake_is_named_by_the_property_for_a_consumer_and_by_the_key_for_the_app(
+        consumer: Callable[[Stack], None], code: str, prop: str, change: Callable[[dict[str, Any]], None],
+        key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        consumer(Stack(App()))
+    assert [(p.code, p.path) for p in caught.value.problems] == [(code, prop)]
+    with pytest.raises(ConfigError) as app:
+        parse_config(_with(change))
+    assert [(p.code, p.path) for p in app.value.problems] == [(code, key)]
+
+
+def test_external_dns_props_are_python_only_and_named_so() -> None:
+    """ExternalDns has no config keys (the app derives its zones, owner and names from its plan and domain): its
+    problems are named by the property, whoever passes it."""
+    assert list(ExternalDnsProps.config_fields()) == []
+    stack = Stack(App())
+    zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
+                                                          zone_name="inference.example.com")
+    with pytest.raises(ConfigError) as caught:
+        ExternalDns(stack, "Dns", cluster=_cluster(stack), hosted_zones=[zone], owner_id="c",  # type: ignore[arg-type]
+                    namespaces=["inference", "Bad_Namespace"], hostnames=["qwen.inference.example.com"])
+    assert [(p.code, p.path) for p in caught.value.problems] == [("ExternalDns.BadNamespace", "namespaces[1]")]
+
+
+def test_the_app_s_sections_are_the_constructs_options() -> None:
+    """Each section is the construct's options class (or one that adds the app's own keys to it)."""
+    config = parse_config(_with(lambda d: None))
+    assert isinstance(config.cluster, hyperpod_inference_iac.InferenceClusterOptions)
+    assert isinstance(config.hyperpod, hyperpod_inference_iac.HyperPodClusterOptions)
+    assert all(isinstance(group, InstanceGroup) for group in config.hyperpod.instance_groups)
+    assert isinstance(config.operator, hyperpod_inference_iac.InferenceOperatorOptions)
+    assert isinstance(config.domain, hyperpod_inference_iac.EndpointDomainOptions)
+    assert isinstance(config.vpc, hyperpod_inference_iac.PlatformVpcOptions)
+    existing = parse_config(_with(lambda d: d.update(network={"existingVpc": EXISTING_VPC}))).vpc
+    assert isinstance(existing, hyperpod_inference_iac.ExistingVpcOptions)
+    assert (model.NewVpc, model.ExistingVpc, model.HyperPodConfig) == (
+        hyperpod_inference_iac.PlatformVpcOptions, hyperpod_inference_iac.ExistingVpcOptions,
+        hyperpod_inference_iac.HyperPodClusterOptions)
+
+
+def test_a_missing_zone_is_one_problem() -> None:
+    """Issue 18, 3: no stand-in zone, so no endpoint name (nor the portable server's hostname) is compared with it
+    (a wrong zone is one problem too: the EndpointDomain case above)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(_delete("domain.zoneName")))
+    assert [(p.code, p.path) for p in caught.value.problems] == [("Config.MissingKey", "domain.zoneName")]
+
+
+def test_a_missing_field_of_a_list_entry_is_one_problem() -> None:
+    """An instance group without its instance type: the key is missing, and no rule reports the stand-in."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(_delete("hyperpod.instanceGroups.0.instanceType")))
+    assert [(p.code, p.path) for p in caught.value.problems] == [
+        ("Config.MissingKey", "hyperpod.instanceGroups[0].instanceType")]
+
+
+def test_the_flow_logs_row_states_the_declared_defaults() -> None:
+    """``network.flowLogs`` sits beside the VPC kind, so its row is written by hand (the generated tables leave it
+    out): it must say each kind's declared default."""
+    rows = [line for line in (REPO / "docs" / "configuration.md").read_text().splitlines()
+            if line.startswith("| `network.flowLogs` |")]
+    assert len(rows) == 1
+    assert hyperpod_inference_iac.PlatformVpcOptions.flow_log_traffic == "ALL"
+    assert hyperpod_inference_iac.ExistingVpcOptions.flow_log_traffic is None
+    assert "`ALL` with `newVpc`, `off` with `existingVpc`" in rows[0]
+
+
+# -- the capture constructs, the log retentions and the API keys (issue 18) ------------------------------------------
+def _consumer_problems(build: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        build()
+    return [(p.code, p.path) for p in caught.value.problems]
+
+
+def _app_problems(change: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(change))
+    return [(p.code, p.path) for p in caught.value.problems]
+
+
+def test_capture_storage_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    stack = Stack(App())
+    assert _consumer_problems(lambda: CaptureStorage(stack, "S", noncurrent_version_retention_days=0)) == [
+        ("CaptureStorage.RetentionOutOfRange", "noncurrent_version_retention_days")]
+    assert _app_problems(lambda d: d["capture"].update(noncurrentVersionRetentionDays=0)) == [
+        ("CaptureStorage.RetentionOutOfRange", "capture.noncurrentVersionRetentionDays")]
+
+
+def test_capture_pipeline_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    """`max_concurrency` is `capture.processorMaxConcurrency` in the file: the key its prop declares."""
+    stack = Stack(App(), "P", env=Environment(account="111122223333", region="us-west-2"))
+    bucket = s3.Bucket(stack, "B")
+    assert _consumer_problems(lambda: CapturePipeline(stack, "P", bucket=bucket, encryption_key=None,
+                                                      max_concurrency=1)) == [
+        ("CapturePipeline.ConcurrencyOutOfRange", "max_concurrency")]
+    assert _app_problems(lambda d: d["capture"].update(processorMaxConcurrency=1)) == [
+        ("CapturePipeline.ConcurrencyOutOfRange", "capture.processorMaxConcurrency")]
+
+
+def test_log_retentions_name_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    problems = Problems()
+    LogRetentionOptions(audit_retention_days=100).check(problems)
+    assert [(p.code, p.path) for p in problems] == [("Logs.RetentionDays", "audit_retention_days")]
+    assert _consumer_problems(lambda: LambdaLogRetention(logs.RetentionDays.INFINITE)) == [
+        ("Logs.RetentionDays", "retention")]
+    assert _app_problems(lambda d: d["logging"].update(auditRetentionDays=100)) == [
+        ("Logs.RetentionDays", "logging.auditRetentionDays")]
+
+
+def test_api_key_rotation_names_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    """One rule of a rotation period: ApiKeySync's `rotation_days`, the platform's `api_key_rotation_days`
+    (`secrets.apiKeyRotationDays`, 0 meaning never)."""
+    stack = Stack(App())
+    sync = SecretSync(namespace="inference", secrets_manager_name="p/qwen/api-key", kubernetes_secret_name="k",
+                      reader_role_name="r", refresh_interval_seconds=120, keys_file="api-keys")
+    assert _consumer_problems(lambda: ApiKeySync(stack, "ApiKey", cluster=_cluster(stack), sync=sync,
+                                                 rotation_days=1001)) == [
+        ("ApiKeySync.RotationDaysOutOfRange", "rotation_days")]
+    problems = Problems()
+    SecretsOptions(api_key_rotation_days=1001).check(problems)
+    assert [(p.code, p.path) for p in problems] == [("ApiKeySync.RotationDaysOutOfRange", "api_key_rotation_days")]
+    assert _app_problems(lambda d: d["secrets"].update(apiKeyRotationDays=1001)) == [
+        ("ApiKeySync.RotationDaysOutOfRange", "secrets.apiKeyRotationDays")]
+
+
+def test_the_aspect_takes_exactly_its_props() -> None:
+    """LambdaLogRetention is an Aspect, not a construct: its one property may also be given by position."""
+    (parameter,) = [p for name, p in inspect.signature(LambdaLogRetention.__init__).parameters.items()
+                    if name != "self"]
+    (field,) = LambdaLogRetentionProps.fields()
+    assert (parameter.name, parameter.annotation, parameter.default) == (field.name, field.type, field.default)
+    assert LambdaLogRetention.PROPS is LambdaLogRetentionProps
+
+
+def test_the_app_s_capture_logging_and_secrets_sections_are_the_constructs_options() -> None:
+    """capture: holds CaptureStorage's and CapturePipeline's own options, read from the one section by their declared
+    keys; logging: and secrets: are the library's options classes. No key is stated twice: the two capture classes
+    share none."""
+    config = parse_config(_with(lambda d: None))
+    assert isinstance(config.capture.storage, CaptureStorageOptions)
+    assert isinstance(config.capture.pipeline, CapturePipelineOptions)
+    assert isinstance(config.logging, LogRetentionOptions) and isinstance(config.secrets, SecretsOptions)
+    storage_keys = {config_key(f) for f in CaptureStorageOptions.config_fields()}
+    pipeline_keys = {config_key(f) for f in CapturePipelineOptions.config_fields()}
+    assert not storage_keys & pipeline_keys
+    assert storage_keys | pipeline_keys == set(_with(lambda d: None)["capture"]) | {
+        "noncurrentVersionRetentionDays", "rawReaderRoleArns", "breakGlassRoleArns", "pandasLayerArn",
+        "processorMaxConcurrency"}
+    assert config.capture.pipeline.capture_prefixes == (config.capture.prefix,)
