@@ -169,13 +169,13 @@ def _pipeline(stack: Stack) -> CapturePipeline:
                                                                 "AWSSDKPandas-Python313-Arm64:15")
 
 
-def _consumer_problems(build: Callable[[Stack], object]) -> list[tuple[str, str, str]]:
+def _alarm_consumer_problems(build: Callable[[Stack], object]) -> list[tuple[str, str, str]]:
     with pytest.raises(ConfigError) as caught:
         build(_alarm_stack())
     return [(p.code, p.path, p.message) for p in caught.value.problems]
 
 
-def _app_problems(change: Callable[[dict[str, Any]], None]) -> list[tuple[str, str, str]]:
+def _alarm_app_problems(change: Callable[[dict[str, Any]], None]) -> list[tuple[str, str, str]]:
     with pytest.raises(ConfigError) as caught:
         parse_config(_with(change))
     return [(p.code, p.path, p.message) for p in caught.value.problems]
@@ -216,7 +216,7 @@ ALARM_MISTAKES = [
 def test_an_alarm_construct_s_mistake_is_named_by_the_property_and_by_the_config_key(
         construct: str, consumer: Callable[[Stack], object], app: Callable[[dict[str, Any]], None], code: str,
         prop: str, key: str) -> None:
-    consumer_problems, app_problems = _consumer_problems(consumer), _app_problems(app)
+    consumer_problems, app_problems = _alarm_consumer_problems(consumer), _alarm_app_problems(app)
     assert [(c, path) for c, path, _ in consumer_problems] == [(code, prop)]
     assert [(c, path) for c, path, _ in app_problems] == [(code, key)]
     assert consumer_problems[0][2] == app_problems[0][2]  # one rule, one message
@@ -224,10 +224,10 @@ def test_an_alarm_construct_s_mistake_is_named_by_the_property_and_by_the_config
 
 def test_an_alarm_rule_names_the_other_settings_in_each_reader_s_vocabulary() -> None:
     """The rule on datapoints names the evaluation periods as the reader knows them."""
-    consumer = _consumer_problems(lambda s: CaptureAlarms(
+    consumer = _alarm_consumer_problems(lambda s: CaptureAlarms(
         s, "A", pipeline=_pipeline(s), alarm_name_prefix="p",
         throttles=AlarmSettings(threshold=0, period=FIVE, evaluation_periods=3, datapoints_to_alarm=4)))
-    app = _app_problems(_alarms(capture={"throttles": {"datapointsToAlarm": 4}}))
+    app = _alarm_app_problems(_alarms(capture={"throttles": {"datapointsToAlarm": 4}}))
     assert consumer == [("CaptureAlarms.DatapointsToAlarm", "throttles.datapoints_to_alarm",
                          "must be an integer from 1 to evaluation_periods")]
     assert app == [("CaptureAlarms.DatapointsToAlarm", "alarms.capture.throttles.datapointsToAlarm",
@@ -259,7 +259,7 @@ def test_an_alarm_block_is_read_over_that_alarm_s_default() -> None:
     assert (failed_uploads.period.to_minutes(), failed_uploads.evaluation_periods) == (10, 3)
     assert alarms.sidecar.first_chunk_p99 == CaptureSidecarMetricsProps.first_chunk_p99.with_(threshold=0.5)
     assert alarms.sidecar.no_metrics is None
-    assert [(c, path) for c, path, _ in _app_problems(_alarms(capture={"throttles": 5}))] == [
+    assert [(c, path) for c, path, _ in _alarm_app_problems(_alarms(capture={"throttles": 5}))] == [
         ("Config.WrongType", "alarms.capture.throttles")]
 
 
