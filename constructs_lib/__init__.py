@@ -39,6 +39,7 @@ from hyperpod_inference_iac.capture_pipeline import (
     warn_capture_pipeline,
 )
 from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
     check_certificate_alarms,
@@ -131,6 +132,7 @@ __all__ = [
     "CaptureStorage",
     "CertificateAlarms",
     "ClusterEndpointAccess",
+    "ClusterLike",
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
@@ -174,6 +176,7 @@ __all__ = [
     "alarm_table",
     "api_key_sync",
     "apply_tags",
+    "as_icluster",
     "bucket_arn",
     "check_alarm_topic",
     "check_api_key_rotation",

@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -35,6 +34,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.plan import PortableWorkload
 from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
@@ -120,7 +120,7 @@ class ApiKeySync(Construct):
     acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
     """
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, sync: SecretSync,
+    def __init__(self, scope: Construct, id: str, *, cluster: ClusterLike, sync: SecretSync,
                  client_role_arns: Sequence[str] = (), operator_chart: Construct | None = None,
                  encryption_key: kms.IKey | None = None, rotation_days: int | None = None,
                  rotation_role_name: str | None = None,

@@ -27,6 +27,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster, cfn_child
 from hyperpod_inference_iac.instance_store import (
     GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
     NEURON_FAMILIES,
@@ -93,7 +94,7 @@ class GpuNodeGroup(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         name: str,
         instance_types: Sequence[str],
         min_size: int = 0,
@@ -129,7 +130,7 @@ class GpuNodeGroup(Construct):
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=as_icluster(cluster),
             nodegroup_name=name,
             # Explicit: CDK's GPU default is AL2_X86_64_GPU, whose AMIs are end of life.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
@@ -150,7 +151,7 @@ class GpuNodeGroup(Construct):
         # Instance types go to the L1: CDK's own GPU list (used to check the AMI type against the
         # instance types) lacks gr6, p5, p5e, p5en and p6-b200 and would reject the NVIDIA AMI for them;
         # the table above is the check that applies here.
-        cfn_nodegroup: eks.CfnNodegroup = self.nodegroup.node.default_child  # type: ignore[assignment]
+        cfn_nodegroup = cfn_child(self.nodegroup, eks.CfnNodegroup)
         cfn_nodegroup.instance_types = list(instance_types)
         acknowledge(self.nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))

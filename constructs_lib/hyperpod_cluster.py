@@ -43,6 +43,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
@@ -155,7 +156,7 @@ class HyperPodCluster(Construct):
         id: str,
         *,
         cluster_name: str,
-        eks_cluster: eks.ICluster,
+        eks_cluster: ClusterLike,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         instance_groups: Sequence[InstanceGroup],
@@ -179,6 +180,7 @@ class HyperPodCluster(Construct):
             problems.add("HyperPodCluster.NoOnCreateScript", "lifecycle_scripts",
                          f"must be a folder holding {ON_CREATE_SCRIPT}", str(scripts))
         problems.raise_if_any(f"HyperPodCluster {self.node.path}")
+        assert vpc is not None  # (or check_hyperpod_cluster would have reported it: vpc_known)
         stack = Stack.of(self)
 
         self.lifecycle_bucket = hardened_bucket(
@@ -212,12 +214,12 @@ class HyperPodCluster(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
         )
         self._grant_read_lifecycle_scripts(stack, encryption_key)
-        self._grant_node_permissions(stack, eks_cluster, vpc)  # type: ignore[arg-type]
+        self._grant_node_permissions(stack, eks_cluster, vpc)
 
         self.access_entry = eks.AccessEntry(
             self,
             "AccessEntry",
-            cluster=eks_cluster,
+            cluster=as_icluster(eks_cluster),
             principal=self.execution_role.role_arn,
             access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX,
             access_policies=[],
@@ -360,7 +362,7 @@ class HyperPodCluster(Construct):
                 conditions=kms_through_s3(stack.region, bucket.bucket_arn),
             ))
 
-    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster, vpc: ec2.IVpc) -> None:
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: ClusterLike, vpc: ec2.IVpc) -> None:
         role = self.execution_role
         in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         role.add_to_principal_policy(iam.PolicyStatement(
@@ -395,7 +397,7 @@ class HyperPodCluster(Construct):
         ))
 
 
-def _vpc_of(eks_cluster: eks.ICluster) -> ec2.IVpc | None:
+def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:
     """The cluster's VPC, or None for a cluster imported without one (whose ``vpc`` raises)."""
     try:
         return eks_cluster.vpc
