@@ -17,7 +17,7 @@ CDK := $(CURDIR)/node_modules/.bin/cdk
 CHECKOV_VENV := $(VENV)/checkov
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test review lint bench bench-sidecar clean
+.PHONY: setup synth test review lint typecheck bench bench-sidecar clean
 .PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -70,6 +70,10 @@ review: setup
 
 lint: setup
 	$(BIN)/ruff check .
+
+## typecheck: mypy, strict, over the library and its runtime code (make test runs it too: tests/unit/test_types.py).
+typecheck: setup
+	$(BIN)/python -m tools.typecheck
 
 bench: setup
 	$(BIN)/python benchmarks/synth_bench.py
