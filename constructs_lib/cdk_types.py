@@ -13,7 +13,7 @@ At run time it is one (jsii checks the interface, not the Python protocol). Ther
 of this library takes a :data:`ClusterLike`: an ``eks.Cluster`` you created or an ``eks.ICluster`` you imported
 (``eks.Cluster.from_cluster_attributes``), without a cast. Where a cluster goes on to aws-cdk-lib itself, the library
 says what it is with :func:`as_icluster`; your own code can do the same when it hands a created cluster to
-``eks.Addon``, ``eks.HelmChart``, ``eks.KubernetesManifest`` and the like (docs/upgrading.md, "Type checking").
+``eks.Addon``, ``eks.HelmChart``, ``eks.KubernetesManifest`` and the like (docs/upgrading.md, "Type checking your app").
 """
 
 from __future__ import annotations
