@@ -53,6 +53,7 @@ from hyperpod_inference_iac.capture_storage import (
     check_capture_storage,
     warn_capture_storage,
 )
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
     check_certificate_alarms,
@@ -188,6 +189,7 @@ __all__ = [
     "CaptureStorageProps",
     "CertificateAlarms",
     "ClusterEndpointAccess",
+    "ClusterLike",
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
@@ -250,6 +252,7 @@ __all__ = [
     "alarm_table",
     "api_key_sync",
     "apply_tags",
+    "as_icluster",
     "bucket_arn",
     "check_alarm_topic",
     "check_api_key_rotation",

@@ -61,9 +61,11 @@ def check_alarm_topic(problems: Problems, at: KeyPaths = PROPS, *, topic_name: s
                 continue
             if not isinstance(value, str) or not pattern.match(value):
                 problems.add(error, at.at(prop, index), message, value)
-            elif value in seen or seen.add(value):  # (add returns None: the first one is kept)
+            elif value in seen:
                 problems.add(f"{code}.DuplicateSubscriber", at.at(prop, index), "lists the same subscriber twice",
                              value)
+            else:
+                seen.add(value)
 
 
 class AlarmTopic(Construct):

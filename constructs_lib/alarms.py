@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -23,6 +23,7 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.validation import KeyPaths, Problems, is_unresolved
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def topic_actions(topic: AlarmTopic | sns.ITopic | None) -> list[cloudwatch.IAla
     actions = getattr(topic, "alarm_actions", None)
     if actions is not None:
         return list(actions)
-    return [cloudwatch_actions.SnsAction(topic)]  # type: ignore[arg-type]
+    return [cloudwatch_actions.SnsAction(cast("sns.ITopic", topic))]  # (an AlarmTopic has alarm_actions)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class AlarmWiring:
               insufficient_data: bool = False) -> cloudwatch.Alarm:
         """Name an alarm and add the actions (also used on alarms another construct created: with ``anchor``, its
         description gets the runbook link)."""
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         cfn.alarm_name = self.name(suffix)
         if anchor is not None:
             cfn.alarm_description = self.description(str(cfn.alarm_description or "").rstrip(".") + ".", anchor)
@@ -186,7 +187,7 @@ def alarm_names(alarms: Mapping[str, cloudwatch.Alarm]) -> dict[str, str]:
     """The literal names of alarms named through :class:`AlarmWiring` (key -> name)."""
     names = {}
     for key, alarm in alarms.items():
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         names[key] = str(cfn.alarm_name)
     return names
 
@@ -308,6 +309,6 @@ def _plain(value: Any) -> str:
             return f"<import {_plain(value['Fn::ImportValue'])}>"
         if "Fn::Join" in value:
             delimiter, parts = value["Fn::Join"]
-            return delimiter.join(_plain(part) for part in parts)
+            return str(delimiter).join(_plain(part) for part in parts)
     return str(value)
 

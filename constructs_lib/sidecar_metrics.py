@@ -36,7 +36,6 @@ from typing import Any
 import yaml
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
@@ -51,6 +50,7 @@ from hyperpod_inference_iac.alarms import (
     check_alarm_settings,
     topic_actions,
 )
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.patterns import (
@@ -333,7 +333,7 @@ class CaptureSidecarMetrics(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         namespace: str,
         cluster_name: str | None = None,
         role_name: str | None = None,
