@@ -19,7 +19,7 @@ CHECKOV_VENV := $(VENV)/checkov
 WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test review lint bench bench-sidecar clean wheel
+.PHONY: setup synth test review lint typecheck bench bench-sidecar clean wheel
 .PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -81,6 +81,10 @@ wheel: $(VENV)/.installed
 
 lint: setup
 	$(BIN)/ruff check .
+
+## typecheck: mypy, strict, over the library and its runtime code (make test runs it too: tests/unit/test_types.py).
+typecheck: setup
+	$(BIN)/python -m tools.typecheck
 
 bench: setup
 	$(BIN)/python benchmarks/synth_bench.py

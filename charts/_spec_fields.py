@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from hyperpod_inference_iac.platform_values import is_platform_value
 from hyperpod_inference_iac.validation import (
@@ -35,7 +35,7 @@ from hyperpod_inference_iac.validation import (
     wrong_type,
 )
 
-_Block = TypeVar("_Block")
+_Block = TypeVar("_Block", bound="SpecBlock")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -176,9 +176,12 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 class SpecBlock:
     """Mixin for frozen, keyword-only dataclasses that mirror one block of a CRD spec."""
 
+    # What @dataclass gives every subclass: declared here, so dataclasses.fields(self) type-checks.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for spec_field in dataclasses.fields(self):
             value = getattr(self, spec_field.name)
             if value is None or is_planned(spec_field):
                 continue
@@ -191,7 +194,7 @@ class SpecBlock:
 
     def validate(self, path: str, problems: Problems) -> None:
         """Field constraints of this block and every nested block, then the cross-field rules."""
-        for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for spec_field in dataclasses.fields(self):
             value = getattr(self, spec_field.name)
             if value is None or is_planned(spec_field):
                 continue
@@ -225,7 +228,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
     if not isinstance(data, Mapping):
         problems.add(WRONG_TYPE, path, wrong_type("a mapping", data), data)
         return None
-    declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}  # type: ignore[arg-type]
+    declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}
     for key in data:
         if key not in declared:
             problems.add(
@@ -233,7 +236,8 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
                 join_path(path, str(key)),
                 unknown_key(declared, "other CRD fields go in the entry's extraSpec"),
             )
-    hints = _type_hints(cls)
+    # (mypy checks a class against Hashable by its instances' __hash__; the class itself is hashable)
+    hints = _type_hints(cls)  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     complete = True
     for key, spec_field in declared.items():

@@ -167,10 +167,10 @@ def _check(chart_id: str, namespace: str, models: Sequence[Workload],
                        custom_service_accounts_enabled=custom_service_accounts_enabled, problems=problems)
     declared = {account.name for account in service_accounts}
     used = {model.service_account_name: path for path, model in entries if model.service_account_name is not None}
-    for account, entry_path in used.items():
-        if account not in declared:
+    for name, entry_path in used.items():
+        if name not in declared:
             problems.add("ServiceAccount.RoleMissing", join_path(entry_path, "spec.kubernetes.serviceAccountName"),
-                         "names a service account the chart was not given a role for (service_accounts)", account)
+                         "names a service account the chart was not given a role for (service_accounts)", name)
     for index, account in enumerate(service_accounts):
         if account.name not in used:
             problems.add("ServiceAccount.Unused", join_path(join_path("serviceAccounts", index), "name"),

@@ -267,14 +267,19 @@ class WorkloadPlan:
     portable: tuple[PortableWorkload, ...] = ()
 
     @property
+    def workloads(self) -> tuple[ModelWorkload | PortableWorkload, ...]:
+        """The models, then the portable servers."""
+        return (*self.models, *self.portable)
+
+    @property
     def identities(self) -> tuple[IdentityPlan, ...]:
-        return tuple(identity for workload in (*self.models, *self.portable) for identity in workload.identities)
+        return tuple(identity for workload in self.workloads for identity in workload.identities)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
         """Every namespace the plan's workloads live in: the platform's first (it holds the synced Secrets), then the
         workloads' own, sorted."""
-        own = {w.namespace for w in (*self.models, *self.portable)} - {self.context.namespace, ""}
+        own = {w.namespace for w in self.workloads} - {self.context.namespace, ""}
         return (self.context.namespace, *sorted(own))
 
     def in_namespace(self, namespace: str) -> WorkloadPlan:
@@ -436,6 +441,7 @@ def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, pro
         changes["data_capture"] = _wire_capture(context, spec.data_capture, tiers=("sagemaker_endpoint", "model_pod"))
     if not changes:
         return workload
+    # (spec is the workload's own kind of spec; mypy checks each kind of workload against either kind of spec)
     return dataclasses.replace(workload, spec=dataclasses.replace(spec, **changes))  # type: ignore[arg-type]
 
 
@@ -465,7 +471,8 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
         _check_operator_may_write(context, context.tls_output, tls.tls_certificate_output_s3_uri,
                                   join_path(spec_path, "tlsConfig.tlsCertificateOutputS3Uri"),
                                   "Tls.OutputBucketNotGranted", "TLS certificates", problems)
-    secret = token_secret_of(workload)
+    token = _token_secret_ref(workload)
+    secret = token.name if token is not None else None
     synced_here = context.synced_secrets if namespace == context.namespace else {}
     if secret is not None and secret not in synced_here:
         synced = ", ".join(sorted(synced_here)) or "none"
@@ -475,8 +482,8 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
                      join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.name"),
                      f"names a Secret nothing syncs into namespace {namespace} (synced: {synced}); use the "
                      f"platform's Hugging Face token Secret{where}", secret)
-    elif secret is not None:
-        key = workload.spec.model_source_config.hugging_face_model.token_secret_ref.key  # type: ignore[union-attr]
+    elif token is not None:
+        secret, key = token.name, token.key
         if key not in context.synced_secrets[secret]:
             problems.add("HuggingFace.TokenSecretKeyMissing",
                          join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.key"),
@@ -494,9 +501,7 @@ def _check_operator_may_write(context: PlatformContext, granted: S3Location | No
     """A location the operator writes to must be one its execution role may write: the platform's."""
     if isinstance(uri, S3Uri) or is_unresolved(uri) or granted is None:
         return  # the platform's own location, or no platform location (the caller grants the operator)
-    bucket = granted.bucket
-    if isinstance(bucket, PlatformValue):
-        bucket = context.known_values.get(bucket)
+    bucket = context.known_values.get(granted.bucket) if isinstance(granted.bucket, PlatformValue) else granted.bucket
     if bucket is not None and S3Location.parse(uri).within(S3Location(bucket, granted.prefix)):
         return
     where = f"s3://{bucket}/{granted.prefix}" if bucket is not None else "the platform's location"
@@ -566,8 +571,8 @@ def _weights_of(workload: Workload) -> S3Location | None:
         return S3Location.parse(cache.source_s3_uri)
     source = getattr(workload.spec, "model_source_config", None)
     storage = getattr(source, "s3_storage", None)
-    if storage is not None:
-        location = (source.model_location or "").strip("/")  # type: ignore[union-attr]
+    if source is not None and storage is not None:
+        location = (source.model_location or "").strip("/")
         return S3Location(storage.bucket_name, f"{location}/" if location else "")
     return None
 
@@ -588,11 +593,17 @@ def autoscaling_of(workload: Workload) -> list[AutoScalingSpec]:
 
 def token_secret_of(workload: Workload) -> str | None:
     """The Secret a workload's Hugging Face source reads its token from, if any."""
+    token = _token_secret_ref(workload)
+    return token.name if token is not None else None
+
+
+def _token_secret_ref(workload: Workload) -> SecretKeyRef | None:
     source = getattr(workload.spec, "model_source_config", None)
     if source is None or source.model_source_type != ModelSourceType.HUGGING_FACE:
         return None
     model = source.hugging_face_model
-    return model.token_secret_ref.name if model is not None and model.token_secret_ref is not None else None
+    token: SecretKeyRef | None = model.token_secret_ref if model is not None else None
+    return token
 
 
 # -- portable model servers --------------------------------------------------------------------------
@@ -735,13 +746,14 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
     # Secrets Manager, alarms and charts. (A workload's own namespace is checked at its own key.)
     check_workload_set(entries, namespace=context.namespace,
                        custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)
-    _check_role_names([(w.path, identity) for w in (*models, *portable) for identity in w.identities], problems)
+    workloads: list[ModelWorkload | PortableWorkload] = [*models, *portable]
+    _check_role_names([(w.path, identity) for w in workloads for identity in w.identities], problems)
 
 
 def _check_role_names(identities: Sequence[tuple[str, IdentityPlan]], problems: Problems) -> None:
     """Two identities never share a role (a portable server ``a-capture`` next to ``a``'s capture role, say): the
     second would hold the first one's rights."""
-    owners: dict[str, tuple[str, tuple[str, str]]] = {}
+    owners: dict[str, tuple[str, str]] = {}
     for path, identity in identities:
         account = identity.service_account
         owner, owner_account = owners.setdefault(identity.role_name, (path, account))

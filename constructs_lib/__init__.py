@@ -70,6 +70,7 @@ from hyperpod_inference_iac.capture_storage import (
     check_capture_storage,
     warn_capture_storage,
 )
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
     CertificateAlarmsOptions,
@@ -234,6 +235,7 @@ __all__ = [
     "CertificateAlarmsOptions",
     "CertificateAlarmsProps",
     "ClusterEndpointAccess",
+    "ClusterLike",
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
@@ -301,6 +303,7 @@ __all__ = [
     "alarm_table",
     "api_key_sync",
     "apply_tags",
+    "as_icluster",
     "bucket_arn",
     "check_alarm_topic",
     "check_api_key_rotation",

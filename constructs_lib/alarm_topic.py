@@ -76,9 +76,11 @@ class AlarmTopicOptions(Props):
                     continue
                 if not isinstance(value, str) or not pattern.match(value):
                     problems.add(error, at.at(name, index), message, value)
-                elif value in seen or seen.add(value):  # (add returns None: the first one is kept)
+                elif value in seen:
                     problems.add(f"{code}.DuplicateSubscriber", at.at(name, index), "lists the same subscriber twice",
                                  value)
+                else:
+                    seen.add(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -25,6 +25,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from hyperpod_inference_iac.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -158,10 +159,12 @@ def check_alarm_naming(problems: Problems, at: KeyPaths, code: str, *, alarm_nam
         problems.add(f"{code}.BadNamePrefix", at.at("alarm_name_prefix"),
                      "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
                      alarm_name_prefix)
-    _check_runbook_url(problems, at, code, runbook_url)
+    check_runbook_url(problems, at, code, runbook_url)
 
 
-def _check_runbook_url(problems: Problems, at: KeyPaths, code: str, runbook_url: str | None) -> None:
+def check_runbook_url(problems: Problems, at: KeyPaths, code: str, runbook_url: str | None) -> None:
+    """The runbook link's rule (shared by every alarm construct: a config file that gives one link for all of them
+    checks it once, under one code)."""
     if runbook_url is not None and not (isinstance(runbook_url, str) and RUNBOOK_URL.match(runbook_url)):
         problems.add(f"{code}.BadRunbookUrl", at.at("runbook_url"),
                      "must be an https:// URL of the runbook page, without a fragment (each alarm adds its own)",
@@ -178,9 +181,9 @@ class AlarmNotifyOptions(Props):
                                        "`<url>#<section>`.")
     notify_on_ok: bool = prop(True, doc="Also notify when an alarm recovers.")
 
-    def check(self, problems: Problems, at: KeyPaths = PROPS, *, code: str | None = None) -> None:
-        """The runbook link's rule, under ``code`` (default: the construct's)."""
-        _check_runbook_url(problems, at, code or self.CONSTRUCT, self.runbook_url)
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """The runbook link's rule, under the construct's code."""
+        check_runbook_url(problems, at, self.CONSTRUCT, self.runbook_url)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,9 +198,9 @@ class AlarmWiringProps(AlarmNotifyOptions):
     alarm_name_prefix: str = prop(config=False, doc="Every alarm's name starts with `<prefix>-` (1-128 letters, "
                                                     "digits, '.', '_', '-').")
 
-    def check(self, problems: Problems, at: KeyPaths = PROPS, *, code: str | None = None) -> None:
-        """The name prefix's and the runbook link's rules (:func:`check_alarm_naming`)."""
-        check_alarm_naming(problems, at, code or self.CONSTRUCT, alarm_name_prefix=self.alarm_name_prefix,
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """The name prefix's and the runbook link's rules (:func:`check_alarm_naming`), under the construct's code."""
+        check_alarm_naming(problems, at, self.CONSTRUCT, alarm_name_prefix=self.alarm_name_prefix,
                            runbook_url=self.runbook_url)
 
 
@@ -208,7 +211,7 @@ def topic_actions(topic: AlarmTopic | sns.ITopic | None) -> list[cloudwatch.IAla
     actions = getattr(topic, "alarm_actions", None)
     if actions is not None:
         return list(actions)
-    return [cloudwatch_actions.SnsAction(topic)]  # type: ignore[arg-type]
+    return [cloudwatch_actions.SnsAction(cast("sns.ITopic", topic))]  # (an AlarmTopic has alarm_actions)
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,7 @@ class AlarmWiring:
               insufficient_data: bool = False) -> cloudwatch.Alarm:
         """Name an alarm and add the actions (also used on alarms another construct created: with ``anchor``, its
         description gets the runbook link)."""
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         cfn.alarm_name = self.name(suffix)
         if anchor is not None:
             cfn.alarm_description = self.description(str(cfn.alarm_description or "").rstrip(".") + ".", anchor)
@@ -268,7 +271,7 @@ def alarm_names(alarms: Mapping[str, cloudwatch.Alarm]) -> dict[str, str]:
     """The literal names of alarms named through :class:`AlarmWiring` (key -> name)."""
     names = {}
     for key, alarm in alarms.items():
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         names[key] = str(cfn.alarm_name)
     return names
 
@@ -390,6 +393,6 @@ def _plain(value: Any) -> str:
             return f"<import {_plain(value['Fn::ImportValue'])}>"
         if "Fn::Join" in value:
             delimiter, parts = value["Fn::Join"]
-            return delimiter.join(_plain(part) for part in parts)
+            return str(delimiter).join(_plain(part) for part in parts)
     return str(value)
 

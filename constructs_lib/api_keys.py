@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -37,6 +36,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.plan import PortableWorkload
 from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
@@ -165,7 +165,7 @@ class ApiKeySyncProps(Props):
 
     CONSTRUCT: ClassVar[str] = "ApiKeySync"
 
-    cluster: eks.ICluster = prop(config=False, doc="The cluster to sync into; External Secrets Operator must run "
+    cluster: ClusterLike = prop(config=False, doc="The cluster to sync into; External Secrets Operator must run "
                                                    "there (`HuggingFaceTokenSync` installs it: pass its "
                                                    "`operator_chart`).")
     sync: SecretSync = prop(config=False, doc="What to sync where, usually from `api_key_sync`.")
@@ -213,7 +213,7 @@ class ApiKeySync(Construct):
 
     PROPS: ClassVar[type[Props]] = ApiKeySyncProps
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, sync: SecretSync,
+    def __init__(self, scope: Construct, id: str, *, cluster: ClusterLike, sync: SecretSync,
                  client_role_arns: Sequence[str] = ApiKeySyncProps.client_role_arns,
                  operator_chart: Construct | None = ApiKeySyncProps.operator_chart,
                  encryption_key: kms.IKey | None = ApiKeySyncProps.encryption_key,

@@ -110,7 +110,7 @@ class CaptureAlarmsProps(CaptureAlarmsOptions, AlarmWiringProps):
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         code = "CaptureAlarms"
-        AlarmWiringProps.check(self, problems, at, code=code)
+        AlarmWiringProps.check(self, problems, at)
         expected_tiers = self.expected_tiers
         if isinstance(expected_tiers, str):
             problems.add(f"{code}.UnknownTier", at.at("expected_tiers"), "must be a list of tiers", expected_tiers)

@@ -71,7 +71,7 @@ class CertificateAlarmsProps(CertificateAlarmsOptions, AlarmWiringProps):
         """Every rule (``region``: the stack's, which the certificates must be in; None: not checked). A certificate
         may be given by its ARN (``check_certificate_alarms``); ``certificates`` None skips their rules."""
         code = "CertificateAlarms"
-        AlarmWiringProps.check(self, problems, at, code=code)
+        AlarmWiringProps.check(self, problems, at)
         certificates = self.certificates
         if certificates is not None and not certificates:
             problems.add(f"{code}.NoCertificates", at.at("certificates"), "give at least one certificate to watch")
@@ -79,7 +79,7 @@ class CertificateAlarmsProps(CertificateAlarmsOptions, AlarmWiringProps):
             if not (isinstance(label, str) and DNS1123_LABEL.match(label) and len(label) <= 40):
                 problems.add(f"{code}.BadLabel", at.at("certificates"),
                              "each label must be 1-40 lowercase letters, digits and '-' (it names the alarm)", label)
-            arn = getattr(certificate, "certificate_arn", certificate)
+            arn = certificate if isinstance(certificate, str) else certificate.certificate_arn
             if is_unresolved(arn) or region is None or is_unresolved(region):
                 continue
             match = _ACM_ARN_REGION.match(arn)

@@ -42,6 +42,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.patterns import account_root_arn
 
 
@@ -240,7 +241,7 @@ class KeyGuard:
         self._named: set[str] = set()  # principals the key policy names themselves (no IAM policy of ours)
         self._grant_makers: list[str] = []
         _registry(key).keys[key.key_arn] = self
-        cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
+        cfn_key = cfn_child(key, kms.CfnKey)
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
     def admit(self, principal: str, actions: Iterable[str], bucket_arn: str, *, named: bool = False,

@@ -24,6 +24,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from hyperpod_inference_iac.addons import managed_addon
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.data_perimeter import _accounts, key_administration
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.log_retention import DEFAULT_AUDIT_RETENTION
@@ -208,7 +209,8 @@ def warn_inference_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *, endp
 
 def kubectl_layer_for(scope: Construct, kubernetes_version: str) -> lambda_.ILayerVersion:
     module_name, class_name = KUBECTL_LAYERS[kubernetes_version]
-    return getattr(importlib.import_module(module_name), class_name)(scope, "KubectlLayer")
+    layer: lambda_.ILayerVersion = getattr(importlib.import_module(module_name), class_name)(scope, "KubectlLayer")
+    return layer
 
 
 class InferenceCluster(Construct):
@@ -319,7 +321,8 @@ class InferenceCluster(Construct):
                     *(managed_policy(name) for name in CLUSTER_ROLE_MANAGED_POLICIES))
         acknowledge(self.system_nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
-        acknowledge_kubectl_provider(self.cluster.kubectl_provider)  # type: ignore[arg-type]
+        if self.cluster.kubectl_provider is not None:  # (always: kubectl_provider_options is given above)
+            acknowledge_kubectl_provider(self.cluster.kubectl_provider)
 
     def _restrict_secrets_key(self, deployer_role_arns: Sequence[str] | None) -> None:
         """Replace CDK's default key policy (``kms:*`` for the account) with :func:`secrets_key_policy`, and give
@@ -334,7 +337,7 @@ class InferenceCluster(Construct):
                 "kms:Encrypt, kms:Decrypt and kms:CreateGrant on the secrets key through EKS)")
         role = self.cluster.role
         policy = secrets_key_policy(Stack.of(self), cluster_role_arn=role.role_arn, deployer_role_arns=deployers)
-        cfn_key: kms.CfnKey = self.secrets_key.node.default_child  # type: ignore[assignment]
+        cfn_key = cfn_child(self.secrets_key, kms.CfnKey)
         cfn_key.add_property_override("KeyPolicy", policy)
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="EncryptKubernetesSecrets", actions=list(CLUSTER_ROLE_KEY_IAM_ACTIONS),
@@ -353,4 +356,4 @@ class InferenceCluster(Construct):
 
 def _cfn_cluster(cluster: eks.Cluster) -> CfnResource:
     """The ``AWS::EKS::Cluster`` itself (dependencies on the L2 would hold back its kubectl provider too)."""
-    return cluster.node.default_child  # type: ignore[return-value]
+    return cfn_child(cluster, CfnResource)

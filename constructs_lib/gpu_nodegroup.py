@@ -28,6 +28,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster, cfn_child
 from hyperpod_inference_iac.instance_store import (
     GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
     NEURON_FAMILIES,
@@ -114,7 +115,8 @@ class GpuNodeGroupOptions(Props):
 class GpuNodeGroupProps(GpuNodeGroupOptions):
     """:class:`GpuNodeGroup`'s properties: its options, and the objects only Python code passes."""
 
-    cluster: eks.ICluster = prop(doc="The `aws_eks_v2` cluster the nodes join.", config=False)
+    cluster: ClusterLike = prop(doc="The `aws_eks_v2` cluster the nodes join (an `eks.Cluster` or `eks.ICluster`).",
+                                config=False)
     subnets: ec2.SubnetSelection | None = prop(None, doc="Where the nodes are placed.", config=False,
                                                default_doc="the cluster's private subnets")
 
@@ -142,7 +144,7 @@ class GpuNodeGroup(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         name: str,
         instance_types: Sequence[str],
         min_size: int = GpuNodeGroupProps.min_size,
@@ -179,7 +181,7 @@ class GpuNodeGroup(Construct):
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=as_icluster(cluster),
             nodegroup_name=name,
             # Explicit: CDK's GPU default is AL2_X86_64_GPU, whose AMIs are end of life.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
@@ -200,7 +202,7 @@ class GpuNodeGroup(Construct):
         # Instance types go to the L1: CDK's own GPU list (used to check the AMI type against the
         # instance types) lacks gr6, p5, p5e, p5en and p6-b200 and would reject the NVIDIA AMI for them;
         # the table above is the check that applies here.
-        cfn_nodegroup: eks.CfnNodegroup = self.nodegroup.node.default_child  # type: ignore[assignment]
+        cfn_nodegroup = cfn_child(self.nodegroup, eks.CfnNodegroup)
         cfn_nodegroup.instance_types = list(props.instance_types)
         acknowledge(self.nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))

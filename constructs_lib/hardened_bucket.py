@@ -11,6 +11,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from hyperpod_inference_iac import s3_access
+from hyperpod_inference_iac.cdk_types import cfn_child
 
 
 def hardened_bucket(
@@ -75,7 +76,7 @@ def hardened_bucket(
 
 
 def _log_to(bucket: s3.Bucket, logs: s3.IBucket, *, prefix: str, name_property: str) -> None:
-    cfn_bucket: s3.CfnBucket = bucket.node.default_child  # type: ignore[assignment]
+    cfn_bucket = cfn_child(bucket, s3.CfnBucket)
     cfn_bucket.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
         destination_bucket_name=s3_access.bucket_name(logs), log_file_prefix=prefix)
     source = s3_access.bucket_arn(bucket)

@@ -23,6 +23,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
 from hyperpod_inference_iac.patterns import iam_role_arn
@@ -179,7 +180,7 @@ class HuggingFaceTokenSync(Construct):
         acknowledge(self.secret, "hugging-face-token-rotation")
 
 
-def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSync, secret: secretsmanager.ISecret,
+def sync_reader_role(scope: Construct, *, cluster: ClusterLike, sync: SecretSync, secret: secretsmanager.ISecret,
                      purpose: str, encryption_key: kms.IKey | None = None) -> iam.Role:
     """The role External Secrets authenticates as: IRSA, trusted by exactly the reader service account, allowed to
     read ``secret`` and nothing else (with ``encryption_key``: to decrypt it through Secrets Manager only)."""
@@ -193,7 +194,7 @@ def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSyn
     return role
 
 
-def apply_sync(cluster: eks.ICluster, id: str, *, sync: SecretSync, reader_role: iam.IRole,
+def apply_sync(cluster: ClusterLike, id: str, *, sync: SecretSync, reader_role: iam.IRole,
                operator_chart: Construct | None = None) -> eks.KubernetesManifest:
     """The sync objects (:meth:`SecretSync.manifests`) on ``cluster``, after the reader role and the operator's
     chart (its CRDs). A fixed ``reader_role_name`` is written as an ARN without a token, as GitOps renders it."""

@@ -44,6 +44,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
@@ -190,7 +191,7 @@ class HyperPodClusterOptions(Props):
 class HyperPodClusterProps(HyperPodClusterOptions):
     """:class:`HyperPodCluster`'s properties: its options, and what only Python code passes."""
 
-    eks_cluster: eks.ICluster = prop(doc="The orchestrating EKS cluster.", config=False)
+    eks_cluster: ClusterLike = prop(doc="The orchestrating EKS cluster.", config=False)
     subnets: Sequence[ec2.ISubnet] = prop(doc=f"Subnets of the nodes' network interfaces (1..{MAX_SUBNETS}, private, "
                                               "in the EKS cluster's VPC).", config=False)
     security_groups: Sequence[ec2.ISecurityGroup] = prop(
@@ -262,7 +263,7 @@ class HyperPodCluster(Construct):
         id: str,
         *,
         cluster_name: str,
-        eks_cluster: eks.ICluster,
+        eks_cluster: ClusterLike,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         instance_groups: Sequence[InstanceGroup],
@@ -318,12 +319,13 @@ class HyperPodCluster(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
         )
         self._grant_read_lifecycle_scripts(stack, encryption_key)
-        self._grant_node_permissions(stack, props.eks_cluster, vpc)  # type: ignore[arg-type]
+        assert vpc is not None  # (HyperPodClusterProps.check refuses a cluster whose VPC is not known: NoVpc)
+        self._grant_node_permissions(stack, props.eks_cluster, vpc)
 
         self.access_entry = eks.AccessEntry(
             self,
             "AccessEntry",
-            cluster=props.eks_cluster,
+            cluster=as_icluster(props.eks_cluster),
             principal=self.execution_role.role_arn,
             access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX,
             access_policies=[],
@@ -466,7 +468,7 @@ class HyperPodCluster(Construct):
                 conditions=kms_through_s3(stack.region, bucket.bucket_arn),
             ))
 
-    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster, vpc: ec2.IVpc) -> None:
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: ClusterLike, vpc: ec2.IVpc) -> None:
         role = self.execution_role
         in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         role.add_to_principal_policy(iam.PolicyStatement(
@@ -501,7 +503,7 @@ class HyperPodCluster(Construct):
         ))
 
 
-def _vpc_of(eks_cluster: eks.ICluster) -> ec2.IVpc | None:
+def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:
     """The cluster's VPC, or None for a cluster imported without one (whose ``vpc`` raises)."""
     try:
         return eks_cluster.vpc

@@ -32,6 +32,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.addons import cfn_addon, managed_addon
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.data_perimeter import ObjectAccess, how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
@@ -371,7 +372,7 @@ class InferenceOperator(Construct):
             role.add_to_principal_policy(statement)
         return role
 
-    def _addon(self, cluster: eks.ICluster, name: str) -> eks.Addon:
+    def _addon(self, cluster: ClusterLike, name: str) -> eks.Addon:
         return managed_addon(self, _construct_id(name), cluster=cluster, name=name)
 
     def _acknowledge_reviewed_findings(self, stack: Stack, tls_objects: str) -> None:

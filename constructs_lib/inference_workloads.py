@@ -13,7 +13,7 @@ import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import cdk8s
 from aws_cdk import Annotations, App, CfnResource, DefaultStackSynthesizer, Stack
@@ -27,6 +27,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelWorkload,
@@ -42,7 +43,7 @@ from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue
 from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.risks import RiskWarnings, is_private_range
 from hyperpod_inference_iac.s3_access import bucket_arn
-from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import PROPS, ConfigError, KeyPaths, Problems, is_unresolved, join_path
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
@@ -87,8 +88,8 @@ class InferenceWorkloadsProps(Props):
 
     CONSTRUCT: ClassVar[str] = "InferenceWorkloads"
 
-    cluster: eks.ICluster = prop(config=False, doc="The `aws_eks_v2` cluster (its kubectl provider applies the "
-                                                   "manifests).")
+    cluster: ClusterLike = prop(config=False, doc="The `aws_eks_v2` cluster, an `eks.Cluster` or `eks.ICluster` (its "
+                                                  "kubectl provider applies the manifests).")
     plan: WorkloadPlan = prop(config=False, doc="What to deploy, from `plan_workloads`.")
     capture_bucket: s3.IBucket | None = prop(None, config=False, default_doc="none",
                                              doc="The platform's capture bucket, when the plan captures into it "
@@ -167,7 +168,7 @@ class InferenceWorkloads(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         plan: WorkloadPlan,
         capture_bucket: s3.IBucket | None = InferenceWorkloadsProps.capture_bucket,
         capture_key: kms.IKey | None = InferenceWorkloadsProps.capture_key,
@@ -266,7 +267,7 @@ class InferenceWorkloads(Construct):
                 f"{chart_id}: {'; '.join(reasons)}. The operator applies this only to a new resource: delete the "
                 "workload and deploy it again (its endpoint is down in between), or keep the previous setting")
 
-    def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
+    def _identity(self, cluster: ClusterLike, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
             self, f"Identity-{identity.service_account}{identity.construct_suffix}", cluster=cluster,
             namespace=identity.namespace or self.plan.context.namespace, service_account=identity.service_account,
@@ -284,7 +285,7 @@ class InferenceWorkloads(Construct):
         if bucket is PlatformValue.CAPTURE_BUCKET:
             if self._capture_bucket is None:
                 _missing_resources(self, {access.purpose: (bucket,)})
-            return bucket_arn(self._capture_bucket)  # type: ignore[arg-type]
+            return bucket_arn(self._capture_bucket)
         if isinstance(bucket, PlatformValue):
             _missing_resources(self, {access.purpose: (bucket,)})
         return f"arn:{Stack.of(self).partition}:s3:::{bucket}"
@@ -300,10 +301,11 @@ class InferenceWorkloads(Construct):
         problems = Problems()
         check_grantable_key(problems, access.purpose, key)  # (the plan's rule: a plan made without it)
         problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
+        assert isinstance(key, str)  # (a platform value other than the capture key is not grantable: refused above)
         return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
 
 
-def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences: Sequence[str]) -> None:
+def register_token_audiences(scope: Construct, cluster: ClusterLike, audiences: Sequence[str]) -> None:
     """Let the cluster's OIDC provider accept tokens of ``audiences`` (container-scoped identities' own), besides
     ``sts.amazonaws.com``. The provider of an ``aws_eks_v2.Cluster`` of this app gets them in its client ID list
     (the native ``AWS::IAM::OIDCProvider`` and the older custom resource alike); an imported cluster's provider is
@@ -438,13 +440,13 @@ def _warn_about_exposure(warnings: RiskWarnings, workload: PortableWorkload) -> 
                          "strangers; list private ranges, or acknowledge the public ones with whom they belong to")
 
 
-def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:
+def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> NoReturn:
     problems = Problems()
     for what, values in needs.items():
         names = ", ".join(value.name.lower() for value in values)
         problems.add("InferenceWorkloads.MissingPlatformResource", what,
                      f"the plan refers to the platform's {names}: pass it to InferenceWorkloads (or known_values)")
-    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
+    raise ConfigError(problems.items, source=f"InferenceWorkloads {scope.node.path}")
 
 
 __all__ = ["AwaitingDeploy", "InferenceWorkloads", "InferenceWorkloadsProps", "sidecar_image_hash",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import jsii
 from aws_cdk import CfnResource, IAspect, RemovalPolicy
@@ -25,6 +25,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -154,7 +155,7 @@ class LambdaLogRetention:
 
     def visit(self, node: IConstruct) -> None:
         if _is_lambda_function(node):
-            self._give_retention(node)  # type: ignore[arg-type]
+            self._give_retention(node)
 
     def _give_retention(self, function: CfnResource) -> None:
         if _names_its_log_group(function) or function.node.try_find_child(LOG_GROUP_ID) is not None:
@@ -167,7 +168,7 @@ class LambdaLogRetention:
         function.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
 
 
-def _is_lambda_function(node: IConstruct) -> bool:
+def _is_lambda_function(node: IConstruct) -> TypeGuard[CfnResource]:
     """A ``lambda.CfnFunction``, or a plain ``CfnResource`` of that type (CDK's ``CustomResourceProvider``).
     Checked by Python class first: asking every L1 for its type would cost one jsii call each."""
     if isinstance(node, lambda_.CfnFunction):
@@ -185,5 +186,5 @@ def _cdk_managed_log_group(function: CfnResource) -> logs.CfnLogGroup | None:
     owner = function.node.scope
     sibling = owner.node.try_find_child(LOG_GROUP_ID) if owner is not None else None
     if isinstance(sibling, logs.LogGroup):
-        return sibling.node.default_child  # type: ignore[return-value]
+        return cfn_child(sibling, logs.CfnLogGroup)
     return None

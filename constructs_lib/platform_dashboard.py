@@ -132,14 +132,14 @@ class PlatformDashboard(Construct):
     @staticmethod
     def _capture_rows(pipeline: CapturePipeline, tiers: Sequence[str]) -> list[list[cloudwatch.IWidget]]:
         function, name = pipeline.function, pipeline.metrics_pipeline
-        per_tier = [
+        per_tier: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(title="Capture volume per tier (records)", width=12, height=6, stacked=True,
                                    left=[processor_metric("Records", pipeline=name, tier=t, label=t) for t in tiers]),
             cloudwatch.GraphWidget(title="Capture volume per tier (bytes read)", width=12, height=6, stacked=True,
                                    left=[processor_metric("SourceBytes", pipeline=name, tier=t, label=t)
                                          for t in tiers]),
         ]
-        processor = [
+        processor: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(
                 title="Processor throughput", width=8, height=6,
                 left=[processor_metric("Objects", pipeline=name, tier=t, label=f"objects {t}") for t in tiers],
@@ -159,7 +159,7 @@ class PlatformDashboard(Construct):
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=FUNCTION_TIMEOUT.to_milliseconds(),
                                                                   label="timeout")]),
         ]
-        quality = [
+        quality: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(title="Quarantined lines per tier", width=12, height=6, stacked=True,
                                    left=[processor_metric("QuarantinedLines", pipeline=name, tier=t, label=t)
                                          for t in tiers]),

@@ -146,8 +146,15 @@ def is_private_range(cidr: str, *also: str | None) -> bool:
             inside.append(ipaddress.ip_network(extra, strict=False))
         except ValueError:
             continue
-    return any(network.version == block.version and network.subnet_of(block)  # type: ignore[arg-type]
-               for block in inside)
+    return any(_subnet_of(network, block) for block in inside)
+
+
+def _subnet_of(network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+               block: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """``network`` lies inside ``block`` (False across IP versions)."""
+    if isinstance(network, ipaddress.IPv4Network):
+        return isinstance(block, ipaddress.IPv4Network) and network.subnet_of(block)
+    return isinstance(block, ipaddress.IPv6Network) and network.subnet_of(block)
 
 
 def role_account(arn: str) -> str | None:

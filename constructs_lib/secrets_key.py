@@ -44,6 +44,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.data_perimeter import _accounts, _Produce, key_administration, principal_arn
 from hyperpod_inference_iac.patterns import account_root_arn
 from hyperpod_inference_iac.props import Props, prop
@@ -99,7 +100,7 @@ class SecretsKeyGuard:
         self._deployers = list(deployer_role_arns) if deployer_role_arns is not None \
             else default_deployer_role_arns(key)
         _GUARDS.setdefault(key.node.root, {})[key.key_arn] = self
-        cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
+        cfn_key = cfn_child(key, kms.CfnKey)
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
     @property

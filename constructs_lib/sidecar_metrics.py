@@ -37,7 +37,6 @@ from typing import Any, ClassVar
 import yaml
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
@@ -53,6 +52,7 @@ from hyperpod_inference_iac.alarms import (
     check_alarm_blocks,
     topic_actions,
 )
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.patterns import (
@@ -316,8 +316,8 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
     """:class:`CaptureSidecarMetrics`' properties: the alarms' settings, the shared ones of every alarm construct, and
     what only Python code passes."""
 
-    cluster: eks.ICluster = prop(config=False, doc="The cluster the sidecars run in (its kubectl provider applies the "
-                                                   "agent).")
+    cluster: ClusterLike = prop(config=False, doc="The cluster the sidecars run in (an `eks.Cluster` or "
+                                                  "`eks.ICluster`; its kubectl provider applies the agent).")
     namespace: str = prop(config=False, doc="The namespace of the sidecars (the agent runs there and may only see its "
                                             "pods).")
     cluster_name: str | None = prop(None, config=False, default_doc="`cluster.cluster_name`",
@@ -357,7 +357,7 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
         if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
             problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds",
                          f"{seconds:g} s")
-        AlarmWiringProps.check(self, problems, at, code=code)
+        AlarmWiringProps.check(self, problems, at)
         seen: set[str] = set()
         for index, model in enumerate(self.models):
             if not isinstance(model, str) or not MODEL_NAME.match(model) or model in seen:
@@ -395,7 +395,7 @@ class CaptureSidecarMetrics(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         namespace: str,
         cluster_name: str | None = CaptureSidecarMetricsProps.cluster_name,
         role_name: str | None = CaptureSidecarMetricsProps.role_name,

@@ -20,11 +20,11 @@ from typing import Any, ClassVar
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE
 from hyperpod_inference_iac.patterns import (
     DNS1123_LABEL,
@@ -43,7 +43,7 @@ class IdentityBinding(enum.StrEnum):
     POD_IDENTITY = "pod-identity"
 
 
-def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str,
+def service_account_principal(scope: Construct, id: str, *, cluster: ClusterLike, namespace: str,
                               service_account: str | Sequence[str], audience: str = STS_AUDIENCE) -> iam.IPrincipal:
     """An OIDC (IRSA) principal that only the one service account (or only the service accounts listed, all of
     ``namespace``) can assume, with a token of ``audience``."""
@@ -65,8 +65,8 @@ class WorkloadIdentityProps(Props):
 
     CONSTRUCT: ClassVar[str] = "WorkloadIdentity"
 
-    cluster: eks.ICluster = prop(config=False, doc="The cluster whose pods assume the role. IRSA needs its OIDC "
-                                                   "provider.")
+    cluster: ClusterLike = prop(config=False, doc="The cluster whose pods assume the role (an `eks.Cluster` or "
+                                                  "`eks.ICluster`). IRSA needs its OIDC provider.")
     namespace: str = prop(config=False, doc="The service account's namespace, a DNS-1123 label.")
     service_account: str = prop(config=False, doc="The service account's name, a DNS-1123 subdomain.")
     role_name: str | None = prop(None, config=False, default_doc="generated",
@@ -125,7 +125,7 @@ class WorkloadIdentity(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         namespace: str,
         service_account: str,
         role_name: str | None = WorkloadIdentityProps.role_name,

@@ -38,6 +38,7 @@ from hyperpod_inference_iac import (
     api_key_sync,
     external_dns_releases,
 )
+from hyperpod_inference_iac.alarms import check_runbook_url
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 from hyperpod_inference_iac.patterns import (
     ACM_CERTIFICATE_ARN,
@@ -203,10 +204,10 @@ class AlarmsConfig(AlarmNotifyOptions):
     sidecar: SidecarAlarmsConfig = prop(SidecarAlarmsConfig(), doc="The capture sidecars' metrics agent and alarms.")
     dashboard: bool = prop(True, doc="The CloudWatch dashboard `{project}`.")
 
-    def check(self, problems: Problems, at: KeyPaths = PROPS, *, code: str | None = None) -> None:
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """Each part's rules under its keys; the shared runbook link once, under the capture alarms' code."""
         self.subscribers.check(problems, at.block("subscribers"))
-        super().check(problems, at, code=code or CaptureAlarmsOptions.CONSTRUCT)
+        check_runbook_url(problems, at, CaptureAlarmsOptions.CONSTRUCT, self.runbook_url)
         self.capture.check(problems, at.block("capture"))
         self.certificate.check(problems, at.block("certificate"))
         self.sidecar.check(problems, at.block("sidecar"))
