@@ -253,8 +253,8 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
     the block says ``enabled: false`` (or the key is left out of an optional field without a default block)."""
     default = field.default
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-    if "enabled" in {config_key(f) for f in cls.config_fields()}:
-        raise TypeError(f"{cls.__name__} has a field `enabled`: read_props reserves it to switch a block off")
+    if optional and "enabled" in {config_key(f) for f in cls.config_fields()}:
+        raise TypeError(f"{cls.__name__} has a key `enabled`: read_props reserves it to switch an optional block off")
     if not section.has(key) or section.data[key] is None:
         if not _required(field):
             section.raw(key)

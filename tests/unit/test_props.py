@@ -261,6 +261,11 @@ def test_an_alarm_block_is_read_over_that_alarm_s_default() -> None:
     assert alarms.sidecar.no_metrics is None
     assert [(c, path) for c, path, _ in _alarm_app_problems(_alarms(capture={"throttles": 5}))] == [
         ("Config.WrongType", "alarms.capture.throttles")]
+    # A misspelt key of a block is reported there; the block's other keys are still read and checked.
+    assert [(c, path) for c, path, _ in _alarm_app_problems(
+        _alarms(capture={"throttles": {"thresold": 1, "evaluationPeriods": 0}}))] == [
+        ("Config.UnknownKey", "alarms.capture.throttles.thresold"),
+        ("CaptureAlarms.EvaluationPeriods", "alarms.capture.throttles.evaluationPeriods")]
 
 
 def _vpc(stack: Stack) -> ec2.IVpc:
