@@ -19,7 +19,7 @@ CHECKOV_VENV := $(VENV)/checkov
 WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test review lint typecheck bench bench-sidecar clean wheel
+.PHONY: setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
 .PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -52,6 +52,10 @@ synth: setup
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## test-fast: the inner loop, every test not marked slow: no CDK CLI, no servers, no venv (docs/testing.md).
+test-fast: setup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow"
 
 ## review: what this change does to the synthesized platform, grouped for a reviewer (docs/review.md).
 # Synthesizes BASE (in a temporary git worktree) and the working tree into temporary directories,

@@ -30,14 +30,15 @@ if str(RUNTIME_DIR) not in sys.path:
 
 
 @pytest.fixture
-def s3(moto_endpoint: str) -> Any:
+def s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A client of the moto server; the handler builds its clients normally, and boto3 honours AWS_ENDPOINT_URL."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     return boto3.client("s3", endpoint_url=moto_endpoint)
 
 
 @pytest.fixture(autouse=True)
-def lambda_environment(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> None:
-    """The handler builds its clients normally; boto3 honours AWS_ENDPOINT_URL."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+def lambda_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the handler's settings from another test (tests without the ``s3`` fixture start no server)."""
     for name in ("OUTPUT_BUCKET", "OUTPUT_PREFIX", "QUARANTINE_PREFIX", "REDACT", "OUTPUT_KMS_KEY_ID"):
         monkeypatch.delenv(name, raising=False)
 

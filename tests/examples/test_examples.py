@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.synth import REPO, cli_env
+from tests.support.consumer import Consumer, consumer_for
+from tests.support.synth import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("examples")]
+pytestmark = pytest.mark.slow
 
 EXAMPLES = REPO / "examples"
 NAG_APP = Path(__file__).with_name("nag_app.py")
@@ -46,40 +45,10 @@ OWN_RESOURCES = {
 }
 
 
-@dataclass(frozen=True)
-class Consumer:
-    venv: Path
-    wheel: Path
-
-    def env(self) -> dict[str, str]:
-        env = cli_env()
-        env["PATH"] = f"{self.venv / 'bin'}:{REPO / 'node_modules' / '.bin'}:/usr/bin:/bin"
-        env.pop("PYTHONPATH", None)
-        return env
-
-
 @pytest.fixture(scope="session")
 def consumer(tmp_path_factory: pytest.TempPathFactory) -> Consumer:
-    """The wheel, built from a copy of the sources (the repository is left untouched), and a fresh venv
-    with it (and cdk-nag, which consumers bring themselves) installed from the package registry."""
-    root = tmp_path_factory.mktemp("consumer")
-    source = root / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in ("constructs_lib", "charts", "lambda", "sidecar"):
-        shutil.copytree(REPO / name, source / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(root / "wheel"),
-                    str(source)], check=True, capture_output=True, text=True, timeout=300)
-    (wheel,) = (root / "wheel").glob("*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-c", str(REPO / "constraints.txt"), str(wheel), "cdk-nag"],
-        capture_output=True, text=True, timeout=1200, check=False)
-    assert install.returncode == 0, install.stderr[-3000:]
-    return Consumer(venv, wheel)
+    """One wheel and one venv per test run, whichever worker asks first (tests/support/consumer.py)."""
+    return consumer_for(tmp_path_factory)
 
 
 def test_the_wheel_ships_the_library_and_its_package_data_only(consumer: Consumer) -> None:

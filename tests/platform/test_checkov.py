@@ -19,6 +19,9 @@ from tests.security.gate import (
 )
 from tests.support.synth import Assembly
 
+# One worker runs this module: one checkov scan of each framework (the module's fixture), not one per worker.
+pytestmark = pytest.mark.xdist_group("platform-checkov")
+
 
 @pytest.fixture(scope="module")
 def scans(assembly: Assembly) -> dict[str, tuple[list[Finding], dict[str, Any]]]:

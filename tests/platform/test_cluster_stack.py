@@ -9,7 +9,7 @@ import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
-from tests.support.synth import Assembly, mask_volatile
+from tests.support.synth import Assembly, snapshot_view
 
 ACCOUNT, REGION = "111122223333", "us-west-2"
 CAPTURE_BUCKET = f"llm-platform-capture-{ACCOUNT}-{REGION}"
@@ -49,8 +49,9 @@ def _oidc_conditions(template: dict[str, Any], trust_statement: dict[str, Any]) 
     return json.loads(text)
 
 
-def test_snapshot(cluster: dict[str, Any], snapshot: Any) -> None:
-    assert mask_volatile(cluster) == snapshot(extension_class=JSONSnapshotExtension)
+def test_snapshot(cluster: dict[str, Any], acknowledgment_refs: dict[tuple[str, str], str], snapshot: Any) -> None:
+    """Each acknowledgment's reason is a reference here, its text in test_acknowledgments.py's snapshot."""
+    assert snapshot_view(cluster, acknowledgment_refs) == snapshot(extension_class=JSONSnapshotExtension)
 
 
 def test_no_account_lookups_were_needed(assembly: Assembly) -> None:

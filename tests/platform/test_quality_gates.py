@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperpod_inference_iac.nag import REASONS
-from tests.support.synth import REPO, Assembly, run_cdk_synth
+from tests.support.synth import REPO, Assembly, fingerprint, run_cdk_synth
 
 
 def test_cfn_lint_reports_no_errors(assembly: Assembly) -> None:
@@ -61,6 +61,8 @@ NOT_OUTPUT = {Path("performance-counters.json")}
 
 
 def test_two_synths_are_byte_identical(assembly: Assembly, tmp_path: Path) -> None:
+    # The run's shared synth is as its synth left it (no test wrote into it): the first synth's bytes.
+    assert fingerprint(assembly.directory) == assembly.recorded_fingerprint, "a test wrote into the shared synth"
     second = tmp_path / "second"
     # As if this synth were slow (a loaded runner): CDK would then write its timings into cdk.out.
     result = run_cdk_synth(second, context={"@aws-cdk/core.slowSynthThreshold": "0"})

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match, Template
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from tests.support.policy_eval import Request, decision
-from tests.support.synth import Assembly, mask_volatile
+from tests.support.synth import Assembly, snapshot_view
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,9 @@ def _buckets(storage: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in storage["Resources"].items() if v["Type"] == "AWS::S3::Bucket"}
 
 
-def test_snapshot(storage: dict[str, Any], snapshot: Any) -> None:
-    assert mask_volatile(storage) == snapshot(extension_class=JSONSnapshotExtension)
+def test_snapshot(storage: dict[str, Any], acknowledgment_refs: dict[tuple[str, str], str], snapshot: Any) -> None:
+    """Each acknowledgment's reason is a reference here, its text in test_acknowledgments.py's snapshot."""
+    assert snapshot_view(storage, acknowledgment_refs) == snapshot(extension_class=JSONSnapshotExtension)
 
 
 def test_three_buckets_with_deterministic_names(storage: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """The rehearsal's shared pieces, once per session (every module is in the xdist group "rehearsal", so one worker
-runs them all): one real `cdk synth` of the default app, one moto server (its own process, IAM enforcement on
-after the set-up) holding what the templates create, one stand-in model server, and an AWS CLI for the NVMe
-loaders' shell scripts (built in a venv of its own while the synth runs, unless awscli is installed already).
+runs them all): the run's one real `cdk synth` of the default app (shared with tests/platform), one moto server
+(its own process, IAM enforcement on after the set-up) holding what the templates create, one stand-in model
+server, and an AWS CLI for the NVMe loaders' shell scripts.
 docs/rehearsal.md says what this proves and what it cannot."""
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from tests.support.rehearsal import (
     Credentials,
     MotoServer,
     Rehearsal,
-    checkout_import_path,
     container_runtimes,
     free_loopback_port,
     split_s3_uri,
 )
-from tests.support.synth import REPO, Assembly, run_cdk_synth
+from tests.support.synth import REPO, Assembly, default_assembly
 
 HERE = Path(__file__).parent
 # Seconds each shared piece took, printed at the end of the run. Under xdist the worker writes them to a file in
@@ -112,15 +111,12 @@ def aws_cli_bin(_awscli_build: AwsCli) -> Path:
 
 @pytest.fixture(scope="session")
 def assembly(tmp_path_factory: pytest.TempPathFactory, _awscli_build: AwsCli) -> Assembly:
+    """The run's one synth of the default app (tests/support/synth.py), shared with tests/platform: this
+    checkout's library, even when the venv's editable install points at another checkout."""
     started = time.monotonic()
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    shim = checkout_import_path(REPO, tmp_path_factory.mktemp("import-path"))
-    with pytest.MonkeyPatch.context() as patch:  # run_cdk_synth passes this process's environment on
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
-        result = run_cdk_synth(outdir)
-    assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
-    record_timing("cdk synth of the default app", time.monotonic() - started)
-    return Assembly(outdir)
+    shared = default_assembly(tmp_path_factory)
+    record_timing("cdk synth of the default app (or waiting for the run's one)", time.monotonic() - started)
+    return shared
 
 
 @pytest.fixture(scope="session")

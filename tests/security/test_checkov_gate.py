@@ -12,7 +12,7 @@ import yaml
 
 from tests.security.gate import cloudformation_findings, kubernetes_findings, load_accepted, report, unaccepted
 
-pytestmark = pytest.mark.xdist_group("checkov-gate")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("checkov-gate")]  # the scanner runs
 
 # Named like a resource of the app, so only the rule (never the location) can keep it out of the report.
 PUBLIC_BUCKET = {

@@ -10,7 +10,7 @@ import pytest
 from tests.security.gate import load_accepted, report, run_zizmor, stale, unaccepted
 from tests.support.synth import REPO
 
-pytestmark = pytest.mark.xdist_group("zizmor")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("zizmor")]  # the scanner runs
 
 GITHUB = REPO / ".github"
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.support.s3server import free_loopback_port
 
 from .conftest import SIDECAR_DIR, http_call
@@ -89,6 +91,7 @@ def test_the_right_key_is_proxied_and_reaches_the_model_server(start_sidecar) ->
     assert API_KEY not in sidecar.log()
 
 
+@pytest.mark.slow  # the sidecar, a process of its own
 def test_a_weak_api_key_is_refused_without_printing_it() -> None:
     env = {
         "PATH": "/usr/bin:/bin",

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .conftest import SIDECAR_DIR, Sidecar, read_records
 
 COMPLETION = ("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"})
@@ -70,6 +72,7 @@ def test_records_that_cannot_be_flushed_in_the_grace_period_are_reported(start_s
     assert "3 captured records not written before the grace period ended" in sidecar.log()
 
 
+@pytest.mark.slow  # the sidecar, a process of its own
 def test_bad_settings_exit_non_zero_listing_every_problem() -> None:
     env = {
         "PATH": "/usr/bin:/bin",
@@ -97,6 +100,7 @@ def test_bad_settings_exit_non_zero_listing_every_problem() -> None:
     assert "must be an integer from 1 to 1000" in result.stderr
 
 
+@pytest.mark.slow  # the sidecar, a process of its own
 def test_missing_required_settings_are_named() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "capture_sidecar"],

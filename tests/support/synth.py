@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from tests.support.shared import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
@@ -33,15 +38,46 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml",
-                  context: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``."""
+def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml", context: dict[str, str] | None = None,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``. ``env``: variables
+    set on top of ``cli_env()``."""
     extra = [arg for key, value in (context or {}).items() for arg in ("-c", f"{key}={value}")]
     return subprocess.run(
         [str(CDK), "synth", "--quiet", "--no-notices", "-o", str(outdir), "-c", f"config={config}",
          "-c", f"dist={outdir}/dist", *extra],
-        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, check=False,
+        cwd=REPO, env={**cli_env(), **(env or {})}, capture_output=True, text=True, timeout=600, check=False,
     )
+
+
+DEFAULT_PLATFORM = "default-platform"  # the shared synth's folder in the run's base temp folder
+
+
+def default_assembly(factory: pytest.TempPathFactory) -> Assembly:
+    """The default platform (config/default.yaml) synthesized by the CDK CLI once per test run, for every test
+    that reads it (tests/platform, tests/rehearsal), whichever worker runs them (tests/support/shared.py; the
+    controller starts it as soon as a worker has collected a test that needs it). Read it, never write into it:
+    ``recorded_fingerprint`` is what it held when the synth finished (tests/platform/test_quality_gates.py)."""
+    return Assembly(built_once(factory, DEFAULT_PLATFORM, build_default_platform))
+
+
+def build_default_platform(outdir: Path) -> None:
+    """``cdk synth`` of config/default.yaml into ``outdir``, importing this checkout's library even when the venv's
+    editable install points at another checkout (git worktrees sharing one venv): ``checkout_import_path`` comes
+    first on PYTHONPATH."""
+    from tests.support.rehearsal import checkout_import_path
+
+    shim = checkout_import_path(REPO, outdir.with_name(f"{outdir.name}.import-path"))
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))}
+    result = run_cdk_synth(outdir, env=env)
+    assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
+    outdir.with_name(f"{outdir.name}.fingerprint.json").write_text(json.dumps(fingerprint(outdir), indent=1))
+
+
+def fingerprint(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` (relative path) with the SHA-256 of its bytes."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 @dataclass(frozen=True)
@@ -68,6 +104,11 @@ class Assembly:
     def validation_report(self) -> dict[str, Any]:
         return json.loads((self.directory / "validation-report.json").read_text())
 
+    @property
+    def recorded_fingerprint(self) -> dict[str, str]:
+        """``fingerprint`` of the directory as the synth left it (shared synths record it)."""
+        return json.loads(self.directory.with_name(f"{self.directory.name}.fingerprint.json").read_text())
+
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -82,3 +123,45 @@ def mask_volatile(value: Any) -> Any:
     if isinstance(value, str):
         return _ASSET_HASH.sub("<asset-hash>", value)
     return value
+
+
+# ------------------------------------------------------------------------------- acknowledgments in snapshots
+# cdk-nag writes every acknowledgment into the metadata of each resource it covers (``cdk_nag.rules_to_suppress``,
+# the audit trail), the whole reason each time: one reason of the cluster stack is there 36 times. A template
+# snapshot keeps, in its place, a reference that does not depend on the wording; the reasons are snapshotted once
+# each, in a table of their own (tests/platform/test_acknowledgments.py): rewording one changes one line there.
+
+
+def reason_refs(templates: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(rule, reason) -> its reference, for every acknowledgment in ``templates``. A reason of the library's
+    ``hyperpod_inference_iac.nag.REASONS`` is referred to by its key there; any other (aws-cdk-lib writes a few
+    of its own) by its rule and its rank among that rule's other such reasons, in order of appearance."""
+    from hyperpod_inference_iac.nag import REASONS
+
+    keys = {(rule, reason): key for key, (rule, reason) in REASONS.items()}
+    refs: dict[tuple[str, str], str] = {}
+    for template in templates:
+        for where, rule, reason in acknowledgments(template):
+            assert isinstance(reason, str) and reason.strip(), f"{where}: {rule} is acknowledged without a reason"
+            if (rule, reason) not in refs:
+                rank = sum(1 for other_rule, _ in refs if other_rule == rule) + 1
+                refs[(rule, reason)] = keys.get((rule, reason), f"{rule}#{rank}")
+    return refs
+
+
+def acknowledgments(template: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """(resource, rule, reason) of every acknowledgment in the template's cdk_nag metadata; the rule without
+    its evidence (``AwsSolutions-IAM5[Resource::*]`` -> ``AwsSolutions-IAM5``)."""
+    for logical_id, resource in template.get("Resources", {}).items():
+        for entry in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", []):
+            yield logical_id, entry["id"].split("[")[0], entry.get("reason")
+
+
+def snapshot_view(template: dict[str, Any], refs: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """The template as its snapshot holds it: asset hashes masked (``mask_volatile``), each acknowledgment's
+    reason replaced by ``<reason REF>`` (``reason_refs``)."""
+    view = mask_volatile(template)
+    for resource in view.get("Resources", {}).values():
+        for entry in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", []):
+            entry["reason"] = f"<reason {refs[(entry['id'].split('[')[0], entry['reason'])]}>"
+    return view

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.support.synth import REPO
@@ -18,6 +19,7 @@ SECURITY_DOC = REPO / "docs" / "security-ci.md"
 PINNED_USES = re.compile(r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # (v\d+\.\d+\.\d+)\s*$")
 
 
+@pytest.mark.slow  # check-jsonschema, a Python process of its own
 def test_workflow_matches_the_github_workflow_schema() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
@@ -26,6 +28,7 @@ def test_workflow_matches_the_github_workflow_schema() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # check-jsonschema, a Python process of its own
 def test_dependabot_config_matches_its_schema_and_updates_the_action_pins() -> None:
     config = REPO / ".github" / "dependabot.yml"
     result = subprocess.run(
@@ -36,6 +39,7 @@ def test_dependabot_config_matches_its_schema_and_updates_the_action_pins() -> N
     assert [u["package-ecosystem"] for u in yaml.safe_load(config.read_text())["updates"]] == ["github-actions"]
 
 
+@pytest.mark.slow  # check-jsonschema, a Python process of its own
 def test_schema_check_rejects_a_broken_workflow(tmp_path) -> None:  # the validator really validates
     broken = tmp_path / "broken.yml"
     broken.write_text("on: push\njobs:\n  test:\n    steps: 3\n")

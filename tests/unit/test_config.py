@@ -420,6 +420,7 @@ def test_outputs_fill_only_what_the_config_does_not_know(tmp_path: Path) -> None
 
 
 # -- the command line: exit 2, no traceback, nothing changed ---------------------------------------------
+@pytest.mark.slow
 def test_config_check_command_exits_2_with_every_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(_with(_set("capture.retentionDays", 99999))))
@@ -431,7 +432,7 @@ def test_config_check_command_exits_2_with_every_problem(tmp_path: Path) -> None
     assert "Traceback" not in result.stderr + result.stdout
 
 
-@pytest.mark.xdist_group("cdk-synth")
+@pytest.mark.slow
 def test_cdk_synth_with_bad_config_fails_readably_and_changes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "dist").mkdir(parents=True)
@@ -746,6 +747,7 @@ def test_stale_misspelt_and_repeated_acknowledgments_are_reported() -> None:
     assert [ack.path for ack in review.decided_at_synth] == ["acknowledgedWarnings[4]"]
 
 
+@pytest.mark.slow
 def test_config_check_command_prints_warnings_and_acknowledgments_and_exits_0(tmp_path: Path) -> None:
     risky = _with(_set("capture.redact", []))
     _set("portable.0.allowedSourceRanges", ["0.0.0.0/0"])(risky)
@@ -770,6 +772,7 @@ def test_config_check_command_prints_warnings_and_acknowledgments_and_exits_0(tm
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_config_check_command_refuses_a_foreign_break_glass_role(tmp_path: Path) -> None:
     path = tmp_path / "foreign.yaml"
     path.write_text(yaml.safe_dump(_with(_set("capture.breakGlassRoleArns", [FOREIGN + "incident-response"]))))

@@ -146,6 +146,7 @@ print(codes, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SEL
 """
 
 
+@pytest.mark.slow  # a Python process of its own
 @pytest.mark.parametrize(("content", "code"), [(BOMB, "Config.AliasNotAllowed"), (DEEP, "Config.TooDeep")],
                          ids=["billion-laughs", "deep"])
 def test_hostile_files_are_checked_in_seconds_within_bounded_memory(tmp_path: Path, content: str,
@@ -160,6 +161,7 @@ def test_hostile_files_are_checked_in_seconds_within_bounded_memory(tmp_path: Pa
     assert int(grown_kib) < 64 * 1024  # the check itself: well under 64 MiB more than the interpreter
 
 
+@pytest.mark.slow  # a Python process of its own
 @pytest.mark.parametrize(("content", "code"), [
     (DEFAULT_TEXT.encode("utf-16"), "Config.NotUtf8"),
     (BOMB.encode(), "Config.AliasNotAllowed"),
