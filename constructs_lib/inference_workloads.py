@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
 import cdk8s
-from aws_cdk import Annotations, App, CfnResource, DefaultStackSynthesizer, Stack
+from aws_cdk import Annotations, App, AssetStaging, CfnResource, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -62,7 +62,12 @@ def sidecar_image_hash() -> str:
     the same asset in a scratch app without staging, so whoever needs the image's URI (GitOps manifests) gets it
     from here, never from a construct of the platform (tests check the two agree)."""
     scratch = Stack(App(context={"aws:cdk:disable-asset-staging": True}), "SidecarImageHash")
-    return sidecar_image_asset(scratch, "Image").asset_hash
+    asset_hash = sidecar_image_asset(scratch, "Image").asset_hash
+    # CDK keeps a process-wide cache of staged assets, keyed by source and options: the scratch app's unstaged
+    # entry (the source's absolute path) would otherwise be reused by the real asset, and cdk.out would name a path
+    # of this machine instead of its own staged copy.
+    AssetStaging.clear_asset_hash_cache()
+    return asset_hash
 
 
 def sidecar_image_reference(account: str, region: str, asset_hash: str | None = None) -> str:

@@ -16,6 +16,10 @@ def test_the_sidecar_image_is_known_before_the_stacks_are_built(assembly: Assemb
     cluster stack builds exactly that asset."""
     assets = json.loads(next(assembly.directory.glob("*-cluster.assets.json")).read_text())
     assert list(assets["dockerImages"]) == [sidecar_image_hash()]
+    # Staged into the assembly like every asset (computing the hash must not leave CDK's staging cache pointing at
+    # the source folder of this machine).
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["directory"] == f"asset.{sidecar_image_hash()}"
     images = {container["image"] for manifests in assembly.manifests.values() for obj in manifests
               if obj["kind"] == "Deployment"
               for container in obj["spec"]["template"]["spec"].get("initContainers", [])

@@ -615,6 +615,7 @@ def test_a_capture_prefix_either_construct_refuses_is_refused_at_the_config_chec
     assert problems[0][0] in refused_by[0] + refused_by[1], (problems, refused_by)
 
 
+@pytest.mark.slow
 def test_the_config_check_command_refuses_a_prefix_the_storage_would_refuse(tmp_path: Path) -> None:
     """Before, `python -m platform_config` passed '/data-capture/' (the pipeline's rule) and the synth failed in
     CaptureStorage at a prop name."""

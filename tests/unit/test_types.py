@@ -24,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # One worker runs both, one after the other: the first pays for a cold cache, the control reuses it.
-pytestmark = pytest.mark.xdist_group("mypy")
+pytestmark = [pytest.mark.xdist_group("mypy"), pytest.mark.slow]
 
 PROBE = '''\
 from aws_cdk import aws_eks_v2 as eks
