@@ -15,9 +15,11 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CONFIG ?= config/default.yaml
 CDK := $(CURDIR)/node_modules/.bin/cdk
 CHECKOV_VENV := $(VENV)/checkov
+# The library's wheel (not dist/: that is the app's GitOps hand-off).
+WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test test-fast review lint bench bench-sidecar clean
+.PHONY: setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
 .PHONY: lock
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -72,8 +74,21 @@ review: export REVIEW_CONFIG := $(CONFIG)
 review: setup
 	@$(BIN)/python -m tools.review $(if $(BASE),--base "$(BASE)")
 
+## wheel: the library's wheel in dist-wheel/ (the library only, under hyperpod_inference_iac, with its package data),
+# built offline from this checkout with the venv's setuptools (no isolated build environment to download).
+# Install it into your app's venv: pip install dist-wheel/hyperpod_inference_iac-*.whl (README, "Using the library").
+wheel: $(VENV)/.installed
+	rm -rf build $(WHEEL_DIR)
+	$(BIN)/python -m build --wheel --no-isolation --outdir $(WHEEL_DIR) .
+	rm -rf build
+	@ls $(WHEEL_DIR)/*.whl
+
 lint: setup
 	$(BIN)/ruff check .
+
+## typecheck: mypy, strict, over the library and its runtime code (make test runs it too: tests/unit/test_types.py).
+typecheck: setup
+	$(BIN)/python -m tools.typecheck
 
 bench: setup
 	$(BIN)/python benchmarks/synth_bench.py
@@ -83,7 +98,7 @@ bench-sidecar: setup
 	$(BIN)/python benchmarks/sidecar_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf cdk.out dist .pytest_cache
+	rm -rf cdk.out dist $(WHEEL_DIR) build .pytest_cache
 
 ## lock: regenerate the hashed lock files in requirements/ from pyproject.toml, constraints.txt and
 # requirements/checkov.in, and the capture sidecar image's sidecar/requirements.lock from sidecar/requirements.in

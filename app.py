@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aws_cdk import App
 
-from hyperpod_inference_iac import ConfigError, PlatformValue
+from hyperpod_inference_iac import ConfigError
 from platform_config import load_config, read_stack_outputs
 from platform_config.acknowledgments import review_warnings
 from stacks.gitops import stage_dist
@@ -39,13 +39,12 @@ def main() -> int:
         for line in review_warnings(config).warning_lines(config_path):
             print(line, file=sys.stderr)
         outputs = read_stack_outputs(config, Path(outputs_path)) if outputs_path else {}
-        platform = build_platform(app, config)
-        add_nag_checks(app)
         complete = f"make synth CONFIG={config_path} OUTPUTS=cdk-outputs.json"
-        sidecar_image = platform.cluster.workloads.values.known.get(PlatformValue.SIDECAR_IMAGE)
-        dist = stage_dist(config, outdir=Path(context("dist") or "dist"), sidecar_image=sidecar_image,
-                          outputs=outputs, complete_with=complete)
-        platform.cluster.workloads.warn_about_replacements(dist.replacements)
+        # Both hand-offs from the config alone: dist/ is staged first (nothing in it comes from a construct), and
+        # what it finds (custom resources the operator would have to replace) is warned about at synth.
+        dist = stage_dist(config, outdir=Path(context("dist") or "dist"), outputs=outputs, complete_with=complete)
+        build_platform(app, config, replacements=dist.replacements)
+        add_nag_checks(app)
     except ConfigError as error:
         print(f"Configuration error: {error}", file=sys.stderr)
         return 2

@@ -20,12 +20,22 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from hyperpod_inference_iac.platform_values import is_platform_value
-from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import (
+    MISSING_KEY,
+    REQUIRED,
+    UNKNOWN_KEY,
+    WRONG_TYPE,
+    Problems,
+    is_unresolved,
+    join_path,
+    unknown_key,
+    wrong_type,
+)
 
-_Block = TypeVar("_Block")
+_Block = TypeVar("_Block", bound="SpecBlock")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,9 +176,12 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 class SpecBlock:
     """Mixin for frozen, keyword-only dataclasses that mirror one block of a CRD spec."""
 
+    # What @dataclass gives every subclass: declared here, so dataclasses.fields(self) type-checks.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for spec_field in dataclasses.fields(self):
             value = getattr(self, spec_field.name)
             if value is None or is_planned(spec_field):
                 continue
@@ -181,7 +194,7 @@ class SpecBlock:
 
     def validate(self, path: str, problems: Problems) -> None:
         """Field constraints of this block and every nested block, then the cross-field rules."""
-        for spec_field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for spec_field in dataclasses.fields(self):
             value = getattr(self, spec_field.name)
             if value is None or is_planned(spec_field):
                 continue
@@ -213,18 +226,18 @@ def _type_hints(cls: type) -> dict[str, Any]:
 
 def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> _Block | None:
     if not isinstance(data, Mapping):
-        problems.add(WRONG_TYPE, path, "must be a mapping", data)
+        problems.add(WRONG_TYPE, path, wrong_type("a mapping", data), data)
         return None
-    declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}  # type: ignore[arg-type]
+    declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}
     for key in data:
         if key not in declared:
             problems.add(
                 UNKNOWN_KEY,
                 join_path(path, str(key)),
-                f"is not a known key here (known: {', '.join(declared)}); "
-                "other CRD fields go in the entry's extraSpec",
+                unknown_key(declared, "other CRD fields go in the entry's extraSpec"),
             )
-    hints = _type_hints(cls)
+    # (mypy checks a class against Hashable by its instances' __hash__; the class itself is hashable)
+    hints = _type_hints(cls)  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     complete = True
     for key, spec_field in declared.items():
@@ -232,7 +245,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
         raw = data.get(key)
         if raw is None:
             if spec_field.default is dataclasses.MISSING and spec_field.default_factory is dataclasses.MISSING:
-                problems.add(MISSING_KEY, sub_path, "is required")
+                problems.add(MISSING_KEY, sub_path, REQUIRED)
                 complete = False
             continue
         wrap = spec_field.metadata.get("wrap_items")
@@ -257,7 +270,7 @@ def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | Non
         origin = typing.get_origin(hint)
     if origin is tuple:
         if not isinstance(raw, list):
-            problems.add(WRONG_TYPE, path, "must be a list", raw)
+            problems.add(WRONG_TYPE, path, wrong_type("a list", raw), raw)
             return None, False
         item_hint = typing.get_args(hint)[0]
         items, all_ok = [], True
@@ -265,7 +278,7 @@ def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | Non
             item_path = join_path(path, index)
             if wrap is not None:
                 if not isinstance(item, Mapping) or set(item) != {wrap}:
-                    problems.add(WRONG_TYPE, item_path, f"must be a mapping with the single key {wrap}", item)
+                    problems.add(WRONG_TYPE, item_path, wrong_type(f"a mapping with the single key {wrap}", item), item)
                     all_ok = False
                     continue
                 item, item_path = item[wrap], join_path(item_path, wrap)
@@ -275,7 +288,7 @@ def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | Non
         return tuple(items), all_ok
     if origin is not None and issubclass(origin, Mapping):
         if not isinstance(raw, Mapping):
-            problems.add(WRONG_TYPE, path, "must be a mapping", raw)
+            problems.add(WRONG_TYPE, path, wrong_type("a mapping", raw), raw)
             return None, False
         return dict(raw), True
     if hint is Any:
@@ -285,13 +298,13 @@ def _convert(hint: Any, raw: Any, path: str, problems: Problems, wrap: str | Non
         return parsed, parsed is not None
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         if not isinstance(raw, str):
-            problems.add(WRONG_TYPE, path, "must be a string", raw)
+            problems.add(WRONG_TYPE, path, wrong_type("a string", raw), raw)
             return None, False
         # An unknown value stays a plain string so validate() reports it with the field's own code.
         return (hint(raw) if raw in hint._value2member_map_ else raw), True
     expected = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[hint]
     accepted = (int, float) if hint is float else hint  # YAML writes 10 for 10.0
     if not isinstance(raw, accepted) or (hint in (int, float) and isinstance(raw, bool)):
-        problems.add(WRONG_TYPE, path, f"must be {expected}", raw)
+        problems.add(WRONG_TYPE, path, wrong_type(expected, raw), raw)
         return None, False
     return raw, True

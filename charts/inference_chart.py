@@ -23,7 +23,7 @@ from hyperpod_inference_iac.charts.pod_security import namespace_metadata, names
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
 from hyperpod_inference_iac.platform_values import PlatformValues
-from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
+from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path, wrong_type
 
 USER_ASSIGNABLE_LABEL = "sagemaker.amazonaws.com/user-assignable"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -53,7 +53,7 @@ def parse_model(data: Any, path: str, problems: Problems) -> Workload | None:
     """One ``models:`` entry (without its shortcuts): ``kind`` picks the class, the rest is its ``from_dict``.
     Shape and types only; the values are checked once, by the plan (or the chart)."""
     if not isinstance(data, Mapping):
-        problems.add(WRONG_TYPE, path, "must be a mapping", data)
+        problems.add(WRONG_TYPE, path, wrong_type("a mapping", data), data)
         return None
     kind = data.get("kind")
     model_class = _KINDS.get(kind) if isinstance(kind, str) else None
@@ -68,7 +68,7 @@ def parse_models(data: Any, *, path: str = "models", problems: Problems) -> list
     """Every entry of a ``models:`` list parsed, with its key path (entries that fail to parse are left out,
     their problems recorded)."""
     if not isinstance(data, list):
-        problems.add(WRONG_TYPE, path, "must be a list of model entries", data)
+        problems.add(WRONG_TYPE, path, wrong_type("a list of model entries", data), data)
         return []
     parsed = [(join_path(path, i), parse_model(entry, join_path(path, i), problems)) for i, entry in enumerate(data)]
     return [(entry_path, model) for entry_path, model in parsed if model is not None]
@@ -167,10 +167,10 @@ def _check(chart_id: str, namespace: str, models: Sequence[Workload],
                        custom_service_accounts_enabled=custom_service_accounts_enabled, problems=problems)
     declared = {account.name for account in service_accounts}
     used = {model.service_account_name: path for path, model in entries if model.service_account_name is not None}
-    for account, entry_path in used.items():
-        if account not in declared:
+    for name, entry_path in used.items():
+        if name not in declared:
             problems.add("ServiceAccount.RoleMissing", join_path(entry_path, "spec.kubernetes.serviceAccountName"),
-                         "names a service account the chart was not given a role for (service_accounts)", account)
+                         "names a service account the chart was not given a role for (service_accounts)", name)
     for index, account in enumerate(service_accounts):
         if account.name not in used:
             problems.add("ServiceAccount.Unused", join_path(join_path("serviceAccounts", index), "name"),

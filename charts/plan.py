@@ -38,10 +38,10 @@ from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableM
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_name
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import KeyPaths, Problems, is_unresolved, join_path
 
 Workload = InferenceEndpointConfig | JumpStartModel | ModelWeightsCacheConfig
 
@@ -90,6 +90,9 @@ class PlatformContext:
         portable server that captures or has a hostname. @default none
     :param region: the AWS Region the workloads' SDKs call STS and S3 in (``AWS_REGION`` of the containers that hold
         credentials). @default none: the SDKs' defaults (the global STS endpoint)
+    :param key_paths: how problems name this context's own fields (``operator_addon_version``, ``vpc_cidr``): a
+        config loader passes its file's keys (the app: ``operator.addonVersion``). @default
+        ``PlatformContext.<field>``, for a context built in Python
     """
 
     cluster_name: str
@@ -108,6 +111,8 @@ class PlatformContext:
     operator_addon_version: str | None = DEFAULT_ADDON_VERSION
     vpc_cidr: str | None = None
     region: str | None = None
+    key_paths: KeyPaths = dataclasses.field(default_factory=lambda: KeyPaths("PlatformContext"), compare=False,
+                                            repr=False)
 
     def role_name(self, service_account: str) -> str:
         """``<prefix>-<service account>``: unique, since names and service accounts are unique across the plan's
@@ -115,7 +120,7 @@ class PlatformContext:
         return iam_role_name(f"{self.role_name_prefix}-{service_account}")
 
     def role_arn(self, role_name: str) -> str:
-        return f"arn:{self.partition}:iam::{self.account}:role/{role_name}"
+        return iam_role_arn(self.partition, self.account, role_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +149,25 @@ class ObjectAccess:
     write: bool
     purpose: str
     key: str | PlatformValue | None = None
+
+
+def grantable_key(key: str | PlatformValue | None) -> bool:
+    """Whether a role can be granted ``key``: the platform's own key, or a key ARN (``arn:...:key/<id>``). An alias
+    names no key a policy could grant, a bare key id no key in any account."""
+    if key is None or key is PlatformValue.CAPTURE_KEY_ID:
+        return True
+    return not isinstance(key, PlatformValue) and isinstance(key, str) and ":key/" in key
+
+
+def check_grantable_key(problems: Problems, path: str, key: str | PlatformValue | None) -> None:
+    """``InferenceWorkloads.KeyNotGrantable``: the one rule of a workload's own ``kmsKeyId`` that its role is granted
+    (a portable server's capture sidecar writes with it). The plan applies it under the key path, so a config file is
+    refused at its config check; :class:`~hyperpod_inference_iac.InferenceWorkloads` applies it again to the plan it
+    is given (a Python consumer's plan made without it)."""
+    if not grantable_key(key):
+        problems.add("InferenceWorkloads.KeyNotGrantable", path,
+                     "a workload's own kmsKeyId must be a key ARN (arn:...:key/<id>) so its role can be granted "
+                     "that key; an alias cannot be granted", key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,14 +267,19 @@ class WorkloadPlan:
     portable: tuple[PortableWorkload, ...] = ()
 
     @property
+    def workloads(self) -> tuple[ModelWorkload | PortableWorkload, ...]:
+        """The models, then the portable servers."""
+        return (*self.models, *self.portable)
+
+    @property
     def identities(self) -> tuple[IdentityPlan, ...]:
-        return tuple(identity for workload in (*self.models, *self.portable) for identity in workload.identities)
+        return tuple(identity for workload in self.workloads for identity in workload.identities)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
         """Every namespace the plan's workloads live in: the platform's first (it holds the synced Secrets), then the
         workloads' own, sorted."""
-        own = {w.namespace for w in (*self.models, *self.portable)} - {self.context.namespace, ""}
+        own = {w.namespace for w in self.workloads} - {self.context.namespace, ""}
         return (self.context.namespace, *sorted(own))
 
     def in_namespace(self, namespace: str) -> WorkloadPlan:
@@ -412,6 +441,7 @@ def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, pro
         changes["data_capture"] = _wire_capture(context, spec.data_capture, tiers=("sagemaker_endpoint", "model_pod"))
     if not changes:
         return workload
+    # (spec is the workload's own kind of spec; mypy checks each kind of workload against either kind of spec)
     return dataclasses.replace(workload, spec=dataclasses.replace(spec, **changes))  # type: ignore[arg-type]
 
 
@@ -441,7 +471,8 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
         _check_operator_may_write(context, context.tls_output, tls.tls_certificate_output_s3_uri,
                                   join_path(spec_path, "tlsConfig.tlsCertificateOutputS3Uri"),
                                   "Tls.OutputBucketNotGranted", "TLS certificates", problems)
-    secret = token_secret_of(workload)
+    token = _token_secret_ref(workload)
+    secret = token.name if token is not None else None
     synced_here = context.synced_secrets if namespace == context.namespace else {}
     if secret is not None and secret not in synced_here:
         synced = ", ".join(sorted(synced_here)) or "none"
@@ -451,8 +482,8 @@ def _check_model_on_platform(context: PlatformContext, workload: Workload, path:
                      join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.name"),
                      f"names a Secret nothing syncs into namespace {namespace} (synced: {synced}); use the "
                      f"platform's Hugging Face token Secret{where}", secret)
-    elif secret is not None:
-        key = workload.spec.model_source_config.hugging_face_model.token_secret_ref.key  # type: ignore[union-attr]
+    elif token is not None:
+        secret, key = token.name, token.key
         if key not in context.synced_secrets[secret]:
             problems.add("HuggingFace.TokenSecretKeyMissing",
                          join_path(spec_path, "modelSourceConfig.huggingFaceModel.tokenSecretRef.key"),
@@ -470,9 +501,7 @@ def _check_operator_may_write(context: PlatformContext, granted: S3Location | No
     """A location the operator writes to must be one its execution role may write: the platform's."""
     if isinstance(uri, S3Uri) or is_unresolved(uri) or granted is None:
         return  # the platform's own location, or no platform location (the caller grants the operator)
-    bucket = granted.bucket
-    if isinstance(bucket, PlatformValue):
-        bucket = context.known_values.get(bucket)
+    bucket = context.known_values.get(granted.bucket) if isinstance(granted.bucket, PlatformValue) else granted.bucket
     if bucket is not None and S3Location.parse(uri).within(S3Location(bucket, granted.prefix)):
         return
     where = f"s3://{bucket}/{granted.prefix}" if bucket is not None else "the platform's location"
@@ -511,8 +540,8 @@ def _check_operator_features(context: PlatformContext, workload: Workload, path:
         problems.add("OperatorVersion.FeatureUnavailable", _spec_path(workload, path, keys),
                      f"{feature.name} needs the inference operator add-on {feature.minimum} (operator "
                      f"{feature.operator}) or newer, and {workload.name} would run on {version}: raise "
-                     "operator.addonVersion (docs/operator-versions.md says what an upgrade brings) or remove it",
-                     version)
+                     f"{context.key_paths.at('operator_addon_version')} (docs/operator-versions.md says what an "
+                     "upgrade brings) or remove it", version)
 
 
 def _spec_path(workload: Workload, path: str, location: Sequence[str | int]) -> str:
@@ -542,8 +571,8 @@ def _weights_of(workload: Workload) -> S3Location | None:
         return S3Location.parse(cache.source_s3_uri)
     source = getattr(workload.spec, "model_source_config", None)
     storage = getattr(source, "s3_storage", None)
-    if storage is not None:
-        location = (source.model_location or "").strip("/")  # type: ignore[union-attr]
+    if source is not None and storage is not None:
+        location = (source.model_location or "").strip("/")
         return S3Location(storage.bucket_name, f"{location}/" if location else "")
     return None
 
@@ -564,11 +593,17 @@ def autoscaling_of(workload: Workload) -> list[AutoScalingSpec]:
 
 def token_secret_of(workload: Workload) -> str | None:
     """The Secret a workload's Hugging Face source reads its token from, if any."""
+    token = _token_secret_ref(workload)
+    return token.name if token is not None else None
+
+
+def _token_secret_ref(workload: Workload) -> SecretKeyRef | None:
     source = getattr(workload.spec, "model_source_config", None)
     if source is None or source.model_source_type != ModelSourceType.HUGGING_FACE:
         return None
     model = source.hugging_face_model
-    return model.token_secret_ref.name if model is not None and model.token_secret_ref is not None else None
+    token: SecretKeyRef | None = model.token_secret_ref if model is not None else None
+    return token
 
 
 # -- portable model servers --------------------------------------------------------------------------
@@ -596,6 +631,7 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=namespace, name=server.name)
         capture_location = base.child(digest, "pod")
         capture_key = pod.kms_key_id
+        check_grantable_key(problems, join_path(path, "dataCapture.modelPod.kmsKeyId"), capture_key)
         capture_role = context.role_name(f"{server.name}-capture")
         sidecar = IdentityPlan(server.name, capture_role, context.role_arn(capture_role),
                                (ObjectAccess(capture_location, write=True, purpose="captures (capture sidecar)",
@@ -642,7 +678,7 @@ def _check_vpc_cidr(context: PlatformContext, server: PortableModelServer, path:
         needs_for.append("its load balancer admits the VPC by default (or set allowedSourceRanges)")
     if needs_for and context.vpc_cidr is None:
         problems.add("Portable.VpcCidrMissing", path,
-                     f"needs the platform's VPC CIDR (PlatformContext.vpc_cidr): {'; '.join(needs_for)}")
+                     f"needs the platform's VPC CIDR ({context.key_paths.at('vpc_cidr')}): {'; '.join(needs_for)}")
 
 
 # -- across workloads ----------------------------------------------------------------------------------
@@ -702,21 +738,22 @@ def _check_across(context: PlatformContext, models: Sequence[ModelWorkload], por
         try:
             ipaddress.IPv4Network(context.vpc_cidr, strict=True)
         except ValueError:
-            problems.add("Portable.VpcCidrInvalid", "vpcCidr", "must be an IPv4 CIDR block, e.g. 10.42.0.0/16",
-                         context.vpc_cidr)
+            problems.add("Portable.VpcCidrInvalid", context.key_paths.at("vpc_cidr"),
+                         "must be an IPv4 CIDR block, e.g. 10.42.0.0/16", context.vpc_cidr)
     entries = [*(named(m.path, m.workload, m.namespace) for m in models),
                *(named(p.path, p.server, p.namespace) for p in portable)]
     # Names and service accounts are unique across every namespace of the plan: they also name roles, Secrets in
     # Secrets Manager, alarms and charts. (A workload's own namespace is checked at its own key.)
     check_workload_set(entries, namespace=context.namespace,
                        custom_service_accounts_enabled=context.custom_service_accounts_enabled, problems=problems)
-    _check_role_names([(w.path, identity) for w in (*models, *portable) for identity in w.identities], problems)
+    workloads: list[ModelWorkload | PortableWorkload] = [*models, *portable]
+    _check_role_names([(w.path, identity) for w in workloads for identity in w.identities], problems)
 
 
 def _check_role_names(identities: Sequence[tuple[str, IdentityPlan]], problems: Problems) -> None:
     """Two identities never share a role (a portable server ``a-capture`` next to ``a``'s capture role, say): the
     second would hold the first one's rights."""
-    owners: dict[str, tuple[str, tuple[str, str]]] = {}
+    owners: dict[str, tuple[str, str]] = {}
     for path, identity in identities:
         account = identity.service_account
         owner, owner_account = owners.setdefault(identity.role_name, (path, account))

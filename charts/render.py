@@ -56,7 +56,7 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
             .add_json_patch(*(cdk8s.JsonPatch.add(f"/{key}", value) for key, value in obj.items()
                               if key not in ("apiVersion", "kind", "metadata")))
     rendered = RenderedWorkloads(namespace_chart)
-    for item in (*plan.models, *plan.portable):
+    for item in plan.workloads:
         try:
             chart = _chart(app, item, plan, values)
         except AwaitingDeploy as awaiting:
@@ -108,7 +108,7 @@ def _pod_volumes(item: ModelWorkload | PortableWorkload) -> list[Any]:
 
 def _cache_paths(plan: WorkloadPlan) -> list[str]:
     """Every host path a planned pod mounts: the NVMe caches, and a model's own hostPath volumes."""
-    return sorted({volume["hostPath"]["path"] for item in (*plan.models, *plan.portable)
+    return sorted({volume["hostPath"]["path"] for item in plan.workloads
                    for volume in _pod_volumes(item) if isinstance(volume, Mapping) and "hostPath" in volume})
 
 

@@ -27,20 +27,54 @@ one :class:`ConfigError`), warns about risky but legal choices (acknowledgeable 
 the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
 """
 
-from hyperpod_inference_iac.alarm_topic import AlarmTopic, check_alarm_topic, warn_alarm_topic
-from hyperpod_inference_iac.alarms import AlarmSettings, alarm_table, describe_alarms
-from hyperpod_inference_iac.api_keys import ApiKeySync, api_key_sync, check_api_key_rotation
-from hyperpod_inference_iac.capture_alarms import CaptureAlarms, check_capture_alarms
+from hyperpod_inference_iac.alarm_topic import (
+    AlarmTopic,
+    AlarmTopicOptions,
+    AlarmTopicProps,
+    check_alarm_topic,
+    warn_alarm_topic,
+)
+from hyperpod_inference_iac.alarms import (
+    AlarmNotifyOptions,
+    AlarmSettings,
+    AlarmWiringProps,
+    alarm_table,
+    describe_alarms,
+)
+from hyperpod_inference_iac.api_keys import (
+    ApiKeySync,
+    ApiKeySyncProps,
+    SecretsOptions,
+    api_key_sync,
+    check_api_key_rotation,
+)
+from hyperpod_inference_iac.capture_alarms import (
+    CaptureAlarms,
+    CaptureAlarmsOptions,
+    CaptureAlarmsProps,
+    check_capture_alarms,
+)
 from hyperpod_inference_iac.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
+    CapturePipelineOptions,
+    CapturePipelineProps,
     RedactionRule,
     check_capture_pipeline,
     warn_capture_pipeline,
 )
-from hyperpod_inference_iac.capture_storage import CaptureStorage, check_capture_storage, warn_capture_storage
+from hyperpod_inference_iac.capture_storage import (
+    CaptureStorage,
+    CaptureStorageOptions,
+    CaptureStorageProps,
+    check_capture_storage,
+    warn_capture_storage,
+)
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
+    CertificateAlarmsOptions,
+    CertificateAlarmsProps,
     check_certificate_alarms,
     warn_certificate_alarms,
 )
@@ -49,34 +83,77 @@ from hyperpod_inference_iac.eks_cluster import (
     NVIDIA_DEVICE_PLUGIN,
     ClusterEndpointAccess,
     InferenceCluster,
+    InferenceClusterOptions,
+    InferenceClusterProps,
     check_inference_cluster,
     warn_inference_cluster,
 )
-from hyperpod_inference_iac.endpoint_domain import EndpointDomain, check_endpoint_domain
+from hyperpod_inference_iac.endpoint_domain import (
+    EndpointDomain,
+    EndpointDomainOptions,
+    EndpointDomainProps,
+    check_endpoint_domain,
+)
 from hyperpod_inference_iac.external_dns import (
     ExternalDns,
+    ExternalDnsProps,
     check_external_dns,
     external_dns_release,
     external_dns_releases,
 )
-from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, check_github_deploy_role
+from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, GitHubDeployRoleProps, check_github_deploy_role
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
-from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup, LocalStorageStrategy, check_gpu_node_group
+from hyperpod_inference_iac.gpu_nodegroup import (
+    GpuNodeGroup,
+    GpuNodeGroupOptions,
+    GpuNodeGroupProps,
+    LocalStorageStrategy,
+    check_gpu_node_group,
+)
 from hyperpod_inference_iac.helm import HelmRelease
-from hyperpod_inference_iac.hugging_face_token import EXTERNAL_SECRETS, HuggingFaceTokenSync, SecretSync
+from hyperpod_inference_iac.hugging_face_token import (
+    EXTERNAL_SECRETS,
+    HuggingFaceTokenSync,
+    HuggingFaceTokenSyncProps,
+    SecretSync,
+)
 from hyperpod_inference_iac.hyperpod_cluster import (
     DeepHealthCheck,
     HyperPodCluster,
+    HyperPodClusterOptions,
+    HyperPodClusterProps,
     InstanceGroup,
     NodeRecovery,
     check_hyperpod_cluster,
 )
-from hyperpod_inference_iac.inference_operator import InferenceOperator, check_inference_operator
-from hyperpod_inference_iac.inference_workloads import InferenceWorkloads, sidecar_image_uri, warn_workload
-from hyperpod_inference_iac.log_retention import LambdaLogRetention, check_log_retention, retention_from_days
+from hyperpod_inference_iac.inference_operator import (
+    InferenceOperator,
+    InferenceOperatorOptions,
+    InferenceOperatorProps,
+    check_inference_operator,
+)
+from hyperpod_inference_iac.inference_workloads import (
+    InferenceWorkloads,
+    InferenceWorkloadsProps,
+    sidecar_image_hash,
+    sidecar_image_reference,
+    sidecar_image_uri,
+    warn_workload,
+)
+from hyperpod_inference_iac.log_retention import (
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
+    check_log_retention,
+    retention_from_days,
+)
 from hyperpod_inference_iac.network import (
+    ExistingVpcOptions,
+    ExistingVpcProps,
     FlowLogTraffic,
     PlatformVpc,
+    PlatformVpcOptions,
+    PlatformVpcProps,
     VpcFlowLogs,
     add_flow_logs,
     check_existing_vpc,
@@ -84,7 +161,11 @@ from hyperpod_inference_iac.network import (
     deploy_time_availability_zones,
     existing_vpc,
 )
-from hyperpod_inference_iac.platform_dashboard import PlatformDashboard, check_platform_dashboard
+from hyperpod_inference_iac.platform_dashboard import (
+    PlatformDashboard,
+    PlatformDashboardProps,
+    check_platform_dashboard,
+)
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.regions import check_region
 from hyperpod_inference_iac.risks import WARNINGS, RiskWarning, RiskWarnings
@@ -99,21 +180,29 @@ from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingM
 from hyperpod_inference_iac.secrets_key import (
     SecretsKey,
     SecretsKeyGuard,
+    SecretsKeyProps,
     grant_secret_read,
     kms_through_secrets_manager,
     secrets_key_guard,
 )
 from hyperpod_inference_iac.sidecar_metrics import (
     CaptureSidecarMetrics,
+    CaptureSidecarMetricsOptions,
+    CaptureSidecarMetricsProps,
     check_capture_sidecar_metrics,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
 )
 from hyperpod_inference_iac.tags import apply_tags, check_tags
 from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
-from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity, check_workload_identity
+from hyperpod_inference_iac.workload_identity import (
+    IdentityBinding,
+    WorkloadIdentity,
+    WorkloadIdentityProps,
+    check_workload_identity,
+)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
@@ -121,39 +210,76 @@ __all__ = [
     "KUBECTL_LAYERS",
     "NVIDIA_DEVICE_PLUGIN",
     "WARNINGS",
+    "AlarmNotifyOptions",
     "AlarmSettings",
     "AlarmTopic",
+    "AlarmTopicOptions",
+    "AlarmTopicProps",
+    "AlarmWiringProps",
     "ApiKeySync",
+    "ApiKeySyncProps",
     "AwaitingDeploy",
     "CaptureAlarms",
+    "CaptureAlarmsOptions",
+    "CaptureAlarmsProps",
     "CapturePipeline",
+    "CapturePipelineOptions",
+    "CapturePipelineProps",
     "CaptureSidecarMetrics",
+    "CaptureSidecarMetricsOptions",
+    "CaptureSidecarMetricsProps",
     "CaptureStorage",
+    "CaptureStorageOptions",
+    "CaptureStorageProps",
     "CertificateAlarms",
+    "CertificateAlarmsOptions",
+    "CertificateAlarmsProps",
     "ClusterEndpointAccess",
+    "ClusterLike",
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
+    "EndpointDomainOptions",
+    "EndpointDomainProps",
+    "ExistingVpcOptions",
+    "ExistingVpcProps",
     "ExternalDns",
+    "ExternalDnsProps",
     "FlowLogTraffic",
     "GitHubDeployRole",
+    "GitHubDeployRoleProps",
     "GpuNodeGroup",
+    "GpuNodeGroupOptions",
+    "GpuNodeGroupProps",
     "HelmRelease",
     "HuggingFaceTokenSync",
+    "HuggingFaceTokenSyncProps",
     "HyperPodCluster",
+    "HyperPodClusterOptions",
+    "HyperPodClusterProps",
     "IdentityBinding",
     "InferenceCluster",
+    "InferenceClusterOptions",
+    "InferenceClusterProps",
     "InferenceOperator",
+    "InferenceOperatorOptions",
+    "InferenceOperatorProps",
     "InferenceWorkloads",
+    "InferenceWorkloadsProps",
     "InstanceGroup",
     "KeyPaths",
     "LambdaLogRetention",
+    "LambdaLogRetentionProps",
     "LocalStorageStrategy",
+    "LogRetentionOptions",
     "NodeRecovery",
     "PlatformDashboard",
+    "PlatformDashboardProps",
     "PlatformValue",
     "PlatformValues",
     "PlatformVpc",
+    "PlatformVpcOptions",
+    "PlatformVpcProps",
     "Prerequisite",
     "Problem",
     "Problems",
@@ -167,13 +293,17 @@ __all__ = [
     "SecretSync",
     "SecretsKey",
     "SecretsKeyGuard",
+    "SecretsKeyProps",
+    "SecretsOptions",
     "StagedManifests",
     "VpcFlowLogs",
     "WorkloadIdentity",
+    "WorkloadIdentityProps",
     "add_flow_logs",
     "alarm_table",
     "api_key_sync",
     "apply_tags",
+    "as_icluster",
     "bucket_arn",
     "check_alarm_topic",
     "check_api_key_rotation",
@@ -209,6 +339,8 @@ __all__ = [
     "kms_through_secrets_manager",
     "retention_from_days",
     "secrets_key_guard",
+    "sidecar_image_hash",
+    "sidecar_image_reference",
     "sidecar_image_uri",
     "sidecar_metrics_log_group_name",
     "sidecar_metrics_manifests",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -22,6 +24,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from hyperpod_inference_iac.data_perimeter import KEY_ADMIN_ACTIONS
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -34,80 +37,116 @@ LAMBDA_FUNCTION_ARN = re.compile(
 SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 
 
-def check_alarm_topic(problems: Problems, at: KeyPaths = PROPS, *, topic_name: str | None = None,
-                      emails: Sequence[str] = (), https_endpoints: Sequence[str] = (),
-                      lambda_function_arns: Sequence[str] = (), forward_to_topic_arns: Sequence[str] = ()) -> None:
-    """Every rule of :class:`AlarmTopic`'s properties (a config loader calls it with its key paths)."""
-    code = "AlarmTopic"
-    if topic_name is not None and not is_unresolved(topic_name) and not TOPIC_NAME.match(topic_name):
-        problems.add(f"{code}.BadTopicName", at.at("topic_name"),
-                     "must be 1-256 letters, digits, '-' or '_' (an SNS standard topic name)", topic_name)
-    kinds = (
-        ("emails", emails, EMAIL, f"{code}.BadEmail", "must be an email address such as oncall@example.com"),
-        ("https_endpoints", https_endpoints, HTTPS_URL, f"{code}.BadHttpsEndpoint",
-         "must be an https:// URL (SNS delivers alarms as JSON; plain http would carry them unencrypted)"),
-        ("lambda_function_arns", lambda_function_arns, LAMBDA_FUNCTION_ARN, f"{code}.BadLambdaArn",
-         "must be a Lambda function ARN (arn:aws:lambda:<region>:<account>:function:<name>)"),
-        ("forward_to_topic_arns", forward_to_topic_arns, SNS_TOPIC_ARN, f"{code}.BadTopicArn",
-         "must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)"),
-    )
-    for prop, values, pattern, error, message in kinds:
-        if isinstance(values, str):
-            problems.add(error, at.at(prop), "must be a list", values)
-            continue
-        seen: set[str] = set()
-        for index, value in enumerate(values):
-            if is_unresolved(value):
+@dataclass(frozen=True, kw_only=True)
+class AlarmTopicOptions(Props):
+    """An alarm topic's subscribers: what a config file sets (``alarms.subscribers`` in the app's)."""
+
+    CONSTRUCT: ClassVar[str] = "AlarmTopic"
+
+    emails: Sequence[str] = prop((), doc="Email subscribers (each confirms the subscription from the mail SNS sends).")
+    https_endpoints: Sequence[str] = prop(
+        (), doc="HTTPS subscribers (`https://` URLs, e.g. a paging service's SNS integration); each must confirm the "
+                "subscription (most paging services do so on their own).")
+    lambda_function_arns: Sequence[str] = prop(
+        (), doc="Lambda functions invoked with every notification (same account: the invoke permission is added; "
+                "another account must allow `sns.amazonaws.com` itself).")
+    forward_to_topic_arns: Sequence[str] = prop(
+        (), key="topicArns",
+        doc="Existing topics that receive every alarm too, as additional alarm actions (a central operations topic, "
+            "the topic an AWS Chatbot channel already lists). Their own policies and keys must admit CloudWatch.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        code = "AlarmTopic"
+        kinds = (
+            ("emails", self.emails, EMAIL, f"{code}.BadEmail", "must be an email address such as oncall@example.com"),
+            ("https_endpoints", self.https_endpoints, HTTPS_URL, f"{code}.BadHttpsEndpoint",
+             "must be an https:// URL (SNS delivers alarms as JSON; plain http would carry them unencrypted)"),
+            ("lambda_function_arns", self.lambda_function_arns, LAMBDA_FUNCTION_ARN, f"{code}.BadLambdaArn",
+             "must be a Lambda function ARN (arn:aws:lambda:<region>:<account>:function:<name>)"),
+            ("forward_to_topic_arns", self.forward_to_topic_arns, SNS_TOPIC_ARN, f"{code}.BadTopicArn",
+             "must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)"),
+        )
+        for name, values, pattern, error, message in kinds:
+            if isinstance(values, str):
+                problems.add(error, at.at(name), "must be a list", values)
                 continue
-            if not isinstance(value, str) or not pattern.match(value):
-                problems.add(error, at.at(prop, index), message, value)
-            elif value in seen or seen.add(value):  # (add returns None: the first one is kept)
-                problems.add(f"{code}.DuplicateSubscriber", at.at(prop, index), "lists the same subscriber twice",
-                             value)
+            seen: set[str] = set()
+            for index, value in enumerate(values):
+                if is_unresolved(value):
+                    continue
+                if not isinstance(value, str) or not pattern.match(value):
+                    problems.add(error, at.at(name, index), message, value)
+                elif value in seen:
+                    problems.add(f"{code}.DuplicateSubscriber", at.at(name, index), "lists the same subscriber twice",
+                                 value)
+                else:
+                    seen.add(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmTopicProps(AlarmTopicOptions):
+    """:class:`AlarmTopic`'s properties: its subscribers, and what only Python code passes."""
+
+    topic_name: str | None = prop(None, config=False, default_doc="generated",
+                                  doc="A fixed name (1-256 letters, digits, '-', '_'), so the ARN is known before "
+                                      "deploy (an AWS Chatbot channel or a paging service can be pointed at it).")
+    display_name: str | None = prop(None, config=False, default_doc="none",
+                                    doc="The sender name of email notifications.")
+    encryption_key: kms.IKey | None = prop(
+        None, config=False,
+        default_doc="a new key with rotation, whose policy lets the account administer it and CloudWatch (this "
+                    "account) use it",
+        doc="The topic's key. A `kms.Key` of your app gets the CloudWatch statement added to its policy; an imported "
+            "key must already allow `cloudwatch.amazonaws.com` `kms:GenerateDataKey*` and `kms:Decrypt` (warned: "
+            "`AlarmTopic:importedKey`).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        topic_name = self.topic_name
+        if topic_name is not None and not is_unresolved(topic_name) and not TOPIC_NAME.match(topic_name):
+            problems.add("AlarmTopic.BadTopicName", at.at("topic_name"),
+                         "must be 1-256 letters, digits, '-' or '_' (an SNS standard topic name)", topic_name)
+        super().check(problems, at)
+
+
+def check_alarm_topic(problems: Problems, at: KeyPaths = PROPS, **options: Any) -> None:
+    """:meth:`AlarmTopicProps.check` of these properties (kept for callers of 0.2.0)."""
+    AlarmTopicProps(**options).check(problems, at)
 
 
 class AlarmTopic(Construct):
     """The topic the alarms notify, its own KMS key, a topic policy that admits CloudWatch alarms of this
     account and region only, and its subscribers.
 
+    Properties: :class:`AlarmTopicProps` (each with its type, default and meaning); ``props`` keeps them.
+
     Attributes: ``topic``, ``key``, ``topic_arn``, ``alarm_actions`` (notify this topic and every topic in
     ``forward_to_topic_arns``; the alarm constructs use them), ``forwarded_topics``.
     """
+
+    PROPS: ClassVar[type[Props]] = AlarmTopicProps
 
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        topic_name: str | None = None,
-        display_name: str | None = None,
-        emails: Sequence[str] = (),
-        https_endpoints: Sequence[str] = (),
-        lambda_function_arns: Sequence[str] = (),
-        forward_to_topic_arns: Sequence[str] = (),
-        encryption_key: kms.IKey | None = None,
+        topic_name: str | None = AlarmTopicProps.topic_name,
+        display_name: str | None = AlarmTopicProps.display_name,
+        emails: Sequence[str] = AlarmTopicProps.emails,
+        https_endpoints: Sequence[str] = AlarmTopicProps.https_endpoints,
+        lambda_function_arns: Sequence[str] = AlarmTopicProps.lambda_function_arns,
+        forward_to_topic_arns: Sequence[str] = AlarmTopicProps.forward_to_topic_arns,
+        encryption_key: kms.IKey | None = AlarmTopicProps.encryption_key,
     ) -> None:
-        """
-        :param topic_name: a fixed name, so the ARN is known before deploy (an AWS Chatbot channel or a
-            paging service can be pointed at it). @default generated
-        :param display_name: the sender name of email notifications. @default none
-        :param emails: email subscribers (each confirms the subscription from the mail SNS sends).
-        :param https_endpoints: HTTPS subscribers (a paging service's SNS integration URL); each must confirm
-            the subscription (most paging services do so on their own).
-        :param lambda_function_arns: Lambda functions invoked with every notification (same account: the
-            invoke permission is added; another account must allow ``sns.amazonaws.com`` itself).
-        :param forward_to_topic_arns: existing topics that receive every alarm too, as additional alarm
-            actions (a central operations topic, the topic an AWS Chatbot channel already lists). Their own
-            policies and keys must admit CloudWatch.
-        :param encryption_key: the topic's key. @default a new key with rotation, whose policy lets the account
-            administer it and CloudWatch (this account) use it; a key you pass must allow
-            ``cloudwatch.amazonaws.com`` ``kms:GenerateDataKey*`` and ``kms:Decrypt`` in its own policy
-        """
         super().__init__(scope, id)
-        problems = Problems()
-        check_alarm_topic(problems, topic_name=topic_name, emails=emails, https_endpoints=https_endpoints,
-                          lambda_function_arns=lambda_function_arns, forward_to_topic_arns=forward_to_topic_arns)
-        problems.raise_if_any(f"AlarmTopic {self.node.path}")
+        self.props = props = AlarmTopicProps(
+            topic_name=topic_name, display_name=display_name, emails=listed(emails),
+            https_endpoints=listed(https_endpoints), lambda_function_arns=listed(lambda_function_arns),
+            forward_to_topic_arns=listed(forward_to_topic_arns), encryption_key=encryption_key)
+        props.raise_if_invalid(f"AlarmTopic {self.node.path}")
+        emails, https_endpoints = props.emails, props.https_endpoints
+        lambda_function_arns, forward_to_topic_arns = props.lambda_function_arns, props.forward_to_topic_arns
+        encryption_key = props.encryption_key
         stack = Stack.of(self)
         if encryption_key is None:
             encryption_key = kms.Key(

@@ -12,10 +12,11 @@ in the template's snapshot and in :func:`alarm_table`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, cast
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -23,10 +24,10 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from hyperpod_inference_iac.validation import KeyPaths, Problems, is_unresolved
-
-if TYPE_CHECKING:
-    from hyperpod_inference_iac.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.cdk_types import cfn_child
+from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # CloudWatch's own limits (PutMetricAlarm): the evaluation range, Period x EvaluationPeriods, may be at most
 # 7 days, and at most 1 day when the period is shorter than an hour.
@@ -39,15 +40,27 @@ DEFAULT_RUNBOOK = "docs/alarms.md of hyperpod-inference-iac"
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlarmSettings:
+class AlarmSettings(Props):
     """When one alarm fires: the statistic over ``period`` crosses ``threshold`` in ``datapoints_to_alarm`` of
     the last ``evaluation_periods`` periods (all of them by default). The threshold's unit is the alarm's own
-    (messages, minutes, days, ...; each construct's page lists them)."""
+    (messages, minutes, days, ...; each construct's page lists them).
 
-    threshold: float
-    period: Duration
-    evaluation_periods: int = 1
-    datapoints_to_alarm: int | None = None
+    A block other props hold (:func:`alarm_prop`): its rules are the holder's (:func:`check_alarm_blocks`), under the
+    holder's code and with the threshold's bounds the holder declares; in a config file, a key of the block left out
+    keeps that alarm's default."""
+
+    BLOCK: ClassVar[str] = "alarm"
+
+    threshold: float = prop(doc="The threshold, in the alarm's unit and within its bounds (each alarm states them).")
+    period: Duration = prop(key="periodMinutes",
+                            doc="The period of the statistic: whole minutes, at least 1 (a config file gives the "
+                                "minutes, `periodMinutes`).")
+    evaluation_periods: int = prop(1, doc="How many of the latest periods are evaluated, at least 1. The period times "
+                                          "this is at most 7 days, at most 1 day for periods under an hour "
+                                          "(CloudWatch's limit).")
+    datapoints_to_alarm: int | None = prop(None, default_doc="all of them",
+                                           doc="How many of the evaluated periods must breach, from 1 to their "
+                                               "number.")
 
     def with_(self, *, threshold: float | None = None, period: Duration | None = None,
               evaluation_periods: int | None = None, datapoints_to_alarm: int | None = None) -> AlarmSettings:
@@ -67,6 +80,39 @@ class AlarmSettings:
             else f"{minutes} min"
         datapoints = self.datapoints_to_alarm or self.evaluation_periods
         return f"{datapoints} of {self.evaluation_periods} x {unit}"
+
+    def summary(self) -> str:
+        return f"threshold {self.threshold:g}, {self.window}"
+
+
+@dataclass(frozen=True)
+class AlarmLimits:
+    """What an alarm construct allows as one alarm's threshold: its bounds, and its unit (named in problems)."""
+
+    threshold: tuple[float, float]
+    unit: str
+
+
+def alarm_prop(default: AlarmSettings | None, *, doc: str, threshold: tuple[float, float], unit: str) -> Any:
+    """One alarm of an alarm construct, a property of type ``AlarmSettings | None`` (None leaves the alarm out):
+    its default settings, what it watches (``doc``) and its threshold's bounds and unit, which
+    :func:`check_alarm_blocks` applies and the docs show."""
+    low, high = threshold
+    field = prop(default, doc=f"{doc} Threshold: {unit} ({_number(low)} to {_number(high)}).")
+    return dataclasses.field(default=default, metadata={**field.metadata, "alarm": AlarmLimits(threshold, unit)})
+
+
+def check_alarm_blocks(props: Props, problems: Problems, at: KeyPaths, code: str) -> None:
+    """The rules of every alarm :func:`alarm_prop` declares on ``props``, with its bounds, under ``code``."""
+    for field in props.fields():
+        limits = field.metadata.get("alarm")
+        if isinstance(limits, AlarmLimits):
+            check_alarm_settings(problems, at, code, field.name, getattr(props, field.name),
+                                 threshold=limits.threshold, unit=limits.unit)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10000 and value == int(value) else f"{value:g}"
 
 
 def check_alarm_settings(problems: Problems, at: KeyPaths, code: str, prop: str, settings: AlarmSettings | None,
@@ -89,17 +135,20 @@ def check_alarm_settings(problems: Problems, at: KeyPaths, code: str, prop: str,
     if not evaluations_ok:
         problems.add(f"{code}.EvaluationPeriods", at.at(prop, "evaluation_periods"), "must be an integer of at least 1",
                      evaluations)
+    # The other settings as the reader calls them (evaluationPeriods in a config file, evaluation_periods in Python).
+    evaluations_name = at.at(prop, "evaluation_periods").rsplit(".", 1)[-1]
+    period_name = at.at(prop, "period").rsplit(".", 1)[-1]
     datapoints = settings.datapoints_to_alarm
     if datapoints is not None and (isinstance(datapoints, bool) or not isinstance(datapoints, int) or datapoints < 1
                                    or (evaluations_ok and datapoints > evaluations)):
         problems.add(f"{code}.DatapointsToAlarm", at.at(prop, "datapoints_to_alarm"),
-                     "must be an integer from 1 to evaluation_periods", datapoints)
+                     f"must be an integer from 1 to {evaluations_name}", datapoints)
     if period_ok and evaluations_ok:
         limit = MAX_SHORT_PERIOD_RANGE if seconds < 3600 else MAX_EVALUATION_RANGE
         if seconds * evaluations > limit:
             problems.add(f"{code}.EvaluationRange", at.at(prop, "evaluation_periods"),
-                         "period x evaluation_periods must be at most 7 days (at most 1 day for periods under an "
-                         "hour; CloudWatch's limit)", f"{seconds * evaluations / 3600:g} h")
+                         f"{period_name} x {evaluations_name} must be at most 7 days (at most 1 day for periods "
+                         "under an hour; CloudWatch's limit)", f"{seconds * evaluations / 3600:g} h")
 
 
 def check_alarm_naming(problems: Problems, at: KeyPaths, code: str, *, alarm_name_prefix: str,
@@ -110,10 +159,49 @@ def check_alarm_naming(problems: Problems, at: KeyPaths, code: str, *, alarm_nam
         problems.add(f"{code}.BadNamePrefix", at.at("alarm_name_prefix"),
                      "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
                      alarm_name_prefix)
+    check_runbook_url(problems, at, code, runbook_url)
+
+
+def check_runbook_url(problems: Problems, at: KeyPaths, code: str, runbook_url: str | None) -> None:
+    """The runbook link's rule (shared by every alarm construct: a config file that gives one link for all of them
+    checks it once, under one code)."""
     if runbook_url is not None and not (isinstance(runbook_url, str) and RUNBOOK_URL.match(runbook_url)):
         problems.add(f"{code}.BadRunbookUrl", at.at("runbook_url"),
                      "must be an https:// URL of the runbook page, without a fragment (each alarm adds its own)",
                      runbook_url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmNotifyOptions(Props):
+    """What every alarm construct shares that a config file sets: the runbook link and whether a recovery notifies
+    (the app's ``alarms.runbookUrl`` and ``alarms.notifyOnOk``, for all its alarm constructs)."""
+
+    runbook_url: str | None = prop(None, default_doc="descriptions name the library's docs/alarms.md",
+                                   doc="The runbook page (`https://`, no fragment): each alarm's description links "
+                                       "`<url>#<section>`.")
+    notify_on_ok: bool = prop(True, doc="Also notify when an alarm recovers.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """The runbook link's rule, under the construct's code."""
+        check_runbook_url(problems, at, self.CONSTRUCT, self.runbook_url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmWiringProps(AlarmNotifyOptions):
+    """How an alarm construct's alarms are named, described and notified: the shared options and what only Python
+    code passes (the topic, the name prefix)."""
+
+    topic: AlarmTopic | sns.ITopic | None = prop(None, config=False, default_doc="the alarms change state without "
+                                                                                "actions",
+                                                 doc="Where the alarms notify; an [AlarmTopic](alarm-topic.md) also "
+                                                     "forwards to its other topics.")
+    alarm_name_prefix: str = prop(config=False, doc="Every alarm's name starts with `<prefix>-` (1-128 letters, "
+                                                    "digits, '.', '_', '-').")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """The name prefix's and the runbook link's rules (:func:`check_alarm_naming`), under the construct's code."""
+        check_alarm_naming(problems, at, self.CONSTRUCT, alarm_name_prefix=self.alarm_name_prefix,
+                           runbook_url=self.runbook_url)
 
 
 def topic_actions(topic: AlarmTopic | sns.ITopic | None) -> list[cloudwatch.IAlarmAction]:
@@ -123,7 +211,7 @@ def topic_actions(topic: AlarmTopic | sns.ITopic | None) -> list[cloudwatch.IAla
     actions = getattr(topic, "alarm_actions", None)
     if actions is not None:
         return list(actions)
-    return [cloudwatch_actions.SnsAction(topic)]  # type: ignore[arg-type]
+    return [cloudwatch_actions.SnsAction(cast("sns.ITopic", topic))]  # (an AlarmTopic has alarm_actions)
 
 
 @dataclass(frozen=True)
@@ -146,7 +234,7 @@ class AlarmWiring:
               insufficient_data: bool = False) -> cloudwatch.Alarm:
         """Name an alarm and add the actions (also used on alarms another construct created: with ``anchor``, its
         description gets the runbook link)."""
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         cfn.alarm_name = self.name(suffix)
         if anchor is not None:
             cfn.alarm_description = self.description(str(cfn.alarm_description or "").rstrip(".") + ".", anchor)
@@ -183,7 +271,7 @@ def alarm_names(alarms: Mapping[str, cloudwatch.Alarm]) -> dict[str, str]:
     """The literal names of alarms named through :class:`AlarmWiring` (key -> name)."""
     names = {}
     for key, alarm in alarms.items():
-        cfn: cloudwatch.CfnAlarm = alarm.node.default_child  # type: ignore[assignment]
+        cfn = cfn_child(alarm, cloudwatch.CfnAlarm)
         names[key] = str(cfn.alarm_name)
     return names
 
@@ -305,6 +393,6 @@ def _plain(value: Any) -> str:
             return f"<import {_plain(value['Fn::ImportValue'])}>"
         if "Fn::Join" in value:
             delimiter, parts = value["Fn::Join"]
-            return delimiter.join(_plain(part) for part in parts)
+            return str(delimiter).join(_plain(part) for part in parts)
     return str(value)
 

@@ -24,9 +24,10 @@ may decrypt this secret, through Secrets Manager only, and no one else.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -35,12 +36,14 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.plan import PortableWorkload
 from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
 from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sync_reader_role
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge
-from hyperpod_inference_iac.patterns import iam_role_name
+from hyperpod_inference_iac.patterns import iam_role_arn, iam_role_name
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.secrets_key import (
     encrypt_secret,
     grant_secret_read,
@@ -93,71 +96,166 @@ def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_
         keys_file=API_KEYS_FILE_SECRET_KEY, keys_file_caller_id=workload.api_key.name)
 
 
+def check_rotation_days(problems: Problems, path: str, rotation_days: Any) -> None:
+    """The one rule of a rotation period (``ApiKeySync.RotationDaysOutOfRange``): Secrets Manager schedules 1 to
+    1000 days."""
+    if rotation_days is None or is_unresolved(rotation_days):
+        return
+    if isinstance(rotation_days, bool) or not isinstance(rotation_days, int) or not 1 <= rotation_days <= 1000:
+        problems.add("ApiKeySync.RotationDaysOutOfRange", path, "must be a number of days from 1 to 1000",
+                     rotation_days)
+
+
+def _check_rotation(problems: Problems, at: KeyPaths, rotation_days: int | None, has_keys_file: bool,
+                    refresh_interval_seconds: int) -> None:
+    """Every rule of a key's rotation: its period, the sync's keys file and a refresh fast enough for the wait."""
+    if rotation_days is None or is_unresolved(rotation_days):
+        return
+    check_rotation_days(problems, at.at("rotation_days"), rotation_days)
+    if not has_keys_file:
+        problems.add("ApiKeySync.RotationWithoutKeysFile", at.at("rotation_days"),
+                     "needs a sync with keys_file (api_key_sync has one): the server learns a new key from it "
+                     "before clients can read it")
+    longest = LAMBDA_MAX_TIMEOUT_SECONDS - ROTATION_CALLS_SECONDS - propagation_seconds(0)
+    if not is_unresolved(refresh_interval_seconds) and refresh_interval_seconds > longest:
+        problems.add("ApiKeySync.RotationRefreshTooSlow", at.at("rotation_days"),
+                     f"needs a sync refreshed at least every {longest} s (its refresh_interval_seconds): the rotation "
+                     "waits for the refresh before it makes the new key current, within one Lambda invocation",
+                     refresh_interval_seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretsOptions(Props):
+    """How a platform keeps its Secrets Manager secrets (the app's ``secrets:``): whether a
+    :class:`~hyperpod_inference_iac.SecretsKey` encrypts them, and how often its portable servers' API keys rotate
+    (each :class:`ApiKeySync`'s ``rotation_days``: :meth:`rotation_days_of`)."""
+
+    CONSTRUCT: ClassVar[str] = "ApiKeySync"
+
+    customer_managed_key: bool = prop(
+        True,
+        doc="Encrypt the Hugging Face token and the portable API keys with a customer managed key, a `SecretsKey` "
+            "(alias `alias/<project>/secrets` in the app, rotation on) whose policy lets each reader role and client "
+            "role decrypt its own secret, through Secrets Manager only; `false`: Secrets Manager's "
+            "`aws/secretsmanager` key, which any principal IAM allows `GetSecretValue` can use. Turning it on for a "
+            "deployed platform: docs/upgrading.md.")
+    api_key_rotation_days: int = prop(
+        DEFAULT_ROTATION_DAYS,
+        doc="Days between rotations of the portable servers' API keys, 1..1000, by a rotation function of their own, "
+            "without downtime: the capture sidecar accepts the new key before clients can read it and the old one "
+            "until the next rotation (docs/secrets.md). Only servers with capture are rotated (without capture the "
+            "runtime reads its key once, at start). `0`: never rotated; each key is warned about "
+            "(`ApiKeySync:notRotated`). Deploying sets the schedule up without rotating: the first rotation comes "
+            "this many days later.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if self.api_key_rotation_days != 0:  # (0: never)
+            check_rotation_days(problems, at.at("api_key_rotation_days"), self.api_key_rotation_days)
+
+    def rotation_days_of(self, *, reads_keys_file: bool) -> int | None:
+        """The ``rotation_days`` of one server's :class:`ApiKeySync`: None when rotation is off, or when the server
+        cannot take a new key without a restart (it does not read the sync's keys file: no capture sidecar)."""
+        return (self.api_key_rotation_days or None) if reads_keys_file else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiKeySyncProps(Props):
+    """:class:`ApiKeySync`'s properties (only Python code passes them: the app's ``secrets.*`` are
+    :class:`SecretsOptions`, whose ``api_key_rotation_days`` becomes ``rotation_days``)."""
+
+    CONSTRUCT: ClassVar[str] = "ApiKeySync"
+
+    cluster: ClusterLike = prop(config=False, doc="The cluster to sync into; External Secrets Operator must run "
+                                                   "there (`HuggingFaceTokenSync` installs it: pass its "
+                                                   "`operator_chart`).")
+    sync: SecretSync = prop(config=False, doc="What to sync where, usually from `api_key_sync`.")
+    client_role_arns: Sequence[str] = prop(
+        (), config=False,
+        doc="The roles of the server's clients: allowed to read the key (same account: no IAM policy of their own "
+            "needed).")
+    operator_chart: Construct | None = prop(None, config=False, default_doc="none",
+                                            doc="What the sync objects wait for: ESO's Helm chart (its CRDs).")
+    encryption_key: kms.IKey | None = prop(
+        None, config=False, default_doc="Secrets Manager's `aws/secretsmanager`",
+        doc="A customer managed key for the secret, usually a `SecretsKey`'s `key`: the secret is registered on its "
+            "policy, the reader (and the rotation function) may decrypt it through Secrets Manager only, and the key "
+            "policy names the client roles for this secret (they need no IAM policy of their own for it). Another key "
+            "is warned about (`SecretsKey:unmanagedKeyPolicy`).")
+    rotation_days: int | None = prop(
+        None, config=False, default_doc="not rotated; warned: `ApiKeySync:notRotated`",
+        doc="Rotate the key every so many days (1-1000) with the library's rotation function, without downtime for "
+            "the server's clients. The server must check the key from the sync's `keys_file`, as the portable chart's "
+            "capture sidecar does (a model server that reads its key from an environment variable at start would "
+            "refuse the new key until restarted); needs a sync with `keys_file` (`api_key_sync` gives one), refreshed "
+            "often enough for the wait to fit in one Lambda invocation.")
+    rotation_role_name: str | None = prop(
+        None, config=False, default_doc="generated",
+        doc="The rotation function's role name, fixed so the secret's and the key's policies and the review show it "
+            "by name.")
+    log_retention: logs.RetentionDays = prop(DEFAULT_RETENTION, config=False,
+                                             doc="How long the rotation function's log group keeps its events.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        _check_rotation(problems, at, self.rotation_days, self.sync.keys_file is not None,
+                        self.sync.refresh_interval_seconds)
+
+
 class ApiKeySync(Construct):
     """One generated API key in Secrets Manager, readable by its reader and client roles only, synced into the
     namespace.
 
-    :param cluster: the cluster to sync into (External Secrets Operator must run there: ``HuggingFaceTokenSync``
-        installs it, pass its ``operator_chart``).
-    :param sync: what to sync where (:func:`api_key_sync`).
-    :param client_role_arns: the roles of the clients that call the server; they may read the key.
-    :param operator_chart: what the sync objects wait for (the operator's chart, for its CRDs). @default none
-    :param encryption_key: a customer managed key for the secret, usually a
-        :class:`~hyperpod_inference_iac.SecretsKey`'s: the reader and the client roles may then decrypt only
-        through Secrets Manager and only this secret (the key's policy names the clients, which must exist).
-        @default Secrets Manager's ``aws/secretsmanager``
-    :param rotation_days: rotate the key every so many days (1-1000) with the library's rotation function, without
-        downtime for the server's clients: the server must check the key from the sync's ``keys_file``, as the
-        portable chart's capture sidecar does (a model server that reads its key from an environment variable at
-        start would refuse the new key until restarted). None: no rotation, warned
-        (``ApiKeySync:notRotated``). @default None
-    :param rotation_role_name: the rotation function's role name, fixed so policies and reviews show it by name.
-        @default generated
-    :param log_retention: how long the rotation function's logs are kept. @default three months
+    Properties: :class:`ApiKeySyncProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``secret``, ``reader_role``, ``manifest``, ``encryption_key``, ``rotation_function`` and
     ``rotation_schedule`` (None without rotation). Without rotation, the secret's missing rotation schedule is
     acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
     """
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, sync: SecretSync,
-                 client_role_arns: Sequence[str] = (), operator_chart: Construct | None = None,
-                 encryption_key: kms.IKey | None = None, rotation_days: int | None = None,
-                 rotation_role_name: str | None = None,
-                 log_retention: logs.RetentionDays = DEFAULT_RETENTION) -> None:
+    PROPS: ClassVar[type[Props]] = ApiKeySyncProps
+
+    def __init__(self, scope: Construct, id: str, *, cluster: ClusterLike, sync: SecretSync,
+                 client_role_arns: Sequence[str] = ApiKeySyncProps.client_role_arns,
+                 operator_chart: Construct | None = ApiKeySyncProps.operator_chart,
+                 encryption_key: kms.IKey | None = ApiKeySyncProps.encryption_key,
+                 rotation_days: int | None = ApiKeySyncProps.rotation_days,
+                 rotation_role_name: str | None = ApiKeySyncProps.rotation_role_name,
+                 log_retention: logs.RetentionDays = ApiKeySyncProps.log_retention) -> None:
         super().__init__(scope, id)
-        problems = Problems()
-        check_api_key_rotation(problems, rotation_days=rotation_days, has_keys_file=sync.keys_file is not None,
-                               refresh_interval_seconds=sync.refresh_interval_seconds)
-        problems.raise_if_any()
-        self.sync = sync
-        self.encryption_key = encryption_key
+        self.props = props = ApiKeySyncProps(
+            cluster=cluster, sync=sync, client_role_arns=tuple(client_role_arns), operator_chart=operator_chart,
+            encryption_key=encryption_key, rotation_days=rotation_days, rotation_role_name=rotation_role_name,
+            log_retention=log_retention)
+        props.raise_if_invalid(f"ApiKeySync {self.node.path}")
+        self.sync = props.sync
+        self.encryption_key = props.encryption_key
         self.secret = secretsmanager.Secret(
-            self, "Secret", secret_name=sync.secrets_manager_name, removal_policy=RemovalPolicy.RETAIN,
-            description=f"API key of the model server {sync.kubernetes_secret_name.removesuffix('-api-key')} "
-                        f"in {sync.namespace}: clients send it as a bearer token",
+            self, "Secret", secret_name=props.sync.secrets_manager_name, removal_policy=RemovalPolicy.RETAIN,
+            description=f"API key of the model server {props.sync.kubernetes_secret_name.removesuffix('-api-key')} "
+                        f"in {props.sync.namespace}: clients send it as a bearer token",
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 password_length=API_KEY_LENGTH, exclude_punctuation=True, include_space=False),
-            encryption_key=encryption_key,
+            encryption_key=props.encryption_key,
         )
-        if encryption_key is not None:
-            encrypt_secret(self, encryption_key, sync.secrets_manager_name, named_readers=list(client_role_arns))
-        self.reader_role = sync_reader_role(self, cluster=cluster, sync=sync, secret=self.secret,
-                                            purpose="read a model server's API key", encryption_key=encryption_key)
+        if props.encryption_key is not None:
+            encrypt_secret(self, props.encryption_key, props.sync.secrets_manager_name,
+                           named_readers=list(props.client_role_arns))
+        self.reader_role = sync_reader_role(self, cluster=props.cluster, sync=props.sync, secret=self.secret,
+                                            purpose="read a model server's API key",
+                                            encryption_key=props.encryption_key)
         self.rotation_function: lambda_.Function | None = None
         self.rotation_schedule: secretsmanager.CfnRotationSchedule | None = None
-        if rotation_days is not None:
-            self._rotate(rotation_days, rotation_role_name, log_retention)
+        if props.rotation_days is not None:
+            self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention)
         else:
             acknowledge(self.secret, "portable-api-key-rotation")
             Annotations.of(self).add_warning_v2(
                 "@hyperpod-inference-iac/ApiKeySync:notRotated",
-                f"the API key {sync.secrets_manager_name} is never rotated: a leaked key works until someone "
+                f"the API key {props.sync.secrets_manager_name} is never rotated: a leaked key works until someone "
                 "rotates it by hand (docs/secrets.md); give rotation_days (the server must read the sync's keys "
                 "file, as the capture sidecar does), or acknowledge with the reason")
-        self._limit_readers(list(client_role_arns))
-        self.manifest = apply_sync(cluster, f"ApiKeySync-{sync.kubernetes_secret_name}", sync=sync,
-                                   reader_role=self.reader_role, operator_chart=operator_chart)
+        self._limit_readers(list(props.client_role_arns))
+        self.manifest = apply_sync(props.cluster, f"ApiKeySync-{props.sync.kubernetes_secret_name}", sync=props.sync,
+                                   reader_role=self.reader_role, operator_chart=props.operator_chart)
 
     def _rotate(self, every_days: int, role_name: str | None, log_retention: logs.RetentionDays) -> None:
         """The rotation function (its own role: this secret only) and the schedule. CloudFormation sets the schedule
@@ -212,11 +310,11 @@ class ApiKeySync(Construct):
                 sid="ClientsReadTheKey", actions=["secretsmanager:GetSecretValue"], resources=["*"],
                 principals=[iam.ArnPrincipal(arn) for arn in client_role_arns]))
         stack = Stack.of(self)
-        reader_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{self.sync.reader_role_name}" \
+        reader_arn = iam_role_arn(stack.partition, stack.account, self.sync.reader_role_name) \
             if self.sync.reader_role_name else self.reader_role.role_arn
         rotation = []
         if self.rotation_function is not None and self.rotation_function.role is not None:
-            rotation = [f"arn:{stack.partition}:iam::{stack.account}:role/{self._rotation_role_name}"
+            rotation = [iam_role_arn(stack.partition, stack.account, self._rotation_role_name)
                         if self._rotation_role_name else self.rotation_function.role.role_arn]
         self.secret.add_to_resource_policy(iam.PolicyStatement(
             sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],
@@ -230,19 +328,5 @@ def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation
     """``ApiKeySync.RotationDaysOutOfRange``: Secrets Manager schedules 1 to 1000 days. A rotated key needs the
     sync's keys file (``ApiKeySync.RotationWithoutKeysFile``), or the server would never learn the pending key, and
     a sync refreshed often enough that the wait for it fits in one invocation of the function
-    (``ApiKeySync.RotationRefreshTooSlow``)."""
-    if rotation_days is None or is_unresolved(rotation_days):
-        return
-    if isinstance(rotation_days, bool) or not isinstance(rotation_days, int) or not 1 <= rotation_days <= 1000:
-        problems.add("ApiKeySync.RotationDaysOutOfRange", at.at("rotation_days"),
-                     "must be a number of days from 1 to 1000", rotation_days)
-    if not has_keys_file:
-        problems.add("ApiKeySync.RotationWithoutKeysFile", at.at("rotation_days"),
-                     "needs a sync with keys_file (api_key_sync has one): the server learns a new key from it "
-                     "before clients can read it")
-    longest = LAMBDA_MAX_TIMEOUT_SECONDS - ROTATION_CALLS_SECONDS - propagation_seconds(0)
-    if not is_unresolved(refresh_interval_seconds) and refresh_interval_seconds > longest:
-        problems.add("ApiKeySync.RotationRefreshTooSlow", at.at("rotation_days"),
-                     f"needs a sync refreshed at least every {longest} s (its refresh_interval_seconds): the rotation "
-                     "waits for the refresh before it makes the new key current, within one Lambda invocation",
-                     refresh_interval_seconds)
+    (``ApiKeySync.RotationRefreshTooSlow``). :meth:`ApiKeySyncProps.check`'s rules, for callers of 0.2.0."""
+    _check_rotation(problems, at, rotation_days, has_keys_file, refresh_interval_seconds)

@@ -12,6 +12,7 @@ import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import Aws, CfnMapping, Duration, Size, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -27,10 +28,17 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.capture_storage import (
+    DEFAULT_CAPTURE_PREFIX,
+    DEFAULT_CURATED_PREFIX,
+    DEFAULT_QUARANTINE_PREFIX,
+)
+from hyperpod_inference_iac.data_perimeter import how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, stack_singletons
 from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.risks import RiskWarnings
-from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
+from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes, key_prefix_fault
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
@@ -56,7 +64,6 @@ MAX_CONCURRENCY = (2, 1000)
 FUNCTION_TIMEOUT = Duration.minutes(15)  # a 1 GiB object takes minutes at 1 GiB of memory
 MAX_RECEIVE_COUNT = 5
 GLUE_NAME = re.compile(r"^[a-z0-9_]{1,255}$")
-PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/= -]*/$")  # S3 safe characters, ending in '/'
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -180,84 +187,143 @@ DEFAULT_REDACTION_RULES: tuple[RedactionRule, ...] = tuple(
 )
 
 
-def check_capture_pipeline(
-    problems: Problems,
-    at: KeyPaths = PROPS,
-    *,
-    region: str,
-    capture_prefixes: Sequence[str] = ("data-capture/",),
-    output_prefix: str = "curated/",
-    quarantine_prefix: str = "quarantine/",
-    memory_size: int = 1024,
-    reserved_concurrency: int | None = None,
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-    redact: Sequence[str] = DEFAULT_REDACTION_RULES,
-    pandas_layer_arn: str | None = None,
-    glue_database_name: str = "inference_capture",
-    first_partition_date: str = "2025-01-01",
-) -> None:
-    """Every rule of :class:`CapturePipeline`'s properties (a config loader calls it with its key paths)."""
-    code = "CapturePipeline"
-    prefixes = {at.at("output_prefix"): output_prefix, at.at("quarantine_prefix"): quarantine_prefix}
-    prefixes.update({at.at("capture_prefixes", index): prefix for index, prefix in enumerate(capture_prefixes)})
-    if isinstance(capture_prefixes, str) or not capture_prefixes:
-        problems.add(f"{code}.NoCapturePrefixes", at.at("capture_prefixes"), "list at least one key prefix",
-                     capture_prefixes)
-    valid = []
-    for path, prefix in prefixes.items():
-        if is_unresolved(prefix):
-            continue
-        if prefix == "":
-            # (Not "the default": an empty prefix is the whole bucket, the outputs and the access logs included.)
-            problems.add(f"{code}.EmptyPrefix", path, "must not be empty: that is the whole bucket, outputs "
-                         "included; leave the key out for the default 'data-capture/', or name a prefix", prefix)
-        elif not isinstance(prefix, str) or not PREFIX.match(prefix) or prefix == "/":
-            problems.add(f"{code}.InvalidPrefix", path, "must be an S3 key prefix ending in '/', e.g. 'data/'", prefix)
+@dataclass(frozen=True, kw_only=True)
+class CapturePipelineOptions(Props):
+    """:class:`CapturePipeline`'s properties a config file can set (``capture.*`` in the app's, beside
+    :class:`~hyperpod_inference_iac.CaptureStorageOptions`), and the prefixes and settings its rules read that only
+    Python code sets (the app gives the storage's prefixes and derives the Glue database's name from ``project``)."""
+
+    CONSTRUCT: ClassVar[str] = "CapturePipeline"
+
+    redact: Sequence[RedactionRule | str] = prop(
+        DEFAULT_REDACTION_RULES, default_doc="`DEFAULT_REDACTION_RULES`: every rule but `ip_address`",
+        doc="Redaction rules of the capture processor, applied to the decoded payloads, URLs and user agents "
+            "(docs/capture-processor.md#redaction): `email`, `phone`, `access_token`, `aws_secret_key`, "
+            "`private_key`, `payment_card`, `us_ssn`, `iban`, `ip_address` (add it to redact client addresses in "
+            "prompts too). An empty list switches redaction off (`REDACT=none`; warned: "
+            "`CapturePipeline:redactionOff`).")
+    pandas_layer_arn: str | None = prop(
+        None, default_doc="the version mapped for the stack's region in `PANDAS_LAYER_VERSIONS`",
+        doc=f"The `{PANDAS_LAYER_NAME}` layer version ARN (AWS SDK for pandas, Python 3.13, arm64). Required in "
+            f"regions without a mapped version (mapped: {', '.join(sorted(PANDAS_LAYER_VERSIONS))}); for a stack "
+            "without an explicit region, a CloudFormation mapping of the mapped regions picks it.")
+    max_concurrency: int = prop(
+        DEFAULT_MAX_CONCURRENCY, key="processorMaxConcurrency",
+        doc=f"The most invocations the SQS event source drives at once ({MAX_CONCURRENCY[0]}..{MAX_CONCURRENCY[1]}): "
+            "a flood of captures cannot take the account's Lambda concurrency from other functions. Unlike reserved "
+            "concurrency it takes nothing from the account's pool.")
+    capture_prefixes: Sequence[str] = prop(
+        (DEFAULT_CAPTURE_PREFIX,), config=False,
+        doc="Key prefixes whose `ObjectCreated` events are processed: S3 key prefixes (S3's safe characters and "
+            "`/`, ending in `/`, not starting with `/`, no `*`), none overlapping another or the outputs (the app "
+            "gives the storage's `capture.prefix`).")
+    output_prefix: str = prop(DEFAULT_CURATED_PREFIX, config=False,
+                              doc="Where curated Parquet goes, as `tier=/dt=/hour=` below it.")
+    quarantine_prefix: str = prop(DEFAULT_QUARANTINE_PREFIX, config=False,
+                                  doc="Where rejected lines go, as JSON Lines.")
+    memory_size: int = prop(1024, config=False,
+                            doc="Function memory in MiB (128..10240). 1024 keeps a 1 GiB object within memory.")
+    reserved_concurrency: int | None = prop(None, config=False, default_doc="none",
+                                            doc="Reserves (and caps) concurrency from the account's pool.")
+    glue_database_name: str = prop("inference_capture", config=False,
+                                   doc="The Glue database holding the two tables (Athena-compatible: lower case "
+                                       "letters, digits and `_`).")
+    first_partition_date: str = prop("2025-01-01", config=False,
+                                     doc="Earliest `dt` Athena projects (`YYYY-MM-DD`).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS, *, region: str | None = None) -> None:
+        """Every rule of these properties. ``region``: the stack's (None or a token: the pandas layer's mapping is
+        not checked)."""
+        code = "CapturePipeline"
+        capture_prefixes = self.capture_prefixes
+        prefixes = {at.at("output_prefix"): self.output_prefix, at.at("quarantine_prefix"): self.quarantine_prefix}
+        prefixes.update({at.at("capture_prefixes", index): prefix for index, prefix in enumerate(capture_prefixes)})
+        if isinstance(capture_prefixes, str) or not capture_prefixes:
+            problems.add(f"{code}.NoCapturePrefixes", at.at("capture_prefixes"), "list at least one key prefix",
+                         capture_prefixes)
+        valid = []
+        for path, prefix in prefixes.items():
+            fault = key_prefix_fault(prefix)  # (the storage's rule too: one rule for every prefix)
+            if fault is None:
+                if not is_unresolved(prefix):
+                    valid.append(path)
+            else:
+                # (Not "the default": an empty prefix is the whole bucket, the outputs and the access logs included.)
+                problems.add(f"{code}.EmptyPrefix" if prefix == "" else f"{code}.InvalidPrefix", path, fault, prefix)
+        paths = sorted(valid)  # (an invalid prefix is one problem, not also an overlap)
+        for index, first in enumerate(paths):
+            for second in paths[index + 1 :]:
+                a, b = prefixes[first], prefixes[second]
+                if a.startswith(b) or b.startswith(a):
+                    # Overlaps would loop (outputs re-trigger processing) or be rejected by S3
+                    # (overlapping notification filters for one event type).
+                    problems.add(f"{code}.OverlappingPrefixes", f"{first}, {second}", "prefixes must not overlap",
+                                 (a, b))
+        memory_size = self.memory_size
+        if not is_unresolved(memory_size) and not 128 <= memory_size <= 10240:
+            problems.add(f"{code}.MemoryOutOfRange", at.at("memory_size"), "must be 128..10240 MiB (1024 advised)",
+                         memory_size)
+        reserved = self.reserved_concurrency
+        if reserved is not None and not is_unresolved(reserved) and reserved < 1:
+            problems.add(f"{code}.ConcurrencyOutOfRange", at.at("reserved_concurrency"),
+                         "must be at least 1 (0 would stop processing), or None", reserved)
+        low, high = MAX_CONCURRENCY
+        if not is_unresolved(self.max_concurrency) and not low <= self.max_concurrency <= high:
+            problems.add(f"{code}.ConcurrencyOutOfRange", at.at("max_concurrency"),
+                         f"must be {low}..{high} (the SQS event source's maximum concurrency)", self.max_concurrency)
+        if isinstance(self.redact, str):
+            problems.add(f"{code}.UnknownRedactionRule", at.at("redact"), "must be a list of rule names", self.redact)
         else:
-            valid.append(path)
-    paths = sorted(valid)  # (an invalid prefix is one problem, not also an overlap)
-    for index, first in enumerate(paths):
-        for second in paths[index + 1 :]:
-            a, b = prefixes[first], prefixes[second]
-            if a.startswith(b) or b.startswith(a):
-                # Overlaps would loop (outputs re-trigger processing) or be rejected by S3
-                # (overlapping notification filters for one event type).
-                problems.add(f"{code}.OverlappingPrefixes", f"{first}, {second}", "prefixes must not overlap", (a, b))
-    if not is_unresolved(memory_size) and not 128 <= memory_size <= 10240:
-        problems.add(f"{code}.MemoryOutOfRange", at.at("memory_size"), "must be 128..10240 MiB (1024 advised)",
-                     memory_size)
-    if reserved_concurrency is not None and not is_unresolved(reserved_concurrency) and reserved_concurrency < 1:
-        problems.add(f"{code}.ConcurrencyOutOfRange", at.at("reserved_concurrency"),
-                     "must be at least 1 (0 would stop processing), or None", reserved_concurrency)
-    if not is_unresolved(max_concurrency) and not MAX_CONCURRENCY[0] <= max_concurrency <= MAX_CONCURRENCY[1]:
-        problems.add(f"{code}.ConcurrencyOutOfRange", at.at("max_concurrency"),
-                     f"must be {MAX_CONCURRENCY[0]}..{MAX_CONCURRENCY[1]} (the SQS event source's maximum concurrency)",
-                     max_concurrency)
-    if isinstance(redact, str):
-        problems.add(f"{code}.UnknownRedactionRule", at.at("redact"), "must be a list of rule names", redact)
-    else:
-        for index, rule in enumerate(redact):
-            if rule not in RedactionRule._value2member_map_:
-                problems.add(f"{code}.UnknownRedactionRule", at.at("redact", index),
-                             f"must be one of {', '.join(RedactionRule)}", rule)
-    if pandas_layer_arn is None:
-        if not is_unresolved(region) and region not in PANDAS_LAYER_VERSIONS:
-            problems.add(
-                f"{code}.NoPandasLayerForRegion",
-                at.at("pandas_layer_arn"),
-                f"no {PANDAS_LAYER_NAME} version is mapped for {region} (mapped: "
-                f"{', '.join(sorted(PANDAS_LAYER_VERSIONS))}); give the layer version ARN from "
-                "https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html",
-                region,
-            )
-    elif not is_unresolved(pandas_layer_arn) and not LAMBDA_LAYER_VERSION_ARN.match(pandas_layer_arn):
-        problems.add(f"{code}.InvalidLayerArn", at.at("pandas_layer_arn"),
-                     f"must be a Lambda layer version ARN ({PANDAS_LAYER_NAME})", pandas_layer_arn)
-    if not is_unresolved(glue_database_name) and not GLUE_NAME.match(glue_database_name):
-        problems.add(f"{code}.InvalidGlueName", at.at("glue_database_name"),
-                     "must be lower case letters, digits and underscores (Athena-compatible)", glue_database_name)
-    if not DATE.match(first_partition_date):
-        problems.add(f"{code}.InvalidDate", at.at("first_partition_date"), "must be YYYY-MM-DD", first_partition_date)
+            for index, rule in enumerate(self.redact):
+                if rule not in RedactionRule._value2member_map_:
+                    problems.add(f"{code}.UnknownRedactionRule", at.at("redact", index),
+                                 f"must be one of {', '.join(RedactionRule)}", rule)
+        layer = self.pandas_layer_arn
+        if layer is None:
+            if region is not None and not is_unresolved(region) and region not in PANDAS_LAYER_VERSIONS:
+                problems.add(
+                    f"{code}.NoPandasLayerForRegion",
+                    at.at("pandas_layer_arn"),
+                    f"no {PANDAS_LAYER_NAME} version is mapped for {region} (mapped: "
+                    f"{', '.join(sorted(PANDAS_LAYER_VERSIONS))}); give the layer version ARN from "
+                    "https://aws-sdk-pandas.readthedocs.io/en/stable/layers.html",
+                    region,
+                )
+        elif not is_unresolved(layer) and not LAMBDA_LAYER_VERSION_ARN.match(layer):
+            problems.add(f"{code}.InvalidLayerArn", at.at("pandas_layer_arn"),
+                         f"must be a Lambda layer version ARN ({PANDAS_LAYER_NAME})", layer)
+        if not is_unresolved(self.glue_database_name) and not GLUE_NAME.match(self.glue_database_name):
+            problems.add(f"{code}.InvalidGlueName", at.at("glue_database_name"),
+                         "must be lower case letters, digits and underscores (Athena-compatible)",
+                         self.glue_database_name)
+        if not DATE.match(self.first_partition_date):
+            problems.add(f"{code}.InvalidDate", at.at("first_partition_date"), "must be YYYY-MM-DD",
+                         self.first_partition_date)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapturePipelineProps(CapturePipelineOptions):
+    """:class:`CapturePipeline`'s properties: its options, and the objects only Python code passes."""
+
+    bucket: s3.IBucket = prop(
+        config=False,
+        doc="Holds the capture objects; outputs go to the same bucket. It must belong to this stack or be imported "
+            "into it: its notification configuration references the queue.")
+    encryption_key: kms.IKey | None = prop(
+        config=False,
+        doc="The bucket's key (pass `None` for an SSE-S3 bucket). The function may decrypt and encrypt with it, "
+            "through S3 only.")
+    log_retention: logs.RetentionDays = prop(logs.RetentionDays.THREE_MONTHS, config=False,
+                                             doc="How long the function's logs are kept.")
+    code: lambda_.Code | None = prop(
+        None, config=False,
+        default_doc="the runtime shipped in the package, `hyperpod_inference_iac.capture_processor`",
+        doc="The function's code.")
+
+
+def check_capture_pipeline(problems: Problems, at: KeyPaths = PROPS, *, region: str, **options: Any) -> None:
+    """:meth:`CapturePipelineOptions.check` of these options (kept for callers of 0.2.0)."""
+    CapturePipelineOptions(**options).check(problems, at, region=region)
 
 
 def warn_capture_pipeline(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
@@ -282,6 +348,8 @@ class CapturePipeline(Construct):
     bucket-notification handler) are acknowledged here, with reasons (:mod:`hyperpod_inference_iac.nag`).
     """
 
+    PROPS: ClassVar[type[Props]] = CapturePipelineProps
+
     def __init__(
         self,
         scope: Construct,
@@ -289,46 +357,32 @@ class CapturePipeline(Construct):
         *,
         bucket: s3.IBucket,
         encryption_key: kms.IKey | None,
-        capture_prefixes: Sequence[str] = ("data-capture/",),
-        output_prefix: str = "curated/",
-        quarantine_prefix: str = "quarantine/",
-        memory_size: int = 1024,
-        reserved_concurrency: int | None = None,
-        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-        redact: Sequence[RedactionRule | str] = DEFAULT_REDACTION_RULES,
-        pandas_layer_arn: str | None = None,
-        glue_database_name: str = "inference_capture",
-        first_partition_date: str = "2025-01-01",
-        log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
-        code: lambda_.Code | None = None,
+        capture_prefixes: Sequence[str] = CapturePipelineProps.capture_prefixes,
+        output_prefix: str = CapturePipelineProps.output_prefix,
+        quarantine_prefix: str = CapturePipelineProps.quarantine_prefix,
+        memory_size: int = CapturePipelineProps.memory_size,
+        reserved_concurrency: int | None = CapturePipelineProps.reserved_concurrency,
+        max_concurrency: int = CapturePipelineProps.max_concurrency,
+        redact: Sequence[RedactionRule | str] = CapturePipelineProps.redact,
+        pandas_layer_arn: str | None = CapturePipelineProps.pandas_layer_arn,
+        glue_database_name: str = CapturePipelineProps.glue_database_name,
+        first_partition_date: str = CapturePipelineProps.first_partition_date,
+        log_retention: logs.RetentionDays = CapturePipelineProps.log_retention,
+        code: lambda_.Code | None = CapturePipelineProps.code,
     ) -> None:
-        """
-        :param bucket: holds the capture objects; outputs go to the same bucket. It must belong to this
-            stack (or be imported into it): its notification configuration references the queue.
-        :param encryption_key: the capture bucket's key; the function may decrypt and encrypt with it,
-            through S3 only. None for an SSE-S3 bucket.
-        :param capture_prefixes: key prefixes whose ObjectCreated events are processed; each ends in
-            ``/`` and none overlaps another or the outputs. @default ``["data-capture/"]``
-        :param output_prefix: where curated Parquet goes (``tier=/dt=/hour=`` below it). @default ``curated/``
-        :param quarantine_prefix: where rejected lines go, as JSON Lines. @default ``quarantine/``
-        :param memory_size: MiB; 1024 keeps a 1 GiB object within memory (see the docs). @default 1024
-        :param reserved_concurrency: reserves (and caps) concurrency from the account's pool. @default None
-        :param max_concurrency: the most invocations the queue drives at once (2..1000): a flood of captures
-            cannot take the account's Lambda concurrency from other functions. @default 10
-        :param redact: rules applied to payloads and URLs; empty switches redaction off.
-            @default ``DEFAULT_REDACTION_RULES``: every :class:`RedactionRule` but ``ip_address``
-        :param pandas_layer_arn: the AWS SDK for pandas layer for Python 3.13 on arm64.
-            @default the version mapped for the stack's region (``PANDAS_LAYER_VERSIONS``); for a stack
-            without an explicit region, a CloudFormation mapping of those regions
-        :param glue_database_name: the Glue database holding the two tables. @default ``inference_capture``
-        :param first_partition_date: earliest ``dt`` Athena projects (YYYY-MM-DD). @default 2025-01-01
-        :param log_retention: how long the function's logs are kept. @default three months
-        :param code: the function's code. @default the runtime shipped in this package
-            (``hyperpod_inference_iac.capture_processor``)
-        """
+        """Properties: :class:`CapturePipelineProps` (each with its type, default and meaning); ``props`` keeps
+        them."""
         super().__init__(scope, id)
         stack = Stack.of(self)
         region = stack.region
+        self.props = props = CapturePipelineProps(
+            bucket=bucket, encryption_key=encryption_key,
+            capture_prefixes=capture_prefixes if isinstance(capture_prefixes, str) else tuple(capture_prefixes),
+            output_prefix=output_prefix, quarantine_prefix=quarantine_prefix, memory_size=memory_size,
+            reserved_concurrency=reserved_concurrency, max_concurrency=max_concurrency,
+            redact=redact if isinstance(redact, str) else tuple(redact), pandas_layer_arn=pandas_layer_arn,
+            glue_database_name=glue_database_name, first_partition_date=first_partition_date,
+            log_retention=log_retention, code=code)
         problems = Problems()
         if Stack.of(bucket) is not stack:
             # The bucket's stack would hold the notification (referencing our queue) while we
@@ -336,18 +390,14 @@ class CapturePipeline(Construct):
             problems.add("CapturePipeline.BucketInOtherStack", "bucket",
                          "must belong to the same stack as the pipeline (or be imported into it, e.g. "
                          "Bucket.from_bucket_name)", "another stack")
-        check_capture_pipeline(
-            problems, region=region, capture_prefixes=capture_prefixes, output_prefix=output_prefix,
-            quarantine_prefix=quarantine_prefix, memory_size=memory_size, reserved_concurrency=reserved_concurrency,
-            max_concurrency=max_concurrency, redact=redact, pandas_layer_arn=pandas_layer_arn,
-            glue_database_name=glue_database_name, first_partition_date=first_partition_date)
+        props.check(problems, region=region)
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
         warnings = RiskWarnings()
-        warn_capture_pipeline(warnings, redact=redact)
+        warn_capture_pipeline(warnings, redact=props.redact)
         warnings.annotate(self)
-        self.capture_prefixes = tuple(capture_prefixes)
-        self.output_prefix = output_prefix
-        self.quarantine_prefix = quarantine_prefix
+        self.capture_prefixes = tuple(props.capture_prefixes)
+        self.output_prefix = props.output_prefix
+        self.quarantine_prefix = props.quarantine_prefix
         # SQS-managed encryption (SSE-SQS), not the capture key: S3 can deliver to a KMS-encrypted
         # queue only if the key policy trusts s3.amazonaws.com for this bucket. With one key for
         # both bucket and queue that policy references the bucket, which references the key (a
@@ -370,7 +420,7 @@ class CapturePipeline(Construct):
             visibility_timeout=Duration.seconds(FUNCTION_TIMEOUT.to_seconds() * 6),
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=MAX_RECEIVE_COUNT),
         )
-        for prefix in capture_prefixes:
+        for prefix in props.capture_prefixes:
             bucket.add_event_notification(
                 s3.EventType.OBJECT_CREATED,
                 s3_notifications.SqsDestination(self.queue),
@@ -378,10 +428,12 @@ class CapturePipeline(Construct):
             )
 
         self.metrics_pipeline = self.node.path  # literal and unique in an account and region (the stack's name)
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
+        self.log_group = logs.LogGroup(self, "Logs", retention=props.log_retention)
         # An own role instead of the default one: the default attaches the managed
         # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        how_to_name(role, "create the CapturePipeline in the stack of its bucket (the processor's role has no fixed "
+                          "name a guarded bucket of another stack could list)")
         self.log_group.grant_write(role)
         self.function = lambda_.Function(
             self,
@@ -389,22 +441,22 @@ class CapturePipeline(Construct):
             runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             handler="handler.handler",
-            code=code or lambda_.Code.from_asset(
+            code=props.code or lambda_.Code.from_asset(
                 str(package_dir("hyperpod_inference_iac.capture_processor")),
                 exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer",
-                                                                pandas_layer_arn or self._pandas_layer_arn(region))],
-            memory_size=memory_size,
+            layers=[lambda_.LayerVersion.from_layer_version_arn(
+                self, "PandasLayer", props.pandas_layer_arn or self._pandas_layer_arn(region))],
+            memory_size=props.memory_size,
             timeout=FUNCTION_TIMEOUT,
             # Parquet partitions are staged in /tmp before upload; ~25% of the source size.
             ephemeral_storage_size=Size.gibibytes(2),
-            reserved_concurrent_executions=reserved_concurrency,
+            reserved_concurrent_executions=props.reserved_concurrency,
             role=role,
             log_group=self.log_group,
             environment={
-                "OUTPUT_PREFIX": output_prefix,
-                "QUARANTINE_PREFIX": quarantine_prefix,
-                "REDACT": ",".join(str(rule) for rule in redact) if redact else "none",
+                "OUTPUT_PREFIX": props.output_prefix,
+                "QUARANTINE_PREFIX": props.quarantine_prefix,
+                "REDACT": ",".join(str(rule) for rule in props.redact) if props.redact else "none",
                 # glibc keeps one malloc arena per thread (parsers, Parquet writer, uploads); two
                 # arenas cut peak RSS by ~35 MiB for a 1 GiB object (docs/capture-processor.md).
                 "MALLOC_ARENA_MAX": "2",
@@ -413,7 +465,7 @@ class CapturePipeline(Construct):
                 "METRICS_PIPELINE": self.metrics_pipeline,
                 # Outputs name the key explicitly: a bucket whose default is SSE-S3 (ALB access logs) still
                 # gets curated data under the capture key, and its policy refuses writes that do not.
-                **({"OUTPUT_KMS_KEY_ID": encryption_key.key_arn} if encryption_key is not None else {}),
+                **({"OUTPUT_KMS_KEY_ID": props.encryption_key.key_arn} if props.encryption_key is not None else {}),
             },
             description="Capture post-processing: S3 capture objects to curated Parquet (redacted)",
         )
@@ -423,20 +475,21 @@ class CapturePipeline(Construct):
                 batch_size=10,
                 max_batching_window=Duration.seconds(30),
                 report_batch_item_failures=True,
-                max_concurrency=max_concurrency,
+                max_concurrency=props.max_concurrency,
             )
         )
         # Exact actions instead of CDK's grant_read/grant_put groups (GetObject*, List*, Abort*...): read the
         # captures, write curated and quarantined objects, nothing else; the key through S3 only. Through the
         # library's grants, so a guarded bucket (CaptureStorage) lists the role for exactly these prefixes.
-        for prefix in capture_prefixes:
-            grant_object_reads(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=encryption_key,
+        for prefix in props.capture_prefixes:
+            grant_object_reads(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=props.encryption_key,
                                actions=("s3:GetObject", "s3:GetObjectVersion"), list_bucket=False)
-        for prefix in (output_prefix, quarantine_prefix):
-            grant_object_writes(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=encryption_key)
+        for prefix in (props.output_prefix, props.quarantine_prefix):
+            grant_object_writes(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=props.encryption_key)
         self.role = role
 
-        self.database, self.tables = self._glue_catalog(bucket, output_prefix, glue_database_name, first_partition_date)
+        self.database, self.tables = self._glue_catalog(bucket, props.output_prefix, props.glue_database_name,
+                                                        props.first_partition_date)
         self.alarms = self._alarms()
         self._acknowledge_reviewed_findings()
 

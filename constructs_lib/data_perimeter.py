@@ -32,7 +32,7 @@ import enum
 import re
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsii
@@ -41,6 +41,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
+
+from hyperpod_inference_iac.cdk_types import cfn_child
+from hyperpod_inference_iac.patterns import account_root_arn
 
 
 class ObjectAccess(enum.Enum):
@@ -148,7 +151,7 @@ class BucketGuard:
         self._service_writes.append((ELB_LOG_DELIVERY, prefix))
         account = _elb_account(stack)
         if account is not None:
-            principal = f"arn:{stack.partition}:iam::{account}:root"
+            principal = account_root_arn(stack.partition, account)
             self.admit(principal, ObjectAccess.WRITE, prefix)
             self._exempt_writers.append(principal)
             self._listed_allows.append(iam.PolicyStatement(
@@ -238,7 +241,7 @@ class KeyGuard:
         self._named: set[str] = set()  # principals the key policy names themselves (no IAM policy of ours)
         self._grant_makers: list[str] = []
         _registry(key).keys[key.key_arn] = self
-        cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
+        cfn_key = cfn_child(key, kms.CfnKey)
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
     def admit(self, principal: str, actions: Iterable[str], bucket_arn: str, *, named: bool = False,
@@ -320,7 +323,7 @@ def key_administration(stack: Stack) -> dict[str, Any]:
     """The first statement of every key policy the library renders: the account administers the key
     (:data:`KEY_ADMIN_ACTIONS`: no ``kms:CreateGrant``, no use of the key)."""
     return {"Sid": "KeyAdministrationWithoutUse", "Effect": "Allow",
-            "Principal": {"AWS": f"arn:{stack.partition}:iam::{stack.account}:root"},
+            "Principal": {"AWS": account_root_arn(stack.partition, stack.account)},
             "Action": list(KEY_ADMIN_ACTIONS), "Resource": "*"}
 
 
@@ -361,11 +364,20 @@ def principal_arn(grantee: iam.IGrantable, guarded: IConstruct) -> str | None:
 
 def unnamed_principal(grantee: iam.IGrantable, guarded: IConstruct, what: str) -> None:
     """Fail synthesis: a grant on a guarded resource to a principal its policies cannot name would be
-    refused at run time by those policies."""
+    refused at run time by those policies. The error says how to name it: what :func:`how_to_name` recorded for
+    a role a construct made (its property), else a fixed ``role_name``."""
     target = grantee if isinstance(grantee, Construct) else guarded
+    fix = _registry(guarded).fixes.get(target.node.path) or (
+        "give the role a fixed role_name (a role in another stack), or create it in the same stack as the bucket")
     Annotations.of(target).add_error(
-        f"{what} is guarded by an allowlist in {guarded.node.path}, which must name this principal: give the "
-        f"role a fixed role_name (a role in another stack), or create it in the same stack as the bucket")
+        f"{what} is guarded by an allowlist in {guarded.node.path}, which must name this principal: {fix}")
+
+
+def how_to_name(role: iam.IRole, fix: str) -> None:
+    """What the error of :func:`unnamed_principal` tells the user of the construct that made ``role``, a role
+    without a fixed name (``pass InferenceOperator(s3_csi_role_name=...)``): the property that names it, not the
+    role's own ``role_name``, which the user never set."""
+    _registry(role).fixes[role.node.path] = fix
 
 
 # -- internals -------------------------------------------------------------------------------------------
@@ -385,6 +397,7 @@ def _prefix_label(prefixes: Sequence[str]) -> str:
 class _Registry:
     buckets: dict[str, BucketGuard]
     keys: dict[str, KeyGuard]
+    fixes: dict[str, str] = field(default_factory=dict)  # role path -> how to name it (how_to_name)
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
@@ -401,10 +414,12 @@ def _accounts(stack: Stack, principals: Sequence[str]) -> list[str] | str:
     """The account roots the principals belong to (key policy principals; ``aws:PrincipalArn`` narrows)."""
     accounts = []
     for principal in principals:
-        parts = principal.split(":") if not Token.is_unresolved(principal) else []
-        account = parts[4] if len(parts) > 5 and parts[4] else stack.account
+        # An ARN built from a fixed role name holds a partition token unless the app sets
+        # @aws-cdk/core:enablePartitionLiterals: its account is still literal, and read the same either way.
+        parts = principal.split(":")
+        account = parts[4] if len(parts) > 5 and parts[4] and not Token.is_unresolved(parts[4]) else stack.account
         partition = parts[1] if len(parts) > 5 else stack.partition
-        accounts.append(f"arn:{partition}:iam::{account}:root")
+        accounts.append(account_root_arn(partition, account))
     unique = list(dict.fromkeys(accounts))
     return unique[0] if len(unique) == 1 else unique
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from aws_cdk import Annotations, Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -32,8 +34,9 @@ from constructs import Construct
 
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
+from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, iam_role_arn
 from hyperpod_inference_iac.platform_values import Interpolated, PlatformValue
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -67,10 +70,48 @@ def release_name(namespace: str) -> str:
     return f"{name[:_RELEASE_NAME_MAX - 9]}-{digest}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExternalDnsProps(Props):
+    """:class:`ExternalDns`'s properties: all of them objects or plan results only Python code passes (the app
+    derives them from its plan and its domain)."""
+
+    CONSTRUCT: ClassVar[str] = "ExternalDns"
+
+    cluster: eks.Cluster = prop(doc="The `aws_eks_v2` cluster to install it in (with its OIDC provider).",
+                                config=False)
+    hosted_zones: Sequence[route53.IHostedZone] = prop(
+        config=False, doc="The zones whose records it may change, and only these (at least one). Each zone must know "
+                          "its name (`HostedZone.from_hosted_zone_attributes`, not `from_hosted_zone_id`): the name "
+                          "becomes a `domainFilters` entry.")
+    owner_id: str = prop(config=False, doc="The TXT owner id (the cluster name), the same for every release. "
+                                           "ExternalDNS changes only records it owns.")
+    namespaces: Sequence[str] = prop(
+        config=False, doc="The namespaces whose Services it publishes: one release each, watching that namespace "
+                          "only (`--namespace`). At least one; DNS-1123 labels, none twice.")
+    hostnames: Sequence[str] | None = prop(
+        None, config=False, default_doc="any name of `hosted_zones`, warned: `ExternalDns:anyRecordName`",
+        doc="The names it may publish: `ChangeResourceRecordSets` is allowed for these names and their TXT ownership "
+            "records only. Literal lower-case DNS names in the zones, no wildcard.")
+    role_name: str | None = prop(None, doc="Fixed name of the role, so GitOps manifests can name it.", config=False,
+                                 default_doc="generated")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        _check_external_dns(problems, at, namespaces=self.namespaces, hostnames=self.hostnames,
+                            zone_names=[zone.zone_name for zone in self.hosted_zones],
+                            zone_count=len(self.hosted_zones))
+
+
 def check_external_dns(problems: Problems, at: KeyPaths = PROPS, *, namespaces: Sequence[str],
                        hostnames: Sequence[str] | None = None, zone_names: Sequence[str] = (),
                        zone_count: int | None = None) -> None:
-    """Every rule of :class:`ExternalDns`'s properties (``zone_names``: the zones' names where known)."""
+    """:meth:`ExternalDnsProps.check` with the zones given by their names and count (``zone_names``: the zones'
+    names where known; kept for callers of 0.2.0)."""
+    _check_external_dns(problems, at, namespaces=namespaces, hostnames=hostnames, zone_names=zone_names,
+                        zone_count=zone_count)
+
+
+def _check_external_dns(problems: Problems, at: KeyPaths, *, namespaces: Sequence[str],
+                        hostnames: Sequence[str] | None, zone_names: Sequence[str], zone_count: int | None) -> None:
     if zone_count is not None and zone_count < 1:
         problems.add("ExternalDns.NoHostedZones", at.at("hosted_zones"), "must name at least one hosted zone")
     if not namespaces:
@@ -139,15 +180,7 @@ class ExternalDns(Construct):
     """ExternalDNS with its own IRSA role, watching ``namespaces`` only and changing only the records of
     ``hostnames`` in ``hosted_zones`` (see the module docstring).
 
-    :param cluster: the cluster to install it in.
-    :param hosted_zones: the zones whose records it may change (only these; at least one).
-    :param owner_id: the TXT owner id (the cluster name): it changes only records it owns.
-    :param namespaces: the namespaces whose Services it publishes (one release each, at least one): those of the
-        portable model servers with a hostname.
-    :param hostnames: the names it may publish: ``ChangeResourceRecordSets`` is allowed for these names and their
-        TXT ownership records only. @default any name in ``hosted_zones`` (warned:
-        ``@hyperpod-inference-iac/ExternalDns:anyRecordName``)
-    :param role_name: fixed name of its role, so GitOps manifests can name it. @default generated
+    Properties: :class:`ExternalDnsProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``role``, ``releases`` and ``charts`` (by namespace: the
     :class:`~hyperpod_inference_iac.helm.HelmRelease` and the installed ``eks.HelmChart``, children of this
@@ -155,28 +188,30 @@ class ExternalDns(Construct):
     permissions) is acknowledged for cdk-nag here.
     """
 
+    PROPS: ClassVar[type[Props]] = ExternalDnsProps
+
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, hosted_zones: Sequence[route53.IHostedZone],
-                 owner_id: str, namespaces: Sequence[str], hostnames: Sequence[str] | None = None,
-                 role_name: str | None = None) -> None:
+                 owner_id: str, namespaces: Sequence[str], hostnames: Sequence[str] | None = ExternalDnsProps.hostnames,
+                 role_name: str | None = ExternalDnsProps.role_name) -> None:
         super().__init__(scope, id)
-        problems = Problems()
-        check_external_dns(problems, namespaces=namespaces, hostnames=hostnames,
-                           zone_names=[zone.zone_name for zone in hosted_zones], zone_count=len(hosted_zones))
-        problems.raise_if_any(f"ExternalDns {self.node.path}")
+        self.props = props = ExternalDnsProps(
+            cluster=cluster, hosted_zones=tuple(hosted_zones), owner_id=owner_id, namespaces=tuple(namespaces),
+            hostnames=tuple(hostnames) if hostnames is not None else None, role_name=role_name)
+        props.raise_if_invalid(f"ExternalDns {self.node.path}")
         stack = Stack.of(self)
         self.role = iam.Role(
-            self, "Role", role_name=role_name,
-            assumed_by=service_account_principal(self, "Trust", cluster=cluster, namespace=NAMESPACE,
-                                                 service_account=[release_name(ns) for ns in namespaces]),
+            self, "Role", role_name=props.role_name,
+            assumed_by=service_account_principal(self, "Trust", cluster=props.cluster, namespace=NAMESPACE,
+                                                 service_account=[release_name(ns) for ns in props.namespaces]),
             description="ExternalDNS: records of portable model servers in named hosted zones",
         )
-        zones = [zone.hosted_zone_arn for zone in hosted_zones]
+        zones = [zone.hosted_zone_arn for zone in props.hosted_zones]
         changes: dict[str, dict[str, list[str]]] = {"ForAllValues:StringEquals": {
             "route53:ChangeResourceRecordSetsActions": list(CHANGE_ACTIONS),
             "route53:ChangeResourceRecordSetsRecordTypes": list(RECORD_TYPES)}}
-        if hostnames is not None:
+        if props.hostnames is not None:
             changes["ForAllValues:StringEquals"]["route53:ChangeResourceRecordSetsNormalizedRecordNames"] = \
-                sorted({name for hostname in hostnames for name in published_record_names(hostname)})
+                sorted({name for hostname in props.hostnames for name in published_record_names(hostname)})
         else:
             Annotations.of(self).add_warning_v2(
                 "@hyperpod-inference-iac/ExternalDns:anyRecordName",
@@ -191,14 +226,15 @@ class ExternalDns(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(
             # Route 53 list calls support no resource-level permissions; --zone-id-filter pins the zones.
             sid="FindTheZones", actions=["route53:ListHostedZones"], resources=["*"]))
-        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
+        role_arn = iam_role_arn(stack.partition, stack.account, props.role_name) if props.role_name \
+            else self.role.role_arn
         releases = external_dns_releases(
-            namespaces=namespaces, zone_ids=[zone.hosted_zone_id for zone in hosted_zones],
-            domain_filters=[zone.zone_name for zone in hosted_zones], owner_id=owner_id, role_arn=role_arn)
-        self.releases: dict[str, HelmRelease] = dict(zip(namespaces, releases, strict=True))
+            namespaces=props.namespaces, zone_ids=[zone.hosted_zone_id for zone in props.hosted_zones],
+            domain_filters=[zone.zone_name for zone in props.hosted_zones], owner_id=props.owner_id, role_arn=role_arn)
+        self.releases: dict[str, HelmRelease] = dict(zip(props.namespaces, releases, strict=True))
         self.charts: dict[str, eks.HelmChart] = {}
         for namespace, release in self.releases.items():
-            chart = release.install(cluster, f"Release-{namespace}", scope=self)
+            chart = release.install(props.cluster, f"Release-{namespace}", scope=self)
             chart.node.add_dependency(self.role)
             self.charts[namespace] = chart
         acknowledge(self.role, "external-dns-zone-discovery", "Resource::*")

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX, REGION
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX, REGION, iam_role_arn
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "GITHUB_OIDC_AUDIENCE",
     "GITHUB_OIDC_ISSUER",
     "GitHubDeployRole",
+    "GitHubDeployRoleProps",
     "bootstrap_role_arns",
     "check_github_deploy_role",
     "github_subject",
@@ -69,64 +73,84 @@ def github_subject(owner: str, repository: str, environment: str) -> str:
 def bootstrap_role_arns(*, partition: str, account: str, regions: Sequence[str],
                         qualifier: str = CDK_DEFAULT_QUALIFIER) -> list[str]:
     """The ARNs of the CDK bootstrap roles in ``account`` for each of ``regions``, each named in full."""
-    return [f"arn:{partition}:iam::{account}:role/cdk-{qualifier}-{kind}-{account}-{region}"
+    return [iam_role_arn(partition, account, f"cdk-{qualifier}-{kind}-{account}-{region}")
             for region in regions for kind in CDK_BOOTSTRAP_ROLES]
 
 
-def check_github_deploy_role(problems: Problems, at: KeyPaths = PROPS, *, owner: str, repository: str,
-                             environment: str, qualifier: str = CDK_DEFAULT_QUALIFIER,
-                             account: str | None = None, regions: Sequence[str] | None = None,
-                             provider_arn: str | None = None, role_name: str | None = None) -> None:
-    """Every rule of :class:`GitHubDeployRole`'s properties."""
-    # A subject is compared character for character when STS checks the token, so it must be known now:
-    # a deploy-time value (a token) could not be checked, and a trust policy must say whom it trusts.
-    for prop, value, pattern, code, rule in (
-        ("owner", owner, GITHUB_OWNER, "GitHubDeployRole.BadOwner",
-         "must be a GitHub user or organization name (1-39 letters, digits, '-', '_')"),
-        ("repository", repository, GITHUB_REPOSITORY, "GitHubDeployRole.BadRepository",
-         "must be the repository's name without its owner (1-100 letters, digits, '.', '_', '-')"),
-        ("environment", environment, GITHUB_ENVIRONMENT, "GitHubDeployRole.BadEnvironment",
-         "must be a GitHub environment name of 1-255 letters, digits, '.', '_', '-' (no wildcard, no ':')"),
-    ):
-        if is_unresolved(value):
-            problems.add(code, at.at(prop), "must be known at synth time, not a deploy-time value", value)
-        elif not isinstance(value, str) or not pattern.match(value):
-            problems.add(code, at.at(prop), rule, value)
-    if is_unresolved(qualifier) or not CDK_QUALIFIER.match(qualifier):
-        problems.add("GitHubDeployRole.BadQualifier", at.at("qualifier"),
-                     "must be the CDK bootstrap qualifier (1-10 letters, digits, '_', '-')", qualifier)
-    if account is not None and not is_unresolved(account) and not ACCOUNT_ID.match(account):
-        problems.add("GitHubDeployRole.BadAccount", at.at("account"), "must be a 12-digit AWS account id", account)
-    if regions is not None:
-        if not regions:
-            problems.add("GitHubDeployRole.NoRegion", at.at("regions"),
-                         "must name at least one region the CDK deploys to", list(regions))
-        for index, region in enumerate(regions):
-            if not is_unresolved(region) and not REGION.match(region):
-                problems.add("GitHubDeployRole.BadRegion", at.at("regions", index), "must be an AWS region",
-                             region)
-    if provider_arn is not None and not is_unresolved(provider_arn) and not GITHUB_PROVIDER_ARN.match(provider_arn):
-        problems.add("GitHubDeployRole.BadProviderArn", at.at("provider_arn"),
-                     f"must be the ARN of the IAM OIDC provider {GITHUB_OIDC_ISSUER}", provider_arn)
-    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
-        problems.add("GitHubDeployRole.BadRoleName", at.at("role_name"),
-                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-'", role_name)
+@dataclass(frozen=True, kw_only=True)
+class GitHubDeployRoleProps(Props):
+    """:class:`GitHubDeployRole`'s properties (only Python code passes them: the role is a consumer's CI construct,
+    not part of the app)."""
+
+    CONSTRUCT: ClassVar[str] = "GitHubDeployRole"
+
+    owner: str = prop(config=False, doc="The GitHub user or organization that owns the repository (`octo-org`).")
+    repository: str = prop(config=False, doc="The repository's name, without the owner (`hyperpod-platform`).")
+    environment: str = prop("production", config=False,
+                            doc="The GitHub environment the deploy job runs in. Protect it with required reviewers "
+                                "and a `main`-only deployment branch rule in the repository settings.")
+    qualifier: str = prop(CDK_DEFAULT_QUALIFIER, config=False, default_doc="CDK's default",
+                          doc="The CDK bootstrap qualifier of the target account (`cdk bootstrap --qualifier`).")
+    account: str | None = prop(None, config=False, default_doc="this stack's account",
+                               doc="The account whose bootstrap roles may be assumed.")
+    regions: Sequence[str] | None = prop(None, config=False, default_doc="this stack's region",
+                                         doc="The regions the app deploys to; one set of bootstrap roles each.")
+    provider_arn: str | None = prop(None, config=False, default_doc="a new provider in this stack",
+                                    doc="ARN of the account's existing `token.actions.githubusercontent.com` OIDC "
+                                        "provider (an account has at most one), imported instead of created.")
+    role_name: str | None = prop(None, config=False, default_doc="generated",
+                                 doc="Fixed role name, so the ARN (the workflow's `DEPLOY_ROLE_ARN` variable) is known "
+                                     "before deploy.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        # A subject is compared character for character when STS checks the token, so it must be known now:
+        # a deploy-time value (a token) could not be checked, and a trust policy must say whom it trusts.
+        for name, value, pattern, code, rule in (
+            ("owner", self.owner, GITHUB_OWNER, "GitHubDeployRole.BadOwner",
+             "must be a GitHub user or organization name (1-39 letters, digits, '-', '_')"),
+            ("repository", self.repository, GITHUB_REPOSITORY, "GitHubDeployRole.BadRepository",
+             "must be the repository's name without its owner (1-100 letters, digits, '.', '_', '-')"),
+            ("environment", self.environment, GITHUB_ENVIRONMENT, "GitHubDeployRole.BadEnvironment",
+             "must be a GitHub environment name of 1-255 letters, digits, '.', '_', '-' (no wildcard, no ':')"),
+        ):
+            if is_unresolved(value):
+                problems.add(code, at.at(name), "must be known at synth time, not a deploy-time value", value)
+            elif not isinstance(value, str) or not pattern.match(value):
+                problems.add(code, at.at(name), rule, value)
+        qualifier, account, regions = self.qualifier, self.account, self.regions
+        if is_unresolved(qualifier) or not CDK_QUALIFIER.match(qualifier):
+            problems.add("GitHubDeployRole.BadQualifier", at.at("qualifier"),
+                         "must be the CDK bootstrap qualifier (1-10 letters, digits, '_', '-')", qualifier)
+        if account is not None and not is_unresolved(account) and not ACCOUNT_ID.match(account):
+            problems.add("GitHubDeployRole.BadAccount", at.at("account"), "must be a 12-digit AWS account id",
+                         account)
+        if regions is not None:
+            if not regions:
+                problems.add("GitHubDeployRole.NoRegion", at.at("regions"),
+                             "must name at least one region the CDK deploys to", list(regions))
+            for index, region in enumerate(regions):
+                if not is_unresolved(region) and not REGION.match(region):
+                    problems.add("GitHubDeployRole.BadRegion", at.at("regions", index), "must be an AWS region",
+                                 region)
+        provider_arn, role_name = self.provider_arn, self.role_name
+        if provider_arn is not None and not is_unresolved(provider_arn) \
+                and not GITHUB_PROVIDER_ARN.match(provider_arn):
+            problems.add("GitHubDeployRole.BadProviderArn", at.at("provider_arn"),
+                         f"must be the ARN of the IAM OIDC provider {GITHUB_OIDC_ISSUER}", provider_arn)
+        if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
+            problems.add("GitHubDeployRole.BadRoleName", at.at("role_name"),
+                         f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-'", role_name)
+
+
+def check_github_deploy_role(problems: Problems, at: KeyPaths = PROPS, **props: Any) -> None:
+    """:meth:`GitHubDeployRoleProps.check` of these properties (kept for callers of 0.2.0)."""
+    GitHubDeployRoleProps(**props).check(problems, at)
 
 
 class GitHubDeployRole(Construct):
     """A role for ``cdk deploy`` from GitHub Actions, trusted by one repository's one environment only.
 
-    :param owner: the GitHub user or organization that owns the repository (``octo-org``).
-    :param repository: the repository's name without the owner (``hyperpod-platform``).
-    :param environment: the GitHub environment the deploy job runs in; protect it with required
-        reviewers and a ``main``-only deployment branch rule in the repository settings. @default "production"
-    :param qualifier: the CDK bootstrap qualifier of the target account. @default "hnb659fds" (CDK's default)
-    :param account: the account whose bootstrap roles may be assumed. @default this stack's account
-    :param regions: the regions the app deploys to (one set of bootstrap roles each). @default this stack's region
-    :param provider_arn: the ARN of the account's existing ``token.actions.githubusercontent.com`` OIDC
-        provider (an account has at most one). @default a new provider is created in this stack
-    :param role_name: fixed name, so the ARN (the workflow's ``DEPLOY_ROLE_ARN`` variable) is known
-        before deploy. @default generated
+    Properties: :class:`GitHubDeployRoleProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``role`` (the :class:`aws_iam.Role`), ``provider`` (the :class:`aws_iam.IOidcProvider`),
     ``role_arn`` (deterministic when ``role_name`` is given), ``subject`` (the one trusted ``sub`` claim)
@@ -136,6 +160,8 @@ class GitHubDeployRole(Construct):
     sessions last at most one hour.
     """
 
+    PROPS: ClassVar[type[Props]] = GitHubDeployRoleProps
+
     def __init__(
         self,
         scope: Construct,
@@ -143,22 +169,23 @@ class GitHubDeployRole(Construct):
         *,
         owner: str,
         repository: str,
-        environment: str = "production",
-        qualifier: str = CDK_DEFAULT_QUALIFIER,
-        account: str | None = None,
-        regions: Sequence[str] | None = None,
-        provider_arn: str | None = None,
-        role_name: str | None = None,
+        environment: str = GitHubDeployRoleProps.environment,
+        qualifier: str = GitHubDeployRoleProps.qualifier,
+        account: str | None = GitHubDeployRoleProps.account,
+        regions: Sequence[str] | None = GitHubDeployRoleProps.regions,
+        provider_arn: str | None = GitHubDeployRoleProps.provider_arn,
+        role_name: str | None = GitHubDeployRoleProps.role_name,
     ) -> None:
         super().__init__(scope, id)
-        problems = Problems()
-        check_github_deploy_role(problems, owner=owner, repository=repository, environment=environment,
-                                 qualifier=qualifier, account=account, regions=regions,
-                                 provider_arn=provider_arn, role_name=role_name)
-        problems.raise_if_any(f"GitHubDeployRole {self.node.path}")
+        self.props = props = GitHubDeployRoleProps(
+            owner=owner, repository=repository, environment=environment, qualifier=qualifier, account=account,
+            regions=None if regions is None else listed(regions), provider_arn=provider_arn, role_name=role_name)
+        props.raise_if_invalid(f"GitHubDeployRole {self.node.path}")
         stack = Stack.of(self)
-        account = account if account is not None else stack.account
-        regions = list(regions) if regions is not None else [stack.region]
+        owner, repository, environment, qualifier = props.owner, props.repository, props.environment, props.qualifier
+        provider_arn, role_name = props.provider_arn, props.role_name
+        account = props.account if props.account is not None else stack.account
+        regions = list(props.regions) if props.regions is not None else [stack.region]
 
         if provider_arn is None:
             self.provider: iam.IOidcProvider = iam.OidcProviderNative(
@@ -184,5 +211,5 @@ class GitHubDeployRole(Construct):
                 actions=["sts:AssumeRole"], resources=self.bootstrap_role_arns,
             )])},
         )
-        self.role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name \
+        self.role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name \
             else self.role.role_arn

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster, cfn_child
 from hyperpod_inference_iac.instance_store import (
     GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
     NEURON_FAMILIES,
@@ -38,6 +40,7 @@ from hyperpod_inference_iac.instance_store import (
 from hyperpod_inference_iac.nag import acknowledge, managed_policy
 from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_NAME, LABEL_VALUE
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -58,6 +61,66 @@ class LocalStorageStrategy(enum.StrEnum):
     MOUNT = "Mount"  # each disk mounted on its own under /mnt/k8s-disks/
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroupOptions(Props):
+    """A GPU node group's properties a config file can set (``cluster.gpuNodeGroups[i]`` in the app's)."""
+
+    CONSTRUCT: ClassVar[str] = "GpuNodeGroup"
+
+    name: str = prop(doc="Node group name, a DNS-1123 label. Also the value of the "
+                         "`hyperpod-inference-iac/nodegroup` label.")
+    instance_types: Sequence[str] = prop(
+        doc="EC2 instance types, e.g. `[\"g6e.12xlarge\"]`. Each must be an x86_64 NVIDIA GPU type with "
+            "instance-store NVMe (`NVME_GPU_FAMILIES`).")
+    min_size: int = prop(0, doc="Minimum number of nodes; 0 lets the group scale to zero.")
+    desired_size: int = prop(1, doc="Initial number of nodes, from the minimum to the maximum.")
+    max_size: int = prop(2, doc=f"Maximum number of nodes (1..{MAX_NODES}).")
+    root_volume_gib: int = prop(200, key="rootVolumeGiB",
+                                doc=f"Size of the encrypted gp3 root volume in GiB ({ROOT_VOLUME_GIB[0]}.."
+                                    f"{ROOT_VOLUME_GIB[1]}): the OS, and what instance store does not take.")
+    labels: Mapping[str, str] | None = prop(None, doc="Extra Kubernetes node labels. They may not redefine the "
+                                                      "three labels the construct sets.", default_doc="none")
+    local_storage_strategy: LocalStorageStrategy = prop(
+        LocalStorageStrategy.RAID0,
+        doc="nodeadm's `localStorage.strategy`: `RAID0` (one striped array), `RAID10` (mirrored stripes; nodeadm "
+            "needs at least 4 disks, e.g. the 8-disk p4d.24xlarge or p5.48xlarge, while most g sizes have 1 or 2), "
+            "`Mount` (each disk on its own under `/mnt/k8s-disks/`).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        name = self.name
+        if not is_unresolved(name) and (not DNS1123_LABEL.match(name) or len(name) > 63):
+            problems.add("GpuNodeGroup.BadName", at.at("name"),
+                         "must be a DNS-1123 label: 1-63 lowercase letters, digits or '-', starting and ending "
+                         "with a letter or digit", name)
+        if not self.instance_types:
+            problems.add("GpuNodeGroup.NoInstanceTypes", at.at("instance_types"),
+                         "must name at least one instance type, e.g. ['g6e.12xlarge']")
+        for index, instance_type in enumerate(self.instance_types):
+            _check_instance_type(instance_type, at.at("instance_types", index), problems)
+        _check_sizes(self.min_size, self.desired_size, self.max_size, at, problems)
+        low, high = ROOT_VOLUME_GIB
+        if not is_unresolved(self.root_volume_gib) and not low <= self.root_volume_gib <= high:
+            problems.add("GpuNodeGroup.RootVolume", at.at("root_volume_gib"),
+                         f"must be an integer from {low} to {high} (GiB; gp3 limits, the AL2023 NVIDIA AMI needs at "
+                         f"least {low})", self.root_volume_gib)
+        for key, value in (self.labels or {}).items():
+            _check_label(key, value, at, problems)
+        if self.local_storage_strategy not in LocalStorageStrategy._value2member_map_:
+            problems.add("GpuNodeGroup.LocalStorageStrategy", at.at("local_storage_strategy"),
+                         f"must be one of {', '.join(LocalStorageStrategy)} (nodeadm localStorage.strategy)",
+                         self.local_storage_strategy)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroupProps(GpuNodeGroupOptions):
+    """:class:`GpuNodeGroup`'s properties: its options, and the objects only Python code passes."""
+
+    cluster: ClusterLike = prop(doc="The `aws_eks_v2` cluster the nodes join (an `eks.Cluster` or `eks.ICluster`).",
+                                config=False)
+    subnets: ec2.SubnetSelection | None = prop(None, doc="Where the nodes are placed.", config=False,
+                                               default_doc="the cluster's private subnets")
+
+
 class GpuNodeGroup(Construct):
     """Managed node group of NVIDIA GPU instances with instance-store NVMe as kubelet/containerd storage.
 
@@ -70,48 +133,37 @@ class GpuNodeGroup(Construct):
     nodeadm and mounted at ``/mnt/k8s-disks/0`` (see the module docstring); their content is lost when an
     instance stops or is replaced, so keep only caches there (S3 stays the source of truth).
 
-    :param cluster: the ``aws_eks_v2`` cluster the nodes join.
-    :param name: node group name, a DNS-1123 label (also the value of the ``.../nodegroup`` label).
-    :param instance_types: EC2 instance types, e.g. ``["g6e.12xlarge"]``; each must be an x86_64 NVIDIA
-        GPU type with instance-store NVMe (see ``NVME_GPU_FAMILIES``).
-    :param min_size: minimum number of nodes (0 lets the group scale to zero). @default 0
-    :param desired_size: initial number of nodes; ``min_size <= desired_size <= max_size``. @default 1
-    :param max_size: maximum number of nodes (1..1000). @default 2
-    :param root_volume_gib: size of the encrypted gp3 root volume (OS, and what instance store does not
-        take); 20..16384. @default 200
-    :param labels: extra Kubernetes node labels; they may not redefine the labels above. @default none
-    :param subnets: where nodes are placed. @default the cluster's private subnets
-    :param local_storage_strategy: nodeadm's ``localStorage.strategy`` (:class:`LocalStorageStrategy`):
-        ``RAID10`` needs at least 4 instance-store disks (e.g. the 8-disk p4d.24xlarge or p5.48xlarge, while
-        most g sizes have 1 or 2). @default RAID0
-
+    Properties: :class:`GpuNodeGroupProps` (each with its type, default and meaning); ``props`` keeps them.
     The node role's AWS managed policies (required by EKS) are acknowledged for cdk-nag here.
     """
+
+    PROPS: ClassVar[type[Props]] = GpuNodeGroupProps
 
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         name: str,
         instance_types: Sequence[str],
-        min_size: int = 0,
-        desired_size: int = 1,
-        max_size: int = 2,
-        root_volume_gib: int = 200,
-        labels: Mapping[str, str] | None = None,
-        subnets: ec2.SubnetSelection | None = None,
-        local_storage_strategy: LocalStorageStrategy = LocalStorageStrategy.RAID0,
+        min_size: int = GpuNodeGroupProps.min_size,
+        desired_size: int = GpuNodeGroupProps.desired_size,
+        max_size: int = GpuNodeGroupProps.max_size,
+        root_volume_gib: int = GpuNodeGroupProps.root_volume_gib,
+        labels: Mapping[str, str] | None = GpuNodeGroupProps.labels,
+        subnets: ec2.SubnetSelection | None = GpuNodeGroupProps.subnets,
+        local_storage_strategy: LocalStorageStrategy = GpuNodeGroupProps.local_storage_strategy,
     ) -> None:
         super().__init__(scope, id)
-        user_labels = dict(labels or {})
-        problems = Problems()
-        check_gpu_node_group(problems, name=name, instance_types=instance_types, min_size=min_size,
-                             desired_size=desired_size, max_size=max_size, root_volume_gib=root_volume_gib,
-                             labels=user_labels, local_storage_strategy=local_storage_strategy)
-        problems.raise_if_any(f"GpuNodeGroup {self.node.path}")
-        local_storage_strategy = LocalStorageStrategy(local_storage_strategy)
+        self.props = props = GpuNodeGroupProps(
+            cluster=cluster, name=name, instance_types=tuple(instance_types), min_size=min_size,
+            desired_size=desired_size, max_size=max_size, root_volume_gib=root_volume_gib,
+            labels=dict(labels) if labels is not None else None, subnets=subnets,
+            local_storage_strategy=local_storage_strategy)
+        props.raise_if_invalid(f"GpuNodeGroup {self.node.path}")
+        user_labels = dict(props.labels or {})
+        local_storage_strategy = LocalStorageStrategy(props.local_storage_strategy)
 
         self.node_config: dict[str, Any] = {
             "apiVersion": "node.eks.aws/v1alpha1",
@@ -124,18 +176,18 @@ class GpuNodeGroup(Construct):
             content_type=NODEADM_CONTENT_TYPE,
             body=yaml.safe_dump(self.node_config, sort_keys=False),
         ))
-        self.launch_template = node_launch_template(self, "LaunchTemplate", root_volume_gib=root_volume_gib,
+        self.launch_template = node_launch_template(self, "LaunchTemplate", root_volume_gib=props.root_volume_gib,
                                                     user_data=user_data)
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=as_icluster(cluster),
             nodegroup_name=name,
             # Explicit: CDK's GPU default is AL2_X86_64_GPU, whose AMIs are end of life.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            min_size=min_size,
-            desired_size=desired_size,
-            max_size=max_size,
+            min_size=props.min_size,
+            desired_size=props.desired_size,
+            max_size=props.max_size,
             # No disk_size: with a launch template the root volume is defined there.
             launch_template_spec=launch_template_spec(self.launch_template),
             labels={
@@ -150,47 +202,15 @@ class GpuNodeGroup(Construct):
         # Instance types go to the L1: CDK's own GPU list (used to check the AMI type against the
         # instance types) lacks gr6, p5, p5e, p5en and p6-b200 and would reject the NVIDIA AMI for them;
         # the table above is the check that applies here.
-        cfn_nodegroup: eks.CfnNodegroup = self.nodegroup.node.default_child  # type: ignore[assignment]
-        cfn_nodegroup.instance_types = list(instance_types)
+        cfn_nodegroup = cfn_child(self.nodegroup, eks.CfnNodegroup)
+        cfn_nodegroup.instance_types = list(props.instance_types)
         acknowledge(self.nodegroup.role, "eks-service-managed-policies",
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
 
 
-def check_gpu_node_group(
-    problems: Problems,
-    at: KeyPaths = PROPS,
-    *,
-    name: str,
-    instance_types: Sequence[str],
-    min_size: int = 0,
-    desired_size: int = 1,
-    max_size: int = 2,
-    root_volume_gib: int = 200,
-    labels: Mapping[str, str] | None = None,
-    local_storage_strategy: str = LocalStorageStrategy.RAID0,
-) -> None:
-    """Every rule of :class:`GpuNodeGroup`'s properties (a config loader calls it with its key paths)."""
-    if not is_unresolved(name) and (not DNS1123_LABEL.match(name) or len(name) > 63):
-        problems.add("GpuNodeGroup.BadName", at.at("name"),
-                     "must be a DNS-1123 label: 1-63 lowercase letters, digits or '-', starting and ending "
-                     "with a letter or digit", name)
-    if not instance_types:
-        problems.add("GpuNodeGroup.NoInstanceTypes", at.at("instance_types"),
-                     "must name at least one instance type, e.g. ['g6e.12xlarge']")
-    for index, instance_type in enumerate(instance_types):
-        _check_instance_type(instance_type, at.at("instance_types", index), problems)
-    _check_sizes(min_size, desired_size, max_size, at, problems)
-    low, high = ROOT_VOLUME_GIB
-    if not is_unresolved(root_volume_gib) and not low <= root_volume_gib <= high:
-        problems.add("GpuNodeGroup.RootVolume", at.at("root_volume_gib"),
-                     f"must be an integer from {low} to {high} (GiB; gp3 limits, the AL2023 NVIDIA AMI needs at "
-                     f"least {low})", root_volume_gib)
-    for key, value in (labels or {}).items():
-        _check_label(key, value, at, problems)
-    if local_storage_strategy not in LocalStorageStrategy._value2member_map_:
-        problems.add("GpuNodeGroup.LocalStorageStrategy", at.at("local_storage_strategy"),
-                     f"must be one of {', '.join(LocalStorageStrategy)} (nodeadm localStorage.strategy)",
-                     local_storage_strategy)
+def check_gpu_node_group(problems: Problems, at: KeyPaths = PROPS, **options: Any) -> None:
+    """:meth:`GpuNodeGroupOptions.check` of these options (kept for callers of 0.2.0)."""
+    GpuNodeGroupOptions(**options).check(problems, at)
 
 
 def _check_instance_type(instance_type: str, path: str, problems: Problems) -> None:

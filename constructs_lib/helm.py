@@ -5,10 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
+
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
+
+
+class _ChartProps(TypedDict):
+    """What :meth:`HelmRelease.install` passes to ``add_helm_chart`` and ``eks.HelmChart`` alike."""
+
+    chart: str
+    repository: str
+    version: str
+    namespace: str
+    release: str
+    values: dict[str, Any]
+    create_namespace: bool | None
+    wait: bool | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,16 +39,16 @@ class HelmRelease:
     create_namespace: bool = False
     purpose: str = ""
 
-    def install(self, cluster: eks.ICluster, id: str, *, wait: bool = False,
+    def install(self, cluster: ClusterLike, id: str, *, wait: bool = False,
                 scope: Construct | None = None) -> eks.HelmChart:
         """Install through the cluster's kubectl provider; the chart is a child of ``scope`` (@default the
         cluster)."""
-        props = {"chart": self.chart, "repository": self.repository, "version": self.version,
-                 "namespace": self.namespace, "release": self.release, "values": dict(self.values),
-                 "create_namespace": self.create_namespace or None, "wait": wait or None}
+        props: _ChartProps = {"chart": self.chart, "repository": self.repository, "version": self.version,
+                              "namespace": self.namespace, "release": self.release, "values": dict(self.values),
+                              "create_namespace": self.create_namespace or None, "wait": wait or None}
         if scope is None:
-            return cluster.add_helm_chart(id, **props)  # type: ignore[arg-type]
-        return eks.HelmChart(scope, id, cluster=cluster, **props)  # type: ignore[arg-type]
+            return cluster.add_helm_chart(id, **props)
+        return eks.HelmChart(scope, id, cluster=as_icluster(cluster), **props)
 
     def describe(self) -> dict[str, Any]:
         """The release as a GitOps tool's Helm source needs it (written to ``dist/helm/<release>.yaml``)."""

@@ -14,7 +14,7 @@ kubectl provider) and the GitOps hand-off (``dist/``) render.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -23,8 +23,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
+from hyperpod_inference_iac.patterns import iam_role_arn
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.secrets_key import encrypt_secret, grant_secret_read
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -41,36 +44,37 @@ ROTATED_STAGES = {"current": "AWSCURRENT", "pending": "AWSPENDING", "previous": 
 
 
 @dataclass(frozen=True, kw_only=True)
-class SecretSync:
-    """One Secrets Manager secret kept in sync as one Kubernetes Secret.
+class SecretSync(Props):
+    """One Secrets Manager secret kept in sync as one Kubernetes Secret (:class:`HuggingFaceTokenSync`'s ``sync``,
+    and each of :class:`~hyperpod_inference_iac.ApiKeySync`'s)."""
 
-    :param namespace: where the Secret (and the workloads reading it) live.
-    :param secrets_manager_name: the Secrets Manager secret's name.
-    :param kubernetes_secret_name: the Secret ``tokenSecretRef.name`` names. @default ``hf-token``
-    :param key: the key in that Secret (``tokenSecretRef.key``). @default ``token``
-    :param reader_service_account: the service account ESO authenticates as. @default ``hf-token-reader``
-    :param reader_role_name: its role's name; fixed so GitOps manifests can name it. @default generated
-    :param refresh_interval_seconds: how often ESO re-reads the secret. @default 3600
-    :param secret_store_name: the ``SecretStore`` the ``ExternalSecret`` reads through; one per sync, since each
-        authenticates as its own reader. @default ``aws-secrets-manager``
-    :param keys_file: a second key of the Secret that lists every version a client may hold as ``caller_id:key``
-        lines (the format of the capture sidecar's ``API_KEYS_FILE``): the current one, and while a rotation runs
-        or after it the pending and the previous one (:data:`ROTATED_STAGES`). ``key`` still holds the current
-        version alone. Stages Secrets Manager does not have are left out. @default none
-    :param keys_file_caller_id: the caller id of every line of ``keys_file``: one id for the key, whatever its
-        version, so records name the caller the same way across rotations. @default ``kubernetes_secret_name``
-    """
-
-    namespace: str
-    secrets_manager_name: str
-    kubernetes_secret_name: str = "hf-token"
-    key: str = "token"
-    reader_service_account: str = "hf-token-reader"
-    reader_role_name: str | None = None
-    refresh_interval_seconds: int = 3600
-    secret_store_name: str = SECRET_STORE
-    keys_file: str | None = None
-    keys_file_caller_id: str | None = None
+    namespace: str = prop(config=False, doc="Where the Secret (and the workloads reading it) live.")
+    secrets_manager_name: str = prop(config=False, doc="The Secrets Manager secret's name.")
+    kubernetes_secret_name: str = prop("hf-token", config=False,
+                                       doc="The Kubernetes Secret `tokenSecretRef.name` names; also the "
+                                           "`ExternalSecret`'s name.")
+    key: str = prop("token", config=False, doc="The key in that Secret (`tokenSecretRef.key`).")
+    reader_service_account: str = prop("hf-token-reader", config=False,
+                                       doc="The service account External Secrets authenticates as.")
+    reader_role_name: str | None = prop(None, config=False, default_doc="generated",
+                                        doc="The reader role's name; fixed so GitOps manifests can name it.")
+    refresh_interval_seconds: int = prop(3600, config=False,
+                                         doc="How often External Secrets re-reads the secret (`refreshInterval: "
+                                             "<n>s`).")
+    secret_store_name: str = prop(SECRET_STORE, config=False,
+                                  doc="The `SecretStore` the `ExternalSecret` reads through. Each sync authenticates "
+                                      "as its own reader, so each needs a store of its own "
+                                      "([ApiKeySync](api-key-sync.md) names one per server).")
+    keys_file: str | None = prop(
+        None, config=False, default_doc="none",
+        doc="A second key of the Secret that lists every version a client may hold as `caller_id:key` lines (the "
+            "format of the capture sidecar's `API_KEYS_FILE`): the current one, and while a rotation runs or after "
+            "it the pending and the previous one (`ROTATED_STAGES`). `key` still holds the current version alone. "
+            "Stages Secrets Manager does not have are left out.")
+    keys_file_caller_id: str | None = prop(
+        None, config=False, default_doc="`kubernetes_secret_name`",
+        doc="The caller id of every line of `keys_file`: one id for the key, whatever its version, so records name "
+            "the caller the same way across rotations.")
 
     def manifests(self, *, region: str, reader_role_arn: str) -> list[dict[str, Any]]:
         """ServiceAccount (IRSA), SecretStore and ExternalSecret."""
@@ -115,16 +119,30 @@ class SecretSync:
         return {**target, "deletionPolicy": "Delete", "template": template}, data
 
 
+@dataclass(frozen=True, kw_only=True)
+class HuggingFaceTokenSyncProps(Props):
+    """:class:`HuggingFaceTokenSync`'s properties (only Python code passes them; the app's sync is
+    ``PlatformConfig.hugging_face_sync``). No rule of their own: the plan checks the workloads that read the token
+    (``HuggingFace.TokenSecretNotSynced``, ``HuggingFace.TokenSecretKeyMissing``)."""
+
+    CONSTRUCT: ClassVar[str] = "HuggingFaceTokenSync"
+
+    cluster: eks.Cluster = prop(config=False, doc="The `aws_eks_v2` cluster to sync into (with its OIDC provider).")
+    sync: SecretSync = prop(config=False, doc="What to sync where (`SecretSync`).")
+    install_operator: bool = prop(True, config=False,
+                                  doc="Install External Secrets Operator with Helm (`EXTERNAL_SECRETS`, with "
+                                      "`wait=True`). Turn it off if the cluster runs it already.")
+    encryption_key: kms.IKey | None = prop(
+        None, config=False, default_doc="Secrets Manager's `aws/secretsmanager`",
+        doc="A customer managed key for the secret, usually a [SecretsKey](secrets-key.md)'s `key`: the secret is "
+            "registered on its policy and the reader may decrypt it through Secrets Manager only. Another key is "
+            "warned about (`SecretsKey:unmanagedKeyPolicy`): its policy must allow that itself.")
+
+
 class HuggingFaceTokenSync(Construct):
     """The Secrets Manager secret (created empty: you put the value), the reader's role and the sync objects.
 
-    :param cluster: the cluster to sync into.
-    :param sync: what to sync where (:class:`SecretSync`).
-    :param install_operator: install External Secrets Operator with Helm (:data:`EXTERNAL_SECRETS`); turn off
-        if the cluster runs it already. @default True
-    :param encryption_key: a customer managed key for the secret, usually a
-        :class:`~hyperpod_inference_iac.SecretsKey`'s: the reader may then decrypt only through Secrets Manager
-        and only this secret, and the key's policy lists it. @default Secrets Manager's ``aws/secretsmanager``
+    Properties: :class:`HuggingFaceTokenSyncProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``secret``, ``reader_role``, ``operator_chart`` (None when not installed), ``manifest``,
     ``encryption_key``.
@@ -132,9 +150,16 @@ class HuggingFaceTokenSync(Construct):
     acknowledged for cdk-nag here.
     """
 
+    PROPS: ClassVar[type[Props]] = HuggingFaceTokenSyncProps
+
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, sync: SecretSync,
-                 install_operator: bool = True, encryption_key: kms.IKey | None = None) -> None:
+                 install_operator: bool = HuggingFaceTokenSyncProps.install_operator,
+                 encryption_key: kms.IKey | None = HuggingFaceTokenSyncProps.encryption_key) -> None:
         super().__init__(scope, id)
+        self.props = props = HuggingFaceTokenSyncProps(cluster=cluster, sync=sync, install_operator=install_operator,
+                                                       encryption_key=encryption_key)
+        props.raise_if_invalid(f"HuggingFaceTokenSync {self.node.path}")
+        cluster, sync, encryption_key = props.cluster, props.sync, props.encryption_key
         self.sync = sync
         self.kubernetes_secret_name = sync.kubernetes_secret_name
         self.encryption_key = encryption_key
@@ -149,13 +174,13 @@ class HuggingFaceTokenSync(Construct):
         self.reader_role = sync_reader_role(self, cluster=cluster, sync=sync, secret=self.secret,
                                             purpose="read the Hugging Face token", encryption_key=encryption_key)
         self.operator_chart = EXTERNAL_SECRETS.install(cluster, "ExternalSecretsOperator", wait=True) \
-            if install_operator else None
+            if props.install_operator else None
         self.manifest = apply_sync(cluster, "TokenSync", sync=sync, reader_role=self.reader_role,
                                    operator_chart=self.operator_chart)
         acknowledge(self.secret, "hugging-face-token-rotation")
 
 
-def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSync, secret: secretsmanager.ISecret,
+def sync_reader_role(scope: Construct, *, cluster: ClusterLike, sync: SecretSync, secret: secretsmanager.ISecret,
                      purpose: str, encryption_key: kms.IKey | None = None) -> iam.Role:
     """The role External Secrets authenticates as: IRSA, trusted by exactly the reader service account, allowed to
     read ``secret`` and nothing else (with ``encryption_key``: to decrypt it through Secrets Manager only)."""
@@ -169,12 +194,12 @@ def sync_reader_role(scope: Construct, *, cluster: eks.ICluster, sync: SecretSyn
     return role
 
 
-def apply_sync(cluster: eks.ICluster, id: str, *, sync: SecretSync, reader_role: iam.IRole,
+def apply_sync(cluster: ClusterLike, id: str, *, sync: SecretSync, reader_role: iam.IRole,
                operator_chart: Construct | None = None) -> eks.KubernetesManifest:
     """The sync objects (:meth:`SecretSync.manifests`) on ``cluster``, after the reader role and the operator's
     chart (its CRDs). A fixed ``reader_role_name`` is written as an ARN without a token, as GitOps renders it."""
     stack = Stack.of(reader_role)
-    role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{sync.reader_role_name}" \
+    role_arn = iam_role_arn(stack.partition, stack.account, sync.reader_role_name) \
         if sync.reader_role_name else reader_role.role_arn
     manifest = cluster.add_manifest(id, *sync.manifests(region=stack.region, reader_role_arn=role_arn))
     manifest.node.add_dependency(reader_role)

@@ -30,6 +30,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from aws_cdk import Duration, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -43,10 +44,12 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
 from hyperpod_inference_iac.patterns import S3_BUCKET_NAME, SAGEMAKER_INSTANCE_TYPE, SAGEMAKER_NAME
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -96,52 +99,155 @@ _ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ec
 _LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
 
 
+_NAME_RULE = "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
+
+
 @dataclass(frozen=True, kw_only=True)
-class InstanceGroup:
-    """One HyperPod instance group.
+class InstanceGroup(Props):
+    """One HyperPod instance group (``hyperpod.instanceGroups[i]`` in the app's config)."""
 
-    :param name: instance group name, ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$``, unique in the cluster.
-    :param instance_type: a SageMaker ML instance type, e.g. ``ml.g6e.12xlarge``.
-    :param instance_count: number of nodes (0 keeps the group defined but empty).
-    :param threads_per_core: 1 disables simultaneous multithreading (HyperPod's default for GPU
-        training and inference), 2 enables it.
-    :param ebs_volume_gib: secondary EBS volume per node, mounted at ``/opt/sagemaker``; 1..16384.
-    :param deep_health_checks: checks run when nodes start: ``InstanceStress`` (GPU/accelerator stress
-        test) and/or ``InstanceConnectivity`` (EFA/NCCL); they add start-up time.
-    """
+    CONSTRUCT: ClassVar[str] = "HyperPodCluster"
 
-    name: str
-    instance_type: str
-    instance_count: int
-    threads_per_core: int = 1
-    ebs_volume_gib: int = 500
-    deep_health_checks: Sequence[DeepHealthCheck | str] = ()
+    name: str = prop(doc="Instance group name, `^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`, unique in the cluster.")
+    instance_type: str = prop(doc="A SageMaker ML instance type, e.g. `ml.g6e.12xlarge`.")
+    instance_count: int = prop(1, doc=f"Number of nodes (0..{INSTANCE_COUNT_MAX}; 0 keeps the group defined but "
+                                      "empty).")
+    threads_per_core: int = prop(1, doc="1 disables simultaneous multithreading (HyperPod's default for GPU "
+                                        "training and inference), 2 enables it.")
+    ebs_volume_gib: int = prop(500, key="ebsVolumeGiB",
+                               doc=f"Secondary EBS volume per node in GiB, mounted at `/opt/sagemaker` "
+                                   f"({EBS_VOLUME_GIB[0]}..{EBS_VOLUME_GIB[1]}).")
+    deep_health_checks: Sequence[DeepHealthCheck | str] = prop(
+        (), doc="Checks run when nodes start: `InstanceStress` (GPU/accelerator stress test) and/or "
+                "`InstanceConnectivity` (EFA/NCCL). They add start-up time.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if not is_unresolved(self.name) and not SAGEMAKER_NAME.match(self.name):
+            problems.add("HyperPodCluster.BadName", at.at("name"), _NAME_RULE, self.name)
+        instance_type = self.instance_type
+        if not is_unresolved(instance_type) and not SAGEMAKER_INSTANCE_TYPE.match(instance_type):
+            hint = f" (did you mean 'ml.{instance_type}'?)" if not instance_type.startswith("ml.") else ""
+            problems.add("HyperPodCluster.BadInstanceType", at.at("instance_type"),
+                         f"must be a SageMaker instance type 'ml.<family>.<size>', e.g. 'ml.g6e.12xlarge'{hint}",
+                         instance_type)
+        if not is_unresolved(self.instance_count) and not 0 <= self.instance_count <= INSTANCE_COUNT_MAX:
+            problems.add("HyperPodCluster.InstanceCount", at.at("instance_count"),
+                         f"must be an integer from 0 to {INSTANCE_COUNT_MAX}", self.instance_count)
+        if not is_unresolved(self.threads_per_core) and self.threads_per_core not in (1, 2):
+            problems.add("HyperPodCluster.ThreadsPerCore", at.at("threads_per_core"),
+                         "must be 1 (multithreading off) or 2 (on)", self.threads_per_core)
+        low, high = EBS_VOLUME_GIB
+        if not is_unresolved(self.ebs_volume_gib) and not low <= self.ebs_volume_gib <= high:
+            problems.add("HyperPodCluster.VolumeSize", at.at("ebs_volume_gib"),
+                         f"must be an integer from {low} to {high} (GiB; EbsVolumeConfig.VolumeSizeInGB)",
+                         self.ebs_volume_gib)
+        checks = list(self.deep_health_checks)
+        for check_index, check in enumerate(checks):
+            if check not in DeepHealthCheck._value2member_map_:
+                problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks", check_index),
+                             f"must be one of {', '.join(DeepHealthCheck)}", check)
+        if len(set(checks)) != len(checks):
+            problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks"), "must not repeat a check",
+                         checks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodClusterOptions(Props):
+    """A HyperPod cluster's properties a config file can set (``hyperpod`` in the app's)."""
+
+    CONSTRUCT: ClassVar[str] = "HyperPodCluster"
+
+    cluster_name: str = prop(doc="HyperPod cluster name, `^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`. A change replaces "
+                                 "the cluster.")
+    node_recovery: NodeRecovery = prop(NodeRecovery.AUTOMATIC,
+                                       doc="`Automatic` (HyperPod replaces or reboots faulty nodes) or `None`.")
+    instance_groups: Sequence[InstanceGroup] = prop(doc="At least one `InstanceGroup`, names unique.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if not is_unresolved(self.cluster_name) and not SAGEMAKER_NAME.match(self.cluster_name):
+            problems.add("HyperPodCluster.BadName", at.at("cluster_name"), _NAME_RULE, self.cluster_name)
+        self._check_placement(problems, at)
+        if self.node_recovery not in NodeRecovery._value2member_map_:
+            problems.add("HyperPodCluster.NodeRecovery", at.at("node_recovery"),
+                         f"must be one of {', '.join(NodeRecovery)}", self.node_recovery)
+        if not self.instance_groups:
+            problems.add("HyperPodCluster.NoInstanceGroups", at.at("instance_groups"),
+                         "must define at least one instance group")
+        seen: set[str] = set()
+        for index, group in enumerate(self.instance_groups):
+            group_at = at.child("instance_groups", index)
+            if group.name in seen:
+                problems.add("HyperPodCluster.DuplicateInstanceGroup", group_at.at("name"),
+                             "instance group names must be unique in a cluster", group.name)
+            seen.add(group.name)
+            group.check(problems, group_at)
+
+    def _check_placement(self, problems: Problems, at: KeyPaths) -> None:
+        """The rules of what only Python code passes (:class:`HyperPodClusterProps`: the nodes' network, the
+        bucket), in the order of the construct's arguments."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodClusterProps(HyperPodClusterOptions):
+    """:class:`HyperPodCluster`'s properties: its options, and what only Python code passes."""
+
+    eks_cluster: ClusterLike = prop(doc="The orchestrating EKS cluster.", config=False)
+    subnets: Sequence[ec2.ISubnet] = prop(doc=f"Subnets of the nodes' network interfaces (1..{MAX_SUBNETS}, private, "
+                                              "in the EKS cluster's VPC).", config=False)
+    security_groups: Sequence[ec2.ISecurityGroup] = prop(
+        doc=f"Security groups of those interfaces ({SECURITY_GROUPS[0]}..{SECURITY_GROUPS[1]}). They must allow "
+            "traffic to and from the EKS cluster security group.", config=False)
+    lifecycle_bucket_name: str | None = prop(
+        None, config=False, default_doc="CloudFormation generates a name",
+        doc="Name of the lifecycle bucket this construct creates. The role reads it through an explicit grant, so "
+            "it need not start with `sagemaker-` (the managed policy's own S3 scope).")
+    lifecycle_scripts: str | Path | None = prop(
+        None, config=False, default_doc="the package's `hyperpod_lifecycle/` folder",
+        doc="Folder whose files (`.sh`, `.py`, `.json`, `.yaml`, `.txt`; not starting with `.` or `_`) are put "
+            f"under `lifecycle/`. It must hold `{ON_CREATE_SCRIPT}`.")
+    access_logs_bucket: s3.IBucket | None = prop(
+        None, config=False, default_doc="no server access logs",
+        doc="Where the lifecycle bucket's server access logs go, under `<bucket name>/` (or its lowercased unique "
+            "construct id when unnamed). When it is an `s3.Bucket` in the same stack, or the lifecycle bucket has a "
+            "literal name, the construct adds the statement that admits `logging.s3.amazonaws.com` to its policy "
+            "(e.g. [CaptureStorage](capture-storage.md)'s `access_log_bucket`); otherwise see Warnings.")
+    encryption_key: kms.IKey | None = prop(None, doc="KMS key of the lifecycle bucket.", config=False,
+                                           default_doc="SSE-S3")
+    log_retention: logs.RetentionDays = prop(
+        DEFAULT_RETENTION, config=False,
+        doc="How long the cluster's log group keeps its events. A new value is put again on the next deploy; a new "
+            "cluster id (the cluster was replaced) is a new group, which both calls create and retain. The group is "
+            "not KMS-encrypted (CloudWatch Logs encrypts it at rest with its own keys): the group is created by "
+            "HyperPod or by the SDK call, and this construct has no key whose policy admits CloudWatch Logs.")
+    vpc: ec2.IVpc | None = prop(
+        None, config=False, default_doc="the EKS cluster's VPC",
+        doc="The VPC of `subnets`: the execution role may create, detach and delete network interfaces of this VPC "
+            "only. Required when `eks_cluster` was imported without its VPC (`HyperPodCluster.NoVpc`).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        scripts = self.scripts_folder
+        if not (scripts / ON_CREATE_SCRIPT).is_file():
+            problems.add("HyperPodCluster.NoOnCreateScript", at.at("lifecycle_scripts"),
+                         f"must be a folder holding {ON_CREATE_SCRIPT}", str(scripts))
+
+    def _check_placement(self, problems: Problems, at: KeyPaths) -> None:
+        _check_placement(problems, at, vpc_known=self.vpc is not None or _vpc_of(self.eks_cluster) is not None,
+                         subnet_count=len(self.subnets), security_group_count=len(self.security_groups),
+                         lifecycle_bucket_name=self.lifecycle_bucket_name)
+
+    @property
+    def scripts_folder(self) -> Path:
+        """The folder of the lifecycle scripts: ``lifecycle_scripts``, or the package's."""
+        return Path(self.lifecycle_scripts) if self.lifecycle_scripts is not None else LIFECYCLE_SCRIPTS_DIR
 
 
 class HyperPodCluster(Construct):
     """HyperPod cluster on an existing ``aws_eks_v2`` cluster, with its lifecycle scripts, execution
     role and EKS access entry.
 
-    :param cluster_name: HyperPod cluster name, ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`` (replacement on
-        change).
-    :param eks_cluster: the orchestrating EKS cluster.
-    :param subnets: subnets of the nodes' network interfaces (1..16, private, in the EKS cluster's VPC).
-    :param security_groups: security groups of those interfaces (1..5); they must allow traffic to and
-        from the EKS cluster security group.
-    :param instance_groups: at least one :class:`InstanceGroup`, names unique.
-    :param node_recovery: :class:`NodeRecovery`. @default AUTOMATIC
-    :param lifecycle_bucket_name: name of the lifecycle-script bucket this construct creates. The role
-        reads it through an explicit grant, so it need not start with ``sagemaker-`` (the managed policy's
-        own S3 scope). @default a name CloudFormation generates
-    :param lifecycle_scripts: folder whose files are deployed under ``lifecycle/``; it must hold
-        ``on_create.sh``. @default the script shipped in this package (``hyperpod_lifecycle/``)
-    :param access_logs_bucket: where the lifecycle bucket's server access logs go (its policy must admit
-        ``logging.s3.amazonaws.com``, as :class:`~hyperpod_inference_iac.CaptureStorage`'s does). @default none
-    :param encryption_key: KMS key of the lifecycle bucket. @default SSE-S3
-    :param log_retention: how long the cluster's log group (lifecycle scripts, node agents) keeps its events.
-        @default three months
-    :param vpc: the VPC of ``subnets``: the execution role may create, detach and delete network interfaces in it
-        only. @default the EKS cluster's VPC (required when ``eks_cluster`` was imported without one)
+    Properties: :class:`HyperPodClusterProps` (each with its type, default and meaning; the instance groups are
+    :class:`InstanceGroup`); ``props`` keeps them.
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
     ``lifecycle_scripts`` (the uploads), ``access_entry``, ``log_group_name`` and ``log_retention_calls``
@@ -149,55 +255,56 @@ class HyperPodCluster(Construct):
     resource scoping, CDK's SDK-call provider, the log group's ARN form) are acknowledged here.
     """
 
+    PROPS: ClassVar[type[Props]] = HyperPodClusterProps
+
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
         cluster_name: str,
-        eks_cluster: eks.ICluster,
+        eks_cluster: ClusterLike,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         instance_groups: Sequence[InstanceGroup],
-        lifecycle_bucket_name: str | None = None,
-        lifecycle_scripts: str | Path | None = None,
-        node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC,
-        access_logs_bucket: s3.IBucket | None = None,
-        encryption_key: kms.IKey | None = None,
-        log_retention: logs.RetentionDays = DEFAULT_RETENTION,
-        vpc: ec2.IVpc | None = None,
+        lifecycle_bucket_name: str | None = HyperPodClusterProps.lifecycle_bucket_name,
+        lifecycle_scripts: str | Path | None = HyperPodClusterProps.lifecycle_scripts,
+        node_recovery: NodeRecovery = HyperPodClusterProps.node_recovery,
+        access_logs_bucket: s3.IBucket | None = HyperPodClusterProps.access_logs_bucket,
+        encryption_key: kms.IKey | None = HyperPodClusterProps.encryption_key,
+        log_retention: logs.RetentionDays = HyperPodClusterProps.log_retention,
+        vpc: ec2.IVpc | None = HyperPodClusterProps.vpc,
     ) -> None:
         super().__init__(scope, id)
-        problems = Problems()
-        vpc = vpc or _vpc_of(eks_cluster)
-        check_hyperpod_cluster(problems, cluster_name=cluster_name, instance_groups=instance_groups,
-                               node_recovery=node_recovery, lifecycle_bucket_name=lifecycle_bucket_name,
-                               subnet_count=len(subnets), security_group_count=len(security_groups),
-                               vpc_known=vpc is not None)
-        scripts = Path(lifecycle_scripts) if lifecycle_scripts is not None else LIFECYCLE_SCRIPTS_DIR
-        if not (scripts / ON_CREATE_SCRIPT).is_file():
-            problems.add("HyperPodCluster.NoOnCreateScript", "lifecycle_scripts",
-                         f"must be a folder holding {ON_CREATE_SCRIPT}", str(scripts))
-        problems.raise_if_any(f"HyperPodCluster {self.node.path}")
+        self.props = props = HyperPodClusterProps(
+            cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=tuple(subnets),
+            security_groups=tuple(security_groups), instance_groups=tuple(instance_groups),
+            lifecycle_bucket_name=lifecycle_bucket_name, lifecycle_scripts=lifecycle_scripts,
+            node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
+            log_retention=log_retention, vpc=vpc)
+        props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
+        vpc = props.vpc or _vpc_of(props.eks_cluster)
+        encryption_key = props.encryption_key
         stack = Stack.of(self)
 
         self.lifecycle_bucket = hardened_bucket(
             self,
             "LifecycleBucket",
-            bucket_name=lifecycle_bucket_name,
+            bucket_name=props.lifecycle_bucket_name,
             encryption_key=encryption_key,
-            access_logs_bucket=access_logs_bucket,
+            access_logs_bucket=props.access_logs_bucket,
+            name_property="lifecycle_bucket_name",
             # Without a log bucket, a prefix alone would make S3 log the bucket into itself.
             lifecycle_rules=[
                 s3.LifecycleRule(id="purge-replaced-scripts", noncurrent_version_expiration=Duration.days(30)),
             ],
         )
-        self.lifecycle_scripts = self._upload_scripts(scripts, encryption_key)
+        self.lifecycle_scripts = self._upload_scripts(props.scripts_folder, encryption_key)
 
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
-            description=f"HyperPod instance groups of {cluster_name}",
+            description=f"HyperPod instance groups of {props.cluster_name}",
             # Confused-deputy guard: only HyperPod clusters of this account and region may assume it.
             assumed_by=iam.ServicePrincipal(
                 "sagemaker.amazonaws.com",
@@ -212,12 +319,13 @@ class HyperPodCluster(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_ROLE_MANAGED_POLICY)],
         )
         self._grant_read_lifecycle_scripts(stack, encryption_key)
-        self._grant_node_permissions(stack, eks_cluster, vpc)  # type: ignore[arg-type]
+        assert vpc is not None  # (HyperPodClusterProps.check refuses a cluster whose VPC is not known: NoVpc)
+        self._grant_node_permissions(stack, props.eks_cluster, vpc)
 
         self.access_entry = eks.AccessEntry(
             self,
             "AccessEntry",
-            cluster=eks_cluster,
+            cluster=as_icluster(props.eks_cluster),
             principal=self.execution_role.role_arn,
             access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX,
             access_policies=[],
@@ -227,15 +335,15 @@ class HyperPodCluster(Construct):
         self.cfn_cluster = sagemaker.CfnCluster(
             self,
             "Resource",
-            cluster_name=cluster_name,
+            cluster_name=props.cluster_name,
             orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
-                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=eks_cluster.cluster_arn),
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster.cluster_arn),
             ),
-            instance_groups=[self._instance_group(group, source_s3_uri) for group in instance_groups],
-            node_recovery=str(node_recovery),
+            instance_groups=[self._instance_group(group, source_s3_uri) for group in props.instance_groups],
+            node_recovery=str(props.node_recovery),
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
-                security_group_ids=[sg.security_group_id for sg in security_groups],
-                subnets=[subnet.subnet_id for subnet in subnets],
+                security_group_ids=[sg.security_group_id for sg in props.security_groups],
+                subnets=[subnet.subnet_id for subnet in props.subnets],
             ),
         )
         # Nodes run on_create.sh and join EKS as soon as they boot: the scripts, the role's policies
@@ -246,8 +354,8 @@ class HyperPodCluster(Construct):
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
         # arn:<partition>:sagemaker:<region>:<account>:cluster/<id>: the id is the part after the only "/".
         cluster_id = Fn.select(1, Fn.split("/", self.cluster_arn))
-        self.log_group_name: str = f"{CLUSTER_LOG_GROUP_PREFIX}{cluster_name}/{cluster_id}"
-        self.log_retention_calls = self._retain_cluster_logs(stack, log_retention)
+        self.log_group_name: str = f"{CLUSTER_LOG_GROUP_PREFIX}{props.cluster_name}/{cluster_id}"
+        self.log_retention_calls = self._retain_cluster_logs(stack, props.log_retention)
         self._acknowledge_reviewed_findings(stack)
 
     def _acknowledge_reviewed_findings(self, stack: Stack) -> None:
@@ -360,7 +468,7 @@ class HyperPodCluster(Construct):
                 conditions=kms_through_s3(stack.region, bucket.bucket_arn),
             ))
 
-    def _grant_node_permissions(self, stack: Stack, eks_cluster: eks.ICluster, vpc: ec2.IVpc) -> None:
+    def _grant_node_permissions(self, stack: Stack, eks_cluster: ClusterLike, vpc: ec2.IVpc) -> None:
         role = self.execution_role
         in_this_region = {"StringEquals": {"aws:RequestedRegion": stack.region}}
         role.add_to_principal_policy(iam.PolicyStatement(
@@ -395,7 +503,7 @@ class HyperPodCluster(Construct):
         ))
 
 
-def _vpc_of(eks_cluster: eks.ICluster) -> ec2.IVpc | None:
+def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:
     """The cluster's VPC, or None for a cluster imported without one (whose ``vpc`` raises)."""
     try:
         return eks_cluster.vpc
@@ -416,17 +524,25 @@ def check_hyperpod_cluster(
     instance_group_names: dict[str, str] | None = None,
     vpc_known: bool | None = None,
 ) -> None:
-    """Every rule of :class:`HyperPodCluster`'s properties (a config loader calls it with its key paths;
-    ``instance_group_names`` maps :class:`InstanceGroup` fields to its keys; ``vpc_known``: whether the VPC of
-    the nodes' network interfaces is known, given or the EKS cluster's)."""
+    """:meth:`HyperPodClusterOptions.check` of these options, and the rules of the Python-only properties given as
+    counts (kept for callers of 0.2.0; ``instance_group_names`` maps :class:`InstanceGroup` fields to a loader's
+    keys; ``vpc_known``: whether the VPC of the nodes' network interfaces is known, given or the EKS cluster's)."""
+    if instance_group_names:
+        at = KeyPaths(at.base, {**at.names, **{f"instance_groups[].{name}": key
+                                               for name, key in instance_group_names.items()}})
+    options = HyperPodClusterOptions(cluster_name=cluster_name, instance_groups=tuple(instance_groups),
+                                     node_recovery=node_recovery)  # type: ignore[arg-type]
+    options.check(problems, at)
+    _check_placement(problems, at, vpc_known=vpc_known, subnet_count=subnet_count,
+                     security_group_count=security_group_count, lifecycle_bucket_name=lifecycle_bucket_name)
+
+
+def _check_placement(problems: Problems, at: KeyPaths, *, vpc_known: bool | None, subnet_count: int | None,
+                     security_group_count: int | None, lifecycle_bucket_name: str | None) -> None:
     if vpc_known is False:
         problems.add("HyperPodCluster.NoVpc", at.at("vpc"),
                      "must be given: the EKS cluster was imported without its VPC, and the execution role may change "
                      "the network interfaces of that VPC only")
-    if not is_unresolved(cluster_name) and not SAGEMAKER_NAME.match(cluster_name):
-        problems.add("HyperPodCluster.BadName", at.at("cluster_name"),
-                     "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
-                     cluster_name)
     if subnet_count is not None:
         if subnet_count < 1:
             problems.add("HyperPodCluster.NoSubnets", at.at("subnets"),
@@ -437,51 +553,7 @@ def check_hyperpod_cluster(
     if security_group_count is not None and not SECURITY_GROUPS[0] <= security_group_count <= SECURITY_GROUPS[1]:
         problems.add("HyperPodCluster.SecurityGroups", at.at("security_groups"),
                      "must name 1 to 5 security groups (VpcConfig.SecurityGroupIds)", security_group_count)
-    if node_recovery not in NodeRecovery._value2member_map_:
-        problems.add("HyperPodCluster.NodeRecovery", at.at("node_recovery"),
-                     f"must be one of {', '.join(NodeRecovery)}", node_recovery)
     if lifecycle_bucket_name is not None and not is_unresolved(lifecycle_bucket_name) and (
             not S3_BUCKET_NAME.match(lifecycle_bucket_name) or ".." in lifecycle_bucket_name):
         problems.add("HyperPodCluster.BadBucketName", at.at("lifecycle_bucket_name"),
                      "must be an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-'", lifecycle_bucket_name)
-    if not instance_groups:
-        problems.add("HyperPodCluster.NoInstanceGroups", at.at("instance_groups"),
-                     "must define at least one instance group")
-    seen: set[str] = set()
-    for index, group in enumerate(instance_groups):
-        group_at = at.child("instance_groups", index, names=instance_group_names)
-        if group.name in seen:
-            problems.add("HyperPodCluster.DuplicateInstanceGroup", group_at.at("name"),
-                         "instance group names must be unique in a cluster", group.name)
-        seen.add(group.name)
-        _check_instance_group(group, group_at, problems)
-
-
-def _check_instance_group(group: InstanceGroup, at: KeyPaths, problems: Problems) -> None:
-    if not is_unresolved(group.name) and not SAGEMAKER_NAME.match(group.name):
-        problems.add("HyperPodCluster.BadName", at.at("name"),
-                     "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit",
-                     group.name)
-    if not is_unresolved(group.instance_type) and not SAGEMAKER_INSTANCE_TYPE.match(group.instance_type):
-        hint = f" (did you mean 'ml.{group.instance_type}'?)" if not group.instance_type.startswith("ml.") else ""
-        problems.add("HyperPodCluster.BadInstanceType", at.at("instance_type"),
-                     f"must be a SageMaker instance type 'ml.<family>.<size>', e.g. 'ml.g6e.12xlarge'{hint}",
-                     group.instance_type)
-    if not is_unresolved(group.instance_count) and not 0 <= group.instance_count <= INSTANCE_COUNT_MAX:
-        problems.add("HyperPodCluster.InstanceCount", at.at("instance_count"),
-                     f"must be an integer from 0 to {INSTANCE_COUNT_MAX}", group.instance_count)
-    if not is_unresolved(group.threads_per_core) and group.threads_per_core not in (1, 2):
-        problems.add("HyperPodCluster.ThreadsPerCore", at.at("threads_per_core"),
-                     "must be 1 (multithreading off) or 2 (on)", group.threads_per_core)
-    low, high = EBS_VOLUME_GIB
-    if not is_unresolved(group.ebs_volume_gib) and not low <= group.ebs_volume_gib <= high:
-        problems.add("HyperPodCluster.VolumeSize", at.at("ebs_volume_gib"),
-                     f"must be an integer from {low} to {high} (GiB; EbsVolumeConfig.VolumeSizeInGB)",
-                     group.ebs_volume_gib)
-    checks = list(group.deep_health_checks)
-    for check_index, check in enumerate(checks):
-        if check not in DeepHealthCheck._value2member_map_:
-            problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks", check_index),
-                         f"must be one of {', '.join(DeepHealthCheck)}", check)
-    if len(set(checks)) != len(checks):
-        problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks"), "must not repeat a check", checks)

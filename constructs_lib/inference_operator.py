@@ -18,7 +18,8 @@ the kubectl Lambda (262 KB request limit). Roles:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_certificatemanager as acm
@@ -31,10 +32,12 @@ from constructs import Construct
 
 from hyperpod_inference_iac.addons import cfn_addon, managed_addon
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
-from hyperpod_inference_iac.data_perimeter import ObjectAccess
+from hyperpod_inference_iac.cdk_types import ClusterLike
+from hyperpod_inference_iac.data_perimeter import ObjectAccess, how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION, iam_role_name
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
@@ -82,56 +85,100 @@ def sagemaker_source_conditions(stack: Stack) -> dict[str, dict[str, str]]:
     }
 
 
+@dataclass(frozen=True, kw_only=True)
+class InferenceOperatorOptions(Props):
+    """The inference operator's properties a config file can set (``operator`` in the app's)."""
+
+    CONSTRUCT: ClassVar[str] = "InferenceOperator"
+
+    addon_version: str = prop(
+        DEFAULT_ADDON_VERSION, default_doc="`DEFAULT_ADDON_VERSION`, operator 3.3",
+        doc="Pinned version of the `amazon-sagemaker-hyperpod-inference` add-on; every workload may use only the "
+            "features this version has (docs/operator-versions.md). The dependency add-ons take EKS's default for "
+            "the cluster's Kubernetes minor (pinning those too would break on each EKS release).")
+    enable_custom_service_accounts: bool = prop(
+        False, doc="The add-on's `enableCustomServiceAccounts`: workloads may run under their own labelled service "
+                   "accounts.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if not is_unresolved(self.addon_version) and not EKS_ADDON_VERSION.match(self.addon_version):
+            problems.add("InferenceOperator.AddonVersion", at.at("addon_version"),
+                         "must be an EKS add-on version such as v1.0.0-eksbuild.1", self.addon_version)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceOperatorProps(InferenceOperatorOptions):
+    """:class:`InferenceOperator`'s properties: its options, and what only Python code passes."""
+
+    cluster: eks.Cluster = prop(doc="The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles).",
+                                config=False)
+    hyperpod_cluster_arn: str = prop(doc="The HyperPod cluster the operator deploys onto.", config=False)
+    tls_bucket: s3.IBucket = prop(
+        config=False, doc="The operator's TLS certificate output bucket. Its name must start with `hyperpod-tls` "
+                          "(the AWS-managed policy covers only those; not checked here, "
+                          "[CaptureStorage](capture-storage.md) checks it).")
+    tls_bucket_key: kms.IKey | None = prop(None, doc="The TLS bucket's key.", config=False, default_doc="SSE-S3")
+    capture_bucket: s3.IBucket | None = prop(None, doc="The bucket data capture writes to.", config=False,
+                                             default_doc="no capture permissions")
+    capture_key: kms.IKey | None = prop(None, doc="The capture bucket's key.", config=False, default_doc="SSE-S3")
+    capture_prefix: str = prop("data-capture/", doc="The key prefix in the capture bucket the operator may write "
+                                                    "to.", config=False)
+    certificate: acm.ICertificate | None = prop(
+        None, doc="The ACM certificate of the endpoint domains (describe, get and tag only it).", config=False,
+        default_doc="no custom domains")
+    hosted_zone: route53.IHostedZone | None = prop(None, doc="The Route 53 zone whose records the operator manages "
+                                                             "(only it).", config=False)
+    execution_role_name: str | None = prop(
+        None, config=False, default_doc="`SageMakerHyperPodInference-<stack name>`, cut to 64 characters",
+        doc=f"The execution role's name; it must start with `{EXECUTION_ROLE_PREFIX}` (the add-on refuses other "
+            "names) and have at most 64 characters.")
+    mounted_buckets: Sequence[s3.IBucket] = prop(
+        (), config=False, doc="Buckets the operator mounts through Mountpoint for S3 (model weights). The TLS bucket "
+                              "is always included.")
+    install_fsx_csi_driver: bool = prop(False, doc=f"Also install the `{FSX_CSI_ADDON}` add-on.", config=False)
+    s3_csi_role_name: str | None = prop(
+        None, config=False, default_doc="generated",
+        doc="Fixed name of the Mountpoint for S3 CSI driver's role. Needed when the TLS bucket is guarded by a "
+            "[CaptureStorage](capture-storage.md) in another stack: its allowlist names the role by ARN.")
+    scaling_metrics: ScalingMetrics | None = prop(
+        None, config=False, default_doc="no metric reads",
+        doc="What the workloads' autoscaling triggers read (`WorkloadPlan.scaling_metrics`): `cloudwatch` and "
+            "`prometheus_workspaces`; the KEDA role may read exactly that.")
+    gated_model_namespaces: Sequence[str] = prop(
+        (), config=False, default_doc="no gated-model role",
+        doc="Namespaces whose gated JumpStart models download with the add-on's role "
+            "(`WorkloadPlan.gated_model_namespaces`): creates that role, trusted by their JumpStart service "
+            "accounts.")
+    gated_model_download_role: iam.IRole | None = prop(
+        None, doc="An existing gated-model download role to configure instead of creating one.", config=False)
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        _check_execution_role_name(problems, at, self.execution_role_name)
+        super().check(problems, at)
+
+
+def _check_execution_role_name(problems: Problems, at: KeyPaths, execution_role_name: str | None) -> None:
+    if execution_role_name is None or is_unresolved(execution_role_name):
+        return
+    if not execution_role_name.startswith(EXECUTION_ROLE_PREFIX):
+        problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
+                     f"must start with {EXECUTION_ROLE_PREFIX} (the add-on refuses other names)", execution_role_name)
+    elif len(execution_role_name) > 64:
+        problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
+                     "must be at most 64 characters (IAM role names)", execution_role_name)
+
+
 def check_inference_operator(problems: Problems, at: KeyPaths = PROPS, *, execution_role_name: str,
                              addon_version: str = DEFAULT_ADDON_VERSION) -> None:
-    """Every rule of :class:`InferenceOperator`'s properties."""
-    if not is_unresolved(execution_role_name):
-        if not execution_role_name.startswith(EXECUTION_ROLE_PREFIX):
-            problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
-                         f"must start with {EXECUTION_ROLE_PREFIX} (the add-on refuses other names)",
-                         execution_role_name)
-        elif len(execution_role_name) > 64:
-            problems.add("InferenceOperator.ExecutionRoleName", at.at("execution_role_name"),
-                         "must be at most 64 characters (IAM role names)", execution_role_name)
-    if not is_unresolved(addon_version) and not EKS_ADDON_VERSION.match(addon_version):
-        problems.add("InferenceOperator.AddonVersion", at.at("addon_version"),
-                     "must be an EKS add-on version such as v1.0.0-eksbuild.1", addon_version)
+    """The execution role name's rule and :meth:`InferenceOperatorOptions.check` (kept for callers of 0.2.0)."""
+    _check_execution_role_name(problems, at, execution_role_name)
+    InferenceOperatorOptions(addon_version=addon_version).check(problems, at)
 
 
 class InferenceOperator(Construct):
     """Install the operator and everything it needs on ``cluster``.
 
-    :param cluster: the ``aws_eks_v2`` cluster (with its OIDC provider, for the IRSA roles).
-    :param hyperpod_cluster_arn: the HyperPod cluster the operator deploys onto.
-    :param tls_bucket: the operator's TLS certificate output bucket (its name must start with
-        ``hyperpod-tls``: the AWS-managed policy covers only those).
-    :param tls_bucket_key: that bucket's KMS key. @default none (SSE-S3)
-    :param capture_bucket: the bucket data capture writes to. @default none: no capture permissions
-    :param capture_key: the capture bucket's KMS key. @default none (SSE-S3)
-    :param capture_prefix: key prefix in the capture bucket the operator may write to. @default ``data-capture/``
-    :param certificate: the ACM certificate of the endpoint domains (describe/get/tag only it).
-        @default none: no custom domains
-    :param hosted_zone: the Route 53 zone whose records the operator manages (only it). @default none
-    :param execution_role_name: must start with ``SageMakerHyperPodInference`` (checked).
-        @default ``SageMakerHyperPodInference-<stack name>``
-    :param addon_version: pinned add-on version. Dependency add-ons take EKS's default for the cluster's
-        Kubernetes minor (pinning those too would break on each EKS release). @default
-        ``operator_versions.DEFAULT_ADDON_VERSION`` (``v1.4.0-eksbuild.1``, operator 3.3)
-    :param enable_custom_service_accounts: lets workloads run under their own labelled service
-        accounts (the add-on's ``enableCustomServiceAccounts``). @default False
-    :param mounted_buckets: buckets the operator mounts through Mountpoint for S3 (model weights);
-        the TLS bucket is always included. @default none
-    :param install_fsx_csi_driver: also install the FSx for Lustre CSI add-on. @default False
-    :param s3_csi_role_name: fixed name of the Mountpoint for S3 CSI driver's role: needed when the TLS
-        bucket is guarded by :class:`CaptureStorage` in another stack (its allowlist names the role by ARN).
-        @default generated
-    :param scaling_metrics: what the workloads' autoscaling triggers read (``WorkloadPlan.scaling_metrics``);
-        the KEDA role may read exactly that. @default none: the KEDA role may read no metrics
-    :param gated_model_namespaces: namespaces with gated JumpStart models that download with the add-on's
-        role (``WorkloadPlan.gated_model_namespaces``): creates that role, trusted by their JumpStart service
-        accounts. @default none: no role
-    :param gated_model_download_role: an existing gated-model download role to configure instead.
-        @default none
+    Properties: :class:`InferenceOperatorProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``gated_model_role``
     (created, passed in or ``None``), ``addon`` (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the
@@ -139,6 +186,8 @@ class InferenceOperator(Construct):
     Its cdk-nag findings (AWS's operator policy, the load balancer controller's published policy, KEDA's
     metric reads, object wildcards under fixed prefixes) are acknowledged here.
     """
+
+    PROPS: ClassVar[type[Props]] = InferenceOperatorProps
 
     def __init__(
         self,
@@ -148,28 +197,36 @@ class InferenceOperator(Construct):
         cluster: eks.Cluster,
         hyperpod_cluster_arn: str,
         tls_bucket: s3.IBucket,
-        tls_bucket_key: kms.IKey | None = None,
-        capture_bucket: s3.IBucket | None = None,
-        capture_key: kms.IKey | None = None,
-        capture_prefix: str = "data-capture/",
-        certificate: acm.ICertificate | None = None,
-        hosted_zone: route53.IHostedZone | None = None,
-        execution_role_name: str | None = None,
-        addon_version: str = DEFAULT_ADDON_VERSION,
-        enable_custom_service_accounts: bool = False,
-        mounted_buckets: Sequence[s3.IBucket] = (),
-        install_fsx_csi_driver: bool = False,
-        s3_csi_role_name: str | None = None,
-        scaling_metrics: ScalingMetrics | None = None,
-        gated_model_namespaces: Sequence[str] = (),
-        gated_model_download_role: iam.IRole | None = None,
+        tls_bucket_key: kms.IKey | None = InferenceOperatorProps.tls_bucket_key,
+        capture_bucket: s3.IBucket | None = InferenceOperatorProps.capture_bucket,
+        capture_key: kms.IKey | None = InferenceOperatorProps.capture_key,
+        capture_prefix: str = InferenceOperatorProps.capture_prefix,
+        certificate: acm.ICertificate | None = InferenceOperatorProps.certificate,
+        hosted_zone: route53.IHostedZone | None = InferenceOperatorProps.hosted_zone,
+        execution_role_name: str | None = InferenceOperatorProps.execution_role_name,
+        addon_version: str = InferenceOperatorProps.addon_version,
+        enable_custom_service_accounts: bool = InferenceOperatorProps.enable_custom_service_accounts,
+        mounted_buckets: Sequence[s3.IBucket] = InferenceOperatorProps.mounted_buckets,
+        install_fsx_csi_driver: bool = InferenceOperatorProps.install_fsx_csi_driver,
+        s3_csi_role_name: str | None = InferenceOperatorProps.s3_csi_role_name,
+        scaling_metrics: ScalingMetrics | None = InferenceOperatorProps.scaling_metrics,
+        gated_model_namespaces: Sequence[str] = InferenceOperatorProps.gated_model_namespaces,
+        gated_model_download_role: iam.IRole | None = InferenceOperatorProps.gated_model_download_role,
     ) -> None:
         super().__init__(scope, id)
+        self.props = props = InferenceOperatorProps(
+            cluster=cluster, hyperpod_cluster_arn=hyperpod_cluster_arn, tls_bucket=tls_bucket,
+            tls_bucket_key=tls_bucket_key, capture_bucket=capture_bucket, capture_key=capture_key,
+            capture_prefix=capture_prefix, certificate=certificate, hosted_zone=hosted_zone,
+            execution_role_name=execution_role_name, addon_version=addon_version,
+            enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=tuple(mounted_buckets),
+            install_fsx_csi_driver=install_fsx_csi_driver, s3_csi_role_name=s3_csi_role_name,
+            scaling_metrics=scaling_metrics, gated_model_namespaces=tuple(gated_model_namespaces),
+            gated_model_download_role=gated_model_download_role)
+        props.raise_if_invalid(f"InferenceOperator {self.node.path}")
         stack = Stack.of(self)
-        execution_role_name = execution_role_name or iam_role_name(f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}")
-        problems = Problems()
-        check_inference_operator(problems, execution_role_name=execution_role_name, addon_version=addon_version)
-        problems.raise_if_any(f"InferenceOperator {self.node.path}")
+        # (The default always fits: the prefix, cut to IAM's 64 characters.)
+        execution_role_name = props.execution_role_name or iam_role_name(f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}")
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
@@ -177,67 +234,71 @@ class InferenceOperator(Construct):
             description="HyperPod inference operator: deploys models, certificates, DNS and data capture",
             assumed_by=iam.CompositePrincipal(
                 iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(sagemaker_source_conditions(stack)),
-                service_account_principal(self, "OperatorTrust", cluster=cluster, namespace=OPERATOR_NAMESPACE,
+                service_account_principal(self, "OperatorTrust", cluster=props.cluster, namespace=OPERATOR_NAMESPACE,
                                           service_account=OPERATOR_SERVICE_ACCOUNT),
             ),
             # AWS's policy for the operator (SageMaker endpoints, load balancers, ECR); maintained by AWS
             # as the operator evolves. Everything touching our data is granted below, scoped.
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(OPERATOR_MANAGED_POLICY)],
         )
-        tls_arn = bucket_arn(tls_bucket)
-        if capture_bucket is not None:  # (the grant acknowledges its own prefix wildcard)
-            grant_object_writes(self.execution_role, bucket_arn=bucket_arn(capture_bucket), prefix=capture_prefix,
-                                key=capture_key)
-        self._grant_tls_output(tls_arn, tls_bucket_key)
-        if certificate is not None:
+        tls_arn = bucket_arn(props.tls_bucket)
+        if props.capture_bucket is not None:  # (the grant acknowledges its own prefix wildcard)
+            grant_object_writes(self.execution_role, bucket_arn=bucket_arn(props.capture_bucket),
+                                prefix=props.capture_prefix, key=props.capture_key)
+        self._grant_tls_output(tls_arn, props.tls_bucket_key)
+        if props.certificate is not None:
             self.execution_role.add_to_principal_policy(iam.PolicyStatement(
-                sid="UseEndpointCertificate", resources=[certificate.certificate_arn],
+                sid="UseEndpointCertificate", resources=[props.certificate.certificate_arn],
                 actions=["acm:DescribeCertificate", "acm:GetCertificate", "acm:AddTagsToCertificate"]))
-        if hosted_zone is not None:
+        if props.hosted_zone is not None:
             self.execution_role.add_to_principal_policy(iam.PolicyStatement(
-                sid="ManageEndpointRecords", resources=[hosted_zone.hosted_zone_arn],
+                sid="ManageEndpointRecords", resources=[props.hosted_zone.hosted_zone_arn],
                 actions=["route53:GetHostedZone", "route53:ListResourceRecordSets",
                          "route53:ChangeResourceRecordSets"]))
 
         self.alb_controller_role = self._irsa_role(
-            cluster, "AlbControllerRole", "aws-load-balancer-controller",
+            props.cluster, "AlbControllerRole", "aws-load-balancer-controller",
             alb_controller_statements(partition=stack.partition, region=stack.region, account=stack.account))
-        self.keda_role = self._irsa_role(cluster, "KedaRole", "keda-operator", [])
-        self._grant_scaling_metrics(scaling_metrics or ScalingMetrics())
-        self.gated_model_role = gated_model_download_role or (
-            self._gated_model_role(cluster, gated_model_namespaces) if gated_model_namespaces else None)
+        self.keda_role = self._irsa_role(props.cluster, "KedaRole", "keda-operator", [])
+        self._grant_scaling_metrics(props.scaling_metrics or ScalingMetrics())
+        namespaces = props.gated_model_namespaces
+        self.gated_model_role = props.gated_model_download_role or (
+            self._gated_model_role(props.cluster, namespaces) if namespaces else None)
         namespace, account_name = S3_CSI_SERVICE_ACCOUNT
         self.s3_csi_role = iam.Role(
-            self, "S3CsiDriverRole", role_name=s3_csi_role_name,
-            assumed_by=service_account_principal(self, "S3CsiTrust", cluster=cluster, namespace=namespace,
+            self, "S3CsiDriverRole", role_name=props.s3_csi_role_name,
+            assumed_by=service_account_principal(self, "S3CsiTrust", cluster=props.cluster, namespace=namespace,
                                                  service_account=account_name),
             description="Mountpoint for S3 CSI driver: read-only on the buckets the operator mounts",
         )
-        if tls_bucket_key is not None:
-            grant_key_through_s3(self.s3_csi_role, tls_bucket_key, KMS_READ_ACTIONS, tls_arn)
+        if props.s3_csi_role_name is None:  # a guarded bucket of another stack cannot name it: say which prop does
+            how_to_name(self.s3_csi_role, f"pass InferenceOperator(s3_csi_role_name=...) to {self.node.path}, the "
+                                          "Mountpoint for S3 CSI driver's role, which the allowlist then names")
+        if props.tls_bucket_key is not None:
+            grant_key_through_s3(self.s3_csi_role, props.tls_bucket_key, KMS_READ_ACTIONS, tls_arn)
         grant_object_reads(self.s3_csi_role, bucket_arn=tls_arn)
-        for bucket in mounted_buckets:  # (read-only; the bucket's own key through S3; acknowledged per bucket)
+        for bucket in props.mounted_buckets:  # (read-only; the bucket's own key through S3; acknowledged per bucket)
             grant_object_reads(self.s3_csi_role, bucket_arn=bucket_arn(bucket), key=bucket.encryption_key)
 
-        self.dependency_addons = [self._addon(cluster, name) for name in DEPENDENCY_ADDONS]
-        if install_fsx_csi_driver:
-            self.dependency_addons.append(self._addon(cluster, FSX_CSI_ADDON))
+        self.dependency_addons = [self._addon(props.cluster, name) for name in DEPENDENCY_ADDONS]
+        if props.install_fsx_csi_driver:
+            self.dependency_addons.append(self._addon(props.cluster, FSX_CSI_ADDON))
         mountpoint = self.dependency_addons[DEPENDENCY_ADDONS.index("aws-mountpoint-s3-csi-driver")]
         cfn_addon(mountpoint).service_account_role_arn = self.s3_csi_role.role_arn
 
         configuration: dict[str, Any] = {
             "executionRoleArn": self.execution_role.role_arn,
-            "tlsCertificateS3Bucket": tls_bucket.bucket_name,
-            "hyperpodClusterArn": hyperpod_cluster_arn,
-            "enableCustomServiceAccounts": enable_custom_service_accounts,
+            "tlsCertificateS3Bucket": props.tls_bucket.bucket_name,
+            "hyperpodClusterArn": props.hyperpod_cluster_arn,
+            "enableCustomServiceAccounts": props.enable_custom_service_accounts,
             "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": self.alb_controller_role.role_arn}},
             "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": self.keda_role.role_arn}}}},
         }
         if self.gated_model_role is not None:
             configuration["jumpstartGatedModelDownloadRoleArn"] = self.gated_model_role.role_arn
         self.configuration: Mapping[str, Any] = configuration
-        self.addon = managed_addon(self, "Addon", cluster=cluster, name=OPERATOR_ADDON, version=addon_version,
-                                   configuration_values=self.configuration)
+        self.addon = managed_addon(self, "Addon", cluster=props.cluster, name=OPERATOR_ADDON,
+                                   version=props.addon_version, configuration_values=self.configuration)
         for dependency in self.dependency_addons:
             self.addon.node.add_dependency(dependency)
         self._acknowledge_reviewed_findings(stack, objects_arn(tls_arn))
@@ -311,7 +372,7 @@ class InferenceOperator(Construct):
             role.add_to_principal_policy(statement)
         return role
 
-    def _addon(self, cluster: eks.ICluster, name: str) -> eks.Addon:
+    def _addon(self, cluster: ClusterLike, name: str) -> eks.Addon:
         return managed_addon(self, _construct_id(name), cluster=cluster, name=name)
 
     def _acknowledge_reviewed_findings(self, stack: Stack, tls_objects: str) -> None:

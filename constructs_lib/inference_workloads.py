@@ -9,12 +9,14 @@ its role may read.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn
 
 import cdk8s
-from aws_cdk import Annotations, CfnResource, DefaultStackSynthesizer, Stack
+from aws_cdk import Annotations, App, AssetStaging, CfnResource, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -25,56 +27,134 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelWorkload,
     ObjectAccess,
     PortableWorkload,
     WorkloadPlan,
+    check_grantable_key,
     token_secret_of,
 )
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.risks import RiskWarnings, is_private_range
 from hyperpod_inference_iac.s3_access import bucket_arn
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.validation import PROPS, ConfigError, KeyPaths, Problems, is_unresolved, join_path
 from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadIdentity
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
+SIDECAR_IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64  # the GPU nodes are x86_64
+
+
+def sidecar_image_asset(scope: Construct, id: str) -> ecr_assets.DockerImageAsset:
+    """The capture sidecar's image asset: the image context shipped in this package, built for x86_64."""
+    return ecr_assets.DockerImageAsset(scope, id, directory=str(package_dir("hyperpod_inference_iac.sidecar")),
+                                       exclude=SIDECAR_ASSET_EXCLUDES, platform=SIDECAR_IMAGE_PLATFORM)
+
+
+@functools.cache
+def sidecar_image_hash() -> str:
+    """The hash of the capture sidecar image asset :class:`InferenceWorkloads` builds: computed by CDK itself, for
+    the same asset in a scratch app without staging, so whoever needs the image's URI (GitOps manifests) gets it
+    from here, never from a construct of the platform (tests check the two agree)."""
+    scratch = Stack(App(context={"aws:cdk:disable-asset-staging": True}), "SidecarImageHash")
+    asset_hash = sidecar_image_asset(scratch, "Image").asset_hash
+    # CDK keeps a process-wide cache of staged assets, keyed by source and options: the scratch app's unstaged
+    # entry (the source's absolute path) would otherwise be reused by the real asset, and cdk.out would name a path
+    # of this machine instead of its own staged copy.
+    AssetStaging.clear_asset_hash_cache()
+    return asset_hash
+
+
+def sidecar_image_reference(account: str, region: str, asset_hash: str | None = None) -> str:
+    """The sidecar image's URI in the CDK bootstrap's container asset repository (default qualifier) of ``account``
+    and ``region``: what the cluster's manifests name, known before any deploy."""
+    qualifier = DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    return (f"{account}.dkr.ecr.{region}.amazonaws.com/cdk-{qualifier}-container-assets-{account}-{region}:"
+            f"{asset_hash or sidecar_image_hash()}")
 
 
 def sidecar_image_uri(stack: Stack, asset: ecr_assets.DockerImageAsset) -> str:
-    """The image asset's URI without a token when the stack's account and region are known: the bootstrap's
-    container asset repository (default qualifier) and the asset hash, as GitOps manifests need it."""
+    """The image asset's URI without a token when the stack's account and region are known
+    (:func:`sidecar_image_reference`), else the asset's own (a token)."""
     if is_unresolved(stack.account) or is_unresolved(stack.region):
         return asset.image_uri
-    qualifier = DefaultStackSynthesizer.DEFAULT_QUALIFIER
-    return (f"{stack.account}.dkr.ecr.{stack.region}.amazonaws.com/cdk-{qualifier}-container-assets-"
-            f"{stack.account}-{stack.region}:{asset.asset_hash}")
+    return sidecar_image_reference(stack.account, stack.region, asset.asset_hash)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceWorkloadsProps(Props):
+    """:class:`InferenceWorkloads`' properties (only Python code passes them; the app's come from its config and its
+    other constructs). The plan was checked by ``plan_workloads``; what the construct adds is in :meth:`check`."""
+
+    CONSTRUCT: ClassVar[str] = "InferenceWorkloads"
+
+    cluster: ClusterLike = prop(config=False, doc="The `aws_eks_v2` cluster, an `eks.Cluster` or `eks.ICluster` (its "
+                                                  "kubectl provider applies the manifests).")
+    plan: WorkloadPlan = prop(config=False, doc="What to deploy, from `plan_workloads`.")
+    capture_bucket: s3.IBucket | None = prop(None, config=False, default_doc="none",
+                                             doc="The platform's capture bucket, when the plan captures into it "
+                                                 "(`PlatformValue.CAPTURE_BUCKET`).")
+    capture_key: kms.IKey | None = prop(None, config=False, default_doc="none",
+                                        doc="The key of that bucket (`PlatformValue.CAPTURE_KEY_ID`, rendered as its "
+                                            "key ARN).")
+    tls_bucket: s3.IBucket | None = prop(None, config=False, default_doc="none",
+                                         doc="The operator's TLS output bucket, when the plan uses `endpointDomain`.")
+    certificate: acm.ICertificate | None = prop(None, config=False, default_doc="none",
+                                                doc="The platform certificate, when the plan uses `endpointDomain`.")
+    hosted_zone: route53.IHostedZone | None = prop(None, config=False, default_doc="none",
+                                                   doc="The platform zone, when the plan uses `endpointDomain`.")
+    known_values: Mapping[PlatformValue, str] | None = prop(
+        None, config=False, default_doc="none",
+        doc="Platform values known before deploy (deterministic names). They win over the tokens of the objects "
+            "above, so the applied manifests equal the GitOps ones.")
+    sidecar_image: str | None = prop(
+        None, config=False,
+        default_doc="an image asset built at deploy time from the package's `hyperpod_inference_iac.sidecar` context, "
+                    "when the plan needs one",
+        doc="The capture sidecar's image URI.")
+    binding: IdentityBinding = prop(IdentityBinding.IRSA, config=False,
+                                    doc="How identities bind to service accounts. Container-scoped identities (an NVMe "
+                                        "loader, a capture sidecar) need `IRSA`.")
+    depends_on: Sequence[IConstruct] = prop((), config=False,
+                                            doc="What the namespace manifest, and so every manifest, waits for (the "
+                                                "operator add-on, the device plugin, nodes).")
+    external_dns: IConstruct | None = prop(None, config=False, default_doc="none",
+                                           doc="Waited for by manifests whose Service publishes a hostname: the "
+                                               "[ExternalDns](external-dns.md) construct (its releases are its "
+                                               "children).")
+    secret_sync: IConstruct | None = prop(None, config=False, default_doc="none",
+                                          doc="Waited for by models whose Hugging Face source reads a token Secret.")
+    namespace_labels: Mapping[str, str] | None = prop(None, config=False, default_doc="none",
+                                                      doc="Labels of the namespace.")
+    monitored_namespaces: Sequence[str] | None = prop(
+        None, config=False, default_doc="not checked",
+        doc="Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches capture sidecars. A capturing "
+            "portable server in another namespace is warned (`captureNotMonitored`): its lost records and 5xx would "
+            "not be alarmed.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """A container-scoped identity needs IRSA (each problem at the identity's role name)."""
+        binding = self.binding
+        if binding in IdentityBinding._value2member_map_ and IdentityBinding(binding) is IdentityBinding.IRSA:
+            return
+        for identity in self.plan.identities:
+            if identity.scope is CredentialScope.POD:
+                continue
+            problems.add("InferenceWorkloads.ContainerIdentityNeedsIrsa", identity.role_name,
+                         f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
+                         "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model "
+                         "server among them, the same role): use IdentityBinding.IRSA", str(binding))
 
 
 class InferenceWorkloads(Construct):
     """The workloads of one plan on ``cluster``.
 
-    :param cluster: the ``aws_eks_v2`` cluster.
-    :param plan: what to deploy (:func:`~hyperpod_inference_iac.charts.plan.plan_workloads`).
-    :param capture_bucket: the platform's capture bucket, when the plan captures into it. @default none
-    :param capture_key: the key of that bucket. @default none
-    :param tls_bucket: the operator's TLS output bucket, when the plan uses ``endpointDomain``. @default none
-    :param certificate: the platform certificate, when the plan uses ``endpointDomain``. @default none
-    :param hosted_zone: the platform zone, when the plan uses ``endpointDomain``. @default none
-    :param known_values: platform values known before deploy (deterministic names), preferred to the
-        tokens of the objects above so the applied manifests equal the GitOps ones. @default none
-    :param sidecar_image: the capture sidecar's image URI. @default an image asset built at deploy time
-        from the context shipped in this package (``hyperpod_inference_iac.sidecar``)
-    :param binding: how identities bind to service accounts. @default IRSA
-    :param depends_on: what every manifest waits for (the operator add-on, the device plugin, nodes).
-    :param external_dns: waited for by manifests whose Service publishes a hostname. @default none
-    :param secret_sync: waited for by models that read a synced token Secret. @default none
-    :param namespace_labels: labels of the namespace. @default none
-    :param monitored_namespaces: where a CaptureSidecarMetrics agent watches capture sidecars; a capturing portable
-        server elsewhere is warned (``captureNotMonitored``). @default None: not checked
+    Properties: :class:`InferenceWorkloadsProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Container-scoped identities (a portable server's loader and sidecar, an operator model's NVMe loader) trust
     their own token audience; on a cluster built in this app (``aws_eks_v2.Cluster``) the audiences are added to its
@@ -86,28 +166,37 @@ class InferenceWorkloads(Construct):
     manifests were rendered with), ``sidecar_image`` (the asset, when built here).
     """
 
+    PROPS: ClassVar[type[Props]] = InferenceWorkloadsProps
+
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         plan: WorkloadPlan,
-        capture_bucket: s3.IBucket | None = None,
-        capture_key: kms.IKey | None = None,
-        tls_bucket: s3.IBucket | None = None,
-        certificate: acm.ICertificate | None = None,
-        hosted_zone: route53.IHostedZone | None = None,
-        known_values: Mapping[PlatformValue, str] | None = None,
-        sidecar_image: str | None = None,
-        binding: IdentityBinding = IdentityBinding.IRSA,
-        depends_on: Sequence[IConstruct] = (),
-        external_dns: IConstruct | None = None,
-        secret_sync: IConstruct | None = None,
-        namespace_labels: Mapping[str, str] | None = None,
-        monitored_namespaces: Sequence[str] | None = None,
+        capture_bucket: s3.IBucket | None = InferenceWorkloadsProps.capture_bucket,
+        capture_key: kms.IKey | None = InferenceWorkloadsProps.capture_key,
+        tls_bucket: s3.IBucket | None = InferenceWorkloadsProps.tls_bucket,
+        certificate: acm.ICertificate | None = InferenceWorkloadsProps.certificate,
+        hosted_zone: route53.IHostedZone | None = InferenceWorkloadsProps.hosted_zone,
+        known_values: Mapping[PlatformValue, str] | None = InferenceWorkloadsProps.known_values,
+        sidecar_image: str | None = InferenceWorkloadsProps.sidecar_image,
+        binding: IdentityBinding = InferenceWorkloadsProps.binding,
+        depends_on: Sequence[IConstruct] = InferenceWorkloadsProps.depends_on,
+        external_dns: IConstruct | None = InferenceWorkloadsProps.external_dns,
+        secret_sync: IConstruct | None = InferenceWorkloadsProps.secret_sync,
+        namespace_labels: Mapping[str, str] | None = InferenceWorkloadsProps.namespace_labels,
+        monitored_namespaces: Sequence[str] | None = InferenceWorkloadsProps.monitored_namespaces,
     ) -> None:
         super().__init__(scope, id)
+        self.props = props = InferenceWorkloadsProps(
+            cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,
+            certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
+            binding=binding, depends_on=tuple(depends_on), external_dns=external_dns, secret_sync=secret_sync,
+            namespace_labels=namespace_labels,
+            monitored_namespaces=None if monitored_namespaces is None else tuple(monitored_namespaces))
+        props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
         stack = Stack.of(self)
         self.plan = plan
         self._capture_bucket, self._capture_key = capture_bucket, capture_key
@@ -115,9 +204,7 @@ class InferenceWorkloads(Construct):
         if sidecar_image is None and plan.needs_sidecar_image:
             # linux/amd64 whatever builds it: the sidecar runs beside the model server on the GPU nodes, which are
             # x86_64 (GpuNodeGroup); an arm64 laptop would otherwise build an image those nodes cannot run.
-            self.sidecar_image = ecr_assets.DockerImageAsset(
-                self, "CaptureSidecarImage", directory=str(package_dir("hyperpod_inference_iac.sidecar")),
-                exclude=SIDECAR_ASSET_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64)
+            self.sidecar_image = sidecar_image_asset(self, "CaptureSidecarImage")
             sidecar_image = sidecar_image_uri(stack, self.sidecar_image)
         from_objects: dict[PlatformValue, str] = {}
         for value, source in ((PlatformValue.CAPTURE_BUCKET, capture_bucket and capture_bucket.bucket_name),
@@ -131,8 +218,7 @@ class InferenceWorkloads(Construct):
         self.values = PlatformValues(dict(known_values or {})).merged(from_objects)
 
         container_scoped = [i for i in plan.identities if i.scope is not CredentialScope.POD]
-        if container_scoped:
-            _check_binding(self, binding, container_scoped)
+        if container_scoped:  # (each with IRSA: InferenceWorkloadsProps.check)
             register_token_audiences(self, cluster, sorted({i.audience for i in container_scoped}))
         self.identities = {identity.role_name: self._identity(cluster, identity, binding)
                            for identity in plan.identities}
@@ -186,7 +272,7 @@ class InferenceWorkloads(Construct):
                 f"{chart_id}: {'; '.join(reasons)}. The operator applies this only to a new resource: delete the "
                 "workload and deploy it again (its endpoint is down in between), or keep the previous setting")
 
-    def _identity(self, cluster: eks.ICluster, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
+    def _identity(self, cluster: ClusterLike, identity: IdentityPlan, binding: IdentityBinding) -> WorkloadIdentity:
         workload_identity = WorkloadIdentity(
             self, f"Identity-{identity.service_account}{identity.construct_suffix}", cluster=cluster,
             namespace=identity.namespace or self.plan.context.namespace, service_account=identity.service_account,
@@ -204,7 +290,7 @@ class InferenceWorkloads(Construct):
         if bucket is PlatformValue.CAPTURE_BUCKET:
             if self._capture_bucket is None:
                 _missing_resources(self, {access.purpose: (bucket,)})
-            return bucket_arn(self._capture_bucket)  # type: ignore[arg-type]
+            return bucket_arn(self._capture_bucket)
         if isinstance(bucket, PlatformValue):
             _missing_resources(self, {access.purpose: (bucket,)})
         return f"arn:{Stack.of(self).partition}:s3:::{bucket}"
@@ -217,17 +303,14 @@ class InferenceWorkloads(Construct):
             if self._capture_key is None:
                 _missing_resources(self, {access.purpose: (key,)})
             return self._capture_key
-        if isinstance(key, str) and ":key/" in key:
-            return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
         problems = Problems()
-        problems.add("InferenceWorkloads.KeyNotGrantable", access.purpose,
-                     "a workload's own kmsKeyId must be a key ARN (arn:...:key/<id>) so its role can be granted "
-                     "that key; an alias cannot be granted", key)
+        check_grantable_key(problems, access.purpose, key)  # (the plan's rule: a plan made without it)
         problems.raise_if_any(f"InferenceWorkloads {self.node.path}")
-        return None
+        assert isinstance(key, str)  # (a platform value other than the capture key is not grantable: refused above)
+        return kms.Key.from_key_arn(self, f"Key-{identity.service_account}-{len(self.node.children)}", key)
 
 
-def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences: Sequence[str]) -> None:
+def register_token_audiences(scope: Construct, cluster: ClusterLike, audiences: Sequence[str]) -> None:
     """Let the cluster's OIDC provider accept tokens of ``audiences`` (container-scoped identities' own), besides
     ``sts.amazonaws.com``. The provider of an ``aws_eks_v2.Cluster`` of this app gets them in its client ID list
     (the native ``AWS::IAM::OIDCProvider`` and the older custom resource alike); an imported cluster's provider is
@@ -246,18 +329,6 @@ def register_token_audiences(scope: Construct, cluster: eks.ICluster, audiences:
         f"the cluster's OIDC provider must accept the token audiences {', '.join(audiences)} (the NVMe loaders' and "
         "capture sidecars' own): add each as a client ID (aws iam add-client-id-to-open-id-connect-provider), then "
         "acknowledge this warning")
-
-
-def _check_binding(scope: Construct, binding: IdentityBinding, identities: Sequence[IdentityPlan]) -> None:
-    if IdentityBinding(binding) is IdentityBinding.IRSA:
-        return
-    problems = Problems()
-    for identity in identities:
-        problems.add("InferenceWorkloads.ContainerIdentityNeedsIrsa", identity.role_name,
-                     f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
-                     "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model server "
-                     "among them, the same role): use IdentityBinding.IRSA", str(binding))
-    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
 
 
 def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWorkload, *,
@@ -374,13 +445,14 @@ def _warn_about_exposure(warnings: RiskWarnings, workload: PortableWorkload) -> 
                          "strangers; list private ranges, or acknowledge the public ones with whom they belong to")
 
 
-def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> None:
+def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformValue]]) -> NoReturn:
     problems = Problems()
     for what, values in needs.items():
         names = ", ".join(value.name.lower() for value in values)
         problems.add("InferenceWorkloads.MissingPlatformResource", what,
                      f"the plan refers to the platform's {names}: pass it to InferenceWorkloads (or known_values)")
-    problems.raise_if_any(f"InferenceWorkloads {scope.node.path}")
+    raise ConfigError(problems.items, source=f"InferenceWorkloads {scope.node.path}")
 
 
-__all__ = ["AwaitingDeploy", "InferenceWorkloads", "sidecar_image_uri", "warn_workload"]
+__all__ = ["AwaitingDeploy", "InferenceWorkloads", "InferenceWorkloadsProps", "sidecar_image_hash",
+           "sidecar_image_reference", "sidecar_image_uri", "warn_workload"]

@@ -16,9 +16,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnCondition, Stack, Validations
+from aws_cdk import Acknowledgment, CfnCondition, CfnElement, Stack, Validations
 from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
+
+from hyperpod_inference_iac.cdk_types import cfn_child
 
 REASONS: dict[str, tuple[str, str]] = {
     "eks-service-managed-policies": (
@@ -162,7 +164,7 @@ def managed_policy(name: str) -> str:
 def logical_arn(construct: IConstruct) -> str:
     """How cdk-nag shows the ARN of a resource of this stack in a finding: ``<LogicalId.Arn>``."""
     stack = Stack.of(construct)
-    return f"<{stack.get_logical_id(construct.node.default_child)}.Arn>"  # type: ignore[arg-type]
+    return f"<{stack.get_logical_id(cfn_child(construct, CfnElement))}.Arn>"
 
 
 def resource_evidence(scope: IConstruct, *arns: str) -> list[str]:
@@ -184,7 +186,7 @@ def _flatten(node: Any) -> str:
     if isinstance(node, dict):
         if "Fn::Join" in node:
             delimiter, items = node["Fn::Join"]
-            return delimiter.join(_flatten(item) for item in items)
+            return str(delimiter).join(_flatten(item) for item in items)
         if "Fn::Sub" in node:
             return _flatten(node["Fn::Sub"])
         if "Fn::GetAtt" in node:

@@ -46,6 +46,18 @@ def iam_role_name(name: str) -> str:
     if len(name) <= IAM_ROLE_NAME_MAX:
         return name
     return f"{name[: IAM_ROLE_NAME_MAX - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def iam_role_arn(partition: str, account: str, role_name: str) -> str:
+    """The ARN of a role with a fixed name (no path): known before deploy, so manifests outside CDK can name it.
+    Every role ARN the library and the app write comes from here."""
+    return f"arn:{partition}:iam::{account}:role/{role_name}"
+
+
+def account_root_arn(partition: str, account: str) -> str:
+    """``arn:<partition>:iam::<account>:root``: the account as a principal (key and bucket policies)."""
+    return f"arn:{partition}:iam::{account}:root"
+
 # The operator CRD's customCertificateConfig.acmArn (which admits only the aws partition).
 ACM_CERTIFICATE_ARN = re.compile(r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$")
 HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]+$")

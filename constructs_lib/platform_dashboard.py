@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import Duration
 from aws_cdk import aws_certificatemanager as acm
@@ -20,6 +22,8 @@ from constructs import Construct
 from hyperpod_inference_iac.alarms import imported_alarms
 from hyperpod_inference_iac.capture_alarms import TIERS, processor_metric
 from hyperpod_inference_iac.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
+from hyperpod_inference_iac.certificate_alarms import DAYS_TO_EXPIRY, MANAGED_RENEWAL_DAYS
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.sidecar_metrics import (
     DROP_REASONS,
     RECORDS_CAPTURED,
@@ -36,23 +40,51 @@ FIVE_MINUTES = Duration.minutes(5)
 DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")  # PutDashboard's rule
 
 
-def check_platform_dashboard(problems: Problems, at: KeyPaths = PROPS, *, dashboard_name: str,
-                             tiers: Sequence[str] = TIERS) -> None:
-    """Every rule of :class:`PlatformDashboard`'s properties."""
-    code = "PlatformDashboard"
-    if not is_unresolved(dashboard_name) and not DASHBOARD_NAME.match(dashboard_name):
-        problems.add(f"{code}.BadName", at.at("dashboard_name"),
-                     "must be 1-255 letters, digits, '_' or '-' (a CloudWatch dashboard name)", dashboard_name)
-    for index, tier in enumerate(tiers):
-        if tier not in TIERS:
-            problems.add(f"{code}.UnknownTier", at.at("tiers", index), f"must be one of {', '.join(TIERS)}", tier)
+@dataclass(frozen=True, kw_only=True)
+class PlatformDashboardProps(Props):
+    """:class:`PlatformDashboard`'s properties (only Python code passes them: the app's ``alarms.dashboard`` decides
+    whether it makes one, named after ``project``)."""
+
+    CONSTRUCT: ClassVar[str] = "PlatformDashboard"
+
+    dashboard_name: str = prop(config=False, doc="The dashboard's name (1-255 letters, digits, '_', '-').")
+    pipeline: CapturePipeline | None = prop(None, config=False, default_doc="none",
+                                            doc="The capture pipeline whose processor and queues are shown.")
+    tiers: Sequence[str] = prop(TIERS, config=False, doc="The capture tiers to plot (`sme`, `pod`, `alb`).")
+    certificates: Mapping[str, acm.ICertificate] | None = prop(None, config=False, default_doc="none",
+                                                               doc="Label -> certificate whose days left are shown.")
+    sidecar_metrics: CaptureSidecarMetrics | None = prop(None, config=False, default_doc="none",
+                                                         doc="The capture sidecars' metrics (`CaptureSidecarMetrics`).")
+    alarms: Sequence[cloudwatch.IAlarm] = prop(
+        (), config=False, doc="Shown in an alarm status widget at the top, most recently changed first (alarms of "
+                              "another stack are referenced by their fixed names, without exports).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        code = "PlatformDashboard"
+        dashboard_name = self.dashboard_name
+        if not is_unresolved(dashboard_name) and not DASHBOARD_NAME.match(dashboard_name):
+            problems.add(f"{code}.BadName", at.at("dashboard_name"),
+                         "must be 1-255 letters, digits, '_' or '-' (a CloudWatch dashboard name)", dashboard_name)
+        for index, tier in enumerate(self.tiers):
+            if tier not in TIERS:
+                problems.add(f"{code}.UnknownTier", at.at("tiers", index), f"must be one of {', '.join(TIERS)}",
+                             tier)
+
+
+def check_platform_dashboard(problems: Problems, at: KeyPaths = PROPS, **options: Any) -> None:
+    """:meth:`PlatformDashboardProps.check` of these properties (kept for callers of 0.2.0)."""
+    PlatformDashboardProps(**options).check(problems, at)
 
 
 class PlatformDashboard(Construct):
     """The platform's dashboard (``AWS::CloudWatch::Dashboard``); every part is optional.
 
+    Properties: :class:`PlatformDashboardProps` (each with its type, default and meaning); ``props`` keeps them.
+
     Attributes: ``dashboard``, ``dashboard_name``.
     """
+
+    PROPS: ClassVar[type[Props]] = PlatformDashboardProps
 
     def __init__(
         self,
@@ -60,26 +92,21 @@ class PlatformDashboard(Construct):
         id: str,
         *,
         dashboard_name: str,
-        pipeline: CapturePipeline | None = None,
-        tiers: Sequence[str] = TIERS,
-        certificates: Mapping[str, acm.ICertificate] | None = None,
-        sidecar_metrics: CaptureSidecarMetrics | None = None,
-        alarms: Sequence[cloudwatch.IAlarm] = (),
+        pipeline: CapturePipeline | None = PlatformDashboardProps.pipeline,
+        tiers: Sequence[str] = PlatformDashboardProps.tiers,
+        certificates: Mapping[str, acm.ICertificate] | None = PlatformDashboardProps.certificates,
+        sidecar_metrics: CaptureSidecarMetrics | None = PlatformDashboardProps.sidecar_metrics,
+        alarms: Sequence[cloudwatch.IAlarm] = PlatformDashboardProps.alarms,
     ) -> None:
-        """
-        :param dashboard_name: the dashboard's name.
-        :param pipeline: the capture pipeline whose processor and queues are shown. @default none
-        :param tiers: the capture tiers to plot. @default ``sme``, ``pod``, ``alb``
-        :param certificates: label -> certificate whose days left are shown. @default none
-        :param sidecar_metrics: the sidecars' metrics (:class:`CaptureSidecarMetrics`). @default none
-        :param alarms: shown in an alarm status widget at the top (alarms of another stack are referenced by
-            their fixed names, without exports). @default none
-        """
         super().__init__(scope, id)
-        problems = Problems()
-        check_platform_dashboard(problems, dashboard_name=dashboard_name, tiers=tiers)
-        problems.raise_if_any(f"PlatformDashboard {self.node.path}")
-        tiers = [tier for tier in TIERS if tier in tiers]
+        self.props = props = PlatformDashboardProps(
+            dashboard_name=dashboard_name, pipeline=pipeline, tiers=listed(tiers),
+            certificates=None if certificates is None else dict(certificates), sidecar_metrics=sidecar_metrics,
+            alarms=tuple(alarms))
+        props.raise_if_invalid(f"PlatformDashboard {self.node.path}")
+        pipeline, certificates, sidecar_metrics, alarms = props.pipeline, props.certificates, props.sidecar_metrics, \
+            props.alarms
+        tiers = [tier for tier in TIERS if tier in props.tiers]
         rows: list[list[cloudwatch.IWidget]] = []
         if alarms:
             rows.append([cloudwatch.AlarmStatusWidget(
@@ -92,8 +119,9 @@ class PlatformDashboard(Construct):
                 title="Certificate days left (ACM DaysToExpiry)", width=24, height=5,
                 left=[cert.metric_days_to_expiry(statistic="Minimum", label=label, period=Duration.days(1))
                       for label, cert in certificates.items()],
-                left_annotations=[cloudwatch.HorizontalAnnotation(value=60, label="ACM renewal starts"),
-                                  cloudwatch.HorizontalAnnotation(value=45, label="alarm (default)")],
+                left_annotations=[
+                    cloudwatch.HorizontalAnnotation(value=MANAGED_RENEWAL_DAYS, label="ACM renewal starts"),
+                    cloudwatch.HorizontalAnnotation(value=DAYS_TO_EXPIRY.threshold, label="alarm (default)")],
                 left_y_axis=cloudwatch.YAxisProps(min=0, label="days", show_units=False))])
         if sidecar_metrics is not None:
             rows.append(self._sidecar_row(sidecar_metrics))
@@ -104,14 +132,14 @@ class PlatformDashboard(Construct):
     @staticmethod
     def _capture_rows(pipeline: CapturePipeline, tiers: Sequence[str]) -> list[list[cloudwatch.IWidget]]:
         function, name = pipeline.function, pipeline.metrics_pipeline
-        per_tier = [
+        per_tier: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(title="Capture volume per tier (records)", width=12, height=6, stacked=True,
                                    left=[processor_metric("Records", pipeline=name, tier=t, label=t) for t in tiers]),
             cloudwatch.GraphWidget(title="Capture volume per tier (bytes read)", width=12, height=6, stacked=True,
                                    left=[processor_metric("SourceBytes", pipeline=name, tier=t, label=t)
                                          for t in tiers]),
         ]
-        processor = [
+        processor: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(
                 title="Processor throughput", width=8, height=6,
                 left=[processor_metric("Objects", pipeline=name, tier=t, label=f"objects {t}") for t in tiers],
@@ -131,7 +159,7 @@ class PlatformDashboard(Construct):
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=FUNCTION_TIMEOUT.to_milliseconds(),
                                                                   label="timeout")]),
         ]
-        quality = [
+        quality: list[cloudwatch.IWidget] = [
             cloudwatch.GraphWidget(title="Quarantined lines per tier", width=12, height=6, stacked=True,
                                    left=[processor_metric("QuarantinedLines", pipeline=name, tier=t, label=t)
                                          for t in tiers]),

@@ -16,7 +16,7 @@ UNKNOWN_REGION = "Region.Unknown"
 @cache
 def known_regions() -> dict[str, str]:
     """Region name -> partition (``aws``, ``aws-cn``, ``aws-us-gov``, ...), read once from aws-cdk-lib."""
-    return {info.name: info.partition for info in RegionInfo.regions}
+    return {info.name: info.partition for info in RegionInfo.regions if info.partition is not None}
 
 
 def partition_of(region: str) -> str:

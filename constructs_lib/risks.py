@@ -69,7 +69,9 @@ WARNINGS: Mapping[str, str] = {
     warning_id("ExternalDns:anyRecordName"): "ExternalDns: no hostnames (it may change any record of its zones)",
     warning_id("SecretsKey:unmanagedKeyPolicy"): "a secret's encryption_key that is not a SecretsKey",
     warning_id("PlatformVpc:availabilityZoneLookup"): "PlatformVpc: zones looked up in the account at synth",
-    warning_id("hardened_bucket:logBucketPolicy"): "server access logs into an imported bucket",
+    warning_id("hardened_bucket:logBucketPolicy"):
+        "server access logs into a bucket whose policy the construct cannot change: an imported one, or one of "
+        "another stack when the logged bucket has no literal name",
     warning_id("data_perimeter:elbAccountUnknown"): "ALB access logs in a stack without a Region",
 }
 
@@ -144,8 +146,15 @@ def is_private_range(cidr: str, *also: str | None) -> bool:
             inside.append(ipaddress.ip_network(extra, strict=False))
         except ValueError:
             continue
-    return any(network.version == block.version and network.subnet_of(block)  # type: ignore[arg-type]
-               for block in inside)
+    return any(_subnet_of(network, block) for block in inside)
+
+
+def _subnet_of(network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+               block: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """``network`` lies inside ``block`` (False across IP versions)."""
+    if isinstance(network, ipaddress.IPv4Network):
+        return isinstance(block, ipaddress.IPv4Network) and network.subnet_of(block)
+    return isinstance(block, ipaddress.IPv6Network) and network.subnet_of(block)
 
 
 def role_account(arn: str) -> str | None:

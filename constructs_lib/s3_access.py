@@ -12,6 +12,7 @@ granted on a bucket of another by its deterministic name, without a cross-stack 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from hyperpod_inference_iac.data_perimeter import (
     principal_arn,
     unnamed_principal,
 )
+from hyperpod_inference_iac.validation import is_unresolved
 
 # Identity policies: the resource (bucket, key) must belong to the caller's own account.
 SAME_ACCOUNT = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
@@ -36,6 +38,27 @@ OBJECT_READ_ACTIONS = ("s3:GetObject",)
 # What writing an object with SSE-KMS needs (Decrypt: multipart uploads re-read their data keys).
 KMS_WRITE_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 KMS_READ_ACTIONS = ("kms:Decrypt",)
+# A key prefix the library writes, reads, notifies or admits under: S3's safe characters and '/', not starting with
+# '/', ending in '/'. No '*': a grant's resource is the prefix and '*', and a policy would read a '*' of the prefix
+# as a wildcard too.
+KEY_PREFIX = re.compile(r"^[A-Za-z0-9!_.'()= -][A-Za-z0-9!_.'()/= -]*/$")
+KEY_PREFIX_RULE = ("must be an S3 key prefix such as 'data-capture/': S3's safe characters (letters, digits, "
+                   "! _ . ' ( ) = - and space) and '/', ending in '/', not starting with '/', no '*'")
+EMPTY_KEY_PREFIX = ("must not be empty: that is the whole bucket, outputs included; leave the key out for the "
+                    "default 'data-capture/', or name a prefix")
+
+
+def key_prefix_fault(prefix: Any) -> str | None:
+    """What is wrong with ``prefix`` as a key prefix of the library's buckets (None: nothing, or a token): the one
+    rule of every prefix :class:`~hyperpod_inference_iac.CaptureStorage` and
+    :class:`~hyperpod_inference_iac.CapturePipeline` take, and so of the app's ``capture.prefix``."""
+    if is_unresolved(prefix):
+        return None
+    if prefix == "":
+        return EMPTY_KEY_PREFIX
+    if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
+        return KEY_PREFIX_RULE
+    return None
 
 
 def kms_through_s3(region: str, bucket_arn: str, *, in_key_policy: bool = False,

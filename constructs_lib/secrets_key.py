@@ -36,7 +36,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from aws_cdk import Annotations, DefaultStackSynthesizer, Lazy, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
@@ -44,7 +44,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.cdk_types import cfn_child
 from hyperpod_inference_iac.data_perimeter import _accounts, _Produce, key_administration, principal_arn
+from hyperpod_inference_iac.patterns import account_root_arn
+from hyperpod_inference_iac.props import Props, prop
 
 SECRET_ARN_CONTEXT = "kms:EncryptionContext:SecretARN"
 #: what writing a secret value needs of the key (a new version; the re-encryption when a secret changes key)
@@ -97,7 +100,7 @@ class SecretsKeyGuard:
         self._deployers = list(deployer_role_arns) if deployer_role_arns is not None \
             else default_deployer_role_arns(key)
         _GUARDS.setdefault(key.node.root, {})[key.key_arn] = self
-        cfn_key: kms.CfnKey = key.node.default_child  # type: ignore[assignment]
+        cfn_key = cfn_child(key, kms.CfnKey)
         cfn_key.add_property_override("KeyPolicy", Lazy.any(_Produce(self.policy)))
 
     @property
@@ -127,7 +130,7 @@ class SecretsKeyGuard:
 
     def policy(self) -> dict[str, Any]:
         stack = Stack.of(self.key)
-        root = f"arn:{stack.partition}:iam::{stack.account}:root"
+        root = account_root_arn(stack.partition, stack.account)
         statements: list[dict[str, Any]] = [key_administration(stack)]
         every_secret = [secret_arn_pattern(self.key, name) for name in self._secrets]
         if every_secret:
@@ -164,30 +167,53 @@ class SecretsKeyGuard:
         return {"Version": "2012-10-17", "Statement": statements}
 
 
+@dataclass(frozen=True, kw_only=True)
+class SecretsKeyProps(Props):
+    """:class:`SecretsKey`'s properties (only Python code passes them: the app's ``secrets.customerManagedKey``
+    decides whether it makes one, with the alias ``alias/<project>/secrets``)."""
+
+    CONSTRUCT: ClassVar[str] = "SecretsKey"
+
+    alias: str | None = prop(None, config=False, default_doc="no alias",
+                             doc="The key's alias, e.g. `alias/llm-platform/secrets`.")
+    deployer_role_arns: Sequence[str] | None = prop(
+        None, config=False,
+        default_doc="the CloudFormation execution role of the stack's `DefaultStackSynthesizer`: "
+                    "`cdk-<qualifier>-cfn-exec-role-<account>-<region>`",
+        doc="The roles CloudFormation creates and updates the secrets with (they may also decrypt through Secrets "
+            "Manager, which `CreateSecret` and `UpdateSecret` require). With another synthesizer, name the deploying "
+            "role, or the first deploy fails creating the secrets (warned: `SecretsKey:noDeployer`).")
+    removal_policy: RemovalPolicy = prop(
+        RemovalPolicy.RETAIN, config=False,
+        doc="What happens to the key when removed from the stack. The secrets are retained, and a secret without its "
+            "key cannot be read.")
+
+
 class SecretsKey(Construct):
     """A customer managed key for Secrets Manager secrets, with rotation, whose key policy names who may decrypt
     which secret (:class:`SecretsKeyGuard`). Pass ``key`` as the ``encryption_key`` of
     :class:`~hyperpod_inference_iac.HuggingFaceTokenSync` and :class:`~hyperpod_inference_iac.ApiKeySync`: they
     register their secrets, readers and clients on it.
 
-    :param alias: the key's alias, e.g. ``alias/llm-platform/secrets``. @default no alias
-    :param deployer_role_arns: the roles CloudFormation creates and updates the secrets with (they may also decrypt
-        through Secrets Manager, which ``CreateSecret`` and ``UpdateSecret`` require). @default the CloudFormation
-        execution role of the stack's ``DefaultStackSynthesizer`` (``cdk-<qualifier>-cfn-exec-role-...``); with
-        another synthesizer, name the deploying role, or the first deploy fails creating the secrets
-    :param removal_policy: what happens to the key when removed from the stack (a secret retained without its key
-        cannot be read). @default RETAIN
+    Properties: :class:`SecretsKeyProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``key``, ``guard``.
     """
 
-    def __init__(self, scope: Construct, id: str, *, alias: str | None = None,
-                 deployer_role_arns: Sequence[str] | None = None,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+    PROPS: ClassVar[type[Props]] = SecretsKeyProps
+
+    def __init__(self, scope: Construct, id: str, *, alias: str | None = SecretsKeyProps.alias,
+                 deployer_role_arns: Sequence[str] | None = SecretsKeyProps.deployer_role_arns,
+                 removal_policy: RemovalPolicy = SecretsKeyProps.removal_policy) -> None:
         super().__init__(scope, id)
-        self.key = kms.Key(self, "Key", alias=alias, enable_key_rotation=True, removal_policy=removal_policy,
+        self.props = props = SecretsKeyProps(
+            alias=alias, deployer_role_arns=None if deployer_role_arns is None else tuple(deployer_role_arns),
+            removal_policy=removal_policy)
+        props.raise_if_invalid(f"SecretsKey {self.node.path}")
+        self.key = kms.Key(self, "Key", alias=props.alias, enable_key_rotation=True,
+                           removal_policy=props.removal_policy,
                            description="Encrypts the platform's Secrets Manager secrets (Hugging Face token, API keys)")
-        self.guard = SecretsKeyGuard(self.key, deployer_role_arns=deployer_role_arns)
+        self.guard = SecretsKeyGuard(self.key, deployer_role_arns=props.deployer_role_arns)
         if not self.guard.deployer_role_arns:
             Annotations.of(self).add_warning_v2(
                 "@hyperpod-inference-iac/SecretsKey:noDeployer",

@@ -31,12 +31,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import yaml
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
@@ -46,11 +46,13 @@ from hyperpod_inference_iac.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.alarms import (
     AlarmSettings,
     AlarmWiring,
+    AlarmWiringProps,
     alarm_names,
-    check_alarm_naming,
-    check_alarm_settings,
+    alarm_prop,
+    check_alarm_blocks,
     topic_actions,
 )
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.patterns import (
@@ -59,7 +61,9 @@ from hyperpod_inference_iac.patterns import (
     IAM_ROLE_NAME,
     IAM_ROLE_NAME_MAX,
     PINNED_IMAGE,
+    iam_role_arn,
 )
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -264,56 +268,110 @@ def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: s
                              statistic=statistic, period=period, label=label)
 
 
-def check_capture_sidecar_metrics(
-    problems: Problems, at: KeyPaths = PROPS, *, cluster_name: str | None, namespace: str | None,
-    role_name: str | None = None,
-    image: str = CLOUDWATCH_AGENT_IMAGE, scrape_interval: Duration = ONE_MINUTE, alarm_name_prefix: str,
-    runbook_url: str | None = None, dropped_records: AlarmSettings | None = DROPPED_RECORDS,
-    failed_uploads: AlarmSettings | None = FAILED_UPLOADS, rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
-    no_metrics: AlarmSettings | None = NO_METRICS, models: Sequence[str] = (),
-    server_error_rate: AlarmSettings | None = SERVER_ERROR_RATE,
-    first_chunk_p99: AlarmSettings | None = FIRST_CHUNK_P99,
-) -> None:
-    """Every rule of :class:`CaptureSidecarMetrics`'s properties (``cluster_name`` and ``namespace`` None: not
-    checked here, for a loader whose other sections check them)."""
-    code = "CaptureSidecarMetrics"
-    if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
-        problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
-    if namespace is not None and not is_unresolved(namespace) and (
-            len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
-        problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
-    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
-        problems.add(f"{code}.BadRoleName", at.at("role_name"),
-                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
-    if not PINNED_IMAGE.match(image):
-        problems.add(f"{code}.UnpinnedImage", at.at("image"), "must name a tag or a digest", image)
-    seconds = scrape_interval.to_seconds()
-    if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
-        problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds", f"{seconds:g} s")
-    check_alarm_naming(problems, at, code, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url)
-    check_alarm_settings(problems, at, code, "dropped_records", dropped_records, threshold=(0, 1e9),
-                         unit="records lost per period, all sidecars of the namespace")
-    check_alarm_settings(problems, at, code, "failed_uploads", failed_uploads, threshold=(0, 1e9),
-                         unit="failed PutObject calls per period")
-    check_alarm_settings(problems, at, code, "rejected_requests", rejected_requests, threshold=(0, 1e9),
-                         unit="requests answered 503 per period")
-    check_alarm_settings(problems, at, code, "no_metrics", no_metrics, threshold=(1, 1000),
-                         unit="datapoints of the captured-records series per period, fires below")
-    seen: set[str] = set()
-    for index, model in enumerate(models):
-        if not isinstance(model, str) or not MODEL_NAME.match(model) or model in seen:
-            problems.add(f"{code}.BadModelName", at.at("models", index),
-                         "must be a served model name as the sidecar's MODEL_NAME (1-128 letters, digits and "
-                         "'._:/@+-'), each once", model)
-        seen.add(model)
-    check_alarm_settings(problems, at, code, "server_error_rate", server_error_rate, threshold=(0, 100),
-                         unit="percent of a model's responses that are 5xx")
-    check_alarm_settings(problems, at, code, "first_chunk_p99", first_chunk_p99, threshold=(0, 1e9),
-                         unit="seconds")
-    if first_chunk_p99 is not None and first_chunk_p99.threshold not in FIRST_CHUNK_BUCKETS:
-        problems.add(f"{code}.FirstChunkBound", at.at("first_chunk_p99", "threshold"),
-                     "must be one of the sidecar's time-to-first-chunk bucket bounds (seconds): "
-                     + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS), first_chunk_p99.threshold)
+@dataclass(frozen=True, kw_only=True)
+class CaptureSidecarMetricsOptions(Props):
+    """The capture sidecars' alarms, one :class:`AlarmSettings` per alarm (None leaves it out): what a config file
+    sets (``alarms.sidecar`` in the app's)."""
+
+    CONSTRUCT: ClassVar[str] = "CaptureSidecarMetrics"
+
+    dropped_records: AlarmSettings | None = alarm_prop(
+        DROPPED_RECORDS, threshold=(0, 1e9), unit="records lost per period, all sidecars of the namespace",
+        doc="Records the sidecars lost (any reason) above the threshold.")
+    failed_uploads: AlarmSettings | None = alarm_prop(
+        FAILED_UPLOADS, threshold=(0, 1e9), unit="failed PutObject calls per period",
+        doc="Failed `PutObject` calls above the threshold in every period (the spool keeps retrying them).")
+    rejected_requests: AlarmSettings | None = alarm_prop(
+        REJECTED_REQUESTS, threshold=(0, 1e9), unit="requests answered 503 per period",
+        doc="Requests the sidecars answered `503` because their chunked body could not be buffered within "
+            "`MAX_INFLIGHT_BODY_BYTES` (clients see it).")
+    no_metrics: AlarmSettings | None = alarm_prop(
+        NO_METRICS, threshold=(1, 1000), unit="datapoints of the captured-records series per period, fires below",
+        doc="The sidecars' series stop arriving (missing data breaches): the agent is down or hung, or no capture "
+            "sidecar runs in the namespace; without it a dead agent would leave the other alarms quiet. Switch it off "
+            "where servers scale to zero.")
+    server_error_rate: AlarmSettings | None = alarm_prop(
+        SERVER_ERROR_RATE, threshold=(0, 100), unit="percent of a model's responses that are 5xx",
+        doc="Per model: its 5xx responses (the sidecar's own 502s included) in percent of all its responses, above "
+            "the threshold: `100 * errors / requests`.")
+    first_chunk_p99: AlarmSettings | None = alarm_prop(
+        FIRST_CHUNK_P99, threshold=(0, 1e9), unit="seconds",
+        doc="Per model: the p99 time to first chunk of its 2xx responses above the threshold, `100 * (responses - "
+            "within) / responses > 1` (more than 1 % of the responses slower than it). The threshold must be one of "
+            "the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: "
+            + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS) + ".")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        code = "CaptureSidecarMetrics"
+        check_alarm_blocks(self, problems, at, code)
+        first_chunk_p99 = self.first_chunk_p99
+        if first_chunk_p99 is not None and first_chunk_p99.threshold not in FIRST_CHUNK_BUCKETS:
+            problems.add(f"{code}.FirstChunkBound", at.at("first_chunk_p99", "threshold"),
+                         "must be one of the sidecar's time-to-first-chunk bucket bounds (seconds): "
+                         + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS), first_chunk_p99.threshold)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps):
+    """:class:`CaptureSidecarMetrics`' properties: the alarms' settings, the shared ones of every alarm construct, and
+    what only Python code passes."""
+
+    cluster: ClusterLike = prop(config=False, doc="The cluster the sidecars run in (an `eks.Cluster` or "
+                                                  "`eks.ICluster`; its kubectl provider applies the agent).")
+    namespace: str = prop(config=False, doc="The namespace of the sidecars (the agent runs there and may only see its "
+                                            "pods).")
+    cluster_name: str | None = prop(None, config=False, default_doc="`cluster.cluster_name`",
+                                    doc="The `ClusterName` dimension and the agent's cluster name; give the literal "
+                                        "name so the dashboard and dist/ need no token.")
+    role_name: str | None = prop(None, config=False, default_doc="generated",
+                                 doc="Fixed name of the agent's role, so GitOps manifests can name it.")
+    log_retention: logs.RetentionDays = prop(logs.RetentionDays.ONE_MONTH, config=False,
+                                             doc="How long the agent's metric log events are kept (the metrics stay 15 "
+                                                 "months).")
+    image: str = prop(CLOUDWATCH_AGENT_IMAGE, config=False,
+                      doc="The CloudWatch agent image, pinned by tag or digest (`CLOUDWATCH_AGENT_IMAGE`).")
+    scrape_interval: Duration = prop(ONE_MINUTE, config=False,
+                                     doc="How often each sidecar is scraped (10 s to 5 min, whole seconds).")
+    models: Sequence[str] = prop((), config=False,
+                                 doc="The served model names (each sidecar's `MODEL_NAME`, the `model` dimension) that "
+                                     "get the two per-model alarms.")
+    depends_on: Sequence[IConstruct] = prop((), config=False, doc="What must exist first (the namespace's manifest).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """Every rule (``cluster_name`` and ``namespace`` None: not checked, for a loader whose other sections
+        check them)."""
+        code = "CaptureSidecarMetrics"
+        cluster_name, namespace, role_name = self.cluster_name, self.namespace, self.role_name
+        if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
+            problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
+        if namespace is not None and not is_unresolved(namespace) and (
+                len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+            problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
+        if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
+            problems.add(f"{code}.BadRoleName", at.at("role_name"),
+                         f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)",
+                         role_name)
+        if not PINNED_IMAGE.match(self.image):
+            problems.add(f"{code}.UnpinnedImage", at.at("image"), "must name a tag or a digest", self.image)
+        seconds = self.scrape_interval.to_seconds()
+        if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
+            problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds",
+                         f"{seconds:g} s")
+        AlarmWiringProps.check(self, problems, at)
+        seen: set[str] = set()
+        for index, model in enumerate(self.models):
+            if not isinstance(model, str) or not MODEL_NAME.match(model) or model in seen:
+                problems.add(f"{code}.BadModelName", at.at("models", index),
+                             "must be a served model name as the sidecar's MODEL_NAME (1-128 letters, digits and "
+                             "'._:/@+-'), each once", model)
+            seen.add(model)
+        CaptureSidecarMetricsOptions.check(self, problems, at)
+
+
+def check_capture_sidecar_metrics(problems: Problems, at: KeyPaths = PROPS, **options: Any) -> None:
+    """:meth:`CaptureSidecarMetricsProps.check` of these properties (kept for callers of 0.2.0; ``cluster`` not
+    needed, ``cluster_name`` and ``namespace`` None are not checked)."""
+    CaptureSidecarMetricsProps(**{"cluster": None, **options}).check(problems, at)
 
 
 class CaptureSidecarMetrics(Construct):
@@ -321,87 +379,64 @@ class CaptureSidecarMetrics(Construct):
     alarms on lost records, failed uploads, requests refused for memory, the sidecars' series going silent and,
     per served model, the 5xx rate and the p99 time to first chunk.
 
+    Properties: :class:`CaptureSidecarMetricsProps` (each with its type, default and meaning); ``props`` keeps them
+    (``cluster_name`` the one in use: the cluster's when not given).
+
     Attributes: ``role`` (IRSA, may only write to ``log_group``), ``log_group``, ``manifest``, ``alarms``
     (``dropped_records``, ``failed_uploads``, ``rejected_requests``, ``no_metrics``, and per model
     ``server_error_rate:<model>``, ``first_chunk_p99:<model>``), ``alarm_names``, ``cluster_name``,
     ``namespace``, ``models``; :meth:`metric`.
     """
 
+    PROPS: ClassVar[type[Props]] = CaptureSidecarMetricsProps
+
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         namespace: str,
-        cluster_name: str | None = None,
-        role_name: str | None = None,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
-        image: str = CLOUDWATCH_AGENT_IMAGE,
-        scrape_interval: Duration = ONE_MINUTE,
-        topic: AlarmTopic | sns.ITopic | None = None,
+        cluster_name: str | None = CaptureSidecarMetricsProps.cluster_name,
+        role_name: str | None = CaptureSidecarMetricsProps.role_name,
+        log_retention: logs.RetentionDays = CaptureSidecarMetricsProps.log_retention,
+        image: str = CaptureSidecarMetricsProps.image,
+        scrape_interval: Duration = CaptureSidecarMetricsProps.scrape_interval,
+        topic: AlarmTopic | sns.ITopic | None = CaptureSidecarMetricsProps.topic,
         alarm_name_prefix: str,
-        runbook_url: str | None = None,
-        notify_on_ok: bool = True,
-        dropped_records: AlarmSettings | None = DROPPED_RECORDS,
-        failed_uploads: AlarmSettings | None = FAILED_UPLOADS,
-        rejected_requests: AlarmSettings | None = REJECTED_REQUESTS,
-        no_metrics: AlarmSettings | None = NO_METRICS,
-        models: Sequence[str] = (),
-        server_error_rate: AlarmSettings | None = SERVER_ERROR_RATE,
-        first_chunk_p99: AlarmSettings | None = FIRST_CHUNK_P99,
-        depends_on: Sequence[IConstruct] = (),
+        runbook_url: str | None = CaptureSidecarMetricsProps.runbook_url,
+        notify_on_ok: bool = CaptureSidecarMetricsProps.notify_on_ok,
+        dropped_records: AlarmSettings | None = CaptureSidecarMetricsProps.dropped_records,
+        failed_uploads: AlarmSettings | None = CaptureSidecarMetricsProps.failed_uploads,
+        rejected_requests: AlarmSettings | None = CaptureSidecarMetricsProps.rejected_requests,
+        no_metrics: AlarmSettings | None = CaptureSidecarMetricsProps.no_metrics,
+        models: Sequence[str] = CaptureSidecarMetricsProps.models,
+        server_error_rate: AlarmSettings | None = CaptureSidecarMetricsProps.server_error_rate,
+        first_chunk_p99: AlarmSettings | None = CaptureSidecarMetricsProps.first_chunk_p99,
+        depends_on: Sequence[IConstruct] = CaptureSidecarMetricsProps.depends_on,
     ) -> None:
-        """
-        :param cluster: the cluster the sidecars run in (its kubectl provider applies the agent).
-        :param namespace: the namespace of the sidecars (the agent runs there and may only see its pods).
-        :param cluster_name: the ``ClusterName`` dimension and the agent's cluster name; give the literal name
-            so the dashboard and dist/ need no token. @default ``cluster.cluster_name``
-        :param role_name: fixed name of the agent's role, so GitOps manifests can name it. @default generated
-        :param log_retention: how long the agent's metric log events are kept. @default one month
-        :param image: the CloudWatch agent image (pinned). @default :data:`CLOUDWATCH_AGENT_IMAGE`
-        :param scrape_interval: how often each sidecar is scraped (10 s .. 5 min). @default 1 minute
-        :param topic: where alarms notify. @default none
-        :param alarm_name_prefix: the alarms are named ``<prefix>-sidecar-<what>``.
-        :param runbook_url: the page with the runbooks. @default the library's docs/alarms.md is named
-        :param notify_on_ok: also notify when an alarm recovers. @default True
-        :param dropped_records: records lost (any reason) above the threshold. @default > 0 in 5 minutes
-        :param failed_uploads: failed ``PutObject`` calls above the threshold in every period (the spool keeps
-            retrying them). @default > 0 in each of 3 x 5 minutes
-        :param rejected_requests: requests the sidecars answered ``503`` because their chunked body could not be
-            buffered within ``MAX_INFLIGHT_BODY_BYTES`` (clients see it). @default > 0 in 5 minutes
-        :param no_metrics: the sidecars' series stop arriving (missing data breaches): the agent is down or
-            hung, or no capture sidecar runs in the namespace; without it a dead agent would leave the other
-            alarms quiet. @default fewer than 1 datapoint in 15 minutes
-        :param models: the served model names (each sidecar's ``MODEL_NAME``, the ``model`` dimension) that get
-            the two per-model alarms. @default none
-        :param server_error_rate: a model's 5xx responses (the sidecar's own 502s included) in percent of all its
-            responses, above the threshold. @default > 5 % in 2 of 3 x 5 minutes
-        :param first_chunk_p99: a model's p99 time to first chunk of its 2xx responses above the threshold in
-            seconds, which must be one of :data:`FIRST_CHUNK_BUCKETS` (more than 1 % of the responses slower than
-            it). @default > 5 s in 2 of 3 x 5 minutes
-        :param depends_on: what must exist first (the namespace's manifest).
-        """
         super().__init__(scope, id)
         stack = Stack.of(self)
-        cluster_name = cluster_name or cluster.cluster_name
-        problems = Problems()
-        check_capture_sidecar_metrics(problems, cluster_name=cluster_name, namespace=namespace, role_name=role_name,
-                                      image=image, scrape_interval=scrape_interval,
-                                      alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
-                                      dropped_records=dropped_records, failed_uploads=failed_uploads,
-                                      rejected_requests=rejected_requests, no_metrics=no_metrics, models=models,
-                                      server_error_rate=server_error_rate, first_chunk_p99=first_chunk_p99)
-        problems.raise_if_any(f"CaptureSidecarMetrics {self.node.path}")
+        self.props = props = CaptureSidecarMetricsProps(
+            cluster=cluster, namespace=namespace, cluster_name=cluster_name or cluster.cluster_name,
+            role_name=role_name, log_retention=log_retention, image=image, scrape_interval=scrape_interval,
+            topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url, notify_on_ok=notify_on_ok,
+            dropped_records=dropped_records, failed_uploads=failed_uploads, rejected_requests=rejected_requests,
+            no_metrics=no_metrics, models=listed(models), server_error_rate=server_error_rate,
+            first_chunk_p99=first_chunk_p99, depends_on=tuple(depends_on))
+        props.raise_if_invalid(f"CaptureSidecarMetrics {self.node.path}")
+        cluster_name = props.cluster_name
+        assert cluster_name is not None
+        namespace = props.namespace
         self.cluster_name = cluster_name
         self.namespace = namespace
-        self.models = tuple(models)
+        self.models = tuple(props.models)
         self.log_group = logs.LogGroup(
             self, "Logs", log_group_name=sidecar_metrics_log_group_name(cluster_name),
-            retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+            retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY)
         self.role = iam.Role(
-            self, "Role", role_name=role_name,
-            assumed_by=service_account_principal(self, "Trust", cluster=cluster, namespace=namespace,
+            self, "Role", role_name=props.role_name,
+            assumed_by=service_account_principal(self, "Trust", cluster=props.cluster, namespace=namespace,
                                                  service_account=AGENT_NAME),
             description=f"CloudWatch agent: capture sidecar metrics of {namespace} into one log group",
         )
@@ -409,33 +444,36 @@ class CaptureSidecarMetrics(Construct):
         # no other log group, no PutMetricData (the log group's EMF lines become the metrics).
         self.log_group.grant_write(self.role)
         self.log_group.grant(self.role, "logs:DescribeLogStreams")
-        role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name else self.role.role_arn
+        role_name = props.role_name
+        role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name else self.role.role_arn
         objects = sidecar_metrics_manifests(
             namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
-            log_group_name=sidecar_metrics_log_group_name(cluster_name), image=image,
-            scrape_interval_seconds=int(scrape_interval.to_seconds()))
-        self.manifest = cluster.add_manifest("CaptureSidecarMetrics", *objects)
+            log_group_name=sidecar_metrics_log_group_name(cluster_name), image=props.image,
+            scrape_interval_seconds=int(props.scrape_interval.to_seconds()))
+        self.manifest = props.cluster.add_manifest("CaptureSidecarMetrics", *objects)
         self.manifest.node.add_dependency(self.role)
-        for dependency in depends_on:
+        for dependency in props.depends_on:
             self.manifest.node.add_dependency(dependency)
 
-        wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
+        wiring = AlarmWiring(props.alarm_name_prefix, topic_actions(props.topic), props.notify_on_ok, props.runbook_url)
         above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
         below = cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD
         quiet, breaching = cloudwatch.TreatMissingData.NOT_BREACHING, cloudwatch.TreatMissingData.BREACHING
         # key, construct id, settings, metric, comparison, missing data, what it means (the name and the runbook
         # anchor are "sidecar-" and the key in kebab case).
         specs = [
-            ("dropped_records", "DroppedRecords", dropped_records, self.metric(RECORDS_DROPPED), above, quiet,
+            ("dropped_records", "DroppedRecords", props.dropped_records, self.metric(RECORDS_DROPPED), above, quiet,
              f"Capture sidecars in {namespace} lost captured records (queue, memory or spool full, uploads failing "
              "without a spool, or shutdown): the requests were served, their capture is gone."),
-            ("failed_uploads", "FailedUploads", failed_uploads, self.metric(UPLOADS, result="failed"), above, quiet,
+            ("failed_uploads", "FailedUploads", props.failed_uploads, self.metric(UPLOADS, result="failed"), above,
+             quiet,
              f"Capture sidecars in {namespace} cannot write to S3 (IAM, KMS, bucket policy or network); captures "
              "wait in the spool until it is full, then are dropped."),
-            ("rejected_requests", "RejectedRequests", rejected_requests, self.metric(REQUESTS_REJECTED), above, quiet,
+            ("rejected_requests", "RejectedRequests", props.rejected_requests, self.metric(REQUESTS_REJECTED), above,
+             quiet,
              f"Capture sidecars in {namespace} answered requests 503 because their body could not be buffered "
              "within MAX_INFLIGHT_BODY_BYTES: clients see errors."),
-            ("no_metrics", "NoMetrics", no_metrics, self.metric(RECORDS_CAPTURED, statistic="SampleCount"), below,
+            ("no_metrics", "NoMetrics", props.no_metrics, self.metric(RECORDS_CAPTURED, statistic="SampleCount"), below,
              breaching, f"No capture sidecar in {namespace} has reported for a while: the metrics agent is down or "
              "hung (the other sidecar alarms cannot fire), or no capture sidecar runs there."),
         ]
@@ -449,18 +487,18 @@ class CaptureSidecarMetrics(Construct):
         # Per model: key, construct id, settings, expression, its inputs, threshold of the expression, meaning.
         for model in self.models:
             model_specs = []
-            if server_error_rate is not None:
+            if props.server_error_rate is not None:
                 model_specs.append((
-                    "server_error_rate", "ServerErrorRate", server_error_rate, "100 * errors / requests",
+                    "server_error_rate", "ServerErrorRate", props.server_error_rate, "100 * errors / requests",
                     {"errors": self.metric(REQUESTS, model=model, status_class="5xx"),
-                     "requests": self.metric(REQUESTS, model=model)}, server_error_rate.threshold,
-                    f"Model {model} in {namespace}: more than {server_error_rate.threshold:g} % of its responses "
+                     "requests": self.metric(REQUESTS, model=model)}, props.server_error_rate.threshold,
+                    f"Model {model} in {namespace}: more than {props.server_error_rate.threshold:g} % of its responses "
                     "were 5xx (the model server's, or the capture sidecar's 502 when the model server is "
                     "unreachable or broke a response before its headers)."))
-            if first_chunk_p99 is not None:
-                bound = format_bound(first_chunk_p99.threshold)
+            if props.first_chunk_p99 is not None:
+                bound = format_bound(props.first_chunk_p99.threshold)
                 model_specs.append((
-                    "first_chunk_p99", "FirstChunkP99", first_chunk_p99, "100 * (responses - within) / responses",
+                    "first_chunk_p99", "FirstChunkP99", props.first_chunk_p99, "100 * (responses - within) / responses",
                     {"responses": self.metric(FIRST_CHUNKS, model=model, le="+Inf"),
                      "within": self.metric(FIRST_CHUNKS, model=model, le=bound)}, P99_SLOWER_SHARE_PERCENT,
                     f"Model {model} in {namespace}: p99 time to first chunk above {bound} s (more than "

@@ -43,6 +43,28 @@ UNKNOWN_KEY = "Config.UnknownKey"
 _NOT_GIVEN: Any = object()
 
 
+# The words every reader of YAML uses for the three shape problems (the app's config loader and the charts' parser
+# of the operator's custom resources): one problem, one wording, wherever it is found.
+REQUIRED = "is required"
+
+
+def kind_of(value: Any) -> str:
+    """What a YAML value is, in the reader's words: ``a list``, ``a string``, ``empty``."""
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "an integer",
+            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+def wrong_type(expected: str, value: Any, hint: str = "") -> str:
+    """``must be a string, not a list (quote it in YAML)``."""
+    return f"must be {expected}, not {kind_of(value)}{f' ({hint})' if hint else ''}"
+
+
+def unknown_key(known: Iterable[str], hint: str = "") -> str:
+    """``is not a known key here; known: a, b``, and where other keys go, when somewhere."""
+    names = ", ".join(sorted(known)) or "(none)"
+    return f"is not a known key here; known: {names}{f'; {hint}' if hint else ''}"
+
+
 @dataclass(frozen=True)
 class Problem:
     code: str
@@ -150,8 +172,22 @@ class KeyPaths:
         return path or "(top level)"
 
     def child(self, prop: str, *more: str | int, names: Mapping[str, str] | None = None) -> KeyPaths:
-        """The paths of a nested block (an instance group, a list entry)."""
+        """The paths of a nested block (an instance group, a list entry). Without ``names``, an entry of a list
+        keeps this view's names for it: the ``<prop>[].<name>`` ones (``Props.key_paths`` gives them for a list of
+        props), so a config file's keys stay its keys inside the entry too."""
+        if names is None and more and isinstance(more[0], int):
+            prefix = f"{prop}[]."
+            names = {key.removeprefix(prefix): value for key, value in self.names.items() if key.startswith(prefix)}
         return KeyPaths(self.at(prop, *more), dict(names or {}))
+
+    def block(self, prop: str) -> KeyPaths:
+        """The paths of a block of properties that ``prop`` holds (``Props.key_paths`` names its fields
+        ``<prop>.<field>``): this view's names for them, relative to the block, so a config file's keys stay its keys
+        inside the block and a Python consumer's stay the properties."""
+        own, prefix = self.names.get(prop, prop), f"{prop}."
+        names = {name.removeprefix(prefix): key.removeprefix(f"{own}.") for name, key in self.names.items()
+                 if name.startswith(prefix)}
+        return KeyPaths(self.at(prop), names)
 
 
 def is_unresolved(value: Any) -> bool:

@@ -15,16 +15,25 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks as eks_l1
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, IAM_ROLE_NAME, IAM_ROLE_NAME_MAX
+from hyperpod_inference_iac.patterns import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    IAM_ROLE_NAME,
+    IAM_ROLE_NAME_MAX,
+    iam_role_arn,
+)
+from hyperpod_inference_iac.props import Props, prop
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -34,7 +43,7 @@ class IdentityBinding(enum.StrEnum):
     POD_IDENTITY = "pod-identity"
 
 
-def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str,
+def service_account_principal(scope: Construct, id: str, *, cluster: ClusterLike, namespace: str,
                               service_account: str | Sequence[str], audience: str = STS_AUDIENCE) -> iam.IPrincipal:
     """An OIDC (IRSA) principal that only the one service account (or only the service accounts listed, all of
     ``namespace``) can assume, with a token of ``audience``."""
@@ -49,75 +58,102 @@ def service_account_principal(scope: Construct, id: str, *, cluster: eks.ICluste
     return iam.OpenIdConnectPrincipal(provider).with_conditions({"StringEquals": conditions})
 
 
-def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, *, namespace: str, service_account: str,
-                            role_name: str | None = None, binding: object = IdentityBinding.IRSA) -> None:
-    """Every rule of :class:`WorkloadIdentity`'s properties."""
-    if not is_unresolved(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
-        problems.add("WorkloadIdentity.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
-    if not is_unresolved(service_account) and (len(service_account) > 253
-                                               or not DNS1123_SUBDOMAIN.match(service_account)):
-        problems.add("WorkloadIdentity.BadServiceAccount", at.at("service_account"), "must be a DNS-1123 subdomain",
-                     service_account)
-    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
-        problems.add("WorkloadIdentity.BadRoleName", at.at("role_name"),
-                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
-    if binding not in IdentityBinding._value2member_map_ and not isinstance(binding, IdentityBinding):
-        problems.add("WorkloadIdentity.BadBinding", at.at("binding"),
-                     f"must be one of {', '.join(b.value for b in IdentityBinding)} (IdentityBinding)", binding)
+@dataclass(frozen=True, kw_only=True)
+class WorkloadIdentityProps(Props):
+    """:class:`WorkloadIdentity`'s properties (only Python code passes them; the app's come from the workload
+    plan)."""
+
+    CONSTRUCT: ClassVar[str] = "WorkloadIdentity"
+
+    cluster: ClusterLike = prop(config=False, doc="The cluster whose pods assume the role (an `eks.Cluster` or "
+                                                  "`eks.ICluster`). IRSA needs its OIDC provider.")
+    namespace: str = prop(config=False, doc="The service account's namespace, a DNS-1123 label.")
+    service_account: str = prop(config=False, doc="The service account's name, a DNS-1123 subdomain.")
+    role_name: str | None = prop(None, config=False, default_doc="generated",
+                                 doc="Fixed role name, so the role ARN is known before deploy and can go into a "
+                                     "ServiceAccount annotation in GitOps manifests without CDK tokens.")
+    binding: IdentityBinding = prop(IdentityBinding.IRSA, config=False,
+                                    doc="`IdentityBinding.IRSA` or `IdentityBinding.POD_IDENTITY` (or its value, "
+                                        "`irsa` or `pod-identity`).")
+    audience: str = prop(
+        STS_AUDIENCE, config=False,
+        doc="The token audience the IRSA trust requires (`<issuer>:aud`). The default is the EKS webhook's, which "
+            "every container of the pod gets; a role for one container only (an NVMe loader, a capture sidecar) "
+            "trusts an audience of its own (`hyperpod-inference-iac/weights-loader`, "
+            "`hyperpod-inference-iac/capture-sidecar`), which the cluster's OIDC provider must list as a client ID "
+            "and which only that container's projected token carries (`charts/pod_credentials.py`; "
+            "[InferenceWorkloads](inference-workloads.md) does both).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        namespace, service_account, role_name, binding = self.namespace, self.service_account, self.role_name, \
+            self.binding
+        if not is_unresolved(namespace) and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+            problems.add("WorkloadIdentity.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
+        if not is_unresolved(service_account) and (len(service_account) > 253
+                                                   or not DNS1123_SUBDOMAIN.match(service_account)):
+            problems.add("WorkloadIdentity.BadServiceAccount", at.at("service_account"),
+                         "must be a DNS-1123 subdomain", service_account)
+        if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
+            problems.add("WorkloadIdentity.BadRoleName", at.at("role_name"),
+                         f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)",
+                         role_name)
+        if binding not in IdentityBinding._value2member_map_ and not isinstance(binding, IdentityBinding):
+            problems.add("WorkloadIdentity.BadBinding", at.at("binding"),
+                         f"must be one of {', '.join(b.value for b in IdentityBinding)} (IdentityBinding)", binding)
+
+
+def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, **props: Any) -> None:
+    """:meth:`WorkloadIdentityProps.check` of these properties (kept for callers of 0.2.0; ``cluster`` not
+    needed)."""
+    WorkloadIdentityProps(**{"cluster": None, **props}).check(problems, at)
 
 
 class WorkloadIdentity(Construct):
     """The identity of one inference workload: a role bound to exactly one service account.
 
-    :param cluster: the cluster whose pods assume the role.
-    :param namespace: the service account's namespace.
-    :param service_account: the service account's name.
-    :param role_name: fixed name, so the role ARN is known before deploy and can be written into a
-        ServiceAccount annotation in GitOps manifests without CDK tokens. @default generated
-    :param binding: :class:`IdentityBinding`. @default IRSA
-    :param audience: the token audience the role's IRSA trust requires (``<issuer>:aud``): a container-scoped
-        identity's own (``charts.pod_credentials``), which the cluster's OIDC provider must list as a client ID.
-        @default ``sts.amazonaws.com`` (the EKS webhook's: every container of the pod)
+    Properties: :class:`WorkloadIdentityProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Grants: :meth:`grant_read_objects` and :meth:`grant_write_objects`, each on one prefix of one bucket
     (a whole bucket is never granted), with the bucket's key used through S3 only; each grant's object
     wildcard is acknowledged for cdk-nag with its exact resource. The identity is ``IGrantable``.
     """
 
+    PROPS: ClassVar[type[Props]] = WorkloadIdentityProps
+
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: ClusterLike,
         namespace: str,
         service_account: str,
-        role_name: str | None = None,
-        binding: IdentityBinding = IdentityBinding.IRSA,
-        audience: str = STS_AUDIENCE,
+        role_name: str | None = WorkloadIdentityProps.role_name,
+        binding: IdentityBinding = WorkloadIdentityProps.binding,
+        audience: str = WorkloadIdentityProps.audience,
     ) -> None:
         super().__init__(scope, id)
-        problems = Problems()
-        check_workload_identity(problems, namespace=namespace, service_account=service_account, role_name=role_name,
-                                binding=binding)
-        problems.raise_if_any(f"WorkloadIdentity {self.node.path}")
-        binding = IdentityBinding(binding)  # the enum, also when given its value
+        self.props = props = WorkloadIdentityProps(
+            cluster=cluster, namespace=namespace, service_account=service_account, role_name=role_name,
+            binding=binding, audience=audience)
+        props.raise_if_invalid(f"WorkloadIdentity {self.node.path}")
+        binding = IdentityBinding(props.binding)  # the enum, also when given its value
         stack = Stack.of(self)
-        self.namespace = namespace
-        self.service_account = service_account
+        self.namespace = props.namespace
+        self.service_account = props.service_account
         self.binding = binding
         if binding is IdentityBinding.IRSA:
             principal: iam.IPrincipal = service_account_principal(
-                self, "TrustConditions", cluster=cluster, namespace=namespace, service_account=service_account,
-                audience=audience)
+                self, "TrustConditions", cluster=props.cluster, namespace=props.namespace,
+                service_account=props.service_account, audience=props.audience)
         else:
             principal = iam.ServicePrincipal("pods.eks.amazonaws.com").with_conditions({
                 "StringEquals": {"aws:SourceAccount": stack.account},
-                "ArnEquals": {"aws:SourceArn": cluster.cluster_arn},
+                "ArnEquals": {"aws:SourceArn": props.cluster.cluster_arn},
             })
         self.role = iam.Role(
-            self, "Role", role_name=role_name, assumed_by=principal,
-            description=f"Workload identity of {namespace}/{service_account}",
+            self, "Role", role_name=props.role_name, assumed_by=principal,
+            description=f"Workload identity of {props.namespace}/{props.service_account}",
         )
         if binding is IdentityBinding.POD_IDENTITY:
             assert self.role.assume_role_policy is not None
@@ -126,13 +162,13 @@ class WorkloadIdentity(Construct):
                 conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
             ))
             self.association: eks_l1.CfnPodIdentityAssociation | None = eks_l1.CfnPodIdentityAssociation(
-                self, "Association", cluster_name=cluster.cluster_name, namespace=namespace,
-                service_account=service_account, role_arn=self.role.role_arn,
+                self, "Association", cluster_name=props.cluster.cluster_name, namespace=props.namespace,
+                service_account=props.service_account, role_arn=self.role.role_arn,
             )
         else:
             self.association = None
         # Deterministic when named (no token), for manifests outside CDK.
-        self.role_arn = f"arn:{stack.partition}:iam::{stack.account}:role/{role_name}" if role_name \
+        self.role_arn = iam_role_arn(stack.partition, stack.account, props.role_name) if props.role_name \
             else self.role.role_arn
 
     @property

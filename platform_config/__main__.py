@@ -26,7 +26,6 @@ def main(argv: list[str]) -> int:
         print(f"Configuration error: {error}", file=sys.stderr)
         return 2
     plan = config.workloads
-    assert plan is not None
     print(f"{path}: valid ({len(plan.models)} model(s), {len(plan.portable)} portable server(s), "
           f"{len(plan.identities)} workload identit{'y' if len(plan.identities) == 1 else 'ies'})")
     review = review_warnings(config)

@@ -21,37 +21,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Duration
-
 from hyperpod_inference_iac import (
-    AlarmSettings,
-    ClusterEndpointAccess,
+    CapturePipelineOptions,
+    CaptureStorageOptions,
     FlowLogTraffic,
-    InstanceGroup,
     KeyPaths,
-    NodeRecovery,
-    RedactionRule,
+    LogRetentionOptions,
     RiskWarnings,
-    capture_alarms,
-    certificate_alarms,
-    check_alarm_topic,
-    check_api_key_rotation,
-    check_capture_alarms,
-    check_capture_pipeline,
-    check_capture_sidecar_metrics,
-    check_capture_storage,
+    SecretsOptions,
     check_certificate_alarms,
-    check_endpoint_domain,
-    check_existing_vpc,
-    check_gpu_node_group,
-    check_hyperpod_cluster,
-    check_inference_cluster,
-    check_inference_operator,
-    check_log_retention,
-    check_platform_vpc,
     check_region,
     check_tags,
-    sidecar_metrics,
     warn_alarm_topic,
     warn_capture_pipeline,
     warn_capture_storage,
@@ -59,11 +39,17 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
-from hyperpod_inference_iac.charts import ModelDeployment, PortableDeployment, PortableModelServer, plan_workloads
+from hyperpod_inference_iac.charts import (
+    ModelDeployment,
+    PlatformContext,
+    PortableDeployment,
+    PortableModelServer,
+    WorkloadPlan,
+    plan_workloads,
+)
 from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
-from hyperpod_inference_iac.eks_cluster import DEFAULT_KUBERNETES_VERSION
-from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, ACM_CERTIFICATE_ARN, HOSTED_ZONE_ID, IAM_ROLE_ARN, REGION
+from hyperpod_inference_iac.endpoint_domain import check_endpoint_certificate
+from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
 from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
 from platform_config.document import read_document
 from platform_config.model import (
@@ -74,66 +60,25 @@ from platform_config.model import (
     DomainConfig,
     Environment,
     ExistingVpc,
-    GpuNodeGroupConfig,
     HyperPodConfig,
-    LogRetentionPolicy,
     NewVpc,
     OperatorConfig,
     PlatformConfig,
-    SecretsConfig,
 )
-from platform_config.reader import Section
+from platform_config.reader import Section, read_props
 
 PROJECT = r"[a-z][a-z0-9-]{1,18}[a-z0-9]"
 WARNING_ID = r"@hyperpod-inference-iac/[A-Za-z_]+:[A-Za-z]+"
 
 # Config keys of the construct properties they set (KeyPaths names).
-_CAPTURE_KEYS = {"retention_days": "retentionDays",
-                 "noncurrent_version_retention_days": "noncurrentVersionRetentionDays",
-                 "access_log_retention_days": "accessLogRetentionDays", "reader_role_arns": "readerRoleArns",
-                 "raw_reader_role_arns": "rawReaderRoleArns", "break_glass_role_arns": "breakGlassRoleArns",
-                 "capture_prefixes[0]": "prefix", "capture_prefix": "prefix", "pandas_layer_arn": "pandasLayerArn",
-                 "max_concurrency": "processorMaxConcurrency"}
-_LOGGING_KEYS = {"retention_days": "retentionDays", "audit_retention_days": "auditRetentionDays"}
-# Under `network`: each VPC kind's keys, and `flowLogs` beside them (it applies to whichever kind is given).
-_NEW_VPC_KEYS = {"cidr": "newVpc.cidr", "max_azs": "newVpc.maxAzs", "nat_gateways": "newVpc.natGateways",
-                 "flow_log_traffic": "flowLogs"}
-_EXISTING_VPC_KEYS = {"vpc_id": "existingVpc.vpcId", "vpc_cidr": "existingVpc.vpcCidr",
-                      "availability_zones": "existingVpc.availabilityZones",
-                      "private_subnet_ids": "existingVpc.privateSubnetIds", "flow_log_traffic": "flowLogs"}
-_CLUSTER_KEYS = {"cluster_name": "name", "kubernetes_version": "kubernetesVersion", "endpoint_access": "endpointAccess",
-                 "admin_role_arns": "adminRoleArns", "system_instance_type": "systemInstanceType"}
+# `capture.prefix` is the pipeline's capture_prefixes (its only one).
+_CAPTURE_PREFIX_KEYS = {"capture_prefixes": "prefix", "capture_prefixes[0]": "prefix"}
+# `network.flowLogs` is the VPC options' flow_log_traffic, beside the kind (it applies to whichever is given).
+_BESIDE_THE_VPC_KIND = ("flow_log_traffic",)
 _FLOW_LOGS_OFF = "off"
 _UNSET: Any = object()
-_NODE_GROUP_KEYS = {"instance_types": "instanceTypes", "min_size": "minSize", "desired_size": "desiredSize",
-                    "max_size": "maxSize", "root_volume_gib": "rootVolumeGiB"}
-_HYPERPOD_KEYS = {"cluster_name": "clusterName", "node_recovery": "nodeRecovery", "instance_groups": "instanceGroups"}
-_INSTANCE_GROUP_KEYS = {"instance_type": "instanceType", "instance_count": "instanceCount",
-                        "threads_per_core": "threadsPerCore", "ebs_volume_gib": "ebsVolumeGiB",
-                        "deep_health_checks": "deepHealthChecks"}
-_DOMAIN_KEYS = {"zone_name": "zoneName", "endpoint_domains": "endpointDomains", "certificate": "existingCertificateArn"}
-_SUBSCRIBER_KEYS = {"https_endpoints": "httpsEndpoints", "lambda_function_arns": "lambdaFunctionArns",
-                    "forward_to_topic_arns": "topicArns"}
-# Alarm blocks: config key -> (construct property, the construct's default settings).
-_CAPTURE_ALARMS = {
-    "failedMessages": ("failed_messages", capture_alarms.FAILED_MESSAGES),
-    "throttles": ("throttles", capture_alarms.THROTTLES),
-    "durationNearTimeout": ("duration_near_timeout", capture_alarms.DURATION_NEAR_TIMEOUT),
-    "backlogAge": ("backlog_age", capture_alarms.BACKLOG_AGE),
-    "quarantinedLines": ("quarantined_lines", capture_alarms.QUARANTINED_LINES),
-    "noCuratedOutput": ("no_curated_output", capture_alarms.NO_CURATED_OUTPUT),
-}
-_CERTIFICATE_ALARMS = {"daysToExpiry": ("days_to_expiry", certificate_alarms.DAYS_TO_EXPIRY)}
-_SIDECAR_ALARMS = {
-    "droppedRecords": ("dropped_records", sidecar_metrics.DROPPED_RECORDS),
-    "failedUploads": ("failed_uploads", sidecar_metrics.FAILED_UPLOADS),
-    "rejectedRequests": ("rejected_requests", sidecar_metrics.REJECTED_REQUESTS),
-    "noMetrics": ("no_metrics", sidecar_metrics.NO_METRICS),
-    "serverErrorRate": ("server_error_rate", sidecar_metrics.SERVER_ERROR_RATE),
-    "firstChunkP99": ("first_chunk_p99", sidecar_metrics.FIRST_CHUNK_P99),
-}
-_SETTING_KEYS = {"threshold": "threshold", "period": "periodMinutes", "evaluation_periods": "evaluationPeriods",
-                 "datapoints_to_alarm": "datapointsToAlarm"}
+# The plan of a config being read, before its workloads are planned (never seen outside parse_config).
+_UNPLANNED = WorkloadPlan(context=PlatformContext(cluster_name="", namespace="", account="", role_name_prefix=""))
 
 
 def load_config(path: str | Path) -> PlatformConfig:
@@ -169,7 +114,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         project=project,
         environment=environment,
         tags=_tags(root),
-        capture=_capture(root.section("capture"), environment),
+        capture=_capture(root.section("capture"), environment, project),
         logging=_logging(root.section("logging")),
         secrets=_secrets(root.section("secrets")),
         vpc=_vpc(root.section("network")),
@@ -180,12 +125,10 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
+        workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
     config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config))
     root.finish()
-    check_inference_operator(problems, KeyPaths("operator", {"addon_version": "addonVersion"}),
-                             execution_role_name=config.operator_execution_role_name,
-                             addon_version=config.operator.addon_version)
     # The workloads are planned with the rest of the file: their problems are reported in the same run,
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
     plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable, problems=problems)
@@ -198,86 +141,73 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
     """The warnings the platform's stacks give at synth, from the constructs' own ``warn_*`` functions, given what
     the stacks give each construct (stacks/; a test builds the platform and compares) and this file's key paths."""
     warnings = RiskWarnings()
-    capture = KeyPaths("capture", _CAPTURE_KEYS)
-    warn_capture_storage(warnings, capture, account=config.environment.account,
-                         reader_role_arns=config.capture.reader_role_arns,
-                         raw_reader_role_arns=config.capture.raw_reader_role_arns,
-                         break_glass_role_arns=config.capture.break_glass_role_arns)
-    warn_capture_pipeline(warnings, capture, redact=config.capture.redact)
-    warn_inference_cluster(warnings, KeyPaths("cluster", _CLUSTER_KEYS), endpoint_access=config.cluster.endpoint_access)
+    storage, pipeline = config.capture.storage, config.capture.pipeline
+    warn_capture_storage(warnings, storage.key_paths("capture"), account=config.environment.account,
+                         reader_role_arns=storage.reader_role_arns, raw_reader_role_arns=storage.raw_reader_role_arns,
+                         break_glass_role_arns=storage.break_glass_role_arns)
+    warn_capture_pipeline(warnings, pipeline.key_paths("capture"), redact=pipeline.redact)
+    warn_inference_cluster(warnings, ClusterConfig.key_paths("cluster"), endpoint_access=config.cluster.endpoint_access)
     alarms = config.alarms
     if alarms.enabled:
-        warn_alarm_topic(warnings, KeyPaths("alarms.subscribers", _SUBSCRIBER_KEYS), emails=alarms.emails,
-                         https_endpoints=alarms.https_endpoints, lambda_function_arns=alarms.lambda_function_arns,
-                         forward_to_topic_arns=alarms.topic_arns)
-        days_to_expiry = alarms.certificate.get("days_to_expiry", certificate_alarms.DAYS_TO_EXPIRY)
-        warn_certificate_alarms(
-            warnings, _alarm_paths(KeyPaths("alarms"), "alarms.certificate", _CERTIFICATE_ALARMS),
-            days_to_expiry=days_to_expiry)  # (None: that alarm is off, and so is its warning)
+        at = AlarmsConfig.key_paths("alarms")
+        warn_alarm_topic(warnings, at.block("subscribers"), **alarms.subscribers.kwargs())
+        warn_certificate_alarms(warnings, at.block("certificate"), **alarms.certificate.kwargs())
+        # (days_to_expiry None: that alarm is off, and so is its warning)
     plan = config.workloads
-    for workload in (*plan.models, *plan.portable) if plan is not None else ():
+    for workload in (*plan.models, *plan.portable):
         # (the app builds the sidecar image: never named by a movable tag)
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     return warnings
 
 
-def _capture(section: Section, environment: Environment) -> CapturePolicy:
+def _capture(section: Section, environment: Environment, project: str) -> CapturePolicy:
+    """``capture:``: the options of the platform's CaptureStorage and CapturePipeline, each read by its declared keys
+    and checked by its own rules. ``prefix`` is the storage's ``capture_prefix`` and the pipeline's only capture
+    prefix; the pipeline's output and quarantine prefixes are the storage's."""
     problems = section.problems
-    defaults = CapturePolicy()
-    redact = section.string_list("redact") if section.has("redact") else [str(rule) for rule in defaults.redact]
-    policy = CapturePolicy(
-        # An explicit "" is the construct's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
-        prefix=_or_default(section.string("prefix", default=defaults.prefix, allow_empty=True), defaults.prefix),
-        retention_days=_integer(section, "retentionDays", defaults.retention_days),
-        noncurrent_version_retention_days=_integer(section, "noncurrentVersionRetentionDays",
-                                                   defaults.noncurrent_version_retention_days),
-        access_log_retention_days=_integer(section, "accessLogRetentionDays", defaults.access_log_retention_days),
-        redact=tuple(RedactionRule(rule) for rule in redact if rule in RedactionRule._value2member_map_),
-        reader_role_arns=tuple(section.string_list("readerRoleArns")),
-        raw_reader_role_arns=tuple(section.string_list("rawReaderRoleArns")),
-        break_glass_role_arns=tuple(section.string_list("breakGlassRoleArns")),
-        pandas_layer_arn=section.string("pandasLayerArn"),
-        processor_max_concurrency=_integer(section, "processorMaxConcurrency", defaults.processor_max_concurrency),
-    )
+    storage_rules, pipeline_rules = Problems(), Problems()
+    storage = read_props(
+        CaptureStorageOptions, section, problems=storage_rules,
+        # An explicit "" is the prefix rule's to refuse (CapturePipeline.EmptyPrefix), not a silent default.
+        allow_empty={"capture_prefix"},
+        # (Against an account with a problem of its own, roles are not compared with it.)
+        check_with={"account": None if problems.has_at_or_below("environment.account") else environment.account})
+    pipeline = read_props(
+        CapturePipelineOptions, section, problems=pipeline_rules, check_with={"region": environment.region},
+        at=CapturePipelineOptions.key_paths(section.path, **_CAPTURE_PREFIX_KEYS),
+        capture_prefixes=(storage.capture_prefix,), output_prefix=storage.curated_prefix,
+        quarantine_prefix=storage.quarantine_prefix, glue_database_name=f"{project.replace('-', '_')}_capture")
     section.finish()
-    at = KeyPaths(section.path, _CAPTURE_KEYS)
-    check_capture_storage(problems, at, retention_days=policy.retention_days,
-                          noncurrent_version_retention_days=policy.noncurrent_version_retention_days,
-                          access_log_retention_days=policy.access_log_retention_days,
-                          reader_role_arns=policy.reader_role_arns, raw_reader_role_arns=policy.raw_reader_role_arns,
-                          break_glass_role_arns=policy.break_glass_role_arns,  # (prefixes: the pipeline's rules)
-                          # (Against an account with a problem of its own, roles are not compared with it.)
-                          account=None if problems.has_at_or_below("environment.account") else environment.account)
-    check_capture_pipeline(problems, at, region=environment.region, capture_prefixes=[policy.prefix], redact=redact,
-                           pandas_layer_arn=policy.pandas_layer_arn, max_concurrency=policy.processor_max_concurrency)
-    return policy
+    # One mistake, one problem: both constructs' rules read capture.prefix (one prefix rule). The pipeline's codes
+    # for its form come first (CapturePipeline.EmptyPrefix, InvalidPrefix); an overlap with curated/ or quarantine/
+    # is the storage's (at capture.prefix: the pipeline's names its own output prefix, which no file sets).
+    overlaps = [p for p in pipeline_rules if p.code == "CapturePipeline.OverlappingPrefixes"]
+    for batch in ([p for p in pipeline_rules if p not in overlaps], storage_rules, overlaps):
+        reported = [part for problem in problems for part in problem.path.split(", ")]
+        problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
+                                                    for path in reported))
+    return CapturePolicy(storage=storage, pipeline=pipeline)
 
 
-def _logging(section: Section) -> LogRetentionPolicy:
-    defaults = LogRetentionPolicy()
-    policy = LogRetentionPolicy(
-        retention_days=_integer(section, "retentionDays", defaults.retention_days),
-        audit_retention_days=_integer(section, "auditRetentionDays", defaults.audit_retention_days),
-    )
+def _at_or_below(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith((f"{ancestor}.", f"{ancestor}["))
+
+
+def _logging(section: Section) -> LogRetentionOptions:
+    logging = read_props(LogRetentionOptions, section)
     section.finish()
-    check_log_retention(section.problems, KeyPaths(section.path, _LOGGING_KEYS), retention_days=policy.retention_days,
-                        audit_retention_days=policy.audit_retention_days)
-    return policy
+    return logging
 
 
-def _secrets(section: Section) -> SecretsConfig:
-    defaults = SecretsConfig()
-    config = SecretsConfig(customer_managed_key=section.boolean("customerManagedKey", default=True),
-                           api_key_rotation_days=_integer(section, "apiKeyRotationDays",
-                                                          defaults.api_key_rotation_days))
+def _secrets(section: Section) -> SecretsOptions:
+    secrets = read_props(SecretsOptions, section)
     section.finish()
-    check_api_key_rotation(section.problems, KeyPaths(section.path, {"rotation_days": "apiKeyRotationDays"}),
-                           rotation_days=config.api_key_rotation_days or None)
-    return config
+    return secrets
 
 
 def _vpc(section: Section) -> NewVpc | ExistingVpc:
-    """``network``: one VPC kind, and ``flowLogs`` for whichever it is (the construct's default when unset)."""
+    """``network``: one VPC kind, read as that construct's options under ``network.<kind>``, and ``flowLogs`` for
+    whichever it is (the construct's default when unset)."""
     problems = section.problems
     existing = section.optional_section("existingVpc")
     create = section.optional_section("newVpc")
@@ -285,32 +215,16 @@ def _vpc(section: Section) -> NewVpc | ExistingVpc:
     section.finish()
     if existing is not None and create is not None:
         problems.add("Network.BothVpcKinds", section.path, "give either newVpc or existingVpc, not both")
-    if existing is not None:
-        traffic = ExistingVpc.flow_log_traffic if flow_logs is _UNSET else _flow_logs_off_or(flow_logs)
-        vpc = ExistingVpc(
-            vpc_id=existing.string("vpcId", required=True) or "vpc-00000000",
-            vpc_cidr=existing.string("vpcCidr", required=True) or "10.0.0.0/16",
-            availability_zones=tuple(existing.string_list("availabilityZones", required=True)),
-            private_subnet_ids=tuple(existing.string_list("privateSubnetIds", required=True)),
-            flow_log_traffic=_traffic(traffic),
-        )
-        existing.finish()
-        check_existing_vpc(problems, KeyPaths(section.path, _EXISTING_VPC_KEYS), vpc_id=vpc.vpc_id,
-                           vpc_cidr=vpc.vpc_cidr, availability_zones=vpc.availability_zones,
-                           private_subnet_ids=vpc.private_subnet_ids, flow_log_traffic=traffic)
-        return vpc
-    create = create or Section({}, section.at("newVpc"), problems)
-    defaults = NewVpc()
-    traffic = defaults.flow_log_traffic if flow_logs is _UNSET else _flow_logs_off_or(flow_logs)
-    vpc = NewVpc(
-        cidr=create.string("cidr", default=defaults.cidr) or defaults.cidr,
-        max_azs=_integer(create, "maxAzs", defaults.max_azs),
-        nat_gateways=_integer(create, "natGateways", defaults.nat_gateways),
-        flow_log_traffic=_traffic(traffic),
-    )
-    create.finish()
-    check_platform_vpc(problems, KeyPaths(section.path, _NEW_VPC_KEYS), cidr=vpc.cidr, max_azs=vpc.max_azs,
-                       nat_gateways=vpc.nat_gateways, flow_log_traffic=traffic)
+    name, kind, block = ("existingVpc", ExistingVpc, existing) if existing is not None else \
+        ("newVpc", NewVpc, create or Section({}, section.at("newVpc"), problems))
+    at = KeyPaths(section.path, {field: key if field in _BESIDE_THE_VPC_KIND else f"{name}.{key}"
+                                 for field, key in kind.key_names().items()})
+    traffic = kind.flow_log_traffic if flow_logs is _UNSET else _traffic(_flow_logs_off_or(flow_logs))
+    vpc = read_props(kind, block, at=at, flow_log_traffic=traffic)
+    block.finish()
+    if isinstance(vpc, ExistingVpc) and problems.has_at_or_below(block.at("vpcCidr")):
+        # (the plan bounds portable servers' networks by it: a stand-in, so the CIDR's problem is reported once)
+        vpc = vpc.replace(vpc_cidr=NewVpc.cidr)
     return vpc
 
 
@@ -322,89 +236,24 @@ def _flow_logs_off_or(value: Any) -> Any:
     return value
 
 
-def _traffic(value: Any) -> FlowLogTraffic | None:
-    """The traffic type, once the construct's check accepted it (a bad value is reported there)."""
-    return FlowLogTraffic(value) if isinstance(value, str) and value in FlowLogTraffic._value2member_map_ else None
+def _traffic(value: Any) -> Any:
+    """The traffic type when it is one; anything else as written, for the construct's rule to report."""
+    return FlowLogTraffic(value) if isinstance(value, str) and value in FlowLogTraffic._value2member_map_ else value
 
 def _cluster(section: Section) -> ClusterConfig:
-    problems = section.problems
-    groups = []
-    for path, item in section.items("gpuNodeGroups", required=True, min_items=1):
-        group = Section(item, path, problems)
-        defaults = GpuNodeGroupConfig(name="", instance_types=())
-        config = GpuNodeGroupConfig(
-            name=group.string("name", required=True) or "invalid",
-            instance_types=tuple(group.string_list("instanceTypes", required=True)),
-            min_size=_integer(group, "minSize", defaults.min_size),
-            desired_size=_integer(group, "desiredSize", defaults.desired_size),
-            max_size=_integer(group, "maxSize", defaults.max_size),
-            root_volume_gib=_integer(group, "rootVolumeGiB", defaults.root_volume_gib),
-            labels=group.string_map("labels"),
-        )
-        group.finish()
-        check_gpu_node_group(problems, KeyPaths(path, _NODE_GROUP_KEYS), name=config.name,
-                             instance_types=config.instance_types, min_size=config.min_size,
-                             desired_size=config.desired_size, max_size=config.max_size,
-                             root_volume_gib=config.root_volume_gib, labels=config.labels)
-        groups.append(config)
-    names = [g.name for g in groups]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.add("Cluster.DuplicateNodeGroup", section.at("gpuNodeGroups"), "node group names must be unique",
-                     name)
-    endpoint_access = section.string("endpointAccess", default=str(ClusterEndpointAccess.PRIVATE)) or "private"
-    config = ClusterConfig(
-        name=section.string("name", required=True) or "invalid",
-        kubernetes_version=section.string("kubernetesVersion", default=DEFAULT_KUBERNETES_VERSION)
-        or DEFAULT_KUBERNETES_VERSION,
-        endpoint_access=ClusterEndpointAccess._value2member_map_.get(endpoint_access, ClusterEndpointAccess.PRIVATE),
-        admin_role_arns=tuple(section.string_list("adminRoleArns")),
-        system_instance_type=section.string("systemInstanceType", default="m6i.large") or "m6i.large",
-        gpu_node_groups=tuple(groups),
-        enforce_network_policies=section.boolean("enforceNetworkPolicies", default=True),
-    )
+    config = read_props(ClusterConfig, section)
     section.finish()
-    check_inference_cluster(problems, KeyPaths(section.path, _CLUSTER_KEYS), cluster_name=config.name,
-                            kubernetes_version=config.kubernetes_version, endpoint_access=endpoint_access,
-                            admin_role_arns=config.admin_role_arns, system_instance_type=config.system_instance_type)
     return config
 
 
 def _hyperpod(section: Section) -> HyperPodConfig:
-    problems = section.problems
-    groups = []
-    for path, item in section.items("instanceGroups", required=True):
-        group = Section(item, path, problems)
-        groups.append(InstanceGroup(
-            name=group.string("name", required=True) or "invalid",
-            instance_type=group.string("instanceType", required=True) or "ml.invalid.invalid",
-            instance_count=_integer(group, "instanceCount", 1),
-            threads_per_core=_integer(group, "threadsPerCore", 1),
-            ebs_volume_gib=_integer(group, "ebsVolumeGiB", 500),
-            deep_health_checks=tuple(group.string_list("deepHealthChecks")),
-        ))
-        group.finish()
-    node_recovery = section.string("nodeRecovery", default=str(NodeRecovery.AUTOMATIC)) or "Automatic"
-    config = HyperPodConfig(
-        cluster_name=section.string("clusterName", required=True) or "invalid",
-        node_recovery=NodeRecovery._value2member_map_.get(node_recovery, NodeRecovery.AUTOMATIC),
-        instance_groups=tuple(groups),
-    )
+    config = read_props(HyperPodConfig, section)
     section.finish()
-    check_hyperpod_cluster(problems, KeyPaths(section.path, _HYPERPOD_KEYS), cluster_name=config.cluster_name,
-                           instance_groups=config.instance_groups, node_recovery=node_recovery,
-                           instance_group_names=_INSTANCE_GROUP_KEYS)
     return config
 
 
 def _operator(section: Section) -> OperatorConfig:
-    config = OperatorConfig(
-        addon_version=section.string("addonVersion", default=DEFAULT_ADDON_VERSION) or DEFAULT_ADDON_VERSION,
-        enable_custom_service_accounts=section.boolean("enableCustomServiceAccounts", default=False),
-        namespace=section.string("inferenceNamespace", default="inference") or "inference",
-        gated_model_download_role_arn=section.string(
-            "jumpstartGatedModelDownloadRoleArn", pattern=IAM_ROLE_ARN.pattern,
-            hint="must be an IAM role ARN (the add-on's jumpstartGatedModelDownloadRoleArn)"),
-    )
+    config = read_props(OperatorConfig, section)
     section.finish()
     return config
 
@@ -434,102 +283,35 @@ def _tags(root: Section) -> dict[str, str]:
 
 def _domain(section: Section, environment: Environment) -> DomainConfig:
     problems = section.problems
-    config = DomainConfig(
-        zone_name=section.string("zoneName", required=True) or "example.com",
-        existing_hosted_zone_id=section.string("existingHostedZoneId", pattern=HOSTED_ZONE_ID.pattern,
-                                               hint="must be a Route 53 hosted zone id such as Z0123456789ABC"),
-        endpoint_domains=tuple(section.string_list("endpointDomains", required=True)),
-        existing_certificate_arn=section.string("existingCertificateArn", pattern=ACM_CERTIFICATE_ARN.pattern,
-                                                hint="must be an ACM certificate ARN"),
-    )
+    config = read_props(DomainConfig, section)
     section.finish()
-    # (Against a region or account with a problem of its own, the certificate is not checked: one mistake, one
-    # problem.)
-    checkable = not problems.has_at_or_below("environment")
-    check_endpoint_domain(problems, KeyPaths(section.path, _DOMAIN_KEYS), zone_name=config.zone_name,
-                          endpoint_domains=config.endpoint_domains,
-                          certificate_arn=config.existing_certificate_arn if checkable else None,
-                          account=environment.account, region=environment.region)
+    # The certificate's account and region are the environment's. (Against a region or account with a problem of
+    # its own, or an ARN that is none, the certificate is not checked: one mistake, one problem.)
+    if not problems.has_at_or_below("environment") and not problems.has_at_or_below(
+            section.at("existingCertificateArn")):
+        check_endpoint_certificate(problems, DomainConfig.key_paths(section.path, certificate="existingCertificateArn"),
+                                   config.existing_certificate_arn, account=environment.account,
+                                   region=environment.region)
+    if problems.has_at_or_below(section.at("zoneName")):
+        config = config.replace(zone_name="")  # no zone: the plan compares no name with it (one problem, the zone's)
     return config
 
 
 def _alarms(section: Section, config: PlatformConfig) -> AlarmsConfig:
+    """The ``alarms:`` section, read as the alarm constructs' options (their keys, defaults and rules)."""
     problems = section.problems
-    subscribers = section.section("subscribers")
-    capture = section.section("capture")
-    certificate = section.section("certificate")
-    sidecar = section.section("sidecar")
-    alarms = AlarmsConfig(
-        enabled=section.boolean("enabled", default=True),
-        notify_on_ok=section.boolean("notifyOnOk", default=True),
-        runbook_url=section.string("runbookUrl"),
-        emails=tuple(subscribers.string_list("emails")),
-        https_endpoints=tuple(subscribers.string_list("httpsEndpoints")),
-        lambda_function_arns=tuple(subscribers.string_list("lambdaFunctionArns")),
-        topic_arns=tuple(subscribers.string_list("topicArns")),
-        capture=_alarm_blocks(capture, _CAPTURE_ALARMS),
-        certificate=_alarm_blocks(certificate, _CERTIFICATE_ALARMS),
-        sidecar_metrics=sidecar.boolean("cloudWatchAgent", default=True),
-        sidecar=_alarm_blocks(sidecar, _SIDECAR_ALARMS),
-        dashboard=section.boolean("dashboard", default=True),
-    )
-    for part in (subscribers, capture, certificate, sidecar, section):
-        part.finish()
-    prefix = config.project
-    check_alarm_topic(problems, KeyPaths(subscribers.path, _SUBSCRIBER_KEYS), topic_name=config.alarm_topic_name,
-                      emails=alarms.emails, https_endpoints=alarms.https_endpoints,
-                      lambda_function_arns=alarms.lambda_function_arns, forward_to_topic_arns=alarms.topic_arns)
-    naming = KeyPaths(section.path, {"runbook_url": "runbookUrl"})
-    check_capture_alarms(problems, _alarm_paths(naming, capture.path, _CAPTURE_ALARMS), alarm_name_prefix=prefix,
-                         runbook_url=alarms.runbook_url, **alarms.capture)  # type: ignore[arg-type]
-    # (The runbook link and the name prefix are shared: checked once, with the capture alarms.)
-    check_certificate_alarms(problems, _alarm_paths(naming, certificate.path, _CERTIFICATE_ALARMS),
-                             region=config.environment.region, certificate_arns=None, alarm_name_prefix=prefix,
-                             days_to_expiry=alarms.certificate.get("days_to_expiry"))
+    alarms = read_props(AlarmsConfig, section)
+    section.finish()
     if (config.domain.existing_certificate_arn and not problems.has_at_or_below("environment")
             and not problems.has_at_or_below("domain.existingCertificateArn")):  # (its region: EndpointDomain's)
         # The certificate the alarm watches is the config's: a problem with it is named after its key.
         check_certificate_alarms(problems, KeyPaths("domain", {"certificates.endpoints": "existingCertificateArn"}),
                                  region=config.environment.region,
                                  certificate_arns={"endpoints": config.domain.existing_certificate_arn},
-                                 alarm_name_prefix=prefix, days_to_expiry=None)
-    # (Cluster name and namespace are their own sections' values, checked there.)
-    check_capture_sidecar_metrics(problems, _alarm_paths(naming, sidecar.path, _SIDECAR_ALARMS), cluster_name=None,
-                                  namespace=None, role_name=config.sidecar_metrics_role_name,
-                                  alarm_name_prefix=prefix, **alarms.sidecar)  # type: ignore[arg-type]
+                                 alarm_name_prefix=config.project, days_to_expiry=None)
+    # (The names the app gives the topic, the alarms and the agent's role derive from `project`; the sidecars'
+    # cluster name and namespace are their own sections' values, checked there.)
     return alarms
-
-
-def _alarm_blocks(section: Section, blocks: Mapping[str, tuple[str, AlarmSettings]]) -> dict[str, AlarmSettings | None]:
-    """Each alarm block the file names, merged over the construct's defaults (``enabled: false``: None)."""
-    found: dict[str, AlarmSettings | None] = {}
-    for key, (prop, default) in blocks.items():
-        block = section.optional_section(key)
-        if block is None:
-            continue
-        enabled = block.boolean("enabled", default=True)
-        minutes = block.integer("periodMinutes")
-        settings = default.with_(
-            threshold=block.integer("threshold"),
-            period=None if minutes is None else Duration.minutes(max(minutes, 0)),
-            evaluation_periods=block.integer("evaluationPeriods"),
-            datapoints_to_alarm=block.integer("datapointsToAlarm"),
-        )
-        block.finish()
-        found[prop] = settings if enabled else None
-    return found
-
-
-def _alarm_paths(naming: KeyPaths, base: str, blocks: Mapping[str, tuple[str, AlarmSettings]]) -> KeyPaths:
-    """Key paths of one alarms section: each block's settings under its config key, the name prefix and runbook
-    link under ``alarms``."""
-    relative = base.removeprefix(f"{naming.base}.")
-    names = {"runbook_url": "runbookUrl"}
-    for key, (prop, _) in blocks.items():
-        names[prop] = f"{relative}.{key}"
-        for field, config_key in _SETTING_KEYS.items():
-            names[f"{prop}.{field}"] = f"{relative}.{key}.{config_key}"
-    return KeyPaths(naming.base, names)
 
 
 def _models(root: Section) -> list[ModelDeployment]:
@@ -576,11 +358,6 @@ def _acknowledged_warnings(root: Section) -> list[AcknowledgedWarning]:
         if warning_id and reason:
             acknowledged.append(AcknowledgedWarning(id=warning_id, reason=reason, path=path))
     return acknowledged
-
-
-def _or_default(value: str | None, default: str) -> str:
-    """A string value as read ("" included), or the default after a problem (None)."""
-    return default if value is None else value
 
 
 def _integer(section: Section, key: str, default: int) -> int:

@@ -7,25 +7,71 @@ known before deploy and manifests outside CDK never hold tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from hyperpod_inference_iac import (
-    DEFAULT_REDACTION_RULES,
-    AlarmSettings,
-    ClusterEndpointAccess,
+    EXTERNAL_SECRETS,
+    NVIDIA_DEVICE_PLUGIN,
+    AlarmNotifyOptions,
+    AlarmTopicOptions,
+    CaptureAlarmsOptions,
+    CapturePipelineOptions,
+    CaptureSidecarMetricsOptions,
+    CaptureStorageOptions,
+    CertificateAlarmsOptions,
     DeepHealthCheck,
-    FlowLogTraffic,
-    InstanceGroup,
-    NodeRecovery,
+    EndpointDomainOptions,
+    ExistingVpcOptions,
+    GpuNodeGroupOptions,
+    HelmRelease,
+    HyperPodClusterOptions,
+    InferenceClusterOptions,
+    InferenceOperatorOptions,
+    LogRetentionOptions,
     PlatformValue,
-    RedactionRule,
+    PlatformVpcOptions,
     RiskWarning,
     S3Location,
+    SecretsOptions,
     SecretSync,
     api_key_sync,
+    external_dns_releases,
 )
+from hyperpod_inference_iac.alarms import check_runbook_url
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
-from hyperpod_inference_iac.patterns import iam_role_name
+from hyperpod_inference_iac.patterns import (
+    ACM_CERTIFICATE_ARN,
+    HOSTED_ZONE_ID,
+    IAM_ROLE_ARN,
+    iam_role_arn,
+    iam_role_name,
+)
+from hyperpod_inference_iac.props import prop
+from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
+
+
+@dataclass(frozen=True)
+class ExternalDnsPlan:
+    """ExternalDNS as the platform runs it: the namespaces it watches, the names it may publish, its zone, owner id
+    and role."""
+
+    namespaces: tuple[str, ...]
+    hostnames: tuple[str, ...]
+    zone_name: str
+    owner_id: str
+    role_name: str
+
+
+@dataclass(frozen=True)
+class MetricsAgentPlan:
+    """The capture sidecars' metrics agent: where it runs, for which cluster, its role, and the models it alarms on."""
+
+    namespace: str
+    cluster_name: str
+    role_name: str
+    models: tuple[str, ...]
+
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
 OPERATOR_ROLE_PREFIX = "SageMakerHyperPodInference"
@@ -49,118 +95,122 @@ class Environment:
 
 @dataclass(frozen=True, kw_only=True)
 class CapturePolicy:
-    """Who may read captured prompts, for how long they are kept, and how they are redacted."""
+    """The ``capture:`` section: who may read captured prompts, for how long they are kept, and how they are redacted.
+    Its keys are the constructs' own options, read from the one section by their declared keys: ``storage`` the
+    :class:`~hyperpod_inference_iac.CaptureStorage`'s, ``pipeline`` the
+    :class:`~hyperpod_inference_iac.CapturePipeline`'s (``capture.prefix`` is the storage's ``capture_prefix`` and
+    the pipeline's only capture prefix)."""
 
-    prefix: str = "data-capture/"
-    retention_days: int = 30
-    noncurrent_version_retention_days: int = 7
-    access_log_retention_days: int = 365
-    redact: tuple[RedactionRule, ...] = DEFAULT_REDACTION_RULES
-    reader_role_arns: tuple[str, ...] = ()  # curated/ (redacted) only
-    raw_reader_role_arns: tuple[str, ...] = ()  # raw captures and quarantine too (unredacted prompts)
-    break_glass_role_arns: tuple[str, ...] = ()  # exempt from the allowlists; IAM grants on invocation
-    pandas_layer_arn: str | None = None
-    processor_max_concurrency: int = 10
+    storage: CaptureStorageOptions = field(default_factory=CaptureStorageOptions)
+    pipeline: CapturePipelineOptions = field(default_factory=CapturePipelineOptions)
 
-
-@dataclass(frozen=True, kw_only=True)
-class LogRetentionPolicy:
-    """Days CloudWatch Logs keeps the platform's logs: audit-like logs (EKS control plane, VPC flow logs) and
-    the rest (HyperPod cluster logs, every Lambda function's logs)."""
-
-    retention_days: int = 90
-    audit_retention_days: int = 365
+    @property
+    def prefix(self) -> str:
+        """``capture.prefix``: where raw captures are written."""
+        return self.storage.capture_prefix
 
 
-@dataclass(frozen=True, kw_only=True)
-class SecretsConfig:
-    """How the platform's Secrets Manager secrets (the Hugging Face token, the API keys) are encrypted."""
-
-    customer_managed_key: bool = True  # a SecretsKey of the cluster stack; False: aws/secretsmanager
-    # Days between rotations of the portable servers' API keys (their capture sidecars accept a new key without a
-    # restart); 0: never rotated (warned, ApiKeySync:notRotated). Servers without capture are never rotated.
-    api_key_rotation_days: int = 30
+# The sections that are a construct's options, as the construct declares them (keys, types, defaults, rules):
+# ``network.newVpc`` / ``network.existingVpc`` (each with ``network.flowLogs`` beside it) and ``hyperpod``.
+NewVpc = PlatformVpcOptions
+ExistingVpc = ExistingVpcOptions
+HyperPodConfig = HyperPodClusterOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class NewVpc:
-    cidr: str = "10.42.0.0/16"
-    max_azs: int = 2
-    nat_gateways: int = 1
-    flow_log_traffic: FlowLogTraffic | None = FlowLogTraffic.ALL  # None: no flow log
+class ClusterConfig(InferenceClusterOptions):
+    """The ``cluster`` section: the inference cluster's options and its GPU node groups."""
+
+    gpu_node_groups: tuple[GpuNodeGroupOptions, ...] = prop(
+        doc="At least one, names unique; each entry is the options of a GpuNodeGroup (`GpuNodeGroupOptions`, below).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        groups = self.gpu_node_groups
+        if not groups:
+            problems.add("Config.TooFewItems", at.at("gpu_node_groups"), "needs at least 1 item(s)", [])
+        for index, group in enumerate(groups):
+            group.check(problems, at.child("gpu_node_groups", index))
+        names = [group.name for group in groups]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.add("Cluster.DuplicateNodeGroup", at.at("gpu_node_groups"), "node group names must be unique",
+                         name)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExistingVpc:
-    vpc_id: str
-    availability_zones: tuple[str, ...]
-    private_subnet_ids: tuple[str, ...]
-    vpc_cidr: str
-    flow_log_traffic: FlowLogTraffic | None = None  # off: the VPC's owners usually log it already
+class OperatorConfig(InferenceOperatorOptions):
+    """The ``operator`` section: the operator's options, the namespace the plan puts workloads in, and the gated-model
+    role the stack passes to the operator as a role."""
+
+    namespace: str = prop("inference", key="inferenceNamespace",
+                          doc="Namespace of the model deployments (the workload plan's; a workload may name its own).")
+    gated_model_download_role_arn: str | None = prop(
+        None, key="jumpstartGatedModelDownloadRoleArn", default_doc="created when a gated model needs it",
+        doc="An existing role for the add-on's `jumpstartGatedModelDownloadRoleArn`; without it the platform creates "
+            "one when a `gated: true` JumpStart model needs it.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        arn = self.gated_model_download_role_arn
+        if arn is not None and not re.fullmatch(IAM_ROLE_ARN.pattern, arn):
+            problems.add("Config.BadFormat", at.at("gated_model_download_role_arn"),
+                         "must be an IAM role ARN (the add-on's jumpstartGatedModelDownloadRoleArn)", arn)
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuNodeGroupConfig:
-    name: str
-    instance_types: tuple[str, ...]
-    min_size: int = 0
-    desired_size: int = 1
-    max_size: int = 2
-    root_volume_gib: int = 200
-    labels: dict[str, str] = field(default_factory=dict)
+class DomainConfig(EndpointDomainOptions):
+    """The ``domain`` section: the endpoint domain's options, and the zone and certificate to use instead of new ones
+    (the stack imports them by id and ARN)."""
+
+    existing_hosted_zone_id: str | None = prop(None, key="existingHostedZoneId", default_doc="a new public zone",
+                                               doc="Use this Route 53 zone instead of creating one (no lookup).")
+    existing_certificate_arn: str | None = prop(
+        None, key="existingCertificateArn", default_doc="a new DNS-validated certificate",
+        doc="Use this ACM certificate instead of creating one; it must be in `environment.account` and "
+            "`environment.region` (ACM certificates cannot be shared between accounts; load balancers use their own "
+            "region's).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        super().check(problems, at)
+        zone_id, arn = self.existing_hosted_zone_id, self.existing_certificate_arn
+        if zone_id is not None and not re.fullmatch(HOSTED_ZONE_ID.pattern, zone_id):
+            problems.add("Config.BadFormat", at.at("existing_hosted_zone_id"),
+                         "must be a Route 53 hosted zone id such as Z0123456789ABC", zone_id)
+        if arn is not None and not re.fullmatch(ACM_CERTIFICATE_ARN.pattern, arn):
+            problems.add("Config.BadFormat", at.at("existing_certificate_arn"), "must be an ACM certificate ARN", arn)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterConfig:
-    name: str
-    kubernetes_version: str
-    endpoint_access: ClusterEndpointAccess
-    admin_role_arns: tuple[str, ...]
-    system_instance_type: str
-    gpu_node_groups: tuple[GpuNodeGroupConfig, ...]
-    enforce_network_policies: bool = True
+class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
+    """The ``alarms.sidecar`` section: whether the app runs the capture sidecars' metrics agent, and its alarms (the
+    construct's own options)."""
+
+    cloud_watch_agent: bool = prop(True, doc="Scrape the capture sidecars' `/metrics` into CloudWatch (only when a "
+                                             "portable server captures); `false`: neither the agent nor the sidecar "
+                                             "alarms.")
 
 
 @dataclass(frozen=True, kw_only=True)
-class HyperPodConfig:
-    cluster_name: str
-    node_recovery: NodeRecovery
-    instance_groups: tuple[InstanceGroup, ...]
+class AlarmsConfig(AlarmNotifyOptions):
+    """The ``alarms:`` section: who is told, and when. Each part is the options of the construct it configures (their
+    keys, defaults and rules); the runbook link and ``notifyOnOk`` are every alarm construct's."""
 
+    enabled: bool = prop(True, doc="`false`: no topic, no alarm actions, no new alarms, no sidecar agent, no dashboard "
+                                   "(the pipeline keeps its two alarms, without actions).")
+    subscribers: AlarmTopicOptions = prop(AlarmTopicOptions(), doc="The alarm topic's subscribers.")
+    capture: CaptureAlarmsOptions = prop(CaptureAlarmsOptions(), doc="The alarms on the capture pipeline.")
+    certificate: CertificateAlarmsOptions = prop(CertificateAlarmsOptions(),
+                                                 doc="The endpoint certificate's expiry alarm.")
+    sidecar: SidecarAlarmsConfig = prop(SidecarAlarmsConfig(), doc="The capture sidecars' metrics agent and alarms.")
+    dashboard: bool = prop(True, doc="The CloudWatch dashboard `{project}`.")
 
-@dataclass(frozen=True, kw_only=True)
-class OperatorConfig:
-    addon_version: str
-    enable_custom_service_accounts: bool
-    namespace: str
-    gated_model_download_role_arn: str | None = None  # else created when a gated JumpStart model needs it
-
-
-@dataclass(frozen=True, kw_only=True)
-class DomainConfig:
-    zone_name: str
-    existing_hosted_zone_id: str | None
-    endpoint_domains: tuple[str, ...]
-    existing_certificate_arn: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlarmsConfig:
-    """The ``alarms:`` section: who is told, and when (each alarm's settings by its construct property; None:
-    that alarm is off). Empty mappings keep every construct default."""
-
-    enabled: bool = True
-    notify_on_ok: bool = True
-    runbook_url: str | None = None
-    emails: tuple[str, ...] = ()
-    https_endpoints: tuple[str, ...] = ()
-    lambda_function_arns: tuple[str, ...] = ()
-    topic_arns: tuple[str, ...] = ()
-    capture: dict[str, AlarmSettings | None] = field(default_factory=dict)
-    certificate: dict[str, AlarmSettings] = field(default_factory=dict)
-    sidecar_metrics: bool = True
-    sidecar: dict[str, AlarmSettings | None] = field(default_factory=dict)
-    dashboard: bool = True
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """Each part's rules under its keys; the shared runbook link once, under the capture alarms' code."""
+        self.subscribers.check(problems, at.block("subscribers"))
+        check_runbook_url(problems, at, CaptureAlarmsOptions.CONSTRUCT, self.runbook_url)
+        self.capture.check(problems, at.block("capture"))
+        self.certificate.check(problems, at.block("certificate"))
+        self.sidecar.check(problems, at.block("sidecar"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,8 +229,9 @@ class PlatformConfig:
     environment: Environment
     tags: dict[str, str]
     capture: CapturePolicy
-    logging: LogRetentionPolicy = field(default_factory=LogRetentionPolicy)
-    secrets: SecretsConfig = field(default_factory=SecretsConfig)
+    # The logging: and secrets: sections are the library's options classes (their keys, defaults and rules).
+    logging: LogRetentionOptions = field(default_factory=LogRetentionOptions)
+    secrets: SecretsOptions = field(default_factory=SecretsOptions)
     vpc: NewVpc | ExistingVpc
     cluster: ClusterConfig
     hyperpod: HyperPodConfig
@@ -193,8 +244,9 @@ class PlatformConfig:
     # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file
     # (under its key paths); acknowledged or not (platform_config.acknowledgments tells which).
     warnings: tuple[RiskWarning, ...] = ()
-    # Planned once, from everything above (charts.plan_workloads): identities and runtime settings.
-    workloads: WorkloadPlan | None = None
+    # Planned once, from everything above (charts.plan_workloads): identities and runtime settings. Always set by
+    # load_config/parse_config (which alone make a PlatformConfig): the loader plans with platform_context first.
+    workloads: WorkloadPlan
 
     # Deterministic names: known before deploy, so manifests in dist/ never hold CDK tokens.
     @property
@@ -249,15 +301,13 @@ class PlatformConfig:
     @property
     def monitored_namespaces(self) -> tuple[str, ...] | None:
         """Where the app's capture sidecar metrics agent watches (its own namespace), or None without one."""
-        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar_metrics else None
+        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent else None
 
     @property
     def api_key_syncs(self) -> dict[str, SecretSync]:
         """One sync per portable server with an API key, by server name (Secrets Manager
         ``{project}/portable/<server>/api-key``, reader role ``{project}-<server>-api-key``)."""
         plan = self.workloads
-        if plan is None:
-            return {}
         return {portable.name: api_key_sync(portable, namespace=portable.namespace or self.operator.namespace,
                                             secrets_manager_prefix=f"{self.project}/portable",
                                             role_name_prefix=self.project)
@@ -285,6 +335,52 @@ class PlatformConfig:
     def alarm_topic_name(self) -> str:
         return f"{self.project}-alarms"
 
+    # -- the platform, decided once: what exists besides the workloads. The cluster stack builds it into CloudFormation
+    # and stacks/gitops.py renders the same into dist/; neither decides anything of this on its own.
+    def role_arn(self, role_name: str) -> str:
+        """The ARN of one of the platform's fixed-name roles (``patterns.iam_role_arn``)."""
+        return iam_role_arn(self.environment.partition, self.environment.account, role_name)
+
+    @property
+    def external_dns(self) -> ExternalDnsPlan | None:
+        """ExternalDNS, when some portable server publishes a hostname: the namespaces it watches and the names it may
+        change."""
+        plan = self.workloads
+        if not plan.needs_external_dns:
+            return None
+        return ExternalDnsPlan(namespaces=plan.external_dns_namespaces, hostnames=plan.published_hostnames,
+                               zone_name=self.domain.zone_name, owner_id=self.cluster.cluster_name,
+                               role_name=self.external_dns_role_name)
+
+    @property
+    def metrics_agent(self) -> MetricsAgentPlan | None:
+        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures."""
+        plan = self.workloads
+        if not (self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent) or not plan.needs_sidecar_image:
+            return None
+        return MetricsAgentPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
+                                role_name=self.sidecar_metrics_role_name,
+                                models=tuple(p.name for p in plan.portable if p.capture is not None))
+
+    @property
+    def helm_releases(self) -> tuple[HelmRelease, ...]:
+        """The Helm releases the platform installs: the NVIDIA device plugin, External Secrets (the token and API key
+        syncs), and one ExternalDNS release per watched namespace."""
+        releases = [NVIDIA_DEVICE_PLUGIN, EXTERNAL_SECRETS]
+        dns = self.external_dns
+        if dns is not None:
+            releases += external_dns_releases(
+                namespaces=dns.namespaces, zone_ids=[PlatformValue.HOSTED_ZONE_ID], domain_filters=[dns.zone_name],
+                owner_id=dns.owner_id, role_arn=self.role_arn(dns.role_name))
+        return tuple(releases)
+
+    @property
+    def secret_syncs(self) -> dict[str, SecretSync]:
+        """Every Secrets Manager secret synced into the cluster, by the name of its manifests: the Hugging Face token
+        and each portable server's API key."""
+        return {"hugging-face-token": self.hugging_face_sync,
+                **{f"api-key-{name}": sync for name, sync in self.api_key_syncs.items()}}
+
     @property
     def sidecar_metrics_role_name(self) -> str:
         return f"{self.project}-capture-metrics-agent"
@@ -310,17 +406,21 @@ class PlatformConfig:
         """What the workloads need to know about this platform."""
         sync = self.hugging_face_sync
         return PlatformContext(
-            cluster_name=self.cluster.name, namespace=self.operator.namespace, account=self.environment.account,
+            cluster_name=self.cluster.cluster_name, namespace=self.operator.namespace, account=self.environment.account,
             partition=self.environment.partition, role_name_prefix=self.project,
             capture=S3Location(PlatformValue.CAPTURE_BUCKET, self.capture.prefix),
             capture_key=PlatformValue.CAPTURE_KEY_ID,
             tls_output=S3Location(PlatformValue.TLS_BUCKET, TLS_OUTPUT_PREFIX),
-            endpoint_domains=self.domain.endpoint_domains, zone_name=self.domain.zone_name,
+            # (no zone: none was given, a problem of its own; names are not compared with it)
+            endpoint_domains=tuple(self.domain.endpoint_domains), zone_name=self.domain.zone_name or None,
             custom_service_accounts_enabled=self.operator.enable_custom_service_accounts,
             synced_secrets={sync.kubernetes_secret_name: (sync.key,)}, known_values=self.known_values,
             operator_addon_version=self.operator.addon_version,
             vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
             region=self.environment.region,
+            # Problems the plan finds in these name this file's keys (a Python caller sees PlatformContext's fields).
+            key_paths=KeyPaths("", {"operator_addon_version": "operator.addonVersion", "vpc_cidr": (
+                "network.newVpc.cidr" if isinstance(self.vpc, NewVpc) else "network.existingVpc.vpcCidr")}),
         )
 
 
@@ -333,11 +433,9 @@ __all__ = [
     "DomainConfig",
     "Environment",
     "ExistingVpc",
-    "GpuNodeGroupConfig",
     "HyperPodConfig",
-    "LogRetentionPolicy",
     "NewVpc",
     "OperatorConfig",
     "PlatformConfig",
-    "SecretsConfig",
+    "SidecarAlarmsConfig",
 ]

@@ -6,19 +6,35 @@ problem, so validation continues and the user sees every mistake in one run.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from hyperpod_inference_iac.validation import MISSING_KEY, UNKNOWN_KEY, WRONG_TYPE, Problems, join_path
+from aws_cdk import Duration
+
+from hyperpod_inference_iac.props import Props, block_props, config_key, item_props
+from hyperpod_inference_iac.validation import (
+    MISSING_KEY,
+    REQUIRED,
+    UNKNOWN_KEY,
+    WRONG_TYPE,
+    KeyPaths,
+    Problems,
+    join_path,
+    unknown_key,
+    wrong_type,
+)
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Props)
 _MISSING: Any = object()
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false", int: "an integer",
-            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+# How read_props reads a Duration: the unit its key ends with (periodMinutes).
+_DURATION_UNITS: dict[str, Callable[[int], Duration]] = {
+    "Seconds": Duration.seconds, "Minutes": Duration.minutes, "Hours": Duration.hours, "Days": Duration.days}
 
 
 EMPTY_STRING = "Config.EmptyString"
@@ -41,8 +57,7 @@ class Section:
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            problems.add("Config.NotAMapping", path or "(top level)", f"must be a mapping, not {_type_name(data)}",
-                         data)
+            problems.add(WRONG_TYPE, path or "(top level)", wrong_type("a mapping", data), data)
             data = {}
         self.data: Mapping[str, Any] = data
         self._read: set[str] = set()
@@ -61,13 +76,12 @@ class Section:
         self._read.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                self.problems.add(MISSING_KEY, self.at(key), "is required")
+                self.problems.add(MISSING_KEY, self.at(key), REQUIRED)
             return _MISSING
         return self.data[key]
 
     def string(self, key: str, *, required: bool = False, default: str | None = None,
-               pattern: str | None = None, allowed: Sequence[str] | None = None, hint: str = "",
-               max_length: int | None = None, allow_empty: bool = False) -> str | None:
+               pattern: str | None = None, hint: str = "", allow_empty: bool = False) -> str | None:
         """The key's string, or ``default`` after a problem. An explicit ``""`` is refused (``Config.EmptyString``)
         unless ``allow_empty`` (then the value's own check judges it): it is never silently the default."""
         value = self._get(key, required, default)
@@ -76,20 +90,13 @@ class Section:
         if not isinstance(value, str):
             # A YAML number is not silently turned into a string: 012345678901 would lose its leading zero,
             # 1.30 would become 1.3. Quote it.
-            self.problems.add(WRONG_TYPE, self.at(key),
-                              f"must be a string, not {_type_name(value)} (quote it in YAML)", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a string", value, "quote it in YAML"), value)
             return default
         if value == "" and not allow_empty:
             self.problems.add(EMPTY_STRING, self.at(key), _empty_fix(required, default), value)
             return default
-        if allowed is not None and value not in allowed:
-            self.problems.add("Config.NotAllowed", self.at(key), f"must be one of {', '.join(allowed)}", value)
-            return default
         if pattern is not None and not re.fullmatch(pattern, value):
             self.problems.add("Config.BadFormat", self.at(key), hint or f"must match {pattern}", value)
-            return default
-        if max_length is not None and len(value) > max_length:
-            self.problems.add("Config.TooLong", self.at(key), f"must be at most {max_length} characters", value)
             return default
         return value
 
@@ -99,11 +106,21 @@ class Section:
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problems.add(WRONG_TYPE, self.at(key), f"must be an integer, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("an integer", value), value)
             return default
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
             self.problems.add("Config.OutOfRange", self.at(key), f"must be an integer {bounds}", value)
+            return default
+        return value
+
+    def number(self, key: str, *, required: bool = False, default: float | None = None) -> float | None:
+        """An integer or a decimal number (not a boolean), or ``default`` after a problem."""
+        value = self._get(key, required, default)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a number", value), value)
             return default
         return value
 
@@ -112,7 +129,7 @@ class Section:
         if value is _MISSING:
             return default
         if not isinstance(value, bool):
-            self.problems.add(WRONG_TYPE, self.at(key), "must be true or false", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("true or false", value), value)
             return default
         return value
 
@@ -133,7 +150,7 @@ class Section:
         if value is _MISSING:
             value = []
         if not isinstance(value, list):
-            self.problems.add(WRONG_TYPE, self.at(key), f"must be a list, not {_type_name(value)}", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a list", value), value)
             return []
         if len(value) < min_items:
             self.problems.add("Config.TooFewItems", self.at(key), f"needs at least {min_items} item(s)", value)
@@ -144,7 +161,7 @@ class Section:
         out: list[str] = []
         for path, item in self.items(key, required=required, min_items=min_items):
             if not isinstance(item, str):
-                self.problems.add(WRONG_TYPE, path, f"must be a string, not {_type_name(item)}", item)
+                self.problems.add(WRONG_TYPE, path, wrong_type("a string", item), item)
                 continue
             if check is not None:
                 check(path, item)
@@ -158,7 +175,7 @@ class Section:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            self.problems.add(WRONG_TYPE, self.at(key), "must be a mapping of strings to strings", value)
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of strings to strings", value), value)
             return {}
         return dict(value)
 
@@ -166,6 +183,136 @@ class Section:
         """Report keys nobody read: almost always a typo, which would otherwise be silently ignored."""
         for key in self.data:
             if key not in self._read:
-                known = ", ".join(sorted(self._read)) or "(none)"
-                self.problems.add(UNKNOWN_KEY, self.at(str(key)),
-                                  f"is not a known key; known keys here: {known}")
+                self.problems.add(UNKNOWN_KEY, self.at(str(key)), unknown_key(self._read))
+
+
+def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, allow_empty: Collection[str] = (),
+               check_with: Mapping[str, Any] | None = None, problems: Problems | None = None, **given: Any) -> P:
+    """A construct's props read from one section of the file, each field at its config key with the type and
+    default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
+    default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
+    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported. A
+    field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
+    block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also takes
+    ``enabled: false``, which makes it None.
+
+    A key that is missing, of the wrong type or empty is reported once, here; the rules' problems about that same
+    field are left out (one mistake, one problem), those about the other fields are all reported: into the section's
+    problems, or into ``problems`` for a loader that weighs them against another construct's rules on the same keys.
+    ``allow_empty``: string fields whose explicit ``""`` the class's own rule judges (with its own code, as for a
+    Python consumer) rather than ``Config.EmptyString``. ``check_with``: the keyword arguments of the class's
+    ``check`` that are not properties (the stack's account or region)."""
+    failed: list[str] = []
+    props = _read_props(cls, section, given, failed, allow_empty)
+    found = Problems()
+    props.check(found, at or cls.key_paths(section.path), **(check_with or {}))
+    (section.problems if problems is None else problems).extend(
+        p for p in found if not any(p.path == f or p.path.startswith((f"{f}.", f"{f}[")) for f in failed))
+    return props
+
+
+def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
+                allow_empty: Collection[str] = (), base: P | None = None) -> P:
+    """The fields of ``cls`` read from ``section`` (defaults: ``base``'s values, else the class's); the key path of
+    each that could not be read goes to ``failed``."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in cls.config_fields():
+        key, name = config_key(field), field.name
+        assert key is not None
+        if name in given:
+            continue
+        if base is not None:  # (the holder's default block: its values are the defaults here)
+            field = dataclasses.field(default=getattr(base, name), metadata=field.metadata)
+        before = len(section.problems)
+        if (item := item_props(hints[name])) is not None:
+            entries = section.items(key, required=_required(field))
+            if len(section.problems) != before:  # missing, or not a list
+                failed.append(section.at(key))
+            values[name] = tuple(_read_entry(item, path, data, section.problems, failed) for path, data in entries)
+            continue
+        if (block := block_props(hints[name])) is not None:
+            values[name] = _read_block(block, section, key, hints[name], field, failed)
+            continue
+        values[name] = _read_field(section, key, hints[name], field, name in allow_empty)
+        if len(section.problems) != before:
+            failed.append(section.at(key))
+    return dataclasses.replace(base, **values, **given) if base is not None else cls(**values, **given)
+
+
+def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
+    entry = Section(data, path, problems)
+    props = _read_props(cls, entry, {}, failed)
+    entry.finish()
+    return props
+
+
+def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: dataclasses.Field[Any],
+                failed: list[str]) -> P | None:
+    """A block of props at ``key``: its keys over the field's default block; None when the field is optional and
+    the block says ``enabled: false`` (or the key is left out of an optional field without a default block)."""
+    default = field.default
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+    if optional and "enabled" in {config_key(f) for f in cls.config_fields()}:
+        raise TypeError(f"{cls.__name__} has a key `enabled`: read_props reserves it to switch an optional block off")
+    if not section.has(key) or section.data[key] is None:
+        if not _required(field):
+            section.raw(key)
+            return default  # type: ignore[no-any-return]
+        section.section(key, required=True)  # (reported: a block is required here)
+        failed.append(section.at(key))
+        return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])  # (stand-ins, not reported)
+    before = len(section.problems)
+    block = section.section(key)
+    if len(section.problems) != before:  # not a mapping
+        failed.append(section.at(key))
+    enabled = block.boolean("enabled", default=True) if optional else True
+    props = _read_props(cls, block, {}, failed, base=default if isinstance(default, cls) else None)
+    block.finish()
+    return props if enabled else None
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
+    """One field's value by its type; after a problem, its default or a neutral stand-in."""
+    required = _required(field)
+    default = None if required else field.default
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        return section.boolean(key, default=bool(default))
+    if hint is int:
+        value = section.integer(key, required=required, default=default)
+        return 0 if value is None and required else value
+    if hint is float:
+        number = section.number(key, required=required, default=default)
+        return 0 if number is None and required else number
+    if hint is Duration:  # an integer of the unit the key names (periodMinutes); negative is 0, for the rules
+        unit = next((unit for unit in _DURATION_UNITS if key.endswith(unit)), None)
+        if unit is None:
+            raise TypeError(f"read_props reads a Duration from a key naming its unit ({', '.join(_DURATION_UNITS)}), "
+                            f"not {key}")
+        count = section.integer(key, required=required)
+        return default if count is None else _DURATION_UNITS[unit](max(count, 0))
+    if hint is str:
+        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
+        return "" if value is None and required else value
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        # (the default as the file writes it: an empty value's message names it)
+        text = section.string(key, required=required, default=None if default is None else str(default))
+        return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
+    if origin in (tuple, Sequence):
+        items = section.string_list(key, required=required)
+        if not section.has(key) and not required:
+            return default
+        # Items of an enumeration become its members; a bad one stays a string, for the class's rule to report.
+        kinds = [kind for arg in typing.get_args(hint) for kind in (typing.get_args(arg) or (arg,))
+                 if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
+        return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
+    if origin is not None and issubclass(origin, Mapping):
+        return section.string_map(key) if section.has(key) else default
+    raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")

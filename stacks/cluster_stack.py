@@ -4,6 +4,7 @@ One `cdk deploy` creates everything the operator needs. This stack only composes
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
@@ -19,15 +20,19 @@ from hyperpod_inference_iac import (
     CaptureAlarms,
     CapturePipeline,
     CaptureSidecarMetrics,
+    CaptureSidecarMetricsOptions,
     CaptureStorage,
     CertificateAlarms,
     EndpointDomain,
+    EndpointDomainOptions,
     ExternalDns,
     GpuNodeGroup,
     HuggingFaceTokenSync,
     HyperPodCluster,
     InferenceCluster,
+    InferenceClusterOptions,
     InferenceOperator,
+    InferenceOperatorOptions,
     InferenceWorkloads,
     PlatformDashboard,
     PlatformValue,
@@ -44,37 +49,29 @@ from platform_config.model import NewVpc
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, storage: CaptureStorage,
                  pipeline: CapturePipeline | None = None, alarm_topic: AlarmTopic | None = None,
-                 capture_alarms: CaptureAlarms | None = None, **kwargs: Any) -> None:
+                 capture_alarms: CaptureAlarms | None = None,
+                 replacements: Mapping[str, Sequence[str]] | None = None, **kwargs: Any) -> None:
         self._zones = _zones(config)
         super().__init__(scope, id, **kwargs)
         self.vpc = self._vpc(config)
         cluster_config = config.cluster
         self.cluster = InferenceCluster(
-            self, "Eks", cluster_name=cluster_config.name, kubernetes_version=cluster_config.kubernetes_version,
-            vpc=self.vpc, endpoint_access=cluster_config.endpoint_access,
-            admin_role_arns=cluster_config.admin_role_arns, system_instance_type=cluster_config.system_instance_type,
-            enforce_network_policies=cluster_config.enforce_network_policies,
-            control_plane_log_retention=retention_from_days(config.logging.audit_retention_days),
-        )
+            self, "Eks", **cluster_config.kwargs(InferenceClusterOptions), vpc=self.vpc,
+            control_plane_log_retention=retention_from_days(config.logging.audit_retention_days))
         eks_cluster = self.cluster.cluster
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.gpu_node_groups = [
-            GpuNodeGroup(self, f"Gpu-{group.name}", cluster=eks_cluster, name=group.name,
-                         instance_types=group.instance_types, min_size=group.min_size,
-                         desired_size=group.desired_size, max_size=group.max_size,
-                         root_volume_gib=group.root_volume_gib, labels=group.labels, subnets=private)
+            GpuNodeGroup(self, f"Gpu-{group.name}", cluster=eks_cluster, subnets=private, **group.kwargs())
             for group in cluster_config.gpu_node_groups
         ]
         if self.cluster.device_plugin is not None:
             for node_group in self.gpu_node_groups:
                 self.cluster.device_plugin.node.add_dependency(node_group)
 
-        hyperpod = config.hyperpod
         self.hyperpod = HyperPodCluster(
-            self, "HyperPod", cluster_name=hyperpod.cluster_name, eks_cluster=eks_cluster,
+            self, "HyperPod", **config.hyperpod.kwargs(), eks_cluster=eks_cluster,
             subnets=self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets,
             security_groups=[eks_cluster.cluster_security_group],
-            instance_groups=hyperpod.instance_groups, node_recovery=hyperpod.node_recovery,
             lifecycle_bucket_name=config.hyperpod_lifecycle_bucket_name,
             # Lifecycle scripts are code, not captured data: SSE-S3, so the capture key's policy lists only the
             # principals that handle captures and certificates.
@@ -83,7 +80,7 @@ class ClusterStack(Stack):
         )
         domain_config = config.domain
         self.domain = domain = EndpointDomain(
-            self, "EndpointDomain", zone_name=domain_config.zone_name, endpoint_domains=domain_config.endpoint_domains,
+            self, "EndpointDomain", **domain_config.kwargs(EndpointDomainOptions),
             hosted_zone=route53.HostedZone.from_hosted_zone_attributes(
                 self, "ExistingZone", hosted_zone_id=domain_config.existing_hosted_zone_id,
                 zone_name=domain_config.zone_name) if domain_config.existing_hosted_zone_id else None,
@@ -92,16 +89,15 @@ class ClusterStack(Stack):
             if domain_config.existing_certificate_arn else None,
         )
         plan = config.workloads
-        assert plan is not None  # load_config always plans
         operator_config = config.operator
         self.operator = InferenceOperator(
             self, "InferenceOperator", cluster=eks_cluster, hyperpod_cluster_arn=self.hyperpod.cluster_arn,
             tls_bucket=storage.tls_bucket, tls_bucket_key=storage.key,
             capture_bucket=storage.capture_bucket, capture_key=storage.key, capture_prefix=config.capture.prefix,
             certificate=domain.certificate, hosted_zone=domain.hosted_zone,
-            execution_role_name=config.operator_execution_role_name, addon_version=operator_config.addon_version,
-            enable_custom_service_accounts=operator_config.enable_custom_service_accounts,
-            s3_csi_role_name=config.s3_csi_role_name, scaling_metrics=plan.scaling_metrics,
+            execution_role_name=config.operator_execution_role_name,
+            **operator_config.kwargs(InferenceOperatorOptions), s3_csi_role_name=config.s3_csi_role_name,
+            scaling_metrics=plan.scaling_metrics,
             gated_model_namespaces=plan.gated_model_namespaces,
             gated_model_download_role=iam.Role.from_role_arn(
                 self, "GatedModelRole", operator_config.gated_model_download_role_arn)
@@ -114,10 +110,11 @@ class ClusterStack(Stack):
         self.hugging_face_token = HuggingFaceTokenSync(self, "HuggingFaceToken", cluster=eks_cluster,
                                                        sync=config.hugging_face_sync, encryption_key=secrets_key)
         # ExternalDNS watches the namespaces of the portable servers with a hostname, and may change their records only.
+        dns = config.external_dns
         self.external_dns = ExternalDns(
-            self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=cluster_config.name,
-            namespaces=plan.external_dns_namespaces, hostnames=plan.published_hostnames,
-            role_name=config.external_dns_role_name) if plan.needs_external_dns else None
+            self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=dns.owner_id,
+            namespaces=dns.namespaces, hostnames=dns.hostnames, role_name=dns.role_name,
+        ) if dns is not None else None
         self.workloads = InferenceWorkloads(
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,
@@ -132,6 +129,7 @@ class ClusterStack(Stack):
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
         self.api_keys = self._api_keys(config, eks_cluster)
+        self.workloads.warn_about_replacements(replacements or {})
 
         self._monitoring(config, pipeline=pipeline, alarm_topic=alarm_topic, capture_alarms=capture_alarms)
 
@@ -156,18 +154,17 @@ class ClusterStack(Stack):
         Rotated every ``secrets.apiKeyRotationDays`` where the capture sidecar checks it (it re-reads the synced
         file); a server without capture reads its key at start, so its key is not rotated (warned)."""
         keys = {}
-        portable = {p.name: p for p in config.workloads.portable} if config.workloads else {}
+        portable = {p.name: p for p in config.workloads.portable}
         for name, sync in config.api_key_syncs.items():
             api_key = portable[name].server.api_key
-            rotation_days = config.secrets.api_key_rotation_days \
-                if portable[name].capture is not None and config.secrets.api_key_rotation_days else None
+            # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)
+            rotation_days = config.secrets.rotation_days_of(reads_keys_file=portable[name].capture is not None)
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
                 operator_chart=self.hugging_face_token.operator_chart,
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
-                rotation_role_name=config.api_key_rotation_role_name(name),
-                log_retention=retention_from_days(config.logging.retention_days))
+                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys
@@ -185,18 +182,19 @@ class ClusterStack(Stack):
         wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
                   "notify_on_ok": alarms.notify_on_ok}
         certificates = {"endpoints": self.domain.certificate}
-        if "days_to_expiry" not in alarms.certificate or alarms.certificate["days_to_expiry"] is not None:
+        if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
-                                                        **wiring, **alarms.certificate)  # type: ignore[arg-type]
-        plan = config.workloads
-        if alarms.sidecar_metrics and plan is not None and plan.needs_sidecar_image:
+                                                        **wiring, **alarms.certificate.kwargs())
+        agent = config.metrics_agent
+        if agent is not None:
             self.sidecar_metrics = CaptureSidecarMetrics(
-                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=config.operator.namespace,
-                cluster_name=config.cluster.name, role_name=config.sidecar_metrics_role_name,
+                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=agent.namespace,
+                cluster_name=agent.cluster_name, role_name=agent.role_name,
                 log_retention=retention_from_days(config.logging.retention_days),
                 # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
-                models=[p.name for p in plan.portable if p.capture is not None],
-                depends_on=[self.workloads.namespace_manifest], **wiring, **alarms.sidecar)  # type: ignore[arg-type]
+                models=list(agent.models),
+                depends_on=[self.workloads.namespace_manifest], **wiring,
+                **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
@@ -215,13 +213,9 @@ class ClusterStack(Stack):
     def _vpc(self, config: PlatformConfig) -> ec2.IVpc:
         flow_log_retention = retention_from_days(config.logging.audit_retention_days)
         if isinstance(config.vpc, NewVpc):
-            return PlatformVpc(self, "Network", cidr=config.vpc.cidr, max_azs=config.vpc.max_azs,
-                               nat_gateways=config.vpc.nat_gateways, availability_zones=self._zones,
-                               flow_log_traffic=config.vpc.flow_log_traffic, flow_log_retention=flow_log_retention).vpc
-        return existing_vpc(self, "Network", vpc_id=config.vpc.vpc_id, vpc_cidr=config.vpc.vpc_cidr,
-                            availability_zones=config.vpc.availability_zones,
-                            private_subnet_ids=config.vpc.private_subnet_ids,
-                            flow_log_traffic=config.vpc.flow_log_traffic, flow_log_retention=flow_log_retention)
+            return PlatformVpc(self, "Network", **config.vpc.kwargs(), availability_zones=self._zones,
+                               flow_log_retention=flow_log_retention).vpc
+        return existing_vpc(self, "Network", **config.vpc.kwargs(), flow_log_retention=flow_log_retention)
 
 
 def _zones(config: PlatformConfig) -> list[str]:

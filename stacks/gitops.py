@@ -6,13 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from hyperpod_inference_iac import (
-    EXTERNAL_SECRETS,
-    NVIDIA_DEVICE_PLUGIN,
     PlatformValue,
     PlatformValues,
     Prerequisite,
     StagedManifests,
-    external_dns_releases,
+    sidecar_image_reference,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
     stage_manifests,
@@ -21,24 +19,19 @@ from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
 from platform_config import PlatformConfig
 
 
-def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None,
+def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | None = None,
                outputs: dict[PlatformValue, str] | None = None, complete_with: str = "") -> StagedManifests:
-    """``dist/`` staged beside ``outdir`` (commit it once the synth succeeded). ``sidecar_image`` is the
-    capture sidecar image the cluster stack builds (its deterministic URI)."""
+    """``dist/`` staged beside ``outdir`` (commit it once the synth succeeded), from the config alone. The capture
+    sidecar's image is the one the cluster stack builds, by its deterministic URI (``sidecar_image_reference``: the
+    same asset hash, computed by CDK); ``sidecar_image`` overrides it (a test's own registry)."""
     plan = config.workloads
-    assert plan is not None
     env = config.environment
     values = PlatformValues(config.known_values).merged(dict(outputs or {}))
+    if sidecar_image is None and plan.needs_sidecar_image:
+        sidecar_image = sidecar_image_reference(env.account, env.region)
     if sidecar_image is not None:
         values = values.merged({PlatformValue.SIDECAR_IMAGE: sidecar_image})
     sync = config.hugging_face_sync
-    reader_role_arn = f"arn:{env.partition}:iam::{env.account}:role/{sync.reader_role_name}"
-    releases = [NVIDIA_DEVICE_PLUGIN, EXTERNAL_SECRETS]
-    if plan.needs_external_dns:
-        releases += external_dns_releases(
-            namespaces=plan.external_dns_namespaces, zone_ids=[PlatformValue.HOSTED_ZONE_ID],
-            domain_filters=[config.domain.zone_name], owner_id=config.cluster.name,
-            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.external_dns_role_name}")
     prerequisites = [
         Prerequisite(f"the EKS add-on {OPERATOR_ADDON} {config.operator.addon_version} (its CRDs and controller), "
                      "installed by the cluster stack",
@@ -49,20 +42,20 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
         Prerequisite(f"the token's value in Secrets Manager secret {sync.secrets_manager_name} (docs/secrets.md)",
                      f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
     ]
-    supporting = {"hugging-face-token": sync.manifests(region=env.region, reader_role_arn=reader_role_arn)}
-    if config.alarms.enabled and config.alarms.sidecar_metrics and plan.needs_sidecar_image:
+    supporting = {name: each.manifests(region=env.region, reader_role_arn=config.role_arn(each.reader_role_name))
+                  for name, each in config.secret_syncs.items()}
+    agent = config.metrics_agent
+    if agent is not None:
         # The same agent the cluster stack applies (CaptureSidecarMetrics), with its fixed role name.
         supporting["capture-sidecar-metrics"] = sidecar_metrics_manifests(
-            namespace=config.operator.namespace, cluster_name=config.cluster.name, region=env.region,
-            role_arn=f"arn:{env.partition}:iam::{env.account}:role/{config.sidecar_metrics_role_name}",
-            log_group_name=sidecar_metrics_log_group_name(config.cluster.name))
+            namespace=agent.namespace, cluster_name=agent.cluster_name, region=env.region,
+            role_arn=config.role_arn(agent.role_name),
+            log_group_name=sidecar_metrics_log_group_name(agent.cluster_name))
     for name, key_sync in config.api_key_syncs.items():
-        key_reader = f"arn:{env.partition}:iam::{env.account}:role/{key_sync.reader_role_name}"
-        supporting[f"api-key-{name}"] = key_sync.manifests(region=env.region, reader_role_arn=key_reader)
         prerequisites.append(Prerequisite(
             f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "
             "the cluster stack", f"aws secretsmanager describe-secret --secret-id {key_sync.secrets_manager_name}"))
     return stage_manifests(
         plan, outdir=outdir, values=values, supporting=supporting,
-        helm_releases=releases, prerequisites=prerequisites,
+        helm_releases=list(config.helm_releases), prerequisites=prerequisites,
         namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with)

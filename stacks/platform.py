@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Annotations, App, Aspects, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from hyperpod_inference_iac import LambdaLogRetention, apply_tags, retention_from_days
+from hyperpod_inference_iac import LambdaLogRetention, apply_tags
 from platform_config import PlatformConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.storage_stack import StorageStack
@@ -19,13 +20,16 @@ class Platform:
     cluster: ClusterStack
 
 
-def build_platform(app: App, config: PlatformConfig) -> Platform:
+def build_platform(app: App, config: PlatformConfig,
+                   replacements: Mapping[str, Sequence[str]] | None = None) -> Platform:
+    """Both stacks of the config's platform. ``replacements``: the custom resources the GitOps rendering found the
+    operator cannot change in place (``StagedManifests.replacements``), warned about on their manifests."""
     env = Environment(account=config.environment.account, region=config.environment.region)
     storage = StorageStack(app, f"{config.project}-storage", config=config, env=env,
                            description="Captured inference data: KMS key, capture and TLS buckets")
     cluster = ClusterStack(app, f"{config.project}-cluster", config=config, env=env,
                            storage=storage.storage, pipeline=storage.pipeline, alarm_topic=storage.alarm_topic,
-                           capture_alarms=storage.capture_alarms,
+                           capture_alarms=storage.capture_alarms, replacements=replacements,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
     # Warnings the config accepts, with its reasons: acknowledged for everything in both stacks (the storage stack's
     # redaction and reader warnings as much as the cluster's), also those added after this (warn_about_replacements).
@@ -34,7 +38,7 @@ def build_platform(app: App, config: PlatformConfig) -> Platform:
             Annotations.of(stack).acknowledge_warning(warning.id, warning.reason)
     apply_tags(app, config.tags)
     # Every Lambda function, CDK's own helpers included, logs into a group with a retention.
-    Aspects.of(app).add(LambdaLogRetention(retention_from_days(config.logging.retention_days)))
+    Aspects.of(app).add(LambdaLogRetention(config.logging.retention))
     return Platform(storage=storage, cluster=cluster)
 
 

@@ -14,7 +14,6 @@ from hyperpod_inference_iac import (
     CapturePipeline,
     CaptureStorage,
     PlatformValue,
-    retention_from_days,
 )
 from platform_config import PlatformConfig
 
@@ -23,31 +22,21 @@ class StorageStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         capture = config.capture
+        # The config's capture options are the constructs' own; the app adds the names it derives from `project`.
         self.storage = CaptureStorage(
             self,
             "CaptureStorage",
-            capture_bucket_name=config.capture_bucket_name,
-            tls_bucket_name=config.tls_bucket_name,
-            access_log_bucket_name=config.access_log_bucket_name,
             key_alias=config.capture_key_alias,
-            retention_days=capture.retention_days,
-            noncurrent_version_retention_days=capture.noncurrent_version_retention_days,
-            access_log_retention_days=capture.access_log_retention_days,
-            capture_prefix=capture.prefix,
-            reader_role_arns=capture.reader_role_arns,
-            raw_reader_role_arns=capture.raw_reader_role_arns,
-            break_glass_role_arns=capture.break_glass_role_arns,
             # Tier 2 (ALB access logs) is delivered SSE-S3 only: accepted only when a workload asks for it.
-            load_balancer_logs=config.workloads is not None and config.workloads.captures_load_balancer_logs,
+            load_balancer_logs=config.workloads.captures_load_balancer_logs,
+            **capture.storage.replace(capture_bucket_name=config.capture_bucket_name,
+                                      tls_bucket_name=config.tls_bucket_name,
+                                      access_log_bucket_name=config.access_log_bucket_name).kwargs(),
         )
         storage = self.storage
         self.pipeline = CapturePipeline(
             self, "CapturePipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
-            capture_prefixes=[storage.capture_prefix], output_prefix=storage.curated_prefix,
-            quarantine_prefix=storage.quarantine_prefix, redact=capture.redact,
-            pandas_layer_arn=capture.pandas_layer_arn, max_concurrency=capture.processor_max_concurrency,
-            glue_database_name=f"{config.project.replace('-', '_')}_capture",
-            log_retention=retention_from_days(config.logging.retention_days),
+            log_retention=config.logging.retention, **capture.pipeline.kwargs(),
         )
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None
@@ -56,12 +45,11 @@ class StorageStack(Stack):
             # In this stack: the pipeline's own alarms notify it, and the cluster stack's alarms reference it.
             self.alarm_topic = AlarmTopic(
                 self, "AlarmTopic", topic_name=config.alarm_topic_name, display_name=f"{config.project} alarms",
-                emails=alarms.emails, https_endpoints=alarms.https_endpoints,
-                lambda_function_arns=alarms.lambda_function_arns, forward_to_topic_arns=alarms.topic_arns)
+                **alarms.subscribers.kwargs())
             self.capture_alarms = CaptureAlarms(
                 self, "CaptureAlarms", pipeline=self.pipeline, topic=self.alarm_topic, alarm_name_prefix=config.project,
                 runbook_url=alarms.runbook_url, notify_on_ok=alarms.notify_on_ok,
-                expected_tiers=config.capture_tiers, **alarms.capture)  # type: ignore[arg-type]
+                expected_tiers=config.capture_tiers, **alarms.capture.kwargs())
             CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)

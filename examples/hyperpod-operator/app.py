@@ -28,7 +28,9 @@ class InferenceStack(Stack):
 app = App()
 stack = InferenceStack(app, "HyperPodOperatorExample", env=Environment(account="111122223333", region="us-west-2"))
 
-vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+# Explicit, not left to @aws-cdk/aws-ec2:restrictDefaultSecurityGroup in cdk.json: the default security group
+# admits nothing.
+vpc = ec2.Vpc(stack, "Vpc", max_azs=2, restrict_default_security_group=True)
 cluster = eks.Cluster(
     stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc,
     default_capacity_type=eks.DefaultCapacityType.NODEGROUP, default_capacity=0,

@@ -32,6 +32,7 @@ import time
 from collections import deque
 from datetime import UTC, datetime
 from time import perf_counter
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -522,16 +523,17 @@ class ClientConnection(asyncio.Protocol):
 
     # ----- asyncio.Protocol -----
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, base_transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, base_transport)  # a stream server's (uvloop's TCPTransport)
         proxy = self.proxy
         self.accepted_at = now = asyncio.get_running_loop().time()
         if proxy.closing or not proxy.admit(now):
             # Refused before anything is made for it: one small write and a close.
             self.closed = self.discarding = True
-            transport.write(_AT_CAPACITY)  # type: ignore[attr-defined]
+            transport.write(_AT_CAPACITY)
             transport.close()
             return
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.parser = httptools.HttpRequestParser(self)
         proxy.connections.add(self)
@@ -1051,8 +1053,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     # ----- asyncio.Protocol -----
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+    def connection_made(self, base_transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, base_transport)  # a stream connection's (uvloop's)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
 
     def data_received(self, data: bytes) -> None:

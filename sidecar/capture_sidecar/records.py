@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -112,8 +112,8 @@ def _payload_object(payload: CapturedPayload, mode: str, encodings: ContentTypeE
 # record never exceed a few MiB whatever its size; the pieces are sent to S3 without joining.
 TEXT_SLICE_BYTES = 256 * 1024
 # json.dumps(text, ensure_ascii=False) for a str, without building an encoder per call.
-_json_string = (
-    json.encoder.py_encode_basestring if json.encoder.c_encode_basestring is None else json.encoder.c_encode_basestring
+_json_string: Callable[[str], str] = (
+    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
 )
 BASE64_SLICE_BYTES = 3 * 87_381  # a multiple of 3: base64 of the slices concatenates to that of the whole
 

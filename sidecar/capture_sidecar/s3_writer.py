@@ -141,7 +141,7 @@ class S3Writer:
         return _Endpoint("https", f"{bucket}.s3.{region}.{suffix}", path_style=False)
 
     def _connection(self, endpoint: _Endpoint) -> http.client.HTTPConnection:
-        connection = getattr(self._local, "connection", None)
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
         if connection is not None and self._local.endpoint == endpoint:
             return connection
         if connection is not None:
@@ -214,7 +214,8 @@ class S3Writer:
             )
 
     def _send(
-        self, endpoint: _Endpoint, region: str, key: str, pieces: list, length: int, payload_sha256: str
+        self, endpoint: _Endpoint, region: str, key: str, pieces: Sequence[bytes | memoryview], length: int,
+        payload_sha256: str,
     ) -> tuple[int, dict[str, str], bytes]:
         credentials = self._credentials.get_frozen_credentials() if self._credentials is not None else None
         if credentials is None or not credentials.access_key:
@@ -236,8 +237,7 @@ class S3Writer:
         headers["content-length"] = str(length)
         connection = self._connection(endpoint)
         if connection.sock is None:
-            connection.connect()
-            connection.sock.settimeout(READ_TIMEOUT_SECONDS)
+            _connect(connection)
         connection.putrequest("PUT", path, skip_host=True, skip_accept_encoding=True)
         for name, value in headers.items():
             connection.putheader(name, value)
@@ -253,6 +253,12 @@ class S3Writer:
     @staticmethod
     def _back_off(attempt: int) -> None:
         time.sleep(random.uniform(0, min(2.0, 0.1 * 2**attempt)))
+
+
+def _connect(connection: http.client.HTTPConnection) -> None:
+    """Connect (within the connection's own timeout), then wait at most READ_TIMEOUT_SECONDS for each read."""
+    connection.connect()
+    connection.sock.settimeout(READ_TIMEOUT_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -567,6 +567,18 @@ def test_model_on_platform_problem(code: str, index: int, changes: dict[str, Any
     assert (code, path) in _problems_of(raised.value), str(raised.value)
 
 
+def test_a_python_caller_is_told_the_platform_context_field_not_a_config_key() -> None:
+    """A plan built in Python names PlatformContext's field (the config loader gives its own keys: test_config)."""
+    problems = Problems()
+    models = [ModelDeployment(workload, path=path) for path, workload in
+              parse_models(samples.model_entries(), problems=problems)]
+    plan_workloads(samples.context(**{**PLATFORM, "operator_addon_version": "v1.3.0-eksbuild.1"}), models=models,
+                   problems=problems)
+    messages = [str(p) for p in problems if p.code == "OperatorVersion.FeatureUnavailable"]
+    assert messages and all("raise PlatformContext.operator_addon_version " in m for m in messages), messages
+    assert not [m for m in messages if "addonVersion" in m]
+
+
 def test_the_valid_samples_load_without_problems() -> None:
     _load(samples.model_entries())
 
@@ -672,6 +684,10 @@ def test_chart_validates_python_built_models_with_the_same_rules() -> None:
 PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
     ("Portable.NamespaceInvalid", {"namespace": "Team_A"}, "server.namespace"),
+    ("InferenceWorkloads.KeyNotGrantable",
+     {"data_capture": dataclasses.replace(samples.portable_server().data_capture,
+                                          model_pod=ModelPodCapture(kms_key_id="alias/captures"))},
+     "server.dataCapture.modelPod.kmsKeyId"),
     ("Portable.NameInvalid", {"name": "q" * 56}, "server.name"),  # "<name>-metrics" must fit 63
     ("Portable.HostnameNotCertified", {"hostname": "other.portable.example.com"}, "server.hostname"),
     ("Portable.SourceRangeInvalid", {"allowed_source_ranges": ("10.0.0.1/16",)}, "server.allowedSourceRanges[0]"),
@@ -736,7 +752,7 @@ def test_portable_server_problem(code: str, changes: dict[str, Any], path: str) 
 # (code, server changes, expected path, platform context changes): portable rules that need the platform.
 PORTABLE_PLATFORM_CASES: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     ("Portable.VpcCidrMissing", {}, "server", {"vpc_cidr": None}),
-    ("Portable.VpcCidrInvalid", {}, "vpcCidr", {"vpc_cidr": "10.0.0.1/16"}),
+    ("Portable.VpcCidrInvalid", {}, "PlatformContext.vpc_cidr", {"vpc_cidr": "10.0.0.1/16"}),
 ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hyperpod_inference_iac import CaptureStorage, PlatformValue
+from hyperpod_inference_iac import CaptureAlarmsOptions, CaptureStorage, PlatformValue
 from hyperpod_inference_iac.validation import ConfigError
 from platform_config import load_config, parse_config, read_stack_outputs
 from tests.support.synth import REPO, cli_env, run_cdk_synth
@@ -76,7 +76,7 @@ EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "ava
 # (code, key path, change): each breaks the default file in exactly one place, and that place is reported,
 # once, with that code.
 CASES = [
-    ("Config.NotAMapping", "environment", _set("environment", ["us-west-2"])),
+    ("Config.WrongType", "environment", _set("environment", ["us-west-2"])),
     ("Config.MissingKey", "environment.account", _delete("environment.account")),
     ("Config.WrongType", "capture.retentionDays", _set("capture.retentionDays", "thirty")),
     ("Config.WrongType", "environment.account", _set("environment.account", 111122223333)),
@@ -247,21 +247,29 @@ def test_each_error_code_names_key_path(code: str, path: str, change: Callable[[
     assert f"[{code}] {path}:" in str(caught.value)
 
 
+def test_plan_problems_name_the_config_files_keys() -> None:
+    """The plan's own rules on the platform (the add-on version) speak the file's keys to the app's user."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(_set("operator.addonVersion", "v1.3.0-eksbuild.1")))
+    (problem,) = [p for p in caught.value.problems if p.code == "OperatorVersion.FeatureUnavailable"]
+    assert "raise operator.addonVersion " in problem.message and "PlatformContext" not in problem.message
+
+
 def test_default_config_is_valid() -> None:
     config = load_config(REPO / "config" / "default.yaml")
     assert config.tls_bucket_name.startswith("hyperpod-tls")
-    assert config.workloads is not None and len(config.workloads.models) == 3
+    assert len(config.workloads.models) == 3
 
 
 def test_portable_servers_are_scoped_to_the_vpc_of_either_kind() -> None:
-    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable  # type: ignore[union-attr]
+    (portable,) = load_config(REPO / "config" / "default.yaml").workloads.portable
     assert portable.vpc_cidr == DEFAULT["network"]["newVpc"]["cidr"]
     assert portable.source_ranges == (DEFAULT["network"]["newVpc"]["cidr"],)
 
     def existing(data: dict[str, Any]) -> None:
         data["network"] = {"existingVpc": EXISTING_VPC}
 
-    (portable,) = parse_config(_with(existing)).workloads.portable  # type: ignore[union-attr]
+    (portable,) = parse_config(_with(existing)).workloads.portable
     assert portable.vpc_cidr == EXISTING_VPC["vpcCidr"]
 
 
@@ -494,13 +502,15 @@ def test_alarm_blocks_override_only_the_keys_they_name_and_can_switch_an_alarm_o
                                          "throttles": {"enabled": False}}))
     _put("alarms.sidecar", {"cloudWatchAgent": False})(data)
     alarms = parse_config(data).alarms
-    no_output = alarms.capture["no_curated_output"]
+    no_output = alarms.capture.no_curated_output
     assert no_output is not None
     assert (no_output.threshold, no_output.period.to_seconds(), no_output.evaluation_periods) == (1, 3600, 24)
-    assert alarms.capture["throttles"] is None
-    assert set(alarms.capture) == {"no_curated_output", "throttles"}  # the others keep the construct defaults
-    assert alarms.sidecar_metrics is False
-    assert alarms.emails == ("ml-platform-oncall@example.com",)
+    assert alarms.capture.throttles is None
+    # The others keep the construct's defaults.
+    assert alarms.capture.replace(no_curated_output=None, throttles=None) == \
+        CaptureAlarmsOptions(no_curated_output=None, throttles=None)
+    assert alarms.sidecar.cloud_watch_agent is False
+    assert alarms.subscribers.emails == ("ml-platform-oncall@example.com",)
 
 
 def test_capture_tiers_are_the_tiers_some_workload_turns_on() -> None:
@@ -565,7 +575,8 @@ EMPTY_VALUE_CODES = {"capture.prefix": "CapturePipeline.EmptyPrefix", "network.f
 def test_the_string_keys_with_a_default_are_the_documented_ones() -> None:
     """A new key with a default shows up here (and is refused empty by the test below) before it ships."""
     assert sorted(key for key, default in STRING_KEYS.items() if default is not None) == [
-        "capture.prefix", "cluster.endpointAccess", "cluster.kubernetesVersion", "cluster.systemInstanceType",
+        "capture.prefix", "cluster.endpointAccess", "cluster.gpuNodeGroups[0].localStorageStrategy",
+        "cluster.kubernetesVersion", "cluster.systemInstanceType",
         "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace"]
 
 
@@ -579,6 +590,52 @@ def test_an_explicit_empty_string_is_one_problem_never_the_default(path: str) ->
     assert [(p.code, p.path) for p in caught.value.problems] == [(code, path)], str(caught.value)
     if code == "Config.EmptyString" and STRING_KEYS.get(path) is not None:
         assert f"leave the key out for the default {STRING_KEYS[path]!r}" in caught.value.problems[0].message
+
+
+# -- issue 18: every rule a construct applies is applied by the config check, under the config key ---------------
+@pytest.mark.parametrize("prefix", ["/data-capture/", "data*/", "data-capture", "donn\u00e9es/", "", "curated/x/"])
+def test_a_capture_prefix_either_construct_refuses_is_refused_at_the_config_check(prefix: str) -> None:
+    """One prefix rule: what CaptureStorage or CapturePipeline would refuse at synth, `python -m platform_config`
+    refuses at capture.prefix, once."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_s3 as s3
+
+    from hyperpod_inference_iac import CapturePipeline
+
+    with pytest.raises(ConfigError) as storage:
+        CaptureStorage(Stack(App(), "S"), "Storage", capture_prefix=prefix)
+    stack = Stack(App(), "P", env={"account": "111122223333", "region": "us-west-2"})
+    with pytest.raises(ConfigError) as pipeline:
+        CapturePipeline(stack, "Pipeline", bucket=s3.Bucket(stack, "B"), encryption_key=None,
+                        capture_prefixes=[prefix])
+    refused_by = (storage.value.codes, pipeline.value.codes)
+    problems = _problems(_with(_set("capture.prefix", prefix)))
+    assert len(problems) == 1 and problems[0][1] == "capture.prefix", problems
+    # (the pipeline's code for the prefix's form, as before; the storage's for an overlap with curated/)
+    assert problems[0][0] in refused_by[0] + refused_by[1], (problems, refused_by)
+
+
+@pytest.mark.slow
+def test_the_config_check_command_refuses_a_prefix_the_storage_would_refuse(tmp_path: Path) -> None:
+    """Before, `python -m platform_config` passed '/data-capture/' (the pipeline's rule) and the synth failed in
+    CaptureStorage at a prop name."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with(_set("capture.prefix", "/data-capture/"))))
+    result = subprocess.run([sys.executable, "-m", "platform_config", str(bad)], cwd=REPO, capture_output=True,
+                            text=True, check=False, env=cli_env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "[CapturePipeline.InvalidPrefix] capture.prefix: must be an S3 key prefix" in result.stderr
+
+
+def test_a_portable_capture_key_that_is_an_alias_is_refused_at_the_config_check() -> None:
+    """The sidecar's role is granted its kmsKeyId: an alias cannot be granted. The plan refuses it under the key path
+    (the same rule InferenceWorkloads applies to a Python consumer's plan)."""
+    key = "portable.0.dataCapture.modelPod.kmsKeyId"
+    assert _problems(_with(_set(key, "alias/captures"))) == [
+        ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId")]
+    arn = "arn:aws:kms:us-west-2:111122223333:key/11111111-2222-3333-4444-555555555555"
+    (portable,) = parse_config(_with(_set(key, arn))).workloads.portable
+    assert portable.capture_key == arn
 
 
 # -- issue 17: risky choices are said out loud (warned, acknowledgeable) ------------------------------------------

@@ -26,7 +26,7 @@ from hyperpod_inference_iac.charts import (
     PortableModelServer,
     plan_workloads,
 )
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.validation import ConfigError, Problems
 from hyperpod_inference_iac.workload_identity import IdentityBinding
 
 ACCOUNT = "123456789012"
@@ -44,14 +44,14 @@ def _stack() -> tuple[Stack, eks.ICluster]:
     return stack, cluster
 
 
-def _plan(capture: ModelPodCapture, **context: Any) -> Any:
+def _plan(capture: ModelPodCapture, problems: Problems | None = None, **context: Any) -> Any:
     server = PortableModelServer(
         name="qwen", runtime=ModelServerRuntime.VLLM,
         model_cache=NvmeModelCache(model_key="qwen", source_s3_uri="s3://weights-bucket/qwen/"),
         data_capture=DataCapture(model_pod=capture))
     base = {"cluster_name": "c", "namespace": "inference", "account": ACCOUNT, "role_name_prefix": "t",
             "capture": S3Location(PlatformValue.CAPTURE_BUCKET, "data-capture/"), "vpc_cidr": "10.0.0.0/16"}
-    return plan_workloads(PlatformContext(**{**base, **context}), portable=[server])
+    return plan_workloads(PlatformContext(**{**base, **context}), portable=[server], problems=problems)
 
 
 def test_the_sidecar_role_writes_exactly_the_planned_prefix_with_the_planned_key() -> None:
@@ -118,8 +118,13 @@ def test_a_plan_that_needs_the_capture_bucket_refuses_to_build_without_it() -> N
 
 
 def test_a_workload_key_must_be_a_key_arn_to_be_granted() -> None:
+    """The plan refuses it under its key path (so a config file's check does); the construct applies the same rule to
+    a plan it is given regardless."""
     stack, cluster = _stack()
-    plan = _plan(ModelPodCapture(kms_key_id="alias/captures"))
+    planned = Problems()
+    plan = _plan(ModelPodCapture(kms_key_id="alias/captures"), planned)
+    assert [(p.code, p.path) for p in planned] == [
+        ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId")]
     with pytest.raises(ConfigError) as caught:
         InferenceWorkloads(stack, "W", cluster=cluster, plan=plan, sidecar_image="registry.example/sidecar:1",
                            capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"))

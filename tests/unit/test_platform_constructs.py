@@ -295,6 +295,26 @@ def test_operator_takes_buckets_and_keys_without_certificate_or_zone() -> None:
     assert operator.addon.addon_name
 
 
+def test_operator_of_another_stack_than_its_tls_bucket_is_told_to_name_its_s3_csi_role() -> None:
+    """The TLS bucket's allowlist (CaptureStorage, another stack) can name the Mountpoint driver's role only by a fixed
+    name: the error names the property that gives it one, which the consumer can set, not the role's role_name."""
+    app = App(context={})  # (with cdk.json's annotationsInValidationReport, the errors would fail the synth here)
+    storage = CaptureStorage(Stack(app, "Storage", env=ENV), "Storage")
+    stack = Stack(app, "Cluster", env=ENV)
+    InferenceOperator(stack, "Operator", cluster=_cluster(stack), hyperpod_cluster_arn="arn",
+                      tls_bucket=storage.tls_bucket, tls_bucket_key=storage.key)
+    errors = [str(e.entry.data) for e in Annotations.from_stack(stack).find_error("*", Match.any_value())]
+    assert errors and all("InferenceOperator(s3_csi_role_name=...)" in e for e in errors), errors
+    assert all("S3CsiDriverRole" in e.id for e in Annotations.from_stack(stack).find_error("*", Match.any_value()))
+
+    app = App(context=CONTEXT)
+    storage = CaptureStorage(Stack(app, "Storage", env=ENV), "Storage")
+    named = Stack(app, "Named", env=ENV)
+    InferenceOperator(named, "Operator", cluster=_cluster(named), hyperpod_cluster_arn="arn",
+                      tls_bucket=storage.tls_bucket, tls_bucket_key=storage.key, s3_csi_role_name="named-s3-csi")
+    Annotations.from_stack(named).has_no_error("*", Match.any_value())
+
+
 def _external_dns(stack: Stack, **props: Any) -> ExternalDns:
     zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
                                                           zone_name="inference.example.com")

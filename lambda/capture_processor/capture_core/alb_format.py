@@ -189,13 +189,13 @@ def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False)
     if redacted is pieces:
         return values
     out: list[str | None] = []
-    for url, plan in zip(urls, plans, strict=True):
-        if url is None or plan is None:
+    for url, url_plan in zip(urls, plans, strict=True):
+        if url is None or url_plan is None:
             out.append(None)
             continue
         encoded = "%" in url or "+" in url
         parts = []
-        for part in plan:
+        for part in url_plan:
             if isinstance(part, str):
                 parts.append(part)
                 continue

@@ -127,8 +127,8 @@ class _LineIndex:
     def line(self, row: int) -> RejectedLine:
         if self._lines is None:
             self._lines = self._data.split(b"\n")
-            if self._line_numbers is None:  # Arrow's reader skips blank lines, so rows are the others
-                self._line_numbers = [index for index, line in enumerate(self._lines) if line.strip()]
+        if self._line_numbers is None:  # Arrow's reader skips blank lines, so rows are the others
+            self._line_numbers = [index for index, line in enumerate(self._lines) if line.strip()]
         index = self._line_numbers[row]
         return RejectedLine(self._first_line + index, "", self._lines[index])
 
@@ -211,14 +211,15 @@ def _normalised_side(side: Any) -> dict[str, Any] | None:
 
 
 def _as_text(value: Any) -> str | None:
+    text: str | None = value
     if value is not None and not isinstance(value, str):
-        value = json.dumps(value, ensure_ascii=False)  # a number or an inline object: keep it as JSON text
-    if value is not None:
+        text = json.dumps(value, ensure_ascii=False)  # a number or an inline object: keep it as JSON text
+    if text is not None:
         try:
-            value.encode("utf-8")
+            text.encode("utf-8")
         except UnicodeEncodeError:
             raise MalformedLineError("a lone surrogate escape (\\ud800-\\udfff) that UTF-8 cannot hold") from None
-    return value
+    return text
 
 
 def _as_int(value: Any, maximum: int) -> int | None:

@@ -43,7 +43,7 @@ def decode_literal(body: str) -> str:
     if "\\" not in body:
         return body
     try:
-        value = json.loads(f'"{body}"')
+        value: str = json.loads(f'"{body}"')  # a JSON string literal
     except ValueError:
         value = _ESCAPE.sub(_unescape, body)
     if "\\u" in body or "\\U" in body:

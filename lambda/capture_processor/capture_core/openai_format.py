@@ -93,7 +93,7 @@ def _parsed_events(events: list[str]) -> list[dict[str, Any]]:
     until = next((index for index, data in enumerate(events) if data.strip() == "[DONE]"), len(events))
     events = events[:until]
     try:
-        parsed = json.loads("[" + ",".join(events) + "]")
+        parsed: list[Any] = json.loads("[" + ",".join(events) + "]")
         if len(parsed) != len(events):  # an event holding "1,2" would read as two
             raise ValueError("event count")
     except (ValueError, RecursionError):
@@ -327,7 +327,7 @@ def _finish_reasons(response: dict[str, Any], details: dict[str, Any]) -> list[s
     if isinstance(choices, list) and choices:
         ordered = sorted(
             (choice for choice in choices if isinstance(choice, dict)),
-            key=lambda choice: choice.get("index") if isinstance(choice.get("index"), int) else 0,
+            key=lambda choice: index if isinstance(index := choice.get("index"), int) else 0,
         )
         return [_text(choice.get("finish_reason")) for choice in ordered] or None
     if details.get("finish_reason") is not None:

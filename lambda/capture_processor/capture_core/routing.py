@@ -58,7 +58,8 @@ def _capture_hour(key: str) -> datetime | None:
     if match is None:
         return None
     try:
-        return datetime(*(int(part) for part in match.groups()), tzinfo=UTC)
+        year, month, day, hour = (int(part) for part in match.groups())
+        return datetime(year, month, day, hour, tzinfo=UTC)
     except ValueError:
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote_plus
 
 
@@ -41,7 +42,7 @@ def objects_in_message(body: str) -> tuple[S3ObjectRef, ...]:
     )
 
 
-def _object_ref(record: dict) -> S3ObjectRef:
+def _object_ref(record: dict[str, Any]) -> S3ObjectRef:
     try:
         bucket = record["s3"]["bucket"]["name"]
         obj = record["s3"]["object"]

@@ -1,0 +1,231 @@
+"""Validation is whole at the config check: every problem code a construct of the library can raise is raised by
+``python -m platform_config`` too, under the config key, for a file that makes that mistake, or is listed below with
+the reason no config file can make it (a value the app derives itself, a construct the app does not use, a property
+only Python code passes). A code added to a construct without either fails here.
+
+The cases of tests/unit/test_config.py count (each runs the config check and asserts the code at its key path);
+the ones here add the codes those do not exercise."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hyperpod_inference_iac.validation import ConfigError
+from platform_config import parse_config
+from tests.support.synth import REPO
+from tests.unit import test_config
+from tests.unit.test_config import _set, _with
+
+# The codes no config file can raise, each with the reason. A code here that a case reaches fails the test below.
+NOT_FROM_CONFIG: dict[str, str] = {
+    # Names the app derives (from `project`, `environment`, `cluster.name`): their patterns hold by construction.
+    "AlarmTopic.BadTopicName": "the app names the topic `<project>-alarms`",
+    "CaptureStorage.BadBucketName": "the app names the buckets from project, account and region",
+    "CaptureStorage.TlsBucketPrefix": "the app names the TLS bucket `hyperpod-tls-<project>-…`",
+    "HyperPodCluster.BadBucketName": "the app names the lifecycle bucket from project, account and region",
+    "InferenceOperator.ExecutionRoleName": "the app names the role `SageMakerHyperPodInference-<project>`",
+    "PlatformDashboard.BadName": "the app names the dashboard after `project`",
+    "CaptureSidecarMetrics.BadRoleName": "the app names the agent's role after `project`",
+    "CaptureSidecarMetrics.BadClusterName": "`cluster.name` is checked by InferenceCluster (one problem)",
+    "CaptureSidecarMetrics.BadNamespace": "`operator.inferenceNamespace` is checked by the plan "
+                                          "(Chart.NamespaceInvalid)",
+    "CaptureSidecarMetrics.BadModelName": "portable server names are checked by the plan (Portable.NameInvalid)",
+    "CertificateAlarms.BadCertificateArn": "the certificate is the app's own, or `domain.existingCertificateArn`, "
+                                           "whose format the config check refuses first (Config.BadFormat)",
+    "CertificateAlarms.OtherRegion": "refused first as EndpointDomain.CertificateOtherRegion",
+    "EndpointDomain.BadCertificateArn": "`domain.existingCertificateArn` is refused first by its format "
+                                        "(Config.BadFormat)",
+    "EndpointDomain.NoDomains": "`domain.endpointDomains: []` is refused first by the config check "
+                                "(Config.TooFewItems)",
+    "CaptureAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "CaptureStorage.BadPrefix": "`capture.prefix` is judged by one rule (s3_access.key_prefix_fault) for both "
+                                "constructs, reported once with the pipeline's code (CapturePipeline.InvalidPrefix)",
+    "CapturePipeline.OverlappingPrefixes": "an overlap of `capture.prefix` with the outputs is reported once, as "
+                                           "CaptureStorage.PrefixesOverlap",
+    "CertificateAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "CaptureSidecarMetrics.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "CertificateAlarms.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as CaptureAlarms.BadRunbookUrl",
+    "CaptureSidecarMetrics.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as "
+                                           "CaptureAlarms.BadRunbookUrl",
+    # Values the app sets itself (constants, or derived from the plan): not in the file.
+    "ApiKeySync.RotationRefreshTooSlow": "the app's sync refresh and propagation wait are constants",
+    "ApiKeySync.RotationWithoutKeysFile": "the app always syncs the keys file with rotation",
+    "CaptureAlarms.UnknownTier": "the app passes the tiers the plan captures",
+    "PlatformDashboard.UnknownTier": "the app passes the tiers the plan captures",
+    "CertificateAlarms.BadLabel": "the app labels its one certificate",
+    "CertificateAlarms.NoCertificates": "the app always passes the platform certificate",
+    "CaptureSidecarMetrics.ScrapeInterval": "the app keeps the agent's default scrape interval",
+    "CaptureSidecarMetrics.UnpinnedImage": "the app uses the construct's pinned agent image",
+    "CapturePipeline.InvalidDate": "the app keeps the construct's first partition date",
+    "CapturePipeline.InvalidGlueName": "the app keeps the construct's Glue database name",
+    "CapturePipeline.MemoryOutOfRange": "the app keeps the construct's memory size",
+    "CapturePipeline.NoCapturePrefixes": "the app passes `[capture.prefix]`",
+    "CapturePipeline.BucketInOtherStack": "the app builds the pipeline with the storage in one stack",
+    "ExternalDns.BadHostname": "the app passes the plan's hostnames (checked as Portable.HostnameInvalid)",
+    "ExternalDns.BadNamespace": "the app passes the plan's namespaces (checked by the plan)",
+    "ExternalDns.DuplicateNamespace": "the app passes the plan's namespaces, each once",
+    "ExternalDns.HostnameOutsideZones": "the plan refuses a hostname outside the zone (Portable.HostnameOutsideZone)",
+    "ExternalDns.NoHostedZones": "the app always passes the platform zone",
+    "ExternalDns.NoNamespaces": "the app builds ExternalDNS only for portable servers with a hostname",
+    "HyperPodCluster.NoOnCreateScript": "the app uses the library's lifecycle script",
+    "HyperPodCluster.NoSubnets": "the app passes the VPC's private subnets",
+    "HyperPodCluster.TooManySubnets": "the app passes the VPC's private subnets (at most 6 zones: Network.ZoneCount)",
+    "HyperPodCluster.NoVpc": "the app passes the cluster's VPC",
+    "HyperPodCluster.SecurityGroups": "the app passes the cluster's security group",
+    "InferenceCluster.BadDeployerRoleArn": "a Python-only property (`deployer_role_arns`); the app uses the "
+                                           "synthesizer's deploy role",
+    "InferenceWorkloads.ContainerIdentityNeedsIrsa": "the app binds identities with IRSA",
+    "InferenceWorkloads.MissingPlatformResource": "the app passes every platform resource the plan refers to",
+    "Manifests.UnresolvedToken": "a guard on what the library writes to dist/: the plan never holds a token",
+    "WorkloadIdentity.BadBinding": "the app binds identities with IRSA",
+    "WorkloadIdentity.BadNamespace": "namespaces are checked by the plan (Chart.NamespaceInvalid, "
+                                     "Portable.NamespaceInvalid, Model.NamespaceInvalid)",
+    "WorkloadIdentity.BadRoleName": "the plan names the roles (patterns.iam_role_name)",
+    "WorkloadIdentity.BadServiceAccount": "service account names are checked by the plan",
+    "WorkloadIdentity.WholeBucket": "the plan's prefixes are never empty (NvmeCache.SourceS3UriInvalid, capture "
+                                    "prefixes)",
+    # Constructs the app does not use (a Python consumer's own).
+    **{f"GitHubDeployRole.{name}": "GitHubDeployRole is not part of the app (a consumer's CI construct)"
+       for name in ("BadAccount", "BadEnvironment", "BadOwner", "BadProviderArn", "BadQualifier", "BadRegion",
+                    "BadRepository", "BadRoleName", "NoRegion")},
+}
+
+
+def _group(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        data["cluster"]["gpuNodeGroups"][0].update(changes)
+    return change
+
+
+def _instance_group(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        data["hyperpod"]["instanceGroups"][0].update(changes)
+    return change
+
+
+def _second_instance_group(data: dict[str, Any]) -> None:
+    data["hyperpod"]["instanceGroups"].append(copy.deepcopy(data["hyperpod"]["instanceGroups"][0]))
+
+
+def _sidecar_first_chunk(data: dict[str, Any]) -> None:
+    data.setdefault("alarms", {}).setdefault("sidecar", {})["firstChunkP99"] = {"threshold": 7}
+
+
+# (code, key path, change): the codes tests/unit/test_config.py's cases do not exercise.
+CASES = [
+    ("GpuNodeGroup.BadName", "cluster.gpuNodeGroups[0].name", _group(name="GPU_1")),
+    ("GpuNodeGroup.NoInstanceTypes", "cluster.gpuNodeGroups[0].instanceTypes", _group(instanceTypes=[])),
+    ("GpuNodeGroup.BadInstanceType", "cluster.gpuNodeGroups[0].instanceTypes[0]",
+     _group(instanceTypes=["ml.g5.12xlarge"])),
+    ("GpuNodeGroup.NeuronInstance", "cluster.gpuNodeGroups[0].instanceTypes[0]", _group(instanceTypes=["inf2.xlarge"])),
+    ("GpuNodeGroup.UnsupportedFamily", "cluster.gpuNodeGroups[0].instanceTypes[0]",
+     _group(instanceTypes=["m6i.large"])),
+    ("GpuNodeGroup.LocalStorageStrategy", "cluster.gpuNodeGroups[0].localStorageStrategy",
+     _group(localStorageStrategy="RAID5")),
+    ("HyperPodCluster.DuplicateInstanceGroup", "hyperpod.instanceGroups[1].name", _second_instance_group),
+    ("HyperPodCluster.InstanceCount", "hyperpod.instanceGroups[0].instanceCount", _instance_group(instanceCount=-1)),
+    ("HyperPodCluster.ThreadsPerCore", "hyperpod.instanceGroups[0].threadsPerCore", _instance_group(threadsPerCore=3)),
+    ("HyperPodCluster.VolumeSize", "hyperpod.instanceGroups[0].ebsVolumeGiB", _instance_group(ebsVolumeGiB=0)),
+    ("CaptureSidecarMetrics.FirstChunkBound", "alarms.sidecar.firstChunkP99.threshold", _sidecar_first_chunk),
+]
+
+
+def _duplicate_domain(data: dict[str, Any]) -> None:
+    data["domain"]["endpointDomains"].append(data["domain"]["endpointDomains"][0])
+
+
+def _extra_domain(data: dict[str, Any]) -> None:
+    data["domain"]["endpointDomains"].append("not_a_domain")
+
+
+def _alarm(block: str, name: str, **settings: Any) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        data.setdefault("alarms", {}).setdefault(block, {})[name] = settings
+    return change
+
+
+CASES += [
+    ("CaptureStorage.PrefixesOverlap", "capture.prefix", _set("capture.prefix", "curated/x/")),
+    ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
+     _set("portable.0.dataCapture.modelPod.kmsKeyId", "alias/captures")),
+    ("EndpointDomain.Duplicate", "domain.endpointDomains", _duplicate_domain),
+    ("EndpointDomain.BadDomainName", "domain.endpointDomains[4]", _extra_domain),
+    # The shared alarm-setting rules, for the two constructs test_config.py does not try them on.
+    ("CertificateAlarms.AlarmPeriod", "alarms.certificate.daysToExpiry.periodMinutes",
+     _alarm("certificate", "daysToExpiry", periodMinutes=0)),
+    ("CertificateAlarms.EvaluationPeriods", "alarms.certificate.daysToExpiry.evaluationPeriods",
+     _alarm("certificate", "daysToExpiry", evaluationPeriods=0)),
+    ("CertificateAlarms.DatapointsToAlarm", "alarms.certificate.daysToExpiry.datapointsToAlarm",
+     _alarm("certificate", "daysToExpiry", datapointsToAlarm=0)),
+    ("CertificateAlarms.EvaluationRange", "alarms.certificate.daysToExpiry.evaluationPeriods",
+     _alarm("certificate", "daysToExpiry", periodMinutes=1440, evaluationPeriods=8)),
+    ("CaptureSidecarMetrics.AlarmPeriod", "alarms.sidecar.droppedRecords.periodMinutes",
+     _alarm("sidecar", "droppedRecords", periodMinutes=0)),
+    ("CaptureSidecarMetrics.EvaluationPeriods", "alarms.sidecar.droppedRecords.evaluationPeriods",
+     _alarm("sidecar", "droppedRecords", evaluationPeriods=0)),
+    ("CaptureSidecarMetrics.DatapointsToAlarm", "alarms.sidecar.droppedRecords.datapointsToAlarm",
+     _alarm("sidecar", "droppedRecords", datapointsToAlarm=0)),
+]
+
+
+def construct_codes() -> set[str]:
+    """Every problem code the library's constructs raise (``problems.add("X.Y", ...)`` and
+    ``problems.add(f"{code}.Y", ...)`` with the module's ``code = "X"``)."""
+    found: set[str] = set()
+    texts = {path: path.read_text() for path in sorted((REPO / "constructs_lib").glob("*.py"))}
+    for text in texts.values():
+        found |= set(re.findall(r'(?:\.add\(|Problem\()\s*"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', text))
+        prefixes = set(re.findall(r'\bcode = "([A-Z][A-Za-z0-9]+)"', text))
+        for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', text):
+            found |= {f"{prefix}.{suffix}" for prefix in prefixes}
+    # Codes kept in tables before they are added (GitHubDeployRole's): any literal of a family seen above.
+    families = {code.split(".")[0] for code in found}
+    for text in texts.values():
+        found |= {code for code in re.findall(r'"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', text)
+                  if code.split(".")[0] in families}
+    # alarms.py's shared checks raise under the calling construct's code.
+    callers = {"CaptureAlarms", "CertificateAlarms", "CaptureSidecarMetrics"}
+    for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', (REPO / "constructs_lib" / "alarms.py")
+                             .read_text()):
+        found |= {f"{caller}.{suffix}" for caller in callers}
+    return {code for code in found if not code.startswith("Config.")}
+
+
+def _reached() -> set[str]:
+    cases = [*test_config.CASES, *CASES]
+    return {code for code, *_ in cases} | {case[0] for case in test_config.WORKLOAD_MISTAKES}
+
+
+def test_every_construct_code_is_reachable_from_the_config_or_explained() -> None:
+    unexplained = sorted(construct_codes() - _reached() - set(NOT_FROM_CONFIG))
+    assert unexplained == [], "add a config case (tests/unit/test_codes_reachable.py) or a reason in NOT_FROM_CONFIG"
+
+
+def test_no_reason_is_stale() -> None:
+    assert sorted(set(NOT_FROM_CONFIG) - construct_codes()) == [], "a code that no construct raises any more"
+    assert sorted(set(NOT_FROM_CONFIG) & _reached()) == [], "a config case reaches a code said to be unreachable"
+
+
+@pytest.mark.parametrize(("code", "path", "change"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_the_config_check_raises_it_at_its_key(code: str, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with(change))
+    assert [(p.code, p.path) for p in caught.value.problems] == [(code, path)], str(caught.value)
+
+
+def test_the_two_readers_word_the_same_problem_alike() -> None:
+    """The config loader and the models' parser (charts) report a wrong type and an unknown key in the same words."""
+    data = _with(lambda d: (d["capture"].update(retentionDays="thirty"), d["models"][0]["spec"].update(replicas="two"),
+                            d["capture"].update(retentionDay=3), d["models"][0]["spec"].update(replica=2)))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    messages = {(p.code, p.path): p.message for p in caught.value.problems}
+    assert messages[("Config.WrongType", "capture.retentionDays")] == "must be an integer, not a string"
+    assert messages[("Config.WrongType", "models[0].spec.replicas")] == "must be an integer, not a string"
+    assert messages[("Config.UnknownKey", "capture.retentionDay")].startswith("is not a known key here; known: ")
+    assert messages[("Config.UnknownKey", "models[0].spec.replica")].startswith("is not a known key here; known: ")

@@ -1,0 +1,74 @@
+"""One version, said the same everywhere: pyproject.toml, ``hyperpod_inference_iac.__version__``, the newest entry
+of CHANGELOG.md and the newest section of docs/upgrading.md; and ``make wheel`` builds a wheel of that version."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+import zipfile
+from pathlib import Path
+
+import hyperpod_inference_iac
+from tests.support.synth import REPO, cli_env
+
+VERSION = re.compile(r"\d+\.\d+\.\d+")
+
+
+def _pyproject_version() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _changelog_versions() -> list[str]:
+    return re.findall(r"^## (\d+\.\d+\.\d+)\s*$", (REPO / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
+
+
+def _upgrading_versions() -> list[str]:
+    text = (REPO / "docs" / "upgrading.md").read_text()
+    library = text[text.index("\n## This library\n"):]
+    library = library[:m.start()] if (m := re.search(r"\n## (?!This library)", library[1:])) else library
+    return re.findall(r"^### (\d+\.\d+\.\d+)\b", library, flags=re.MULTILINE)
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def test_pyproject_changelog_and_upgrading_name_the_same_newest_version() -> None:
+    version = _pyproject_version()
+    assert VERSION.fullmatch(version), version
+    assert hyperpod_inference_iac.__version__ == version
+    changelog, upgrading = _changelog_versions(), _upgrading_versions()
+    assert changelog and changelog[0] == version, changelog
+    assert upgrading and upgrading[0] == version, upgrading
+    assert changelog == upgrading, "each version has an entry in CHANGELOG.md and a section in docs/upgrading.md"
+    assert changelog == sorted(changelog, key=_key, reverse=True), "newest first"
+
+
+def test_upgrading_has_no_undated_release_and_no_version_past_the_current_one() -> None:
+    text = (REPO / "docs" / "upgrading.md").read_text()
+    assert not re.search(r"^#+ .*\b(Next|Earlier) release", text, flags=re.MULTILINE | re.IGNORECASE)
+    named = re.findall(r"\b(?:release|version) \(?(\d+\.\d+\.\d+)\)?", text) + _upgrading_versions()
+    too_new = [v for v in named if _key(v) > _key(_pyproject_version())]
+    assert too_new == []
+
+
+def test_the_readme_pins_the_cli_version_the_repository_pins() -> None:
+    pinned = json.loads((REPO / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    named = set(re.findall(r"aws-cdk@([0-9][^\s`]*)", (REPO / "README.md").read_text()))
+    assert named == {pinned}
+
+
+def test_make_wheel_builds_the_library_of_this_version(tmp_path: Path) -> None:
+    """The README's ``make wheel`` (into a temporary folder here; the venv counts as set up)."""
+    result = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "wheel",
+                             f"WHEEL_DIR={tmp_path}"], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    assert wheel.name == f"hyperpod_inference_iac-{_pyproject_version()}-py3-none-any.whl"
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {name.split("/")[0] for name in names} == {"hyperpod_inference_iac",
+                                                      f"hyperpod_inference_iac-{_pyproject_version()}.dist-info"}
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
