@@ -33,7 +33,7 @@ _KINDS: dict[str, type[Workload]] = {
     ModelWeightsCacheConfig.KIND: ModelWeightsCacheConfig,
 }
 # What a models: entry may hold besides its kind's own fields (the config loader's platform shortcut).
-ENTRY_SHORTCUTS = ("endpointDomain", "namespace")
+ENTRY_SHORTCUTS = ("endpointDomain", "namespace", "gateway")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,19 @@ from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.crd_schema import GROUP, PLURALS, schema_errors
 from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
+from hyperpod_inference_iac.charts.gateway import (
+    GATEWAY_MINIMUM_ADDON,
+    GatewayModel,
+    InferenceGateway,
+    PlannedGateway,
+    SchedulerOptions,
+    check_engine_version,
+    engine_of_image,
+    gateway_available,
+)
+from hyperpod_inference_iac.charts.gateway import (
+    PLURAL as GATEWAY_PLURAL,
+)
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
@@ -126,13 +139,15 @@ class PlatformContext:
 @dataclasses.dataclass(frozen=True)
 class ModelDeployment:
     """One operator custom resource to plan, with the platform shortcut ``endpoint_domain`` (TLS with the
-    platform certificate and DNS in the platform zone), the path it came from (for problems) and its own
-    ``namespace`` (None: the platform's, ``PlatformContext.namespace``)."""
+    platform certificate and DNS in the platform zone), the path it came from (for problems), its own
+    ``namespace`` (None: the platform's, ``PlatformContext.namespace``) and the ``gateway`` it is served behind
+    (an :class:`~hyperpod_inference_iac.charts.gateway.InferenceGateway` of the plan, by name; None: none)."""
 
     workload: Workload
     endpoint_domain: str | None = None
     path: str = ""
     namespace: str | None = None
+    gateway: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +222,7 @@ class ModelWorkload:
     workload: Workload
     identity: IdentityPlan | None = None
     namespace: str = ""
+    gateway: str | None = None
 
     @property
     def name(self) -> str:
@@ -265,6 +281,7 @@ class WorkloadPlan:
     context: PlatformContext
     models: tuple[ModelWorkload, ...] = ()
     portable: tuple[PortableWorkload, ...] = ()
+    gateways: tuple[PlannedGateway, ...] = ()
 
     @property
     def workloads(self) -> tuple[ModelWorkload | PortableWorkload, ...]:
@@ -285,14 +302,16 @@ class WorkloadPlan:
     def in_namespace(self, namespace: str) -> WorkloadPlan:
         """The part of the plan in one namespace."""
         return dataclasses.replace(self, models=tuple(m for m in self.models if m.namespace == namespace),
-                                   portable=tuple(p for p in self.portable if p.namespace == namespace))
+                                   portable=tuple(p for p in self.portable if p.namespace == namespace),
+                                   gateways=tuple(g for g in self.gateways if g.namespace == namespace))
 
     @property
     def crd_names(self) -> list[str]:
         """The operator CRDs the cluster must have for this plan: the two workload kinds always, and the kind of
         every other custom resource it renders (``ModelWeightsCacheConfig``)."""
         kinds = {"InferenceEndpointConfig", "JumpStartModel"} | {type(m.workload).__name__ for m in self.models}
-        return [f"{PLURALS[kind]}.{GROUP}" for kind in sorted(kinds)]
+        gateway_crds = [f"{GATEWAY_PLURAL}.{GROUP}"] if self.gateways else []
+        return [f"{PLURALS[kind]}.{GROUP}" for kind in sorted(kinds)] + gateway_crds
 
     @property
     def needs_external_dns(self) -> bool:
@@ -355,6 +374,7 @@ class WorkloadPlan:
 
 def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment | Workload] = (),
                    portable: Sequence[PortableDeployment | PortableModelServer] = (),
+                   gateways: Sequence[InferenceGateway] = (),
                    problems: Problems | None = None) -> WorkloadPlan:
     """Wire, check and plan every workload.
 
@@ -371,9 +391,11 @@ def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment
     planned_models = [_plan_model(context, entry, collected) for entry in model_entries]
     planned_portable = [_plan_portable(context, entry, collected) for entry in portable_entries]
     _check_across(context, planned_models, planned_portable, collected)
+    planned_gateways = _plan_gateways(context, gateways, planned_models, collected)
     if problems is None:
         collected.raise_if_any("plan_workloads")
-    return WorkloadPlan(context=context, models=tuple(planned_models), portable=tuple(planned_portable))
+    return WorkloadPlan(context=context, models=tuple(planned_models), portable=tuple(planned_portable),
+                        gateways=planned_gateways)
 
 
 # -- operator custom resources ---------------------------------------------------------------------
@@ -405,7 +427,15 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
         if isinstance(workload, InferenceEndpointConfig) and cache is not None:
             cache = dataclasses.replace(cache, credentials=identity.credentials(context.region))
             workload = dataclasses.replace(workload, nvme_cache=cache)
-    return ModelWorkload(path, workload, identity, namespace)
+    if entry.gateway is not None and not isinstance(workload, ModelWeightsCacheConfig):
+        # The opt-in (operator 3.6), added after the checks of what the user wrote: the gateway's own rules and its
+        # add-on gate are the plan's (_plan_gateways), reported at models[i].gateway and gateways[i].
+        if (workload.extra_spec or {}).get("inferenceGateway") is not None:
+            problems.add("Gateway.OptInConflict", join_path(path, "gateway"),
+                         "the platform sets spec.inferenceGateway from gateway: remove extraSpec.inferenceGateway")
+        opt_in = {"inferenceGateway": {"enabled": True, "name": entry.gateway}}
+        workload = dataclasses.replace(workload, extra_spec={**(workload.extra_spec or {}), **opt_in})
+    return ModelWorkload(path, workload, identity, namespace, entry.gateway)
 
 
 def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, problems: Problems) -> Workload:
@@ -762,3 +792,112 @@ def _check_role_names(identities: Sequence[tuple[str, IdentityPlan]], problems: 
             problems.add("Plan.RoleNameCollision", join_path(path, "name"),
                          f"its role {identity.role_name} is already the role of {owner}; rename one of them",
                          identity.service_account)
+
+
+# -- the Inference Gateway --------------------------------------------------------------------------------
+def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway], models: Sequence[ModelWorkload],
+                   problems: Problems) -> tuple[PlannedGateway, ...]:
+    """Each gateway with the models that opted into it, and the rules between them (the developer guide's)."""
+    by_name: dict[str, tuple[str, InferenceGateway]] = {}
+    for index, gateway in enumerate(gateways):
+        path = join_path("gateways", index)
+        gateway.check(path, problems)
+        if gateway.name in by_name:
+            problems.add("Gateway.NameDuplicate", join_path(path, "name"),
+                         f"another gateway ({by_name[gateway.name][0]}) has this name", gateway.name)
+            continue
+        by_name[gateway.name] = (path, gateway)
+        version = context.operator_addon_version
+        if version is not None and not is_unresolved(version) and not gateway_available(version):
+            problems.add("OperatorVersion.FeatureUnavailable", path,
+                         f"the Inference Gateway (InferenceGatewayConfig) needs the inference operator add-on "
+                         f"{GATEWAY_MINIMUM_ADDON} or newer, and the cluster's is {version}: raise "
+                         f"{context.key_paths.at('operator_addon_version')} (docs/operator-versions.md says what an "
+                         "upgrade brings) or remove it", version)
+        if gateway.endpoint_domain is not None and context.endpoint_domains \
+                and gateway.endpoint_domain not in context.endpoint_domains:
+            problems.add("Gateway.EndpointDomainNotCertified", join_path(path, "endpointDomain"),
+                         f"must be one of the platform's endpoint domains ({', '.join(context.endpoint_domains)}), the "
+                         "names its certificate covers", gateway.endpoint_domain)
+        elif gateway.endpoint_domain is not None and not context.endpoint_domains:
+            problems.add("Gateway.EndpointDomainNotCertified", join_path(path, "endpointDomain"),
+                         "the platform has no certificate for the gateway to serve: add the name to the platform's "
+                         "endpoint domains", gateway.endpoint_domain)
+    members: dict[str, list[GatewayModel]] = {name: [] for name in by_name}
+    for model in models:
+        if model.gateway is None:
+            continue
+        at = join_path(model.path, "gateway")
+        found = by_name.get(model.gateway)
+        if found is None:
+            problems.add("Gateway.Unknown", at, f"must name one of the platform's gateways ("
+                         f"{', '.join(by_name) or 'none: add one under gateways'})", model.gateway)
+            continue
+        _, gateway = found
+        if isinstance(model.workload, ModelWeightsCacheConfig):
+            problems.add("Gateway.NotAModel", at, "a ModelWeightsCacheConfig serves no requests: remove gateway")
+            continue
+        namespace = gateway.namespace or context.namespace
+        if model.namespace != namespace:
+            problems.add("Gateway.NamespaceMismatch", at,
+                         f"the gateway lives in namespace {namespace} and this model in {model.namespace}: a gateway "
+                         "schedules the models of its own namespace (set the gateway's namespace, or the model's)")
+        member = _gateway_model(model, gateway.schedulers.get(model.name, SchedulerOptions()), at, problems)
+        if member is not None:
+            members[gateway.name].append(member)
+    for name, options in ((n, g.schedulers) for n, (_, g) in by_name.items()):
+        opted = {m.name for m in members[name]}
+        for model_name in options:
+            if model_name not in opted and not problems.has_at_or_below(by_name[name][0]):
+                problems.add("Gateway.SchedulerForNoModel", join_path(join_path(by_name[name][0], "schedulers"),
+                                                                      model_name),
+                             "no model of this name is behind the gateway (its gateway: names another, or none)")
+    planned = []
+    for name, (path, gateway) in by_name.items():
+        listed = members[name]
+        if not listed and not problems.has_at_or_below(path):
+            problems.add("Gateway.NoModels", path,
+                         "no model names this gateway (models[i].gateway): it would have no scheduler to route to")
+        if len(listed) > 100:
+            problems.add("Gateway.TooManyModels", path, "at most 100 models behind one gateway", len(listed))
+        served: dict[str, str] = {}
+        for member in listed:
+            if member.model_name in served:
+                problems.add("Gateway.ModelNameDuplicate", path,
+                             f"{served[member.model_name]} and {member.name} are both served as model "
+                             f"{member.model_name!r}: clients pick a model by that name, so it must be unique",
+                             member.model_name)
+            served[member.model_name] = member.name
+        planned.append(PlannedGateway(path=path, gateway=gateway, namespace=gateway.namespace or context.namespace,
+                                      models=tuple(listed)))
+    return tuple(planned)
+
+
+def _gateway_model(model: ModelWorkload, options: SchedulerOptions, at: str,
+                   problems: Problems) -> GatewayModel | None:
+    """What the gateway needs of one model, and the guide's rules on it."""
+    workload = model.workload
+    routing = getattr(workload.spec, "intelligent_routing_spec", None)
+    if routing is not None and routing.enabled:
+        problems.add("Gateway.IntelligentRoutingConflict", at,
+                     "a model behind the gateway cannot also use intelligentRoutingSpec (the operator refuses both): "
+                     "remove spec.intelligentRoutingSpec or gateway")
+    engine, version, args, port = options.engine_type, None, (), 8000
+    if isinstance(workload, InferenceEndpointConfig):
+        worker = workload.spec.worker
+        found, version = engine_of_image(worker.image)
+        engine = engine or found
+        args = tuple(worker.args or ())
+        port = worker.model_invocation_port.container_port
+        served_name = workload.spec.model_name
+    else:
+        served_name = workload.name
+    if engine is None:
+        problems.add("Gateway.EngineUnknown", at,
+                     "the gateway's scheduler must know the model server's engine, and it cannot be read from this "
+                     f"model's image: set gateways[].schedulers.{workload.name}.engineType (vllm or sglang)")
+        return None
+    if engine in ("vllm", "sglang"):
+        check_engine_version(engine, version if options.engine_type in (None, engine) else None, args, at, problems)
+    return GatewayModel(name=workload.name, model_name=served_name, target_port=port, engine_type=engine,
+                        options=options)

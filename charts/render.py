@@ -16,6 +16,7 @@ from typing import Any
 
 import cdk8s
 
+from hyperpod_inference_iac.charts.gateway import PlannedGateway
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.network_policies import namespace_policies
@@ -43,6 +44,8 @@ class RenderedWorkloads:
     waiting: dict[str, AwaitingDeploy] = field(default_factory=dict)
     # Which planned workload each chart renders.
     workloads: dict[str, ModelWorkload | PortableWorkload] = field(default_factory=dict)
+    # Which planned gateway each gateway chart renders.
+    gateways: dict[str, PlannedGateway] = field(default_factory=dict)
 
 
 def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues, *,
@@ -65,6 +68,18 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
             continue
         rendered.charts[item.chart_id] = chart
         rendered.workloads[item.chart_id] = item
+    for gateway in plan.gateways:
+        try:
+            manifest = values.resolve(gateway.manifest())
+        except AwaitingDeploy as awaiting:
+            rendered.waiting[gateway.chart_id] = awaiting
+            continue
+        chart = cdk8s.Chart(app, gateway.chart_id, disable_resource_name_hashes=True)
+        cdk8s.ApiObject(chart, f"{manifest['kind']}-{gateway.name}", api_version=manifest["apiVersion"],
+                        kind=manifest["kind"], metadata=manifest["metadata"]) \
+            .add_json_patch(cdk8s.JsonPatch.add("/spec", manifest["spec"]))
+        rendered.charts[gateway.chart_id] = chart
+        rendered.gateways[gateway.chart_id] = gateway
     return rendered
 
 

@@ -138,6 +138,7 @@ from hyperpod_inference_iac.inference_workloads import (
     sidecar_image_hash,
     sidecar_image_reference,
     sidecar_image_uri,
+    warn_gateway,
     warn_workload,
 )
 from hyperpod_inference_iac.log_retention import (
@@ -349,6 +350,7 @@ __all__ = [
     "warn_capture_pipeline",
     "warn_capture_storage",
     "warn_certificate_alarms",
+    "warn_gateway",
     "warn_inference_cluster",
     "warn_workload",
 ]

@@ -33,6 +33,8 @@ from constructs import Construct
 from hyperpod_inference_iac.addons import cfn_addon, managed_addon
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
 from hyperpod_inference_iac.cdk_types import ClusterLike
+from hyperpod_inference_iac.charts.gateway import CONTROLLER_SERVICE_ACCOUNT as GATEWAY_CONTROLLER_SERVICE_ACCOUNT
+from hyperpod_inference_iac.charts.gateway import GATEWAY_MINIMUM_ADDON, gateway_available
 from hyperpod_inference_iac.data_perimeter import ObjectAccess, how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
@@ -151,10 +153,28 @@ class InferenceOperatorProps(InferenceOperatorOptions):
             "accounts.")
     gated_model_download_role: iam.IRole | None = prop(
         None, doc="An existing gated-model download role to configure instead of creating one.", config=False)
+    inference_gateway: bool = prop(
+        False, config=False, default_doc="off",
+        doc="Turn on the Inference Gateway's controller (add-on keys `inferenceGateway.enabled` and "
+            "`inferenceGateway.serviceAccount.roleArn`) with a role of its own that may only describe `certificate`: "
+            "gateways serve the platform's ACM certificate, never one the controller issues and imports "
+            "(docs/gateway.md). Needs `certificate` and an add-on version with the gateway "
+            f"({GATEWAY_MINIMUM_ADDON} or newer).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         _check_execution_role_name(problems, at, self.execution_role_name)
         super().check(problems, at)
+        if self.inference_gateway:
+            if self.certificate is None:
+                problems.add("InferenceOperator.GatewayNeedsCertificate", at.at("certificate"),
+                             "the Inference Gateway serves TLS with the platform's ACM certificate: pass certificate "
+                             "(cert-manager auto-issue, which needs ACM import rights, is not offered)")
+            if (not is_unresolved(self.addon_version) and EKS_ADDON_VERSION.match(self.addon_version)
+                    and not gateway_available(self.addon_version)):
+                problems.add("OperatorVersion.FeatureUnavailable", at.at("inference_gateway"),
+                             f"the Inference Gateway needs the inference operator add-on {GATEWAY_MINIMUM_ADDON} or "
+                             f"newer, and addon_version is {self.addon_version}: raise addon_version or turn "
+                             "inference_gateway off", self.addon_version)
 
 
 def _check_execution_role_name(problems: Problems, at: KeyPaths, execution_role_name: str | None) -> None:
@@ -181,7 +201,8 @@ class InferenceOperator(Construct):
     Properties: :class:`InferenceOperatorProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``execution_role``, ``alb_controller_role``, ``keda_role``, ``s3_csi_role``, ``gated_model_role``
-    (created, passed in or ``None``), ``addon`` (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the
+    (created, passed in or ``None``), ``gateway_controller_role`` (with ``inference_gateway``, else ``None``),
+    ``addon`` (an ``eks.Addon``), ``dependency_addons``, ``configuration`` (the
     add-on's configuration values).
     Its cdk-nag findings (AWS's operator policy, the load balancer controller's published policy, KEDA's
     metric reads, object wildcards under fixed prefixes) are acknowledged here.
@@ -212,6 +233,7 @@ class InferenceOperator(Construct):
         scaling_metrics: ScalingMetrics | None = InferenceOperatorProps.scaling_metrics,
         gated_model_namespaces: Sequence[str] = InferenceOperatorProps.gated_model_namespaces,
         gated_model_download_role: iam.IRole | None = InferenceOperatorProps.gated_model_download_role,
+        inference_gateway: bool = InferenceOperatorProps.inference_gateway,
     ) -> None:
         super().__init__(scope, id)
         self.props = props = InferenceOperatorProps(
@@ -222,7 +244,7 @@ class InferenceOperator(Construct):
             enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=tuple(mounted_buckets),
             install_fsx_csi_driver=install_fsx_csi_driver, s3_csi_role_name=s3_csi_role_name,
             scaling_metrics=scaling_metrics, gated_model_namespaces=tuple(gated_model_namespaces),
-            gated_model_download_role=gated_model_download_role)
+            gated_model_download_role=gated_model_download_role, inference_gateway=inference_gateway)
         props.raise_if_invalid(f"InferenceOperator {self.node.path}")
         stack = Stack.of(self)
         # (The default always fits: the prefix, cut to IAM's 64 characters.)
@@ -296,6 +318,17 @@ class InferenceOperator(Construct):
         }
         if self.gated_model_role is not None:
             configuration["jumpstartGatedModelDownloadRoleArn"] = self.gated_model_role.role_arn
+        self.gateway_controller_role: iam.Role | None = None
+        if props.inference_gateway and props.certificate is not None:
+            # The controller's own role (it must exist before the add-on installs the controller). It may read the
+            # one certificate gateways serve; the AWS-managed policy's ACM import rights exist for cert-manager
+            # auto-issue, which the platform never asks for (every gateway names the platform certificate).
+            self.gateway_controller_role = self._irsa_role(
+                props.cluster, "GatewayControllerRole", GATEWAY_CONTROLLER_SERVICE_ACCOUNT,
+                [iam.PolicyStatement(sid="DescribeGatewayCertificate", actions=["acm:DescribeCertificate"],
+                                     resources=[props.certificate.certificate_arn])])
+            configuration["inferenceGateway"] = {
+                "enabled": True, "serviceAccount": {"roleArn": self.gateway_controller_role.role_arn}}
         self.configuration: Mapping[str, Any] = configuration
         self.addon = managed_addon(self, "Addon", cluster=props.cluster, name=OPERATOR_ADDON,
                                    version=props.addon_version, configuration_values=self.configuration)

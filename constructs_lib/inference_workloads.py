@@ -28,6 +28,7 @@ from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.cdk_types import ClusterLike
+from hyperpod_inference_iac.charts.gateway import PlannedGateway
 from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelWorkload,
@@ -233,6 +234,16 @@ class InferenceWorkloads(Construct):
         for chart_id, chart in rendered.charts.items():
             manifest = cluster.add_cdk8s_chart(chart_id, chart)
             manifest.node.add_dependency(self.namespace_manifest)
+            if chart_id in rendered.gateways:  # (after the models behind it: the operator merges their entries)
+                gateway = rendered.gateways[chart_id]
+                for model in gateway.models:
+                    if (behind := self.manifests.get(f"model-{model.name}")) is not None:
+                        manifest.node.add_dependency(behind)
+                self.manifests[chart_id] = manifest
+                gateway_warnings = RiskWarnings()
+                warn_gateway(gateway_warnings, gateway)
+                gateway_warnings.annotate(manifest)
+                continue
             workload = rendered.workloads[chart_id]
             for identity in workload.identities:
                 manifest.node.add_dependency(self.identities[identity.role_name])
@@ -350,6 +361,15 @@ def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWork
                          "alarmed; run it in a watched namespace, or add a CaptureSidecarMetrics for its namespace")
 
 
+def warn_gateway(warnings: RiskWarnings, gateway: PlannedGateway) -> None:
+    """An Inference Gateway that accepts requests without a token (allowed only with a reason, and still said)."""
+    if gateway.gateway.jwt is None:
+        warnings.add("InferenceWorkloads:gatewayUnauthenticated", join_path(gateway.path, "unauthenticatedReason"),
+                     f"gateway {gateway.name} accepts every request that reaches it (no spec.auth.jwt): anyone who can "
+                     f"reach its load balancer can call {', '.join(m.name for m in gateway.models)} and be captured "
+                     "without a caller; give it a JWT provider")
+
+
 def _capture_tiers(workload: ModelWorkload | PortableWorkload) -> list[tuple[str, str, Any]]:
     """(tier, its key path, its block) of each capture tier a workload names."""
     if isinstance(workload, PortableWorkload):
@@ -455,4 +475,4 @@ def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformVa
 
 
 __all__ = ["AwaitingDeploy", "InferenceWorkloads", "InferenceWorkloadsProps", "sidecar_image_hash",
-           "sidecar_image_reference", "sidecar_image_uri", "warn_workload"]
+           "sidecar_image_reference", "sidecar_image_uri", "warn_gateway", "warn_workload"]

@@ -62,6 +62,8 @@ WARNINGS: Mapping[str, str] = {
     warning_id("InferenceWorkloads:needsReplacement"):
         "InferenceWorkloads.warn_about_replacements: a custom resource change the operator applies only to a new "
         "resource (decided against the previous dist/, at synth)",
+    warning_id("InferenceWorkloads:gatewayUnauthenticated"):
+        "InferenceWorkloads: an Inference Gateway without JWT authentication (unauthenticatedReason given)",
     warning_id("SecretsKey:noDeployer"): "SecretsKey: a stack synthesizer whose deploy role is unknown",
     warning_id("ApiKeySync:notRotated"): "ApiKeySync: a key not rotated (rotation off, or a server without capture)",
     warning_id("InferenceCluster:noDeployer"):

@@ -36,6 +36,7 @@ from hyperpod_inference_iac import (
     warn_capture_pipeline,
     warn_capture_storage,
     warn_certificate_alarms,
+    warn_gateway,
     warn_inference_cluster,
     warn_workload,
 )
@@ -47,6 +48,7 @@ from hyperpod_inference_iac.charts import (
     WorkloadPlan,
     plan_workloads,
 )
+from hyperpod_inference_iac.charts.gateway import InferenceGateway, parse_gateway
 from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
 from hyperpod_inference_iac.endpoint_domain import check_endpoint_certificate
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
@@ -124,6 +126,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         domain=_domain(root.section("domain", required=True), environment),
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
+        gateways=tuple(_gateways(root)),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
@@ -131,7 +134,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
     root.finish()
     # The workloads are planned with the rest of the file: their problems are reported in the same run,
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
-    plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable, problems=problems)
+    plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable,
+                          gateways=config.gateways, problems=problems)
     problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))
@@ -157,6 +161,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
     for workload in (*plan.models, *plan.portable):
         # (the app builds the sidecar image: never named by a movable tag)
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
+    for gateway in config.workloads.gateways:
+        warn_gateway(warnings, gateway)
     return warnings
 
 
@@ -322,15 +328,25 @@ def _models(root: Section) -> list[ModelDeployment]:
         if workload is None:
             continue
         shortcuts = {}
-        for key in ENTRY_SHORTCUTS:  # endpointDomain, namespace: plain strings
+        for key in ENTRY_SHORTCUTS:  # endpointDomain, namespace, gateway: plain strings
             value = entry.get(key)
             if value is not None and not isinstance(value, str):
                 problems.add(WRONG_TYPE, join_path(path, key), "must be a string", value)
                 value = None
             shortcuts[key] = value
         deployments.append(ModelDeployment(workload, endpoint_domain=shortcuts["endpointDomain"], path=path,
-                                           namespace=shortcuts["namespace"]))
+                                           namespace=shortcuts["namespace"], gateway=shortcuts["gateway"]))
     return deployments
+
+
+def _gateways(root: Section) -> list[InferenceGateway]:
+    """The ``gateways:`` section: Inference Gateways the models opt into with ``gateway: <name>`` (docs/gateway.md)."""
+    gateways = []
+    for path, entry in root.items("gateways"):
+        gateway = parse_gateway(entry, path, root.problems)
+        if gateway is not None:
+            gateways.append(gateway)
+    return gateways
 
 
 def _portable(root: Section) -> list[PortableDeployment]:

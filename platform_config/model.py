@@ -40,6 +40,7 @@ from hyperpod_inference_iac import (
 )
 from hyperpod_inference_iac.alarms import check_runbook_url
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
+from hyperpod_inference_iac.charts.gateway import InferenceGateway
 from hyperpod_inference_iac.patterns import (
     ACM_CERTIFICATE_ARN,
     HOSTED_ZONE_ID,
@@ -239,6 +240,7 @@ class PlatformConfig:
     domain: DomainConfig
     models: tuple[ModelDeployment, ...] = ()
     portable: tuple[PortableDeployment, ...] = ()
+    gateways: tuple[InferenceGateway, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
     # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file

@@ -98,7 +98,7 @@ class ClusterStack(Stack):
             execution_role_name=config.operator_execution_role_name,
             **operator_config.kwargs(InferenceOperatorOptions), s3_csi_role_name=config.s3_csi_role_name,
             scaling_metrics=plan.scaling_metrics,
-            gated_model_namespaces=plan.gated_model_namespaces,
+            gated_model_namespaces=plan.gated_model_namespaces, inference_gateway=bool(plan.gateways),
             gated_model_download_role=iam.Role.from_role_arn(
                 self, "GatedModelRole", operator_config.gated_model_download_role_arn)
             if operator_config.gated_model_download_role_arn else None,
