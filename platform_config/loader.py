@@ -134,8 +134,11 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
     root.finish()
     # The workloads are planned with the rest of the file: their problems are reported in the same run,
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
-    plan = plan_workloads(config.platform_context, models=config.models, portable=config.portable,
-                          gateways=config.gateways, problems=problems)
+    context = config.platform_context
+    if problems.has_at_or_below("operator.addonVersion"):  # (no version to hold the workloads to: one problem, its own)
+        context = dataclasses.replace(context, operator_addon_version=None)
+    plan = plan_workloads(context, models=config.models, portable=config.portable, gateways=config.gateways,
+                          problems=problems)
     problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))

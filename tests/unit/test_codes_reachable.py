@@ -29,6 +29,8 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "CaptureStorage.TlsBucketPrefix": "the app names the TLS bucket `hyperpod-tls-<project>-…`",
     "HyperPodCluster.BadBucketName": "the app names the lifecycle bucket from project, account and region",
     "InferenceOperator.ExecutionRoleName": "the app names the role `SageMakerHyperPodInference-<project>`",
+    "InferenceOperator.GatewayNeedsCertificate": "the app always passes the platform certificate (the domain section's "
+                                                 "existing one or the one it creates) when a gateway exists",
     "PlatformDashboard.BadName": "the app names the dashboard after `project`",
     "CaptureSidecarMetrics.BadRoleName": "the app names the agent's role after `project`",
     "CaptureSidecarMetrics.BadClusterName": "`cluster.name` is checked by InferenceCluster (one problem)",
@@ -154,7 +156,7 @@ CASES += [
     ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
      _set("portable.0.dataCapture.modelPod.kmsKeyId", "alias/captures")),
     ("EndpointDomain.Duplicate", "domain.endpointDomains", _duplicate_domain),
-    ("EndpointDomain.BadDomainName", "domain.endpointDomains[4]", _extra_domain),
+    ("EndpointDomain.BadDomainName", "domain.endpointDomains[5]", _extra_domain),
     # The shared alarm-setting rules, for the two constructs test_config.py does not try them on.
     ("CertificateAlarms.AlarmPeriod", "alarms.certificate.daysToExpiry.periodMinutes",
      _alarm("certificate", "daysToExpiry", periodMinutes=0)),

@@ -251,8 +251,10 @@ def test_plan_problems_name_the_config_files_keys() -> None:
     """The plan's own rules on the platform (the add-on version) speak the file's keys to the app's user."""
     with pytest.raises(ConfigError) as caught:
         parse_config(_with(_set("operator.addonVersion", "v1.3.0-eksbuild.1")))
-    (problem,) = [p for p in caught.value.problems if p.code == "OperatorVersion.FeatureUnavailable"]
-    assert "raise operator.addonVersion " in problem.message and "PlatformContext" not in problem.message
+    found = [p for p in caught.value.problems if p.code == "OperatorVersion.FeatureUnavailable"]
+    assert found, str(caught.value)
+    for problem in found:  # (the gateway, and a model's modelCacheConfig)
+        assert "raise operator.addonVersion " in problem.message and "PlatformContext" not in problem.message
 
 
 def test_default_config_is_valid() -> None:
@@ -526,7 +528,8 @@ def test_dist_readme_checks_the_crd_of_every_kind_the_plan_renders() -> None:
     data = json.loads(json.dumps(DEFAULT))
     assert parse_config(data).workloads.crd_names == [
         "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
-        "jumpstartmodels.inference.sagemaker.aws.amazon.com"]
+        "jumpstartmodels.inference.sagemaker.aws.amazon.com",
+        "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"]
     data["models"].append({"kind": "ModelWeightsCacheConfig", "name": "llama-weights", "spec": {
         "modelSourceConfig": {"modelSourceType": "s3", "modelLocation": "llama-3-1-8b",
                               "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}},
