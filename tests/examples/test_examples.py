@@ -39,6 +39,7 @@ OWN_RESOURCES = {
     "capture-storage": (),
     "hyperpod-operator": ("Vpc", "Eks", "Kubectl"),
     "inference-endpoint": (),
+    "inference-gateway": (),
     "platform-alarms": (),
     "portable-server": (),
     "sidecar-metrics": (),
