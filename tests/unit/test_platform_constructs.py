@@ -295,6 +295,54 @@ def test_operator_takes_buckets_and_keys_without_certificate_or_zone() -> None:
     assert operator.addon.addon_name
 
 
+def test_the_gateway_controller_gets_a_role_of_its_own_that_may_only_describe_the_platform_certificate() -> None:
+    from aws_cdk import aws_certificatemanager as acm
+
+    stack = _stack()
+    cluster = _cluster(stack)
+    tls = s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x")
+    arn = "arn:aws:acm:us-west-2:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+    certificate = acm.Certificate.from_certificate_arn(stack, "Certificate", arn)
+    operator = InferenceOperator(stack, "Operator", cluster=cluster, hyperpod_cluster_arn="arn", tls_bucket=tls,
+                                 certificate=certificate, addon_version="v2.0.0-eksbuild.2", inference_gateway=True)
+    role = operator.gateway_controller_role
+    assert role is not None
+    template = Template.from_stack(stack)
+    resolved = stack.resolve(role.role_arn)
+    assert operator.configuration["inferenceGateway"]["enabled"] is True
+    assert stack.resolve(operator.configuration["inferenceGateway"]["serviceAccount"]["roleArn"]) == resolved
+    policies = [p for p in template.find_resources("AWS::IAM::Policy").values()
+                if {"Ref": stack.resolve(role.node.default_child.logical_id)} in p["Properties"]["Roles"]
+                or p["Properties"]["Roles"] == [stack.resolve(role.role_name)]]
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    assert statements == [{"Sid": "DescribeGatewayCertificate", "Action": "acm:DescribeCertificate",
+                           "Effect": "Allow", "Resource": arn}]
+    trust = template.find_resources("AWS::IAM::Role")[stack.resolve(
+        role.node.default_child.logical_id)]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Action"] for s in trust] == ["sts:AssumeRoleWithWebIdentity"]  # (the subject: a CfnJson, below)
+    assert "system:serviceaccount:hyperpod-inference-system:inference-gateway-controller" in json.dumps(
+        template.to_json())
+
+
+@pytest.mark.parametrize(("changes", "codes"), [
+    ({"addon_version": "v1.5.0-eksbuild.1"}, ["OperatorVersion.FeatureUnavailable"]),
+    ({"certificate": None}, ["InferenceOperator.GatewayNeedsCertificate"]),
+])
+def test_the_gateway_controller_needs_an_addon_that_has_it_and_the_certificate(changes: dict[str, Any],
+                                                                              codes: list[str]) -> None:
+    from aws_cdk import aws_certificatemanager as acm
+
+    stack = _stack()
+    certificate = acm.Certificate.from_certificate_arn(
+        stack, "Certificate", "arn:aws:acm:us-west-2:111122223333:certificate/6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f")
+    props: dict[str, Any] = {"certificate": certificate, "addon_version": "v2.0.0-eksbuild.2", **changes}
+    with pytest.raises(ConfigError) as caught:
+        InferenceOperator(stack, "Operator", cluster=_cluster(stack), hyperpod_cluster_arn="arn",
+                          tls_bucket=s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x"),
+                          inference_gateway=True, **props)
+    assert caught.value.codes == codes
+
+
 def test_operator_of_another_stack_than_its_tls_bucket_is_told_to_name_its_s3_csi_role() -> None:
     """The TLS bucket's allowlist (CaptureStorage, another stack) can name the Mountpoint driver's role only by a fixed
     name: the error names the property that gives it one, which the consumer can set, not the role's role_name."""
