@@ -380,12 +380,15 @@ def test_groups_without_labels_taints_or_spot_synthesize_as_before(built: Built)
 
 @pytest.mark.slow  # (starts cfn-lint)
 def test_cfn_lint_passes_on_labels_taints_and_spot(built: Built, tmp_path: Path) -> None:
+    """The venv's ``cfn-lint`` script (cfn-lint 1.x has no ``python -m cfnlint``), its exit code read: 0, or only
+    warnings (4) and notes (8); 2 is an error, 1 or 32 a failed run, and an empty output is never a pass."""
     template = tmp_path / "hyperpod.template.json"
     template.write_text(json.dumps(built.template))
-    result = subprocess.run([sys.executable, "-m", "cfnlint", "--format", "json", "--", str(template)],
+    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--format", "json", "--", str(template)],
                             capture_output=True, text=True, check=False, timeout=300)
-    findings = json.loads(result.stdout or "[]")
-    assert [f for f in findings if f["Level"] == "Error"] == [], result.stdout[-3000:]
+    assert result.returncode in (0, 4, 8, 12), result.stdout[-3000:] + result.stderr[-2000:]
+    findings = json.loads(result.stdout)
+    assert [f for f in findings if f["Level"] == "Error"] == []
 
 
 def _spot_warnings(construct: Construct) -> list[str]:
