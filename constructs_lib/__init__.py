@@ -118,13 +118,17 @@ from hyperpod_inference_iac.hugging_face_token import (
     SecretSync,
 )
 from hyperpod_inference_iac.hyperpod_cluster import (
+    CapacityType,
     DeepHealthCheck,
     HyperPodCluster,
     HyperPodClusterOptions,
     HyperPodClusterProps,
     InstanceGroup,
+    KubernetesTaint,
     NodeRecovery,
+    TaintEffect,
     check_hyperpod_cluster,
+    warn_hyperpod_cluster,
 )
 from hyperpod_inference_iac.inference_operator import (
     InferenceOperator,
@@ -220,6 +224,7 @@ __all__ = [
     "ApiKeySync",
     "ApiKeySyncProps",
     "AwaitingDeploy",
+    "CapacityType",
     "CaptureAlarms",
     "CaptureAlarmsOptions",
     "CaptureAlarmsProps",
@@ -269,6 +274,7 @@ __all__ = [
     "InferenceWorkloadsProps",
     "InstanceGroup",
     "KeyPaths",
+    "KubernetesTaint",
     "LambdaLogRetention",
     "LambdaLogRetentionProps",
     "LocalStorageStrategy",
@@ -297,6 +303,7 @@ __all__ = [
     "SecretsKeyProps",
     "SecretsOptions",
     "StagedManifests",
+    "TaintEffect",
     "VpcFlowLogs",
     "WorkloadIdentity",
     "WorkloadIdentityProps",
@@ -351,6 +358,7 @@ __all__ = [
     "warn_capture_storage",
     "warn_certificate_alarms",
     "warn_gateway",
+    "warn_hyperpod_cluster",
     "warn_inference_cluster",
     "warn_workload",
 ]

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from aws_cdk import Duration, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -48,8 +48,16 @@ from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
-from hyperpod_inference_iac.patterns import S3_BUCKET_NAME, SAGEMAKER_INSTANCE_TYPE, SAGEMAKER_NAME
+from hyperpod_inference_iac.patterns import (
+    DNS1123_SUBDOMAIN,
+    LABEL_NAME,
+    LABEL_VALUE,
+    S3_BUCKET_NAME,
+    SAGEMAKER_INSTANCE_TYPE,
+    SAGEMAKER_NAME,
+)
 from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -62,6 +70,15 @@ MAX_SUBNETS = 16  # VpcConfig.Subnets
 SECURITY_GROUPS = (1, 5)  # VpcConfig.SecurityGroupIds
 INSTANCE_COUNT_MAX = 1000
 EBS_VOLUME_GIB = (1, 16384)
+# ClusterKubernetesConfig (SageMaker API): at most 50 labels and 50 taints per instance group.
+MAX_KUBERNETES_LABELS = 50
+MAX_KUBERNETES_TAINTS = 50
+# Label and taint key prefixes an instance group may not use. Kubernetes reserves kubernetes.io/ and k8s.io/ (and
+# their subdomains) for its own components, and a kubelet refuses to start with a --node-labels key under them that
+# is not on its short allowed list (NodeRestriction): a node given one would never join. HyperPod sets its own
+# sagemaker.amazonaws.com/ labels and taints (node-health-status, instance-group-name, ...) and its health agent
+# changes them: a group's own value there would fight the agent, or hide an unhealthy node from the scheduler.
+RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io", "sagemaker.amazonaws.com")
 
 
 class NodeRecovery(enum.StrEnum):
@@ -72,6 +89,21 @@ class NodeRecovery(enum.StrEnum):
 class DeepHealthCheck(enum.StrEnum):
     INSTANCE_STRESS = "InstanceStress"  # GPU/accelerator stress test
     INSTANCE_CONNECTIVITY = "InstanceConnectivity"  # EFA/NCCL
+
+
+class CapacityType(enum.StrEnum):
+    """How an instance group's nodes are bought (``CapacityRequirements``: ``OnDemand`` or ``Spot``)."""
+
+    ON_DEMAND = "OnDemand"
+    SPOT = "Spot"  # EC2 may reclaim a node with a two-minute notice: see warn_hyperpod_cluster
+
+
+class TaintEffect(enum.StrEnum):
+    """What a Kubernetes taint does to pods that do not tolerate it."""
+
+    NO_SCHEDULE = "NoSchedule"  # not scheduled there; pods already running stay
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"  # the scheduler avoids the node, but may still use it
+    NO_EXECUTE = "NoExecute"  # not scheduled there, and evicted when already running
 
 # What HyperPod does with the execution role in the customer VPC (VpcConfig), as AWS documents it for the
 # role: create the nodes' network interfaces, let the service attach them, detach and delete them.
@@ -100,6 +132,83 @@ _LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLog
 
 
 _NAME_RULE = "must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
+_KEY_RULE = ("must be a Kubernetes label key: an optional DNS-subdomain prefix (at most 253 characters) and '/', then "
+             "1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+_VALUE_RULE = "must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+
+
+def is_label_key(key: str) -> bool:
+    """A Kubernetes label (and taint) key: ``[<DNS subdomain, <= 253>/]<name, <= 63>``."""
+    prefix, slash, name = key.rpartition("/")
+    if not LABEL_NAME.match(name):
+        return False
+    return not slash or (0 < len(prefix) <= 253 and DNS1123_SUBDOMAIN.match(prefix) is not None)
+
+
+def reserved_key_domain(key: str) -> str | None:
+    """The reserved domain (:data:`RESERVED_KEY_DOMAINS`) a key's prefix is, or is a subdomain of; else None."""
+    prefix, slash, _ = key.rpartition("/")
+    if not slash:
+        return None
+    return next((domain for domain in RESERVED_KEY_DOMAINS if prefix == domain or prefix.endswith(f".{domain}")),
+                None)
+
+
+def _check_key(problems: Problems, path: str, key: str, code: str) -> None:
+    """A label or taint key's syntax (``code``), then its prefix (``HyperPodCluster.ReservedKey``): one problem."""
+    if is_unresolved(key):
+        return
+    if not is_label_key(key):
+        problems.add(code, path, _KEY_RULE, key)
+    elif (domain := reserved_key_domain(key)) is not None:
+        owner = "HyperPod" if domain == "sagemaker.amazonaws.com" else "Kubernetes"
+        problems.add("HyperPodCluster.ReservedKey", path,
+                     f"uses the prefix {domain}/, which {owner} reserves for its own labels and taints; "
+                     "choose a prefix of your own (e.g. example.com/)", key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesTaint(Props):
+    """One Kubernetes taint HyperPod puts on every node of an instance group (``ClusterKubernetesTaint``;
+    ``hyperpod.instanceGroups[i].kubernetesTaints[j]`` in the app's config)."""
+
+    CONSTRUCT: ClassVar[str] = "HyperPodCluster"
+
+    key: str = prop(doc="Taint key, a Kubernetes label key (`[<DNS subdomain>/]<name>`), e.g. "
+                        "`example.com/dedicated`. Not under `kubernetes.io/`, `k8s.io/` or `sagemaker.amazonaws.com/`.")
+    effect: TaintEffect = prop(doc="`NoSchedule` (pods without a toleration are not scheduled on the nodes), "
+                                   "`PreferNoSchedule` (avoided when possible) or `NoExecute` (also evicts them).")
+    value: str | None = prop(None, default_doc="no value",
+                             doc="Taint value, 1-63 letters, digits, `-`, `_` or `.`. A toleration with operator "
+                                 "`Equal` must name it; `Exists` matches any.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        _check_key(problems, at.at("key"), self.key, "HyperPodCluster.InvalidTaintKey")
+        value = self.value
+        # An empty value is refused rather than left out: the API's taint value has 1-63 characters, and a
+        # value given as "" is more likely a mistake than a wish for none (leave it out for none).
+        if value is not None and not is_unresolved(value) and (value == "" or not LABEL_VALUE.match(value)):
+            problems.add("HyperPodCluster.InvalidTaintValue", at.at("value"),
+                         f"{_VALUE_RULE}; leave it out for a taint without a value", value)
+        if self.effect not in TaintEffect._value2member_map_:
+            problems.add("HyperPodCluster.TaintEffect", at.at("effect"), f"must be one of {', '.join(TaintEffect)}",
+                         self.effect)
+
+    def tolerated_by(self, toleration: Mapping[str, Any]) -> bool:
+        """Whether a pod's toleration (core/v1 ``Toleration``: ``key``, ``operator``, ``value``, ``effect``)
+        tolerates this taint, as the Kubernetes scheduler decides: the effect matches or is not given, the key
+        matches or is not given (with ``Exists``), and ``Exists`` matches any value while ``Equal`` (the default
+        operator) matches the value exactly (an absent value is ``""``). An operator Kubernetes does not know
+        tolerates nothing."""
+        effect, key = toleration.get("effect") or "", toleration.get("key") or ""
+        if effect and effect != self.effect:
+            return False
+        if key and key != self.key:
+            return False
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists":
+            return True
+        return operator == "Equal" and (toleration.get("value") or "") == (self.value or "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +229,20 @@ class InstanceGroup(Props):
     deep_health_checks: Sequence[DeepHealthCheck | str] = prop(
         (), doc="Checks run when nodes start: `InstanceStress` (GPU/accelerator stress test) and/or "
                 "`InstanceConnectivity` (EFA/NCCL). They add start-up time.")
+    kubernetes_labels: Mapping[str, str] | None = prop(
+        None, default_doc="none",
+        doc=f"Kubernetes labels HyperPod puts on every node of the group and keeps through replacement, scaling and "
+            f"patching (at most {MAX_KUBERNETES_LABELS}): keys `[<DNS subdomain>/]<name>`, not under "
+            "`kubernetes.io/`, `k8s.io/` or `sagemaker.amazonaws.com/`; values 1-63 letters, digits, `-`, `_` or "
+            "`.`. Models select the group's nodes by them (`nodeSelector`, node affinity).")
+    kubernetes_taints: Sequence[KubernetesTaint] = prop(
+        (), doc=f"Kubernetes taints HyperPod puts on every node of the group (at most {MAX_KUBERNETES_TAINTS}, each "
+                "key and effect once), each a `KubernetesTaint` (`key`, `value`, `effect`): only pods that tolerate "
+                "them run there, e.g. inference nodes of their own on a cluster shared with training.")
+    capacity_type: CapacityType = prop(
+        CapacityType.ON_DEMAND,
+        doc="`OnDemand` or `Spot` (`CapacityRequirements`). Spot nodes cost less but EC2 may reclaim them with a "
+            "two-minute notice: see Warnings.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         if not is_unresolved(self.name) and not SAGEMAKER_NAME.match(self.name):
@@ -149,6 +272,58 @@ class InstanceGroup(Props):
         if len(set(checks)) != len(checks):
             problems.add("HyperPodCluster.DeepHealthCheck", at.at("deep_health_checks"), "must not repeat a check",
                          checks)
+        self._check_scheduling(problems, at)
+        if self.capacity_type not in CapacityType._value2member_map_:
+            problems.add("HyperPodCluster.CapacityType", at.at("capacity_type"),
+                         f"must be one of {', '.join(CapacityType)}", self.capacity_type)
+
+    def _check_scheduling(self, problems: Problems, at: KeyPaths) -> None:
+        """The labels' and taints' rules: the SageMaker API's (``ClusterKubernetesConfig``: Kubernetes key and value
+        syntax, 50 of each) and the reserved prefixes, so a mistake is refused at synth rather than by a failed
+        ``UpdateCluster`` on a running cluster."""
+        labels = self.kubernetes_labels or {}
+        if len(labels) > MAX_KUBERNETES_LABELS:
+            problems.add("HyperPodCluster.TooManyLabels", at.at("kubernetes_labels"),
+                         f"must have at most {MAX_KUBERNETES_LABELS} labels (ClusterKubernetesConfig.Labels)",
+                         len(labels))
+        for key, value in labels.items():
+            path = at.at("kubernetes_labels", key)
+            _check_key(problems, path, key, "HyperPodCluster.InvalidLabelKey")
+            # Kubernetes allows an empty label value; HyperPod's API does not (1-63 characters).
+            if is_unresolved(value):
+                continue
+            if value == "":
+                problems.add("HyperPodCluster.InvalidLabelValue", path,
+                             "must not be empty: HyperPod's API takes 1-63 characters (Kubernetes itself would allow "
+                             "an empty value)", value)
+            elif not isinstance(value, str) or not LABEL_VALUE.match(value):
+                problems.add("HyperPodCluster.InvalidLabelValue", path, _VALUE_RULE, value)
+        taints = list(self.kubernetes_taints)
+        if len(taints) > MAX_KUBERNETES_TAINTS:
+            problems.add("HyperPodCluster.TooManyTaints", at.at("kubernetes_taints"),
+                         f"must have at most {MAX_KUBERNETES_TAINTS} taints (ClusterKubernetesConfig.Taints)",
+                         len(taints))
+        seen: set[tuple[str, str]] = set()
+        for index, taint in enumerate(taints):
+            taint_at = at.child("kubernetes_taints", index)
+            taint.check(problems, taint_at)
+            # Kubernetes keeps one taint per key and effect on a node (a second would replace the first).
+            if (taint.key, str(taint.effect)) in seen:
+                problems.add("HyperPodCluster.DuplicateTaint", taint_at.at("key"),
+                             f"is tainted twice with effect {taint.effect}: a node holds one taint per key and effect",
+                             taint.key)
+            seen.add((taint.key, str(taint.effect)))
+
+    def taints_without_toleration(self, tolerations: Sequence[Mapping[str, Any]], *,
+                                  preferred: bool = False) -> tuple[KubernetesTaint, ...]:
+        """The group's taints that none of ``tolerations`` (a pod spec's, core/v1 ``Toleration`` mappings)
+        tolerates (:meth:`KubernetesTaint.tolerated_by`): empty when a pod with them may be scheduled on the group's
+        nodes. ``PreferNoSchedule`` taints are left out unless ``preferred`` (the scheduler may still place the pod
+        there). For a workload plan that places a model on this group (by its labels) to refuse it when the pod
+        would stay pending."""
+        effects = set(TaintEffect) if preferred else {TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE}
+        return tuple(taint for taint in self.kubernetes_taints if taint.effect in effects
+                     and not any(taint.tolerated_by(toleration) for toleration in tolerations))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +458,9 @@ class HyperPodCluster(Construct):
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
             log_retention=log_retention, vpc=vpc)
         props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
+        warnings = RiskWarnings()
+        warn_hyperpod_cluster(warnings, instance_groups=props.instance_groups)
+        warnings.annotate(self)
         vpc = props.vpc or _vpc_of(props.eks_cluster)
         encryption_key = props.encryption_key
         stack = Stack.of(self)
@@ -447,6 +625,8 @@ class HyperPodCluster(Construct):
                 source_s3_uri=source_s3_uri, on_create=ON_CREATE_SCRIPT,
             ),
             on_start_deep_health_checks=[str(check) for check in group.deep_health_checks] or None,
+            kubernetes_config=_kubernetes_config(group),
+            capacity_requirements=_capacity_requirements(group.capacity_type),
         )
 
     def _grant_read_lifecycle_scripts(self, stack: Stack, encryption_key: kms.IKey | None) -> None:
@@ -501,6 +681,47 @@ class HyperPodCluster(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="ClusterLogs", actions=_LOG_ACTIONS, resources=[log_group, f"{log_group}:log-stream:*"],
         ))
+
+
+def _kubernetes_config(group: InstanceGroup) -> sagemaker.CfnCluster.ClusterKubernetesConfigProperty | None:
+    """``KubernetesConfig`` when the group has labels or taints; left out otherwise, so a group without them
+    synthesizes as before (no cluster update on upgrade). A taint without a value has no ``Value`` (the API's value
+    has at least one character)."""
+    labels = dict(group.kubernetes_labels or {})
+    taints = [sagemaker.CfnCluster.ClusterKubernetesTaintProperty(key=taint.key, effect=str(taint.effect),
+                                                                 value=taint.value)
+              for taint in group.kubernetes_taints]
+    if not labels and not taints:
+        return None
+    return sagemaker.CfnCluster.ClusterKubernetesConfigProperty(labels=labels or None, taints=taints or None)
+
+
+def _capacity_requirements(
+    capacity_type: CapacityType,
+) -> sagemaker.CfnCluster.ClusterCapacityRequirementsProperty | None:
+    """``CapacityRequirements: {Spot: {}}`` for Spot. On-Demand, HyperPod's default, is left out rather than written
+    as ``{OnDemand: {}}``: a template of 0.3.0 stays the same, so upgrading the library does not update every
+    existing cluster's instance groups."""
+    if capacity_type == CapacityType.SPOT:
+        return sagemaker.CfnCluster.ClusterCapacityRequirementsProperty(spot={})
+    return None
+
+
+def warn_hyperpod_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
+                          instance_groups: Sequence[InstanceGroup]) -> None:
+    """The risky but legal choices of :class:`HyperPodCluster`'s properties (a config loader calls it with its key
+    paths; the construct turns them into CDK warnings): an instance group on Spot capacity."""
+    for index, group in enumerate(instance_groups):
+        if group.capacity_type != CapacityType.SPOT:
+            continue
+        count = group.instance_count
+        few = (f"; this group has {count} instance(s), so one reclaim can take all of its capacity: give it more "
+               "than one" if isinstance(count, int) and count < 2 else "")
+        warnings.add("HyperPodCluster:spotCapacity", at.child("instance_groups", index).at("capacity_type"),
+                     "Spot nodes can be reclaimed by EC2 with a two-minute notice; the models on a reclaimed node "
+                     "stop serving until their pods run elsewhere, and HyperPod provisions the replacement only when "
+                     f"Spot capacity is available again{few}. Run inference on Spot only with more than one instance "
+                     "and more than one replica per model, or use OnDemand")
 
 
 def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:

@@ -71,6 +71,7 @@ WARNINGS: Mapping[str, str] = {
     warning_id("ExternalDns:anyRecordName"): "ExternalDns: no hostnames (it may change any record of its zones)",
     warning_id("SecretsKey:unmanagedKeyPolicy"): "a secret's encryption_key that is not a SecretsKey",
     warning_id("PlatformVpc:availabilityZoneLookup"): "PlatformVpc: zones looked up in the account at synth",
+    warning_id("HyperPodCluster:spotCapacity"): "HyperPodCluster: an instance group with capacity_type=Spot",
     warning_id("hardened_bucket:logBucketPolicy"):
         "server access logs into a bucket whose policy the construct cannot change: an imported one, or one of "
         "another stack when the logged bucket has no literal name",

@@ -37,6 +37,7 @@ from hyperpod_inference_iac import (
     warn_capture_storage,
     warn_certificate_alarms,
     warn_gateway,
+    warn_hyperpod_cluster,
     warn_inference_cluster,
     warn_workload,
 )
@@ -154,6 +155,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
                          break_glass_role_arns=storage.break_glass_role_arns)
     warn_capture_pipeline(warnings, pipeline.key_paths("capture"), redact=pipeline.redact)
     warn_inference_cluster(warnings, ClusterConfig.key_paths("cluster"), endpoint_access=config.cluster.endpoint_access)
+    warn_hyperpod_cluster(warnings, HyperPodConfig.key_paths("hyperpod"),
+                          instance_groups=config.hyperpod.instance_groups)
     alarms = config.alarms
     if alarms.enabled:
         at = AlarmsConfig.key_paths("alarms")

@@ -6,21 +6,31 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk import Annotations as CdkAnnotations
 from aws_cdk import CfnElement, RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Match, Template
 from aws_cdk.aws_logs import RetentionDays
+from constructs import Construct
 
-from hyperpod_inference_iac.hyperpod_cluster import LIFECYCLE_SCRIPTS_DIR, HyperPodCluster, InstanceGroup
+from hyperpod_inference_iac.hyperpod_cluster import (
+    LIFECYCLE_SCRIPTS_DIR,
+    CapacityType,
+    HyperPodCluster,
+    InstanceGroup,
+    KubernetesTaint,
+    TaintEffect,
+)
 from hyperpod_inference_iac.validation import ConfigError
 from tests.cluster.conftest import Base, make_base, resources_of
 from tests.support.policy_eval import Request, decision
@@ -30,6 +40,16 @@ GPU_GROUP = InstanceGroup(
     ebs_volume_gib=1000, deep_health_checks=("InstanceStress", "InstanceConnectivity"),
 )
 SYSTEM_GROUP = InstanceGroup(name="system", instance_type="ml.m5.2xlarge", instance_count=1)
+# Inference nodes of their own on a cluster shared with training: labelled, tainted, some on Spot.
+DEDICATED = KubernetesTaint(key="example.com/dedicated", value="inference", effect=TaintEffect.NO_SCHEDULE)
+INFERENCE_GROUP = InstanceGroup(
+    name="inference", instance_type="ml.g6e.12xlarge", instance_count=2,
+    kubernetes_labels={"example.com/pool": "inference", "team": "llm"},
+    kubernetes_taints=[DEDICATED, KubernetesTaint(key="example.com/gpu-only", effect=TaintEffect.NO_EXECUTE)],
+)
+SPOT_GROUP = InstanceGroup(name="inference-spot", instance_type="ml.g6e.12xlarge", instance_count=3,
+                           kubernetes_labels={"example.com/pool": "inference-spot"}, kubernetes_taints=[DEDICATED],
+                           capacity_type=CapacityType.SPOT)
 
 
 @dataclass
@@ -37,7 +57,9 @@ class Built:
     base: Base
     main: HyperPodCluster  # two groups, KMS key, access logs
     minimal: HyperPodCluster  # defaults, NodeRecovery None
+    shared: HyperPodCluster  # labels, taints, Spot: inference beside training
     template: dict[str, Any]
+    assertions: Template
 
     def logical_id(self, element: Any) -> str:
         cfn: CfnElement = element if isinstance(element, CfnElement) else element.node.default_child
@@ -68,7 +90,13 @@ def built() -> Built:
         instance_groups=[SYSTEM_GROUP], lifecycle_bucket_name="small-lifecycle-123456789012",
         node_recovery="None",
     )
-    return Built(base, main, minimal, Template.from_stack(base.stack).to_json())
+    shared = HyperPodCluster(
+        base.stack, "Shared", cluster_name="shared", eks_cluster=base.cluster,
+        subnets=base.vpc.private_subnets[:1], security_groups=[security_group],
+        instance_groups=[INFERENCE_GROUP, SPOT_GROUP], lifecycle_bucket_name="shared-lifecycle-123456789012",
+    )
+    template = Template.from_stack(base.stack)
+    return Built(base, main, minimal, shared, template.to_json(), template)
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +344,109 @@ def test_minimal_group_has_no_deep_health_checks(built: Built) -> None:
     assert "OnStartDeepHealthChecks" not in group
 
 
+def test_labels_taints_and_spot_are_the_instance_groups_kubernetes_config_and_capacity(built: Built) -> None:
+    """As CloudFormation expects them: ``KubernetesConfig`` (``Labels`` a map, ``Taints`` a list of ``Key``, ``Value``,
+    ``Effect``; a taint without a value has no ``Value``) and ``CapacityRequirements: {Spot: {}}``."""
+    built.assertions.has_resource_properties("AWS::SageMaker::Cluster", {
+        "ClusterName": "shared",
+        "InstanceGroups": [
+            Match.object_like({
+                "InstanceGroupName": "inference",
+                "KubernetesConfig": {
+                    "Labels": {"example.com/pool": "inference", "team": "llm"},
+                    "Taints": [{"Key": "example.com/dedicated", "Value": "inference", "Effect": "NoSchedule"},
+                               {"Key": "example.com/gpu-only", "Effect": "NoExecute"}],
+                },
+                "CapacityRequirements": Match.absent(),
+            }),
+            Match.object_like({
+                "InstanceGroupName": "inference-spot",
+                "KubernetesConfig": {
+                    "Labels": {"example.com/pool": "inference-spot"},
+                    "Taints": [{"Key": "example.com/dedicated", "Value": "inference", "Effect": "NoSchedule"}],
+                },
+                "CapacityRequirements": {"Spot": {}},
+            }),
+        ],
+    })
+
+
+def test_groups_without_labels_taints_or_spot_synthesize_as_before(built: Built) -> None:
+    """On-Demand (the default) and no labels or taints leave both properties out: a 0.3.0 template is unchanged."""
+    for cluster in (built.main, built.minimal):
+        for group in built.resource(cluster.cfn_cluster)["Properties"]["InstanceGroups"]:
+            assert "KubernetesConfig" not in group and "CapacityRequirements" not in group, group
+
+
+@pytest.mark.slow  # (starts cfn-lint)
+def test_cfn_lint_passes_on_labels_taints_and_spot(built: Built, tmp_path: Path) -> None:
+    """The venv's ``cfn-lint`` script (cfn-lint 1.x has no ``python -m cfnlint``), its exit code read: 0, or only
+    warnings (4) and notes (8); 2 is an error, 1 or 32 a failed run, and an empty output is never a pass."""
+    template = tmp_path / "hyperpod.template.json"
+    template.write_text(json.dumps(built.template))
+    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--format", "json", "--", str(template)],
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode in (0, 4, 8, 12), result.stdout[-3000:] + result.stderr[-2000:]
+    findings = json.loads(result.stdout)
+    assert [f for f in findings if f["Level"] == "Error"] == []
+
+
+def _spot_warnings(construct: Construct) -> list[str]:
+    return [str(entry.data) for entry in construct.node.metadata if entry.type == "aws:cdk:warning"
+            and "HyperPodCluster:spotCapacity" in str(entry.data)]
+
+
+def test_a_spot_group_is_warned_at_its_capacity_type(built: Built) -> None:
+    (warning,) = _spot_warnings(built.shared)
+    assert warning.startswith("instance_groups[1].capacity_type: Spot nodes can be reclaimed by EC2 with a "
+                              "two-minute notice")
+    assert "give it more than one" not in warning  # three instances
+    assert _spot_warnings(built.main) == [] and _spot_warnings(built.minimal) == []
+
+
+def test_a_single_spot_instance_is_warned_louder_and_acknowledged_with_a_reason(
+        scratch: Base, unique_id: Callable[[], str]) -> None:
+    security_group = ec2.SecurityGroup.from_security_group_id(scratch.stack, unique_id(), "sg-0123456789abcdef0")
+    props: dict[str, Any] = {
+        "cluster_name": "hp", "eks_cluster": scratch.cluster, "subnets": scratch.vpc.private_subnets,
+        "security_groups": [security_group], "lifecycle_bucket_name": "hp-lifecycle-bucket",
+        "instance_groups": [_group(capacity_type="Spot")]}
+    (warning,) = _spot_warnings(HyperPodCluster(scratch.stack, unique_id(), **props))
+    assert "this group has 1 instance(s), so one reclaim can take all of its capacity: give it more than one" in warning
+    reviewed = Construct(scratch.stack, unique_id())
+    CdkAnnotations.of(reviewed).acknowledge_warning("@hyperpod-inference-iac/HyperPodCluster:spotCapacity",
+                                                    "batch inference only, retried by the client")
+    assert _spot_warnings(HyperPodCluster(reviewed, unique_id(), **props)) == []
+
+
+# -- the placement helper (for a workload plan: a model on a tainted group needs a matching toleration) ----------
+
+
+@pytest.mark.parametrize(("tolerations", "left"), [
+    ([], ["example.com/dedicated", "example.com/gpu-only"]),
+    ([{"key": "example.com/dedicated", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}],
+     ["example.com/gpu-only"]),
+    ([{"key": "example.com/dedicated", "value": "inference"}, {"key": "example.com/gpu-only", "operator": "Exists"}],
+     []),  # Equal is the default operator; no effect tolerates every effect
+    ([{"key": "example.com/dedicated", "value": "training", "effect": "NoSchedule"},
+      {"key": "example.com/gpu-only", "operator": "Exists", "effect": "NoSchedule"}],
+     ["example.com/dedicated", "example.com/gpu-only"]),  # another value; another effect
+    ([{"key": "example.com/gpu-only", "operator": "Equal"}], ["example.com/dedicated"]),  # no value is ""
+    ([{"operator": "Exists"}], []),  # an empty key with Exists tolerates everything
+    ([{"key": "example.com/dedicated", "operator": "Gt", "value": "inference"}],
+     ["example.com/dedicated", "example.com/gpu-only"]),  # an operator it does not know tolerates nothing
+])
+def test_taints_without_toleration(tolerations: list[dict[str, str]], left: list[str]) -> None:
+    assert [taint.key for taint in INFERENCE_GROUP.taints_without_toleration(tolerations)] == left
+
+
+def test_prefer_no_schedule_taints_are_left_out_unless_asked_for() -> None:
+    group = _group(kubernetes_taints=[KubernetesTaint(key="example.com/avoid", effect=TaintEffect.PREFER_NO_SCHEDULE)])
+    assert group.taints_without_toleration([]) == ()
+    assert [t.key for t in group.taints_without_toleration([], preferred=True)] == ["example.com/avoid"]
+    assert _group().taints_without_toleration([]) == ()  # an untainted group takes any pod
+
+
 def test_on_create_script_is_strict_bash() -> None:
     script = LIFECYCLE_SCRIPTS_DIR / "on_create.sh"
     text = script.read_text()
@@ -508,3 +639,57 @@ def test_no_kms_statement_without_a_key(built: Built) -> None:
     policy = built.minimal.execution_role.node.find_child("DefaultPolicy").node.default_child
     statements = built.template["Resources"][built.logical_id(policy)]["Properties"]["PolicyDocument"]["Statement"]
     assert not [s for s in statements if "kms:" in str(s["Action"])]
+
+
+# -- labels, taints and capacity type: one test per code, named by the Python property ------------------------------
+
+
+def _taint(**overrides: Any) -> KubernetesTaint:
+    return KubernetesTaint(**{"key": "example.com/dedicated", "effect": "NoSchedule", **overrides})
+
+
+@pytest.mark.parametrize(("group", "code", "path"), [
+    (_group(kubernetes_labels={"Team_/pool": "a"}), "HyperPodCluster.InvalidLabelKey",
+     "instance_groups[0].kubernetes_labels.Team_/pool"),
+    (_group(kubernetes_labels={"example.com/" + "n" * 64: "a"}), "HyperPodCluster.InvalidLabelKey",
+     "instance_groups[0].kubernetes_labels.example.com/" + "n" * 64),
+    (_group(kubernetes_labels={"pool": "inference pool"}), "HyperPodCluster.InvalidLabelValue",
+     "instance_groups[0].kubernetes_labels.pool"),
+    (_group(kubernetes_labels={"pool": ""}), "HyperPodCluster.InvalidLabelValue",
+     "instance_groups[0].kubernetes_labels.pool"),
+    (_group(kubernetes_labels={"node-role.kubernetes.io/inference": "true"}), "HyperPodCluster.ReservedKey",
+     "instance_groups[0].kubernetes_labels.node-role.kubernetes.io/inference"),
+    (_group(kubernetes_labels={"sagemaker.amazonaws.com/node-health-status": "Schedulable"}),
+     "HyperPodCluster.ReservedKey", "instance_groups[0].kubernetes_labels.sagemaker.amazonaws.com/node-health-status"),
+    (_group(kubernetes_labels={f"label-{i}": "a" for i in range(51)}), "HyperPodCluster.TooManyLabels",
+     "instance_groups[0].kubernetes_labels"),
+    (_group(kubernetes_taints=[_taint(key=f"example.com/t{i}") for i in range(51)]), "HyperPodCluster.TooManyTaints",
+     "instance_groups[0].kubernetes_taints"),
+    (_group(kubernetes_taints=[_taint(key="example.com/")]), "HyperPodCluster.InvalidTaintKey",
+     "instance_groups[0].kubernetes_taints[0].key"),
+    (_group(kubernetes_taints=[_taint(key="k8s.io/dedicated")]), "HyperPodCluster.ReservedKey",
+     "instance_groups[0].kubernetes_taints[0].key"),
+    (_group(kubernetes_taints=[_taint(value="-inference")]), "HyperPodCluster.InvalidTaintValue",
+     "instance_groups[0].kubernetes_taints[0].value"),
+    (_group(kubernetes_taints=[_taint(value="")]), "HyperPodCluster.InvalidTaintValue",
+     "instance_groups[0].kubernetes_taints[0].value"),
+    (_group(kubernetes_taints=[_taint(effect="NoScheduling")]), "HyperPodCluster.TaintEffect",
+     "instance_groups[0].kubernetes_taints[0].effect"),
+    (_group(kubernetes_taints=[_taint(), _taint(value="other")]), "HyperPodCluster.DuplicateTaint",
+     "instance_groups[0].kubernetes_taints[1].key"),
+    (_group(capacity_type="spot"), "HyperPodCluster.CapacityType", "instance_groups[0].capacity_type"),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_scheduling_mistakes(scratch: Base, unique_id: Callable[[], str], group: InstanceGroup, code: str,
+                             path: str) -> None:
+    error = _errors(scratch, unique_id, instance_groups=[group])
+    assert [(p.code, p.path) for p in error.problems] == [(code, path)], str(error)
+
+
+def test_the_same_key_with_another_effect_is_not_a_duplicate(scratch: Base, unique_id: Callable[[], str]) -> None:
+    security_group = ec2.SecurityGroup.from_security_group_id(scratch.stack, unique_id(), "sg-0123456789abcdef0")
+    HyperPodCluster(scratch.stack, unique_id(), cluster_name="hp", eks_cluster=scratch.cluster,
+                    subnets=scratch.vpc.private_subnets, security_groups=[security_group],
+                    lifecycle_bucket_name="hp-lifecycle-bucket",
+                    instance_groups=[_group(kubernetes_taints=[_taint(), _taint(effect="NoExecute")],
+                                            kubernetes_labels={"example.com/kubernetes.io": "a",
+                                                               "mykubernetes.io/x": "b"})])

@@ -48,15 +48,24 @@ def _construct_warnings(data: dict[str, Any]) -> collections.Counter[str]:
                                if entry.type == "aws:cdk:warning")
 
 
-@pytest.mark.parametrize("name", ["default", "risky"])
+def _spot() -> dict[str, Any]:
+    """The default platform with its HyperPod instance group on Spot (issue 19, 4)."""
+    data = copy.deepcopy(DEFAULT)
+    data["hyperpod"]["instanceGroups"][0]["capacityType"] = "Spot"
+    return data
+
+
+@pytest.mark.parametrize("name", ["default", "risky", "spot"])
 def test_the_config_check_and_the_constructs_raise_the_same_warnings(name: str) -> None:
-    data = copy.deepcopy(DEFAULT) if name == "default" else _risky()
+    data = {"default": lambda: copy.deepcopy(DEFAULT), "risky": _risky, "spot": _spot}[name]()
     data.pop("acknowledgedWarnings")
     from_config = collections.Counter(w.id for w in parse_config(data).warnings)
     assert _construct_warnings(data) == from_config
     if name == "risky":
         assert len(from_config) == 11  # every warning id the file can decide, but captureWithoutKmsKey
         assert from_config[OURS + "InferenceWorkloads:imageNotPinnedByDigest"] == 3
+    if name == "spot":
+        assert from_config[OURS + "HyperPodCluster:spotCapacity"] == 1
 
 
 def test_the_config_s_acknowledgments_silence_the_warnings_of_both_stacks() -> None:

@@ -136,6 +136,32 @@ CASES = [
     ("CaptureSidecarMetrics.FirstChunkBound", "alarms.sidecar.firstChunkP99.threshold", _sidecar_first_chunk),
 ]
 
+_TAINT = {"key": "example.com/dedicated", "value": "inference", "effect": "NoSchedule"}
+_GROUP0 = "hyperpod.instanceGroups[0]"
+
+# Shared-cluster scheduling (issue 19, 4): each rule of an instance group's labels, taints and capacity type.
+CASES += [
+    ("HyperPodCluster.InvalidLabelKey", f"{_GROUP0}.kubernetesLabels.Team_/pool",
+     _instance_group(kubernetesLabels={"Team_/pool": "inference"})),
+    ("HyperPodCluster.InvalidLabelValue", f"{_GROUP0}.kubernetesLabels.pool",
+     _instance_group(kubernetesLabels={"pool": ""})),
+    ("HyperPodCluster.ReservedKey", f"{_GROUP0}.kubernetesLabels.node.kubernetes.io/pool",
+     _instance_group(kubernetesLabels={"node.kubernetes.io/pool": "inference"})),
+    ("HyperPodCluster.TooManyLabels", f"{_GROUP0}.kubernetesLabels",
+     _instance_group(kubernetesLabels={f"label-{i}": "a" for i in range(51)})),
+    ("HyperPodCluster.TooManyTaints", f"{_GROUP0}.kubernetesTaints",
+     _instance_group(kubernetesTaints=[{**_TAINT, "key": f"example.com/t{i}"} for i in range(51)])),
+    ("HyperPodCluster.InvalidTaintKey", f"{_GROUP0}.kubernetesTaints[0].key",
+     _instance_group(kubernetesTaints=[{**_TAINT, "key": "example.com/-dedicated"}])),
+    ("HyperPodCluster.InvalidTaintValue", f"{_GROUP0}.kubernetesTaints[0].value",
+     _instance_group(kubernetesTaints=[{**_TAINT, "value": "inference pool"}])),
+    ("HyperPodCluster.TaintEffect", f"{_GROUP0}.kubernetesTaints[0].effect",
+     _instance_group(kubernetesTaints=[{**_TAINT, "effect": "noschedule"}])),
+    ("HyperPodCluster.DuplicateTaint", f"{_GROUP0}.kubernetesTaints[1].key",
+     _instance_group(kubernetesTaints=[_TAINT, {**_TAINT, "value": "training"}])),
+    ("HyperPodCluster.CapacityType", f"{_GROUP0}.capacityType", _instance_group(capacityType="spot")),
+]
+
 
 def _duplicate_domain(data: dict[str, Any]) -> None:
     data["domain"]["endpointDomains"].append(data["domain"]["endpointDomains"][0])

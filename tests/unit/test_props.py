@@ -286,6 +286,17 @@ def _hyperpod_cluster(stack: Stack) -> None:
                     instance_groups=[InstanceGroup(name="gpu", instance_type="ml.g5.12xlarge", ebs_volume_gib=0)])
 
 
+def _hyperpod_taint(stack: Stack) -> None:
+    """A mistake inside a list of props inside a list of props: a taint of an instance group."""
+    vpc = _vpc(stack)
+    taint = hyperpod_inference_iac.KubernetesTaint(key="example.com/dedicated", effect="NoScheduling")  # type: ignore[arg-type]
+    HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=_cluster(stack), vpc=vpc,
+                    subnets=vpc.private_subnets,
+                    security_groups=[ec2.SecurityGroup.from_security_group_id(stack, "Sg", "sg-0123456789abcdef0")],
+                    instance_groups=[InstanceGroup(name="gpu", instance_type="ml.g5.12xlarge",
+                                                   kubernetes_taints=[taint])])
+
+
 def _inference_operator(stack: Stack) -> None:
     InferenceOperator(stack, "Operator", cluster=_cluster(stack), hyperpod_cluster_arn="arn",  # type: ignore[arg-type]
                       tls_bucket=s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x"), addon_version="1.0.0")
@@ -317,6 +328,10 @@ MISTAKES: list[tuple[str, Callable[[Stack], None], str, str, Callable[[dict[str,
      _set("cluster.name", "-llm"), "cluster.name"),
     ("HyperPodCluster", _hyperpod_cluster, "HyperPodCluster.VolumeSize", "instance_groups[0].ebs_volume_gib",
      _set("hyperpod.instanceGroups.0.ebsVolumeGiB", 0), "hyperpod.instanceGroups[0].ebsVolumeGiB"),
+    ("HyperPodCluster.taint", _hyperpod_taint, "HyperPodCluster.TaintEffect",
+     "instance_groups[0].kubernetes_taints[0].effect",
+     _set("hyperpod.instanceGroups.0.kubernetesTaints", [{"key": "example.com/dedicated", "effect": "NoScheduling"}]),
+     "hyperpod.instanceGroups[0].kubernetesTaints[0].effect"),
     ("InferenceOperator", _inference_operator, "InferenceOperator.AddonVersion", "addon_version",
      _set("operator.addonVersion", "1.0.0"), "operator.addonVersion"),
     ("EndpointDomain", _endpoint_domain, "EndpointDomain.BadZoneName", "zone_name",

@@ -24,11 +24,19 @@ def _changelog_versions() -> list[str]:
     return re.findall(r"^## (\d+\.\d+\.\d+)\s*$", (REPO / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
 
 
-def _upgrading_versions() -> list[str]:
+def _library_section() -> str:
     text = (REPO / "docs" / "upgrading.md").read_text()
     library = text[text.index("\n## This library\n"):]
-    library = library[:m.start()] if (m := re.search(r"\n## (?!This library)", library[1:])) else library
-    return re.findall(r"^### (\d+\.\d+\.\d+)\b", library, flags=re.MULTILINE)
+    return library[:m.start()] if (m := re.search(r"\n## (?!This library)", library[1:])) else library
+
+
+# The changes merged for the next release, before pyproject.toml names it: one section, first, `### X.Y.Z (unreleased)`.
+UNRELEASED = re.compile(r"^### (\d+\.\d+\.\d+) \(unreleased\)", flags=re.MULTILINE)
+
+
+def _upgrading_versions() -> list[str]:
+    """The released versions' sections (the unreleased one left out)."""
+    return re.findall(r"^### (\d+\.\d+\.\d+)\b(?! \(unreleased\))", _library_section(), flags=re.MULTILINE)
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -44,6 +52,18 @@ def test_pyproject_changelog_and_upgrading_name_the_same_newest_version() -> Non
     assert upgrading and upgrading[0] == version, upgrading
     assert changelog == upgrading, "each version has an entry in CHANGELOG.md and a section in docs/upgrading.md"
     assert changelog == sorted(changelog, key=_key, reverse=True), "newest first"
+
+
+def test_an_unreleased_section_is_the_next_version_and_comes_first() -> None:
+    """At most one ``### X.Y.Z (unreleased)`` section, above the released ones, for a version past pyproject.toml's:
+    what is merged for the next release is said with its version, never as an undated "next release"."""
+    library = _library_section()
+    unreleased = UNRELEASED.findall(library)
+    assert len(unreleased) <= 1, unreleased
+    if unreleased:
+        first = re.search(r"^### .*$", library, flags=re.MULTILINE)
+        assert first is not None and UNRELEASED.match(first[0]), "the unreleased section comes first"
+        assert _key(unreleased[0]) > _key(_pyproject_version())
 
 
 def test_upgrading_has_no_undated_release_and_no_version_past_the_current_one() -> None:
