@@ -265,8 +265,9 @@ def features_used(kind: str, spec: Mapping[str, Any]) -> Iterator[tuple[Operator
         (("modelCacheConfig",), MODEL_CACHE), (("loadBalancer", "idleTimeoutSeconds"), ALB_IDLE_TIMEOUT),
         (("metricsSidecarResources",), SIDECAR_RESOURCES), (("metricsCollectorResources",), SIDECAR_RESOURCES),
         (("s3UploaderResources",), SIDECAR_RESOURCES), (("inferenceGateway",), INFERENCE_GATEWAY),
-        (("kubernetes", "podTemplateAnnotations"), POD_TEMPLATE_ANNOTATIONS),
     ]
+    if kind == "InferenceEndpointConfig":  # (a JumpStartModel has no spec.kubernetes: no add-on version gives it one)
+        by_key.append((("kubernetes", "podTemplateAnnotations"), POD_TEMPLATE_ANNOTATIONS))
     for keys, feature in by_key:
         if _present(spec, *keys):
             yield feature, keys
