@@ -244,7 +244,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
         return None
     declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}
     for key in data:
-        refused = cls.refused_key(str(key)) if key not in declared else None  # type: ignore[attr-defined]
+        refused = cls.refused_key(str(key)) if key not in declared else None
         if refused is not None:
             problems.add(refused[0], join_path(path, str(key)), refused[1])
         elif key not in declared:
