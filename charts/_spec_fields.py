@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, ClassVar, Self, TypeVar
 
+from hyperpod_inference_iac.operator_versions import unplaced_field
 from hyperpod_inference_iac.platform_values import is_platform_value
 from hyperpod_inference_iac.validation import (
     MISSING_KEY,
@@ -178,6 +179,19 @@ class SpecBlock:
 
     # What @dataclass gives every subclass: declared here, so dataclasses.fields(self) type-checks.
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    # Where this block sits in an operator kind (kind, key path of spec): a key it does not declare that a release
+    # announced without a stated path (operator_versions.UNPLACED_FIELDS) is refused with that field's own code.
+    UNPLACED_AT: ClassVar[tuple[str, tuple[str, ...]] | None] = None
+
+    @classmethod
+    def refused_key(cls, key: str) -> tuple[str, str] | None:
+        """(code, message) for an undeclared ``key`` that is a known mistake with a better message than
+        ``Config.UnknownKey``; None for an ordinary unknown key."""
+        if cls.UNPLACED_AT is None:
+            return None
+        kind, within = cls.UNPLACED_AT
+        field = unplaced_field(kind, (*within, key))
+        return (field.code, field.message) if field is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -230,7 +244,10 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
         return None
     declared = {key_of(f): f for f in dataclasses.fields(cls) if not is_planned(f)}
     for key in data:
-        if key not in declared:
+        refused = cls.refused_key(str(key)) if key not in declared else None
+        if refused is not None:
+            problems.add(refused[0], join_path(path, str(key)), refused[1])
+        elif key not in declared:
             problems.add(
                 UNKNOWN_KEY,
                 join_path(path, str(key)),

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, DOMAIN_NAME, HOSTED_ZONE_ID
 from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
 
 # The CRDs' int32 (maxDeployTimeInSeconds has no other bound; default 3600).
 INT32_MAX = 2_147_483_647
@@ -120,3 +122,42 @@ def max_deploy_time_field(code: str) -> Any:
     3600 s). Downloading and loading a large model can take longer: raise it rather than see the deployment fail."""
     return crd_field(default=None, code=code, minimum=1, maximum=INT32_MAX)
 
+
+
+# core/v1 resource.Quantity, as the CRDs write it (spec.worker.resources.limits).
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerResources(SpecBlock):
+    """A core/v1 ResourceRequirements for one of the operator's own containers (operator 3.4, add-on
+    ``v1.5.0-eksbuild.1``: ``metricsSidecarResources``, ``metricsCollectorResources``, ``s3UploaderResources``).
+    "Each field fully replaces that container's resource block, so specify complete requests and limits" (release
+    notes v3.4): both are required here, each quantity a Kubernetes quantity (``500m``, ``256Mi``, ``1``)."""
+
+    requests: Mapping[str, str | int] | None = None
+    limits: Mapping[str, str | int] | None = None
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        for name in ("requests", "limits"):
+            amounts = getattr(self, name)
+            if amounts is None or not amounts:
+                problems.add("Model.SidecarResourcesIncomplete", join_path(path, name),
+                             "give both requests and limits (for cpu and memory at least): the block replaces the "
+                             "operator's defaults for that container whole, and a missing half runs unbounded or "
+                             "unreserved (release notes v3.4)")
+                continue
+            for resource, amount in amounts.items():
+                amount_path = join_path(join_path(path, name), str(resource))
+                if not isinstance(resource, str) or not _RESOURCE_NAME.match(resource):
+                    problems.add("Model.ResourceQuantityInvalid", amount_path,
+                                 "must be a resource name such as cpu, memory or ephemeral-storage", resource)
+                elif isinstance(amount, bool) or not isinstance(amount, str | int) or (
+                        isinstance(amount, str) and not is_unresolved(amount) and not _QUANTITY.match(amount)):
+                    problems.add("Model.ResourceQuantityInvalid", amount_path,
+                                 "must be a Kubernetes quantity such as 500m, 2, 256Mi or 1Gi", amount)
+                elif isinstance(amount, int | str) and str(amount).startswith("-"):
+                    problems.add("Model.ResourceQuantityInvalid", amount_path, "must not be negative", amount)

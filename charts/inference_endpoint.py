@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
+    ContainerResources,
     DnsConfig,
     LoadBalancerConfig,
     MetricsConfig,
@@ -36,6 +38,10 @@ from hyperpod_inference_iac.patterns import (
 from hyperpod_inference_iac.validation import Problems, join_path
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
+# metadata.annotations' rules (apimachinery ValidateAnnotations): a qualified name, optionally under a DNS prefix.
+_ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_ANNOTATIONS_MAX_BYTES = 256 * 1024
 DEFAULT_MODEL_MOUNT_PATH = "/opt/ml/model"
 
 
@@ -102,14 +108,35 @@ class Worker(SpecBlock):
     probes: WorkerProbes | None = None
     request_limits: RequestLimits | None = None
 
+    UNPLACED_AT = ("InferenceEndpointConfig", ("worker",))
+
     def check_rules(self, path: str, problems: Problems) -> None:
         if self.image.endswith(":latest"):
             problems.add("Worker.ImageNotPinned", join_path(path, "image"), "must not use :latest", self.image)
 
 
+def check_annotations(annotations: Mapping[str, Any] | None, path: str, problems: Problems) -> None:
+    """Kubernetes' rules for annotations: each key a qualified name (prefix <= 253, name <= 63), each value a string,
+    all of them together at most 256 KiB."""
+    if annotations is None:
+        return
+    for key, value in annotations.items():
+        key_path = join_path(path, str(key))
+        prefix, _, name = str(key).rpartition("/")
+        if not isinstance(key, str) or not _ANNOTATION_KEY.match(key) or len(prefix) > 253 or len(name) > 63:
+            problems.add("Kubernetes.AnnotationInvalid", key_path,
+                         "must be an annotation key: a name of at most 63 characters (letters, digits, '-', '_', "
+                         "'.'), optionally prefixed by a DNS subdomain and '/' (example.com/team)", key)
+        elif not isinstance(value, str):
+            problems.add("Kubernetes.AnnotationInvalid", key_path, "must be a string (quote it in YAML)", value)
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > _ANNOTATIONS_MAX_BYTES:
+        problems.add("Kubernetes.AnnotationInvalid", path, f"must total at most 256 KiB (got {size} bytes)")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class KubernetesCustomization(SpecBlock):
-    """``spec.kubernetes``: the pod's identity, extra init containers and volumes."""
+    """``spec.kubernetes``: the pod's identity, extra init containers and volumes, its template's annotations."""
 
     service_account_name: str | None = crd_field(
         default=None,
@@ -119,6 +146,13 @@ class KubernetesCustomization(SpecBlock):
     )
     init_containers: tuple[Mapping[str, Any], ...] | None = None  # core/v1 Container
     volumes: tuple[Mapping[str, Any], ...] | None = None  # core/v1 Volume
+    # Operator 3.6 (add-on v2.0.0-eksbuild.2 here): annotations on the model pods' template (charts/crd_overlays/).
+    pod_template_annotations: Mapping[str, str] | None = None
+
+    UNPLACED_AT = ("InferenceEndpointConfig", ("kubernetes",))
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        check_annotations(self.pod_template_annotations, join_path(path, "podTemplateAnnotations"), problems)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -160,6 +194,12 @@ class InferenceEndpointSpec(SpecBlock):
     kv_cache_spec: KvCacheSpec | None = None
     intelligent_routing_spec: IntelligentRoutingSpec | None = None
     max_deploy_time_in_seconds: int | None = max_deploy_time_field("InferenceEndpoint.MaxDeployTimeOutOfRange")
+    # Operator 3.4 (add-on v1.5.0-eksbuild.1): the operator's own containers' resources (charts/crd_overlays/).
+    metrics_sidecar_resources: ContainerResources | None = None
+    metrics_collector_resources: ContainerResources | None = None
+    s3_uploader_resources: ContainerResources | None = None
+
+    UNPLACED_AT = ("InferenceEndpointConfig", ())
 
     def check_rules(self, path: str, problems: Problems) -> None:
         placements = [self.instance_type, self.instance_types, self.node_affinity]

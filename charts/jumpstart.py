@@ -12,6 +12,7 @@ from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
 from hyperpod_inference_iac.charts.capture import DataCapture
 from hyperpod_inference_iac.charts.endpoint_blocks import (
     INSTANCE_TYPE_PATTERN,
+    ContainerResources,
     DnsConfig,
     LoadBalancerConfig,
     MetricsConfig,
@@ -26,6 +27,15 @@ from hyperpod_inference_iac.charts.model_cache import ModelCacheConfig
 from hyperpod_inference_iac.charts.routing import IntelligentRoutingSpec, KvCacheSpec
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_ARN, SAGEMAKER_ENDPOINT_NAME, SAGEMAKER_NAME
 from hyperpod_inference_iac.validation import Problems, join_path
+
+# A JumpStartModel has no spec.kubernetes: podTemplateAnnotations (operator 3.6) and the other pod customizations are
+# InferenceEndpointConfig fields (sagemaker-hyperpod-cli pull request 461).
+JUMPSTART_KUBERNETES_REFUSAL = (
+    "JumpStartModel.KubernetesUnsupported",
+    "a JumpStartModel has no spec.kubernetes: podTemplateAnnotations, serviceAccountName, initContainers and volumes "
+    "are InferenceEndpointConfig fields (operator 3.6 added podTemplateAnnotations to InferenceEndpointConfig only, "
+    "https://github.com/aws/sagemaker-hyperpod-cli/pull/461); deploy the model as an InferenceEndpointConfig to set "
+    "them")
 
 
 def _role_arn(code: str) -> Any:
@@ -99,6 +109,18 @@ class JumpStartModelSpec(SpecBlock):
     kv_cache_spec: KvCacheSpec | None = None
     intelligent_routing_spec: IntelligentRoutingSpec | None = None
     max_deploy_time_in_seconds: int | None = max_deploy_time_field("JumpStartModel.MaxDeployTimeOutOfRange")
+    # Operator 3.4 (add-on v1.5.0-eksbuild.1): the operator's own containers' resources (charts/crd_overlays/).
+    metrics_sidecar_resources: ContainerResources | None = None
+    metrics_collector_resources: ContainerResources | None = None
+    s3_uploader_resources: ContainerResources | None = None
+
+    UNPLACED_AT = ("JumpStartModel", ())
+
+    @classmethod
+    def refused_key(cls, key: str) -> tuple[str, str] | None:
+        if key == "kubernetes":
+            return JUMPSTART_KUBERNETES_REFUSAL
+        return super().refused_key(key)
 
     def check_rules(self, path: str, problems: Problems) -> None:
         check_dns_needs_certificate(self.dns_config, self.tls_config, path, problems)

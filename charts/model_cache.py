@@ -40,11 +40,15 @@ class WeightsCache(SpecBlock):
     enabled: bool = True
     host_path: str | None = host_path_field("ModelCache.HostPathInvalid")
 
+    UNPLACED_AT = ("InferenceEndpointConfig", ("modelCacheConfig", "weightsCache"))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelCacheConfig(SpecBlock):
     image_cache: ImageCache | None = None
     weights_cache: WeightsCache | None = None
+
+    UNPLACED_AT = ("InferenceEndpointConfig", ("modelCacheConfig",))
 
     @property
     def caches_weights(self) -> bool:

@@ -43,14 +43,14 @@ from hyperpod_inference_iac.charts.gateway import (
     PLURAL as GATEWAY_PLURAL,
 )
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
-from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
+from hyperpod_inference_iac.charts.jumpstart import JUMPSTART_KUBERNETES_REFUSAL, JumpStartModel
 from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
 from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
-from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features
+from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features, unplaced_field
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
 from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
 from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
@@ -590,9 +590,16 @@ def _check_against_crd(workload: Workload, path: str, problems: Problems) -> Non
         if location[:1] != ("spec",) or is_unresolved(value):
             continue  # tokens are checked by the API server at deploy time
         error_path = _spec_path(workload, path, location[1:])
-        if not problems.has_at_or_below(error_path):
-            problems.add("Model.CrdSchemaViolation", error_path,
-                         f"the operator's CRD refuses this: {message}")
+        if problems.has_at_or_below(error_path):
+            continue
+        unknown = message.startswith("is not a field")
+        unplaced = unplaced_field(workload.KIND, location[1:]) if unknown else None
+        if unplaced is not None:  # announced by a release, at a path no source states
+            problems.add(unplaced.code, error_path, unplaced.message)
+        elif unknown and workload.KIND == JumpStartModel.KIND and location[1:] == ("kubernetes",):
+            problems.add(*JUMPSTART_KUBERNETES_REFUSAL[:1], error_path, JUMPSTART_KUBERNETES_REFUSAL[1])
+        else:
+            problems.add("Model.CrdSchemaViolation", error_path, f"the operator's CRD refuses this: {message}")
 
 
 def _weights_of(workload: Workload) -> S3Location | None:

@@ -17,10 +17,19 @@ Every row cites its source. Sources, read from stored copies:
 * ``CRD_HISTORY``: the git history of the operator's CRD folder in ``aws/sagemaker-hyperpod-cli`` (see
   ``charts/crds/PROVENANCE.md`` and the research notes): when a field first appears in a CRD.
 
-Operator 3.1 (April 3, 2026) is the one release whose notes name no add-on version. Its features (the
+* ``CLI_PULLS``: the pull requests of ``aws/sagemaker-hyperpod-cli`` that bumped the operator's Helm chart (2.5.0 /
+  operator 3.5: #455; 2.6.0 / 3.6: #461; 2.7.0 / 3.7: #464, #466): which fields each release added to the CRDs.
+* ``GATEWAY_GUIDE``: the developer guide "Inference Gateway for Amazon SageMaker HyperPod Inference": the
+  ``InferenceGatewayConfig`` kind and the add-on build the gateway needs (``v2.0.0-eksbuild.2``).
+
+Operator 3.1 (April 3, 2026) is the first release whose notes name no add-on version. Its features (the
 ``kubernetes`` pod customization, custom certificates, request limits) are therefore given the first add-on
 version the notes tie to an operator 3.1.x, ``v1.2.0-eksbuild.1`` (operator 3.1.2): stricter than the add-on
-may need, never looser.
+may need, never looser. Operators 3.5, 3.6 and 3.7 are Helm chart releases the stored notes tie to no add-on build
+either; their features are given ``v2.0.0-eksbuild.2``, the first add-on build known to include them (the Inference
+Gateway needs operator 3.6 and that build), again stricter, never looser. ``DEFAULT_ADDON_VERSION`` stays the build
+the vendored CRDs describe; fields of newer operators validate against ``charts/crd_overlays/`` and are refused by
+this check on the default add-on.
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ RELEASE_NOTES = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyper
 SETUP = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-setup.html"
 CRD_HISTORY = ("https://github.com/aws/sagemaker-hyperpod-cli/commits/main/helm_chart/HyperPodHelmChart/charts/"
                "inference-operator/config/crd")
+CLI_PULLS = "https://github.com/aws/sagemaker-hyperpod-cli/pull/"
+GATEWAY_GUIDE = 'developer guide "Inference Gateway for Amazon SageMaker HyperPod Inference"'
+GATEWAY_TUTORIAL = ("https://awslabs.github.io/ai-on-sagemaker-hyperpod/docs/eks-orchestration/inference/"
+                    "inference-gateway/overview")
 
 _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)$")
 
@@ -111,15 +124,50 @@ WEIGHTS_CACHE_KIND = OperatorFeature("the ModelWeightsCacheConfig kind", "3.3", 
                                      f"{RELEASE_NOTES} (v3.3); CRD new in chart 2.3.0")
 ALB_IDLE_TIMEOUT = OperatorFeature("loadBalancer.idleTimeoutSeconds", "3.3", "v1.4.0-eksbuild.1",
                                    f"{RELEASE_NOTES} (v3.3)")
+SIDECAR_RESOURCES = OperatorFeature("metricsSidecarResources / metricsCollectorResources / s3UploaderResources",
+                                    "3.4", "v1.5.0-eksbuild.1", f"{RELEASE_NOTES} (v3.4)")
+_V2_0 = "v2.0.0-eksbuild.2"  # 3.5-3.7: no add-on build named; the first one known to include them (module docstring)
+_NO_3X_BUILD = "no add-on build named: the first known to include it (the gateway's)"
+
+
+def _chart_release(name: str, operator: str, pull: int, chart: str, guide: bool = False) -> OperatorFeature:
+    """A feature of operators 3.5-3.7, which the stored notes tie to no add-on build: gated at ``_V2_0``."""
+    source = f"{CLI_PULLS}{pull} (chart {chart})" + (f"; {GATEWAY_GUIDE}" if guide else "")
+    return OperatorFeature(name, operator, _V2_0, source,
+                           "the gateway needs at least this build" if guide else _NO_3X_BUILD)
+
+
+WEIGHTS_CACHE_NODE_AFFINITY = _chart_release("weights-cache node affinity (path not stated: refused)", "3.5", 455,
+                                             "2.5.0")
+INFERENCE_GATEWAY = _chart_release("Inference Gateway (InferenceGatewayConfig kind, spec.inferenceGateway)", "3.6",
+                                   461, "2.6.0", guide=True)
+POD_TEMPLATE_ANNOTATIONS = _chart_release("kubernetes.podTemplateAnnotations", "3.6", 461, "2.6.0")
+TOLERATIONS = _chart_release("tolerations (path not stated: refused)", "3.7", 464, "2.7.0")
+LMCACHE_MODE = _chart_release("lmcache.mode (parent path not stated: refused)", "3.7", 464, "2.7.0")
 
 FEATURES: tuple[OperatorFeature, ...] = (
     FIRST_ADDON, INSTANCE_TYPES, NODE_AFFINITY, AUTOSCALING, KV_CACHE, INTELLIGENT_ROUTING, POD_CUSTOMIZATION,
     CUSTOM_CERTIFICATE, REQUEST_LIMITS, DATA_CAPTURE, HUGGING_FACE, DNS, KUBERNETES_VOLUME, CUSTOM_SERVICE_ACCOUNT,
-    DISAGGREGATED_PREFILL, MODEL_CACHE, WEIGHTS_CACHE_KIND, ALB_IDLE_TIMEOUT,
+    DISAGGREGATED_PREFILL, MODEL_CACHE, WEIGHTS_CACHE_KIND, ALB_IDLE_TIMEOUT, SIDECAR_RESOURCES,
+    WEIGHTS_CACHE_NODE_AFFINITY, INFERENCE_GATEWAY, POD_TEMPLATE_ANNOTATIONS, TOLERATIONS, LMCACHE_MODE,
+)
+# The features newer than the vendored CRDs (charts/crds, chart 2.3.0): their fields validate against an overlay
+# (charts/crd_overlays/) or, where no source states their path, are refused (UNPLACED_FIELDS).
+BEYOND_VENDORED_CRDS: tuple[OperatorFeature, ...] = (
+    SIDECAR_RESOURCES, WEIGHTS_CACHE_NODE_AFFINITY, INFERENCE_GATEWAY, POD_TEMPLATE_ANNOTATIONS, TOLERATIONS,
+    LMCACHE_MODE,
 )
 
+# Add-on builds the stored sources name beyond the features' minimums, with what they are known to bring.
+KNOWN_ADDON_VERSIONS: dict[str, str] = {
+    "v1.5.0-eksbuild.1": f"operator 3.4 ({RELEASE_NOTES}, v3.4)",
+    "v2.0.0-eksbuild.2": f"the InferenceGatewayConfig kind; the first build known to carry operators 3.5-3.7 "
+                         f"({GATEWAY_GUIDE})",
+    "v2.1.0-eksbuild.1": f"nothing stated (seen in {GATEWAY_TUTORIAL}, 2026-09-20)",
+}
+
 # The newest add-on version whose features the CRDs in charts/crds describe (chart 2.3.0, operator 3.3).
-# Operator 3.4 (add-on v1.5.0-eksbuild.1) adds fields those CRDs lack; see docs/operator-versions.md.
+# Newer operators add fields those CRDs lack (BEYOND_VENDORED_CRDS); see docs/operator-versions.md.
 DEFAULT_ADDON_VERSION = "v1.4.0-eksbuild.1"
 
 
@@ -135,7 +183,55 @@ class RoleAddition:
 EXECUTION_ROLE_ADDITIONS: tuple[RoleAddition, ...] = (
     RoleAddition("3.0", ("acm:AddTagsToCertificate", "s3:PutObjectTagging"), f"{RELEASE_NOTES} (v3.0, Prerequisites)"),
     RoleAddition("3.1", ("acm:DescribeCertificate", "acm:GetCertificate"), f"{RELEASE_NOTES} (v3.1, Prerequisites)"),
+    # 3.1.2 to 3.4: the notes have no Prerequisites section. 3.5-3.7 and add-on v2.x: no release notes stored; the
+    # gateway's guide asks for a role of the gateway controller's own (AmazonSageMakerHyperPodInferenceGatewayAccess,
+    # add-on key inferenceGateway.serviceAccount.roleArn), not for execution-role permissions.
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class UnplacedField:
+    """A field a release announces without a path the stored sources state: no overlay has it, and a manifest or
+    config that asks for it is refused with ``code`` rather than pruned on the cluster. ``key`` is the field's
+    name wherever it is written under ``within`` (a key path of ``spec``; empty: anywhere in ``spec``)."""
+
+    key: str
+    kinds: tuple[str, ...]
+    feature: OperatorFeature
+    code: str
+    fix: str
+    within: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return (f"{self.feature.name.split(' (')[0]} came with operator {self.feature.operator} "
+                f"({self.feature.source}), but no stored source states where in the spec it goes, and the vendored "
+                f"CRDs (chart 2.3.0) lack it: the API server would prune it. {self.fix}")
+
+
+_MODEL_KINDS = ("InferenceEndpointConfig", "JumpStartModel")
+UNPLACED_FIELDS: tuple[UnplacedField, ...] = (
+    UnplacedField("tolerations", _MODEL_KINDS, TOLERATIONS, "Model.TolerationsPathUnknown",
+                  "Place the model with spec.nodeAffinity (InferenceEndpointConfig) or a node selector instead, or "
+                  "vendor a CRD that has the field (charts/crds/PROVENANCE.md)"),
+    UnplacedField("lmcache", _MODEL_KINDS, LMCACHE_MODE, "Model.LmcachePathUnknown",
+                  "Leave it out (LMCache runs in process, as before), or vendor a CRD that has the field "
+                  "(charts/crds/PROVENANCE.md)"),
+    UnplacedField("nodeAffinity", _MODEL_KINDS, WEIGHTS_CACHE_NODE_AFFINITY, "ModelCache.NodeAffinityPathUnknown",
+                  "Cache on chosen nodes with a ModelWeightsCacheConfig (its spec.nodeAffinity), or vendor a CRD "
+                  "that has the field (charts/crds/PROVENANCE.md)", within=("modelCacheConfig",)),
+)
+
+
+def unplaced_field(kind: str, location: tuple[str | int, ...]) -> UnplacedField | None:
+    """The unplaced field a key at ``location`` (a key path of ``spec``) asks for, if any."""
+    if not location:
+        return None
+    key, parents = location[-1], tuple(str(part) for part in location[:-1])
+    for field in UNPLACED_FIELDS:
+        if kind in field.kinds and key == field.key and parents[:len(field.within)] == field.within:
+            return field
+    return None
 
 _SOURCE_TYPE_FEATURES = {"huggingface": HUGGING_FACE, "kubernetesVolume": KUBERNETES_VOLUME}
 
@@ -154,6 +250,9 @@ def features_used(kind: str, spec: Mapping[str, Any]) -> Iterator[tuple[Operator
     if kind == "ModelWeightsCacheConfig":
         yield WEIGHTS_CACHE_KIND, ()
         return
+    if kind == "InferenceGatewayConfig":
+        yield INFERENCE_GATEWAY, ()
+        return
     by_key = [
         (("instanceTypes",), INSTANCE_TYPES), (("nodeAffinity",), NODE_AFFINITY),
         (("autoScalingSpec",), AUTOSCALING), (("kvCacheSpec",), KV_CACHE),
@@ -164,7 +263,11 @@ def features_used(kind: str, spec: Mapping[str, Any]) -> Iterator[tuple[Operator
         (("tlsConfig", "customCertificateConfig"), CUSTOM_CERTIFICATE), (("worker", "requestLimits"), REQUEST_LIMITS),
         (("dataCapture",), DATA_CAPTURE), (("dnsConfig",), DNS), (("pdSpec",), DISAGGREGATED_PREFILL),
         (("modelCacheConfig",), MODEL_CACHE), (("loadBalancer", "idleTimeoutSeconds"), ALB_IDLE_TIMEOUT),
+        (("metricsSidecarResources",), SIDECAR_RESOURCES), (("metricsCollectorResources",), SIDECAR_RESOURCES),
+        (("s3UploaderResources",), SIDECAR_RESOURCES), (("inferenceGateway",), INFERENCE_GATEWAY),
     ]
+    if kind == "InferenceEndpointConfig":  # (a JumpStartModel has no spec.kubernetes: no add-on version gives it one)
+        by_key.append((("kubernetes", "podTemplateAnnotations"), POD_TEMPLATE_ANNOTATIONS))
     for keys, feature in by_key:
         if _present(spec, *keys):
             yield feature, keys
@@ -189,12 +292,18 @@ def missing_features(kind: str, spec: Mapping[str, Any],
 
 
 __all__ = [
+    "BEYOND_VENDORED_CRDS",
     "DEFAULT_ADDON_VERSION",
     "EXECUTION_ROLE_ADDITIONS",
     "FEATURES",
+    "INFERENCE_GATEWAY",
+    "KNOWN_ADDON_VERSIONS",
+    "UNPLACED_FIELDS",
     "AddonVersion",
     "OperatorFeature",
     "RoleAddition",
+    "UnplacedField",
     "features_used",
     "missing_features",
+    "unplaced_field",
 ]

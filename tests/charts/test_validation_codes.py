@@ -508,6 +508,16 @@ MODEL_CASES: list[tuple[str, int, dict[str, Any], str]] = [
     ("ModelSource.S3StorageMissing", 5, {"spec.modelSourceConfig.s3Storage": DELETE},
      "models[5].spec.modelSourceConfig.s3Storage"),
     ("Model.CrdSchemaViolation", 5, {"extraSpec": {"hostPaths": ["/a"]}}, "models[5].extraSpec.hostPaths"),
+    # Fields of operators 3.4-3.7 (charts/crd_overlays/)
+    ("Model.SidecarResourcesIncomplete", 4, {"spec.metricsSidecarResources": {"limits": {"cpu": "1"}}},
+     "models[4].spec.metricsSidecarResources.requests"),
+    ("Model.ResourceQuantityInvalid", 1,
+     {"spec.s3UploaderResources": {"requests": {"cpu": "1"}, "limits": {"cpu": "one"}}},
+     "models[1].spec.s3UploaderResources.limits.cpu"),
+    ("Kubernetes.AnnotationInvalid", 0, {"spec.kubernetes.podTemplateAnnotations": {"-x": "y"}},
+     "models[0].spec.kubernetes.podTemplateAnnotations.-x"),
+    ("JumpStartModel.KubernetesUnsupported", 4, {"extraSpec": {"kubernetes": {"podTemplateAnnotations": {}}}},
+     "models[4].extraSpec.kubernetes"),
 ]
 
 

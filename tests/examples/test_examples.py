@@ -33,6 +33,8 @@ PACKAGE_DATA = (
     "hyperpod_inference_iac/sidecar/Dockerfile",
     "hyperpod_inference_iac/sidecar/capture_sidecar/proxy.py",
     "hyperpod_inference_iac/charts/crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml",
+    "hyperpod_inference_iac/charts/crd_overlays/inferencegatewayconfig.v1alpha1.yaml",
+    "hyperpod_inference_iac/charts/crd_overlays/iec-jsm.sidecar-resources.yaml",
 )
 # The construct ids each example gives its own (not the library's) resources: cdk-nag may report those.
 OWN_RESOURCES = {

@@ -73,6 +73,21 @@ def _problems(data: dict[str, Any]) -> list[tuple[str, str]]:
 EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "availabilityZones": ["a", "b"],
                 "privateSubnetIds": ["subnet-01234567", "subnet-89abcdef"]}
 
+SIDECAR_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+
+
+def _newer_addon(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """_put on a platform whose add-on has every field of charts/crd_overlays/ (v2.0.0-eksbuild.2)."""
+    def change(data: dict[str, Any]) -> None:
+        data["operator"]["addonVersion"] = "v2.0.0-eksbuild.2"
+        *parents, last = path.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        node[last] = value
+    return change
+
+
 # (code, key path, change): each breaks the default file in exactly one place, and that place is reported,
 # once, with that code.
 CASES = [
@@ -166,6 +181,24 @@ CASES = [
      _set("models.1.spec.autoScalingSpec.cloudWatchTriggerList.0.targetValue", 0)),
     ("ModelCache.WeightsCacheNeedsRemoteSource", "models[1].spec.modelCacheConfig.weightsCache",
      _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
+    # Operator 3.4-3.7 fields (charts/crd_overlays/, docs/operator-versions.md): each mistake one coded problem.
+    ("OperatorVersion.FeatureUnavailable", "models[0].spec.metricsSidecarResources",
+     _set("models.0.spec.metricsSidecarResources", SIDECAR_RESOURCES)),
+    ("Model.ResourceQuantityInvalid", "models[2].spec.s3UploaderResources.requests.memory",
+     _newer_addon("models.2.spec.s3UploaderResources", {**SIDECAR_RESOURCES, "requests": {"memory": "lots"}})),
+    ("Model.SidecarResourcesIncomplete", "models[0].spec.metricsCollectorResources.requests",
+     _newer_addon("models.0.spec.metricsCollectorResources", {"limits": {"cpu": "1", "memory": "256Mi"}})),
+    ("Kubernetes.AnnotationInvalid", "models[1].spec.kubernetes.podTemplateAnnotations.not a key",
+     _newer_addon("models.1.spec.kubernetes.podTemplateAnnotations", {"not a key": "x"})),
+    ("JumpStartModel.KubernetesUnsupported", "models[2].spec.kubernetes",
+     _newer_addon("models.2.spec.kubernetes", {"podTemplateAnnotations": {"example.com/team": "search"}})),
+    ("Model.TolerationsPathUnknown", "models[0].spec.tolerations",
+     _set("models.0.spec.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])),
+    ("Model.TolerationsPathUnknown", "models[2].extraSpec.tolerations",
+     _set("models.2.extraSpec", {"tolerations": [{"key": "dedicated", "operator": "Exists"}]})),
+    ("Model.LmcachePathUnknown", "models[2].spec.lmcache", _set("models.2.spec.lmcache", {"mode": "MultiProcess"})),
+    ("ModelCache.NodeAffinityPathUnknown", "models[0].extraSpec.modelCacheConfig.weightsCache.nodeAffinity",
+     _newer_addon("models.0.extraSpec", {"modelCacheConfig": {"weightsCache": {"nodeAffinity": {}}}})),
     ("AlarmTopic.BadEmail", "alarms.subscribers.emails[0]", _set("alarms.subscribers.emails", ["oncall"])),
     ("AlarmTopic.DuplicateSubscriber", "alarms.subscribers.emails[1]",
      _set("alarms.subscribers.emails", ["a@example.com", "a@example.com"])),
@@ -786,3 +819,19 @@ def test_config_check_command_refuses_a_foreign_break_glass_role(tmp_path: Path)
     assert ("[CaptureStorage.BreakGlassOtherAccount] capture.breakGlassRoleArns[0]: must be a role of this account "
             "(111122223333), not of 444455556666") in result.stderr
     assert "create the incident-response role in this account" in result.stderr
+
+
+def test_the_overlay_fields_are_accepted_and_emitted_on_a_newer_addon() -> None:
+    """With add-on v2.0.0-eksbuild.2 the sidecar resources, pod template annotations and the gateway opt-in (through
+    extraSpec: the opt-in is not typed here) validate against charts/crd_overlays/ and reach the custom resource."""
+    def change(data: dict[str, Any]) -> None:
+        _newer_addon("models.0.spec.metricsSidecarResources", SIDECAR_RESOURCES)(data)
+        _newer_addon("models.1.spec.kubernetes.podTemplateAnnotations", {"example.com/team": "search"})(data)
+        _newer_addon("models.2.spec.s3UploaderResources", SIDECAR_RESOURCES)(data)
+        _newer_addon("models.2.extraSpec", {"inferenceGateway": {"enabled": True, "name": "shared"}})(data)
+    models = parse_config(_with(change)).workloads.models
+    specs = [model.workload.manifest(namespace="inference")["spec"] for model in models]
+    assert specs[0]["metricsSidecarResources"] == SIDECAR_RESOURCES
+    assert specs[1]["kubernetes"]["podTemplateAnnotations"] == {"example.com/team": "search"}
+    assert specs[2]["s3UploaderResources"] == SIDECAR_RESOURCES
+    assert specs[2]["inferenceGateway"] == {"enabled": True, "name": "shared"}

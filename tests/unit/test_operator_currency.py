@@ -16,6 +16,7 @@ from aws_cdk.assertions import Template
 
 from hyperpod_inference_iac import InferenceOperator
 from hyperpod_inference_iac.operator_versions import (
+    BEYOND_VENDORED_CRDS,
     DEFAULT_ADDON_VERSION,
     EXECUTION_ROLE_ADDITIONS,
     FEATURES,
@@ -47,11 +48,15 @@ def test_every_row_cites_a_source_and_the_docs_list_it() -> None:
         assert f"| {feature.name} | {feature.operator} | `{feature.minimum}` |" in page, feature.name
 
 
-def test_the_default_version_has_every_feature_the_charts_can_emit() -> None:
+def test_the_default_version_has_every_feature_the_vendored_crds_describe() -> None:
+    """The default is the add-on the vendored CRDs describe: it has every feature of theirs, and none of the newer
+    ones (those validate against charts/crd_overlays/ and need a newer add-on)."""
     default = AddonVersion.parse(DEFAULT_ADDON_VERSION)
     assert default is not None
-    assert all(feature.minimum_version <= default for feature in FEATURES)
-    assert max(feature.minimum_version for feature in FEATURES) == default
+    described = [feature for feature in FEATURES if feature not in BEYOND_VENDORED_CRDS]
+    assert all(feature.minimum_version <= default for feature in described)
+    assert max(feature.minimum_version for feature in described) == default
+    assert all(feature.minimum_version > default for feature in BEYOND_VENDORED_CRDS)
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
@@ -60,6 +65,11 @@ def test_the_default_version_has_every_feature_the_charts_can_emit() -> None:
     ({"loadBalancer": {"idleTimeoutSeconds": 300}}, ["loadBalancer.idleTimeoutSeconds"]),
     ({"kubernetes": {"initContainers": [{}], "volumes": [{}]}},
      ["kubernetes.initContainers / volumes / schedulerName"] * 2),
+    ({"metricsSidecarResources": {}, "s3UploaderResources": {}},
+     ["metricsSidecarResources / metricsCollectorResources / s3UploaderResources"] * 2),
+    ({"inferenceGateway": {"enabled": True}},
+     ["Inference Gateway (InferenceGatewayConfig kind, spec.inferenceGateway)"]),
+    ({"kubernetes": {"podTemplateAnnotations": {"a": "b"}}}, ["kubernetes.podTemplateAnnotations"]),
 ])
 def test_features_are_found_by_the_fields_a_spec_emits(spec: dict[str, Any], expected: list[str]) -> None:
     assert [feature.name for feature, _ in features_used("InferenceEndpointConfig", spec)] == expected
