@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hyperpod_inference_iac.operator_versions import AddonVersion
+from hyperpod_inference_iac.operator_versions import INFERENCE_GATEWAY, AddonVersion
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
 from hyperpod_inference_iac.platform_values import PlatformValue
 from hyperpod_inference_iac.validation import (
@@ -53,9 +53,9 @@ from hyperpod_inference_iac.validation import (
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1alpha1"
 KIND = "InferenceGatewayConfig"
 PLURAL = "inferencegatewayconfigs"
-# The first add-on build the developer guide names for the gateway ("Inference Gateway for Amazon SageMaker HyperPod
-# Inference", prerequisites); the model opt-in (operator 3.6) is in every build that has the kind.
-GATEWAY_MINIMUM_ADDON = "v2.0.0-eksbuild.2"
+# The first add-on build the developer guide names for the gateway (the version table's row, with its sources); the
+# model opt-in (operator 3.6) is in every build that has the kind.
+GATEWAY_MINIMUM_ADDON = INFERENCE_GATEWAY.minimum
 SOURCE = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-inference-gateway.html"
 # The controller's service account (add-on key inferenceGateway.serviceAccount.roleArn).
 CONTROLLER_NAMESPACE = "hyperpod-inference-system"

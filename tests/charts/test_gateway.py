@@ -179,6 +179,25 @@ def test_the_gateway_manifest_serves_the_platform_certificate_and_requires_token
     assert spec["schedulers"][1]["weights"] == {"queue": 3}
 
 
+def test_what_the_plan_emits_is_valid_against_the_kinds_schemas_overlays_included() -> None:
+    """The gateway (a kind with no vendored CRD: its overlay, closed) and the models' opt-in (an overlay field of the
+    vendored CRDs): a field the overlays do not have would be refused here, as the API server would."""
+    from hyperpod_inference_iac.charts.crd_schema import schema_errors
+
+    plan = _planned(_with(schedulers={"llama-s3": {"scheduler": "epp", "weights": {"queue": 3}, "replicas": 1,
+                                                   "loraAdapters": ["sql"], "routeTimeout": "300s"}},
+                          maxRequestBodyBytes=1048576, bbrReplicas=3,
+                          jwt=_jwt(requiredClaims=[{"name": "scope", "values": ["inference"],
+                                                    "valueType": "StringArray"}])))
+    values = PlatformValues({PlatformValue.CERTIFICATE_ARN: samples.CERTIFICATE_ARN})
+    manifests = [values.resolve(g.manifest()) for g in plan.gateways]
+    manifests += [samples.VALUES.resolve(m.workload.manifest(namespace=samples.NAMESPACE)) for m in plan.models
+                  if m.gateway is not None]
+    assert len(manifests) == 3
+    for manifest in manifests:
+        assert list(schema_errors(manifest)) == [], manifest["kind"]
+
+
 def test_each_model_behind_the_gateway_opts_in_and_the_others_do_not() -> None:
     plan = _planned()
     opted = {m.name: m.workload.manifest(namespace="x")["spec"].get("inferenceGateway") for m in plan.models}
