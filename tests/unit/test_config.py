@@ -76,6 +76,18 @@ EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "vpcCidr": "10.0.0.0/16", "ava
 SIDECAR_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
 
 
+def _older_addon(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """_set on a platform on add-on v1.4.0-eksbuild.1 (the vendored CRDs' version), without a gateway (which needs
+    v2.0.0-eksbuild.2): one problem, the field's."""
+    def change(data: dict[str, Any]) -> None:
+        data["operator"]["addonVersion"] = "v1.4.0-eksbuild.1"
+        data.pop("gateways", None)
+        for model in data["models"]:
+            model.pop("gateway", None)
+        _set(path, value)(data)
+    return change
+
+
 def _newer_addon(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     """_put on a platform whose add-on has every field of charts/crd_overlays/ (v2.0.0-eksbuild.2)."""
     def change(data: dict[str, Any]) -> None:
@@ -183,7 +195,7 @@ CASES = [
      _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
     # Operator 3.4-3.7 fields (charts/crd_overlays/, docs/operator-versions.md): each mistake one coded problem.
     ("OperatorVersion.FeatureUnavailable", "models[0].spec.metricsSidecarResources",
-     _set("models.0.spec.metricsSidecarResources", SIDECAR_RESOURCES)),
+     _older_addon("models.0.spec.metricsSidecarResources", SIDECAR_RESOURCES)),
     ("Model.ResourceQuantityInvalid", "models[2].spec.s3UploaderResources.requests.memory",
      _newer_addon("models.2.spec.s3UploaderResources", {**SIDECAR_RESOURCES, "requests": {"memory": "lots"}})),
     ("Model.SidecarResourcesIncomplete", "models[0].spec.metricsCollectorResources.requests",
