@@ -129,11 +129,15 @@ def test_operator_addon_configuration(cluster: dict[str, Any]) -> None:
     assert {"eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver",
             "amazon-sagemaker-hyperpod-inference"} <= set(addons)
     _, operator = addons["amazon-sagemaker-hyperpod-inference"]
-    assert operator["Properties"]["AddonVersion"] == DEFAULT_ADDON_VERSION == "v1.4.0-eksbuild.1"
+    # The default platform's add-on is the first with the Inference Gateway (config/default.yaml), newer than the
+    # library's default, which the vendored CRDs describe.
+    assert DEFAULT_ADDON_VERSION == "v1.4.0-eksbuild.1"
+    assert operator["Properties"]["AddonVersion"] == "v2.0.0-eksbuild.2"
     text = json.dumps(operator["Properties"]["ConfigurationValues"]).replace('\\"', '"')
     for fragment in ('"executionRoleArn":', '"tlsCertificateS3Bucket":', '"hyperpodClusterArn":',
                      '"enableCustomServiceAccounts":true', '"alb":{"enabled":true', '"keda":{"enabled":true',
-                     '"jumpstartGatedModelDownloadRoleArn":'):
+                     '"jumpstartGatedModelDownloadRoleArn":', '"inferenceGateway":{"enabled":true,"serviceAccount":'
+                     '{"roleArn":'):
         assert fragment in text, fragment
     depends = set(operator.get("DependsOn", []))
     for name in ("cert-manager", "aws-mountpoint-s3-csi-driver", "metrics-server", "eks-pod-identity-agent"):
