@@ -889,7 +889,8 @@ def _gateway_model(model: ModelWorkload, options: SchedulerOptions, at: str,
         problems.add("Gateway.IntelligentRoutingConflict", at,
                      "a model behind the gateway cannot also use intelligentRoutingSpec (the operator refuses both): "
                      "remove spec.intelligentRoutingSpec or gateway")
-    engine, version, args, port = options.engine_type, None, (), 8000
+    engine, version, port = options.engine_type, None, 8000
+    args: tuple[str, ...] = ()
     if isinstance(workload, InferenceEndpointConfig):
         worker = workload.spec.worker
         found, version = engine_of_image(worker.image)
