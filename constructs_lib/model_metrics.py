@@ -654,20 +654,23 @@ class ModelServingMetrics(Construct):
         0 in periods with fewer than ``min_requests`` requests; ``requests`` (finished requests)."""
         assert model.engine is not None
         series = ENGINES[model.engine]
+        # Ids unique per model, so one graph may hold the expressions of several models.
+        tag = re.sub(r"[^a-z0-9]", "_", model.name)
         requests = self.metric(series.requests, model, period=period)
         guard = self.props.min_requests
         if key == "requests":
-            return cloudwatch.MathExpression(expression="FILL(requests, 0)", using_metrics={"requests": requests},
-                                             period=period, label=label or f"requests {model.name}")
+            return cloudwatch.MathExpression(expression=f"FILL(requests_{tag}, 0)",
+                                             using_metrics={f"requests_{tag}": requests}, period=period,
+                                             label=label or f"requests {model.name}")
         if key == "error_rate":
             failed = self.metric(series.failed, model, period=period, **series.failed_labels)
             return cloudwatch.MathExpression(
-                expression=f"IF(requests >= {guard}, 100 * FILL(failed, 0) / requests, 0)",
-                using_metrics={"requests": requests, "failed": failed}, period=period,
+                expression=f"IF(requests_{tag} >= {guard}, 100 * FILL(failed_{tag}, 0) / requests_{tag}, 0)",
+                using_metrics={f"requests_{tag}": requests, f"failed_{tag}": failed}, period=period,
                 label=label or f"error-rate {model.name}")
         histogram = series.latency if key == "latency" else series.first_token
         return cloudwatch.MathExpression(
-            expression=f"IF(count >= {guard}, total / count, 0)",
-            using_metrics={"total": self.metric(f"{histogram}_sum", model, period=period),
-                           "count": self.metric(f"{histogram}_count", model, period=period)},
+            expression=f"IF(count_{tag} >= {guard}, total_{tag} / count_{tag}, 0)",
+            using_metrics={f"total_{tag}": self.metric(f"{histogram}_sum", model, period=period),
+                           f"count_{tag}": self.metric(f"{histogram}_count", model, period=period)},
             period=period, label=label or f"{key.replace('_', '-')} {model.name}")
