@@ -19,13 +19,12 @@ resource's name; plus ``finished_reason`` or ``state`` where an alarm needs it).
 alarm topic, with the same notification format, and :class:`~hyperpod_inference_iac.PlatformDashboard` shows
 them beside the capture sidecars' rows. Only the few series the alarms and the dashboard use are stored.
 
-Cost per model and month at list prices (us-east-1; docs/alarms.md has the arithmetic): 6 custom metrics of a vLLM
-model or 7 of an SGLang model ($0.30 each: $1.80 / $2.10), 2 state metrics ($0.60), 5 alarms reading 10 metrics
-($1.00; metric math alarms are billed per metric they read) and about 0.13 GB of EMF log events at a 60 s scrape
-($0.07): about $3.50 per model. The AMP path ingests every series the add-on scrapes (about 1,500 per model server
-at a 15 s interval: 260 M samples, $23 per model and month at $0.90 per 10 M) before its workspace and alert
-manager, so CloudWatch is cheaper for any number of models; it would only be cheaper on AMP for a platform already
-paying for AMP that alarms on a handful of series.
+Cost per model and month at list prices (us-east-1, first tiers; docs/alarms.md has the arithmetic): 10 custom
+metrics of a vLLM model (7 serving, 3 state; $0.30 each: $3.00), 5 alarms reading 8 metrics ($0.80; metric math
+alarms are billed per metric they read) and about 0.13 GB of EMF log events at a 60 s scrape ($0.07): about $3.90.
+The AMP path ingests every series the add-on scrapes (about 1,500 per vLLM pod at a 15 s interval: 263 M samples a
+month, $23.65 at $0.90 per 10 M) before its collector and Grafana, so CloudWatch is cheaper from the first model on;
+AMP would only win for a platform already paying for it that adds a handful of rules on series it ingests anyway.
 
 Histograms do not arrive. The agent keeps counters, gauges and summaries and drops histogram *families*: it looks
 a series' type up by the family's metadata under the name the series had before any relabelling, so a family's
