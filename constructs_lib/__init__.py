@@ -15,7 +15,8 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
   customer managed key their secrets are encrypted with, and the workloads of a
   :class:`~hyperpod_inference_iac.charts.WorkloadPlan`;
 * :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
-  :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates and capture sidecars, and
+  :class:`ModelServingMetrics`, :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates,
+  capture sidecars and the operator's models, and
   the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share);
 * :class:`LambdaLogRetention`: the Aspect that gives every Lambda function (CDK's own helpers included) a
   log group with a retention.
@@ -152,6 +153,17 @@ from hyperpod_inference_iac.log_retention import (
     check_log_retention,
     retention_from_days,
 )
+from hyperpod_inference_iac.model_metrics import (
+    Engine,
+    ModelServingMetrics,
+    ModelServingMetricsOptions,
+    ModelServingMetricsProps,
+    WatchedModel,
+    engine_of_image,
+    model_metrics_log_group_name,
+    model_metrics_manifests,
+    operator_metrics_spec,
+)
 from hyperpod_inference_iac.network import (
     ExistingVpcOptions,
     ExistingVpcProps,
@@ -247,6 +259,7 @@ __all__ = [
     "EndpointDomain",
     "EndpointDomainOptions",
     "EndpointDomainProps",
+    "Engine",
     "ExistingVpcOptions",
     "ExistingVpcProps",
     "ExternalDns",
@@ -279,6 +292,9 @@ __all__ = [
     "LambdaLogRetentionProps",
     "LocalStorageStrategy",
     "LogRetentionOptions",
+    "ModelServingMetrics",
+    "ModelServingMetricsOptions",
+    "ModelServingMetricsProps",
     "NodeRecovery",
     "PlatformDashboard",
     "PlatformDashboardProps",
@@ -305,6 +321,7 @@ __all__ = [
     "StagedManifests",
     "TaintEffect",
     "VpcFlowLogs",
+    "WatchedModel",
     "WorkloadIdentity",
     "WorkloadIdentityProps",
     "add_flow_logs",
@@ -336,6 +353,7 @@ __all__ = [
     "check_workload_identity",
     "deploy_time_availability_zones",
     "describe_alarms",
+    "engine_of_image",
     "existing_vpc",
     "external_dns_release",
     "external_dns_releases",
@@ -345,6 +363,9 @@ __all__ = [
     "grant_secret_read",
     "kms_through_s3",
     "kms_through_secrets_manager",
+    "model_metrics_log_group_name",
+    "model_metrics_manifests",
+    "operator_metrics_spec",
     "retention_from_days",
     "secrets_key_guard",
     "sidecar_image_hash",

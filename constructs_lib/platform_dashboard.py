@@ -3,8 +3,9 @@
 Rows, top to bottom: the state of every alarm given; capture volume per tier (records and bytes the processor
 read); processor throughput and errors (objects, curated files, failed messages, errors, throttles, the
 longest invocation against its timeout); quarantined lines per tier and the queues (dead-letter depth, the age
-of the oldest event); days left on each certificate; and, with sidecar metrics, what the capture sidecars
-captured, uploaded and lost.
+of the oldest event); days left on each certificate; with sidecar metrics, what the capture sidecars
+captured, uploaded and lost; and, with model metrics, each operator model's requests, error rate, mean latency and
+time to first token, and its custom resource's state.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hyperpod_inference_iac.alarms import imported_alarms
 from hyperpod_inference_iac.capture_alarms import TIERS, processor_metric
 from hyperpod_inference_iac.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
 from hyperpod_inference_iac.certificate_alarms import DAYS_TO_EXPIRY, MANAGED_RENEWAL_DAYS
+from hyperpod_inference_iac.model_metrics import KEPT_STATES, MODEL_STATE, ModelServingMetrics
 from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.sidecar_metrics import (
     DROP_REASONS,
@@ -55,6 +57,10 @@ class PlatformDashboardProps(Props):
                                                                doc="Label -> certificate whose days left are shown.")
     sidecar_metrics: CaptureSidecarMetrics | None = prop(None, config=False, default_doc="none",
                                                          doc="The capture sidecars' metrics (`CaptureSidecarMetrics`).")
+    model_metrics: ModelServingMetrics | None = prop(
+        None, config=False, default_doc="none",
+        doc="The operator models' metrics (`ModelServingMetrics`): per model, requests, error rate, latency, TTFT and "
+            "custom resource state.")
     alarms: Sequence[cloudwatch.IAlarm] = prop(
         (), config=False, doc="Shown in an alarm status widget at the top, most recently changed first (alarms of "
                               "another stack are referenced by their fixed names, without exports).")
@@ -96,13 +102,14 @@ class PlatformDashboard(Construct):
         tiers: Sequence[str] = PlatformDashboardProps.tiers,
         certificates: Mapping[str, acm.ICertificate] | None = PlatformDashboardProps.certificates,
         sidecar_metrics: CaptureSidecarMetrics | None = PlatformDashboardProps.sidecar_metrics,
+        model_metrics: ModelServingMetrics | None = PlatformDashboardProps.model_metrics,
         alarms: Sequence[cloudwatch.IAlarm] = PlatformDashboardProps.alarms,
     ) -> None:
         super().__init__(scope, id)
         self.props = props = PlatformDashboardProps(
             dashboard_name=dashboard_name, pipeline=pipeline, tiers=listed(tiers),
             certificates=None if certificates is None else dict(certificates), sidecar_metrics=sidecar_metrics,
-            alarms=tuple(alarms))
+            model_metrics=model_metrics, alarms=tuple(alarms))
         props.raise_if_invalid(f"PlatformDashboard {self.node.path}")
         pipeline, certificates, sidecar_metrics, alarms = props.pipeline, props.certificates, props.sidecar_metrics, \
             props.alarms
@@ -125,6 +132,8 @@ class PlatformDashboard(Construct):
                 left_y_axis=cloudwatch.YAxisProps(min=0, label="days", show_units=False))])
         if sidecar_metrics is not None:
             rows.append(self._sidecar_row(sidecar_metrics))
+        if props.model_metrics is not None:
+            rows.extend(self._model_rows(props.model_metrics))
         self.dashboard_name = dashboard_name
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name,
                                               default_interval=Duration.days(1), widgets=rows)
@@ -173,6 +182,29 @@ class PlatformDashboard(Construct):
                 right_y_axis=cloudwatch.YAxisProps(min=0, label="seconds", show_units=False)),
         ]
         return [per_tier, processor, quality]
+
+    @staticmethod
+    def _model_rows(metrics: ModelServingMetrics) -> list[list[cloudwatch.IWidget]]:
+        """Per model with an engine: requests, error rate, mean latency and TTFT; then every model's state."""
+        served = [m for m in metrics.models if m.engine is not None]
+        rows: list[list[cloudwatch.IWidget]] = []
+        if served:
+            rows.append([
+                cloudwatch.GraphWidget(title="Operator models: finished requests", width=6, height=6,
+                                       left=[metrics.math("requests", m) for m in served]),
+                cloudwatch.GraphWidget(title="Operator models: failed requests (%)", width=6, height=6,
+                                       left=[metrics.math("error_rate", m) for m in served]),
+                cloudwatch.GraphWidget(title="Operator models: mean end-to-end latency (s)", width=6, height=6,
+                                       left=[metrics.math("latency", m) for m in served]),
+                cloudwatch.GraphWidget(title="Operator models: mean time to first token (s)", width=6, height=6,
+                                       left=[metrics.math("time_to_first_token", m) for m in served]),
+            ])
+        rows.append([cloudwatch.GraphWidget(
+            title="Operator models: custom resource state (1 = in that state)", width=24, height=5,
+            left=[metrics.metric(MODEL_STATE, m, statistic="Maximum", state=state, label=f"{m.name} {state}")
+                  for m in metrics.models for state in KEPT_STATES],
+            left_y_axis=cloudwatch.YAxisProps(min=0, max=1, show_units=False))])
+        return rows
 
     @staticmethod
     def _sidecar_row(metrics: CaptureSidecarMetrics) -> list[cloudwatch.IWidget]:

@@ -136,7 +136,73 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
     def meta(name: str) -> dict[str, Any]:
         return {"name": name, "namespace": namespace, "labels": dict(labels)}
 
-    agent_config = {
+    declarations = [
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace"]],
+         "metric_selectors": [f"^{name}$" for name in
+                              (RECORDS_CAPTURED, RECORDS_UPLOADED, RECORDS_DROPPED, REQUESTS_REJECTED)]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "reason"]],
+         "metric_selectors": [f"^{RECORDS_DROPPED}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "result"]],
+         "metric_selectors": [f"^{UPLOADS}$"]},
+        # Per model: all requests and by status class (the 5xx rate), the 2xx first-chunk buckets
+        # (the p99 alarm), tokens and partial exchanges (the dashboard).
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "model"],
+                        ["ClusterName", "Namespace", "model", "status_class"]],
+         "metric_selectors": [f"^{REQUESTS}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "model", "le"]],
+         "metric_selectors": [f"^{FIRST_CHUNKS}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "model", "type"]],
+         "metric_selectors": [f"^{TOKENS}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "model", "reason"]],
+         "metric_selectors": [f"^{PARTIAL_EXCHANGES}$"]},
+    ]
+    scrape_configs = [{
+        "job_name": SCRAPE_JOB,
+        "sample_limit": 1000,
+        "metrics_path": "/metrics",
+        "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
+        "relabel_configs": [
+            # Every capture sidecar's metrics port, nothing else in the namespace.
+            {"source_labels": ["__meta_kubernetes_pod_container_name", "__meta_kubernetes_pod_container_port_name"],
+             "action": "keep", "regex": f"{SIDECAR_CONTAINER};{SIDECAR_METRICS_PORT_NAME}"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "action": "replace", "target_label": "Namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "action": "replace", "target_label": "pod_name"},
+            {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "action": "replace",
+             "target_label": "Workload"},
+        ],
+        "metric_relabel_configs": [
+            {"source_labels": ["__name__"], "regex": "capture_sidecar_.*", "action": "keep"},
+            {"source_labels": ["__name__"], "regex": HISTOGRAM_SERIES, "action": "drop"}],
+    }]
+    return cloudwatch_agent_objects(
+        name=AGENT_NAME, namespace=namespace, labels=labels, role_arn=role_arn, image=image,
+        agent_config=agent_configuration(region=region, cluster_name=cluster_name, log_group_name=log_group_name,
+                                         declarations=declarations),
+        scrape_config=scrape_configuration(scrape_configs, scrape_interval_seconds),
+        rbac=[
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(AGENT_NAME),
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(AGENT_NAME),
+             "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME}},
+        ],
+        # Out: the sidecars' metrics ports in this namespace.
+        egress=[{"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}}],
+                 "ports": [{"protocol": "TCP", "port": SIDECAR_METRICS_PORT}]}])
+
+
+def agent_configuration(*, region: str, cluster_name: str, log_group_name: str,
+                        declarations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The CloudWatch agent's configuration: Prometheus scraping into one log group as embedded metric format, with
+    these metric declarations (what becomes a metric, with which dimensions)."""
+    return {
         # Explicit region, cluster and log group: nothing depends on the node's instance metadata.
         "agent": {"region": region},
         "logs": {
@@ -144,92 +210,58 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                 "cluster_name": cluster_name,
                 "log_group_name": log_group_name,
                 "prometheus_config_path": "/etc/prometheusconfig/prometheus.yaml",
-                "emf_processor": {"metric_declaration": [
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace"]],
-                     "metric_selectors": [f"^{name}$" for name in
-                                          (RECORDS_CAPTURED, RECORDS_UPLOADED, RECORDS_DROPPED, REQUESTS_REJECTED)]},
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "reason"]],
-                     "metric_selectors": [f"^{RECORDS_DROPPED}$"]},
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "result"]],
-                     "metric_selectors": [f"^{UPLOADS}$"]},
-                    # Per model: all requests and by status class (the 5xx rate), the 2xx first-chunk buckets
-                    # (the p99 alarm), tokens and partial exchanges (the dashboard).
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "model"],
-                                    ["ClusterName", "Namespace", "model", "status_class"]],
-                     "metric_selectors": [f"^{REQUESTS}$"]},
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "model", "le"]],
-                     "metric_selectors": [f"^{FIRST_CHUNKS}$"]},
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "model", "type"]],
-                     "metric_selectors": [f"^{TOKENS}$"]},
-                    {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
-                     "dimensions": [["ClusterName", "Namespace", "model", "reason"]],
-                     "metric_selectors": [f"^{PARTIAL_EXCHANGES}$"]},
-                ]},
+                "emf_processor": {"metric_declaration": list(declarations)},
             }},
             "force_flush_interval": 5,
         },
     }
-    scrape_config = {
-        "global": {"scrape_interval": f"{scrape_interval_seconds}s", "scrape_timeout": "10s"},
-        "scrape_configs": [{
-            "job_name": SCRAPE_JOB,
-            "sample_limit": 1000,
-            "metrics_path": "/metrics",
-            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
-            "relabel_configs": [
-                # Every capture sidecar's metrics port, nothing else in the namespace.
-                {"source_labels": ["__meta_kubernetes_pod_container_name", "__meta_kubernetes_pod_container_port_name"],
-                 "action": "keep", "regex": f"{SIDECAR_CONTAINER};{SIDECAR_METRICS_PORT_NAME}"},
-                {"source_labels": ["__meta_kubernetes_namespace"], "action": "replace", "target_label": "Namespace"},
-                {"source_labels": ["__meta_kubernetes_pod_name"], "action": "replace", "target_label": "pod_name"},
-                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "action": "replace",
-                 "target_label": "Workload"},
-            ],
-            "metric_relabel_configs": [
-                {"source_labels": ["__name__"], "regex": "capture_sidecar_.*", "action": "keep"},
-                {"source_labels": ["__name__"], "regex": HISTOGRAM_SERIES, "action": "drop"}],
-        }],
-    }
+
+
+def scrape_configuration(scrape_configs: Sequence[dict[str, Any]], interval_seconds: int) -> dict[str, Any]:
+    """The agent's Prometheus scrape configuration: these jobs, every ``interval_seconds``."""
+    return {"global": {"scrape_interval": f"{interval_seconds}s", "scrape_timeout": "10s"},
+            "scrape_configs": list(scrape_configs)}
+
+
+def cloudwatch_agent_objects(*, name: str, namespace: str, labels: dict[str, str], role_arn: str, image: str,
+                             agent_config: dict[str, Any], scrape_config: dict[str, Any],
+                             rbac: Sequence[dict[str, Any]], egress: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One CloudWatch agent with Prometheus scraping: its ServiceAccount (IRSA), the ``rbac`` objects, its two
+    ConfigMaps (agent configuration, scrape configuration), a NetworkPolicy that admits nothing to it and lets it out
+    to ``egress`` and HTTPS, and its Deployment (``labels`` name it: ``app.kubernetes.io/name`` is ``name``)."""
+
+    def meta(object_name: str) -> dict[str, Any]:
+        return {"name": object_name, "namespace": namespace, "labels": dict(labels)}
+
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {**meta(AGENT_NAME), "annotations": {"eks.amazonaws.com/role-arn": role_arn}}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(AGENT_NAME),
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(AGENT_NAME),
-         "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-config"),
+         "metadata": {**meta(name), "annotations": {"eks.amazonaws.com/role-arn": role_arn}}},
+        *rbac,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
          "data": {"cwagentconfig.json": json.dumps(agent_config, indent=2)}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{AGENT_NAME}-scrape"),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-scrape"),
          "data": {"prometheus.yaml": yaml.safe_dump(scrape_config, sort_keys=False)}},
-        # The agent serves nothing: no ingress at all. Out: the sidecars' metrics ports in this namespace, and HTTPS
-        # to the Kubernetes API (in the VPC with a private endpoint), STS and CloudWatch Logs, whose addresses are not
-        # stable; never the metadata service. (DNS: the namespace's own policy; everything else: its default deny.)
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(AGENT_NAME),
-         "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
+        # The agent serves nothing: no ingress at all. Out: its targets, and HTTPS to the Kubernetes API (in the VPC
+        # with a private endpoint), STS and CloudWatch Logs, whose addresses are not stable; never the metadata
+        # service. (DNS: the namespace's own policy; everything else: its default deny.)
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(name),
+         "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
                   "policyTypes": ["Ingress", "Egress"], "ingress": [],
                   "egress": [
-                      {"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}}],
-                       "ports": [{"protocol": "TCP", "port": SIDECAR_METRICS_PORT}]},
+                      *egress,
                       {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [LINK_LOCAL]}}],
                        "ports": [{"protocol": "TCP", "port": HTTPS}]},
                   ]}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(AGENT_NAME),
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name),
          "spec": {
              "replicas": 1,  # two agents would send every increase twice
              "strategy": {"type": "Recreate"},
-             "selector": {"matchLabels": {"app.kubernetes.io/name": AGENT_NAME}},
+             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
              "template": {
                  # The workload label tells the namespace's policies it is the platform's own pod, not the operator's.
-                 "metadata": {"labels": {**labels, WORKLOAD_LABEL: AGENT_NAME}},
+                 "metadata": {"labels": {**labels, WORKLOAD_LABEL: name}},
                  "spec": {
-                     "serviceAccountName": AGENT_NAME,
+                     "serviceAccountName": name,
                      "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                      "terminationGracePeriodSeconds": 60,
                      "containers": [{
@@ -250,8 +282,8 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
                          ],
                      }],
                      "volumes": [
-                         {"name": "agent-config", "configMap": {"name": f"{AGENT_NAME}-config"}},
-                         {"name": "scrape-config", "configMap": {"name": f"{AGENT_NAME}-scrape"}},
+                         {"name": "agent-config", "configMap": {"name": f"{name}-config"}},
+                         {"name": "scrape-config", "configMap": {"name": f"{name}-scrape"}},
                      ],
                  },
              },
@@ -266,6 +298,27 @@ def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: s
     dimensions = {"ClusterName": cluster_name, "Namespace": namespace, **labels}
     return cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions,
                              statistic=statistic, period=period, label=label)
+
+
+def check_agent_props(props: Any, problems: Problems, at: KeyPaths, code: str) -> None:
+    """The rules of a metrics agent construct's ``cluster_name``, ``namespace``, ``role_name``, images (``image`` and
+    ``state_image`` when it has one) and ``scrape_interval``, under ``code`` (None: not checked)."""
+    cluster_name, namespace, role_name = props.cluster_name, props.namespace, props.role_name
+    if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
+        problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
+    if namespace is not None and not is_unresolved(namespace) and (
+            len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+        problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
+    if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
+        problems.add(f"{code}.BadRoleName", at.at("role_name"),
+                     f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)", role_name)
+    for name in ("image", "state_image"):
+        image = getattr(props, name, None)
+        if image is not None and not PINNED_IMAGE.match(image):
+            problems.add(f"{code}.UnpinnedImage", at.at(name), "must name a tag or a digest", image)
+    seconds = props.scrape_interval.to_seconds()
+    if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
+        problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds", f"{seconds:g} s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,22 +394,7 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
         """Every rule (``cluster_name`` and ``namespace`` None: not checked, for a loader whose other sections
         check them)."""
         code = "CaptureSidecarMetrics"
-        cluster_name, namespace, role_name = self.cluster_name, self.namespace, self.role_name
-        if cluster_name is not None and not is_unresolved(cluster_name) and not EKS_CLUSTER_NAME.match(cluster_name):
-            problems.add(f"{code}.BadClusterName", at.at("cluster_name"), "must be an EKS cluster name", cluster_name)
-        if namespace is not None and not is_unresolved(namespace) and (
-                len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
-            problems.add(f"{code}.BadNamespace", at.at("namespace"), "must be a DNS-1123 label", namespace)
-        if role_name is not None and not is_unresolved(role_name) and not IAM_ROLE_NAME.match(role_name):
-            problems.add(f"{code}.BadRoleName", at.at("role_name"),
-                         f"must be 1-{IAM_ROLE_NAME_MAX} ASCII letters, digits and '+=,.@_-' (IAM role names)",
-                         role_name)
-        if not PINNED_IMAGE.match(self.image):
-            problems.add(f"{code}.UnpinnedImage", at.at("image"), "must name a tag or a digest", self.image)
-        seconds = self.scrape_interval.to_seconds()
-        if not is_unresolved(seconds) and not (10 <= seconds <= 300 and seconds % 1 == 0):
-            problems.add(f"{code}.ScrapeInterval", at.at("scrape_interval"), "must be 10 to 300 seconds",
-                         f"{seconds:g} s")
+        check_agent_props(self, problems, at, code)
         AlarmWiringProps.check(self, problems, at)
         seen: set[str] = set()
         for index, model in enumerate(self.models):

@@ -29,13 +29,16 @@ from hyperpod_inference_iac import (
     InferenceClusterOptions,
     InferenceOperatorOptions,
     LogRetentionOptions,
+    ModelServingMetricsOptions,
     PlatformValue,
     PlatformVpcOptions,
     RiskWarning,
     S3Location,
     SecretsOptions,
     SecretSync,
+    WatchedModel,
     api_key_sync,
+    engine_of_image,
     external_dns_releases,
 )
 from hyperpod_inference_iac.alarms import check_runbook_url
@@ -72,6 +75,17 @@ class MetricsAgentPlan:
     cluster_name: str
     role_name: str
     models: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelMetricsPlan:
+    """The operator models' metrics agent: where it runs, for which cluster, its role, and the custom resources it
+    watches (each with its model server's engine and port when known)."""
+
+    namespace: str
+    cluster_name: str
+    role_name: str
+    models: tuple[WatchedModel, ...]
 
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
@@ -192,6 +206,16 @@ class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelAlarmsConfig(ModelServingMetricsOptions):
+    """The ``alarms.models`` section: whether the app runs the operator models' metrics agent, and its alarms (the
+    construct's own options)."""
+
+    cloud_watch_agent: bool = prop(True, doc="Scrape the operator models' servers and custom resource state into "
+                                             "CloudWatch (only when the config has `models`); `false`: neither the "
+                                             "agent nor the model alarms.")
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlarmsConfig(AlarmNotifyOptions):
     """The ``alarms:`` section: who is told, and when. Each part is the options of the construct it configures (their
     keys, defaults and rules); the runbook link and ``notifyOnOk`` are every alarm construct's."""
@@ -203,6 +227,7 @@ class AlarmsConfig(AlarmNotifyOptions):
     certificate: CertificateAlarmsOptions = prop(CertificateAlarmsOptions(),
                                                  doc="The endpoint certificate's expiry alarm.")
     sidecar: SidecarAlarmsConfig = prop(SidecarAlarmsConfig(), doc="The capture sidecars' metrics agent and alarms.")
+    models: ModelAlarmsConfig = prop(ModelAlarmsConfig(), doc="The operator models' metrics agent and alarms.")
     dashboard: bool = prop(True, doc="The CloudWatch dashboard `{project}`.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
@@ -212,6 +237,7 @@ class AlarmsConfig(AlarmNotifyOptions):
         self.capture.check(problems, at.block("capture"))
         self.certificate.check(problems, at.block("certificate"))
         self.sidecar.check(problems, at.block("sidecar"))
+        self.models.check(problems, at.block("models"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -365,6 +391,32 @@ class PlatformConfig:
                                 models=tuple(p.name for p in plan.portable if p.capture is not None))
 
     @property
+    def model_metrics_agent(self) -> ModelMetricsPlan | None:
+        """The operator models' metrics agent, when alarms are on with it and the config has models: every
+        ``InferenceEndpointConfig`` and ``JumpStartModel`` is watched; an ``InferenceEndpointConfig`` whose worker
+        image is vLLM's or SGLang's also gets its server scraped on its invocation port."""
+        if not (self.alarms.enabled and self.alarms.models.cloud_watch_agent):
+            return None
+        watched = []
+        for deployment in self.models:
+            workload = deployment.workload
+            if workload.KIND not in ("InferenceEndpointConfig", "JumpStartModel"):
+                continue
+            worker = getattr(getattr(workload, "spec", None), "worker", None)
+            engine = engine_of_image(worker.image) if worker is not None else None
+            watched.append(WatchedModel(
+                name=workload.name, namespace=deployment.namespace or self.operator.namespace, kind=workload.KIND,
+                engine=engine, port=worker.model_invocation_port.container_port if engine is not None else None))
+        if not watched:
+            return None
+        return ModelMetricsPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
+                                role_name=self.model_metrics_role_name, models=tuple(watched))
+
+    @property
+    def model_metrics_role_name(self) -> str:
+        return f"{self.project}-model-metrics-agent"
+
+    @property
     def helm_releases(self) -> tuple[HelmRelease, ...]:
         """The Helm releases the platform installs: the NVIDIA device plugin, External Secrets (the token and API key
         syncs), and one ExternalDNS release per watched namespace."""
@@ -436,6 +488,7 @@ __all__ = [
     "Environment",
     "ExistingVpc",
     "HyperPodConfig",
+    "ModelAlarmsConfig",
     "NewVpc",
     "OperatorConfig",
     "PlatformConfig",

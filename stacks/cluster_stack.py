@@ -34,6 +34,8 @@ from hyperpod_inference_iac import (
     InferenceOperator,
     InferenceOperatorOptions,
     InferenceWorkloads,
+    ModelServingMetrics,
+    ModelServingMetricsOptions,
     PlatformDashboard,
     PlatformValue,
     PlatformVpc,
@@ -176,6 +178,7 @@ class ClusterStack(Stack):
         alarms = config.alarms
         self.certificate_alarms: CertificateAlarms | None = None
         self.sidecar_metrics: CaptureSidecarMetrics | None = None
+        self.model_metrics: ModelServingMetrics | None = None
         self.dashboard: PlatformDashboard | None = None
         if not alarms.enabled:
             return
@@ -195,14 +198,23 @@ class ClusterStack(Stack):
                 models=list(agent.models),
                 depends_on=[self.workloads.namespace_manifest], **wiring,
                 **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
+        models = config.model_metrics_agent
+        if models is not None:
+            self.model_metrics = ModelServingMetrics(
+                self, "ModelServingMetrics", cluster=self.cluster.cluster, namespace=models.namespace,
+                models=list(models.models), cluster_name=models.cluster_name, role_name=models.role_name,
+                log_retention=retention_from_days(config.logging.retention_days),
+                depends_on=[self.workloads.namespace_manifest, self.operator.addon], **wiring,
+                **alarms.models.kwargs(ModelServingMetricsOptions))
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
-                       *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ())]
+                       *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ()),
+                       *(self.model_metrics.alarms.values() if self.model_metrics else ())]
             self.dashboard = PlatformDashboard(
                 self, "Dashboard", dashboard_name=config.project, pipeline=pipeline,
                 tiers=config.capture_tiers or ("sme", "pod", "alb"), certificates=certificates,
-                sidecar_metrics=self.sidecar_metrics, alarms=watched)
+                sidecar_metrics=self.sidecar_metrics, model_metrics=self.model_metrics, alarms=watched)
 
     @property
     def availability_zones(self) -> list[str]:

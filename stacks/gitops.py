@@ -10,6 +10,8 @@ from hyperpod_inference_iac import (
     PlatformValues,
     Prerequisite,
     StagedManifests,
+    model_metrics_log_group_name,
+    model_metrics_manifests,
     sidecar_image_reference,
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
@@ -51,6 +53,13 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
             namespace=agent.namespace, cluster_name=agent.cluster_name, region=env.region,
             role_arn=config.role_arn(agent.role_name),
             log_group_name=sidecar_metrics_log_group_name(agent.cluster_name))
+    models = config.model_metrics_agent
+    if models is not None:
+        # The same agent and kube-state-metrics the cluster stack applies (ModelServingMetrics).
+        supporting["model-serving-metrics"] = model_metrics_manifests(
+            namespace=models.namespace, cluster_name=models.cluster_name, region=env.region,
+            role_arn=config.role_arn(models.role_name),
+            log_group_name=model_metrics_log_group_name(models.cluster_name), models=models.models)
     for name, key_sync in config.api_key_syncs.items():
         prerequisites.append(Prerequisite(
             f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "

@@ -34,9 +34,10 @@ def test_only_the_loaders_and_the_sidecar_hold_credentials_each_with_a_token_its
     """No model server holds a role: the loaders and the capture sidecar each mount a token of their own audience,
     which their role's trust requires, so one cannot assume another's role with its token."""
     found = credential_holders(assembly.manifests)
-    # The metrics agent is a pod of its own, one container: the service account's role is its alone.
-    agent = [h for h in found if h.runtime == "capture-metrics-agent/cloudwatch-agent"]
-    assert [h.audience for h in agent] == ["sts.amazonaws.com"]
+    # Each metrics agent is a pod of its own, one container: the service account's role is its alone.
+    agent = [h for h in found if h.runtime in ("capture-metrics-agent/cloudwatch-agent",
+                                               "model-metrics-agent/cloudwatch-agent")]
+    assert [h.audience for h in agent] == ["sts.amazonaws.com", "sts.amazonaws.com"]
     holders = [h for h in found if h not in agent]
     assert sorted(h.runtime for h in holders) == [
         "qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader", "qwen3-8b/nvme-weights-loader"]

@@ -29,7 +29,7 @@ def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Ass
     assert sorted(assembly.manifests) == [
         "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "gateway-models.k8s.yaml",
         "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
-        "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "namespace.k8s.yaml",
+        "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml",
         "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
     # ExternalDNS: one release per namespace of portable servers with a hostname, watching that namespace only.
@@ -208,7 +208,7 @@ def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> No
                                       "portable-qwen3-8b-portable"]
     assert sorted(p.name for p in (tmp_path / "dist").glob("*.k8s.yaml")) == [
         "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml",
-        "namespace.k8s.yaml"]
+        "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml"]
     readme = (tmp_path / "dist" / "README.md").read_text()
     assert "`model-mistral-7b` needs the stack outputs `CertificateArn`" in readme
     assert "make synth OUTPUTS=cdk-outputs.json" in readme

@@ -54,6 +54,10 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "CertificateAlarms.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as CaptureAlarms.BadRunbookUrl",
     "CaptureSidecarMetrics.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as "
                                            "CaptureAlarms.BadRunbookUrl",
+    "ModelServingMetrics.BadModel": "the app derives the watched models from `models` (names and namespaces checked "
+                                    "by the plan)",
+    "ModelServingMetrics.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "ModelServingMetrics.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as CaptureAlarms.BadRunbookUrl",
     # Values the app sets itself (constants, or derived from the plan): not in the file.
     "ApiKeySync.RotationRefreshTooSlow": "the app's sync refresh and propagation wait are constants",
     "ApiKeySync.RotationWithoutKeysFile": "the app always syncs the keys file with rotation",
@@ -177,6 +181,10 @@ def _alarm(block: str, name: str, **settings: Any) -> Callable[[dict[str, Any]],
     return change
 
 
+def _min_requests(data: dict[str, Any]) -> None:
+    data.setdefault("alarms", {}).setdefault("models", {})["minRequests"] = 0
+
+
 CASES += [
     ("CaptureStorage.PrefixesOverlap", "capture.prefix", _set("capture.prefix", "curated/x/")),
     ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
@@ -198,6 +206,18 @@ CASES += [
      _alarm("sidecar", "droppedRecords", evaluationPeriods=0)),
     ("CaptureSidecarMetrics.DatapointsToAlarm", "alarms.sidecar.droppedRecords.datapointsToAlarm",
      _alarm("sidecar", "droppedRecords", datapointsToAlarm=0)),
+    # The operator models' alarms (alarms.models).
+    ("ModelServingMetrics.ThresholdOutOfRange", "alarms.models.errorRate.threshold",
+     _alarm("models", "errorRate", threshold=101)),
+    ("ModelServingMetrics.AlarmPeriod", "alarms.models.latency.periodMinutes", _alarm("models", "latency",
+                                                                                       periodMinutes=0)),
+    ("ModelServingMetrics.EvaluationPeriods", "alarms.models.modelFailed.evaluationPeriods",
+     _alarm("models", "modelFailed", evaluationPeriods=0)),
+    ("ModelServingMetrics.DatapointsToAlarm", "alarms.models.timeToFirstToken.datapointsToAlarm",
+     _alarm("models", "timeToFirstToken", datapointsToAlarm=4)),
+    ("ModelServingMetrics.EvaluationRange", "alarms.models.deploymentTimeExceeded.evaluationPeriods",
+     _alarm("models", "deploymentTimeExceeded", evaluationPeriods=300)),
+    ("ModelServingMetrics.MinRequests", "alarms.models.minRequests", _min_requests),
 ]
 
 
@@ -217,7 +237,7 @@ def construct_codes() -> set[str]:
         found |= {code for code in re.findall(r'"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', text)
                   if code.split(".")[0] in families}
     # alarms.py's shared checks raise under the calling construct's code.
-    callers = {"CaptureAlarms", "CertificateAlarms", "CaptureSidecarMetrics"}
+    callers = {"CaptureAlarms", "CertificateAlarms", "CaptureSidecarMetrics", "ModelServingMetrics"}
     for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', (REPO / "constructs_lib" / "alarms.py")
                              .read_text()):
         found |= {f"{caller}.{suffix}" for caller in callers}
