@@ -71,6 +71,17 @@ _SCHEMA_CHECK_VALUES = PlatformValues({
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeGroupPlacement:
+    """A group of nodes the operator's models may land on: its name, instance type and the taints a pod without a
+    toleration for them is kept off by (``NoSchedule``, ``NoExecute``; each as ``key=value:Effect``).
+    :meth:`~hyperpod_inference_iac.InstanceGroup.placement` makes one from a HyperPod instance group."""
+
+    name: str
+    instance_type: str
+    blocking_taints: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PlatformContext:
     """What the workloads need to know about the platform they run on.
 
@@ -103,6 +114,10 @@ class PlatformContext:
         portable server that captures or has a hostname. @default none
     :param region: the AWS Region the workloads' SDKs call STS and S3 in (``AWS_REGION`` of the containers that hold
         credentials). @default none: the SDKs' defaults (the global STS endpoint)
+    :param node_groups: the HyperPod instance groups the operator's models are scheduled onto (by instance type), with
+        their blocking taints: a model whose every matching group is tainted is refused, since the operator's models
+        cannot carry tolerations yet (their field's path is not documented: docs/operator-versions.md).
+        @default none: not checked
     :param key_paths: how problems name this context's own fields (``operator_addon_version``, ``vpc_cidr``): a
         config loader passes its file's keys (the app: ``operator.addonVersion``). @default
         ``PlatformContext.<field>``, for a context built in Python
@@ -124,6 +139,7 @@ class PlatformContext:
     operator_addon_version: str | None = DEFAULT_ADDON_VERSION
     vpc_cidr: str | None = None
     region: str | None = None
+    node_groups: tuple[NodeGroupPlacement, ...] = ()
     key_paths: KeyPaths = dataclasses.field(default_factory=lambda: KeyPaths("PlatformContext"), compare=False,
                                             repr=False)
 
@@ -410,6 +426,7 @@ def _plan_model(context: PlatformContext, entry: ModelDeployment, problems: Prob
     workload.validate(path, problems)
     _check_model_on_platform(context, workload, path, problems, namespace)
     _check_operator_features(context, workload, path, problems)
+    _check_schedulable(context, workload, path, problems)
     if len(problems) == before:
         _check_against_crd(workload, path, problems)
     account = workload.service_account_name
@@ -549,6 +566,27 @@ def _instance_types(workload: Workload, path: str) -> list[tuple[str, str]]:
     types = [(join_path(path, "spec.instanceType"), spec.instance_type)] if spec.instance_type else []
     types += [(join_path(join_path(path, "spec.instanceTypes"), i), t) for i, t in enumerate(spec.instance_types or ())]
     return types
+
+
+def _check_schedulable(context: PlatformContext, workload: Workload, path: str, problems: Problems) -> None:
+    """A model whose every node group of its instance types is tainted would stay Pending: the operator's models take
+    no tolerations yet (the field's path is not documented), so none of them tolerates any taint."""
+    if not context.node_groups:
+        return
+    placements = [(type_path, instance_type, [g for g in context.node_groups if g.instance_type == instance_type])
+                  for type_path, instance_type in _instance_types(workload, path)]
+    matched = [(type_path, instance_type, groups) for type_path, instance_type, groups in placements if groups]
+    if not matched or any(not group.blocking_taints for _, _, groups in matched for group in groups):
+        return  # (no group of its types at all: not this rule's; one untainted group: it can run there)
+    type_path, instance_type, _groups = matched[0]
+    taints = "; ".join(f"{g.name}: {', '.join(g.blocking_taints[:3])}"
+                       f"{f' and {len(g.blocking_taints) - 3} more' if len(g.blocking_taints) > 3 else ''}"
+                       for _, _, gs in matched for g in gs)
+    problems.add("Model.NoSchedulableGroup", type_path,
+                 f"every node group of its instance types is tainted ({taints}) and the operator's models cannot carry "
+                 "tolerations yet (the field's path is not documented): leave one group of this type untainted for "
+                 "inference (taint the training groups instead), or place the model on another instance type",
+                 instance_type)
 
 
 def _check_nvme_nodes(workload: Workload, path: str, problems: Problems, code: str, what: str, remove: str) -> None:

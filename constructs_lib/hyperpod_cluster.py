@@ -45,6 +45,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
+from hyperpod_inference_iac.charts.plan import NodeGroupPlacement
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
@@ -324,6 +325,12 @@ class InstanceGroup(Props):
         effects = set(TaintEffect) if preferred else {TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE}
         return tuple(taint for taint in self.kubernetes_taints if taint.effect in effects
                      and not any(taint.tolerated_by(toleration) for toleration in tolerations))
+
+    def placement(self) -> NodeGroupPlacement:
+        """This group as a workload plan sees it (``PlatformContext.node_groups``): its instance type and the taints
+        that keep a pod without tolerations off its nodes (the operator's models carry none yet)."""
+        return NodeGroupPlacement(name=self.name, instance_type=self.instance_type, blocking_taints=tuple(
+            f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in self.taints_without_toleration(())))
 
 
 @dataclass(frozen=True, kw_only=True)

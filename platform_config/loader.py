@@ -138,6 +138,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
     context = config.platform_context
     if problems.has_at_or_below("operator.addonVersion"):  # (no version to hold the workloads to: one problem, its own)
         context = dataclasses.replace(context, operator_addon_version=None)
+    if problems.has_at_or_below("hyperpod"):  # (groups with a problem place nothing: one problem, the group's)
+        context = dataclasses.replace(context, node_groups=())
     plan = plan_workloads(context, models=config.models, portable=config.portable, gateways=config.gateways,
                           problems=problems)
     problems.raise_if_any(source)

@@ -472,6 +472,7 @@ class PlatformConfig:
             operator_addon_version=self.operator.addon_version,
             vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
             region=self.environment.region,
+            node_groups=tuple(group.placement() for group in self.hyperpod.instance_groups),
             # Problems the plan finds in these name this file's keys (a Python caller sees PlatformContext's fields).
             key_paths=KeyPaths("", {"operator_addon_version": "operator.addonVersion", "vpc_cidr": (
                 "network.newVpc.cidr" if isinstance(self.vpc, NewVpc) else "network.existingVpc.vpcCidr")}),

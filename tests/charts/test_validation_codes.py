@@ -14,6 +14,7 @@ import pytest
 from hyperpod_inference_iac.charts import (
     InferenceChart,
     ModelDeployment,
+    NodeGroupPlacement,
     PortableApiKey,
     PortableDeployment,
     WorkloadServiceAccount,
@@ -553,6 +554,10 @@ PLAN_CASES: list[tuple[str, int, dict[str, Any], str, dict[str, Any]]] = [
     ("Tls.OutputBucketNotGranted", 2, {}, "models[2].spec.tlsConfig.tlsCertificateOutputS3Uri", PLATFORM),
     ("Model.EndpointDomainNotServed", 5, {"endpointDomain": "qwen3.inference.example.com"},
      "models[5].endpointDomain", PLATFORM),
+    ("Model.NoSchedulableGroup", 0, {}, "models[0].spec.instanceType", {"node_groups": (
+        NodeGroupPlacement(name="g5", instance_type="ml.g5.12xlarge",
+                           blocking_taints=("dedicated=training:NoSchedule",)),
+        NodeGroupPlacement(name="p5", instance_type="ml.p5.48xlarge"))}),
     ("OperatorVersion.FeatureUnavailable", 2, {}, "models[2].spec.modelCacheConfig",
      {"operator_addon_version": "v1.3.0-eksbuild.1"}),
     ("OperatorVersion.FeatureUnavailable", 5, {}, "models[5].spec", {"operator_addon_version": "v1.3.0-eksbuild.1"}),
@@ -857,3 +862,14 @@ def test_two_workloads_never_share_a_role() -> None:
     with pytest.raises(ConfigError) as raised:
         problems.raise_if_any()
     assert _problems_of(raised.value) == [("Plan.RoleNameCollision", "portable[1].name")]
+
+
+def test_one_untainted_group_of_a_models_instance_type_is_enough() -> None:
+    problems = Problems()
+    models = [ModelDeployment(workload, path=path) for path, workload in
+              parse_models(samples.model_entries(), problems=problems)]
+    plan_workloads(samples.context(node_groups=(
+        NodeGroupPlacement(name="g5-training", instance_type="ml.g5.12xlarge",
+                           blocking_taints=("job=train:NoExecute",)),
+        NodeGroupPlacement(name="g5-inference", instance_type="ml.g5.12xlarge"))), models=models, problems=problems)
+    assert "Model.NoSchedulableGroup" not in [p.code for p in problems]

@@ -194,6 +194,9 @@ CASES = [
     ("ModelCache.WeightsCacheNeedsRemoteSource", "models[1].spec.modelCacheConfig.weightsCache",
      _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
     # Operator 3.4-3.7 fields (charts/crd_overlays/, docs/operator-versions.md): each mistake one coded problem.
+    ("Model.NoSchedulableGroup", "models[0].spec.instanceType",
+     _set("hyperpod.instanceGroups.0.kubernetesTaints", [{"key": "dedicated", "value": "training",
+                                                          "effect": "NoSchedule"}])),
     ("OperatorVersion.FeatureUnavailable", "models[0].spec.metricsSidecarResources",
      _older_addon("models.0.spec.metricsSidecarResources", SIDECAR_RESOURCES)),
     ("Model.ResourceQuantityInvalid", "models[2].spec.s3UploaderResources.requests.memory",
