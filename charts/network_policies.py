@@ -11,6 +11,10 @@ Every inference namespace gets, from :func:`namespace_policies`:
   so ingress is open from the VPC (its load balancers and the kubelet's probes) and from the operator's namespace,
   and between themselves (the router and its workers).
 
+* ``gateway-schedulers`` (when an Inference Gateway lives in the namespace): its endpoint pickers run there, among
+  the operator's pods, and watch the model pods through the Kubernetes API: HTTPS to the VPC, where the cluster's
+  private API endpoint has its addresses (which NetworkPolicy cannot name more narrowly: they are the control
+  plane's network interfaces, and they change).
 Each platform workload adds its own (the portable server's, the metrics agent's). Egress to AWS APIs (S3, STS,
 CloudWatch) is HTTPS to addresses outside the VPC and never the link-local range: NetworkPolicy names addresses,
 not services, and S3's and STS's addresses are neither fixed nor few (``aws_api_egress``). Pods can therefore not
@@ -28,6 +32,7 @@ from typing import Any
 DEFAULT_DENY = "default-deny"
 ALLOW_DNS = "allow-dns"
 OPERATOR_WORKLOADS = "operator-workloads"
+GATEWAY_SCHEDULERS = "gateway-schedulers"
 # On the platform's own pods (never in a selector): what the namespace's policies tell them from the operator's by.
 WORKLOAD_LABEL = "hyperpod-inference-iac/workload"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
@@ -53,8 +58,10 @@ def aws_api_egress(vpc_cidr: str | None) -> dict[str, Any]:
     return {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": excluded}}], "ports": [tcp(HTTPS)]}
 
 
-def namespace_policies(namespace: str, *, vpc_cidr: str | None, operator_workloads: bool) -> list[dict[str, Any]]:
-    """The namespace's own policies: default deny, DNS, and the operator's pods when it has any."""
+def namespace_policies(namespace: str, *, vpc_cidr: str | None, operator_workloads: bool,
+                       gateway_schedulers: bool = False) -> list[dict[str, Any]]:
+    """The namespace's own policies: default deny, DNS, the operator's pods when it has any, and the API access of an
+    Inference Gateway's endpoint pickers when it has one."""
     policies = [
         policy(DEFAULT_DENY, namespace, {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         policy(ALLOW_DNS, namespace, {
@@ -81,5 +88,11 @@ def namespace_policies(namespace: str, *, vpc_cidr: str | None, operator_workloa
             "ingress": [{"from": sources}],
             # To each other (router to workers, any port), and to AWS and the Hugging Face Hub over HTTPS.
             "egress": [{"to": [{"podSelector": operator_pods}]}, aws_api_egress(vpc_cidr)],
+        }))
+    if operator_workloads and gateway_schedulers and vpc_cidr:
+        policies.append(policy(GATEWAY_SCHEDULERS, namespace, {
+            "podSelector": operator_pods,
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": [tcp(HTTPS)]}],
         }))
     return policies

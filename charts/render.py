@@ -105,8 +105,9 @@ def namespace_objects(plan: WorkloadPlan, labels: Mapping[str, str] | None = Non
         needs_policy = needs_policy or security.host_path_action is not None
         objects.append({"apiVersion": "v1", "kind": "Namespace",
                         "metadata": namespace_metadata(namespace, labels, security)})
-        objects += namespace_policies(namespace, vpc_cidr=context.vpc_cidr,
-                                      operator_workloads=bool(plan.in_namespace(namespace).models))
+        part = plan.in_namespace(namespace)
+        objects += namespace_policies(namespace, vpc_cidr=context.vpc_cidr, operator_workloads=bool(part.models),
+                                      gateway_schedulers=bool(part.gateways))
     if needs_policy:
         objects += host_path_policy(_cache_paths(plan), _cache_writers(plan))
     return objects

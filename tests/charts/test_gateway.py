@@ -256,3 +256,21 @@ def test_at_most_one_hundred_models_behind_one_gateway() -> None:
     plan_workloads(samples.context(**PLATFORM), models=deployments, gateways=[gateway], problems=problems)
     assert [(p.code, p.path) for p in problems if p.code.startswith("Gateway.")] == [
         ("Gateway.TooManyModels", "gateways[0]")]
+
+
+def test_the_endpoint_pickers_may_reach_the_api_server_only_where_a_gateway_lives() -> None:
+    """The pickers run among the operator's pods of the gateway's namespace and watch the model pods through the
+    Kubernetes API (HTTPS to the VPC's private API endpoint); a namespace without a gateway keeps AWS-only egress."""
+    from hyperpod_inference_iac.charts.render import namespace_objects
+
+    def policies(plan: Any) -> dict[str, Any]:
+        return {o["metadata"]["name"]: o for o in namespace_objects(plan) if o["kind"] == "NetworkPolicy"}
+
+    with_gateway = policies(_planned())
+    assert with_gateway["gateway-schedulers"]["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": samples.VPC_CIDR}}], "ports": [{"protocol": "TCP", "port": 443}]}]
+    problems = Problems()
+    plain = plan_workloads(samples.context(**PLATFORM), models=[
+        ModelDeployment(w, path=p) for p, w in parse_models(samples.model_entries(), problems=problems)],
+        problems=problems)
+    assert "gateway-schedulers" not in policies(plain)
