@@ -69,24 +69,45 @@ def test_every_overlay_field_names_its_source() -> None:
             assert [key for key, value in spec.items() if not value.get("x-source")] == [], overlay.file
 
 
-def test_no_vendored_crd_contradicts_or_already_has_an_overlay_field() -> None:
-    """Fails once charts/crds/ carries a CRD with an overlay's field: the overlay is then stale, delete it (and its
-    feature's entry in BEYOND_VENDORED_CRDS); if the CRD says otherwise than the overlay, the CRD is right."""
+def _stale_overlays(schema_of: Any = vendored_schema) -> list[str]:
     stale = []
     for overlay in overlays():
         for kind in overlay.kinds:
             if kind not in VENDORED_PLURALS:
-                continue  # a kind of its own: see the next test
+                continue  # a kind of its own: see test_no_overlay_kind_has_a_vendored_crd
             for field in overlay.fields:
-                vendored = _node(vendored_schema(kind), field.path)
+                vendored = _node(schema_of(kind), field.path)
                 if vendored is None:
                     continue
                 detail = _contradictions(vendored, field.schema, ".".join(field.path))
-                if _required(vendored_schema(kind), field.path):
+                if _required(schema_of(kind), field.path):
                     detail.append("required in the CRD")
                 stale.append(f"delete charts/crd_overlays/{overlay.file}: {kind} now has {'.'.join(field.path)}"
                              + (f" ({'; '.join(detail)})" if detail else ""))
-    assert stale == []
+    return stale
+
+
+def test_no_vendored_crd_contradicts_or_already_has_an_overlay_field() -> None:
+    """Fails once charts/crds/ carries a CRD with an overlay's field: the overlay is then stale, delete it (and its
+    feature's entry in BEYOND_VENDORED_CRDS); if the CRD says otherwise than the overlay, the CRD is right."""
+    assert _stale_overlays() == []
+
+
+def test_a_refreshed_crd_that_contradicts_an_overlay_is_named_for_deletion() -> None:
+    """The control: a vendored CRD that now has spec.inferenceGateway, with another type for its name, makes the
+    check above fail and name the overlay file and the difference."""
+    def refreshed(kind: str) -> dict[str, Any]:
+        schema = copy.deepcopy(vendored_schema(kind))
+        if kind == "InferenceEndpointConfig":
+            schema["properties"]["spec"]["properties"]["inferenceGateway"] = {
+                "type": "object", "properties": {"enabled": {"type": "boolean"}, "name": {"type": "integer"}}}
+        return schema
+
+    stale = _stale_overlays(refreshed)
+    assert len(stale) == 1, stale
+    assert stale[0].startswith("delete charts/crd_overlays/iec-jsm.inference-gateway.yaml: InferenceEndpointConfig "
+                               "now has spec.inferenceGateway")
+    assert "inferenceGateway.name: type 'string' here, 'integer' in the CRD" in stale[0]
 
 
 def test_no_overlay_kind_has_a_vendored_crd() -> None:
