@@ -253,6 +253,7 @@ class StandIn:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.serve = serve
+        self.requests: list[bytes] = []
         self.stop = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -268,7 +269,7 @@ class StandIn:
         with conn:
             try:
                 conn.settimeout(10)
-                conn.recv(65536)
+                self.requests.append(conn.recv(65536))
                 self.serve(conn)
             except OSError:
                 pass
@@ -317,6 +318,24 @@ def test_a_probe_relays_the_recorded_exposition() -> None:
     with running(_settings(), answer(VLLM)) as (port, target):
         status, body, _ = probe(port, f"127.0.0.1:{target}")
     assert status == 200 and body.decode() == relay(VLLM, _settings())[0]
+
+
+def test_the_target_is_always_asked_for_metrics_and_nothing_else() -> None:
+    stand_in = StandIn(answer(VLLM))
+    server = RelayServer(_settings(target_ports=frozenset({stand_in.port})), ("127.0.0.1", 0))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        for query in (f"127.0.0.1:{stand_in.port}", f"127.0.0.1:{stand_in.port}%2F..%2Fadmin"):
+            probe(port, query)
+    finally:
+        server.shutdown()
+        server.server_close()
+        stand_in.close()
+    (request,) = stand_in.requests  # the second target was refused before any connection
+    head = request.decode().split("\r\n")
+    assert head[0] == "GET /metrics HTTP/1.1"
+    assert "Accept-Encoding: identity" in head
 
 
 @pytest.mark.parametrize("query", ["target=127.0.0.1:{p}&target=127.0.0.1:{p}", "target=127.0.0.1:{p}&module=x",

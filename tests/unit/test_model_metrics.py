@@ -364,3 +364,21 @@ def test_props_are_validated(props: dict[str, Any], code: str) -> None:
         ModelServingMetrics(stack, "ModelMetrics", cluster=cluster, namespace="inference", alarm_name_prefix="p",
                             **props)
     assert code in str(raised.value)
+
+
+def test_without_an_image_the_construct_builds_the_sidecar_image_for_the_relay() -> None:
+    stack, cluster = _cluster_stack()
+    metrics = ModelServingMetrics(stack, "ModelMetrics", cluster=cluster, namespace="inference", models=MODELS[:1],
+                                  alarm_name_prefix="p", pod_cidrs=["10.0.0.0/16"])
+    assert metrics.relay_image is not None
+    from hyperpod_inference_iac.inference_workloads import sidecar_image_hash
+    assert metrics.relay_image.asset_hash == sidecar_image_hash()  # the capture sidecar's image, the same build
+    # An imported cluster that does not name its VPC: the CIDRs must be given.
+    stack, cluster = _cluster_stack()
+    with pytest.raises(ValueError, match="pod_cidrs"):
+        ModelServingMetrics(stack, "ModelMetrics", cluster=cluster, namespace="inference", models=MODELS[:1],
+                            alarm_name_prefix="p", relay_image=RELAY_IMAGE)
+    # No model server to scrape: no relay, no image.
+    stack, cluster = _cluster_stack()
+    assert ModelServingMetrics(stack, "ModelMetrics", cluster=cluster, namespace="inference", models=MODELS[2:3],
+                               alarm_name_prefix="p").relay_image is None
