@@ -35,6 +35,7 @@ from hyperpod_inference_iac.sidecar_metrics import (
     UPLOAD_RESULTS,
     UPLOADS,
     CaptureSidecarMetrics,
+    format_bound,
 )
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -185,7 +186,8 @@ class PlatformDashboard(Construct):
 
     @staticmethod
     def _model_rows(metrics: ModelServingMetrics) -> list[list[cloudwatch.IWidget]]:
-        """Per model with an engine: requests, error rate, mean latency and TTFT; then every model's state."""
+        """Per model with an engine: requests, error rate, the share of requests slower than the latency and TTFT
+        alarms' bounds; then every model's state."""
         served = [m for m in metrics.models if m.engine is not None]
         rows: list[list[cloudwatch.IWidget]] = []
         if served:
@@ -194,10 +196,14 @@ class PlatformDashboard(Construct):
                                        left=[metrics.math("requests", m) for m in served]),
                 cloudwatch.GraphWidget(title="Operator models: failed requests (%)", width=6, height=6,
                                        left=[metrics.math("error_rate", m) for m in served]),
-                cloudwatch.GraphWidget(title="Operator models: mean end-to-end latency (s)", width=6, height=6,
-                                       left=[metrics.math("latency", m) for m in served]),
-                cloudwatch.GraphWidget(title="Operator models: mean time to first token (s)", width=6, height=6,
-                                       left=[metrics.math("time_to_first_token", m) for m in served]),
+                cloudwatch.GraphWidget(
+                    title=f"Operator models: requests over {format_bound(metrics.bound('latency'))} s end to end (%, "
+                          "p90 above it over 10)", width=6, height=6,
+                    left=[metrics.math("latency", m) for m in served]),
+                cloudwatch.GraphWidget(
+                    title=f"Operator models: first token after {format_bound(metrics.bound('time_to_first_token'))} "
+                          "s (%, p90 above it over 10)", width=6, height=6,
+                    left=[metrics.math("time_to_first_token", m) for m in served]),
             ])
         rows.append([cloudwatch.GraphWidget(
             title="Operator models: custom resource state (1 = in that state)", width=24, height=5,

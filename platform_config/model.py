@@ -44,6 +44,7 @@ from hyperpod_inference_iac import (
 from hyperpod_inference_iac.alarms import check_runbook_url
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 from hyperpod_inference_iac.charts.gateway import InferenceGateway
+from hyperpod_inference_iac.model_metrics import LATENCY, TIME_TO_FIRST_TOKEN
 from hyperpod_inference_iac.patterns import (
     ACM_CERTIFICATE_ARN,
     HOSTED_ZONE_ID,
@@ -86,6 +87,9 @@ class ModelMetricsPlan:
     cluster_name: str
     role_name: str
     models: tuple[WatchedModel, ...]
+    pod_cidrs: tuple[str, ...] = ()  # where the pods get their IPs (the VPC's CIDR): all the metrics relay fetches
+    latency_bound: float = 60  # the bucket bounds the latency and TTFT alarms read (alarms.models)
+    first_token_bound: float = 10
 
 
 # The names the operator's execution role and the Hugging Face token sync get in this app.
@@ -404,13 +408,19 @@ class PlatformConfig:
                 continue
             worker = getattr(getattr(workload, "spec", None), "worker", None)
             engine = engine_of_image(worker.image) if worker is not None else None
+            scaling = getattr(getattr(workload, "spec", None), "auto_scaling_spec", None)
             watched.append(WatchedModel(
                 name=workload.name, namespace=deployment.namespace or self.operator.namespace, kind=workload.KIND,
-                engine=engine, port=worker.model_invocation_port.container_port if engine is not None else None))
+                engine=engine, port=worker.model_invocation_port.container_port if engine is not None else None,
+                scales_to_zero=scaling is not None and scaling.effective_min == 0))
         if not watched:
             return None
+        options = self.alarms.models
         return ModelMetricsPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
-                                role_name=self.model_metrics_role_name, models=tuple(watched))
+                                role_name=self.model_metrics_role_name, models=tuple(watched),
+                                pod_cidrs=(self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,),
+                                latency_bound=(options.latency or LATENCY).threshold,
+                                first_token_bound=(options.time_to_first_token or TIME_TO_FIRST_TOKEN).threshold)
 
     @property
     def model_metrics_role_name(self) -> str:

@@ -203,6 +203,10 @@ class ClusterStack(Stack):
             self.model_metrics = ModelServingMetrics(
                 self, "ModelServingMetrics", cluster=self.cluster.cluster, namespace=models.namespace,
                 models=list(models.models), cluster_name=models.cluster_name, role_name=models.role_name,
+                # The relay runs the capture sidecar's image: the workloads' asset when they build one (else the
+                # construct builds the same asset), and fetches only from the VPC's CIDR.
+                relay_image=self.workloads.values.known.get(PlatformValue.SIDECAR_IMAGE),
+                pod_cidrs=list(models.pod_cidrs),
                 log_retention=retention_from_days(config.logging.retention_days),
                 depends_on=[self.workloads.namespace_manifest, self.operator.addon], **wiring,
                 **alarms.models.kwargs(ModelServingMetricsOptions))

@@ -56,10 +56,14 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     models = config.model_metrics_agent
     if models is not None:
         # The same agent and kube-state-metrics the cluster stack applies (ModelServingMetrics).
+        # Its metrics relay runs the capture sidecar's image (the same asset, by its deterministic URI).
+        relay_image = values.known.get(PlatformValue.SIDECAR_IMAGE) or sidecar_image_reference(env.account, env.region)
         supporting["model-serving-metrics"] = model_metrics_manifests(
             namespace=models.namespace, cluster_name=models.cluster_name, region=env.region,
             role_arn=config.role_arn(models.role_name),
-            log_group_name=model_metrics_log_group_name(models.cluster_name), models=models.models)
+            log_group_name=model_metrics_log_group_name(models.cluster_name), models=models.models,
+            relay_image=relay_image, pod_cidrs=models.pod_cidrs, latency_bound=models.latency_bound,
+            first_token_bound=models.first_token_bound)
     for name, key_sync in config.api_key_syncs.items():
         prerequisites.append(Prerequisite(
             f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "

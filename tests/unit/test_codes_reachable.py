@@ -57,6 +57,8 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "ModelServingMetrics.BadModel": "the app derives the watched models from `models` (names and namespaces checked "
                                     "by the plan)",
     "ModelServingMetrics.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "ModelServingMetrics.BadPodCidr": "the app passes the VPC's CIDR (network.newVpc.cidr or "
+                                      "network.existingVpc.vpcCidr, checked there; a VPC is /16 to /28)",
     "ModelServingMetrics.BadRunbookUrl": "`alarms.runbookUrl` is shared: reported once, as CaptureAlarms.BadRunbookUrl",
     # Values the app sets itself (constants, or derived from the plan): not in the file.
     "ApiKeySync.RotationRefreshTooSlow": "the app's sync refresh and propagation wait are constants",
@@ -218,6 +220,10 @@ CASES += [
     ("ModelServingMetrics.EvaluationRange", "alarms.models.deploymentTimeExceeded.evaluationPeriods",
      _alarm("models", "deploymentTimeExceeded", evaluationPeriods=300)),
     ("ModelServingMetrics.MinRequests", "alarms.models.minRequests", _min_requests),
+    ("ModelServingMetrics.LatencyBound", "alarms.models.latency.threshold",
+     _alarm("models", "latency", threshold=45)),
+    ("ModelServingMetrics.FirstTokenBound", "alarms.models.timeToFirstToken.threshold",
+     _alarm("models", "timeToFirstToken", threshold=5)),
 ]
 
 
