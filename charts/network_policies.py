@@ -74,8 +74,8 @@ def namespace_policies(namespace: str, *, vpc_cidr: str | None, operator_workloa
             }],
         }),
     ]
+    operator_pods = {"matchExpressions": [{"key": WORKLOAD_LABEL, "operator": "DoesNotExist"}]}
     if operator_workloads:
-        operator_pods = {"matchExpressions": [{"key": WORKLOAD_LABEL, "operator": "DoesNotExist"}]}
         sources: list[dict[str, Any]] = [
             {"podSelector": operator_pods},
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}}},
