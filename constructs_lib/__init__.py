@@ -71,6 +71,13 @@ from hyperpod_inference_iac.capture_storage import (
     check_capture_storage,
     warn_capture_storage,
 )
+from hyperpod_inference_iac.capture_tables import (
+    CaptureTables,
+    CaptureTablesOptions,
+    CaptureTablesProps,
+    ColumnAccess,
+    TableReader,
+)
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
     CertificateAlarms,
@@ -249,11 +256,15 @@ __all__ = [
     "CaptureStorage",
     "CaptureStorageOptions",
     "CaptureStorageProps",
+    "CaptureTables",
+    "CaptureTablesOptions",
+    "CaptureTablesProps",
     "CertificateAlarms",
     "CertificateAlarmsOptions",
     "CertificateAlarmsProps",
     "ClusterEndpointAccess",
     "ClusterLike",
+    "ColumnAccess",
     "ConfigError",
     "DeepHealthCheck",
     "EndpointDomain",
@@ -319,6 +330,7 @@ __all__ = [
     "SecretsKeyProps",
     "SecretsOptions",
     "StagedManifests",
+    "TableReader",
     "TaintEffect",
     "VpcFlowLogs",
     "WatchedModel",

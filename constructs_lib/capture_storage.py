@@ -51,6 +51,8 @@ NONCURRENT_RETENTION_DAYS = (1, 365)
 DEFAULT_CAPTURE_PREFIX = "data-capture/"
 DEFAULT_CURATED_PREFIX = "curated/"
 DEFAULT_QUARANTINE_PREFIX = "quarantine/"
+DEFAULT_ICEBERG_PREFIX = "curated-iceberg/"
+DEFAULT_QUERY_RESULTS_PREFIX = "athena-results/"
 _ROLE_LISTS = ("reader_role_arns", "raw_reader_role_arns", "break_glass_role_arns")
 
 
@@ -90,6 +92,15 @@ class CaptureStorageOptions(Props):
                                doc="Where the capture pipeline writes redacted Parquet.")
     quarantine_prefix: str = prop(DEFAULT_QUARANTINE_PREFIX, config=False,
                                   doc="Where the pipeline puts lines it could not parse.")
+    iceberg_prefix: str = prop(
+        DEFAULT_ICEBERG_PREFIX, config=False,
+        doc="Where the capture Iceberg tables live (`CaptureTables`): no lifecycle expiry there (a table's metadata "
+            "and manifests outlive the objects' age; rows expire as table operations), only its overwritten and "
+            "deleted versions are purged after `noncurrent_version_retention_days`.")
+    query_results_prefix: str = prop(
+        DEFAULT_QUERY_RESULTS_PREFIX, config=False,
+        doc="Where Athena writes query results (`CaptureTables`): they expire after `retention_days`, as captures "
+            "do (a result may hold prompt text).")
     capture_bucket_name: str | None = prop(
         None, config=False,
         default_doc="`capture-<account>-<region>-<last 8 characters of the construct's unique id, lowercased>`",
@@ -146,7 +157,8 @@ class CaptureStorageOptions(Props):
                              "govern the captures; create the incident-response role in this account (its trust "
                              "policy may let the other account's responders assume it)", arn)
         prefixes = {"capture_prefix": self.capture_prefix, "curated_prefix": self.curated_prefix,
-                    "quarantine_prefix": self.quarantine_prefix}
+                    "quarantine_prefix": self.quarantine_prefix, "iceberg_prefix": self.iceberg_prefix,
+                    "query_results_prefix": self.query_results_prefix}
         for prop_name, prefix in prefixes.items():
             fault = key_prefix_fault(prefix)  # (the pipeline's rule too: one rule for every prefix)
             if fault is not None:
@@ -258,6 +270,8 @@ class CaptureStorage(Construct):
         break_glass_role_arns: Sequence[str] = CaptureStorageProps.break_glass_role_arns,
         curated_prefix: str = CaptureStorageProps.curated_prefix,
         quarantine_prefix: str = CaptureStorageProps.quarantine_prefix,
+        iceberg_prefix: str = CaptureStorageProps.iceberg_prefix,
+        query_results_prefix: str = CaptureStorageProps.query_results_prefix,
         capture_bucket_name: str | None = CaptureStorageProps.capture_bucket_name,
         tls_bucket_name: str | None = CaptureStorageProps.tls_bucket_name,
         access_log_bucket_name: str | None = CaptureStorageProps.access_log_bucket_name,
@@ -273,8 +287,9 @@ class CaptureStorage(Construct):
             noncurrent_version_retention_days=noncurrent_version_retention_days,
             access_log_retention_days=access_log_retention_days, reader_role_arns=tuple(reader_role_arns),
             raw_reader_role_arns=tuple(raw_reader_role_arns), break_glass_role_arns=tuple(break_glass_role_arns),
-            curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix,
-            capture_bucket_name=capture_bucket_name, tls_bucket_name=tls_bucket_name,
+            curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix, iceberg_prefix=iceberg_prefix,
+            query_results_prefix=query_results_prefix, capture_bucket_name=capture_bucket_name,
+            tls_bucket_name=tls_bucket_name,
             access_log_bucket_name=access_log_bucket_name, encryption_key=encryption_key, key_alias=key_alias,
             access_logs_bucket=access_logs_bucket, load_balancer_logs=load_balancer_logs,
             removal_policy=removal_policy)
@@ -333,12 +348,18 @@ class CaptureStorage(Construct):
             # the bucket's), so the key policy can let readers decrypt curated/ and nothing else.
             bucket_key=False,
             access_logs_bucket=self.access_log_bucket,
+            # Expiry by age per prefix, not for the whole bucket: the Iceberg tables' files must not expire under
+            # them (their rows expire as table operations); every overwritten or deleted version, theirs included,
+            # is purged after noncurrent_version_retention_days.
             lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-captures",
-                    expiration=Duration.days(props.retention_days),
-                    noncurrent_version_expiration=Duration.days(props.noncurrent_version_retention_days),
-                ),
+                *(s3.LifecycleRule(id=f"expire-{name}", prefix=prefix, expiration=Duration.days(props.retention_days),
+                                   noncurrent_version_expiration=Duration.days(props.noncurrent_version_retention_days))
+                  for name, prefix in (("captures", props.capture_prefix), ("curated", props.curated_prefix),
+                                       ("quarantine", props.quarantine_prefix),
+                                       ("query-results", props.query_results_prefix))),
+                s3.LifecycleRule(id="purge-old-versions",
+                                 noncurrent_version_expiration=Duration.days(props.noncurrent_version_retention_days),
+                                 expired_object_delete_marker=True),
             ],
             removal_policy=props.removal_policy,
         )

@@ -132,12 +132,18 @@ class BucketGuard:
         for access in ObjectAccess:
             self.admit(principal, access)
 
-    def allow_in_bucket_policy(self, principal: str, prefix: str) -> None:
+    def allow_in_bucket_policy(self, principal: str, prefix: str, *, write: bool = False) -> None:
         """Read access under ``prefix`` granted by the bucket policy itself (for roles whose IAM policies are
-        managed elsewhere, e.g. analysts): ``GetObject`` there and ``ListBucket`` of keys under it."""
+        managed elsewhere, e.g. analysts): ``GetObject`` there and ``ListBucket`` of keys under it. ``write``: also
+        ``PutObject`` and ``AbortMultipartUpload`` there (Athena's query results, written with the caller's
+        credentials)."""
         self.admit(principal, ObjectAccess.READ, prefix)
+        actions = ["s3:GetObject", "s3:GetObjectVersion"]
+        if write:
+            self.admit(principal, ObjectAccess.WRITE, prefix)
+            actions += ["s3:PutObject", "s3:AbortMultipartUpload"]
         self._listed_allows.append(iam.PolicyStatement(
-            principals=[iam.ArnPrincipal(principal)], actions=["s3:GetObject", "s3:GetObjectVersion"],
+            principals=[iam.ArnPrincipal(principal)], actions=actions,
             resources=[f"{self.bucket.bucket_arn}/{prefix}*"]))
         self._listed_allows.append(iam.PolicyStatement(
             principals=[iam.ArnPrincipal(principal)], actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn],

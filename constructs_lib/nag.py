@@ -112,6 +112,16 @@ REASONS: dict[str, tuple[str, str]] = {
         "ExternalDNS must call route53:ListHostedZones (no resource-level permissions) to find its zone; "
         "record changes are allowed in the named hosted zones only, and --zone-id-filter pins them.",
     ),
+    "lake-formation-get-data-access": (
+        "AwsSolutions-IAM5",
+        "lakeformation:GetDataAccess has no resource-level permissions (it must name *); what it returns is "
+        "decided by Lake Formation's own grants on the tables, and the vended credentials are scoped to them.",
+    ),
+    "glue-optimizer-log-streams": (
+        "AwsSolutions-IAM5",
+        "The Data Catalog's table optimizers write to the fixed log groups AWS names for them "
+        "(/aws-glue/iceberg-compaction|retention|orphan-file-deletion/logs); their stream names are made at run time.",
+    ),
     "capture-processor-runtime": (
         "AwsSolutions-L1",
         "Python 3.13 is pinned to match the compiled pyarrow of the AWS SDK for pandas layer; the runtime "

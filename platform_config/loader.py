@@ -24,6 +24,7 @@ from typing import Any
 from hyperpod_inference_iac import (
     CapturePipelineOptions,
     CaptureStorageOptions,
+    CaptureTablesOptions,
     FlowLogTraffic,
     KeyPaths,
     LogRetentionOptions,
@@ -41,6 +42,7 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
+from hyperpod_inference_iac.capture_tables import SNAPSHOT_RETENTION_DAYS
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
     PlatformContext,
@@ -191,6 +193,15 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         at=CapturePipelineOptions.key_paths(section.path, **_CAPTURE_PREFIX_KEYS),
         capture_prefixes=(storage.capture_prefix,), output_prefix=storage.curated_prefix,
         quarantine_prefix=storage.quarantine_prefix, glue_database_name=f"{project.replace('-', '_')}_capture")
+    tables = read_props(
+        CaptureTablesOptions, section, database_name=f"{project.replace('-', '_')}_capture_iceberg",
+        iceberg_prefix=storage.iceberg_prefix, query_results_prefix=storage.query_results_prefix,
+        workgroup_name=f"{project}-capture",
+        # Snapshots (old versions of a table) expire as overwritten capture objects do.
+        # (One mistake, one problem: a retention out of range is the storage's, reported at its key.)
+        snapshot_retention_days=retention if SNAPSHOT_RETENTION_DAYS[0] <= (
+            retention := storage.noncurrent_version_retention_days) <= SNAPSHOT_RETENTION_DAYS[1]
+        else CaptureTablesOptions.snapshot_retention_days)
     section.finish()
     # One mistake, one problem: both constructs' rules read capture.prefix (one prefix rule). The pipeline's codes
     # for its form come first (CapturePipeline.EmptyPrefix, InvalidPrefix); an overlap with curated/ or quarantine/
@@ -200,7 +211,7 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         reported = [part for problem in problems for part in problem.path.split(", ")]
         problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
                                                     for path in reported))
-    return CapturePolicy(storage=storage, pipeline=pipeline)
+    return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables)
 
 
 def _at_or_below(path: str, ancestor: str) -> bool:

@@ -19,6 +19,7 @@ from hyperpod_inference_iac import (
     CapturePipelineOptions,
     CaptureSidecarMetricsOptions,
     CaptureStorageOptions,
+    CaptureTablesOptions,
     CertificateAlarmsOptions,
     DeepHealthCheck,
     EndpointDomainOptions,
@@ -117,11 +118,13 @@ class CapturePolicy:
     """The ``capture:`` section: who may read captured prompts, for how long they are kept, and how they are redacted.
     Its keys are the constructs' own options, read from the one section by their declared keys: ``storage`` the
     :class:`~hyperpod_inference_iac.CaptureStorage`'s, ``pipeline`` the
-    :class:`~hyperpod_inference_iac.CapturePipeline`'s (``capture.prefix`` is the storage's ``capture_prefix`` and
+    :class:`~hyperpod_inference_iac.CapturePipeline`'s, ``tables`` the :class:`~hyperpod_inference_iac.CaptureTables`'
+    (``capture.prefix`` is the storage's ``capture_prefix`` and
     the pipeline's only capture prefix)."""
 
     storage: CaptureStorageOptions = field(default_factory=CaptureStorageOptions)
     pipeline: CapturePipelineOptions = field(default_factory=CapturePipelineOptions)
+    tables: CaptureTablesOptions = field(default_factory=CaptureTablesOptions)
 
     @property
     def prefix(self) -> str:

@@ -13,6 +13,7 @@ from hyperpod_inference_iac import (
     CaptureAlarms,
     CapturePipeline,
     CaptureStorage,
+    CaptureTables,
     PlatformValue,
 )
 from platform_config import PlatformConfig
@@ -38,6 +39,9 @@ class StorageStack(Stack):
             self, "CapturePipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
             log_retention=config.logging.retention, **capture.pipeline.kwargs(),
         )
+        # The curated captures as Iceberg tables (the processor writes both layouts this release), their readers
+        # by column through Lake Formation, and the Athena workgroups with the named queries.
+        self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, **capture.tables.kwargs())
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None
         self.capture_alarms: CaptureAlarms | None = None
@@ -54,3 +58,4 @@ class StorageStack(Stack):
         CfnOutput(self, PlatformValue.CAPTURE_BUCKET.output_name, value=self.storage.capture_bucket.bucket_name)
         CfnOutput(self, PlatformValue.TLS_BUCKET.output_name, value=self.storage.tls_bucket.bucket_name)
         CfnOutput(self, "CaptureKeyArn", value=self.storage.key.key_arn)
+        CfnOutput(self, "CaptureWorkGroups", value=",".join(w.name for w in self.tables.workgroups.values()))

@@ -126,13 +126,17 @@ def test_key_policy_names_its_users_and_never_grants_freely(template: Template, 
     admin = _sid(statements, "KeyAdministrationWithoutUse")
     assert not {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom"} & set(admin["Action"])
     uses = [s for s in statements if s["Sid"] != "KeyAdministrationWithoutUse"]
-    assert {s["Sid"] for s in uses} == {"CapturesReadCuratedThroughS3ForNamedRoles", "CapturesWriteThroughS3",
-                                        "TlsCertificatesReadThroughS3", "TlsCertificatesWriteThroughS3"}
+    # (The Iceberg tables' writers and Lake Formation's role for curated-iceberg/ only; the table reader for its
+    # workgroup's query results only: docs/security.md#capture-tables.)
+    one_prefix = {"CapturesReadCuratedThroughS3ForNamedRoles", "CapturesWriteCuratedIcebergThroughS3",
+                  "CapturesWriteAthenaResultsLlmPlatformCaptureUsageThroughS3ForNamedRoles"}
+    assert {s["Sid"] for s in uses} == one_prefix | {"CapturesWriteThroughS3", "TlsCertificatesReadThroughS3",
+                                                     "TlsCertificatesWriteThroughS3"}
     for use in uses:  # named principals, through S3, for one bucket's objects
         condition = use["Condition"]
         assert condition["StringEquals"] == {"kms:ViaService": "s3.us-west-2.amazonaws.com"}
         assert len(condition["StringLike"]["kms:EncryptionContext:aws:s3:arn"]) == (
-            1 if use["Sid"] == "CapturesReadCuratedThroughS3ForNamedRoles" else 2)
+            1 if use["Sid"] in one_prefix else 2)
         # The library's grantees: the account, narrowed to them, enabling the IAM statement the grant wrote.
         assert condition.get("ArnLike", {}).get("aws:PrincipalArn") or use["Sid"].endswith("ForNamedRoles")
     # Readers' IAM policies are not ours: the key policy names them and grants on its own, for curated/ only
@@ -191,11 +195,17 @@ def test_the_log_bucket_admits_log_delivery_from_the_platform_buckets_only(stora
 
 
 def test_capture_lifecycle_expires_after_retention(template: Template) -> None:
+    """Per prefix, never under curated-iceberg/ (the tables' manifests outlive their rows' age); every overwritten
+    or deleted version, the tables' included, is purged after the noncurrent retention."""
+    rules = [{"Id": f"expire-{name}", "Prefix": prefix, "Status": "Enabled", "ExpirationInDays": 30,
+              "NoncurrentVersionExpiration": {"NoncurrentDays": 7}}
+             for name, prefix in (("captures", "data-capture/"), ("curated", "curated/"), ("quarantine", "quarantine/"),
+                                  ("query-results", "athena-results/"))]
+    rules.append({"Id": "purge-old-versions", "Status": "Enabled", "ExpiredObjectDeleteMarker": True,
+                  "NoncurrentVersionExpiration": {"NoncurrentDays": 7}})
     template.has_resource_properties("AWS::S3::Bucket", {
         "BucketName": "llm-platform-capture-111122223333-us-west-2",
-        "LifecycleConfiguration": {"Rules": Match.array_with([{
-            "Id": "expire-captures", "Status": "Enabled", "ExpirationInDays": 30,
-            "NoncurrentVersionExpiration": {"NoncurrentDays": 7}}])},
+        "LifecycleConfiguration": {"Rules": Match.array_with(rules)},
     })
 
 

@@ -447,3 +447,52 @@ def test_json_round_trips_and_markdown_escapes() -> None:
     assert Review.from_json(json.loads(render.as_json(review))) == review
     markdown = render.markdown(review)
     assert "role a\\_b" in markdown and "s3:\\* on &lt;bucket&gt;\\|x" in markdown
+
+
+# ---- Lake Formation column grants ---------------------------------------------------------------------------
+
+FINOPS = f"arn:aws:iam::{ACCOUNT}:role/finops"
+TEXT = ["decode_error", "input_text", "output_text", "redaction_rules"]
+
+
+def column_grant(principal: str = FINOPS, excluded: list[str] | None = None, names: list[str] | None = None,
+                 permissions: tuple[str, ...] = ("SELECT",)) -> dict[str, Any]:
+    table: dict[str, Any] = {"CatalogId": ACCOUNT, "DatabaseName": "llm_platform_capture_iceberg",
+                             "Name": "capture_records"}
+    if names is not None:
+        table["ColumnNames"] = names
+    else:
+        table["ColumnWildcard"] = {"ExcludedColumnNames": excluded if excluded is not None else TEXT}
+    return {"Resources": {"Grant1234ABCD": resource("AWS::LakeFormation::PrincipalPermissions", "Tables/Grant", {
+        "Catalog": ACCOUNT, "Principal": {"DataLakePrincipalIdentifier": principal},
+        "Resource": {"TableWithColumns": table}, "Permissions": list(permissions), "PermissionsWithGrantOption": []})}}
+
+
+def grant_review(op: str, base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[tuple]:
+    empty: dict[str, Any] = {"Resources": {}}
+    return reviewed(op, "Grant1234ABCD", base or empty, head or empty, "Resource")
+
+
+def test_a_new_reader_of_a_table_broadens_and_a_removed_one_narrows() -> None:
+    subject = f"Lake Formation grant to {FINOPS}"
+    usage = ("SELECT on table llm_platform_capture_iceberg.capture_records, every column but decode_error, "
+             "input_text, output_text, redaction_rules")
+    assert grant_review("+", None, column_grant()) == [("data_governance", subject, f"new: {usage}", True)]
+    assert grant_review("-", column_grant(), None) == [("data_governance", subject, f"removed: {usage}", False)]
+
+
+def test_a_reader_seeing_more_columns_broadens_and_fewer_narrows() -> None:
+    usage, everything = column_grant(), column_grant(excluded=[])
+    ((group, _, text, broadens),) = grant_review("~", usage, everything)
+    assert group == "data_governance" and broadens
+    assert text.endswith("every column (columns gained: decode_error, input_text, output_text, redaction_rules)")
+    ((_, _, text, broadens),) = grant_review("~", everything, usage)
+    assert not broadens and "columns lost: decode_error, input_text, output_text, redaction_rules" in text
+    # One column more or less excluded, a list of columns turned into a wildcard, a permission gained.
+    assert grant_review("~", usage, column_grant(excluded=TEXT[1:]))[0][3] is True
+    assert grant_review("~", usage, column_grant(excluded=[*TEXT, "caller_id"]))[0][3] is False
+    assert grant_review("~", column_grant(names=["caller_id"]), usage)[0][3] is True
+    assert grant_review("~", usage, column_grant(names=["caller_id"]))[0][3] is False
+    assert grant_review("~", usage, column_grant(permissions=("SELECT", "DESCRIBE")))[0][3] is True
+    assert grant_review("~", usage, column_grant(principal=ANALYST))[0][3] is True  # another reader
+    assert grant_review("~", usage, column_grant()) == []

@@ -26,6 +26,9 @@ NOT_FROM_CONFIG: dict[str, str] = {
     # Names the app derives (from `project`, `environment`, `cluster.name`): their patterns hold by construction.
     "AlarmTopic.BadTopicName": "the app names the topic `<project>-alarms`",
     "CaptureStorage.BadBucketName": "the app names the buckets from project, account and region",
+    "CaptureTables.InvalidGlueName": "the app names the Iceberg database `<project>_capture_iceberg`",
+    "CaptureTables.BadPrefix": "the app gives the storage's iceberg and query-results prefixes, constants of the "
+                               "library",
     "CaptureStorage.TlsBucketPrefix": "the app names the TLS bucket `hyperpod-tls-<project>-…`",
     "HyperPodCluster.BadBucketName": "the app names the lifecycle bucket from project, account and region",
     "InferenceOperator.ExecutionRoleName": "the app names the role `SageMakerHyperPodInference-<project>`",
@@ -187,8 +190,17 @@ def _min_requests(data: dict[str, Any]) -> None:
     data.setdefault("alarms", {}).setdefault("models", {})["minRequests"] = 0
 
 
+FINOPS = "arn:aws:iam::111122223333:role/finops"
+
 CASES += [
     ("CaptureStorage.PrefixesOverlap", "capture.prefix", _set("capture.prefix", "curated/x/")),
+    ("CaptureTables.BadReaderRoleArn", "capture.tableReaders[0].roleArn",
+     _set("capture.tableReaders", [{"roleArn": "finops"}])),
+    ("CaptureTables.DuplicateReader", "capture.tableReaders[1]",
+     _set("capture.tableReaders", [{"roleArn": FINOPS}, {"roleArn": FINOPS, "columns": "all"}])),
+    ("CaptureTables.OutOfRange", "capture.queryScanLimitGiB", _set("capture.queryScanLimitGiB", 0)),
+    ("CaptureTables.UnknownColumnAccess", "capture.tableReaders[0].columns",
+     _set("capture.tableReaders", [{"roleArn": FINOPS, "columns": "text"}])),
     ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
      _set("portable.0.dataCapture.modelPod.kmsKeyId", "alias/captures")),
     ("EndpointDomain.Duplicate", "domain.endpointDomains", _duplicate_domain),

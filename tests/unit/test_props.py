@@ -37,6 +37,8 @@ from hyperpod_inference_iac import (
     CaptureSidecarMetricsProps,
     CaptureStorage,
     CaptureStorageOptions,
+    CaptureTables,
+    CaptureTablesOptions,
     CertificateAlarms,
     CertificateAlarmsOptions,
     ConfigError,
@@ -56,6 +58,7 @@ from hyperpod_inference_iac import (
     Problems,
     SecretsOptions,
     SecretSync,
+    TableReader,
     existing_vpc,
 )
 from hyperpod_inference_iac.props import Props, config_key
@@ -80,8 +83,8 @@ CONSTRUCTS = _constructs_with_props()
 
 def test_constructs_declare_their_props() -> None:
     assert {GpuNodeGroup, InferenceCluster, HyperPodCluster, InferenceOperator, EndpointDomain, PlatformVpc,
-            ExternalDns, CaptureStorage, CapturePipeline, ApiKeySync, hyperpod_inference_iac.SecretsKey} <= set(
-        CONSTRUCTS)
+            ExternalDns, CaptureStorage, CapturePipeline, CaptureTables, ApiKeySync,
+            hyperpod_inference_iac.SecretsKey} <= set(CONSTRUCTS)
 
 
 # Each construct's constructor, and existing_vpc (a function: its arguments are ExistingVpcProps).
@@ -446,6 +449,19 @@ def test_capture_pipeline_names_the_property_for_a_consumer_and_the_key_for_the_
         ("CapturePipeline.ConcurrencyOutOfRange", "capture.processorMaxConcurrency")]
 
 
+def test_capture_tables_name_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
+    """`query_scan_limit_gib` is `capture.queryScanLimitGiB`; a reader's role is `capture.tableReaders[i].roleArn`."""
+    stack = Stack(App(), "T", env=Environment(account="111122223333", region="us-west-2"))
+    pipeline = _pipeline(stack)
+    assert _consumer_problems(lambda: CaptureTables(stack, "T", pipeline=pipeline, query_scan_limit_gib=0,
+                                                    table_readers=[TableReader(role_arn="finops")])) == [
+        ("CaptureTables.BadReaderRoleArn", "table_readers[0].role_arn"),
+        ("CaptureTables.OutOfRange", "query_scan_limit_gib")]
+    assert _app_problems(lambda d: d["capture"].update(queryScanLimitGiB=0, tableReaders=[{"roleArn": "finops"}])) == [
+        ("CaptureTables.BadReaderRoleArn", "capture.tableReaders[0].roleArn"),
+        ("CaptureTables.OutOfRange", "capture.queryScanLimitGiB")]
+
+
 def test_log_retentions_name_the_property_for_a_consumer_and_the_key_for_the_app() -> None:
     problems = Problems()
     LogRetentionOptions(audit_retention_days=100).check(problems)
@@ -489,10 +505,12 @@ def test_the_app_s_capture_logging_and_secrets_sections_are_the_constructs_optio
     assert isinstance(config.capture.storage, CaptureStorageOptions)
     assert isinstance(config.capture.pipeline, CapturePipelineOptions)
     assert isinstance(config.logging, LogRetentionOptions) and isinstance(config.secrets, SecretsOptions)
+    assert isinstance(config.capture.tables, CaptureTablesOptions)
     storage_keys = {config_key(f) for f in CaptureStorageOptions.config_fields()}
     pipeline_keys = {config_key(f) for f in CapturePipelineOptions.config_fields()}
-    assert not storage_keys & pipeline_keys
-    assert storage_keys | pipeline_keys == set(_with(lambda d: None)["capture"]) | {
+    table_keys = {config_key(f) for f in CaptureTablesOptions.config_fields()}
+    assert not storage_keys & pipeline_keys and not (storage_keys | pipeline_keys) & table_keys
+    assert storage_keys | pipeline_keys | table_keys == set(_with(lambda d: None)["capture"]) | {
         "noncurrentVersionRetentionDays", "rawReaderRoleArns", "breakGlassRoleArns", "pandasLayerArn",
-        "processorMaxConcurrency"}
+        "processorMaxConcurrency", "tableReaders", "queryScanLimitGiB"}
     assert config.capture.pipeline.capture_prefixes == (config.capture.prefix,)

@@ -668,6 +668,8 @@ def review_resource(r: Resource) -> list[Line]:
         return _helm(r)
     if r.type == "Custom::AWSCDKCfnJson":
         return _cfn_json(r)
+    if r.type == "AWS::LakeFormation::PrincipalPermissions":
+        return _lake_formation_grant(r)
     old_props, new_props = r.old_props, r.new_props
     flat_old = flatten(old_props, LIST_KEYS, POLICY_DOCUMENTS) if old_props else {}
     flat_new = flatten(new_props, LIST_KEYS, POLICY_DOCUMENTS) if new_props else {}
@@ -710,6 +712,73 @@ def review_resource(r: Resource) -> list[Line]:
         # "replace", "may be replaced": the CDK's own word on what the update does to the resource.
         lines.append(r.line(_group(r), _subject(r), f"{r.change.impact} on deploy (the CDK's diff)"))
     return lines
+
+
+# ---- Lake Formation grants: who reads which columns of a table ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """One side of an ``AWS::LakeFormation::PrincipalPermissions``: whom, on what, which permissions, and the columns
+    (``only``: exactly ``columns``; otherwise every column but ``columns``)."""
+
+    principal: str
+    target: str
+    permissions: frozenset[str]
+    only: bool
+    columns: frozenset[str]
+
+    def words(self) -> str:
+        if self.only:
+            columns = f"columns {listing(sorted(self.columns))}"
+        else:
+            columns = f"every column but {listing(sorted(self.columns))}" if self.columns else "every column"
+        return f"{listing(sorted(self.permissions))} on {self.target}, {columns}"
+
+    def sees(self, column: str) -> bool:
+        return (column in self.columns) == self.only
+
+
+def _grant_of(template: Template, props: dict[str, Any] | None) -> _Grant | None:
+    if not props:
+        return None
+    principal = template.text((props.get("Principal") or {}).get("DataLakePrincipalIdentifier"))
+    resource = props.get("Resource") or {}
+    kind = next(iter(resource), "?")
+    body = resource.get(kind) or {}
+    name = ".".join(template.text(body[k]) for k in ("DatabaseName", "Name") if k in body) or template.text(
+        body.get("ResourceArn", body))
+    if kind == "TableWithColumns" and "ColumnNames" in body:
+        only, columns = True, frozenset(body["ColumnNames"])
+    else:  # a column wildcard, a whole table, a database or a location: everything but the excluded columns
+        only = False
+        columns = frozenset((body.get("ColumnWildcard") or {}).get("ExcludedColumnNames") or [])
+    target = {"TableWithColumns": "table", "Table": "table", "Database": "database",
+              "DataLocation": "location"}.get(kind, kind)
+    return _Grant(principal, f"{target} {name}", frozenset(props.get("Permissions") or []), only, columns)
+
+
+def _lake_formation_grant(r: Resource) -> list[Line]:
+    """A column grant in words, and whether it broadens: a new grant, a permission gained, or a column gained (fewer
+    columns excluded, more named, or a list of columns turned into a wildcard)."""
+    old, new = _grant_of(r.old, r.old_props), _grant_of(r.new, r.new_props)
+    subject = f"Lake Formation grant to {(new or old).principal}"  # type: ignore[union-attr]
+    if old is None or new is None:
+        verb, grant = ("new", new) if old is None else ("removed", old)
+        return [r.line("data_governance", subject, f"{verb}: {grant.words()}", verb == "new")]  # type: ignore[union-attr]
+    if old == new:
+        return []
+    if (old.principal, old.target) != (new.principal, new.target):
+        return [r.line("data_governance", subject, f"{old.words()} → {new.words()}", True)]
+    everything = old.columns | new.columns | {"(any other column)"}
+    gained = sorted(c for c in everything if new.sees(c) and not old.sees(c))
+    lost = sorted(c for c in everything if old.sees(c) and not new.sees(c))
+    text = f"{old.words()} → {new.words()}"
+    if gained:
+        text += f" (columns gained: {listing(gained)})"
+    if lost:
+        text += f" (columns lost: {listing(lost)})"
+    return [r.line("data_governance", subject, text, bool(gained) or bool(new.permissions - old.permissions))]
 
 
 # ---- what the cluster stack applies to Kubernetes ----------------------------------------------------------

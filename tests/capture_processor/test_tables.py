@@ -1,0 +1,327 @@
+"""CaptureTables: the Iceberg tables, their optimizers, the Lake Formation grants and the Athena workgroups, asserted
+on the template; and the promises of docs/security.md#capture-tables tried against the bucket and key policies with
+the policy evaluator (a usage-only reader reads no prompt text, by any path the perimeter governs)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from aws_cdk import App, Environment, Stack
+from aws_cdk.assertions import Template
+
+from hyperpod_inference_iac import (
+    CapturePipeline,
+    CaptureStorage,
+    CaptureTables,
+    ColumnAccess,
+    ConfigError,
+    TableReader,
+)
+from hyperpod_inference_iac.capture_tables import TEXT_COLUMNS, named_queries
+from tests.support.policy_eval import Request, decision
+from tests.unit.test_data_perimeter import ACCOUNT, ADMIN, ANALYST, BUCKET, REGION, resolve
+
+FINOPS = f"arn:aws:iam::{ACCOUNT}:role/finops"
+PRIVACY = f"arn:aws:iam::{ACCOUNT}:role/privacy-review"
+TABLE_DATA = "curated-iceberg/capture_records/data/inference_time_day=2026-12-01/00000-0-a.parquet"
+TABLE_METADATA = "curated-iceberg/capture_records/metadata/00001-b.metadata.json"
+USAGE_RESULT = "athena-results/capture-usage/3f1c.csv"
+ALL_RESULT = "athena-results/capture/8e2d.csv"
+
+
+def build(readers: tuple[TableReader, ...] = (TableReader(role_arn=FINOPS),
+                                               TableReader(role_arn=PRIVACY, columns=ColumnAccess.ALL)),
+          **props: Any) -> tuple[Stack, CaptureTables]:
+    app = App()
+    stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
+    storage = CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, reader_role_arns=[ANALYST])
+    pipeline = CapturePipeline(stack, "Pipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
+                               capture_prefixes=[storage.capture_prefix], output_prefix=storage.curated_prefix,
+                               quarantine_prefix=storage.quarantine_prefix)
+    tables = CaptureTables(stack, "Tables", pipeline=pipeline, table_readers=readers, **props)
+    return stack, tables
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    stack, _ = build()
+    return Template.from_stack(stack).to_json()
+
+
+def of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def role_arn(template: dict[str, Any], prefix: str) -> str:
+    logical_id = next(k for k in of_type(template, "AWS::IAM::Role") if k.startswith(prefix))
+    return f"arn:aws:iam::{ACCOUNT}:role/{logical_id}"
+
+
+def policy_of(template: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
+    resources = template["Resources"]
+    policy = next(r for r in of_type(template, "AWS::IAM::Policy").values()
+                  if any(ref["Ref"].startswith(role_prefix) for ref in r["Properties"]["Roles"]))
+    return _resolve(policy["Properties"]["PolicyDocument"]["Statement"], resources)  # type: ignore[no-any-return]
+
+
+def _resolve(value: Any, resources: dict[str, Any]) -> Any:
+    """:func:`resolve`, with the ARNs of other resources (a log group) as ``<id.Attr>``."""
+    if isinstance(value, dict) and "Fn::GetAtt" in value and \
+            resources[value["Fn::GetAtt"][0]]["Type"] not in ("AWS::S3::Bucket", "AWS::IAM::Role", "AWS::KMS::Key"):
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    if isinstance(value, list):
+        return [_resolve(v, resources) for v in value]
+    if isinstance(value, dict) and not any(k.startswith("Fn::") or k == "Ref" for k in value):
+        return {k: _resolve(v, resources) for k, v in value.items()}
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(str(_resolve(p, resources)) for p in parts)
+    return resolve(value, resources)
+
+
+# ---- the tables --------------------------------------------------------------------------------------------
+
+_ICEBERG = {pa.string(): "string", pa.bool_(): "boolean", pa.int32(): "int", pa.int64(): "long",
+            pa.float64(): "double", pa.timestamp("us", tz="UTC"): "timestamptz"}
+
+
+def _iceberg_type(arrow: pa.DataType) -> str:
+    return f"list<{_ICEBERG[arrow.value_type]}>" if pa.types.is_list(arrow) else _ICEBERG[arrow]
+
+
+def _cfn_type(field: dict[str, Any]) -> str:
+    if field["Type"].startswith("{"):
+        parsed = json.loads(field["Type"])
+        return f"{parsed['type']}<{parsed['element']}>"
+    return str(field["Type"])
+
+
+def test_iceberg_columns_match_the_parquet_the_lambda_writes(template: dict[str, Any]) -> None:
+    from capture_core import alb_format, capture_format
+
+    tables = {r["Properties"]["Name"]: r["Properties"] for r in of_type(template, "AWS::Glue::Table").values()
+              if "OpenTableFormatInput" in r["Properties"]}
+    for name, schema in (("capture_records", capture_format.CURATED_SCHEMA),
+                         ("alb_access_logs", alb_format.CURATED_SCHEMA)):
+        iceberg = tables[name]["OpenTableFormatInput"]["IcebergInput"]["IcebergTableInput"]
+        fields = iceberg["Schema"]["Fields"]
+        assert [(f["Name"], _cfn_type(f)) for f in fields] == [(f.name, _iceberg_type(f.type)) for f in schema]
+        ids = [f["Id"] for f in fields] + [json.loads(f["Type"])["element-id"] for f in fields
+                                           if f["Type"].startswith("{")]
+        assert len(ids) == len(set(ids))  # Iceberg field ids, list elements' included, are unique
+        assert iceberg["Location"] == f"s3://{BUCKET}/curated-iceberg/{name}/"
+        assert tables[name]["OpenTableFormatInput"]["IcebergInput"]["Version"] == "2"
+        (partition,) = iceberg["PartitionSpec"]["Fields"]
+        assert partition["Transform"] == "day"
+        assert set(TEXT_COLUMNS[name]) <= {f["Name"] for f in fields}  # every excluded column exists
+
+
+def test_the_database_is_its_own_and_gives_iam_principals_nothing(template: dict[str, Any]) -> None:
+    databases = [r["Properties"]["DatabaseInput"] for r in of_type(template, "AWS::Glue::Database").values()]
+    iceberg = next(d for d in databases if d["Name"] == "inference_capture_iceberg")
+    assert iceberg["CreateTableDefaultPermissions"] == []
+    assert {d["Name"] for d in databases} == {"inference_capture", "inference_capture_iceberg"}  # today's stays
+
+
+def test_three_optimizers_per_table_with_the_retentions(template: dict[str, Any]) -> None:
+    optimizers = [r["Properties"] for r in of_type(template, "AWS::Glue::TableOptimizer").values()]
+    assert sorted((o["TableName"], o["Type"]) for o in optimizers) == sorted(
+        (t, k) for t in ("capture_records", "alb_access_logs") for k in ("compaction", "retention",
+                                                                          "orphan_file_deletion"))
+    for optimizer in optimizers:
+        configuration = optimizer["TableOptimizerConfiguration"]
+        assert configuration["Enabled"] is True
+        assert configuration["RoleArn"]["Fn::GetAtt"][0].startswith("TablesOptimizerRole")
+        if optimizer["Type"] == "retention":
+            assert configuration["RetentionConfiguration"]["IcebergConfiguration"] == {
+                "SnapshotRetentionPeriodInDays": 7, "NumberOfSnapshotsToRetain": 1, "CleanExpiredFiles": True}
+
+
+def test_the_processor_gets_the_iceberg_settings(template: dict[str, Any]) -> None:
+    function = next(r for k, r in of_type(template, "AWS::Lambda::Function").items() if k.startswith("PipelineFunc"))
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert {k: v for k, v in variables.items() if k.startswith("ICEBERG_")} == {
+        "ICEBERG_CATALOG_ID": ACCOUNT, "ICEBERG_DATABASE": "inference_capture_iceberg",
+        "ICEBERG_RECORDS_TABLE": "capture_records", "ICEBERG_ALB_TABLE": "alb_access_logs",
+        "ICEBERG_WAREHOUSE": f"s3://{BUCKET}/curated-iceberg/", "ICEBERG_WRITE": "dual"}
+
+
+def _statements_for(statements: list[dict[str, Any]], action: str) -> list[dict[str, Any]]:
+    return [s for s in statements if action in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+
+
+def test_the_processor_gets_exactly_what_the_glue_catalog_needs(template: dict[str, Any]) -> None:
+    statements = policy_of(template, "PipelineRole")
+    (glue,) = [s for s in statements if any(str(a).startswith("glue:") for a in _list(s["Action"]))]
+    assert sorted(glue["Action"]) == ["glue:GetDatabase", "glue:GetTable", "glue:UpdateTable"]
+    base = f"arn:aws:glue:{REGION}:{ACCOUNT}"
+    assert sorted(glue["Resource"]) == sorted([
+        f"{base}:catalog", f"{base}:database/inference_capture_iceberg",
+        f"{base}:table/inference_capture_iceberg/capture_records",
+        f"{base}:table/inference_capture_iceberg/alb_access_logs"])
+    (objects,) = [s for s in _statements_for(statements, "s3:DeleteObject")]
+    assert objects["Resource"] == f"arn:aws:s3:::{BUCKET}/curated-iceberg/*"
+    (listing,) = [s for s in _statements_for(statements, "s3:ListBucket")]
+    assert listing["Condition"]["StringLike"]["s3:prefix"] == ["curated-iceberg", "curated-iceberg/*"]
+    assert not any("lakeformation" in str(s["Action"]) for s in statements)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_the_optimizer_and_location_roles_are_scoped_to_the_prefix_and_the_key(template: dict[str, Any]) -> None:
+    for prefix in ("TablesOptimizerRole", "TablesLocationRole"):
+        for statement in policy_of(template, prefix):
+            for resource in _list(statement["Resource"]):
+                if resource.startswith("arn:aws:s3"):
+                    assert resource in (f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/curated-iceberg/*")
+                if any(str(a).startswith("kms:") for a in _list(statement["Action"])):
+                    assert statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"] == [
+                        f"arn:aws:s3:::{BUCKET}/curated-iceberg/*"]
+    location = next(iter(of_type(template, "AWS::LakeFormation::Resource").values()))["Properties"]
+    assert _resolve(location["ResourceArn"], template["Resources"]) == f"arn:aws:s3:::{BUCKET}/curated-iceberg"
+    assert location["HybridAccessEnabled"] is False and location["UseServiceLinkedRole"] is False
+
+
+def _grants(template: dict[str, Any], principal: str) -> dict[str, dict[str, Any]]:
+    return {(r["Properties"]["Resource"].get("TableWithColumns") or r["Properties"]["Resource"].get("Table")
+             or r["Properties"]["Resource"]["Database"]).get("Name"): r["Properties"]
+            for r in of_type(template, "AWS::LakeFormation::PrincipalPermissions").values()
+            if r["Properties"]["Principal"]["DataLakePrincipalIdentifier"] == principal}
+
+
+def test_usage_readers_get_every_column_but_the_text_and_all_readers_every_column(template: dict[str, Any]) -> None:
+    usage, full = _grants(template, FINOPS), _grants(template, PRIVACY)
+    for grants, excluded in ((usage, TEXT_COLUMNS), (full, {name: () for name in TEXT_COLUMNS})):
+        for table in ("capture_records", "alb_access_logs"):
+            grant = grants[table]
+            assert grant["Permissions"] == ["SELECT"] and grant["PermissionsWithGrantOption"] == []
+            wildcard = grant["Resource"]["TableWithColumns"]["ColumnWildcard"]
+            assert wildcard["ExcludedColumnNames"] == list(excluded[table])
+        assert grants["inference_capture_iceberg"]["Permissions"] == ["DESCRIBE"]
+    assert {"input_text", "output_text"} <= set(TEXT_COLUMNS["capture_records"])
+
+
+def test_workgroups_enforce_encrypted_results_and_a_scan_limit(template: dict[str, Any]) -> None:
+    workgroups = {r["Properties"]["Name"]: r["Properties"]["WorkGroupConfiguration"]
+                  for r in of_type(template, "AWS::Athena::WorkGroup").values()}
+    assert set(workgroups) == {"capture", "capture-usage"}
+    for name, configuration in workgroups.items():
+        assert configuration["EnforceWorkGroupConfiguration"] is True
+        assert configuration["BytesScannedCutoffPerQuery"] == 10 * 1024 ** 3
+        results = configuration["ResultConfiguration"]
+        assert results["OutputLocation"] == f"s3://{BUCKET}/athena-results/{name}/"
+        assert results["EncryptionConfiguration"]["EncryptionOption"] == "SSE_KMS"
+        assert results["EncryptionConfiguration"]["KmsKey"]["Fn::GetAtt"][0].startswith("StorageKey")
+        assert results["ExpectedBucketOwner"] == ACCOUNT
+
+
+def test_named_queries_read_only_what_their_workgroups_readers_are_granted(template: dict[str, Any]) -> None:
+    queries = {r["Properties"]["Name"]: r["Properties"] for r in of_type(template, "AWS::Athena::NamedQuery").values()}
+    assert set(queries) == set(named_queries("inference_capture_iceberg"))
+    text = {column for columns in TEXT_COLUMNS.values() for column in columns}
+    for name, query in queries.items():
+        words = set(re.findall(r"[a-z_]+", query["QueryString"]))
+        if query["WorkGroup"] == "capture-usage":
+            assert not words & text, name
+        else:
+            assert words & text, f"{name} reads no text column: it belongs in the usage workgroup"
+        assert query["Database"] == "inference_capture_iceberg"
+
+
+def test_a_reader_twice_a_bad_arn_and_limits_are_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        build((TableReader(role_arn=FINOPS), TableReader(role_arn=FINOPS, columns=ColumnAccess.ALL),
+               TableReader(role_arn="finops")), query_scan_limit_gib=0)
+    codes = {p.code for p in raised.value.problems}
+    assert codes == {"CaptureTables.DuplicateReader", "CaptureTables.BadReaderRoleArn", "CaptureTables.OutOfRange"}
+    paths = {p.path for p in raised.value.problems}
+    assert {"table_readers[1]", "table_readers[2].role_arn", "query_scan_limit_gib"} <= paths
+
+
+def test_the_lifecycle_never_expires_the_tables_files(template: dict[str, Any]) -> None:
+    bucket = next(r for k, r in of_type(template, "AWS::S3::Bucket").items() if k.startswith("StorageCaptureBucket"))
+    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    expiring = {r["Prefix"] for r in rules if "ExpirationInDays" in r}
+    assert expiring == {"data-capture/", "curated/", "quarantine/", "athena-results/"}
+    assert all("Prefix" in r for r in rules if "ExpirationInDays" in r)  # none for the whole bucket
+    (purge,) = [r for r in rules if r["Id"] == "purge-old-versions"]
+    assert "Prefix" not in purge
+    assert purge["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7 and "ExpirationInDays" not in purge
+
+
+# ---- the perimeter: what the bucket and key policies let each principal do ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def policies(template: dict[str, Any]) -> dict[str, Any]:
+    resources = template["Resources"]
+    bucket_policy = next(r for r in of_type(template, "AWS::S3::BucketPolicy").values()
+                         if "CaptureBucket" in str(r["Properties"]["Bucket"]))
+    key_id, key = next(iter(of_type(template, "AWS::KMS::Key").items()))
+    return {"bucket": resolve(bucket_policy["Properties"]["PolicyDocument"]["Statement"], resources),
+            "key": resolve(key["Properties"]["KeyPolicy"]["Statement"], resources),
+            "key_arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key_id}"}
+
+
+def s3(policies: dict[str, Any], principal: str, action: str, key: str) -> str:
+    context = {"s3:x-amz-server-side-encryption": "aws:kms",
+               "s3:x-amz-server-side-encryption-aws-kms-key-id": policies["key_arn"]} if action == "s3:PutObject" \
+        else {}
+    return decision(policies["bucket"], Request(action, f"arn:aws:s3:::{BUCKET}/{key}", principal, None, context))
+
+
+def kms(policies: dict[str, Any], principal: str, action: str, key: str) -> str:
+    context = {"kms:ViaService": f"s3.{REGION}.amazonaws.com",
+               "kms:EncryptionContext:aws:s3:arn": f"arn:aws:s3:::{BUCKET}/{key}"}
+    return decision(policies["key"], Request(action, policies["key_arn"], principal, None, context))
+
+
+def test_a_usage_reader_cannot_read_the_tables_files_directly(policies: dict[str, Any]) -> None:
+    """The files hold every column: a usage reader reads them only through Lake Formation, which filters columns.
+    Its own IAM policy cannot help it: the bucket policy denies, the key policy does not let it decrypt."""
+    for key in (TABLE_DATA, TABLE_METADATA):
+        for action in ("s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject"):
+            assert s3(policies, FINOPS, action, key) == "deny", (action, key)
+        assert kms(policies, FINOPS, "kms:Decrypt", key) == "neutral"
+    for key in ("curated/tier=pod/dt=2026-12-01/hour=10/p.parquet", "data-capture/a/pod/x.jsonl"):
+        assert s3(policies, FINOPS, "s3:GetObject", key) == "deny"  # nor today's layout, nor the raw captures
+
+
+def test_an_all_reader_too_reads_the_tables_only_through_lake_formation(policies: dict[str, Any]) -> None:
+    for key in (TABLE_DATA, TABLE_METADATA):
+        assert s3(policies, PRIVACY, "s3:GetObject", key) == "deny"
+        assert kms(policies, PRIVACY, "kms:Decrypt", key) == "neutral"
+
+
+def test_a_usage_reader_cannot_read_the_results_of_an_all_readers_query(policies: dict[str, Any]) -> None:
+    """An `all` reader's query results may hold prompt text: they are in the other workgroup's prefix."""
+    assert s3(policies, FINOPS, "s3:GetObject", USAGE_RESULT) == "allow"
+    assert s3(policies, FINOPS, "s3:PutObject", USAGE_RESULT) == "allow"
+    assert kms(policies, FINOPS, "kms:Decrypt", USAGE_RESULT) == "allow"
+    assert s3(policies, FINOPS, "s3:GetObject", ALL_RESULT) == "deny"
+    assert kms(policies, FINOPS, "kms:Decrypt", ALL_RESULT) == "neutral"
+    for key in (USAGE_RESULT, ALL_RESULT):
+        assert s3(policies, PRIVACY, "s3:GetObject", key) == "allow"
+        assert s3(policies, PRIVACY, "s3:DeleteObject", key) == "deny"
+
+
+def test_lake_formation_and_the_writers_reach_the_tables_prefix_only(policies: dict[str, Any],
+                                                                     template: dict[str, Any]) -> None:
+    location, optimizer = role_arn(template, "TablesLocationRole"), role_arn(template, "TablesOptimizerRole")
+    processor = role_arn(template, "PipelineRole")
+    for principal in (location, optimizer, processor):
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert s3(policies, principal, action, TABLE_DATA) == "neutral"  # their IAM policies decide
+        assert kms(policies, principal, "kms:Decrypt", TABLE_DATA) == "iam"
+    for principal in (location, optimizer):
+        for key in ("curated/tier=pod/dt=2026-12-01/hour=10/p.parquet", "data-capture/a/pod/x.jsonl", ALL_RESULT):
+            assert s3(policies, principal, "s3:GetObject", key) == "deny", (principal, key)
+            assert kms(policies, principal, "kms:Decrypt", key) == "neutral"
+    assert s3(policies, processor, "s3:DeleteObject", "data-capture/a/pod/x.jsonl") == "deny"
+    assert s3(policies, ADMIN, "s3:GetObject", TABLE_DATA) == "deny"
