@@ -350,3 +350,12 @@ def test_the_predicate_grammar() -> None:
 
     expression = parse_predicate("caller_id = 'o''brien' and x < 5 AND y > 2.5", ["caller_id", "x", "y"])
     assert "o'brien" in repr(expression) and "LessThan" in repr(expression) and "GreaterThan" in repr(expression)
+
+
+def test_the_library_command_runs_the_runtime_module(capsys: pytest.CaptureFixture[str]) -> None:
+    from hyperpod_inference_iac import capture_tables
+
+    with pytest.raises(SystemExit) as exit_info:
+        capture_tables.main(["delete", "--help"])
+    assert exit_info.value.code == 0
+    assert "--caller-id" in capsys.readouterr().out

@@ -48,6 +48,11 @@ TABLE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
     "write.target-file-size-bytes": str(512 << 20),
+    # pyiceberg's own retry of a conflicting commit (it reuses the data files it wrote); the processor retries
+    # what outlasts it (iceberg_sink).
+    "commit.retry.num-retries": "4",
+    "commit.retry.min-wait-ms": "100",
+    "commit.retry.max-wait-ms": "5000",
 }
 
 
@@ -101,14 +106,16 @@ def parse_predicate(text: str, columns: Sequence[str]) -> BooleanExpression:
 
 
 def create_table(catalog: Catalog, database: str, name: str, spec: TableSpec, bucket: str,
-                 prefix: str = WAREHOUSE_PREFIX) -> tuple[Table, bool]:
-    """The table (created when missing, partitioned by the day of its time column); whether it was created."""
+                 prefix: str = WAREHOUSE_PREFIX, *, location: str | None = None) -> tuple[Table, bool]:
+    """The table (created when missing, partitioned by the day of its time column); whether it was created.
+    ``location`` overrides ``s3://BUCKET/PREFIX/NAME`` (the benchmark's local warehouse)."""
     try:
         return catalog.load_table((database, name)), False
     except NoSuchTableError:
         pass
     table = catalog.create_table(
-        (database, name), schema=spec.schema, location=f"s3://{bucket}/{prefix}{name}", properties=TABLE_PROPERTIES
+        (database, name), schema=spec.schema, location=location or f"s3://{bucket}/{prefix}{name}",
+        properties=TABLE_PROPERTIES,
     )
     with table.update_spec() as update:
         update.add_field(spec.time_column, DayTransform(), f"{spec.time_column}_day")

@@ -12,13 +12,17 @@ short by snapshot expiry before that point, the object's ``source_key`` is looke
 of one column; rare: a redelivery older than the table's snapshot retention). So a redelivered message, a retry
 after a commit whose response was lost, and a second invocation racing the first all add no rows twice.
 
-Conflicts: a concurrent writer's commit makes ours fail (``CommitFailedException``); the table is refreshed, the
-idempotency check repeated and the append retried after a jittered exponential backoff, at most
-``ICEBERG_COMMIT_RETRIES`` times; then the objects' messages are reported failed, and SQS delivers them again.
+Conflicts: a concurrent writer's commit makes ours fail (``CommitFailedException``). pyiceberg first retries it
+itself, reusing the data files it wrote (the table's ``commit.retry.*`` properties: 4 retries from 100 ms); a
+conflict that outlasts those, or an unanswered commit, is retried here: the table is refreshed, the idempotency
+check repeated and the append retried after a jittered exponential backoff, at most ``ICEBERG_COMMIT_RETRIES``
+times; then the objects' messages are reported failed, and SQS delivers them again. Every conflict is counted
+(``IcebergCommitConflicts``), pyiceberg's own retries included.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -142,6 +146,18 @@ def evolve_schema(table: Table, schema: pa.Schema) -> bool:
     return True
 
 
+class _ConflictCounter(logging.Handler):
+    """Counts the conflicts pyiceberg retries itself (it reports each as a warning of ``pyiceberg.table``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "concurrent update" in record.getMessage():
+            self.count += 1
+
+
 class IcebergSink:
     """Collects the curated rows of an invocation per table, then appends each table's rows in one commit."""
 
@@ -199,6 +215,8 @@ class IcebergSink:
             if not todo:
                 return
             rows = pa.concat_tables([item.table for item in todo], promote_options="default")
+            counter, pyiceberg_log = _ConflictCounter(), logging.getLogger("pyiceberg.table")
+            pyiceberg_log.addHandler(counter)
             try:
                 evolve_schema(table, rows.schema)
                 table.append(rows, snapshot_properties={
@@ -219,6 +237,9 @@ class IcebergSink:
                 table = self._catalog.load_table(identifier)
                 items = todo
                 continue
+            finally:
+                pyiceberg_log.removeHandler(counter)
+                self.outcome.conflicts += counter.count
             self.outcome.commits += 1
             self.outcome.rows += rows.num_rows
             self.outcome.appended += [item.source_id for item in todo]
