@@ -20,7 +20,7 @@ WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
 .PHONY: setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
-.PHONY: lock
+.PHONY: lock capture-layer
 
 setup: $(VENV)/.installed node_modules/.installed
 # checkov has its own venv (inside .venv, so a clean checkout rebuilds it): its pins (boto3, packaging,
@@ -97,6 +97,18 @@ bench: setup
 bench-sidecar: setup
 	$(BIN)/python benchmarks/sidecar_bench.py $(BENCH_ARGS)
 
+## capture-layer: the capture processor's second Lambda layer (pyiceberg and its compiled dependencies, for
+# Python 3.13 on arm64, the function's runtime) in build/capture-processor-layer/, from the hashed
+# lambda/capture_processor/requirements.lock: binary wheels only, no Docker; needs the package index (not synth).
+# docs/capture-processor.md, "How pyiceberg reaches the function".
+CAPTURE_LAYER := build/capture-processor-layer
+capture-layer: $(VENV)/.installed
+	rm -rf $(CAPTURE_LAYER)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: \
+		--implementation cp --python-version 3.13 --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 \
+		--platform manylinux2014_aarch64 --target $(CAPTURE_LAYER)/python -r lambda/capture_processor/requirements.lock
+	@du -sh $(CAPTURE_LAYER)
+
 clean:
 	rm -rf cdk.out dist $(WHEEL_DIR) build .pytest_cache
 
@@ -111,5 +123,7 @@ lock:
 		-o requirements/deploy.lock pyproject.toml
 	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 		--no-emit-find-links -o requirements/checkov.lock requirements/checkov.in
+	cd lambda/capture_processor && $(CURDIR)/$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+		--no-emit-index-url --no-emit-find-links -c ../../constraints.txt -o requirements.lock requirements.in
 	cd sidecar && $(CURDIR)/$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
 		--no-emit-find-links -c ../constraints.txt -o requirements.lock requirements.in

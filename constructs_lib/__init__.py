@@ -77,6 +77,7 @@ from hyperpod_inference_iac.capture_tables import (
     CaptureTablesProps,
     ColumnAccess,
     TableReader,
+    warn_capture_tables,
 )
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.certificate_alarms import (
@@ -389,6 +390,7 @@ __all__ = [
     "warn_alarm_topic",
     "warn_capture_pipeline",
     "warn_capture_storage",
+    "warn_capture_tables",
     "warn_certificate_alarms",
     "warn_gateway",
     "warn_hyperpod_cluster",

@@ -25,6 +25,7 @@ from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lakeformation as lakeformation
+from aws_cdk import aws_lambda as _lambda
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -39,8 +40,9 @@ from hyperpod_inference_iac.capture_pipeline import (
 from hyperpod_inference_iac.capture_storage import DEFAULT_ICEBERG_PREFIX, DEFAULT_QUERY_RESULTS_PREFIX
 from hyperpod_inference_iac.data_perimeter import ObjectAccess, bucket_guard, key_guard
 from hyperpod_inference_iac.nag import acknowledge, resource_evidence
-from hyperpod_inference_iac.patterns import IAM_ROLE_ARN
+from hyperpod_inference_iac.patterns import IAM_ROLE_ARN, LAMBDA_LAYER_VERSION_ARN
 from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.s3_access import (
     KMS_WRITE_ACTIONS,
     SAME_ACCOUNT,
@@ -154,6 +156,12 @@ class CaptureTablesOptions(Props):
         10, key="queryScanLimitGiB",
         doc=f"The most data one Athena query of the workgroups may scan, in GiB ({SCAN_LIMIT_GIB[0]}.."
             f"{SCAN_LIMIT_GIB[1]}): a query over it is cancelled (and costs what it scanned until then).")
+    tables_layer_arn: str | None = prop(
+        None, key="tablesLayerArn", default_doc="none: the tables are made, and the processor does not write them yet",
+        doc="The Lambda layer version with pyiceberg for the capture processor (built by `make capture-layer` from "
+            "its hashed lock, published with `aws lambda publish-layer-version`: compiled wheels for Python 3.13 on "
+            "arm64, which a synth cannot fetch offline). With it the processor writes both layouts this release "
+            "(`CURATED_OUTPUT=both`); without it, Parquet only, and a warning says so.")
     database_name: str = prop("inference_capture_iceberg", config=False,
                               doc="The Glue database of the two Iceberg tables (its own: today's database holds "
                                   "tables of the same names). No table in it gets Lake Formation's "
@@ -193,6 +201,12 @@ class CaptureTablesOptions(Props):
             if not is_unresolved(value) and not low <= value <= high:
                 problems.add(f"{code}.OutOfRange", at.at(name), f"must be an integer from {low} to {high} ({unit})",
                              value)
+        layer = self.tables_layer_arn
+        if layer is not None and not is_unresolved(layer) and not LAMBDA_LAYER_VERSION_ARN.match(layer):
+            problems.add(f"{code}.InvalidLayerArn", at.at("tables_layer_arn"),
+                         "must be a Lambda layer version ARN "
+                         "(arn:aws:lambda:<region>:<account>:layer:<name>:<version>)",
+                         layer)
         if not is_unresolved(self.database_name) and not GLUE_NAME.match(self.database_name):
             problems.add(f"{code}.InvalidGlueName", at.at("database_name"),
                          "must be lower case letters, digits and underscores (Athena-compatible)", self.database_name)
@@ -212,6 +226,15 @@ class CaptureTablesProps(CaptureTablesOptions):
         doc="The capture pipeline whose processor writes the tables: its bucket and key are the tables' (the bucket "
             "must be guarded by CaptureStorage for the perimeter to hold), its role is granted the catalog and "
             "`curated-iceberg/`, its function gets the `ICEBERG_*` settings.")
+
+
+def warn_capture_tables(warnings: RiskWarnings, at: KeyPaths = PROPS, *, tables_layer_arn: str | None = None) -> None:
+    """The risky but legal choices of :class:`CaptureTables`' properties (the config check calls it with its keys)."""
+    if tables_layer_arn is None:
+        warnings.add("CaptureTables:notWritten", at.at("tables_layer_arn"),
+                     "the Iceberg tables are made but the capture processor does not write them: it needs pyiceberg, "
+                     "which a synth cannot fetch offline. Build the layer (make capture-layer), publish it "
+                     "(aws lambda publish-layer-version) and give its ARN; until then readers keep today's tables")
 
 
 class CaptureTables(Construct):
@@ -238,6 +261,7 @@ class CaptureTables(Construct):
         pipeline: CapturePipeline,
         table_readers: Sequence[TableReader] = CaptureTablesProps.table_readers,
         query_scan_limit_gib: int = CaptureTablesProps.query_scan_limit_gib,
+        tables_layer_arn: str | None = CaptureTablesProps.tables_layer_arn,
         database_name: str = CaptureTablesProps.database_name,
         iceberg_prefix: str = CaptureTablesProps.iceberg_prefix,
         query_results_prefix: str = CaptureTablesProps.query_results_prefix,
@@ -249,6 +273,7 @@ class CaptureTables(Construct):
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
             pipeline=pipeline, table_readers=tuple(table_readers), query_scan_limit_gib=query_scan_limit_gib,
+            tables_layer_arn=tables_layer_arn,
             database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
             workgroup_name=workgroup_name, snapshot_retention_days=snapshot_retention_days,
             orphan_file_retention_days=orphan_file_retention_days)
@@ -300,13 +325,22 @@ class CaptureTables(Construct):
         iam.Grant.add_to_principal(grantee=writer, actions=list(CATALOG_ACTIONS),
                                    resource_arns=[catalog_arn, database_arn, *table_arns])
         writer_grants = self._writer_grants("Processor", writer.role_arn)
+        # The processor's settings (lambda/capture_processor/capture_core/settings.py reads these names).
         pipeline.function.add_environment("ICEBERG_CATALOG_ID", account)
         pipeline.function.add_environment("ICEBERG_DATABASE", props.database_name)
-        pipeline.function.add_environment("ICEBERG_RECORDS_TABLE", RECORDS_TABLE)
+        pipeline.function.add_environment("ICEBERG_CAPTURE_TABLE", RECORDS_TABLE)
         pipeline.function.add_environment("ICEBERG_ALB_TABLE", ALB_TABLE)
-        pipeline.function.add_environment("ICEBERG_WAREHOUSE", self.warehouse)
-        # This release writes both layouts (the Parquet tables stay for one release: docs/upgrading.md).
-        pipeline.function.add_environment("ICEBERG_WRITE", "dual")
+        # This release writes both layouts (the Parquet tables stay for one release: docs/upgrading.md), once pyiceberg
+        # reaches the function through its layer; without the layer, Parquet only (said by warn_capture_tables).
+        if props.tables_layer_arn is not None:
+            pipeline.function.add_layers(_lambda.LayerVersion.from_layer_version_arn(
+                self, "TablesLayer", props.tables_layer_arn))
+            pipeline.function.add_environment("CURATED_OUTPUT", "both")
+        else:
+            pipeline.function.add_environment("CURATED_OUTPUT", "parquet")
+        warnings = RiskWarnings()
+        warn_capture_tables(warnings, tables_layer_arn=props.tables_layer_arn)
+        warnings.annotate(self)
 
         # The Data Catalog's optimizers: compaction, snapshot retention, orphan file deletion.
         self.optimizer_role = iam.Role(

@@ -42,6 +42,8 @@ WARNINGS: Mapping[str, str] = {
         "CaptureStorage: a raw_reader_role_arns role of another account than the stack's",
     warning_id("CaptureStorage:readersNeedKeyPolicy"):
         "CaptureStorage: reader or break-glass roles with an imported encryption_key",
+    warning_id("CaptureTables:notWritten"):
+        "CaptureTables: no tables_layer_arn (the tables are made; the processor writes Parquet only)",
     warning_id("AlarmTopic:noSubscribers"): "AlarmTopic: no subscriber and no forwarded topic",
     warning_id("AlarmTopic:importedKey"): "AlarmTopic: an imported encryption_key",
     warning_id("CertificateAlarms:beforeManagedRenewal"):

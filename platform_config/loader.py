@@ -36,6 +36,7 @@ from hyperpod_inference_iac import (
     warn_alarm_topic,
     warn_capture_pipeline,
     warn_capture_storage,
+    warn_capture_tables,
     warn_certificate_alarms,
     warn_gateway,
     warn_hyperpod_cluster,
@@ -158,6 +159,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
                          reader_role_arns=storage.reader_role_arns, raw_reader_role_arns=storage.raw_reader_role_arns,
                          break_glass_role_arns=storage.break_glass_role_arns)
     warn_capture_pipeline(warnings, pipeline.key_paths("capture"), redact=pipeline.redact)
+    tables = config.capture.tables
+    warn_capture_tables(warnings, tables.key_paths("capture"), tables_layer_arn=tables.tables_layer_arn)
     warn_inference_cluster(warnings, ClusterConfig.key_paths("cluster"), endpoint_access=config.cluster.endpoint_access)
     warn_hyperpod_cluster(warnings, HyperPodConfig.key_paths("hyperpod"),
                           instance_groups=config.hyperpod.instance_groups)

@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 
+from capture_core.iceberg_sink import IcebergSink, catalog_for
 from capture_core.processor import ObjectReport, process_object, use_frugal_memory_pool
 from capture_core.s3_events import objects_in_message
 from capture_core.settings import Settings
@@ -24,13 +25,19 @@ use_frugal_memory_pool()  # once per container, before any Arrow allocation
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     settings = Settings.from_environment(os.environ)  # a bad setting fails the whole batch, loudly
     s3 = _s3_client(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION"))
+    sink = None
+    if settings.iceberg is not None:  # the rows of the whole batch go to the Iceberg tables in one commit each
+        endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
+        sink = IcebergSink(catalog_for(settings.iceberg, endpoint, region), settings.iceberg)
     failures = []
     for message in event.get("Records", []):
         message_id = message["messageId"]
         try:
             for ref in objects_in_message(message["body"]):
-                _report(process_object(s3, ref, settings))
+                _report(process_object(s3, ref, settings, sink, message_id))
         except Exception as error:  # any failure: report the message so SQS retries it, then DLQ
+            if sink is not None:
+                sink.discard(message_id)
             log(
                 "ERROR",
                 "message failed; it will be retried",
@@ -40,6 +47,15 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
             )
             emit_metrics(_pipeline(), {"FailedMessages": 1})
             failures.append({"itemIdentifier": message_id})
+    if sink is not None:
+        outcome = sink.commit()
+        failed = sorted(outcome.failed_messages - {failure["itemIdentifier"] for failure in failures})
+        failures += [{"itemIdentifier": message_id} for message_id in failed]
+        emit_metrics(_pipeline(), {
+            "IcebergCommits": outcome.commits, "IcebergCommitConflicts": outcome.conflicts,
+            "IcebergRowsAppended": outcome.rows, "IcebergObjectsAlreadyPresent": len(outcome.already_present),
+            "IcebergFailedMessages": len(failed),
+        })
     return {"batchItemFailures": failures}
 
 

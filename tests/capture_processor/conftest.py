@@ -39,7 +39,9 @@ def s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture(autouse=True)
 def lambda_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """None of the handler's settings from another test (tests without the ``s3`` fixture start no server)."""
-    for name in ("OUTPUT_BUCKET", "OUTPUT_PREFIX", "QUARANTINE_PREFIX", "REDACT", "OUTPUT_KMS_KEY_ID"):
+    for name in ("OUTPUT_BUCKET", "OUTPUT_PREFIX", "QUARANTINE_PREFIX", "REDACT", "OUTPUT_KMS_KEY_ID", "CURATED_OUTPUT",
+                 "ICEBERG_DATABASE", "ICEBERG_CAPTURE_TABLE", "ICEBERG_ALB_TABLE", "ICEBERG_CATALOG_ID",
+                 "ICEBERG_COMMIT_RETRIES", "ICEBERG_RETRY_BASE_MS", "ICEBERG_RETRY_MAX_MS", "ICEBERG_MAX_COMMIT_BYTES"):
         monkeypatch.delenv(name, raising=False)
 
 

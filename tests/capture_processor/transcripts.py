@@ -227,3 +227,30 @@ def chat_request(
     if stream:
         body["stream_options"] = {"include_usage": True}
     return json.dumps(body, indent=None)
+
+
+def sidecar_record(
+    event_id: str,
+    inference_time: str,
+    caller_id: str,
+    prompt: str,
+    answer_deltas: Sequence[str],
+    *,
+    usage: tuple[int, int] = (25, 40),
+    duration_ms: float = 850.0,
+) -> str:
+    """One capture line as the capture sidecar writes it for a streamed vLLM chat (docs/capture-sidecar.md): the
+    request as JSON, the SSE response as BASE64, the sidecar's eventMetadata fields."""
+    import base64
+
+    response = vllm_chat(answer_deltas, usage=usage)
+    capture = {
+        "endpointInput": {"observedContentType": "application/json", "mode": "INPUT",
+                          "data": chat_request(prompt), "encoding": "JSON"},
+        "endpointOutput": {"observedContentType": "text/event-stream", "mode": "OUTPUT",
+                           "data": base64.b64encode(response.encode()).decode(), "encoding": "BASE64"},
+    }
+    metadata = {"eventId": event_id, "inferenceId": event_id, "inferenceTime": inference_time, "callerId": caller_id,
+                "requestPath": "/v1/chat/completions", "responseStatus": 200, "durationMs": duration_ms,
+                "timeToFirstChunkMs": duration_ms / 10, "partial": False}
+    return json.dumps({"captureData": capture, "eventMetadata": metadata, "eventVersion": "0"}, separators=(",", ":"))

@@ -191,3 +191,18 @@ def test_the_sidecar_lock_is_exactly_its_requirements_and_their_dependencies() -
             if requirement.marker is None or requirement.marker.evaluate(environment):
                 todo.append(requirement.name)
     assert needed == set(lock), f"missing: {sorted(needed - set(lock))}, not needed: {sorted(set(lock) - needed)}"
+
+
+CAPTURE_LOCK = REPO / "lambda" / "capture_processor" / "requirements.lock"
+
+
+def test_the_capture_layer_lock_is_hashed_and_agrees_with_what_the_tests_run_against() -> None:
+    """The capture processor's layer (make capture-layer) holds the pyiceberg that tests/capture_processor/ tested."""
+    constraints = _constraints()
+    lock = _lock(CAPTURE_LOCK)
+    assert "pyiceberg" in lock and "pyiceberg-core" in lock
+    assert all(hashes >= 1 for _, hashes in lock.values())
+    assert not set(lock) - set(constraints), "every package of the layer lock is pinned in constraints.txt"
+    for name, (version, _) in lock.items():
+        assert constraints[name] == version, f"{name}: layer lock {version}, constraints.txt {constraints[name]}"
+        assert metadata.version(name) == version, f"{name}: layer lock {version}, installed {metadata.version(name)}"

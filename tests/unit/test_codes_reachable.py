@@ -199,6 +199,7 @@ CASES += [
     ("CaptureTables.DuplicateReader", "capture.tableReaders[1]",
      _set("capture.tableReaders", [{"roleArn": FINOPS}, {"roleArn": FINOPS, "columns": "all"}])),
     ("CaptureTables.OutOfRange", "capture.queryScanLimitGiB", _set("capture.queryScanLimitGiB", 0)),
+    ("CaptureTables.InvalidLayerArn", "capture.tablesLayerArn", _set("capture.tablesLayerArn", "pyiceberg-layer")),
     ("CaptureTables.UnknownColumnAccess", "capture.tableReaders[0].columns",
      _set("capture.tableReaders", [{"roleArn": FINOPS, "columns": "text"}])),
     ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from boto3.s3.transfer import TransferConfig
 
 from capture_core import alb_format, capture_format
 from capture_core.documents import redact_document
+from capture_core.iceberg_sink import IcebergSink, PendingObject
 from capture_core.line_chunks import (
     DecodeStatus,
     LineChunk,
@@ -130,7 +132,12 @@ class Conversion:
     over_limit: bool = False
 
 
-def process_object(s3: Any, ref: S3ObjectRef, settings: Settings) -> ObjectReport:
+def process_object(
+    s3: Any, ref: S3ObjectRef, settings: Settings, sink: IcebergSink | None = None, message_id: str = ""
+) -> ObjectReport:
+    """Converts one object; its curated rows go to per-object Parquet files (uploaded here) and/or, given a
+    ``sink``, to the invocation's Iceberg commit (``settings.curated_output``). The quarantine file is uploaded
+    either way."""
     report = ObjectReport(ref.bucket, ref.key)
     route = route_object(ref.key, skip_prefixes=(settings.output_prefix, settings.quarantine_prefix))
     if route.tier is None:
@@ -156,6 +163,9 @@ def process_object(s3: Any, ref: S3ObjectRef, settings: Settings) -> ObjectRepor
         finally:
             response["Body"].close()
         file_id = output_file_id(ref.bucket, ref.key, version)
+        if sink is not None and settings.iceberg is not None:
+            _add_to_sink(sink, settings, route.tier, message_id, file_id, ref.key, response["LastModified"],
+                         conversion)
         report.output_keys = _upload_outputs(s3, settings, ref.bucket, route.tier, file_id, conversion)
     report.records, report.quarantined = conversion.records, conversion.quarantine.entries
     report.bytes_read, report.bytes_decoded = conversion.bytes_read, conversion.bytes_decoded
@@ -255,6 +265,7 @@ def _upload_outputs(
     uploads = [
         (file.path, f"{file.partition.key_prefix(settings.output_prefix, tier.value)}part-{file_id}.parquet")
         for file in conversion.partition_files
+        if settings.writes_parquet
     ]
     if conversion.quarantine.entries:
         uploads.append(
@@ -263,3 +274,23 @@ def _upload_outputs(
     for path, key in uploads:
         s3.upload_file(str(path), bucket, key, ExtraArgs=settings.upload_arguments or None, Config=_TRANSFER)
     return [key for _, key in uploads]
+
+
+def _add_to_sink(
+    sink: IcebergSink,
+    settings: Settings,
+    tier: Tier,
+    message_id: str,
+    file_id: str,
+    key: str,
+    last_modified: Any,
+    conversion: Conversion,
+) -> None:
+    """The object's curated rows (read back from its local Parquet files: the conversion stays streaming and
+    bounded) join the invocation's commit."""
+    if not conversion.partition_files or settings.iceberg is None:
+        return
+    schema = _FORMATS[tier].schema
+    table = pa.concat_tables([pq.read_table(file.path, schema=schema) for file in conversion.partition_files])
+    name = settings.iceberg.alb_table if tier == Tier.ALB else settings.iceberg.capture_table
+    sink.add(name, PendingObject(message_id, file_id, key, last_modified, table))
