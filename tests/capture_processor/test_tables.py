@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from aws_cdk import App, Environment, Stack
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from hyperpod_inference_iac import (
     CapturePipeline,
@@ -141,13 +141,38 @@ def test_three_optimizers_per_table_with_the_retentions(template: dict[str, Any]
                 "SnapshotRetentionPeriodInDays": 7, "NumberOfSnapshotsToRetain": 1, "CleanExpiredFiles": True}
 
 
-def test_the_processor_gets_the_iceberg_settings(template: dict[str, Any]) -> None:
+def test_the_processor_gets_the_iceberg_settings_it_reads(template: dict[str, Any]) -> None:
+    """The names the construct sets are the names the runtime reads (capture_core/settings.py): the two sides agree."""
+    from tests.support.synth import REPO
+
     function = next(r for k, r in of_type(template, "AWS::Lambda::Function").items() if k.startswith("PipelineFunc"))
     variables = function["Properties"]["Environment"]["Variables"]
     assert {k: v for k, v in variables.items() if k.startswith("ICEBERG_")} == {
         "ICEBERG_CATALOG_ID": ACCOUNT, "ICEBERG_DATABASE": "inference_capture_iceberg",
-        "ICEBERG_RECORDS_TABLE": "capture_records", "ICEBERG_ALB_TABLE": "alb_access_logs",
-        "ICEBERG_WAREHOUSE": f"s3://{BUCKET}/curated-iceberg/", "ICEBERG_WRITE": "dual"}
+        "ICEBERG_CAPTURE_TABLE": "capture_records", "ICEBERG_ALB_TABLE": "alb_access_logs"}
+    settings = (REPO / "lambda" / "capture_processor" / "capture_core" / "settings.py").read_text()
+    read = set(re.findall(r'"((?:ICEBERG|CURATED)_[A-Z_]+)"', settings))
+    assert {k for k in variables if k.startswith(("ICEBERG_", "CURATED_"))} <= read
+    # Without pyiceberg's layer the processor writes Parquet only, and the construct says so.
+    assert variables["CURATED_OUTPUT"] == "parquet"
+    assert "Layers" not in function["Properties"] or len(function["Properties"]["Layers"]) == 1  # (pandas only)
+
+
+def test_with_the_tables_layer_the_processor_writes_both_layouts() -> None:
+    layer = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:capture-tables:3"
+    stack, _ = build(tables_layer_arn=layer)
+    template = Template.from_stack(stack).to_json()
+    function = next(r for k, r in of_type(template, "AWS::Lambda::Function").items() if k.startswith("PipelineFunc"))
+    assert function["Properties"]["Environment"]["Variables"]["CURATED_OUTPUT"] == "both"
+    assert layer in json.dumps(function["Properties"]["Layers"])
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("CaptureTables:notWritten"))
+    assert warnings == []
+
+
+def test_without_the_tables_layer_the_construct_warns_that_the_tables_are_not_written() -> None:
+    stack, _ = build()
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("CaptureTables:notWritten"))
+    assert len(warnings) == 1
 
 
 def _statements_for(statements: list[dict[str, Any]], action: str) -> list[dict[str, Any]]:
