@@ -98,8 +98,10 @@ def processed(rehearsal: Rehearsal, assembly: Assembly, processor: FunctionRunti
                                        AttributeNames=["All"]).get("Messages", [])
         if not messages:
             continue
+        # The per-object Parquet path under the role, with moto enforcing it; the Iceberg path (whose Glue calls moto
+        # can only check against resource "*") is rehearsed by test_the_iceberg_tables_*, below.
         answer, log = invoke(rehearsal, processor, assembly, sqs_event(messages, queue_arn, rehearsal.region),
-                             tmp_path_factory.mktemp("lambda"))
+                             tmp_path_factory.mktemp("lambda"), CURATED_OUTPUT="parquet")
         answers.append(answer)
         logs.append(log)
         failed = {item["itemIdentifier"] for item in answer["batchItemFailures"]}
@@ -171,7 +173,7 @@ def test_a_processor_writing_elsewhere_is_refused_and_reports_the_message(
                "MD5OfBody": ""}
     answer, log = invoke(rehearsal, processor, assembly, sqs_event([message], processor.queue_arns[0],
                                                                    rehearsal.region), tmp_path,
-                         OUTPUT_PREFIX="published/")
+                         OUTPUT_PREFIX="published/", CURATED_OUTPUT="parquet")
     assert answer == {"batchItemFailures": [{"itemIdentifier": "refused-1"}]}, log
     assert "AccessDenied" in log
     assert keys(rehearsal, sidecar_batch.bucket, "published/") == []
@@ -191,8 +193,50 @@ def test_an_event_of_a_versioned_bucket_is_read_by_version_under_its_role(
                "MD5OfBody": ""}
     offset = rehearsal.server.log_offset()
     answer, log = invoke(rehearsal, processor, assembly, sqs_event([message], processor.queue_arns[0],
-                                                                   rehearsal.region), tmp_path)
+                                                                   rehearsal.region), tmp_path,
+                         CURATED_OUTPUT="parquet")
     assert answer == {"batchItemFailures": []}, log
     reads = [(target, status) for method, target, status in rehearsal.server.requests_since(offset)
              if method == "GET" and f"versionId={version}" in target]
     assert reads and all(status == 200 for _, status in reads), reads
+
+
+# -- the Iceberg tables: the processor's appends, and the grants moto cannot check itself ---------------------------
+def test_the_iceberg_tables_get_the_rows_and_the_role_allows_every_catalog_and_object_call(
+    rehearsal: Rehearsal, assembly: Assembly, processor: FunctionRuntime, sidecar_batch: SidecarBatch,
+    processed: dict[str, Any], tmp_path: Path
+) -> None:
+    """The template's settings (CURATED_OUTPUT=both, the table names) drive a real append through pyiceberg's Glue
+    catalog. moto checks Glue calls against resource "*" only (tests/support/rehearsal.py), so the invocation runs
+    with enforcement paused and the grants are checked in moto's place with its own evaluator: every Glue action the
+    sink calls on the catalog, the database and each table, and every object the append wrote."""
+    env = processor.environment
+    assert env["CURATED_OUTPUT"] == "both"
+    database, records = env["ICEBERG_DATABASE"], env["ICEBERG_CAPTURE_TABLE"]
+    rehearsal.client("glue").create_database(DatabaseInput={"Name": database})
+    admin = {**base_environment(tmp_path), **rehearsal.environment(rehearsal.admin)}
+    created = subprocess.run(
+        [sys.executable, "-m", "hyperpod_inference_iac.capture_table_ops", "create", "--database", database,
+         "--bucket", sidecar_batch.bucket], env=admin, capture_output=True, text=True, timeout=120, check=False)
+    assert created.returncode == 0, created.stderr
+    record = {"eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+              "s3": {"bucket": {"name": sidecar_batch.bucket}, "object": {"key": sidecar_batch.keys[0]}}}
+    message = {"MessageId": "iceberg-1", "ReceiptHandle": "none", "Body": json.dumps({"Records": [record]}),
+               "MD5OfBody": ""}
+    with rehearsal.server.enforcement_paused():
+        answer, log = invoke(rehearsal, processor, assembly, sqs_event([message], processor.queue_arns[0],
+                                                                       rehearsal.region), tmp_path / "lambda")
+    assert answer == {"batchItemFailures": []}, log
+    assert '"IcebergRowsAppended": 0' not in log and '"IcebergCommits": 1' in log, log
+    arn = f"arn:aws:glue:{rehearsal.region}:{rehearsal.account}"
+    for action in ("glue:GetTable", "glue:UpdateTable"):
+        for resource in (f"{arn}:catalog", f"{arn}:database/{database}", f"{arn}:table/{database}/{records}"):
+            assert rehearsal.identity_allows(processor.role_arn, action, resource), (action, resource)
+    written = keys(rehearsal, sidecar_batch.bucket, "curated-iceberg/")
+    assert any(key.endswith(".parquet") for key in written) and any("/metadata/" in key for key in written), written
+    for key in written:
+        assert rehearsal.identity_allows(processor.role_arn, "s3:PutObject",
+                                         f"arn:aws:s3:::{sidecar_batch.bucket}/{key}"), key
+    # ... and nothing of another table or database.
+    assert not rehearsal.identity_allows(processor.role_arn, "glue:UpdateTable", f"{arn}:table/{database}/other")
+    assert not rehearsal.identity_allows(processor.role_arn, "glue:UpdateTable", f"{arn}:table/other/{records}")
