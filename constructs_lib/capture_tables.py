@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 from aws_cdk import Stack
 from aws_cdk import aws_athena as athena
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -59,6 +61,9 @@ RECORDS_TABLE = "capture_records"
 ALB_TABLE = "alb_access_logs"
 # Athena refuses a per-query limit under 10 MB; the ceiling only keeps a typo (bytes for GiB) out.
 SCAN_LIMIT_GIB = (1, 10240)
+ROW_RETENTION_DAYS = (1, 3650)
+# Where the processor's deletions (scheduled retention) write their audit records (capture_core.capture_tables).
+AUDIT_PREFIX = "audit/table-deletions/"
 SNAPSHOT_RETENTION_DAYS = (1, 365)
 ORPHAN_FILE_RETENTION_DAYS = (1, 365)
 # What pyiceberg's Glue catalog calls on a commit (load, then UpdateTable with the version it read).
@@ -162,6 +167,12 @@ class CaptureTablesOptions(Props):
             "its hashed lock, published with `aws lambda publish-layer-version`: compiled wheels for Python 3.13 on "
             "arm64, which a synth cannot fetch offline). With it the processor writes both layouts this release "
             "(`CURATED_OUTPUT=both`); without it, Parquet only, and a warning says so.")
+    row_retention_days: int | None = prop(
+        None, config=False,
+        default_doc="none: rows are deleted only on request (the app gives `capture.retentionDays`)",
+        doc="With `tables_layer_arn`: a daily EventBridge rule (03:17 UTC) invokes the processor to delete the rows "
+            "older than this many days from both tables, expire the snapshots that hold them and write an audit "
+            f"record under `{AUDIT_PREFIX}` ({ROW_RETENTION_DAYS[0]}..{ROW_RETENTION_DAYS[1]}).")
     database_name: str = prop("inference_capture_iceberg", config=False,
                               doc="The Glue database of the two Iceberg tables (its own: today's database holds "
                                   "tables of the same names). No table in it gets Lake Formation's "
@@ -194,6 +205,11 @@ class CaptureTablesOptions(Props):
                 problems.add(f"{code}.DuplicateReader", at.at("table_readers", index),
                              "a role at most once (its columns are one choice): the role is listed twice",
                              arn)
+        if self.row_retention_days is not None and not is_unresolved(self.row_retention_days) \
+                and not ROW_RETENTION_DAYS[0] <= self.row_retention_days <= ROW_RETENTION_DAYS[1]:
+            problems.add(f"{code}.OutOfRange", at.at("row_retention_days"),
+                         f"must be an integer from {ROW_RETENTION_DAYS[0]} to {ROW_RETENTION_DAYS[1]} (days)",
+                         self.row_retention_days)
         for name, value, (low, high), unit in (
                 ("query_scan_limit_gib", self.query_scan_limit_gib, SCAN_LIMIT_GIB, "GiB"),
                 ("snapshot_retention_days", self.snapshot_retention_days, SNAPSHOT_RETENTION_DAYS, "days"),
@@ -262,6 +278,7 @@ class CaptureTables(Construct):
         table_readers: Sequence[TableReader] = CaptureTablesProps.table_readers,
         query_scan_limit_gib: int = CaptureTablesProps.query_scan_limit_gib,
         tables_layer_arn: str | None = CaptureTablesProps.tables_layer_arn,
+        row_retention_days: int | None = CaptureTablesProps.row_retention_days,
         database_name: str = CaptureTablesProps.database_name,
         iceberg_prefix: str = CaptureTablesProps.iceberg_prefix,
         query_results_prefix: str = CaptureTablesProps.query_results_prefix,
@@ -273,7 +290,7 @@ class CaptureTables(Construct):
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
             pipeline=pipeline, table_readers=tuple(table_readers), query_scan_limit_gib=query_scan_limit_gib,
-            tables_layer_arn=tables_layer_arn,
+            tables_layer_arn=tables_layer_arn, row_retention_days=row_retention_days,
             database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
             workgroup_name=workgroup_name, snapshot_retention_days=snapshot_retention_days,
             orphan_file_retention_days=orphan_file_retention_days)
@@ -336,6 +353,8 @@ class CaptureTables(Construct):
             pipeline.function.add_layers(_lambda.LayerVersion.from_layer_version_arn(
                 self, "TablesLayer", props.tables_layer_arn))
             pipeline.function.add_environment("CURATED_OUTPUT", "both")
+            if props.row_retention_days is not None:
+                self._schedule_retention(pipeline, bucket, props.row_retention_days)
         else:
             pipeline.function.add_environment("CURATED_OUTPUT", "parquet")
         warnings = RiskWarnings()
@@ -441,6 +460,23 @@ class CaptureTables(Construct):
         }
 
     # -- grants ---------------------------------------------------------------------------------------------------
+    def _schedule_retention(self, pipeline: CapturePipeline, bucket: s3.IBucket, days: int) -> None:
+        """The capture policy's retention as a table operation, daily: the processor deletes the older rows,
+        expires the snapshots that hold them and writes one audit record per table (it may put those, nothing
+        else, under the audit prefix)."""
+        self.retention_rule = events.Rule(
+            self, "Retention", schedule=events.Schedule.cron(minute="17", hour="3"),
+            description=f"Deletes capture table rows older than {days} days (CaptureTables)")
+        self.retention_rule.add_target(targets.LambdaFunction(pipeline.function, retry_attempts=4,
+            event=events.RuleTargetInput.from_object(
+                {"captureTablesRetention": {"olderThanDays": days, "bucket": bucket_name(bucket)}})))
+        role, bucket_arn_ = pipeline.role, self._bucket_arn
+        if self._key is not None:
+            grant_key_through_s3(role, self._key, KMS_WRITE_ACTIONS, bucket_arn_, prefixes=(AUDIT_PREFIX,))
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:PutObject"],
+                                   resource_arns=[objects_arn(bucket_arn_, AUDIT_PREFIX)], conditions=SAME_ACCOUNT)
+        admit_objects(role, bucket_arn_, ObjectAccess.WRITE, AUDIT_PREFIX)
+
     def _grant_prefix(self, role: iam.IRole, prefix: str, *, delete: bool) -> None:
         """Read, write (and delete) the objects under ``prefix``, list keys under it, the key through S3 for them
         only; each is listed on the bucket's and the key's allowlists for exactly that prefix."""

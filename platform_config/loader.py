@@ -200,6 +200,8 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         CaptureTablesOptions, section, database_name=f"{project.replace('-', '_')}_capture_iceberg",
         iceberg_prefix=storage.iceberg_prefix, query_results_prefix=storage.query_results_prefix,
         workgroup_name=f"{project}-capture",
+        # Rows older than the capture policy's retention are deleted daily (the raw objects expire by lifecycle).
+        row_retention_days=storage.retention_days,
         # Snapshots (old versions of a table) expire as overwritten capture objects do.
         # (One mistake, one problem: a retention out of range is the storage's, reported at its key.)
         snapshot_retention_days=retention if SNAPSHOT_RETENTION_DAYS[0] <= (

@@ -1,7 +1,11 @@
-"""Lambda entry point: SQS messages carrying S3 event notifications -> curated Parquet.
+"""Lambda entry point: SQS messages carrying S3 event notifications -> curated Parquet (and the Iceberg tables).
 
 Returns the ids of the messages that failed (`batchItemFailures`), so SQS retries only those;
 the event source mapping must enable ReportBatchItemFailures.
+
+A scheduled event ``{"captureTablesRetention": {"olderThanDays": N, "bucket": B}}`` (CaptureTables' daily
+EventBridge rule) applies the capture policy's retention to the Iceberg tables instead: rows older than N days
+deleted, the snapshots holding them expired, an audit record per table under ``audit/table-deletions/`` of B.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ use_frugal_memory_pool()  # once per container, before any Arrow allocation
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     settings = Settings.from_environment(os.environ)  # a bad setting fails the whole batch, loudly
     s3 = _s3_client(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION"))
+    if "captureTablesRetention" in event:
+        _retention(event["captureTablesRetention"], settings, s3)
+        return {"batchItemFailures": []}
     sink = None
     if settings.iceberg is not None:  # the rows of the whole batch go to the Iceberg tables in one commit each
         endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
@@ -57,6 +64,24 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
             "IcebergFailedMessages": len(failed),
         })
     return {"batchItemFailures": failures}
+
+
+def _retention(request: dict[str, Any], settings: Settings, s3: Any) -> None:
+    """The scheduled retention run (an error fails the invocation: EventBridge retries it, and the log says why)."""
+    from capture_core.capture_tables import apply_retention
+
+    if settings.iceberg is None:
+        raise ValueError("captureTablesRetention needs the Iceberg tables (CURATED_OUTPUT iceberg or both)")
+    days, bucket = request.get("olderThanDays"), request.get("bucket")
+    if isinstance(days, bool) or not isinstance(days, int) or days < 1 or not isinstance(bucket, str) or not bucket:
+        raise ValueError("captureTablesRetention needs olderThanDays (a whole number >= 1) and bucket, "
+                         f"got {request!r}")
+    endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
+    requested_by = boto3.client("sts").get_caller_identity()["Arn"]
+    tables = {"capture": settings.iceberg.capture_table, "alb": settings.iceberg.alb_table}
+    for report in apply_retention(catalog_for(settings.iceberg, endpoint, region), settings.iceberg.database, tables,
+                                  bucket, days, requested_by, s3):
+        log("INFO", "retention applied", **report)
 
 
 @lru_cache(maxsize=4)

@@ -359,3 +359,33 @@ def test_the_library_command_runs_the_runtime_module(capsys: pytest.CaptureFixtu
         capture_tables.main(["delete", "--help"])
     assert exit_info.value.code == 0
     assert "--caller-id" in capsys.readouterr().out
+
+
+def test_the_scheduled_retention_deletes_old_rows_and_keeps_an_audit_record(
+    pipeline: Pipeline, catalog: Any, database: str
+) -> None:
+    """CaptureTables' daily rule invokes the processor with {"captureTablesRetention": ...}: rows older than the
+    capture policy's days go, in both tables, with one audit record each; newer rows stay."""
+    assert pipeline.run(put_capture(pipeline, "old", ["team-a", "team-b"])) == {"batchItemFailures": []}
+    from handler import handler
+
+    age = (datetime.now(UTC) - datetime(2026, 11, 30, tzinfo=UTC)).days  # the rows' day, in whole days ago
+    keep = {"captureTablesRetention": {"olderThanDays": age + 1, "bucket": pipeline.bucket}}
+    assert handler(keep, None) == {"batchItemFailures": []}
+    assert rows(catalog, database).num_rows == 2  # not older than age + 1 days: kept
+    drop = {"captureTablesRetention": {"olderThanDays": max(age - 1, 1), "bucket": pipeline.bucket}}
+    assert handler(drop, None) == {"batchItemFailures": []}
+    assert rows(catalog, database).num_rows == 0
+    audits = [k for k in pipeline.keys("audit/table-deletions/")]
+    records = [json.loads(pipeline.s3.get_object(Bucket=pipeline.bucket, Key=k)["Body"].read()) for k in audits]
+    assert {r["table"] for r in records} == {"capture_records", "alb_access_logs"}
+    assert any(r["rows_deleted"] == 2 and r["reason"].startswith("retention") for r in records)
+
+
+@pytest.mark.parametrize("request_", [{}, {"olderThanDays": 0, "bucket": "b"}, {"olderThanDays": "30", "bucket": "b"},
+                                      {"olderThanDays": 30}])
+def test_a_malformed_retention_request_fails_loudly(request_: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+    from handler import handler
+
+    with pytest.raises(ValueError, match="captureTablesRetention"):
+        handler({"captureTablesRetention": request_}, None)

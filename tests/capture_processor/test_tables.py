@@ -350,3 +350,19 @@ def test_lake_formation_and_the_writers_reach_the_tables_prefix_only(policies: d
             assert kms(policies, principal, "kms:Decrypt", key) == "neutral"
     assert s3(policies, processor, "s3:DeleteObject", "data-capture/a/pod/x.jsonl") == "deny"
     assert s3(policies, ADMIN, "s3:GetObject", TABLE_DATA) == "deny"
+
+
+def test_the_capture_policys_retention_runs_daily_as_a_table_operation_with_only_audit_writes_added() -> None:
+    layer = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:capture-tables:3"
+    stack, _ = build(tables_layer_arn=layer, row_retention_days=30)
+    template = Template.from_stack(stack).to_json()
+    [rule] = of_type(template, "AWS::Events::Rule").values()
+    assert rule["Properties"]["ScheduleExpression"] == "cron(17 3 * * ? *)"
+    [target] = rule["Properties"]["Targets"]
+    assert json.loads(target["Input"]) == {"captureTablesRetention": {"olderThanDays": 30, "bucket": BUCKET}}
+    statements = policy_of(template, "PipelineRole")
+    audit = [s for s in statements if "audit/table-deletions/" in json.dumps(s["Resource"])]
+    assert [s["Action"] for s in audit if "kms:" not in json.dumps(s["Action"])] == ["s3:PutObject"]
+    # Without pyiceberg's layer nothing could run it: no rule.
+    stack, _ = build(row_retention_days=30)
+    assert of_type(Template.from_stack(stack).to_json(), "AWS::Events::Rule") == {}

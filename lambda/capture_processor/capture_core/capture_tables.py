@@ -24,7 +24,7 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -213,6 +213,26 @@ def write_audit(s3: Any, bucket: str, record: DeletionRecord, prefix: str = AUDI
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(asdict(record), indent=2).encode(),
                   ContentType="application/json")
     return key
+
+
+def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], bucket: str, older_than_days: int,
+                    requested_by: str, s3: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The capture policy's retention as a table operation (the scheduled run and ``expire`` alike): in each table
+    (``tables``: kind -> name), the rows older than ``older_than_days`` whole days are deleted, the snapshots that
+    still hold them expired, and one audit record written per table. What each table reported, for the log."""
+    now = now or datetime.now(UTC)
+    reports = []
+    for kind, name in tables.items():
+        table = catalog.load_table((database, name))
+        predicate, text = retention_predicate(SPECS[kind], older_than_days, now)
+        record = DeletionRecord(name, text, requested_by, now.isoformat(timespec="seconds"),
+                                reason=f"retention: older than {older_than_days} days")
+        delete_rows(table, predicate, record)
+        record.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+        key = write_audit(s3, bucket, record)
+        reports.append({"table": name, "rows_deleted": record.rows_deleted,
+                        "expired_snapshots": len(record.expired_snapshot_ids), "audit": f"s3://{bucket}/{key}"})
+    return reports
 
 
 def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argparse.Namespace], Catalog] | None = None,
