@@ -476,6 +476,8 @@ class CaptureTables(Construct):
         iam.Grant.add_to_principal(grantee=role, actions=["s3:PutObject"],
                                    resource_arns=[objects_arn(bucket_arn_, AUDIT_PREFIX)], conditions=SAME_ACCOUNT)
         admit_objects(role, bucket_arn_, ObjectAccess.WRITE, AUDIT_PREFIX)
+        acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(
+            role, objects_arn(bucket_arn_, AUDIT_PREFIX)))
 
     def _grant_prefix(self, role: iam.IRole, prefix: str, *, delete: bool) -> None:
         """Read, write (and delete) the objects under ``prefix``, list keys under it, the key through S3 for them
