@@ -43,7 +43,7 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
-from hyperpod_inference_iac.capture_tables import SNAPSHOT_RETENTION_DAYS
+from hyperpod_inference_iac.capture_tables import ROW_RETENTION_DAYS, SNAPSHOT_RETENTION_DAYS
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
     PlatformContext,
@@ -201,7 +201,9 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         iceberg_prefix=storage.iceberg_prefix, query_results_prefix=storage.query_results_prefix,
         workgroup_name=f"{project}-capture",
         # Rows older than the capture policy's retention are deleted daily (the raw objects expire by lifecycle).
-        row_retention_days=storage.retention_days,
+        # (One mistake, one problem: a retention out of range is the storage's, reported at its key.)
+        row_retention_days=storage.retention_days if ROW_RETENTION_DAYS[0] <= storage.retention_days
+        <= ROW_RETENTION_DAYS[1] else None,
         # Snapshots (old versions of a table) expire as overwritten capture objects do.
         # (One mistake, one problem: a retention out of range is the storage's, reported at its key.)
         snapshot_retention_days=retention if SNAPSHOT_RETENTION_DAYS[0] <= (
