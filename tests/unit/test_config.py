@@ -851,3 +851,19 @@ def test_the_overlay_fields_are_accepted_and_emitted_on_a_newer_addon() -> None:
     assert specs[1]["kubernetes"]["podTemplateAnnotations"] == {"example.com/team": "search"}
     assert specs[2]["s3UploaderResources"] == SIDECAR_RESOURCES
     assert specs[2]["inferenceGateway"] == {"enabled": True, "name": "shared"}
+
+
+@pytest.mark.parametrize("endpoint_domains", [None, [], ["Not_A_Name"]])
+def test_missing_or_broken_endpoint_domains_are_one_problem_not_one_per_workload(endpoint_domains: Any) -> None:
+    """With no usable domain.endpointDomains no model, gateway or portable hostname can be one of them: the names
+    they give are compared once the key is right, not reported again per workload (issue 18's cascade)."""
+    data = json.loads(json.dumps(DEFAULT))
+    if endpoint_domains is None:
+        del data["domain"]["endpointDomains"]
+    else:
+        data["domain"]["endpointDomains"] = endpoint_domains
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    codes = [(p.code, p.path) for p in caught.value.problems]
+    assert all(path.startswith("domain.endpointDomains") for _, path in codes), codes
+    assert len(codes) == 1, codes
