@@ -336,14 +336,16 @@ class PlannedGateway:
 
 
 def engine_of_image(image: str) -> tuple[str | None, tuple[int, ...] | None]:
-    """The serving engine an image runs and its version, from the image name and tag
+    """The serving engine an image runs, from its repository name, and its version, from its tag
     (``vllm/vllm-openai:v0.11.0`` is vLLM 0.11.0; ``lmsysorg/sglang:v0.4.6.post1-cu124`` SGLang 0.4.6.1). A
-    digest-pinned
-    image gives the engine but no version."""
-    rest = image.partition("@")[0].rpartition("/")[2].partition(":")[2]
-    lowered = image.lower()
-    engine = "vllm" if "vllm" in lowered else "sglang" if "sglang" in lowered else None
-    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", rest)
+    digest-pinned image gives the engine but no version. The one reading of an image: the model alarms' engine is
+    this one's (:func:`hyperpod_inference_iac.model_metrics.engine_of_image`)."""
+    reference = image.partition("@")[0]
+    # (a registry's port is not a tag: the tag is after the last ':' of the last path segment only)
+    repository, _, tag = reference.rpartition(":") if ":" in reference.rpartition("/")[2] else (reference, "", "")
+    name = repository.lower()
+    engine = "sglang" if "sglang" in name else "vllm" if "vllm" in name else None
+    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", tag)
     version = tuple(int(part) for part in match.groups(default="0")) if match else None
     return engine, version
 

@@ -85,6 +85,7 @@ from hyperpod_inference_iac.alarms import (
     topic_actions,
 )
 from hyperpod_inference_iac.cdk_types import ClusterLike
+from hyperpod_inference_iac.charts.gateway import engine_of_image as gateway_engine_of_image
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.patterns import (
     DNS1123_LABEL,
@@ -238,15 +239,10 @@ class WatchedModel:
 
 
 def engine_of_image(image: str) -> Engine | None:
-    """The engine a worker image runs, from its repository name (``vllm/vllm-openai:...``, ``lmsysorg/sglang:...``),
-    or None."""
-    repository = image.split("@")[0].rsplit(":", 1)[0] if "/" in image else image.split("@")[0].split(":")[0]
-    name = repository.lower()
-    if "sglang" in name:
-        return Engine.SGLANG
-    if "vllm" in name:
-        return Engine.VLLM
-    return None
+    """The engine a worker image runs (``vllm/vllm-openai:...``, ``lmsysorg/sglang:...``), or None: the Inference
+    Gateway's reading of an image (:func:`hyperpod_inference_iac.charts.gateway.engine_of_image`), as an Engine."""
+    engine, _ = gateway_engine_of_image(image)
+    return Engine(engine) if engine is not None else None
 
 
 def operator_metrics_spec(model: WatchedModel) -> dict[str, Any] | None:
