@@ -66,10 +66,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import yaml
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecr_assets as ecr_assets
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
@@ -89,7 +88,6 @@ from hyperpod_inference_iac.charts.gateway import engine_of_image as gateway_eng
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.patterns import (
     DNS1123_LABEL,
-    iam_role_arn,
 )
 from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.sidecar_metrics import (
@@ -97,12 +95,12 @@ from hyperpod_inference_iac.sidecar_metrics import (
     METRICS_NAMESPACE,
     agent_configuration,
     check_agent_props,
+    cloudwatch_agent_identity,
     cloudwatch_agent_objects,
     format_bound,
     scrape_configuration,
 )
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.workload_identity import service_account_principal
 
 AGENT_NAME = "model-metrics-agent"
 RELAY_NAME = "model-metrics-relay"
@@ -728,18 +726,11 @@ class ModelServingMetrics(Construct):
         self.cluster_name = cluster_name = props.cluster_name
         self.namespace = props.namespace
         self.models: tuple[WatchedModel, ...] = tuple(props.models)
-        self.log_group = logs.LogGroup(
-            self, "Logs", log_group_name=model_metrics_log_group_name(cluster_name), retention=props.log_retention,
-            removal_policy=RemovalPolicy.DESTROY)
-        self.role = iam.Role(
-            self, "Role", role_name=props.role_name,
-            assumed_by=service_account_principal(self, "Trust", cluster=props.cluster, namespace=self.namespace,
-                                                 service_account=AGENT_NAME),
+        self.log_group, self.role, role_arn = cloudwatch_agent_identity(
+            self, cluster=props.cluster, namespace=self.namespace, service_account=AGENT_NAME,
+            log_group_name=model_metrics_log_group_name(cluster_name), retention=props.log_retention,
+            role_name=props.role_name,
             description=f"CloudWatch agent: operator model metrics into one log group ({self.namespace})")
-        self.log_group.grant_write(self.role)
-        self.log_group.grant(self.role, "logs:DescribeLogStreams")
-        role_arn = iam_role_arn(stack.partition, stack.account, props.role_name) if props.role_name \
-            else self.role.role_arn
         self.relay_image: ecr_assets.DockerImageAsset | None = None
         relay_image = props.relay_image
         if relay_image is None and any(m.metrics_port is not None for m in self.models):

@@ -291,6 +291,28 @@ def cloudwatch_agent_objects(*, name: str, namespace: str, labels: dict[str, str
     ]
 
 
+def cloudwatch_agent_identity(scope: Construct, *, cluster: ClusterLike, namespace: str, service_account: str,
+                              log_group_name: str, retention: logs.RetentionDays, role_name: str | None,
+                              description: str) -> tuple[logs.LogGroup, iam.Role, str]:
+    """A CloudWatch agent's log group and IRSA role (construct ids ``Logs``, ``Role``, ``Trust`` under ``scope``), and
+    the role's ARN as its manifests name it: derived from a fixed ``role_name`` (no CDK token in dist/), else the
+    role's token. Exactly what the agent does with EMF: create its log streams, find them, put events; nothing else
+    (no other log group, no PutMetricData: the log group's EMF lines become the metrics). Shared by the capture
+    sidecars' agent and the model servers' (:class:`~hyperpod_inference_iac.ModelServingMetrics`)."""
+    stack = Stack.of(scope)
+    log_group = logs.LogGroup(scope, "Logs", log_group_name=log_group_name, retention=retention,
+                              removal_policy=RemovalPolicy.DESTROY)
+    role = iam.Role(
+        scope, "Role", role_name=role_name,
+        assumed_by=service_account_principal(scope, "Trust", cluster=cluster, namespace=namespace,
+                                             service_account=service_account),
+        description=description)
+    log_group.grant_write(role)
+    log_group.grant(role, "logs:DescribeLogStreams")
+    role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name else role.role_arn
+    return log_group, role, role_arn
+
+
 def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: str = "Sum",
                    period: Duration = FIVE_MINUTES, label: str | None = None, **labels: str) -> cloudwatch.Metric:
     """A sidecar series as the agent publishes it (``labels``: ``reason=...`` or ``result=...``; ``label`` for
@@ -469,21 +491,11 @@ class CaptureSidecarMetrics(Construct):
         self.cluster_name = cluster_name
         self.namespace = namespace
         self.models = tuple(props.models)
-        self.log_group = logs.LogGroup(
-            self, "Logs", log_group_name=sidecar_metrics_log_group_name(cluster_name),
-            retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY)
-        self.role = iam.Role(
-            self, "Role", role_name=props.role_name,
-            assumed_by=service_account_principal(self, "Trust", cluster=props.cluster, namespace=namespace,
-                                                 service_account=AGENT_NAME),
-            description=f"CloudWatch agent: capture sidecar metrics of {namespace} into one log group",
-        )
-        # Exactly what the agent does with EMF: create its log streams, find them, put events. Nothing else:
-        # no other log group, no PutMetricData (the log group's EMF lines become the metrics).
-        self.log_group.grant_write(self.role)
-        self.log_group.grant(self.role, "logs:DescribeLogStreams")
-        role_name = props.role_name
-        role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name else self.role.role_arn
+        self.log_group, self.role, role_arn = cloudwatch_agent_identity(
+            self, cluster=props.cluster, namespace=namespace, service_account=AGENT_NAME,
+            log_group_name=sidecar_metrics_log_group_name(cluster_name), retention=props.log_retention,
+            role_name=props.role_name,
+            description=f"CloudWatch agent: capture sidecar metrics of {namespace} into one log group")
         objects = sidecar_metrics_manifests(
             namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
             log_group_name=sidecar_metrics_log_group_name(cluster_name), image=props.image,
