@@ -36,6 +36,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hyperpod_inference_iac.charts.network_policies import OPERATOR_NAMESPACE
 from hyperpod_inference_iac.operator_versions import INFERENCE_GATEWAY, AddonVersion
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
 from hyperpod_inference_iac.platform_values import PlatformValue
@@ -56,9 +57,8 @@ PLURAL = "inferencegatewayconfigs"
 # The first add-on build the developer guide names for the gateway (the version table's row, with its sources); the
 # model opt-in (operator 3.6) is in every build that has the kind.
 GATEWAY_MINIMUM_ADDON = INFERENCE_GATEWAY.minimum
-SOURCE = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-inference-gateway.html"
 # The controller's service account (add-on key inferenceGateway.serviceAccount.roleArn).
-CONTROLLER_NAMESPACE = "hyperpod-inference-system"
+CONTROLLER_NAMESPACE = OPERATOR_NAMESPACE  # (the add-on's namespace: the controller runs beside the operator)
 CONTROLLER_SERVICE_ACCOUNT = "inference-gateway-controller"
 
 SCHEDULERS = ("llm-d", "epp")
@@ -68,6 +68,7 @@ CLAIM_VALUE_TYPES = ("String", "StringArray")
 MAX_AUDIENCES = 8
 MAX_REQUIRED_CLAIMS = 16
 MAX_SCHEDULERS = 100
+MAX_REPLICAS = 100
 MAX_BODY_BYTES = 268435456
 # The oldest model servers whose metrics the schedulers can read (the guide's requirements).
 MINIMUM_ENGINE = {"vllm": (0, 9, 2), "sglang": (0, 3, 5)}
@@ -185,9 +186,9 @@ class InferenceGateway:
             problems.add("Gateway.EndpointDomainInvalid", join_path(path, "endpointDomain"),
                          "must be a lowercase DNS name such as models.inference.example.com", self.endpoint_domain)
         self._check_auth(path, problems)
-        if not 1 <= self.bbr_replicas <= 100:
-            problems.add("Gateway.ReplicasOutOfRange", join_path(path, "bbrReplicas"), "must be from 1 to 100",
-                         self.bbr_replicas)
+        if not 1 <= self.bbr_replicas <= MAX_REPLICAS:
+            problems.add("Gateway.ReplicasOutOfRange", join_path(path, "bbrReplicas"),
+                         f"must be from 1 to {MAX_REPLICAS}", self.bbr_replicas)
         if self.max_request_body_bytes is not None and not 1 <= self.max_request_body_bytes <= MAX_BODY_BYTES:
             problems.add("Gateway.BodyLimitOutOfRange", join_path(path, "maxRequestBodyBytes"),
                          f"must be from 1 to {MAX_BODY_BYTES} (256 MiB, the kind's maximum)",
@@ -256,8 +257,9 @@ def _check_scheduler(options: SchedulerOptions, at: str, problems: Problems) -> 
     if "lru" in (options.weights or {}) and options.scheduler != "llm-d":
         problems.add("Gateway.LruNeedsLlmD", join_path(join_path(at, "weights"), "lru"),
                      "the lru scorer exists only in the llm-d scheduler: remove it or use scheduler: llm-d")
-    if not 1 <= options.replicas <= 100:
-        problems.add("Gateway.ReplicasOutOfRange", join_path(at, "replicas"), "must be from 1 to 100", options.replicas)
+    if not 1 <= options.replicas <= MAX_REPLICAS:
+        problems.add("Gateway.ReplicasOutOfRange", join_path(at, "replicas"), f"must be from 1 to {MAX_REPLICAS}",
+                     options.replicas)
     if len(options.lora_adapters) > 50 or any(not 1 <= len(a) <= 253 for a in options.lora_adapters):
         problems.add("Gateway.LoraAdaptersInvalid", join_path(at, "loraAdapters"),
                      "at most 50 names of 1 to 253 characters", list(options.lora_adapters))

@@ -31,6 +31,7 @@ from hyperpod_inference_iac.charts.crd_schema import GROUP, PLURALS, schema_erro
 from hyperpod_inference_iac.charts.endpoint_blocks import CustomCertificateConfig, DnsConfig, TlsConfig
 from hyperpod_inference_iac.charts.gateway import (
     GATEWAY_MINIMUM_ADDON,
+    MAX_SCHEDULERS,
     GatewayModel,
     InferenceGateway,
     PlannedGateway,
@@ -903,8 +904,9 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
         if not listed and not problems.has_at_or_below(path):
             problems.add("Gateway.NoModels", path,
                          "no model names this gateway (models[i].gateway): it would have no scheduler to route to")
-        if len(listed) > 100:
-            problems.add("Gateway.TooManyModels", path, "at most 100 models behind one gateway", len(listed))
+        if len(listed) > MAX_SCHEDULERS:
+            problems.add("Gateway.TooManyModels", path, f"at most {MAX_SCHEDULERS} models behind one gateway (one "
+                         "scheduler each)", len(listed))
         served: dict[str, str] = {}
         for member in listed:
             if member.model_name in served:
