@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hyperpod_inference_iac.charts.network_policies import OPERATOR_NAMESPACE
-from hyperpod_inference_iac.operator_versions import INFERENCE_GATEWAY, AddonVersion
+from hyperpod_inference_iac.operator_versions import INFERENCE_GATEWAY, missing_features
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
 from hyperpod_inference_iac.platform_values import PlatformValue
 from hyperpod_inference_iac.validation import (
@@ -369,12 +369,9 @@ def check_engine_version(engine: str, version: tuple[int, ...] | None, args: Seq
 
 
 def gateway_available(addon_version: str | None) -> bool:
-    """Whether an add-on version has the gateway (``None``: an operator whose version the platform does not know)."""
-    if addon_version is None:
-        return True
-    parsed = AddonVersion.parse(addon_version)
-    minimum = AddonVersion.parse(GATEWAY_MINIMUM_ADDON)
-    return parsed is None or minimum is None or parsed >= minimum
+    """Whether an add-on version has the gateway (``None``: an operator whose version the platform does not know; a
+    version that does not parse is the version rule's problem): the version table's own comparison."""
+    return addon_version is None or not any(missing_features(KIND, {}, addon_version))
 
 
 # -- reading a gateways: entry ---------------------------------------------------------------------------
