@@ -99,7 +99,8 @@ class PlatformContext:
         operator's execution role may write there. @default none: every capture block needs its own s3Uri
     :param capture_key: the key captures are encrypted with when a tier names none. @default none
     :param tls_output: the operator's TLS certificate output location (``endpointDomain`` shortcut).
-    :param endpoint_domains: the names the platform certificate covers (``endpointDomain`` must be one).
+    :param endpoint_domains: the names the platform certificate covers (``endpointDomain`` must be one). ``None``: not
+        known (a config loader whose own list has a problem), so no name is compared with them.
     :param zone_name: the Route 53 zone of the endpoint names and of portable hostnames.
     :param custom_service_accounts_enabled: the operator add-on's ``enableCustomServiceAccounts``.
     :param synced_secrets: Kubernetes Secrets the platform keeps in the namespace, by name, with their
@@ -132,7 +133,7 @@ class PlatformContext:
     capture: S3Location | None = None
     capture_key: str | PlatformValue | None = None
     tls_output: S3Location | None = None
-    endpoint_domains: tuple[str, ...] = ()
+    endpoint_domains: tuple[str, ...] | None = ()
     zone_name: str | None = None
     custom_service_accounts_enabled: bool = False
     synced_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
@@ -468,7 +469,7 @@ def _wire_model(context: PlatformContext, entry: ModelDeployment, path: str, pro
     changes: dict[str, Any] = {}
     if entry.endpoint_domain is not None:
         domain_path = join_path(path, "endpointDomain")
-        if entry.endpoint_domain not in context.endpoint_domains:
+        if context.endpoint_domains is not None and entry.endpoint_domain not in context.endpoint_domains:
             problems.add("Model.EndpointDomainNotCertified", domain_path,
                          f"must be one of the platform's endpoint domains ({', '.join(context.endpoint_domains)}), "
                          "the names its certificate covers", entry.endpoint_domain)
@@ -738,7 +739,7 @@ def _check_hostname(context: PlatformContext, server: PortableModelServer, path:
         problems.add("Portable.HostnameOutsideZone", join_path(path, "hostname"),
                      f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records "
                      "there only", hostname)
-    if hostname not in context.endpoint_domains:
+    if context.endpoint_domains is not None and hostname not in context.endpoint_domains:
         covered = ", ".join(context.endpoint_domains) or "none"
         problems.add("Portable.HostnameNotCertified", join_path(path, "hostname"),
                      f"must be one of the platform's endpoint domains, the names its certificate covers (covered: "
@@ -860,12 +861,13 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
                          f"{GATEWAY_MINIMUM_ADDON} or newer, and the cluster's is {version}: raise "
                          f"{context.key_paths.at('operator_addon_version')} (docs/operator-versions.md says what an "
                          "upgrade brings) or remove it", version)
-        if gateway.endpoint_domain is not None and context.endpoint_domains \
-                and gateway.endpoint_domain not in context.endpoint_domains:
+        if gateway.endpoint_domain is None or context.endpoint_domains is None:
+            pass  # (missing: the gateway's own problem; the names unknown: compared once they are right)
+        elif context.endpoint_domains and gateway.endpoint_domain not in context.endpoint_domains:
             problems.add("Gateway.EndpointDomainNotCertified", join_path(path, "endpointDomain"),
                          f"must be one of the platform's endpoint domains ({', '.join(context.endpoint_domains)}), the "
                          "names its certificate covers", gateway.endpoint_domain)
-        elif gateway.endpoint_domain is not None and not context.endpoint_domains:
+        elif not context.endpoint_domains:
             problems.add("Gateway.EndpointDomainNotCertified", join_path(path, "endpointDomain"),
                          "the platform has no certificate for the gateway to serve: add the name to the platform's "
                          "endpoint domains", gateway.endpoint_domain)

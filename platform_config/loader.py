@@ -143,21 +143,13 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         context = dataclasses.replace(context, operator_addon_version=None)
     if problems.has_at_or_below("hyperpod"):  # (groups with a problem place nothing: one problem, the group's)
         context = dataclasses.replace(context, node_groups=())
-    planned = Problems()
+    if problems.has_at_or_below("domain.endpointDomains"):  # (the workloads' names are compared once it is right)
+        context = dataclasses.replace(context, endpoint_domains=None)
     plan = plan_workloads(context, models=config.models, portable=config.portable, gateways=config.gateways,
-                          problems=planned)
-    # One mistake, one problem: with no endpoint names (or broken ones) no name can be one of them; the names the
-    # workloads give are compared again once domain.endpointDomains is right.
-    cascades = _UNCERTIFIED if problems.has_at_or_below("domain.endpointDomains") else frozenset()
-    problems.extend(problem for problem in planned if problem.code not in cascades)
+                          problems=problems)
     problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))
-
-
-# The plan's comparisons with domain.endpointDomains (left out when that key has a problem of its own).
-_UNCERTIFIED = frozenset({"Model.EndpointDomainNotCertified", "Gateway.EndpointDomainNotCertified",
-                          "Portable.HostnameNotCertified"})
 
 
 def _warnings(config: PlatformConfig) -> RiskWarnings:
