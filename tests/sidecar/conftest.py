@@ -98,7 +98,7 @@ class Sidecar:
                 samples[name] = float(value)
         return samples
 
-    def wait_for_metric(self, name: str, at_least: float, timeout: float = 10.0) -> float:
+    def wait_for_metric(self, name: str, at_least: float, timeout: float = 60.0) -> float:  # a safety timeout
         deadline = time.monotonic() + timeout
         while True:
             value = self.metrics().get(name, 0.0)

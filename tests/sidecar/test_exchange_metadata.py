@@ -164,7 +164,8 @@ def test_a_client_that_resets_before_the_last_chunk_is_recorded_as_partial_and_c
     before = sidecar.metrics()[PARTIAL]
     captured = sidecar.metrics()["capture_sidecar_records_captured_total"]
     sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
-    sock.sendall(_request("/v1/stream?events=5&delay_ms=5&end_delay_ms=500", "reset-before-last-chunk"))
+    # The last chunk follows [DONE] only after 20 s: the reset comes first however loaded the machine is.
+    sock.sendall(_request("/v1/stream?events=5&delay_ms=5&end_delay_ms=20000", "reset-before-last-chunk"))
     received = b""
     while b"data: [DONE]" not in received:
         chunk = sock.recv(65536)
@@ -178,7 +179,7 @@ def test_a_client_that_resets_before_the_last_chunk_is_recorded_as_partial_and_c
     metadata = record["eventMetadata"]
     assert metadata["partial"] is True and metadata["partialReason"] == "client_disconnected"
     assert metadata["responseStatus"] == 200
-    assert 0 <= metadata["timeToFirstChunkMs"] <= metadata["durationMs"] < 500  # ended at the reset
+    assert 0 <= metadata["timeToFirstChunkMs"] <= metadata["durationMs"] < 20_000  # ended at the reset
     output = record["captureData"]["endpointOutput"]["data"]
     assert "token4" in output and "data: [DONE]" in output  # what was captured before the reset
     assert sidecar.call("POST", "/v1/completions", b"{}", JSON).status == 200  # serving on
@@ -188,7 +189,7 @@ def test_a_client_that_resets_while_the_model_thinks_is_partial_without_a_status
     before = sidecar.metrics()[PARTIAL]
     captured = sidecar.metrics()["capture_sidecar_records_captured_total"]
     sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
-    sock.sendall(_request("/v1/completions?delay_ms=600", "reset-while-thinking"))
+    sock.sendall(_request("/v1/completions?delay_ms=20000", "reset-while-thinking"))  # still thinking at the reset
     time.sleep(0.2)
     _reset(sock)
 
@@ -197,5 +198,5 @@ def test_a_client_that_resets_while_the_model_thinks_is_partial_without_a_status
     metadata = record["eventMetadata"]
     assert metadata["partialReason"] == "client_disconnected"
     assert "responseStatus" not in metadata and "timeToFirstChunkMs" not in metadata
-    assert 150 <= metadata["durationMs"] < 600
+    assert 150 <= metadata["durationMs"] < 20_000  # from the request to the reset, not to an answer
     assert record["captureData"]["endpointOutput"]["data"] == ""

@@ -4,8 +4,6 @@ throughout. Before the bounds, 3,000 such connections took it from 48 to 269 MiB
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 
 from .conftest import Sidecar
@@ -42,7 +40,7 @@ def test_thousands_of_unauthenticated_and_slowloris_connections_leave_no_trace(s
     statuses = result.keyed_statuses
     assert len(statuses) >= 20
     assert statuses.count(200) >= 0.99 * len(statuses), sorted(set(statuses))
-    assert statistics.median(result.keyed_latencies) < 0.5
+    # (Their latency meanwhile is a figure, not a test: benchmarks/sidecar_exhaustion_bench.py records it.)
     evicted = metrics['capture_sidecar_connections_evicted_total{reason="max_unauthenticated"}']
     assert evicted + metrics["capture_sidecar_half_open_closed_total"] > CONNECTIONS / 2
     # (Header timeouts are few here: at this rate of new connections eviction closes the old ones first.)

@@ -48,7 +48,7 @@ def status(sidecar: Sidecar, key: str) -> int:
                                                             "Content-Type": "application/json"}).status
 
 
-def wait_for(sidecar: Sidecar, key: str, wanted: int, timeout: float = 5.0) -> None:
+def wait_for(sidecar: Sidecar, key: str, wanted: int, timeout: float = 60.0) -> None:  # a safety timeout
     deadline = time.monotonic() + timeout
     while (got := status(sidecar, key)) != wanted:
         assert time.monotonic() < deadline, f"still {got}, not {wanted}, {timeout} s after the file changed"
