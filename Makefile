@@ -19,16 +19,28 @@ CHECKOV_VENV := $(VENV)/checkov
 WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
+.PHONY: setup synth-setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
 .PHONY: lock capture-layer
 
-setup: $(VENV)/.installed node_modules/.installed
+# Two layers, so `make synth` installs only what synth needs (docs/testing.md, "A lean setup"):
+# - synth-setup: the library and the app's cdk-nag from the hashed requirements/deploy.lock (the set the deploy job
+#   installs), without byte-compiling (Python compiles the few aws-cdk-lib modules the app imports on first use),
+#   and the pinned CDK CLI. About 600 MB, against 2.2 GB with the test tools.
+# - setup: the test and review tools on top (pytest, moto, cfn-lint, mypy, ...) and checkov's own venv.
+synth-setup: $(VENV)/.synth-installed node_modules/.installed
+setup: synth-setup $(VENV)/.installed
 # checkov has its own venv (inside .venv, so a clean checkout rebuilds it): its pins (boto3, packaging,
 # networkx) conflict with the project's. Installed from hashes only (requirements/checkov.lock).
 setup: $(CHECKOV_VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.synth-installed: pyproject.toml requirements/deploy.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --require-hashes --no-deps \
+		--only-binary :all: -r requirements/deploy.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps --no-build-isolation -e .
+	touch $@
+
+$(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.synth-installed
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=24'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
@@ -39,13 +51,13 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.lock
 		--only-binary :all: -r requirements/checkov.lock
 	touch $@
 
-node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+node_modules/.installed: package.json package-lock.json $(VENV)/.synth-installed
 	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## synth: CloudFormation templates in cdk.out/ and Kubernetes manifests in dist/ (offline, no credentials).
 # The config is checked first on its own (every problem, exit 2, nothing written), then synthesized.
-synth: setup
+synth: synth-setup
 	$(BIN)/python -m platform_config $(CONFIG)
 	$(CDK) synth --quiet --no-notices -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
 
