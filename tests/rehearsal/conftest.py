@@ -222,7 +222,7 @@ REHEARSAL_CALLER = "rehearsal-api-key"
 def fill_one_batch(sidecar: Sidecar, batch_size: int, *, max_requests: int = 5000) -> int:
     """Send completions until the sidecar has sampled one batch in (its sampling percentage is the manifest's),
     then wait until it has tried to upload it; the number of requests sent."""
-    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=60)
     headers = {"Content-Type": "application/json"}
     if getattr(sidecar, "env", {}).get("API_KEYS_FILE"):
         headers["Authorization"] = f"Bearer {REHEARSAL_API_KEY}"

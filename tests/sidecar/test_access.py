@@ -98,7 +98,7 @@ def test_a_weak_api_key_is_refused_without_printing_it() -> None:
         "UPSTREAM_HEALTH_PATH": "health",
     }
     result = subprocess.run(
-        [sys.executable, "-m", "capture_sidecar"], cwd=SIDECAR_DIR, env=env, capture_output=True, text=True, timeout=10
+        [sys.executable, "-m", "capture_sidecar"], cwd=SIDECAR_DIR, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert "API_KEY (value not shown)" in result.stderr

@@ -25,7 +25,7 @@ SAFETY_TIMEOUT_S = 60
 
 
 def connect(port: int, data: bytes = b"") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     if data:
         sock.sendall(data)
     return sock
@@ -47,7 +47,7 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
 
 def response_on(sock: socket.socket, request: bytes = AUTHENTICATED_REQUEST) -> bytes:
     """The status line of the response to one request on an open keep-alive connection."""
-    sock.settimeout(10)
+    sock.settimeout(60)
     sock.sendall(request)
     response = http.client.HTTPResponse(sock)
     response.begin()
@@ -110,7 +110,7 @@ def test_a_partial_head_then_eof_is_closed_at_once(start_sidecar) -> None:
     sock = connect(sidecar.port, AUTHENTICATED_REQUEST)
     sock.shutdown(socket.SHUT_WR)
     received = b""
-    sock.settimeout(10)
+    sock.settimeout(60)
     while piece := sock.recv(65536):
         received += piece
     sock.close()
@@ -179,7 +179,7 @@ def test_past_max_connections_new_connections_are_refused_and_open_ones_served(s
     for _ in range(5):
         refused = connect(sidecar.port)
         answer = b""
-        refused.settimeout(5)
+        refused.settimeout(60)
         try:
             while piece := refused.recv(65536):
                 answer += piece

@@ -62,7 +62,7 @@ def parse(data: bytes) -> list[dict]:
 
 
 def connect(sidecar: Sidecar) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    return socket.create_connection(("127.0.0.1", sidecar.port), timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_chunked_request_body_reaches_the_model_server_with_a_content_length(sta
 def test_expect_100_continue_is_answered_by_the_sidecar(sidecar: Sidecar) -> None:
     with connect(sidecar) as sock:
         sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
-        sock.settimeout(5)
+        sock.settimeout(60)
         interim = sock.recv(4096)
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(b"body")
@@ -204,7 +204,7 @@ def test_a_client_that_does_not_read_costs_bounded_memory(start_sidecar) -> None
         time.sleep(1.5)  # the model server has long finished; the sidecar holds back, it does not buffer
         stalled = vm_rss_mib(sidecar.process.pid)
         assert sidecar.call("GET", "/health").status == 200  # others are served meanwhile
-        sock.settimeout(10)
+        sock.settimeout(60)
         responses = Responses(count_only=True)
         while not responses.items or not responses.items[-1]["complete"]:
             chunk = sock.recv(1 << 20)
@@ -218,7 +218,7 @@ def test_a_client_that_leaves_mid_stream_is_counted_as_partial_and_the_sidecar_s
     sidecar: Sidecar = start_sidecar()
     with connect(sidecar) as sock:
         sock.sendall(b"POST /v1/stream?events=50&delay_ms=20 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-        sock.settimeout(5)
+        sock.settimeout(60)
         received = b""
         while b"data: " not in received:
             received += sock.recv(65536)

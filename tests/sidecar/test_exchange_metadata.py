@@ -163,7 +163,7 @@ PARTIAL = f'capture_sidecar_partial_exchanges_total{{model="{MODEL}",reason="cli
 def test_a_client_that_resets_before_the_last_chunk_is_recorded_as_partial_and_counted(sidecar: Sidecar, s3) -> None:
     before = sidecar.metrics()[PARTIAL]
     captured = sidecar.metrics()["capture_sidecar_records_captured_total"]
-    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=60)
     # The last chunk follows [DONE] only after 20 s: the reset comes first however loaded the machine is.
     sock.sendall(_request("/v1/stream?events=5&delay_ms=5&end_delay_ms=20000", "reset-before-last-chunk"))
     received = b""
@@ -188,7 +188,7 @@ def test_a_client_that_resets_before_the_last_chunk_is_recorded_as_partial_and_c
 def test_a_client_that_resets_while_the_model_thinks_is_partial_without_a_status(sidecar: Sidecar, s3) -> None:
     before = sidecar.metrics()[PARTIAL]
     captured = sidecar.metrics()["capture_sidecar_records_captured_total"]
-    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", sidecar.port), timeout=60)
     sock.sendall(_request("/v1/completions?delay_ms=20000", "reset-while-thinking"))  # still thinking at the reset
     time.sleep(0.2)
     _reset(sock)

@@ -71,7 +71,7 @@ def sidecar(start_module_sidecar) -> Sidecar:
 
 @pytest.mark.parametrize("path", ["/broken/midstream", "/broken/length", "/broken/chunking"])
 def test_broken_upstream_response_reaches_the_client_as_incomplete(sidecar: Sidecar, path: str) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=5)
+    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=60)
     connection.request("POST", path, b"{}", {"Content-Type": "application/json"})
     response = connection.getresponse()
 
@@ -86,7 +86,7 @@ def test_broken_upstream_response_reaches_the_client_as_incomplete(sidecar: Side
 
 def test_broken_responses_are_recorded_as_partial(start_sidecar, s3) -> None:
     sidecar = start_sidecar()
-    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=5)
+    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=60)
     connection.request("POST", "/broken/midstream", b"{}", {"Content-Type": "application/json"})
     with pytest.raises(http.client.IncompleteRead):
         connection.getresponse().read()

@@ -270,7 +270,7 @@ class StandIn:
     def _one(self, conn: socket.socket) -> None:
         with conn:
             try:
-                conn.settimeout(10)
+                conn.settimeout(60)
                 self.requests.append(conn.recv(65536))
                 self.serve(conn)
             except OSError:
@@ -344,7 +344,7 @@ def test_the_target_is_always_asked_for_metrics_and_nothing_else() -> None:
                                    "", "target=127.0.0.1%3A{p}%2Fadmin", "target=http%3A%2F%2F127.0.0.1%3A{p}"])
 def test_a_probe_names_exactly_one_target(query: str) -> None:
     with running(_settings(), answer(VLLM)) as (port, target):
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         connection.request("GET", "/probe?" + query.format(p=target))
         assert connection.getresponse().status == 400
 
@@ -420,7 +420,7 @@ def test_a_slowloris_client_is_closed() -> None:
     settings = _settings(read_timeout=10, client_timeout=0.6)
     head = b"GET /probe?target=127.0.0.1:1 HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 600
     with running(settings, answer(VLLM)) as (port, _):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         closed_while_sending = False
         try:
             for byte in head:
@@ -441,9 +441,9 @@ def test_a_slowloris_client_is_closed() -> None:
 def test_connections_beyond_the_bound_are_closed() -> None:
     settings = _settings(max_connections=2, client_timeout=3.0)
     with running(settings, answer(VLLM)) as (port, target):
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(2)]
         time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=60)
         assert extra.recv(1) == b""  # closed without an answer
         extra.close()
         for sock in idle:
@@ -472,7 +472,7 @@ def test_the_module_runs_from_the_image_entry_point() -> None:
                                env={**env, "RELAY_PORT": str(port)}, stderr=subprocess.PIPE)
     try:
         wait_for_port(port, process)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         connection.request("GET", "/healthz")
         assert connection.getresponse().status == 200
         assert probe(port, "127.0.0.1:8000")[0] == 403  # loopback: forbidden in the real process

@@ -32,7 +32,7 @@ def test_sigterm_flushes_buffered_records_and_exits_zero(start_sidecar, s3) -> N
 
 def test_in_flight_stream_finishes_and_new_connections_are_refused(start_sidecar, s3) -> None:
     sidecar: Sidecar = start_sidecar(BATCH_SIZE="100", FLUSH_INTERVAL_SECONDS="300")
-    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", sidecar.port, timeout=60)
     connection.request("POST", "/v1/stream?events=5&delay_ms=200", b"{}", {"Content-Type": "application/json"})
     response = connection.getresponse()
     first_line = response.readline()
@@ -46,7 +46,7 @@ def test_in_flight_stream_finishes_and_new_connections_are_refused(start_sidecar
 
     assert first_line.startswith(b"data: ")
     assert rest.count(b"data: ") == 5  # four more events and [DONE]
-    assert sidecar.process.wait(timeout=10) == 0
+    assert sidecar.process.wait(timeout=60) == 0
     [record] = read_records(s3, sidecar.prefix, expected=1, timeout=1)
     assert record["captureData"]["endpointOutput"]["data"].endswith("data: [DONE]\n\n")
 
@@ -88,7 +88,7 @@ def test_bad_settings_exit_non_zero_listing_every_problem() -> None:
     }
 
     result = subprocess.run(
-        [sys.executable, "-m", "capture_sidecar"], cwd=SIDECAR_DIR, env=env, capture_output=True, text=True, timeout=10
+        [sys.executable, "-m", "capture_sidecar"], cwd=SIDECAR_DIR, env=env, capture_output=True, text=True, timeout=60
     )
 
     assert result.returncode == 2
@@ -108,7 +108,7 @@ def test_missing_required_settings_are_named() -> None:
         env={"PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
-        timeout=10,
+        timeout=60,
     )
 
     assert result.returncode == 2

@@ -24,7 +24,7 @@ class GatedWriter:
 
     def put(self, key: str, body: bytes) -> None:
         self.put_started.set()
-        assert self.gate.wait(timeout=5)
+        assert self.gate.wait(timeout=60)
         self.objects.append(body)
 
 

@@ -395,10 +395,10 @@ class MotoServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a safety timeout: a loaded machine starts moto slowly
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=2):
+                with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=10):
                     break
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
