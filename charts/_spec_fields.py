@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, ClassVar, Self, TypeVar
 
-from hyperpod_inference_iac.operator_versions import unplaced_field
-from hyperpod_inference_iac.platform_values import is_platform_value
-from hyperpod_inference_iac.validation import (
+from hyperpod_inference_iac.foundation.operator_versions import unplaced_field
+from hyperpod_inference_iac.foundation.platform_values import is_platform_value
+from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
     UNKNOWN_KEY,
@@ -274,7 +274,7 @@ def parse_block(cls: type[_Block], data: Any, path: str, problems: Problems) -> 
 
 
 def _is_platform_type(hint: Any) -> bool:
-    from hyperpod_inference_iac.platform_values import PlatformValue, S3Location, S3Uri
+    from hyperpod_inference_iac.foundation.platform_values import PlatformValue, S3Location, S3Uri
 
     return hint in (PlatformValue, S3Uri, S3Location)
 

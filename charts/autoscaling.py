@@ -18,8 +18,8 @@ import enum
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.scaling_metrics import AMP_WORKSPACE_URL, PrometheusWorkspace, ScalingMetrics
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.scaling_metrics import AMP_WORKSPACE_URL, PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
 
 # Kubernetes caps an HPA stabilization window at one hour (HorizontalPodAutoscalerBehavior).
 MAX_STABILIZATION_SECONDS = 3600

@@ -12,9 +12,9 @@ import enum
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.patterns import KMS_KEY_ID
-from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import KMS_KEY_ID
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, S3Uri
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 # The CRD's own pattern for dataCapture.s3Uri.
 S3_URI_PATTERN = r"^s3://([^/]+)(/[^,=]*)?$"

@@ -29,7 +29,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.foundation._package_data import package_dir
 
 GROUP = "inference.sagemaker.aws.amazon.com"
 # The kinds the vendored CRDs describe (charts/crds/), and the kinds only an overlay describes.

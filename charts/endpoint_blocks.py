@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.patterns import ACM_CERTIFICATE_ARN, DOMAIN_NAME, HOSTED_ZONE_ID
-from hyperpod_inference_iac.platform_values import PlatformValue, S3Uri
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.patterns import ACM_CERTIFICATE_ARN, DOMAIN_NAME, HOSTED_ZONE_ID
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, S3Uri
+from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
 
 # The CRDs' int32 (maxDeployTimeInSeconds has no other bound; default 3600).
 INT32_MAX = 2_147_483_647

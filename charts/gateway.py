@@ -37,10 +37,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hyperpod_inference_iac.charts.network_policies import OPERATOR_NAMESPACE
-from hyperpod_inference_iac.operator_versions import INFERENCE_GATEWAY, missing_features
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME
-from hyperpod_inference_iac.platform_values import PlatformValue
-from hyperpod_inference_iac.validation import (
+from hyperpod_inference_iac.foundation.operator_versions import INFERENCE_GATEWAY, missing_features
+from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue
+from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
     UNKNOWN_KEY,
@@ -341,7 +341,7 @@ def engine_of_image(image: str) -> tuple[str | None, tuple[int, ...] | None]:
     """The serving engine an image runs, from its repository name, and its version, from its tag
     (``vllm/vllm-openai:v0.11.0`` is vLLM 0.11.0; ``lmsysorg/sglang:v0.4.6.post1-cu124`` SGLang 0.4.6.1). A
     digest-pinned image gives the engine but no version. The one reading of an image: the model alarms' engine is
-    this one's (:func:`hyperpod_inference_iac.model_metrics.engine_of_image`)."""
+    this one's (:func:`hyperpod_inference_iac.observability.model_metrics.engine_of_image`)."""
     reference = image.partition("@")[0]
     # (a registry's port is not a tag: the tag is after the last ':' of the last path segment only)
     repository, _, tag = reference.rpartition(":") if ":" in reference.rpartition("/")[2] else (reference, "", "")

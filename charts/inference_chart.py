@@ -21,9 +21,9 @@ from hyperpod_inference_iac.charts.jumpstart import JumpStartModel
 from hyperpod_inference_iac.charts.plan import Workload, check_workload_set, named
 from hyperpod_inference_iac.charts.pod_security import namespace_metadata, namespace_security
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
-from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
-from hyperpod_inference_iac.platform_values import PlatformValues
-from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path, wrong_type
+from hyperpod_inference_iac.foundation.patterns import DNS1123_SUBDOMAIN, IAM_ROLE_ARN
+from hyperpod_inference_iac.foundation.platform_values import PlatformValues
+from hyperpod_inference_iac.foundation.validation import WRONG_TYPE, Problems, join_path, wrong_type
 
 USER_ASSIGNABLE_LABEL = "sagemaker.amazonaws.com/user-assignable"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -77,7 +77,7 @@ def parse_models(data: Any, *, path: str = "models", problems: Problems) -> list
 class InferenceChart(cdk8s.Chart):
     """Operator custom resources for one namespace, plus the service accounts they reference.
 
-    Checks everything first and raises one :class:`~hyperpod_inference_iac.validation.ConfigError`
+    Checks everything first and raises one :class:`~hyperpod_inference_iac.foundation.validation.ConfigError`
     listing every problem. Objects: optional Namespace, one ServiceAccount per custom identity
     (``.service_accounts``), one custom resource per model (``.resources``, keyed by name; each an
     ``ApiObject`` that takes ``add_json_patch``).

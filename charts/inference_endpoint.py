@@ -28,14 +28,14 @@ from hyperpod_inference_iac.charts.model_cache import ModelCacheConfig
 from hyperpod_inference_iac.charts.model_source import ModelSourceConfig, ModelSourceType
 from hyperpod_inference_iac.charts.nvme_cache import HYPERPOD_NVME_ROOT, NvmeModelCache
 from hyperpod_inference_iac.charts.routing import IntelligentRoutingSpec, KvCacheSpec
-from hyperpod_inference_iac.patterns import (
+from hyperpod_inference_iac.foundation.patterns import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     PINNED_IMAGE,
     SAGEMAKER_ENDPOINT_NAME,
     SAGEMAKER_MODEL_NAME,
 )
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 # metadata.annotations' rules (apimachinery ValidateAnnotations): a qualified name, optionally under a DNS prefix.

@@ -25,8 +25,13 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
 from hyperpod_inference_iac.charts.inference_endpoint import API_VERSION
 from hyperpod_inference_iac.charts.model_cache import ModelCacheConfig
 from hyperpod_inference_iac.charts.routing import IntelligentRoutingSpec, KvCacheSpec
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, IAM_ROLE_ARN, SAGEMAKER_ENDPOINT_NAME, SAGEMAKER_NAME
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import (
+    DNS1123_LABEL,
+    IAM_ROLE_ARN,
+    SAGEMAKER_ENDPOINT_NAME,
+    SAGEMAKER_NAME,
+)
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 # A JumpStartModel has no spec.kubernetes: podTemplateAnnotations (operator 3.6) and the other pod customizations are
 # InferenceEndpointConfig fields (sagemaker-hyperpod-cli pull request 461).

@@ -11,8 +11,8 @@ import dataclasses
 import enum
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.patterns import DNS1123_SUBDOMAIN, S3_BUCKET_NAME
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import DNS1123_SUBDOMAIN, S3_BUCKET_NAME
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 HF_MODEL_ID_PATTERN = r"^[a-zA-Z0-9_.-]+/[a-zA-Z0-9_.-]+$"
 COMMIT_SHA_PATTERN = r"^[0-9a-f]{40}$"

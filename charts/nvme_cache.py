@@ -36,8 +36,8 @@ from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field, planned_field
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, PINNED_IMAGE
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, PINNED_IMAGE
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 # Pinned: a moving tag would change what runs with the workload's S3 credentials.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"

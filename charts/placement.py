@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hyperpod_inference_iac.charts.endpoint_blocks import INSTANCE_TYPE_PATTERN
-from hyperpod_inference_iac.patterns import SAGEMAKER_INSTANCE_TYPE
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.patterns import SAGEMAKER_INSTANCE_TYPE
+from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # HyperPod nodes carry the ml.* type here
 TOP_WEIGHT = 100  # the largest weight a preferred scheduling term may have
@@ -45,7 +45,7 @@ def preferred_instance_types(instance_types: Sequence[str], *,
     """A NodeAffinity that allows only ``instance_types`` and prefers them in the order given (weights 100, 99,
     ...). ``extra_required`` adds node selector requirements every node must meet as well (for example
     ``{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}``). Raises one
-    :class:`~hyperpod_inference_iac.validation.ConfigError` listing every problem of the list."""
+    :class:`~hyperpod_inference_iac.foundation.validation.ConfigError` listing every problem of the list."""
     problems = Problems()
     check_instance_type_preference(instance_types, "instance_types", problems)
     problems.raise_if_any("preferred_instance_types")

@@ -6,7 +6,7 @@ and what they need to know about the platform (:class:`PlatformContext`), and re
 
 * its runtime configuration (the custom resource, or the Deployment's settings: the sidecar's capture
   prefix, the loader's weights prefix, the key it encrypts with), with the platform's own values as
-  :class:`~hyperpod_inference_iac.platform_values.PlatformValue` references;
+  :class:`~hyperpod_inference_iac.foundation.platform_values.PlatformValue` references;
 * its identity (:class:`IdentityPlan`): one role for its service account, allowed exactly the S3
   prefixes and keys that runtime configuration names (:class:`ObjectAccess`), nothing else.
 
@@ -14,7 +14,7 @@ A role therefore cannot disagree with what its runtime does. Every problem is re
 path the workload came from (``models[1].spec...``), all of them in one run.
 
 The CDK app renders the plan through :class:`~hyperpod_inference_iac.InferenceWorkloads` (identities and
-manifests applied by the kubectl provider) and :func:`~hyperpod_inference_iac.gitops.stage_manifests`
+manifests applied by the kubectl provider) and :func:`~hyperpod_inference_iac.serving.gitops.stage_manifests`
 renders the same plan into ``dist/``.
 """
 
@@ -50,12 +50,12 @@ from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
 from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
-from hyperpod_inference_iac.instance_store import families_with_nvme, has_instance_store_nvme
-from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION, missing_features, unplaced_field
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
-from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
-from hyperpod_inference_iac.scaling_metrics import ScalingMetrics
-from hyperpod_inference_iac.validation import KeyPaths, Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.instance_store import families_with_nvme, has_instance_store_nvme
+from hyperpod_inference_iac.foundation.operator_versions import DEFAULT_ADDON_VERSION, missing_features, unplaced_field
+from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, iam_role_arn, iam_role_name
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.foundation.scaling_metrics import ScalingMetrics
+from hyperpod_inference_iac.foundation.validation import KeyPaths, Problems, is_unresolved, join_path
 
 Workload = InferenceEndpointConfig | JumpStartModel | ModelWeightsCacheConfig
 
@@ -398,7 +398,7 @@ def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment
 
     With ``problems``, every problem is added there (each once) and the plan is returned regardless (a
     config loader reports them with its own); without, they are raised as one
-    :class:`~hyperpod_inference_iac.validation.ConfigError`. Bare workloads are planned under the paths
+    :class:`~hyperpod_inference_iac.foundation.validation.ConfigError`. Bare workloads are planned under the paths
     ``models[i]`` and ``portable[i]``.
     """
     collected = Problems() if problems is None else problems

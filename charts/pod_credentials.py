@@ -11,7 +11,7 @@ service account token with an audience of that container's own (``hyperpod-infer
 variables (``AWS_ROLE_ARN``, ``AWS_WEB_IDENTITY_TOKEN_FILE``) in its environment only. Each role trusts the
 service account *and* its audience (``<issuer>:aud``), so one container's token cannot assume another
 container's role, and a container without the mount has no token at all. The cluster's OIDC provider must list
-the audiences as client IDs (:func:`hyperpod_inference_iac.inference_workloads.register_token_audiences`).
+the audiences as client IDs (:func:`hyperpod_inference_iac.serving.inference_workloads.register_token_audiences`).
 """
 
 from __future__ import annotations

@@ -36,9 +36,9 @@ from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT
 from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL, aws_api_egress, tcp
 from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, LOADER_CONTAINER, NvmeModelCache
 from hyperpod_inference_iac.charts.pod_security import namespace_metadata, namespace_security
-from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, IAM_ROLE_ARN, PINNED_IMAGE
-from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME, IAM_ROLE_ARN, PINNED_IMAGE
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
 
 if TYPE_CHECKING:
     from hyperpod_inference_iac.charts.plan import PortableWorkload

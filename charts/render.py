@@ -1,7 +1,7 @@
 """A :class:`~hyperpod_inference_iac.charts.plan.WorkloadPlan` as cdk8s charts: the namespaces with their security,
 then one small chart per workload, in a fixed order. The CDK app and the GitOps hand-off both call
 :func:`render_workloads` on the same plan, with their own
-:class:`~hyperpod_inference_iac.platform_values.PlatformValues`.
+:class:`~hyperpod_inference_iac.foundation.platform_values.PlatformValues`.
 
 The namespace chart holds, per namespace, the Namespace (its Pod Security level: :mod:`charts.pod_security`) and
 its network policies (:mod:`charts.network_policies`), and once for the cluster the host-path admission policy when
@@ -31,7 +31,7 @@ from hyperpod_inference_iac.charts.pod_security import (
     namespace_security,
 )
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
-from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValues
+from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValues
 
 NAMESPACE_CHART = "namespace"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
 from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec
-from hyperpod_inference_iac.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
 
 REDIS_URL_PATTERN = r"^rediss?://[^\s/]+"
 

@@ -20,8 +20,8 @@ from hyperpod_inference_iac.charts.inference_endpoint import API_VERSION
 from hyperpod_inference_iac.charts.jumpstart import JumpStartModelRef
 from hyperpod_inference_iac.charts.model_cache import host_path_field
 from hyperpod_inference_iac.charts.model_source import ModelSourceConfig, ModelSourceType
-from hyperpod_inference_iac.patterns import DNS1123_LABEL
-from hyperpod_inference_iac.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

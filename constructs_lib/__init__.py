@@ -17,45 +17,19 @@ Constructs (each has a page in docs/constructs/ and an example in examples/):
 * :class:`AlarmTopic`, :class:`CaptureAlarms`, :class:`CertificateAlarms`, :class:`CaptureSidecarMetrics`,
   :class:`ModelServingMetrics`, :class:`PlatformDashboard`: the alarm topic, the alarms on capture, certificates,
   capture sidecars and the operator's models, and
-  the on-call dashboard (:mod:`hyperpod_inference_iac.alarms` holds what they share);
+  the on-call dashboard (:mod:`hyperpod_inference_iac.observability.alarms` holds what they share);
 * :class:`LambdaLogRetention`: the Aspect that gives every Lambda function (CDK's own helpers included) a
   log group with a retention.
 
 Charts and the workload plan are in :mod:`hyperpod_inference_iac.charts`; the GitOps hand-off in
-:mod:`hyperpod_inference_iac.gitops`. Every construct validates its properties (all problems at once, as
+:mod:`hyperpod_inference_iac.serving.gitops`. Every construct validates its properties (all problems at once, as
 one :class:`ConfigError`), warns about risky but legal choices (acknowledgeable CDK warnings, decided by
-``warn_*`` functions a config loader calls too: :mod:`hyperpod_inference_iac.risks`), needs no feature flag of
-the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.nag`).
+``warn_*`` functions a config loader calls too: :mod:`hyperpod_inference_iac.foundation.risks`), needs no feature flag
+of
+the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.foundation.nag`).
 """
 
-from hyperpod_inference_iac.alarm_topic import (
-    AlarmTopic,
-    AlarmTopicOptions,
-    AlarmTopicProps,
-    check_alarm_topic,
-    warn_alarm_topic,
-)
-from hyperpod_inference_iac.alarms import (
-    AlarmNotifyOptions,
-    AlarmSettings,
-    AlarmWiringProps,
-    alarm_table,
-    describe_alarms,
-)
-from hyperpod_inference_iac.api_keys import (
-    ApiKeySync,
-    ApiKeySyncProps,
-    SecretsOptions,
-    api_key_sync,
-    check_api_key_rotation,
-)
-from hyperpod_inference_iac.capture_alarms import (
-    CaptureAlarms,
-    CaptureAlarmsOptions,
-    CaptureAlarmsProps,
-    check_capture_alarms,
-)
-from hyperpod_inference_iac.capture_pipeline import (
+from hyperpod_inference_iac.capture.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
     CapturePipelineOptions,
@@ -64,14 +38,14 @@ from hyperpod_inference_iac.capture_pipeline import (
     check_capture_pipeline,
     warn_capture_pipeline,
 )
-from hyperpod_inference_iac.capture_storage import (
+from hyperpod_inference_iac.capture.capture_storage import (
     CaptureStorage,
     CaptureStorageOptions,
     CaptureStorageProps,
     check_capture_storage,
     warn_capture_storage,
 )
-from hyperpod_inference_iac.capture_tables import (
+from hyperpod_inference_iac.capture.capture_tables import (
     CaptureTables,
     CaptureTablesOptions,
     CaptureTablesProps,
@@ -79,15 +53,7 @@ from hyperpod_inference_iac.capture_tables import (
     TableReader,
     warn_capture_tables,
 )
-from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
-from hyperpod_inference_iac.certificate_alarms import (
-    CertificateAlarms,
-    CertificateAlarmsOptions,
-    CertificateAlarmsProps,
-    check_certificate_alarms,
-    warn_certificate_alarms,
-)
-from hyperpod_inference_iac.eks_cluster import (
+from hyperpod_inference_iac.cluster.eks_cluster import (
     KUBECTL_LAYERS,
     NVIDIA_DEVICE_PLUGIN,
     ClusterEndpointAccess,
@@ -97,36 +63,14 @@ from hyperpod_inference_iac.eks_cluster import (
     check_inference_cluster,
     warn_inference_cluster,
 )
-from hyperpod_inference_iac.endpoint_domain import (
-    EndpointDomain,
-    EndpointDomainOptions,
-    EndpointDomainProps,
-    check_endpoint_domain,
-)
-from hyperpod_inference_iac.external_dns import (
-    ExternalDns,
-    ExternalDnsProps,
-    check_external_dns,
-    external_dns_release,
-    external_dns_releases,
-)
-from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, GitHubDeployRoleProps, check_github_deploy_role
-from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
-from hyperpod_inference_iac.gpu_nodegroup import (
+from hyperpod_inference_iac.cluster.gpu_nodegroup import (
     GpuNodeGroup,
     GpuNodeGroupOptions,
     GpuNodeGroupProps,
     LocalStorageStrategy,
     check_gpu_node_group,
 )
-from hyperpod_inference_iac.helm import HelmRelease
-from hyperpod_inference_iac.hugging_face_token import (
-    EXTERNAL_SECRETS,
-    HuggingFaceTokenSync,
-    HuggingFaceTokenSyncProps,
-    SecretSync,
-)
-from hyperpod_inference_iac.hyperpod_cluster import (
+from hyperpod_inference_iac.cluster.hyperpod_cluster import (
     CapacityType,
     DeepHealthCheck,
     HyperPodCluster,
@@ -139,40 +83,13 @@ from hyperpod_inference_iac.hyperpod_cluster import (
     check_hyperpod_cluster,
     warn_hyperpod_cluster,
 )
-from hyperpod_inference_iac.inference_operator import (
+from hyperpod_inference_iac.cluster.inference_operator import (
     InferenceOperator,
     InferenceOperatorOptions,
     InferenceOperatorProps,
     check_inference_operator,
 )
-from hyperpod_inference_iac.inference_workloads import (
-    InferenceWorkloads,
-    InferenceWorkloadsProps,
-    sidecar_image_hash,
-    sidecar_image_reference,
-    sidecar_image_uri,
-    warn_gateway,
-    warn_workload,
-)
-from hyperpod_inference_iac.log_retention import (
-    LambdaLogRetention,
-    LambdaLogRetentionProps,
-    LogRetentionOptions,
-    check_log_retention,
-    retention_from_days,
-)
-from hyperpod_inference_iac.model_metrics import (
-    Engine,
-    ModelServingMetrics,
-    ModelServingMetricsOptions,
-    ModelServingMetricsProps,
-    WatchedModel,
-    engine_of_image,
-    model_metrics_log_group_name,
-    model_metrics_manifests,
-    operator_metrics_spec,
-)
-from hyperpod_inference_iac.network import (
+from hyperpod_inference_iac.cluster.network import (
     ExistingVpcOptions,
     ExistingVpcProps,
     FlowLogTraffic,
@@ -186,31 +103,71 @@ from hyperpod_inference_iac.network import (
     deploy_time_availability_zones,
     existing_vpc,
 )
-from hyperpod_inference_iac.platform_dashboard import (
+from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster
+from hyperpod_inference_iac.foundation.helm import HelmRelease
+from hyperpod_inference_iac.foundation.log_retention import (
+    LambdaLogRetention,
+    LambdaLogRetentionProps,
+    LogRetentionOptions,
+    check_log_retention,
+    retention_from_days,
+)
+from hyperpod_inference_iac.foundation.platform_values import (
+    AwaitingDeploy,
+    PlatformValue,
+    PlatformValues,
+    S3Location,
+    S3Uri,
+)
+from hyperpod_inference_iac.foundation.regions import check_region
+from hyperpod_inference_iac.foundation.risks import WARNINGS, RiskWarning, RiskWarnings
+from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
+from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
+from hyperpod_inference_iac.observability.alarm_topic import (
+    AlarmTopic,
+    AlarmTopicOptions,
+    AlarmTopicProps,
+    check_alarm_topic,
+    warn_alarm_topic,
+)
+from hyperpod_inference_iac.observability.alarms import (
+    AlarmNotifyOptions,
+    AlarmSettings,
+    AlarmWiringProps,
+    alarm_table,
+    describe_alarms,
+)
+from hyperpod_inference_iac.observability.capture_alarms import (
+    CaptureAlarms,
+    CaptureAlarmsOptions,
+    CaptureAlarmsProps,
+    check_capture_alarms,
+)
+from hyperpod_inference_iac.observability.certificate_alarms import (
+    CertificateAlarms,
+    CertificateAlarmsOptions,
+    CertificateAlarmsProps,
+    check_certificate_alarms,
+    warn_certificate_alarms,
+)
+from hyperpod_inference_iac.observability.model_metrics import (
+    Engine,
+    ModelServingMetrics,
+    ModelServingMetricsOptions,
+    ModelServingMetricsProps,
+    WatchedModel,
+    engine_of_image,
+    model_metrics_log_group_name,
+    model_metrics_manifests,
+    operator_metrics_spec,
+)
+from hyperpod_inference_iac.observability.platform_dashboard import (
     PlatformDashboard,
     PlatformDashboardProps,
     check_platform_dashboard,
 )
-from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
-from hyperpod_inference_iac.regions import check_region
-from hyperpod_inference_iac.risks import WARNINGS, RiskWarning, RiskWarnings
-from hyperpod_inference_iac.s3_access import (
-    bucket_arn,
-    grant_key_through_s3,
-    grant_object_reads,
-    grant_object_writes,
-    kms_through_s3,
-)
-from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
-from hyperpod_inference_iac.secrets_key import (
-    SecretsKey,
-    SecretsKeyGuard,
-    SecretsKeyProps,
-    grant_secret_read,
-    kms_through_secrets_manager,
-    secrets_key_guard,
-)
-from hyperpod_inference_iac.sidecar_metrics import (
+from hyperpod_inference_iac.observability.sidecar_metrics import (
     CaptureSidecarMetrics,
     CaptureSidecarMetricsOptions,
     CaptureSidecarMetricsProps,
@@ -218,13 +175,67 @@ from hyperpod_inference_iac.sidecar_metrics import (
     sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
 )
-from hyperpod_inference_iac.tags import apply_tags, check_tags
-from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problem, Problems
-from hyperpod_inference_iac.workload_identity import (
+from hyperpod_inference_iac.security.github_deploy_role import (
+    GitHubDeployRole,
+    GitHubDeployRoleProps,
+    check_github_deploy_role,
+)
+from hyperpod_inference_iac.security.s3_access import (
+    bucket_arn,
+    grant_key_through_s3,
+    grant_object_reads,
+    grant_object_writes,
+    kms_through_s3,
+)
+from hyperpod_inference_iac.security.secrets_key import (
+    SecretsKey,
+    SecretsKeyGuard,
+    SecretsKeyProps,
+    grant_secret_read,
+    kms_through_secrets_manager,
+    secrets_key_guard,
+)
+from hyperpod_inference_iac.security.workload_identity import (
     IdentityBinding,
     WorkloadIdentity,
     WorkloadIdentityProps,
     check_workload_identity,
+)
+from hyperpod_inference_iac.serving.api_keys import (
+    ApiKeySync,
+    ApiKeySyncProps,
+    SecretsOptions,
+    api_key_sync,
+    check_api_key_rotation,
+)
+from hyperpod_inference_iac.serving.endpoint_domain import (
+    EndpointDomain,
+    EndpointDomainOptions,
+    EndpointDomainProps,
+    check_endpoint_domain,
+)
+from hyperpod_inference_iac.serving.external_dns import (
+    ExternalDns,
+    ExternalDnsProps,
+    check_external_dns,
+    external_dns_release,
+    external_dns_releases,
+)
+from hyperpod_inference_iac.serving.gitops import Prerequisite, StagedManifests, stage_manifests
+from hyperpod_inference_iac.serving.hugging_face_token import (
+    EXTERNAL_SECRETS,
+    HuggingFaceTokenSync,
+    HuggingFaceTokenSyncProps,
+    SecretSync,
+)
+from hyperpod_inference_iac.serving.inference_workloads import (
+    InferenceWorkloads,
+    InferenceWorkloadsProps,
+    sidecar_image_hash,
+    sidecar_image_reference,
+    sidecar_image_uri,
+    warn_gateway,
+    warn_workload,
 )
 
 __version__ = "0.3.0"
@@ -397,3 +408,21 @@ __all__ = [
     "warn_inference_cluster",
     "warn_workload",
 ]
+
+
+def _show_real_signatures() -> None:
+    """Give each construct class the signature of its constructor. jsii's metaclass defines ``__call__``, so
+    ``inspect.signature(CaptureStorage)`` (what ``help()`` prints) was ``(*args, **kwargs)``; with
+    ``__signature__`` set it is ``(scope, id, *, capture_prefix='data-capture/', ...)``, the keyword properties
+    with their defaults (tests/unit/test_props.py)."""
+    import inspect
+
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and "__init__" in vars(value) and hasattr(value, "PROPS"):
+            signature = inspect.signature(vars(value)["__init__"])
+            value.__signature__ = signature.replace(  # type: ignore[attr-defined]  # (read by inspect, not typed)
+                parameters=list(signature.parameters.values())[1:])  # without self
+
+
+_show_real_signatures()

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.foundation._package_data import package_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hyperpod_inference_iac import WARNINGS, RiskWarning
-from hyperpod_inference_iac.risks import warning_id
+from hyperpod_inference_iac.foundation.risks import warning_id
 from platform_config.model import AcknowledgedWarning, PlatformConfig
 
 # Warnings that depend on more than the file: a custom resource change the operator cannot apply in place is found

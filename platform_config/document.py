@@ -34,7 +34,7 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingEndEvent, ScalarEvent, SequenceEndEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from hyperpod_inference_iac.validation import ConfigError, Problems, join_path
+from hyperpod_inference_iac.foundation.validation import ConfigError, Problems, join_path
 
 # 1 MiB: config/default.yaml, a full platform with three models, is 12 KiB; a hundred models stay far under
 # 1 MiB. The bound is what makes the rest finite: the slowest 1 MiB file measured, about 700 full model entries

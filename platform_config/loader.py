@@ -43,7 +43,7 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
-from hyperpod_inference_iac.capture_tables import ROW_RETENTION_DAYS, SNAPSHOT_RETENTION_DAYS
+from hyperpod_inference_iac.capture.capture_tables import ROW_RETENTION_DAYS, SNAPSHOT_RETENTION_DAYS
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
     PlatformContext,
@@ -54,9 +54,9 @@ from hyperpod_inference_iac.charts import (
 )
 from hyperpod_inference_iac.charts.gateway import InferenceGateway, parse_gateway
 from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
-from hyperpod_inference_iac.endpoint_domain import check_endpoint_certificate
-from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
-from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
+from hyperpod_inference_iac.foundation.patterns import ACCOUNT_ID, REGION
+from hyperpod_inference_iac.foundation.validation import WRONG_TYPE, Problems, join_path
+from hyperpod_inference_iac.serving.endpoint_domain import check_endpoint_certificate
 from platform_config.document import read_document
 from platform_config.model import (
     AcknowledgedWarning,

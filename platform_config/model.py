@@ -42,19 +42,19 @@ from hyperpod_inference_iac import (
     engine_of_image,
     external_dns_releases,
 )
-from hyperpod_inference_iac.alarms import check_runbook_url
 from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
 from hyperpod_inference_iac.charts.gateway import InferenceGateway
-from hyperpod_inference_iac.model_metrics import LATENCY, TIME_TO_FIRST_TOKEN
-from hyperpod_inference_iac.patterns import (
+from hyperpod_inference_iac.foundation.patterns import (
     ACM_CERTIFICATE_ARN,
     HOSTED_ZONE_ID,
     IAM_ROLE_ARN,
     iam_role_arn,
     iam_role_name,
 )
-from hyperpod_inference_iac.props import prop
-from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems
+from hyperpod_inference_iac.foundation.props import prop
+from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems
+from hyperpod_inference_iac.observability.alarms import check_runbook_url
+from hyperpod_inference_iac.observability.model_metrics import LATENCY, TIME_TO_FIRST_TOKEN
 
 
 @dataclass(frozen=True)

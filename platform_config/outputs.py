@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from hyperpod_inference_iac import PlatformValue
-from hyperpod_inference_iac.validation import ConfigError, Problems
+from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from platform_config.model import PlatformConfig
 
 

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.props import Props, block_props, config_key, item_props
-from hyperpod_inference_iac.validation import (
+from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, item_props
+from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
     UNKNOWN_KEY,

@@ -17,7 +17,7 @@ from hyperpod_inference_iac import (
     sidecar_metrics_manifests,
     stage_manifests,
 )
-from hyperpod_inference_iac.inference_operator import OPERATOR_ADDON
+from hyperpod_inference_iac.cluster.inference_operator import OPERATOR_ADDON
 from platform_config import PlatformConfig
 
 

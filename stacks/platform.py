@@ -44,6 +44,6 @@ def build_platform(app: App, config: PlatformConfig,
 
 def add_nag_checks(app: App) -> None:
     """cdk-nag's AWS Solutions pack judges every synth; unacknowledged findings fail it. The library's
-    constructs acknowledge their own reviewed findings (hyperpod_inference_iac.nag); this app adds none.
+    constructs acknowledge their own reviewed findings (hyperpod_inference_iac.foundation.nag); this app adds none.
     Accepted findings are also written into each resource's ``cdk_nag`` metadata, an audit trail."""
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, write_suppressions_to_cloud_formation=True))

@@ -27,7 +27,7 @@ CONNECTION_CAPS = (CONNECTION_CAP_MAX_CONNECTIONS, CONNECTION_CAP_MAX_UNAUTHENTI
 
 # Upper bounds (seconds) of the latency histograms, fixed for LLM traffic: a first token comes in tens of
 # milliseconds when idle and in seconds when requests queue; a whole generation takes up to minutes.
-# constructs_lib/sidecar_metrics.py alarms on one of the first-chunk bounds (kept in step by a test).
+# constructs_lib/observability/sidecar_metrics.py alarms on one of the first-chunk bounds (kept in step by a test).
 TIME_TO_FIRST_CHUNK_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 REQUEST_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Final statuses by class; index status // 100 - 2. 1xx are never final here (interim responses are dropped).

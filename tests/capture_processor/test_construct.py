@@ -14,14 +14,14 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 
-from hyperpod_inference_iac.capture_pipeline import (
+from hyperpod_inference_iac.capture.capture_pipeline import (
     ALB_COLUMNS,
     CAPTURE_COLUMNS,
     GEN_AI_SEMCONV_VERSION,
     PANDAS_LAYER_VERSIONS,
     CapturePipeline,
 )
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 
 ENV = cdk.Environment(account="123456789012", region="eu-north-1")  # no layer version mapped here
 LAYER_ARN = "arn:aws:lambda:us-east-1:336392948345:layer:AWSSDKPandas-Python313-Arm64:7"

@@ -21,7 +21,7 @@ from hyperpod_inference_iac import (
     ConfigError,
     TableReader,
 )
-from hyperpod_inference_iac.capture_tables import TEXT_COLUMNS, named_queries
+from hyperpod_inference_iac.capture.capture_tables import TEXT_COLUMNS, named_queries
 from tests.support.policy_eval import Request, decision
 from tests.unit.test_data_perimeter import ACCOUNT, ADMIN, ANALYST, BUCKET, REGION, resolve
 

@@ -8,7 +8,7 @@ import cdk8s
 import pytest
 
 from hyperpod_inference_iac.charts import InferenceChart, PortableModelServerChart, parse_models
-from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.foundation.validation import Problems
 from tests.charts import samples
 
 

@@ -20,8 +20,8 @@ from hyperpod_inference_iac.charts import (
     WorkloadServiceAccount,
     plan_workloads,
 )
-from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
-from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.foundation.validation import Problems
 
 NAMESPACE = "inference"
 CLUSTER_NAME = "gpu-cluster"

@@ -18,7 +18,7 @@ from hyperpod_inference_iac.charts.inference_chart import parse_models
 from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY, HOST_PATH_POLICY_LABEL
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.charts.render import namespace_objects
-from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.foundation.validation import Problems
 from tests.charts import samples
 
 Pod = dict[str, Any]

@@ -24,8 +24,8 @@ from hyperpod_inference_iac.charts import (
 from hyperpod_inference_iac.charts.autoscaling import AutoScalingSpec, CloudWatchTrigger
 from hyperpod_inference_iac.charts.placement import preferred_instance_types
 from hyperpod_inference_iac.charts.routing import routing_replacement_reasons
-from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
-from hyperpod_inference_iac.validation import Problems
+from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.foundation.validation import Problems
 from tests.charts import samples
 
 

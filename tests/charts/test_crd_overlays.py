@@ -17,7 +17,7 @@ from hyperpod_inference_iac.charts.crd_schema import (
     validator,
     vendored_schema,
 )
-from hyperpod_inference_iac.operator_versions import (
+from hyperpod_inference_iac.foundation.operator_versions import (
     BEYOND_VENDORED_CRDS,
     INFERENCE_GATEWAY,
     UNPLACED_FIELDS,

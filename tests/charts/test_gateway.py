@@ -15,8 +15,8 @@ from hyperpod_inference_iac.charts.gateway import (
     engine_of_image,
     parse_gateway,
 )
-from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
-from hyperpod_inference_iac.validation import ConfigError, Problems
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from tests.charts import samples
 
 GATEWAY_DOMAIN = "models.inference.example.com"

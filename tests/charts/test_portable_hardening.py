@@ -22,7 +22,7 @@ from hyperpod_inference_iac.charts import (
 from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_EXCEPTION_ANNOTATION
 from hyperpod_inference_iac.charts.portable import SIDECAR_FIXED_MEMORY_MIB, sidecar_inflight_body_bytes
 from hyperpod_inference_iac.charts.render import render_workloads
-from hyperpod_inference_iac.platform_values import PlatformValue, PlatformValues
+from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
 from tests.charts import samples
 
 RUNTIMES = [runtime.value for runtime in ModelServerRuntime]

@@ -23,8 +23,8 @@ from hyperpod_inference_iac.charts import (
 )
 from hyperpod_inference_iac.charts.capture import LoadBalancerCapture, ModelPodCapture
 from hyperpod_inference_iac.charts.placement import preferred_instance_types
-from hyperpod_inference_iac.platform_values import S3Location
-from hyperpod_inference_iac.validation import ConfigError, Problems
+from hyperpod_inference_iac.foundation.platform_values import S3Location
+from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from tests.charts import samples
 from tests.charts.test_gateway import GATEWAY_CASES
 

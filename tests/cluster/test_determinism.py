@@ -7,8 +7,8 @@ from pathlib import Path
 
 from aws_cdk import aws_ec2 as ec2
 
-from hyperpod_inference_iac.gpu_nodegroup import GpuNodeGroup
-from hyperpod_inference_iac.hyperpod_cluster import HyperPodCluster, InstanceGroup
+from hyperpod_inference_iac.cluster.gpu_nodegroup import GpuNodeGroup
+from hyperpod_inference_iac.cluster.hyperpod_cluster import HyperPodCluster, InstanceGroup
 from tests.cluster.conftest import make_base
 
 

@@ -14,8 +14,8 @@ from aws_cdk import Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from hyperpod_inference_iac.gpu_nodegroup import NVME_GPU_FAMILIES, GpuNodeGroup
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.cluster.gpu_nodegroup import NVME_GPU_FAMILIES, GpuNodeGroup
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from tests.cluster.conftest import Base, make_base, only
 
 INSTANCE_TYPES = ["g6e.12xlarge", "p5.48xlarge"]

@@ -23,7 +23,7 @@ from aws_cdk.assertions import Match, Template
 from aws_cdk.aws_logs import RetentionDays
 from constructs import Construct
 
-from hyperpod_inference_iac.hyperpod_cluster import (
+from hyperpod_inference_iac.cluster.hyperpod_cluster import (
     LIFECYCLE_SCRIPTS_DIR,
     CapacityType,
     HyperPodCluster,
@@ -31,7 +31,7 @@ from hyperpod_inference_iac.hyperpod_cluster import (
     KubernetesTaint,
     TaintEffect,
 )
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from tests.cluster.conftest import Base, make_base, resources_of
 from tests.support.policy_eval import Request, decision
 

@@ -27,7 +27,7 @@ NAG_APP = Path(__file__).with_name("nag_app.py")
 # What the wheel must carry besides Python modules: what its constructs deploy or validate against.
 PACKAGE_DATA = (
     "hyperpod_inference_iac/py.typed",
-    "hyperpod_inference_iac/hyperpod_lifecycle/on_create.sh",
+    "hyperpod_inference_iac/cluster/hyperpod_lifecycle/on_create.sh",
     "hyperpod_inference_iac/capture_processor/handler.py",
     "hyperpod_inference_iac/capture_processor/capture_core/processor.py",
     "hyperpod_inference_iac/sidecar/Dockerfile",
@@ -68,9 +68,9 @@ def test_the_wheel_ships_the_library_and_its_package_data_only(consumer: Consume
 
 
 def test_the_installed_library_finds_its_package_data_outside_the_repository(consumer: Consumer) -> None:
-    script = ("from hyperpod_inference_iac._package_data import package_dir as p\n"
+    script = ("from hyperpod_inference_iac.foundation._package_data import package_dir as p\n"
               "print(p('hyperpod_inference_iac.capture_processor'))\n"
-              "print(p('hyperpod_inference_iac', 'hyperpod_lifecycle'))\n"
+              "print(p('hyperpod_inference_iac.cluster', 'hyperpod_lifecycle'))\n"
               "print(p('hyperpod_inference_iac.sidecar'))\n")
     result = subprocess.run([str(consumer.venv / "bin" / "python"), "-c", script], capture_output=True, text=True,
                             cwd=consumer.venv, env=consumer.env(), check=True, timeout=120)

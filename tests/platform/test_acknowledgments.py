@@ -3,7 +3,8 @@
 cdk-nag records every acknowledgment in the metadata of each resource it covers, the whole reason each time; the
 template snapshots replace each by ``<reason REF>`` (tests/support/synth.py ``snapshot_view``) and this snapshot
 holds each reason once: rewording one changes one line here, not dozens in the templates. That every
-acknowledgment has a reason, and that the library's are the reviewed ones of ``hyperpod_inference_iac.nag``, is
+acknowledgment has a reason, and that the library's are the reviewed ones of
+``hyperpod_inference_iac.foundation.nag``, is
 checked here and by test_quality_gates.py."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from hyperpod_inference_iac.nag import REASONS
+from hyperpod_inference_iac.foundation.nag import REASONS
 from tests.support.synth import Assembly, acknowledgments, reason_refs, snapshot_view
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
+from hyperpod_inference_iac.foundation.operator_versions import DEFAULT_ADDON_VERSION
 from tests.support.synth import Assembly, snapshot_view
 
 ACCOUNT, REGION = "111122223333", "us-west-2"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hyperpod_inference_iac.nag import REASONS
+from hyperpod_inference_iac.foundation.nag import REASONS
 from tests.support.synth import REPO, Assembly, fingerprint, run_cdk_synth
 
 

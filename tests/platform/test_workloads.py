@@ -11,7 +11,7 @@ import pytest
 import yaml
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from platform_config import parse_config, read_stack_outputs
 from stacks.gitops import stage_dist
 from tests.support.k8s_schemas import crd_errors, is_operator_object, validate_core

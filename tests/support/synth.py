@@ -134,9 +134,10 @@ def mask_volatile(value: Any) -> Any:
 
 def reason_refs(templates: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """(rule, reason) -> its reference, for every acknowledgment in ``templates``. A reason of the library's
-    ``hyperpod_inference_iac.nag.REASONS`` is referred to by its key there; any other (aws-cdk-lib writes a few
+    ``hyperpod_inference_iac.foundation.nag.REASONS`` is referred to by its key there; any other (aws-cdk-lib writes a
+    few
     of its own) by its rule and its rank among that rule's other such reasons, in order of appearance."""
-    from hyperpod_inference_iac.nag import REASONS
+    from hyperpod_inference_iac.foundation.nag import REASONS
 
     keys = {(rule, reason): key for key, (rule, reason) in REASONS.items()}
     refs: dict[tuple[str, str], str] = {}

@@ -32,10 +32,10 @@ from hyperpod_inference_iac import (
     describe_alarms,
     sidecar_metrics_manifests,
 )
-from hyperpod_inference_iac import capture_alarms as capture_alarms_module
-from hyperpod_inference_iac import sidecar_metrics as sidecar_module
 from hyperpod_inference_iac.charts import PortableModelServerChart
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
+from hyperpod_inference_iac.observability import capture_alarms as capture_alarms_module
+from hyperpod_inference_iac.observability import sidecar_metrics as sidecar_module
 from tests.charts import samples
 from tests.support.synth import REPO
 
@@ -706,7 +706,7 @@ def test_every_runbook_link_has_its_section_and_every_code_its_page(
     anchors |= {props["AlarmDescription"].rsplit("section ", 1)[-1] for props in _alarms_by_name(sidecar[0]).values()}
     anchors |= {props["AlarmDescription"].rsplit("section ", 1)[-1] for props in model_alarms.values()}
     assert anchors | {"certificate-days-to-expiry"} <= sections
-    sources = {name: (REPO / "constructs_lib" / f"{module}.py").read_text() for name, module in (
+    sources = {name: (REPO / "constructs_lib" / "observability" / f"{module}.py").read_text() for name, module in (
         ("alarm-topic", "alarm_topic"), ("capture-alarms", "capture_alarms"),
         ("certificate-alarms", "certificate_alarms"), ("capture-sidecar-metrics", "sidecar_metrics"),
         ("platform-dashboard", "platform_dashboard"))}
@@ -740,7 +740,7 @@ def test_alarms_off_in_the_config_leave_no_topic_and_no_actions(tmp_path: Path) 
 
 def test_the_alarm_table_of_a_cloud_assembly_on_the_command_line(
         capture: tuple[dict[str, Any], CaptureAlarms], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hyperpod_inference_iac.alarm_review import main
+    from hyperpod_inference_iac.observability.alarm_review import main
 
     (tmp_path / "Probe.template.json").write_text(json.dumps(capture[0]))
     assert main([str(tmp_path)]) == 0

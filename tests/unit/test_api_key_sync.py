@@ -12,8 +12,8 @@ from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import ApiKeySync, ConfigError, SecretsKey, SecretSync
-from hyperpod_inference_iac.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS
-from hyperpod_inference_iac.nag import REASONS
+from hyperpod_inference_iac.foundation.nag import REASONS
+from hyperpod_inference_iac.serving.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS
 from tests.unit.test_data_perimeter import resolve
 from tests.unit.test_secrets_key import ACCOUNT, ADMIN, API_KEY, CLIENT, REGION, TOKEN, _cluster, kms_use
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from platform_config import parse_config
 from tests.support.synth import REPO
 from tests.unit import test_config
@@ -244,7 +244,7 @@ def construct_codes() -> set[str]:
     """Every problem code the library's constructs raise (``problems.add("X.Y", ...)`` and
     ``problems.add(f"{code}.Y", ...)`` with the module's ``code = "X"``)."""
     found: set[str] = set()
-    texts = {path: path.read_text() for path in sorted((REPO / "constructs_lib").glob("*.py"))}
+    texts = {path: path.read_text() for path in sorted((REPO / "constructs_lib").rglob("*.py"))}
     for text in texts.values():
         found |= set(re.findall(r'(?:\.add\(|Problem\()\s*"([A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]+)"', text))
         prefixes = set(re.findall(r'\bcode = "([A-Z][A-Za-z0-9]+)"', text))
@@ -257,8 +257,8 @@ def construct_codes() -> set[str]:
                   if code.split(".")[0] in families}
     # alarms.py's shared checks raise under the calling construct's code.
     callers = {"CaptureAlarms", "CertificateAlarms", "CaptureSidecarMetrics", "ModelServingMetrics"}
-    for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', (REPO / "constructs_lib" / "alarms.py")
-                             .read_text()):
+    alarms_source = (REPO / "constructs_lib" / "observability" / "alarms.py").read_text()
+    for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', alarms_source):
         found |= {f"{caller}.{suffix}" for caller in callers}
     return {code for code in found if not code.startswith("Config.")}
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from hyperpod_inference_iac import CaptureAlarmsOptions, CaptureStorage, PlatformValue
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from platform_config import load_config, parse_config, read_stack_outputs
 from tests.support.synth import REPO, cli_env, run_cdk_synth
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
 from platform_config import load_config
 from platform_config.document import MAX_DEPTH, MAX_FILE_BYTES, MAX_ITEMS
 from tests.support.synth import REPO, cli_env

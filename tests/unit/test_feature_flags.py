@@ -12,8 +12,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Annotations, Match, Template
 
 from hyperpod_inference_iac import InferenceCluster
-from hyperpod_inference_iac.data_perimeter import _accounts
-from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.security.data_perimeter import _accounts
+from hyperpod_inference_iac.security.hardened_bucket import hardened_bucket
 from tests.support.security_view import normalise, security_view, statement_atoms
 
 ENV = Environment(account="123456789012", region="us-west-2")

@@ -11,10 +11,10 @@ from aws_cdk import App, Aws, Environment, Stack
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from hyperpod_inference_iac.validation import ConfigError, KeyPaths, Problems
+from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problems
 
 # Imported by name: the main package's __init__ exports it once merged; the module is the source either way.
-mod = importlib.import_module("hyperpod_inference_iac.github_deploy_role")
+mod = importlib.import_module("hyperpod_inference_iac.security.github_deploy_role")
 GitHubDeployRole = mod.GitHubDeployRole
 
 ENV = Environment(account="123456789012", region="us-west-2")

@@ -26,8 +26,8 @@ from hyperpod_inference_iac.charts import (
     PortableModelServer,
     plan_workloads,
 )
-from hyperpod_inference_iac.validation import ConfigError, Problems
-from hyperpod_inference_iac.workload_identity import IdentityBinding
+from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
+from hyperpod_inference_iac.security.workload_identity import IdentityBinding
 
 ACCOUNT = "123456789012"
 

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Template
 from aws_cdk.aws_s3_notifications import SqsDestination
 
 from hyperpod_inference_iac import LambdaLogRetention, Problems, check_log_retention, retention_from_days
-from hyperpod_inference_iac.log_retention import RETENTION_DAYS, days_of
+from hyperpod_inference_iac.foundation.log_retention import RETENTION_DAYS, days_of
 from tests.support.synth import REPO
 
 CONTEXT = json.loads((REPO / "cdk.json").read_text())["context"]

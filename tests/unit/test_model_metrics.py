@@ -17,8 +17,8 @@ import yaml
 from aws_cdk.assertions import Template
 
 from hyperpod_inference_iac import Engine, ModelServingMetrics, WatchedModel, model_metrics_manifests
-from hyperpod_inference_iac import model_metrics as module
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
+from hyperpod_inference_iac.observability import model_metrics as module
 from tests.support.k8s_schemas import validate_core
 from tests.support.synth import REPO
 from tests.unit.test_alarms import _alarms_by_name, _cluster_stack, _topic
@@ -371,7 +371,7 @@ def test_without_an_image_the_construct_builds_the_sidecar_image_for_the_relay()
     metrics = ModelServingMetrics(stack, "ModelMetrics", cluster=cluster, namespace="inference", models=MODELS[:1],
                                   alarm_name_prefix="p", pod_cidrs=["10.0.0.0/16"])
     assert metrics.relay_image is not None
-    from hyperpod_inference_iac.inference_workloads import sidecar_image_hash
+    from hyperpod_inference_iac.serving.inference_workloads import sidecar_image_hash
     assert metrics.relay_image.asset_hash == sidecar_image_hash()  # the capture sidecar's image, the same build
     # An imported cluster that does not name its VPC: the CIDRs must be given.
     stack, cluster = _cluster_stack()

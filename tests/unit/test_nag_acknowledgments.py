@@ -7,7 +7,7 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
 
-from hyperpod_inference_iac import nag as nag_acknowledgments
+from hyperpod_inference_iac.foundation import nag as nag_acknowledgments
 
 
 def _stack_with_unlogged_bucket() -> tuple[Stack, s3.Bucket]:

@@ -15,7 +15,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Template
 
 from hyperpod_inference_iac import InferenceOperator
-from hyperpod_inference_iac.operator_versions import (
+from hyperpod_inference_iac.foundation.operator_versions import (
     BEYOND_VENDORED_CRDS,
     DEFAULT_ADDON_VERSION,
     EXECUTION_ROLE_ADDITIONS,
@@ -24,7 +24,7 @@ from hyperpod_inference_iac.operator_versions import (
     features_used,
     missing_features,
 )
-from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from tests.support.synth import REPO
 from tests.unit.test_platform_constructs import CONTEXT, ENV, _cluster
 

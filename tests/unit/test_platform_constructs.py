@@ -30,8 +30,8 @@ from hyperpod_inference_iac import (
     WorkloadIdentity,
     existing_vpc,
 )
-from hyperpod_inference_iac.external_dns import release_name
-from hyperpod_inference_iac.validation import ConfigError
+from hyperpod_inference_iac.foundation.validation import ConfigError
+from hyperpod_inference_iac.serving.external_dns import release_name
 from tests.support.policy_eval import Request, decision
 from tests.support.synth import REPO
 

@@ -61,7 +61,7 @@ from hyperpod_inference_iac import (
     TableReader,
     existing_vpc,
 )
-from hyperpod_inference_iac.props import Props, config_key
+from hyperpod_inference_iac.foundation.props import Props, config_key
 from platform_config import model
 from platform_config.loader import parse_config
 from tests.support.synth import REPO

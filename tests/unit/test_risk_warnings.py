@@ -12,7 +12,7 @@ from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Annotations, Match
 
 from hyperpod_inference_iac import WARNINGS, CapturePipeline, CaptureStorage, ConfigError, RiskWarnings
-from hyperpod_inference_iac.risks import is_private_range, role_account
+from hyperpod_inference_iac.foundation.risks import is_private_range, role_account
 from tests.support.synth import REPO
 
 ACCOUNT = "111122223333"
@@ -99,7 +99,7 @@ def test_a_warning_must_be_in_the_catalogue() -> None:
 def _raised_ids() -> set[str]:
     """Every warning id the library's source raises: full ids written out, and names given to RiskWarnings.add."""
     found = set()
-    for path in [*(REPO / "constructs_lib").glob("*.py"), *(REPO / "charts").glob("*.py")]:
+    for path in [*(REPO / "constructs_lib").rglob("*.py"), *(REPO / "charts").glob("*.py")]:
         if path.name == "risks.py":
             continue
         text = path.read_text()

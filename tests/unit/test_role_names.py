@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hyperpod_inference_iac.github_deploy_role import check_github_deploy_role
-from hyperpod_inference_iac.patterns import IAM_ROLE_NAME
-from hyperpod_inference_iac.sidecar_metrics import check_capture_sidecar_metrics
-from hyperpod_inference_iac.validation import Problems
-from hyperpod_inference_iac.workload_identity import check_workload_identity
+from hyperpod_inference_iac.foundation.patterns import IAM_ROLE_NAME
+from hyperpod_inference_iac.foundation.validation import Problems
+from hyperpod_inference_iac.observability.sidecar_metrics import check_capture_sidecar_metrics
+from hyperpod_inference_iac.security.github_deploy_role import check_github_deploy_role
+from hyperpod_inference_iac.security.workload_identity import check_workload_identity
 
 
 @pytest.mark.parametrize(("name", "valid"), [
@@ -37,7 +37,7 @@ def test_every_construct_judges_a_role_name_alike(name: str) -> None:
 
 def test_long_role_names_are_cut_with_a_hash_so_they_never_collide() -> None:
     from hyperpod_inference_iac.charts.plan import PlatformContext
-    from hyperpod_inference_iac.patterns import iam_role_name
+    from hyperpod_inference_iac.foundation.patterns import iam_role_name
 
     assert iam_role_name("r" * 64) == "r" * 64  # what IAM takes stays as it is
     first, second = iam_role_name("p-" + "x" * 60 + "-one"), iam_role_name("p-" + "x" * 60 + "-two")
@@ -55,7 +55,8 @@ def test_long_role_names_are_cut_with_a_hash_so_they_never_collide() -> None:
 def test_the_api_key_reader_role_and_the_operator_role_use_the_same_rule() -> None:
     import inspect
 
-    from hyperpod_inference_iac import api_keys, inference_operator
+    from hyperpod_inference_iac.cluster import inference_operator
+    from hyperpod_inference_iac.serving import api_keys
 
     for module in (api_keys, inference_operator):
         assert "[:64]" not in inspect.getsource(module), module.__name__

@@ -7,7 +7,8 @@ clone the first one takes about 34 s of CPU and 1 GB (nearly all of it aws-cdk-l
 consumer apps of ``examples/`` are checked as strictly. A control checks a copy of the sources with one
 module of mistakes added, with the same tool and cache: each mistake is reported at its source path, under its
 error code, and nothing else is; it also shows that aws-cdk-lib's ``Cluster`` is still no ``ICluster`` to a type
-checker (the quirk :mod:`hyperpod_inference_iac.cdk_types` handles: when it fails there, that module can go)."""
+checker (the quirk :mod:`hyperpod_inference_iac.foundation.cdk_types` handles: when it fails there, that module can
+go)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.xdist_group("mypy"), pytest.mark.slow]
 PROBE = '''\
 from aws_cdk import aws_eks_v2 as eks
 
-from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
+from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster
 
 
 def untyped(value):

@@ -1,0 +1,9 @@
+"""Captured inference data: where it is kept, how it is processed, and how it is queried.
+
+``capture_storage`` (the KMS-encrypted capture bucket, its access log bucket and lifecycle, the readers),
+``capture_pipeline`` (the processor Lambda that turns raw captures into redacted, attributed rows) and
+``capture_tables`` (the Iceberg tables, Lake Formation column grants and Athena workgroups). The processor's own
+code ships as ``hyperpod_inference_iac.capture_processor`` (runtime code, no CDK).
+
+Layering: imports the foundation and security; never the cluster, serving or observability.
+"""

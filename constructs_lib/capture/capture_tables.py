@@ -1,0 +1,667 @@
+"""CaptureTables: the curated captures as Apache Iceberg tables in the Glue Data Catalog, with the Data Catalog's
+managed optimizers, column-level reads through Lake Formation, and the Athena workgroups and named queries that
+answer the questions of docs/capture-processor.md.
+
+The tables live in the capture bucket under their own prefix (``curated-iceberg/``): the bucket policy, the capture
+key and the access-log perimeter of :class:`~hyperpod_inference_iac.CaptureStorage` keep applying. The location is
+registered with Lake Formation (full Lake Formation mode, not hybrid): a table reader is granted the table, or only
+its usage and timing columns, by Lake Formation, and reads through the credentials Lake Formation vends; the bucket
+and key policies admit no reader on ``curated-iceberg/`` directly. See docs/capture-processor.md#iceberg-tables for
+the choice against S3 Tables, the costs and the migration from the per-object Parquet tables.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aws_cdk import Stack
+from aws_cdk import aws_athena as athena
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_glue as glue
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lakeformation as lakeformation
+from aws_cdk import aws_lambda as _lambda
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from hyperpod_inference_iac.capture.capture_pipeline import (
+    ALB_COLUMNS,
+    CAPTURE_COLUMNS,
+    GEN_AI_SEMCONV_VERSION,
+    GLUE_NAME,
+    CapturePipeline,
+    GlueColumn,
+)
+from hyperpod_inference_iac.capture.capture_storage import DEFAULT_ICEBERG_PREFIX, DEFAULT_QUERY_RESULTS_PREFIX
+from hyperpod_inference_iac.foundation.nag import acknowledge, resource_evidence
+from hyperpod_inference_iac.foundation.patterns import IAM_ROLE_ARN, LAMBDA_LAYER_VERSION_ARN
+from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.risks import RiskWarnings
+from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.security.data_perimeter import ObjectAccess, bucket_guard, key_guard
+from hyperpod_inference_iac.security.s3_access import (
+    KMS_WRITE_ACTIONS,
+    SAME_ACCOUNT,
+    admit_objects,
+    bucket_arn,
+    bucket_name,
+    grant_key_through_s3,
+    key_prefix_fault,
+    objects_arn,
+)
+
+RECORDS_TABLE = "capture_records"
+ALB_TABLE = "alb_access_logs"
+# Athena refuses a per-query limit under 10 MB; the ceiling only keeps a typo (bytes for GiB) out.
+SCAN_LIMIT_GIB = (1, 10240)
+ROW_RETENTION_DAYS = (1, 3650)
+# Where the processor's deletions (scheduled retention) write their audit records (capture_core.capture_tables).
+AUDIT_PREFIX = "audit/table-deletions/"
+SNAPSHOT_RETENTION_DAYS = (1, 365)
+ORPHAN_FILE_RETENTION_DAYS = (1, 365)
+# What pyiceberg's Glue catalog calls on a commit (load, then UpdateTable with the version it read).
+CATALOG_ACTIONS = ("glue:GetDatabase", "glue:GetTable", "glue:UpdateTable")
+# Lake Formation permissions of the writers (the processor, the optimizers) on each table: full LF mode governs
+# their catalog calls too (GetTable needs DESCRIBE or SELECT, UpdateTable ALTER).
+WRITER_TABLE_PERMISSIONS = ("ALTER", "DELETE", "DESCRIBE", "INSERT", "SELECT")
+# The log groups the Data Catalog's optimizers write to (docs.aws.amazon.com/glue/latest/dg/optimization-prerequisites)
+OPTIMIZER_LOG_GROUPS = ("/aws-glue/iceberg-compaction/logs", "/aws-glue/iceberg-retention/logs",
+                        "/aws-glue/iceberg-orphan-file-deletion/logs")
+
+
+class ColumnAccess(enum.StrEnum):
+    """What a table reader sees of the Iceberg tables."""
+
+    #: every column, prompt and response text included
+    ALL = "all"
+    #: every column except the prompt and response text and what is derived from it (:data:`TEXT_COLUMNS`)
+    USAGE = "usage"
+
+
+# The columns a `usage` reader does not get, per table: the payload text, the decoder's notes on it (which quote
+# what failed to decode) and the redaction rules that matched it (which say what kind of secret a prompt held);
+# for the load balancer, the request's URL and query string (a GET request's parameters are its payload).
+TEXT_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    RECORDS_TABLE: ("input_text", "output_text", "decode_error", "redaction_rules"),
+    ALB_TABLE: ("request_url", "request_query", "redirect_url"),
+}
+
+# Hive type (Glue, Athena) -> Iceberg primitive type. timestamp: the processor writes UTC instants (timestamptz).
+_ICEBERG_TYPES = {"string": "string", "boolean": "boolean", "int": "int", "bigint": "long", "double": "double",
+                  "timestamp": "timestamptz"}
+
+
+def iceberg_schema(columns: Sequence[GlueColumn]) -> list[dict[str, Any]]:
+    """The Iceberg fields of ``columns`` as the Glue API takes them: ids 1..n in order, every field optional, a
+    list's element id after the last field's (a list type is given as the JSON of Iceberg's list type)."""
+    fields: list[dict[str, Any]] = []
+    next_element_id = len(columns) + 1
+    for field_id, column in enumerate(columns, start=1):
+        if column.type.startswith("array<") and column.type.endswith(">"):
+            element = _ICEBERG_TYPES[column.type[len("array<"):-1]]
+            type_ = json.dumps({"type": "list", "element-id": next_element_id, "element": element,
+                                "element-required": False}, separators=(",", ":"))
+            next_element_id += 1
+        else:
+            type_ = _ICEBERG_TYPES[column.type]
+        fields.append({"id": field_id, "name": column.name, "required": False, "type": type_})
+    return fields
+
+
+# Each table is partitioned by the day of its event time: a day's query reads one partition, and a deletion by age
+# drops whole partitions' files.
+_PARTITION_SOURCE = {RECORDS_TABLE: "inference_time", ALB_TABLE: "time"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableReader(Props):
+    """One reader of the Iceberg tables (``capture.tableReaders[]``): a role and what it sees."""
+
+    CONSTRUCT: ClassVar[str] = "CaptureTables"
+
+    role_arn: str = prop(doc="The IAM role ARN (analysts, FinOps, a privacy reviewer) granted SELECT on both tables "
+                             "by Lake Formation. Its own IAM policy must allow `lakeformation:GetDataAccess`, "
+                             "`glue:GetTable`/`GetDatabase` and Athena in the workgroup (docs/security.md).")
+    columns: ColumnAccess = prop(
+        ColumnAccess.USAGE,
+        doc="`usage` (the default): every column except the prompt and response text and what is derived from it "
+            "(`input_text`, `output_text`, `decode_error`, `redaction_rules`; of the load balancer's table "
+            "`request_url`, `request_query`, `redirect_url`), and only the usage workgroup; `all`: every column, "
+            "and both workgroups.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if not is_unresolved(self.role_arn) and not IAM_ROLE_ARN.match(self.role_arn):
+            problems.add("CaptureTables.BadReaderRoleArn", at.at("role_arn"),
+                         "must be an IAM role ARN such as arn:aws:iam::111122223333:role/finops", self.role_arn)
+        if self.columns not in ColumnAccess._value2member_map_:
+            problems.add("CaptureTables.UnknownColumnAccess", at.at("columns"),
+                         f"must be one of {', '.join(ColumnAccess)}", self.columns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureTablesOptions(Props):
+    """:class:`CaptureTables`' properties a config file can set (``capture.*`` in the app's, beside the storage's
+    and the pipeline's), and the names and prefixes only Python code sets (the app derives them from ``project`` and
+    the storage)."""
+
+    CONSTRUCT: ClassVar[str] = "CaptureTables"
+
+    table_readers: Sequence[TableReader] = prop(
+        (), doc="Readers of the Iceberg tables, each a `roleArn` and its `columns` (`TableReader`, below), granted "
+                "through Lake Formation (no bucket or key policy lets them read `curated-iceberg/` directly); a role "
+                "at most once.")
+    query_scan_limit_gib: int = prop(
+        10, key="queryScanLimitGiB",
+        doc=f"The most data one Athena query of the workgroups may scan, in GiB ({SCAN_LIMIT_GIB[0]}.."
+            f"{SCAN_LIMIT_GIB[1]}): a query over it is cancelled (and costs what it scanned until then).")
+    tables_layer_arn: str | None = prop(
+        None, key="tablesLayerArn", default_doc="none: the tables are made, and the processor does not write them yet",
+        doc="The Lambda layer version with pyiceberg for the capture processor (built by `make capture-layer` from "
+            "its hashed lock, published with `aws lambda publish-layer-version`: compiled wheels for Python 3.13 on "
+            "arm64, which a synth cannot fetch offline). With it the processor writes both layouts this release "
+            "(`CURATED_OUTPUT=both`); without it, Parquet only, and a warning says so.")
+    row_retention_days: int | None = prop(
+        None, config=False,
+        default_doc="none: rows are deleted only on request (the app gives `capture.retentionDays`)",
+        doc="With `tables_layer_arn`: a daily EventBridge rule (03:17 UTC) invokes the processor to delete the rows "
+            "older than this many days from both tables, expire the snapshots that hold them and write an audit "
+            f"record under `{AUDIT_PREFIX}` ({ROW_RETENTION_DAYS[0]}..{ROW_RETENTION_DAYS[1]}).")
+    database_name: str = prop("inference_capture_iceberg", config=False,
+                              doc="The Glue database of the two Iceberg tables (its own: today's database holds "
+                                  "tables of the same names). No table in it gets Lake Formation's "
+                                  "`IAM_ALLOWED_PRINCIPALS` grant.")
+    iceberg_prefix: str = prop(DEFAULT_ICEBERG_PREFIX, config=False,
+                               doc="The tables' warehouse in the capture bucket, as `<prefix><table>/`.")
+    query_results_prefix: str = prop(DEFAULT_QUERY_RESULTS_PREFIX, config=False,
+                                     doc="Where Athena writes query results, as `<prefix><workgroup>/`.")
+    workgroup_name: str = prop("capture", config=False,
+                               doc="The workgroup of `all` readers; the usage workgroup is `<name>-usage`.")
+    snapshot_retention_days: int = prop(
+        7, config=False, default_doc="7 (the app gives `capture.noncurrentVersionRetentionDays`)",
+        doc=f"Snapshots older than this expire, with the files only they reference "
+            f"({SNAPSHOT_RETENTION_DAYS[0]}..{SNAPSHOT_RETENTION_DAYS[1]}): a deleted row is gone from time travel "
+            "after at most this long, as an overwritten capture object is.")
+    orphan_file_retention_days: int = prop(
+        3, config=False,
+        doc=f"Files no snapshot references (a failed commit's) are deleted after this many days "
+            f"({ORPHAN_FILE_RETENTION_DAYS[0]}..{ORPHAN_FILE_RETENTION_DAYS[1]}).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        """Every rule of these properties."""
+        code = "CaptureTables"
+        readers = self.table_readers
+        for index, reader in enumerate(readers):
+            reader.check(problems, at.child("table_readers", index))
+        arns = [reader.role_arn for reader in readers]
+        for index, arn in enumerate(arns):
+            if arn in arns[:index]:
+                problems.add(f"{code}.DuplicateReader", at.at("table_readers", index),
+                             "a role at most once (its columns are one choice): the role is listed twice",
+                             arn)
+        if self.row_retention_days is not None and not is_unresolved(self.row_retention_days) \
+                and not ROW_RETENTION_DAYS[0] <= self.row_retention_days <= ROW_RETENTION_DAYS[1]:
+            problems.add(f"{code}.OutOfRange", at.at("row_retention_days"),
+                         f"must be an integer from {ROW_RETENTION_DAYS[0]} to {ROW_RETENTION_DAYS[1]} (days)",
+                         self.row_retention_days)
+        for name, value, (low, high), unit in (
+                ("query_scan_limit_gib", self.query_scan_limit_gib, SCAN_LIMIT_GIB, "GiB"),
+                ("snapshot_retention_days", self.snapshot_retention_days, SNAPSHOT_RETENTION_DAYS, "days"),
+                ("orphan_file_retention_days", self.orphan_file_retention_days, ORPHAN_FILE_RETENTION_DAYS, "days")):
+            if not is_unresolved(value) and not low <= value <= high:
+                problems.add(f"{code}.OutOfRange", at.at(name), f"must be an integer from {low} to {high} ({unit})",
+                             value)
+        layer = self.tables_layer_arn
+        if layer is not None and not is_unresolved(layer) and not LAMBDA_LAYER_VERSION_ARN.match(layer):
+            problems.add(f"{code}.InvalidLayerArn", at.at("tables_layer_arn"),
+                         "must be a Lambda layer version ARN "
+                         "(arn:aws:lambda:<region>:<account>:layer:<name>:<version>)",
+                         layer)
+        if not is_unresolved(self.database_name) and not GLUE_NAME.match(self.database_name):
+            problems.add(f"{code}.InvalidGlueName", at.at("database_name"),
+                         "must be lower case letters, digits and underscores (Athena-compatible)", self.database_name)
+        for name, prefix in (("iceberg_prefix", self.iceberg_prefix),
+                             ("query_results_prefix", self.query_results_prefix)):
+            fault = key_prefix_fault(prefix)
+            if fault is not None:
+                problems.add(f"{code}.BadPrefix", at.at(name), fault, prefix)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureTablesProps(CaptureTablesOptions):
+    """:class:`CaptureTables`' properties: its options, and the objects only Python code passes."""
+
+    pipeline: CapturePipeline = prop(
+        config=False,
+        doc="The capture pipeline whose processor writes the tables: its bucket and key are the tables' (the bucket "
+            "must be guarded by CaptureStorage for the perimeter to hold), its role is granted the catalog and "
+            "`curated-iceberg/`, its function gets the `ICEBERG_*` settings.")
+
+
+def warn_capture_tables(warnings: RiskWarnings, at: KeyPaths = PROPS, *, tables_layer_arn: str | None = None) -> None:
+    """The risky but legal choices of :class:`CaptureTables`' properties (the config check calls it with its keys)."""
+    if tables_layer_arn is None:
+        warnings.add("CaptureTables:notWritten", at.at("tables_layer_arn"),
+                     "the Iceberg tables are made but the capture processor does not write them: it needs pyiceberg, "
+                     "which a synth cannot fetch offline. Build the layer (make capture-layer), publish it "
+                     "(aws lambda publish-layer-version) and give its ARN; until then readers keep today's tables")
+
+
+class CaptureTables(Construct):
+    """The Iceberg tables ``capture_records`` and ``alb_access_logs``, their optimizers, their Lake Formation
+    grants and the Athena workgroups with the named queries.
+
+    Properties: :class:`CaptureTablesProps` (each with its type, default and meaning); ``props`` keeps them.
+
+    Attributes, as escape hatches: ``database``, ``tables`` (by table name), ``optimizers`` (by table name and
+    kind), ``optimizer_role``, ``location_role`` (Lake Formation's, for the registered prefix), ``location``
+    (the ``AWS::LakeFormation::Resource``), ``workgroups`` (``"all"``, ``"usage"``), ``named_queries`` (by name),
+    ``reader_grants`` (the ``AWS::LakeFormation::PrincipalPermissions`` of the readers), ``warehouse``.
+    Its cdk-nag findings (object wildcards under its prefix, ``lakeformation:GetDataAccess`` on ``*``) are
+    acknowledged here with reasons.
+    """
+
+    PROPS: ClassVar[type[Props]] = CaptureTablesProps
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        pipeline: CapturePipeline,
+        table_readers: Sequence[TableReader] = CaptureTablesProps.table_readers,
+        query_scan_limit_gib: int = CaptureTablesProps.query_scan_limit_gib,
+        tables_layer_arn: str | None = CaptureTablesProps.tables_layer_arn,
+        row_retention_days: int | None = CaptureTablesProps.row_retention_days,
+        database_name: str = CaptureTablesProps.database_name,
+        iceberg_prefix: str = CaptureTablesProps.iceberg_prefix,
+        query_results_prefix: str = CaptureTablesProps.query_results_prefix,
+        workgroup_name: str = CaptureTablesProps.workgroup_name,
+        snapshot_retention_days: int = CaptureTablesProps.snapshot_retention_days,
+        orphan_file_retention_days: int = CaptureTablesProps.orphan_file_retention_days,
+    ) -> None:
+        """Properties: :class:`CaptureTablesProps`; ``props`` keeps them."""
+        super().__init__(scope, id)
+        self.props = props = CaptureTablesProps(
+            pipeline=pipeline, table_readers=tuple(table_readers), query_scan_limit_gib=query_scan_limit_gib,
+            tables_layer_arn=tables_layer_arn, row_retention_days=row_retention_days,
+            database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
+            workgroup_name=workgroup_name, snapshot_retention_days=snapshot_retention_days,
+            orphan_file_retention_days=orphan_file_retention_days)
+        props.raise_if_invalid(f"CaptureTables {self.node.path}")
+        stack = Stack.of(self)
+        bucket: s3.IBucket = pipeline.props.bucket
+        key: kms.IKey | None = pipeline.props.encryption_key
+        self._bucket_arn = bucket_arn(bucket)
+        self._key = key
+        account, region, partition = stack.account, stack.region, stack.partition
+        prefix = props.iceberg_prefix
+        self.warehouse = f"s3://{bucket_name(bucket)}/{prefix}"
+
+        # Its own database: today's (pipeline.database) holds Hive tables of the same names for one more release.
+        # No default grant to IAM_ALLOWED_PRINCIPALS on its tables: Lake Formation alone decides who reads them.
+        self.database = glue.CfnDatabase(
+            self, "Database", catalog_id=account,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=props.database_name,
+                description="Curated inference capture (Apache Iceberg; columns granted by Lake Formation)",
+                create_table_default_permissions=[]))
+        catalog_arn = f"arn:{partition}:glue:{region}:{account}:catalog"
+        database_arn = f"arn:{partition}:glue:{region}:{account}:database/{props.database_name}"
+        table_arns = [f"arn:{partition}:glue:{region}:{account}:table/{props.database_name}/{name}"
+                      for name in (RECORDS_TABLE, ALB_TABLE)]
+        self.tables = {
+            RECORDS_TABLE: self._table("CaptureRecordsTable", RECORDS_TABLE, CAPTURE_COLUMNS,
+                                       {"gen_ai_semconv_version": GEN_AI_SEMCONV_VERSION}),
+            ALB_TABLE: self._table("AlbAccessLogsTable", ALB_TABLE, ALB_COLUMNS, {}),
+        }
+
+        # Lake Formation's role for the registered prefix: the credentials it vends to Athena for a granted reader
+        # (and to a writer it admits) are this role's, scoped down. Read, write and delete under the prefix only.
+        self.location_role = iam.Role(
+            self, "LocationRole", assumed_by=iam.ServicePrincipal("lakeformation.amazonaws.com", conditions={
+                "StringEquals": {"aws:SourceAccount": account}}),
+            description=f"Lake Formation's access to s3://{bucket_name(bucket)}/{prefix} (vended to granted readers)")
+        self._grant_prefix(self.location_role, prefix, delete=True)
+        self.location = lakeformation.CfnResource(
+            self, "Location", resource_arn=f"{self._bucket_arn}/{prefix.rstrip('/')}", use_service_linked_role=False,
+            role_arn=self.location_role.role_arn,
+            # Full Lake Formation mode: no principal reads the tables by IAM permissions alone (docs/security.md).
+            hybrid_access_enabled=False)
+
+        # The processor: pyiceberg's Glue catalog loads the table, writes data and metadata files, and commits with
+        # UpdateTable (optimistic: the version it read). Directly through S3 (IAM and the bucket's allowlist).
+        writer = pipeline.role
+        self._grant_prefix(writer, prefix, delete=True)
+        iam.Grant.add_to_principal(grantee=writer, actions=list(CATALOG_ACTIONS),
+                                   resource_arns=[catalog_arn, database_arn, *table_arns])
+        writer_grants = self._writer_grants("Processor", writer.role_arn)
+        # The processor's settings (lambda/capture_processor/capture_core/settings.py reads these names).
+        pipeline.function.add_environment("ICEBERG_CATALOG_ID", account)
+        pipeline.function.add_environment("ICEBERG_DATABASE", props.database_name)
+        pipeline.function.add_environment("ICEBERG_CAPTURE_TABLE", RECORDS_TABLE)
+        pipeline.function.add_environment("ICEBERG_ALB_TABLE", ALB_TABLE)
+        # This release writes both layouts (the Parquet tables stay for one release: docs/upgrading.md), once pyiceberg
+        # reaches the function through its layer; without the layer, Parquet only (said by warn_capture_tables).
+        if props.tables_layer_arn is not None:
+            pipeline.function.add_layers(_lambda.LayerVersion.from_layer_version_arn(
+                self, "TablesLayer", props.tables_layer_arn))
+            pipeline.function.add_environment("CURATED_OUTPUT", "both")
+            if props.row_retention_days is not None:
+                self._schedule_retention(pipeline, bucket, props.row_retention_days)
+        else:
+            pipeline.function.add_environment("CURATED_OUTPUT", "parquet")
+        warnings = RiskWarnings()
+        warn_capture_tables(warnings, tables_layer_arn=props.tables_layer_arn)
+        warnings.annotate(self)
+
+        # The Data Catalog's optimizers: compaction, snapshot retention, orphan file deletion.
+        self.optimizer_role = iam.Role(
+            self, "OptimizerRole", assumed_by=iam.ServicePrincipal("glue.amazonaws.com", conditions={
+                "StringEquals": {"aws:SourceAccount": account}}),
+            description="The Glue Data Catalog's optimizers of the capture Iceberg tables")
+        self._grant_prefix(self.optimizer_role, prefix, delete=True)
+        iam.Grant.add_to_principal(grantee=self.optimizer_role, actions=["glue:GetTable", "glue:UpdateTable"],
+                                   resource_arns=[catalog_arn, database_arn, *table_arns])
+        log_arns = [f"arn:{partition}:logs:{region}:{account}:log-group:{group}:*" for group in OPTIMIZER_LOG_GROUPS]
+        iam.Grant.add_to_principal(grantee=self.optimizer_role,
+                                   actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                                   resource_arns=log_arns)
+        # On a registered location the optimizers may read through Lake Formation (no resource-level permissions).
+        iam.Grant.add_to_principal(grantee=self.optimizer_role, actions=["lakeformation:GetDataAccess"],
+                                   resource_arns=["*"])
+        optimizer_grants = self._writer_grants("Optimizer", self.optimizer_role.role_arn)
+        self.optimizers: dict[str, glue.CfnTableOptimizer] = {}
+        for name, table in self.tables.items():
+            for kind, configuration in self._optimizer_configurations(name).items():
+                optimizer = glue.CfnTableOptimizer(
+                    self, f"{_camel(name)}{_camel(kind)}", catalog_id=account, database_name=props.database_name,
+                    table_name=name, type=kind, table_optimizer_configuration=configuration)
+                optimizer.node.add_dependency(table)
+                for grant in optimizer_grants:
+                    optimizer.node.add_dependency(grant)
+                # (The role's policy must exist before the optimizer first assumes it.)
+                optimizer.node.add_dependency(self.optimizer_role)
+                self.optimizers[f"{name}/{kind}"] = optimizer
+        for grant in writer_grants:
+            grant.node.add_dependency(self.location)
+
+        # Readers: Lake Formation grants, the usage readers' without the text columns. No S3 or KMS on the prefix.
+        self.reader_grants: dict[str, lakeformation.CfnPrincipalPermissions] = {}
+        for reader in props.table_readers:
+            self._reader(reader)
+
+        # Athena: one workgroup per column access, each with its own results prefix (a usage reader must not read
+        # the results of an `all` reader's query), encrypted with the capture key.
+        self.workgroups = {access: self._workgroup(access, key) for access in ColumnAccess}
+        for reader in props.table_readers:
+            self._admit_results(reader)
+        self.named_queries = self._named_queries()
+        self._acknowledge_reviewed_findings()
+
+    # -- tables -----------------------------------------------------------------------------------------------
+    def _table(self, construct_id: str, name: str, columns: Sequence[GlueColumn],
+               properties: Mapping[str, str]) -> glue.CfnTable:
+        fields = iceberg_schema(columns)
+        source = _PARTITION_SOURCE[name]
+        source_id = next(field["id"] for field in fields if field["name"] == source)
+        table = glue.CfnTable(
+            self, construct_id, catalog_id=self.database.catalog_id, database_name=self.props.database_name,
+            name=name,
+            open_table_format_input=glue.CfnTable.OpenTableFormatInputProperty(
+                iceberg_input=glue.CfnTable.IcebergInputProperty(
+                    metadata_operation="CREATE", version="2",
+                    iceberg_table_input=glue.CfnTable.IcebergTableInputProperty(
+                        location=f"{self.warehouse}{name}/",
+                        schema=glue.CfnTable.IcebergSchemaProperty(
+                            type="struct", schema_id=0,
+                            fields=[glue.CfnTable.IcebergStructFieldProperty(**field) for field in fields]),
+                        partition_spec=glue.CfnTable.IcebergPartitionSpecProperty(spec_id=0, fields=[
+                            glue.CfnTable.IcebergPartitionFieldProperty(
+                                name=f"{source}_day", source_id=source_id, transform="day", field_id=1000)]),
+                        properties={
+                            "write.format.default": "parquet",
+                            "write.parquet.compression-codec": "zstd",
+                            # Old metadata files go with the commits that replace them (not only by the optimizers).
+                            "write.metadata.delete-after-commit.enabled": "true",
+                            "write.metadata.previous-versions-max": "20",
+                            **properties,
+                        },
+                    ))))
+        table.node.add_dependency(self.database)
+        return table
+
+    def _optimizer_configurations(self, name: str) -> dict[str, Any]:
+        props = self.props
+        role_arn = self.optimizer_role.role_arn
+        configuration = glue.CfnTableOptimizer.TableOptimizerConfigurationProperty
+        return {
+            # Binpack merges the processor's small files into files of the table's target size (512 MB default).
+            "compaction": configuration(enabled=True, role_arn=role_arn, compaction_configuration=(
+                glue.CfnTableOptimizer.CompactionConfigurationProperty(
+                    iceberg_configuration=glue.CfnTableOptimizer.IcebergCompactionConfigurationProperty(
+                        strategy="binpack")))),
+            "retention": configuration(enabled=True, role_arn=role_arn, retention_configuration=(
+                glue.CfnTableOptimizer.RetentionConfigurationProperty(
+                    iceberg_configuration=glue.CfnTableOptimizer.IcebergRetentionConfigurationProperty(
+                        snapshot_retention_period_in_days=props.snapshot_retention_days,
+                        number_of_snapshots_to_retain=1, clean_expired_files=True)))),
+            "orphan_file_deletion": configuration(enabled=True, role_arn=role_arn, orphan_file_deletion_configuration=(
+                glue.CfnTableOptimizer.OrphanFileDeletionConfigurationProperty(
+                    iceberg_configuration=glue.CfnTableOptimizer.IcebergConfigurationProperty(
+                        location=f"{self.warehouse}{name}/",
+                        orphan_file_retention_period_in_days=props.orphan_file_retention_days)))),
+        }
+
+    # -- grants ---------------------------------------------------------------------------------------------------
+    def _schedule_retention(self, pipeline: CapturePipeline, bucket: s3.IBucket, days: int) -> None:
+        """The capture policy's retention as a table operation, daily: the processor deletes the older rows,
+        expires the snapshots that hold them and writes one audit record per table (it may put those, nothing
+        else, under the audit prefix)."""
+        self.retention_rule = events.Rule(
+            self, "Retention", schedule=events.Schedule.cron(minute="17", hour="3"),
+            description=f"Deletes capture table rows older than {days} days (CaptureTables)")
+        self.retention_rule.add_target(targets.LambdaFunction(pipeline.function, retry_attempts=4,
+            event=events.RuleTargetInput.from_object(
+                {"captureTablesRetention": {"olderThanDays": days, "bucket": bucket_name(bucket)}})))
+        role, bucket_arn_ = pipeline.role, self._bucket_arn
+        if self._key is not None:
+            grant_key_through_s3(role, self._key, KMS_WRITE_ACTIONS, bucket_arn_, prefixes=(AUDIT_PREFIX,))
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:PutObject"],
+                                   resource_arns=[objects_arn(bucket_arn_, AUDIT_PREFIX)], conditions=SAME_ACCOUNT)
+        admit_objects(role, bucket_arn_, ObjectAccess.WRITE, AUDIT_PREFIX)
+        acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(
+            role, objects_arn(bucket_arn_, AUDIT_PREFIX)))
+
+    def _grant_prefix(self, role: iam.IRole, prefix: str, *, delete: bool) -> None:
+        """Read, write (and delete) the objects under ``prefix``, list keys under it, the key through S3 for them
+        only; each is listed on the bucket's and the key's allowlists for exactly that prefix."""
+        bucket = self._bucket_arn
+        if self._key is not None:
+            grant_key_through_s3(role, self._key, KMS_WRITE_ACTIONS, bucket, prefixes=(prefix,))
+        actions = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", *(["s3:DeleteObject"] if delete else [])]
+        iam.Grant.add_to_principal(grantee=role, actions=actions, resource_arns=[objects_arn(bucket, prefix)],
+                                   conditions=SAME_ACCOUNT)
+        # (Without ListBucket, S3 answers 403 for a missing key instead of 404: pyiceberg's exists() would fail.)
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:ListBucket"], resource_arns=[bucket],
+                                   conditions={"StringLike": {"s3:prefix": [prefix.rstrip("/"), f"{prefix}*"]}})
+        for access in (ObjectAccess.READ, ObjectAccess.WRITE, *([ObjectAccess.DELETE] if delete else [])):
+            admit_objects(role, bucket, access, prefix)
+        acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(role, objects_arn(bucket,
+                                                                                                          prefix)))
+
+    def _writer_grants(self, label: str, principal: str) -> list[lakeformation.CfnPrincipalPermissions]:
+        """Lake Formation permissions of a writer on both tables (full LF mode governs its catalog calls)."""
+        grants = [lakeformation.CfnPrincipalPermissions(
+            self, f"{label}Writes{_camel(name)}", catalog=self.database.catalog_id,
+            principal=lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
+                data_lake_principal_identifier=principal),
+            resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
+                table=lakeformation.CfnPrincipalPermissions.TableResourceProperty(
+                    catalog_id=self.database.catalog_id, database_name=self.props.database_name, name=name)),
+            permissions=list(WRITER_TABLE_PERMISSIONS), permissions_with_grant_option=[])
+            for name, table in self.tables.items()]
+        for grant, table in zip(grants, self.tables.values(), strict=True):
+            grant.node.add_dependency(table)
+        database = lakeformation.CfnPrincipalPermissions(
+            self, f"{label}DescribesDatabase", catalog=self.database.catalog_id,
+            principal=lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
+                data_lake_principal_identifier=principal),
+            resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
+                database=lakeformation.CfnPrincipalPermissions.DatabaseResourceProperty(
+                    catalog_id=self.database.catalog_id, name=self.props.database_name)),
+            permissions=["DESCRIBE"], permissions_with_grant_option=[])
+        database.node.add_dependency(self.database)
+        return [*grants, database]
+
+    def _reader(self, reader: TableReader) -> None:
+        """SELECT on both tables (a usage reader: every column but :data:`TEXT_COLUMNS`) and DESCRIBE on the
+        database. The logical ids follow the role, so a change of columns is an update the review reads."""
+        suffix = hashlib.sha256(reader.role_arn.encode()).hexdigest()[:8].upper()
+        catalog = self.database.catalog_id
+        principal = lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
+            data_lake_principal_identifier=reader.role_arn)
+        for name, table in self.tables.items():
+            excluded = list(TEXT_COLUMNS[name]) if reader.columns == ColumnAccess.USAGE else []
+            grant = lakeformation.CfnPrincipalPermissions(
+                self, f"Reader{suffix}Selects{_camel(name)}", catalog=catalog, principal=principal,
+                resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
+                    table_with_columns=lakeformation.CfnPrincipalPermissions.TableWithColumnsResourceProperty(
+                        catalog_id=catalog, database_name=self.props.database_name, name=name,
+                        column_wildcard=lakeformation.CfnPrincipalPermissions.ColumnWildcardProperty(
+                            excluded_column_names=excluded))),
+                permissions=["SELECT"], permissions_with_grant_option=[])
+            grant.node.add_dependency(table)
+            grant.node.add_dependency(self.location)
+            self.reader_grants[f"{reader.role_arn}/{name}"] = grant
+        database = lakeformation.CfnPrincipalPermissions(
+            self, f"Reader{suffix}DescribesDatabase", catalog=catalog, principal=principal,
+            resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
+                database=lakeformation.CfnPrincipalPermissions.DatabaseResourceProperty(
+                    catalog_id=catalog, name=self.props.database_name)),
+            permissions=["DESCRIBE"], permissions_with_grant_option=[])
+        database.node.add_dependency(self.database)
+        self.reader_grants[f"{reader.role_arn}/database"] = database
+
+    # -- Athena ---------------------------------------------------------------------------------------------------
+    def results_prefix(self, access: ColumnAccess) -> str:
+        """The key prefix of a workgroup's query results."""
+        return f"{self.props.query_results_prefix}{self.workgroup_name(access)}/"
+
+    def workgroup_name(self, access: ColumnAccess) -> str:
+        return self.props.workgroup_name if access == ColumnAccess.ALL else f"{self.props.workgroup_name}-usage"
+
+    def _workgroup(self, access: ColumnAccess, key: kms.IKey | None) -> athena.CfnWorkGroup:
+        encryption = (athena.CfnWorkGroup.EncryptionConfigurationProperty(encryption_option="SSE_KMS",
+                                                                          kms_key=key.key_arn)
+                      if key is not None else
+                      athena.CfnWorkGroup.EncryptionConfigurationProperty(encryption_option="SSE_S3"))
+        who = "every column" if access == ColumnAccess.ALL else "usage and timing columns"
+        return athena.CfnWorkGroup(
+            self, "UsageWorkGroup" if access == ColumnAccess.USAGE else "WorkGroup",
+            name=self.workgroup_name(access),
+            description=f"Queries of the capture Iceberg tables by readers of {who}",
+            work_group_configuration=athena.CfnWorkGroup.WorkGroupConfigurationProperty(
+                # A client cannot override the results location, its encryption or the scan limit.
+                enforce_work_group_configuration=True,
+                publish_cloud_watch_metrics_enabled=True,
+                bytes_scanned_cutoff_per_query=self.props.query_scan_limit_gib * 1024 ** 3,
+                engine_version=athena.CfnWorkGroup.EngineVersionProperty(
+                    selected_engine_version="Athena engine version 3"),
+                result_configuration=athena.CfnWorkGroup.ResultConfigurationProperty(
+                    output_location=f"s3://{bucket_name(self.props.pipeline.props.bucket)}/"
+                                    f"{self.results_prefix(access)}",
+                    expected_bucket_owner=Stack.of(self).account,
+                    encryption_configuration=encryption)))
+
+    def _admit_results(self, reader: TableReader) -> None:
+        """The reader's query results: read and write under its workgroups' results prefixes, granted by the bucket
+        and key policies themselves (the role's IAM policy is managed elsewhere), like the capture readers'."""
+        accesses = [ColumnAccess.USAGE] + ([ColumnAccess.ALL] if reader.columns == ColumnAccess.ALL else [])
+        guard = bucket_guard(self, self._bucket_arn)
+        prefixes = tuple(self.results_prefix(access) for access in accesses)
+        if guard is not None:
+            for prefix in prefixes:
+                guard.allow_in_bucket_policy(reader.role_arn, prefix, write=True)
+        keys = key_guard(self._key) if self._key is not None else None
+        if keys is not None:
+            keys.admit(reader.role_arn, KMS_WRITE_ACTIONS, self._bucket_arn, named=True, prefixes=prefixes)
+
+    def _named_queries(self) -> dict[str, athena.CfnNamedQuery]:
+        queries: dict[str, athena.CfnNamedQuery] = {}
+        for name, (access, description, sql) in named_queries(self.props.database_name).items():
+            query = athena.CfnNamedQuery(
+                self, f"Query{_camel(name)}", name=name, description=description, database=self.props.database_name,
+                query_string=sql, work_group=self.workgroup_name(access))
+            query.node.add_dependency(self.workgroups[access])
+            queries[name] = query
+        return queries
+
+    def _acknowledge_reviewed_findings(self) -> None:
+        acknowledge(self.optimizer_role, "lake-formation-get-data-access", "Resource::*")
+        stack = Stack.of(self)
+        acknowledge(self.optimizer_role, "glue-optimizer-log-streams", *resource_evidence(self.optimizer_role, *(
+            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{group}:*"
+            for group in OPTIMIZER_LOG_GROUPS)))
+
+
+def named_queries(database: str) -> dict[str, tuple[ColumnAccess, str, str]]:
+    """The named queries: name -> (the workgroup's access, description, SQL). Each reads only columns its
+    workgroup's readers are granted (a test runs them against the grants)."""
+    records, alb = f"{database}.{RECORDS_TABLE}", f"{database}.{ALB_TABLE}"
+    last_week = "current_timestamp - INTERVAL '7' DAY"
+    return {
+        "tokens-per-caller-per-day": (ColumnAccess.USAGE, "Tokens per caller, model and day (FinOps, chargeback)", (
+            "SELECT date(inference_time) AS day, caller_id,\n"
+            "       coalesce(gen_ai_response_model, gen_ai_request_model) AS model, count(*) AS requests,\n"
+            "       sum(gen_ai_usage_input_tokens) AS input_tokens, sum(gen_ai_usage_output_tokens) AS output_tokens,\n"
+            "       count_if(gen_ai_usage_output_tokens IS NULL AND gen_ai_operation_name <> 'embeddings')"
+            " AS requests_without_usage\n"
+            f"FROM {records}\n"
+            f"WHERE inference_time >= {last_week} AND caller_id IS NOT NULL\n"
+            "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")),
+        "latency-per-model": (ColumnAccess.USAGE, "Requests, latency and time to first chunk per model and day", (
+            "SELECT date(inference_time) AS day, gen_ai_request_model AS model, count(*) AS requests,\n"
+            "       approx_percentile(request_duration_ms, 0.5) AS duration_p50_ms,\n"
+            "       approx_percentile(request_duration_ms, 0.99) AS duration_p99_ms,\n"
+            "       approx_percentile(time_to_first_chunk_ms, 0.5) AS ttfc_p50_ms,\n"
+            "       approx_percentile(time_to_first_chunk_ms, 0.99) AS ttfc_p99_ms\n"
+            f"FROM {records}\n"
+            f"WHERE inference_time >= {last_week}\n"
+            "GROUP BY 1, 2 ORDER BY 1, 2")),
+        "errors-and-partial-responses": (ColumnAccess.USAGE, "Errors and partial responses per model and day", (
+            "SELECT date(inference_time) AS day, gen_ai_request_model AS model, partial_reason,\n"
+            "       count(*) AS requests, count_if(http_response_status_code >= 500) AS errors_5xx,\n"
+            "       count_if(http_response_status_code BETWEEN 400 AND 499) AS errors_4xx,\n"
+            "       count_if(partial) AS partial_responses\n"
+            f"FROM {records}\n"
+            f"WHERE inference_time >= {last_week}\n"
+            "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")),
+        "load-balancer-latency": (ColumnAccess.USAGE, "p95 target latency and 5xx per hour from the load balancer", (
+            "SELECT date_trunc('hour', time) AS hour, approx_percentile(target_processing_time, 0.95) AS p95_s,\n"
+            "       count_if(elb_status_code >= 500) AS errors_5xx\n"
+            f"FROM {alb}\n"
+            f"WHERE time >= {last_week} AND target_processing_time >= 0\n"
+            "GROUP BY 1 ORDER BY 1")),
+        "redaction-rule-hits": (ColumnAccess.ALL, "Requests that hit a redaction rule, per rule and day (privacy)", (
+            "SELECT date(inference_time) AS day, rule, count(*) AS requests, count(DISTINCT caller_id) AS callers\n"
+            f"FROM {records}\n"
+            "CROSS JOIN UNNEST(redaction_rules) AS t(rule)\n"
+            f"WHERE inference_time >= {last_week} AND redaction_rules IS NOT NULL\n"
+            "GROUP BY 1, 2 ORDER BY 1, 2")),
+        "decode-errors": (ColumnAccess.ALL, "Records that needed the key's time, or failed to decode", (
+            "SELECT source_key, time_source, decode_error, count(*) AS n\n"
+            f"FROM {records}\n"
+            f"WHERE inference_time >= {last_week} AND (time_source <> 'record' OR decode_error IS NOT NULL)\n"
+            "GROUP BY 1, 2, 3")),
+    }
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
