@@ -13,13 +13,14 @@ from pathlib import Path
 
 import boto3
 
-from tests.support.rotation import rotation_function, stages, synced_api_keys
+from tests.support.rotation import rotation, rotation_function, stages, synced_api_keys
 
 from .conftest import Sidecar, read_records
 
 CALLER = "qwen3-8b-portable-api-key"
 OLD_KEY = "old-key-0123456789abcdefghijklmnopqrstuvwxyzABCD"
 NEW_KEY = "new-key-0123456789abcdefghijklmnopqrstuvwxyzABCD"
+TEAM_B_KEY = "team-b-key-0123456789abcdefghijklmnopqrstuvwxyz"
 RELOAD = "0.1"  # API_KEYS_RELOAD_SECONDS; the chart's default is 5
 
 
@@ -95,22 +96,87 @@ def test_the_old_and_the_new_key_overlap_then_the_old_one_is_refused_without_a_r
     assert "API_KEYS_FILE changed: 2 keys of 1 callers accepted now" in log
 
 
-def test_a_broken_or_missing_file_keeps_the_keys_in_force(start_sidecar, tmp_path: Path) -> None:
+def test_a_removed_key_is_refused_even_when_other_lines_of_the_new_file_are_refused(
+        start_sidecar, tmp_path: Path) -> None:
+    """Issue 28 (revocation fails open): a leaked key is taken out of the file while another line is malformed. The
+    file used to be refused whole and the removed key kept working; now the removal takes effect, the bad line is
+    refused on its own, logged by number and counted."""
+    secret = MountedSecret(tmp_path / "api-keys")
+    secret.write(f"{CALLER}:{OLD_KEY}\nteam-b:{TEAM_B_KEY}\n")
+    sidecar = start_sidecar(API_KEYS_FILE=str(secret.path), API_KEYS_RELOAD_SECONDS=RELOAD)
+    assert status(sidecar, OLD_KEY) == 200 and status(sidecar, TEAM_B_KEY) == 200
+
+    secret.write(f"{CALLER}:{NEW_KEY}\nnot a key line\nteam-b:{TEAM_B_KEY}\n")
+    wait_for(sidecar, OLD_KEY, 401)
+    assert status(sidecar, NEW_KEY) == 200 and status(sidecar, TEAM_B_KEY) == 200
+    metrics = sidecar.metrics()
+    assert metrics['capture_sidecar_api_keys_reloads_total{result="partial"}'] == 1
+    assert metrics["capture_sidecar_api_keys_lines_refused_total"] == 1
+    assert metrics['capture_sidecar_api_keys_reloads_total{result="failed"}'] == 0
+    log = sidecar.log()
+    assert "line 2 (not shown)" in log and "1 lines refused" in log
+    assert OLD_KEY not in log and NEW_KEY not in log and TEAM_B_KEY not in log
+
+
+def test_a_key_in_force_on_a_refused_line_stays_and_a_refused_line_adds_no_key(
+        start_sidecar, s3, tmp_path: Path) -> None:
+    """A line broken by mistake (a caller id with a space) locks its caller out no more than it lets a new key in:
+    the key it holds stays in force under the caller id it had; a refused line with a key not in force adds
+    nothing."""
+    secret = MountedSecret(tmp_path / "api-keys")
+    secret.write(f"{CALLER}:{OLD_KEY}\nteam-b:{TEAM_B_KEY}\n")
+    sidecar = start_sidecar(API_KEYS_FILE=str(secret.path), API_KEYS_RELOAD_SECONDS=RELOAD)
+
+    secret.write(f"team b:{TEAM_B_KEY}\nteam c:{NEW_KEY}\n{NEW_KEY}\n")  # OLD_KEY removed, every line refused
+    wait_for(sidecar, OLD_KEY, 401)
+    assert status(sidecar, TEAM_B_KEY) == 200 and status(sidecar, NEW_KEY) == 401
+    metrics = sidecar.metrics()
+    assert metrics["capture_sidecar_api_keys_lines_refused_total"] == 3
+    assert metrics["capture_sidecar_api_keys"] == 1
+    deadline = time.monotonic() + 10  # its requests are recorded under the caller id it had
+    while "team-b" not in {record["eventMetadata"]["callerId"] for record in read_records(s3, sidecar.prefix, 1)}:
+        assert time.monotonic() < deadline, "no record of team-b"
+        time.sleep(0.1)
+
+
+def test_a_file_without_keys_refuses_every_request_and_only_a_missing_file_keeps_the_keys(
+        start_sidecar, tmp_path: Path) -> None:
+    """Every key removed: the proxy refuses every request (it does not open); the Secret's volume gone (nothing known
+    of the keys): the keys in force stay, counted as failed, said once."""
     secret = MountedSecret(tmp_path / "api-keys")
     secret.write(f"{CALLER}:{OLD_KEY}\n")
     sidecar = start_sidecar(API_KEYS_FILE=str(secret.path), API_KEYS_RELOAD_SECONDS=RELOAD)
 
-    secret.write(f"{CALLER}:{NEW_KEY}\nnot a key line\n")  # refused as a whole: neither opened nor locked out
+    (secret.root / "..data").unlink()  # gone: the keys in force stay
     assert sidecar.wait_for_metric('capture_sidecar_api_keys_reloads_total{result="failed"}', 1) == 1
-    assert status(sidecar, OLD_KEY) == 200 and status(sidecar, NEW_KEY) == 401
-    secret.write("# nobody\n")  # a file without keys would open the proxy: refused too
-    assert sidecar.wait_for_metric('capture_sidecar_api_keys_reloads_total{result="failed"}', 2) == 2
-    (secret.root / "..data").unlink()  # gone (the Secret was deleted): the keys in force stay
-    assert sidecar.wait_for_metric('capture_sidecar_api_keys_reloads_total{result="failed"}', 3) == 3
     time.sleep(0.3)
-    assert sidecar.metrics()['capture_sidecar_api_keys_reloads_total{result="failed"}'] == 3  # said once
+    assert sidecar.metrics()['capture_sidecar_api_keys_reloads_total{result="failed"}'] == 1  # said once
     assert status(sidecar, OLD_KEY) == 200 and status(sidecar, "") == 401
-    assert "line 2 (not shown)" in sidecar.log() and NEW_KEY not in sidecar.log()
+
+    secret.write("# nobody\n")
+    wait_for(sidecar, OLD_KEY, 401)
+    assert status(sidecar, "") == 401 and status(sidecar, NEW_KEY) == 401
+    assert sidecar.metrics()["capture_sidecar_api_keys"] == 0
+    assert sidecar.call("GET", "/v1/models", b"", {}).status == 401
+
+
+def test_each_accepted_key_is_shown_by_a_short_fingerprint_that_the_rotation_computes_too(
+        start_sidecar, tmp_path: Path) -> None:
+    """The gauge the rotation reads (issue 28, rotation that never locks a caller out): one series per accepted key,
+    by fingerprint and caller id, never the key; the rotation function's fingerprint of a key is the sidecar's."""
+    secret = MountedSecret(tmp_path / "api-keys")
+    secret.write(f"{CALLER}:{OLD_KEY}\n")
+    sidecar = start_sidecar(API_KEYS_FILE=str(secret.path), API_KEYS_RELOAD_SECONDS=RELOAD)
+    old, new = rotation.key_fingerprint(OLD_KEY), rotation.key_fingerprint(NEW_KEY)
+    assert len(old) == 12 and old != new
+    gauge = 'capture_sidecar_api_key_accepted{{fingerprint="{}",caller_id="{}"}}'
+    assert sidecar.metrics()[gauge.format(old, CALLER)] == 1
+    assert gauge.format(new, CALLER) not in sidecar.metrics()
+    secret.write(f"{CALLER}:{OLD_KEY}\n{CALLER}:{NEW_KEY}\n")
+    wait_for(sidecar, NEW_KEY, 200)
+    metrics = sidecar.metrics()
+    assert metrics[gauge.format(old, CALLER)] == 1 and metrics[gauge.format(new, CALLER)] == 1
+    assert not [name for name in metrics if OLD_KEY in name or NEW_KEY in name]
 
 
 def test_a_whole_rotation_never_refuses_a_client_that_reads_the_current_key(
