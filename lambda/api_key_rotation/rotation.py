@@ -3,8 +3,10 @@
 Secrets Manager calls it four times per rotation, with the same ``ClientRequestToken`` (the new version's id),
 after it has labelled an empty version with that id ``AWSPENDING``:
 
-1. ``createSecret``: generate the new key (``GetRandomPassword``: 48 letters and digits by default) and store it
-   as that ``AWSPENDING`` version. Nothing changes for clients: they read ``AWSCURRENT``.
+1. ``createSecret``: refuse when the rotation would drop the previous key before its period is over (it stopped
+   being current less than ``ROTATION_DAYS`` days ago, less a day of Secrets Manager's schedule window: two
+   rotations back to back); otherwise generate the new key (``GetRandomPassword``: 48 letters and digits by
+   default) and store it as that ``AWSPENDING`` version. Nothing changes for clients: they read ``AWSCURRENT``.
 2. ``setSecret``: the server needs no call. External Secrets syncs ``AWSCURRENT``, ``AWSPENDING`` and
    ``AWSPREVIOUS`` into the namespace's Secret (``<server>-api-key``, key ``api-keys``), whose file the capture
    sidecar re-reads, so from the next sync on the sidecar accepts the new key too.
@@ -45,6 +47,8 @@ DEFAULT_KEY_LENGTH = 48
 KEY_ALPHABET = frozenset(string.ascii_letters + string.digits)
 # What the step keeps of the invocation's time after waiting, for its own last calls.
 RESERVE_SECONDS = 20.0
+# Secrets Manager may rotate this much before the period is over (its schedule window): not a back-to-back rotation.
+SCHEDULE_WINDOW = timedelta(days=1)
 
 log = logging.getLogger("api_key_rotation")
 log.setLevel(logging.INFO)
@@ -90,6 +94,7 @@ def handler(event: dict[str, Any], context: Any) -> None:
     acceptance = Acceptance.from_json(os.environ["ACCEPTANCE"]) if os.environ.get("ACCEPTANCE") else None
     rotate(
         boto3.client("secretsmanager"),
+        rotation_days=int(os.environ.get("ROTATION_DAYS") or 0),
         step=event["Step"],
         secret_id=event["SecretId"],
         token=event["ClientRequestToken"],
@@ -104,8 +109,10 @@ def handler(event: dict[str, Any], context: Any) -> None:
 def rotate(client: Any, *, step: str, secret_id: str, token: str, key_length: int = DEFAULT_KEY_LENGTH,
            propagation_seconds: float, remaining_seconds: Callable[[], float],
            sleep: Callable[[float], None] = time.sleep, acceptance: Acceptance | None = None,
-           cloudwatch: Any = None, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-    """One step of the rotation of ``secret_id`` to the version ``token``."""
+           cloudwatch: Any = None, now: Callable[[], datetime] = lambda: datetime.now(UTC),
+           rotation_days: int = 0) -> None:
+    """One step of the rotation of ``secret_id`` to the version ``token`` (``rotation_days`` 0: no guard against
+    back-to-back rotations)."""
     metadata = client.describe_secret(SecretId=secret_id)
     if not metadata.get("RotationEnabled"):
         raise RotationError(f"rotation is not enabled for {secret_id}")
@@ -119,6 +126,8 @@ def rotate(client: Any, *, step: str, secret_id: str, token: str, key_length: in
         raise RotationError(f"version {token} of {secret_id} is not {PENDING}")
     log.info("%s: %s of version %s", secret_id, step, token)
     if step == "createSecret":
+        if rotation_days:
+            _keep_previous(client, secret_id, stages, timedelta(days=rotation_days) - SCHEDULE_WINDOW, now())
         _create(client, secret_id, token, key_length)
     elif step == "setSecret":
         # External Secrets brings the pending key to the sidecars (see the module docstring): nothing to call.
@@ -151,6 +160,24 @@ def _create(client: Any, secret_id: str, token: str, key_length: int) -> None:
                                          RequireEachIncludedType=True)["RandomPassword"]
     client.put_secret_value(SecretId=secret_id, ClientRequestToken=token, SecretString=key, VersionStages=[PENDING])
     log.info("%s: new key stored as version %s (%s)", secret_id, token, PENDING)
+
+
+def _keep_previous(client: Any, secret_id: str, stages: dict[str, list[str]], period: timedelta,
+                   at: datetime) -> None:
+    """Refuse a rotation that would drop the ``AWSPREVIOUS`` key before it has been previous for ``period``: it
+    stopped being current when the current version was made (that rotation began a few minutes earlier; it is
+    counted from then). A key revoked on purpose has no ``AWSPREVIOUS`` label any more, so rotating after a
+    revocation goes through."""
+    if not any(PREVIOUS in labels for labels in stages.values()):
+        return
+    current = next((version for version, labels in stages.items() if CURRENT in labels), None)
+    made = _created(client, secret_id, current) if current is not None else None
+    if made is not None and at - made < period:
+        raise RotationError(
+            f"{secret_id}: the {PREVIOUS} key stopped being current {(at - made).total_seconds() / 3600:.1f} h ago; "
+            f"rotating now would refuse it {(period - (at - made)).total_seconds() / 86400:.1f} days before clients "
+            f"were promised. To rotate now on purpose, revoke the {PREVIOUS} key first, take {PENDING} off the "
+            "version of this rotation and rotate again (docs/secrets.md, Rotate now)")
 
 
 def _test(client: Any, secret_id: str, token: str, key_length: int) -> str | None:

@@ -4,6 +4,7 @@ rules of ``rotation_days``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import ApiKeySync, ConfigError, SecretsKey, SecretSync
-from hyperpod_inference_iac.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS
+from hyperpod_inference_iac.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS, RotationAcceptance
 from hyperpod_inference_iac.nag import REASONS
 from tests.unit.test_data_perimeter import resolve
 from tests.unit.test_secrets_key import ACCOUNT, ADMIN, API_KEY, CLIENT, REGION, TOKEN, _cluster, kms_use
@@ -45,7 +46,7 @@ def test_the_schedule_and_the_function(rotated: dict[str, Any]) -> None:
     assert schedule["RotateImmediatelyOnUpdate"] is False  # the first rotation comes 7 days after the deploy
     function = resources[schedule["RotationLambdaARN"]["Fn::GetAtt"][0]]["Properties"]
     assert function["Environment"]["Variables"] == {"PROPAGATION_SECONDS": str(PROPAGATION_SECONDS),
-                                                    "KEY_LENGTH": "48"}
+                                                    "KEY_LENGTH": "48", "ROTATION_DAYS": "7"}
     assert PROPAGATION_SECONDS > API_KEY_REFRESH_SECONDS + 120  # External Secrets, then the kubelet, then the sidecar
 
 
@@ -86,6 +87,52 @@ def test_the_resource_policy_lets_the_rotation_function_read_the_key(rotated: di
     deny = next(s for s in resolve(policy["Statement"], resources) if s["Sid"] == "OnlyReaderAndClients")
     assert deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [
         f"arn:aws:iam::{ACCOUNT}:role/llm-qwen-api-key", ROTATOR, CLIENT]
+
+
+DEPLOYER = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
+OPERATOR = f"arn:aws:iam::{ACCOUNT}:role/platform-oncall"
+
+
+def test_only_the_rotation_function_and_the_deployer_write_the_key(rotated: dict[str, Any]) -> None:
+    """Issue 28: the resource policy denied reads only, so any principal whose IAM allowed PutSecretValue could set a
+    key it knows, which the sync hands to the sidecars. Now every write and stage change is denied to all but the
+    rotation function and the deployer (CloudFormation's execution role)."""
+    resources = rotated["Resources"]
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy"]
+    statements = {s["Sid"]: s for s in resolve(policy["Statement"], resources)}
+    writes = statements["OnlyRotationAndDeployerWrite"]
+    assert writes["Effect"] == "Deny" and writes["Principal"] == {"AWS": "*"}
+    assert {"secretsmanager:PutSecretValue", "secretsmanager:UpdateSecret", "secretsmanager:DeleteSecret"} <= set(
+        writes["Action"])
+    assert writes["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [ROTATOR, DEPLOYER]
+    relabel = statements["OnlyRotationDeployerAndOperatorsRelabel"]
+    assert set(relabel["Action"]) == {"secretsmanager:RotateSecret", "secretsmanager:UpdateSecretVersionStage"}
+    assert relabel["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [ROTATOR, DEPLOYER]
+    assert "OperatorsRotateAndRevoke" not in statements
+
+
+def test_operators_may_rotate_and_revoke_and_acceptance_reads_the_sidecars_metrics() -> None:
+    stack, _ = build(rotation_days=30, rotation_role_name="llm-qwen-api-key-rotation", operator_role_arns=[OPERATOR],
+                        acceptance=RotationAcceptance(cluster_name="llm", namespace="inference", workload="qwen"))
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy"]
+    statements = {s["Sid"]: s for s in resolve(policy["Statement"], resources)}
+    assert statements["OnlyRotationDeployerAndOperatorsRelabel"]["Condition"]["StringNotEquals"][
+        "aws:PrincipalArn"] == [ROTATOR, DEPLOYER, OPERATOR]
+    assert OPERATOR not in str(statements["OnlyRotationAndDeployerWrite"])  # never a value
+    assert statements["OperatorsRotateAndRevoke"]["Principal"] == {"AWS": OPERATOR}
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"].get("Handler") == "rotation.handler"]
+    acceptance = json.loads(function["Environment"]["Variables"]["ACCEPTANCE"])
+    assert acceptance["dimensions"] == {"ClusterName": "llm", "Namespace": "inference", "Workload": "qwen"}
+    assert acceptance["namespace"] == "ContainerInsights/Prometheus"
+    assert function["Timeout"] == 900  # as long as Lambda allows: it fails when the sidecars never report the key
+    statements = _policy_of(resources, "ApiKeyRotationRole")
+    assert [s["Resource"] for s in statements if s["Action"] == "cloudwatch:GetMetricData"] == ["*"]
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    assert "AwsSolutions-IAM5" not in {violation.rule_name for violation in report.violations}
 
 
 def test_without_rotation_the_missing_schedule_is_acknowledged_and_warned() -> None:
