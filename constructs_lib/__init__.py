@@ -45,6 +45,7 @@ from hyperpod_inference_iac.alarms import (
 from hyperpod_inference_iac.api_keys import (
     ApiKeySync,
     ApiKeySyncProps,
+    RotationAcceptance,
     SecretsOptions,
     api_key_sync,
     check_api_key_rotation,
@@ -322,6 +323,7 @@ __all__ = [
     "RedactionRule",
     "RiskWarning",
     "RiskWarnings",
+    "RotationAcceptance",
     "S3Location",
     "S3Uri",
     "ScalingMetrics",

@@ -39,6 +39,7 @@ from hyperpod_inference_iac import (
     PlatformDashboard,
     PlatformValue,
     PlatformVpc,
+    RotationAcceptance,
     SecretsKey,
     deploy_time_availability_zones,
     existing_vpc,
@@ -161,12 +162,17 @@ class ClusterStack(Stack):
             api_key = portable[name].server.api_key
             # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)
             rotation_days = config.secrets.rotation_days_of(reads_keys_file=portable[name].capture is not None)
+            # The rotation waits for every sidecar to report the new key where the metrics agent scrapes them.
+            agent = config.metrics_agent
+            acceptance = RotationAcceptance(cluster_name=agent.cluster_name, namespace=sync.namespace, workload=name) \
+                if agent is not None and agent.namespace == sync.namespace and rotation_days is not None else None
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
                 operator_chart=self.hugging_face_token.operator_chart,
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
-                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention)
+                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention,
+                acceptance=acceptance)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys

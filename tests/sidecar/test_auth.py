@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from capture_sidecar.auth import KeySet, authenticate, key_label
 from capture_sidecar.settings import ApiKey
+from tests.support.rotation import rotation
 
 A_OLD = "team-a-old-0123456789abcdefghijklmnopqrstuvwxyz"
 A_NEW = "team-a-new-0123456789abcdefghijklmnopqrstuvwxyz"
@@ -37,3 +38,8 @@ def test_a_set_without_keys_refuses_once_authentication_was_on_and_fingerprints_
     fingerprints = KEYS.fingerprints()
     assert fingerprints == {key_label(A_OLD): "team-a", key_label(A_NEW): "team-a", key_label(B): "team-b"}
     assert all(len(label) == 12 and label not in (A_OLD, A_NEW, B) for label in fingerprints)
+
+
+def test_the_sidecar_and_the_rotation_function_fingerprint_a_key_alike() -> None:
+    for key in ("k" * 48, "0123456789abcdefghijKLMNOPQRSTuvwxyz0123456789AB", A_OLD):
+        assert key_label(key) == rotation.key_fingerprint(key)
