@@ -22,6 +22,11 @@ after it has labelled an empty version with that id ``AWSPENDING``:
    and take ``AWSPENDING`` off. Clients that read the key now get the new one; the old one stays accepted as
    ``AWSPREVIOUS`` until the next rotation, or until ``AWSPREVIOUS`` is taken off it (docs/secrets.md).
 
+Every so often (``ApiKeySync``'s ``check_schedule``, an EventBridge rule with ``{"Check": "keys", "SecretId": ...}``)
+the function is invoked to look, not rotate (:func:`check_keys`): it writes the key's age and how many of its
+versions not every sidecar accepts as metrics (embedded metric format, namespace ``HyperPodInference/ApiKeys``,
+dimension ``Secret``), which the key's alarms watch (a rotation overdue, a sync that does not deliver).
+
 Every step is idempotent (Secrets Manager retries a failed rotation from the start with the same token). Keys are
 never logged. The function's role may touch this one secret only (``ApiKeySync``).
 """
@@ -89,9 +94,17 @@ class Acceptance:
         return cls(**json.loads(text))
 
 
+CHECK_NAMESPACE = "HyperPodInference/ApiKeys"
+
+
 def handler(event: dict[str, Any], context: Any) -> None:
-    """Lambda entry point: one rotation step (event ``Step``, ``SecretId``, ``ClientRequestToken``)."""
+    """Lambda entry point: one rotation step (event ``Step``, ``SecretId``, ``ClientRequestToken``), or a check
+    (event ``Check``, ``SecretId``)."""
     acceptance = Acceptance.from_json(os.environ["ACCEPTANCE"]) if os.environ.get("ACCEPTANCE") else None
+    if event.get("Check") == "keys":
+        print(json.dumps(check_keys(boto3.client("secretsmanager"), event["SecretId"], acceptance=acceptance,
+                                    cloudwatch=boto3.client("cloudwatch") if acceptance is not None else None)))
+        return
     rotate(
         boto3.client("secretsmanager"),
         rotation_days=int(os.environ.get("ROTATION_DAYS") or 0),
@@ -189,7 +202,7 @@ def _test(client: Any, secret_id: str, token: str, key_length: int) -> str | Non
     with ``RotateImmediately`` false, as CloudFormation sets up the schedule here: it labels a copy of the secret
     ``AWSPENDING``, runs this step alone and removes it again): the function could read both, nothing to wait for.
     """
-    pending = client.get_secret_value(SecretId=secret_id, VersionId=token, VersionStage=PENDING)["SecretString"]
+    pending: str = client.get_secret_value(SecretId=secret_id, VersionId=token, VersionStage=PENDING)["SecretString"]
     if len(pending) != key_length or not set(pending) <= KEY_ALPHABET:
         raise RotationError(f"version {token} of {secret_id} is not {key_length} letters and digits")
     if pending == client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT)["SecretString"]:
@@ -264,6 +277,36 @@ def _samples(cloudwatch: Any, acceptance: Acceptance, fingerprint: str, at: date
         if not page.get("NextToken"):
             return int(counts["scrapes"]), int(counts["accepted"])
         arguments["NextToken"] = page["NextToken"]
+
+
+def check_keys(client: Any, secret_id: str, *, acceptance: Acceptance | None, cloudwatch: Any,
+               now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> dict[str, Any]:
+    """One look at the key, as an embedded-metric-format event: ``KeyAgeHours`` (since the last rotation, or since
+    the secret was made), and with ``acceptance`` ``KeysNotAccepted`` (how many of the current, pending and
+    previous versions not every sidecar accepts: 0 when the sync delivers; a pending key not yet delivered counts
+    while its rotation waits for it)."""
+    at = now()
+    metadata = client.describe_secret(SecretId=secret_id)
+    since = metadata.get("LastRotatedDate") or metadata.get("CreatedDate") or at
+    since = since if since.tzinfo else since.replace(tzinfo=UTC)
+    values: dict[str, float] = {"KeyAgeHours": round((at - since).total_seconds() / 3600, 2)}
+    if acceptance is not None:
+        missing = 0
+        for stage in (CURRENT, PENDING, PREVIOUS):
+            try:
+                key = client.get_secret_value(SecretId=secret_id, VersionStage=stage)["SecretString"]
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ResourceNotFoundException":
+                    raise
+                continue
+            scrapes, accepted = _samples(cloudwatch, acceptance, key_fingerprint(key), at)
+            missing += scrapes == 0 or accepted < scrapes
+        values["KeysNotAccepted"] = missing
+    name = metadata.get("Name", secret_id)
+    log.info("%s: %s", name, ", ".join(f"{metric} {value:g}" for metric, value in values.items()))
+    return {"_aws": {"Timestamp": int(at.timestamp() * 1000), "CloudWatchMetrics": [{
+        "Namespace": CHECK_NAMESPACE, "Dimensions": [["Secret"]],
+        "Metrics": [{"Name": metric, "Unit": "None"} for metric in values]}]}, "Secret": name, **values}
 
 
 def _created(client: Any, secret_id: str, token: str) -> datetime | None:

@@ -163,3 +163,38 @@ def test_a_secret_without_rotation_or_a_foreign_token_is_refused(secretsmanager:
     _pending_version(secretsmanager, secret)
     with pytest.raises(rotation.RotationError, match="has no stage for rotation"):
         step(secretsmanager, secret, str(uuid.uuid4()), "createSecret")
+
+
+def test_the_check_reports_the_keys_age_and_the_versions_the_sidecars_do_not_accept(
+        secretsmanager: Any, secret: str, moto_endpoint: str) -> None:
+    """What the key's alarms watch: the age (a rotation overdue) and, with the sidecars' metrics, the versions not
+    every sidecar accepts (a sync that does not deliver), as one embedded-metric-format event."""
+    cloudwatch = boto3.client("cloudwatch", endpoint_url=moto_endpoint)
+    dimensions = {"ClusterName": "c", "Namespace": "inference", "Workload": f"w{uuid.uuid4().hex[:6]}"}
+    acceptance = rotation.Acceptance("ContainerInsights/Prometheus", dimensions, window_seconds=5, settle_seconds=0)
+
+    def scrape(*keys: str) -> None:
+        at = datetime.now(UTC)
+        cloudwatch.put_metric_data(Namespace=acceptance.namespace, MetricData=[
+            {"MetricName": rotation.KEYS_METRIC, "Value": len(keys), "Timestamp": at,
+             "Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()]},
+            *({"MetricName": rotation.ACCEPTED_METRIC, "Value": 1, "Timestamp": at,
+               "Dimensions": [{"Name": k, "Value": v} for k, v in
+                              {**dimensions, "fingerprint": rotation.key_fingerprint(key)}.items()]} for key in keys)])
+
+    later = lambda: datetime.now(UTC) + timedelta(days=31)  # noqa: E731
+    soon = lambda: datetime.now(UTC) + timedelta(seconds=2)  # noqa: E731 (moto, as CloudWatch, counts whole seconds)
+    event = rotation.check_keys(secretsmanager, secret, acceptance=None, cloudwatch=None, now=later)
+    assert event["KeyAgeHours"] > 31 * 24 - 1 and "KeysNotAccepted" not in event
+    assert event["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "HyperPodInference/ApiKeys"
+    assert event["Secret"] == secret
+    assert rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)[
+        "KeysNotAccepted"] == 1  # no sidecar reports: nothing says the sync delivers
+    scrape(FIRST_KEY)
+    scrape(FIRST_KEY)
+    event = rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)
+    assert event["KeysNotAccepted"] == 0 and event["KeyAgeHours"] < 1 and FIRST_KEY not in str(event)
+    token = _pending_version(secretsmanager, secret)
+    step(secretsmanager, secret, token, "createSecret")  # a pending key the sync has not delivered
+    assert rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)[
+        "KeysNotAccepted"] == 1
