@@ -190,6 +190,8 @@ class ClusterStack(Stack):
             return
         wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
                   "notify_on_ok": alarms.notify_on_ok}
+        for key in self.api_keys.values():  # (a key without rotation has none)
+            key.add_alarms(**wiring)
         certificates = {"endpoints": self.domain.certificate}
         if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,

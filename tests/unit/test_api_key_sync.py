@@ -177,3 +177,31 @@ def test_rotation_days_are_checked(days: int, sync: SecretSync, codes: list[str]
     with pytest.raises(ConfigError) as raised:
         build(rotation_days=days, sync=sync)
     assert raised.value.codes == codes
+
+
+def test_the_keys_alarms_watch_the_rotation_the_sync_and_the_401s() -> None:
+    """Issue 28: no alarm or event rule referred to the rotation function or the secret. Now a failed rotation, a
+    rotation older than its period plus a day (or a check that stopped), a version the sidecars do not all accept
+    (the sync) and many 401s notify the topic, each with its runbook."""
+    from aws_cdk import aws_sns as sns
+
+    stack, sync = build(rotation_days=30, acceptance=RotationAcceptance(cluster_name="llm", namespace="inference",
+                                                                        workload="qwen"))
+    topic = sns.Topic(stack, "Topic")
+    alarms = sync.add_alarms(alarm_name_prefix="llm", topic=topic)
+    assert set(alarms) == {"rotation_failed", "rotation_overdue", "keys_not_synced", "unauthorized"}
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    found = {r["Properties"]["AlarmName"]: r["Properties"] for r in resources.values()
+             if r["Type"] == "AWS::CloudWatch::Alarm"}
+    assert set(found) == {f"llm-api-key-qwen-{what}" for what in
+                          ("rotation-failed", "rotation-overdue", "keys-not-synced", "unauthorized")}
+    for name, alarm in found.items():
+        anchor = "api-key-" + name.removeprefix("llm-api-key-qwen-")
+        assert alarm["AlarmDescription"].endswith(f"section {anchor}") and alarm["AlarmActions"]
+    overdue = found["llm-api-key-qwen-rotation-overdue"]
+    assert overdue["Threshold"] == 31 * 24 and overdue["TreatMissingData"] == "breaching"
+    assert found["llm-api-key-qwen-rotation-failed"]["MetricName"] == "Errors"
+    (rule,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
+    assert rule["ScheduleExpression"] == "rate(15 minutes)"
+    assert rule["Targets"][0]["Input"]["Fn::Join"][1][0].startswith('{"Check":"keys","SecretId":"')
+    assert build()[1].add_alarms(alarm_name_prefix="llm") == {}  # no rotation: nothing to watch
