@@ -5,6 +5,7 @@ rules of ``rotation_days``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,9 +196,11 @@ def test_the_keys_alarms_watch_the_rotation_the_sync_and_the_401s() -> None:
              if r["Type"] == "AWS::CloudWatch::Alarm"}
     assert set(found) == {f"llm-api-key-qwen-{what}" for what in
                           ("rotation-failed", "rotation-overdue", "keys-not-synced", "unauthorized")}
+    runbooks = (Path(__file__).parents[2] / "docs" / "alarms.md").read_text()
     for name, alarm in found.items():
         anchor = "api-key-" + name.removeprefix("llm-api-key-qwen-")
         assert alarm["AlarmDescription"].endswith(f"section {anchor}") and alarm["AlarmActions"]
+        assert f"\n### {anchor}\n" in runbooks
     overdue = found["llm-api-key-qwen-rotation-overdue"]
     assert overdue["Threshold"] == 31 * 24 and overdue["TreatMissingData"] == "breaching"
     assert found["llm-api-key-qwen-rotation-failed"]["MetricName"] == "Errors"
