@@ -435,8 +435,8 @@ class ApiKeySync(Construct):
             "rotation_failed": wiring.alarm(
                 self, "RotationFailedAlarm", suffix=f"api-key-{server}-rotation-failed",
                 anchor="api-key-rotation-failed",
-                text=f"The rotation of the API key {name} failed (a step of its function raised): the current key "
-                     "stays current and nobody is locked out, but the key is not rotated.",
+                text=f"The rotation function of the API key {name} failed (a rotation step or its check raised): "
+                     "the current key stays current and nobody is locked out, but the key is not rotated.",
                 metric=function.metric_errors(statistic="Sum"), settings=ROTATION_FAILED,
                 comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 missing=cloudwatch.TreatMissingData.NOT_BREACHING),

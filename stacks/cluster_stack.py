@@ -172,7 +172,8 @@ class ClusterStack(Stack):
                 operator_chart=self.hugging_face_token.operator_chart,
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
                 rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention,
-                acceptance=acceptance)
+                # The platform's admins may rotate now and revoke the previous key (docs/secrets.md), never write one.
+                acceptance=acceptance, operator_role_arns=self.cluster.props.admin_role_arns)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys
@@ -222,7 +223,8 @@ class ClusterStack(Stack):
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
                        *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ()),
-                       *(self.model_metrics.alarms.values() if self.model_metrics else ())]
+                       *(self.model_metrics.alarms.values() if self.model_metrics else ()),
+                       *(alarm for key in self.api_keys.values() for alarm in key.alarms.values())]
             self.dashboard = PlatformDashboard(
                 self, "Dashboard", dashboard_name=config.project, pipeline=pipeline,
                 tiers=config.capture_tiers or ("sme", "pod", "alb"), certificates=certificates,
