@@ -204,6 +204,7 @@ from hyperpod_inference_iac.security.workload_identity import (
 from hyperpod_inference_iac.serving.api_keys import (
     ApiKeySync,
     ApiKeySyncProps,
+    RotationAcceptance,
     SecretsOptions,
     api_key_sync,
     check_api_key_rotation,
@@ -333,6 +334,7 @@ __all__ = [
     "RedactionRule",
     "RiskWarning",
     "RiskWarnings",
+    "RotationAcceptance",
     "S3Location",
     "S3Uri",
     "ScalingMetrics",

@@ -39,6 +39,7 @@ from hyperpod_inference_iac import (
     PlatformDashboard,
     PlatformValue,
     PlatformVpc,
+    RotationAcceptance,
     SecretsKey,
     deploy_time_availability_zones,
     existing_vpc,
@@ -161,12 +162,18 @@ class ClusterStack(Stack):
             api_key = portable[name].server.api_key
             # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)
             rotation_days = config.secrets.rotation_days_of(reads_keys_file=portable[name].capture is not None)
+            # The rotation waits for every sidecar to report the new key where the metrics agent scrapes them.
+            agent = config.metrics_agent
+            acceptance = RotationAcceptance(cluster_name=agent.cluster_name, namespace=sync.namespace, workload=name) \
+                if agent is not None and agent.namespace == sync.namespace and rotation_days is not None else None
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
                 operator_chart=self.hugging_face_token.operator_chart,
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
-                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention)
+                rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention,
+                # The platform's admins may rotate now and revoke the previous key (docs/secrets.md), never write one.
+                acceptance=acceptance, operator_role_arns=self.cluster.props.admin_role_arns)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
             self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
         return keys
@@ -184,6 +191,8 @@ class ClusterStack(Stack):
             return
         wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
                   "notify_on_ok": alarms.notify_on_ok}
+        for key in self.api_keys.values():  # (a key without rotation has none)
+            key.add_alarms(**wiring)
         certificates = {"endpoints": self.domain.certificate}
         if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
@@ -214,7 +223,8 @@ class ClusterStack(Stack):
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
                        *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ()),
-                       *(self.model_metrics.alarms.values() if self.model_metrics else ())]
+                       *(self.model_metrics.alarms.values() if self.model_metrics else ()),
+                       *(alarm for key in self.api_keys.values() for alarm in key.alarms.values())]
             self.dashboard = PlatformDashboard(
                 self, "Dashboard", dashboard_name=config.project, pipeline=pipeline,
                 tiers=config.capture_tiers or ("sme", "pod", "alb"), certificates=certificates,

@@ -147,6 +147,12 @@ REASONS: dict[str, tuple[str, str]] = {
         "secretsmanager:GetRandomPassword has no resource type (it reads and writes no secret, it returns random "
         "characters); every other action of the rotation role names the one secret it rotates.",
     ),
+    "api-key-rotation-metric-data": (
+        "AwsSolutions-IAM5",
+        "cloudwatch:GetMetricData has no resource type (IAM cannot narrow it to a namespace or a metric); it reads "
+        "metrics only: the rotation function reads which keys the capture sidecars accept before it makes a new key "
+        "current (docs/secrets.md).",
+    ),
 }
 
 

@@ -68,6 +68,8 @@ WARNINGS: Mapping[str, str] = {
         "InferenceWorkloads: an Inference Gateway without JWT authentication (unauthenticatedReason given)",
     warning_id("SecretsKey:noDeployer"): "SecretsKey: a stack synthesizer whose deploy role is unknown",
     warning_id("ApiKeySync:notRotated"): "ApiKeySync: a key not rotated (rotation off, or a server without capture)",
+    warning_id("ApiKeySync:writesNotLimited"): "ApiKeySync: any principal IAM allows may write the key (no deployer "
+                                               "role known)",
     warning_id("InferenceCluster:noDeployer"):
         "InferenceCluster: no deployer_role_arns and a stack synthesizer whose deploy role is unknown",
     warning_id("ExternalDns:anyRecordName"): "ExternalDns: no hostnames (it may change any record of its zones)",

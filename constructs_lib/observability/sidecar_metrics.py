@@ -88,6 +88,11 @@ REQUESTS = "capture_sidecar_requests_total"  # {model, status_class}
 FIRST_CHUNKS = "capture_sidecar_first_chunks_total"  # {model, le}: 2xx time to first chunk, cumulative buckets
 TOKENS = "capture_sidecar_tokens_total"  # {model, type}
 PARTIAL_EXCHANGES = "capture_sidecar_partial_exchanges_total"  # {model, reason}
+# Per server (the pod's app.kubernetes.io/name as Workload): the keys each sidecar accepts, as many samples as scrapes
+# (the API key rotation compares them, RotationAcceptance), and the 401s (the API key alarms).
+API_KEYS = "capture_sidecar_api_keys"
+API_KEY_ACCEPTED = "capture_sidecar_api_key_accepted"  # {fingerprint, caller_id}
+REQUESTS_UNAUTHORIZED = "capture_sidecar_requests_unauthorized_total"
 # Histograms the agent would drop anyway (its log would list them): not scraped.
 HISTOGRAM_SERIES = r"capture_sidecar_(request_duration|time_to_first_chunk)_seconds_(bucket|sum|count)"
 DROP_REASONS = ("queue_full", "upload_failed", "spool_full", "shutdown_timeout", "memory_full")
@@ -162,6 +167,12 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
         {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
          "dimensions": [["ClusterName", "Namespace", "model", "reason"]],
          "metric_selectors": [f"^{PARTIAL_EXCHANGES}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "Workload"]],
+         "metric_selectors": [f"^{API_KEYS}$", f"^{REQUESTS_UNAUTHORIZED}$"]},
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "Workload", "fingerprint"]],
+         "metric_selectors": [f"^{API_KEY_ACCEPTED}$"]},
     ]
     scrape_configs = [{
         "job_name": SCRAPE_JOB,

@@ -24,16 +24,21 @@ may decrypt this secret, through Secrets Manager only, and no one else.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from hyperpod_inference_iac.charts.plan import PortableWorkload
@@ -45,7 +50,10 @@ from hyperpod_inference_iac.foundation.nag import acknowledge
 from hyperpod_inference_iac.foundation.patterns import iam_role_arn, iam_role_name
 from hyperpod_inference_iac.foundation.props import Props, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.observability.alarms import AlarmSettings, AlarmWiring, topic_actions
 from hyperpod_inference_iac.security.secrets_key import (
+    default_deployer_role_arns,
     encrypt_secret,
     grant_secret_read,
     kms_through_secrets_manager,
@@ -79,6 +87,51 @@ def propagation_seconds(refresh_interval_seconds: int) -> int:
 PROPAGATION_SECONDS = propagation_seconds(API_KEY_REFRESH_SECONDS)
 ROTATION_RUNTIME = lambda_.Runtime.PYTHON_3_14
 DEFAULT_ROTATION_DAYS = 30
+#: The namespace the metrics agent writes the capture sidecars' series to (``CaptureSidecarMetrics``).
+SIDECAR_METRICS_NAMESPACE = "ContainerInsights/Prometheus"
+#: Writes and stage changes of an API key's secret: only its rotation function and the deployer may make them.
+SECRET_WRITE_ACTIONS = (
+    "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage", "secretsmanager:UpdateSecret",
+    "secretsmanager:RotateSecret", "secretsmanager:CancelRotateSecret", "secretsmanager:RestoreSecret",
+    "secretsmanager:ReplicateSecretToRegions", "secretsmanager:StopReplicationToReplica",
+    "secretsmanager:RemoveRegionsFromReplication", "secretsmanager:DeleteSecret")
+#: The rotation function's own metrics (its check mode: ``KeyAgeHours``, ``KeysNotAccepted``), by ``Secret``.
+KEY_CHECK_NAMESPACE = "HyperPodInference/ApiKeys"
+#: How often the check looks at the key (an EventBridge rule invoking the rotation function).
+KEY_CHECK_MINUTES = 15
+#: The API key alarms' settings (:meth:`ApiKeySync.add_alarms`; docs/alarms.md, sections ``api-key-*``).
+ROTATION_FAILED = AlarmSettings(threshold=1, period=Duration.minutes(5))
+KEYS_NOT_ACCEPTED = AlarmSettings(threshold=1, period=Duration.minutes(KEY_CHECK_MINUTES), evaluation_periods=2)
+UNAUTHORIZED = AlarmSettings(threshold=50, period=Duration.minutes(5), evaluation_periods=2)
+#: What ``operator_role_arns`` may do of them: rotate now, and take a label off a version (revoke the previous key).
+OPERATOR_ACTIONS = ("secretsmanager:RotateSecret", "secretsmanager:UpdateSecretVersionStage")
+
+
+@dataclass(frozen=True)
+class RotationAcceptance:
+    """Where the rotation function learns which keys a server's capture sidecars accept: the gauges
+    ``capture_sidecar_api_keys`` and ``capture_sidecar_api_key_accepted{fingerprint}`` as the metrics agent
+    (:class:`~hyperpod_inference_iac.CaptureSidecarMetrics`) ships them to CloudWatch, with dimensions
+    ``ClusterName``, ``Namespace`` and ``Workload`` (the server's name). ``testSecret`` finishes once, over
+    ``window_seconds`` ending ``settle_seconds`` ago, every scrape of every sidecar lists the pending key; it polls
+    every ``poll_seconds``. Why CloudWatch and not the sidecars themselves: the function runs in Lambda outside the
+    cluster's network, and the sidecars' metrics ports admit only the agent (docs/secrets.md)."""
+
+    cluster_name: str
+    namespace: str
+    workload: str
+    window_seconds: int = 180  # three scrapes of the agent (every 60 s)
+    settle_seconds: int = 60  # EMF log events become metrics within about a minute
+    poll_seconds: int = 30
+
+    def environment(self) -> str:
+        """The function's ``ACCEPTANCE`` (``rotation.Acceptance``)."""
+        settings = asdict(self)
+        return json.dumps({
+            "namespace": SIDECAR_METRICS_NAMESPACE,
+            "dimensions": {"ClusterName": settings.pop("cluster_name"), "Namespace": settings.pop("namespace"),
+                           "Workload": settings.pop("workload")},
+            **settings}, sort_keys=True)
 
 
 def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_prefix: str,
@@ -195,6 +248,22 @@ class ApiKeySyncProps(Props):
             "by name.")
     log_retention: logs.RetentionDays = prop(DEFAULT_RETENTION, config=False,
                                              doc="How long the rotation function's log group keeps its events.")
+    acceptance: RotationAcceptance | None = prop(
+        None, config=False, default_doc="none: a fixed wait",
+        doc="Where the server's capture sidecars report the keys they accept (`RotationAcceptance`: the metrics "
+            "agent's CloudWatch series): `testSecret` then finishes only once every sidecar accepts the pending key, "
+            "and fails otherwise (the current key stays current). Without it, the function waits a fixed time "
+            "(`propagation_seconds`), which a stalled sync defeats: clients get 401 until it runs again.")
+    deployer_role_arns: Sequence[str] | None = prop(
+        None, config=False,
+        default_doc="the CloudFormation execution role of the stack's `DefaultStackSynthesizer`",
+        doc="The roles CloudFormation deploys the secret with. With the rotation function, they are the only "
+            "principals the secret's resource policy lets write a value or change a stage (`SECRET_WRITE_ACTIONS`). "
+            "None known (another synthesizer): writes are not limited, warned (`ApiKeySync:writesNotLimited`).")
+    operator_role_arns: Sequence[str] = prop(
+        (), config=False,
+        doc="Roles that may rotate the key now and take a label off a version (revoke the previous key: "
+            "`RotateSecret`, `UpdateSecretVersionStage`), never write a value.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         _check_rotation(problems, at, self.rotation_days, self.sync.keys_file is not None,
@@ -208,8 +277,8 @@ class ApiKeySync(Construct):
     Properties: :class:`ApiKeySyncProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``secret``, ``reader_role``, ``manifest``, ``encryption_key``, ``rotation_function`` and
-    ``rotation_schedule`` (None without rotation). Without rotation, the secret's missing rotation schedule is
-    acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
+    ``rotation_schedule`` (None without rotation), ``alarms`` (after :meth:`add_alarms`). Without rotation, the
+    secret's missing rotation schedule is acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
     """
 
     PROPS: ClassVar[type[Props]] = ApiKeySyncProps
@@ -220,12 +289,17 @@ class ApiKeySync(Construct):
                  encryption_key: kms.IKey | None = ApiKeySyncProps.encryption_key,
                  rotation_days: int | None = ApiKeySyncProps.rotation_days,
                  rotation_role_name: str | None = ApiKeySyncProps.rotation_role_name,
-                 log_retention: logs.RetentionDays = ApiKeySyncProps.log_retention) -> None:
+                 log_retention: logs.RetentionDays = ApiKeySyncProps.log_retention,
+                 acceptance: RotationAcceptance | None = ApiKeySyncProps.acceptance,
+                 deployer_role_arns: Sequence[str] | None = ApiKeySyncProps.deployer_role_arns,
+                 operator_role_arns: Sequence[str] = ApiKeySyncProps.operator_role_arns) -> None:
         super().__init__(scope, id)
         self.props = props = ApiKeySyncProps(
             cluster=cluster, sync=sync, client_role_arns=tuple(client_role_arns), operator_chart=operator_chart,
             encryption_key=encryption_key, rotation_days=rotation_days, rotation_role_name=rotation_role_name,
-            log_retention=log_retention)
+            log_retention=log_retention, acceptance=acceptance,
+            deployer_role_arns=None if deployer_role_arns is None else tuple(deployer_role_arns),
+            operator_role_arns=tuple(operator_role_arns))
         props.raise_if_invalid(f"ApiKeySync {self.node.path}")
         self.sync = props.sync
         self.encryption_key = props.encryption_key
@@ -245,8 +319,9 @@ class ApiKeySync(Construct):
                                             encryption_key=props.encryption_key)
         self.rotation_function: lambda_.Function | None = None
         self.rotation_schedule: secretsmanager.CfnRotationSchedule | None = None
+        self.alarms: dict[str, cloudwatch.Alarm] = {}  # (add_alarms)
         if props.rotation_days is not None:
-            self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention)
+            self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention, props.acceptance)
         else:
             acknowledge(self.secret, "portable-api-key-rotation")
             Annotations.of(self).add_warning_v2(
@@ -255,10 +330,13 @@ class ApiKeySync(Construct):
                 "rotates it by hand (docs/secrets.md); give rotation_days (the server must read the sync's keys "
                 "file, as the capture sidecar does), or acknowledge with the reason")
         self._limit_readers(list(props.client_role_arns))
+        self._limit_writers(list(props.deployer_role_arns) if props.deployer_role_arns is not None
+                            else default_deployer_role_arns(self), list(props.operator_role_arns))
         self.manifest = apply_sync(props.cluster, f"ApiKeySync-{props.sync.kubernetes_secret_name}", sync=props.sync,
                                    reader_role=self.reader_role, operator_chart=props.operator_chart)
 
-    def _rotate(self, every_days: int, role_name: str | None, log_retention: logs.RetentionDays) -> None:
+    def _rotate(self, every_days: int, role_name: str | None, log_retention: logs.RetentionDays,
+                acceptance: RotationAcceptance | None) -> None:
         """The rotation function (its own role: this secret only) and the schedule. CloudFormation sets the schedule
         up without rotating (``RotateImmediatelyOnUpdate`` false): an upgraded server's pods that still hold the key
         in an environment variable are replaced before the first rotation, which comes ``every_days`` later."""
@@ -275,9 +353,13 @@ class ApiKeySync(Construct):
             handler="rotation.handler", role=role, log_group=log_group, memory_size=128,
             code=lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.api_key_rotation")),
                                          exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            # testSecret waits for the sidecars (External Secrets' refresh and the rest); then a few API calls.
-            timeout=Duration.seconds(wait + ROTATION_CALLS_SECONDS),
-            environment={"PROPAGATION_SECONDS": str(wait), "KEY_LENGTH": str(API_KEY_LENGTH)},
+            # testSecret waits for the sidecars (External Secrets' refresh and the rest); then a few API calls. With
+            # acceptance it waits as long as Lambda allows for them to report the key, then fails (retried later).
+            timeout=Duration.seconds(LAMBDA_MAX_TIMEOUT_SECONDS if acceptance is not None
+                                     else wait + ROTATION_CALLS_SECONDS),
+            environment={"PROPAGATION_SECONDS": str(wait), "KEY_LENGTH": str(API_KEY_LENGTH),
+                         "ROTATION_DAYS": str(every_days),
+                         **({"ACCEPTANCE": acceptance.environment()} if acceptance is not None else {})},
             description=f"Rotates the API key {self.sync.secrets_manager_name} (docs/secrets.md)")
         secret_arn = self.secret.secret_arn
         grant_secret_read(role, self.secret, self.sync.secrets_manager_name, self.encryption_key)
@@ -286,6 +368,9 @@ class ApiKeySync(Construct):
             "secretsmanager:ListSecretVersionIds"])
         # GetRandomPassword has no resource: it reads no secret.
         iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["secretsmanager:GetRandomPassword"])
+        if acceptance is not None:  # (no resource type either: it reads metrics only)
+            iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["cloudwatch:GetMetricData"])
+            acknowledge(role, "api-key-rotation-metric-data", "Resource::*")
         if self.encryption_key is not None:  # the new version's data key, for this secret only
             iam.Grant.add_to_principal(
                 grantee=role, actions=["kms:GenerateDataKey"], resource_arns=[self.encryption_key.key_arn],
@@ -313,14 +398,116 @@ class ApiKeySync(Construct):
         stack = Stack.of(self)
         reader_arn = iam_role_arn(stack.partition, stack.account, self.sync.reader_role_name) \
             if self.sync.reader_role_name else self.reader_role.role_arn
-        rotation = []
-        if self.rotation_function is not None and self.rotation_function.role is not None:
-            rotation = [iam_role_arn(stack.partition, stack.account, self._rotation_role_name)
-                        if self._rotation_role_name else self.rotation_function.role.role_arn]
+        rotation = self._rotation_role_arns()
         self.secret.add_to_resource_policy(iam.PolicyStatement(
             sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],
             resources=["*"], principals=[iam.AnyPrincipal()],
             conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *rotation, *client_role_arns]}}))
+
+
+    def add_alarms(self, *, alarm_name_prefix: str, topic: AlarmTopic | sns.ITopic | None = None,
+                   runbook_url: str | None = None, notify_on_ok: bool = True,
+                   unauthorized: AlarmSettings = UNAUTHORIZED) -> dict[str, cloudwatch.Alarm]:
+        """The key's alarms, notifying ``topic`` (docs/alarms.md has a runbook for each), named
+        ``<prefix>-api-key-<server>-<what>``: ``rotation-failed`` (a step of the rotation function failed: the
+        current key stays current, nobody is locked out, but the key is not rotated), ``rotation-overdue`` (the key
+        is older than its period plus a day; also when the check stops reporting) and, with ``acceptance``,
+        ``keys-not-synced`` (a version in Secrets Manager that not every sidecar accepts for two checks: the sync is
+        not Ready or the sidecars refuse the file) and ``unauthorized`` (``401`` answers, ``unauthorized`` per
+        period: a client holding a revoked or wrong key, or someone guessing). The check is the rotation function
+        invoked every ``KEY_CHECK_MINUTES`` minutes by an EventBridge rule. A key without rotation has none."""
+        function, props = self.rotation_function, self.props
+        if function is None or props.rotation_days is None:
+            return {}
+        server = self.sync.kubernetes_secret_name.removesuffix("-api-key")
+        wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
+        name = self.sync.secrets_manager_name
+        rule = events.Rule(self, "KeyCheck", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
+                           description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
+        rule.add_target(targets.LambdaFunction(function, retry_attempts=0, event=events.RuleTargetInput.from_object(
+            {"Check": "keys", "SecretId": self.secret.secret_arn})))
+
+        def check_metric(metric: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(namespace=KEY_CHECK_NAMESPACE, metric_name=metric, dimensions_map={"Secret": name},
+                                     statistic="Maximum")
+
+        hours = (props.rotation_days + 1) * 24
+        alarms = {
+            "rotation_failed": wiring.alarm(
+                self, "RotationFailedAlarm", suffix=f"api-key-{server}-rotation-failed",
+                anchor="api-key-rotation-failed",
+                text=f"The rotation function of the API key {name} failed (a rotation step or its check raised): "
+                     "the current key stays current and nobody is locked out, but the key is not rotated.",
+                metric=function.metric_errors(statistic="Sum"), settings=ROTATION_FAILED,
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                missing=cloudwatch.TreatMissingData.NOT_BREACHING),
+            "rotation_overdue": wiring.alarm(
+                self, "RotationOverdueAlarm", suffix=f"api-key-{server}-rotation-overdue",
+                anchor="api-key-rotation-overdue",
+                text=f"The API key {name} was last rotated more than {props.rotation_days} days plus a day ago, or its "
+                     "check stopped reporting.",
+                metric=check_metric("KeyAgeHours"), settings=AlarmSettings(threshold=hours, period=Duration.hours(1)),
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                missing=cloudwatch.TreatMissingData.BREACHING),
+        }
+        if props.acceptance is not None:
+            acceptance = props.acceptance
+            alarms["keys_not_synced"] = wiring.alarm(
+                self, "KeysNotSyncedAlarm", suffix=f"api-key-{server}-keys-not-synced",
+                anchor="api-key-keys-not-synced",
+                text=f"A version of the API key {name} is not accepted by every capture sidecar of {server} for two "
+                     "checks: the sync is not Ready, the kubelet does not update the Secret, or the sidecars refuse "
+                     "the file.",
+                metric=check_metric("KeysNotAccepted"), settings=KEYS_NOT_ACCEPTED,
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                missing=cloudwatch.TreatMissingData.NOT_BREACHING)
+            alarms["unauthorized"] = wiring.alarm(
+                self, "UnauthorizedAlarm", suffix=f"api-key-{server}-unauthorized", anchor="api-key-unauthorized",
+                text=f"The capture sidecars of {server} answered many requests 401 (no or a wrong API key).",
+                metric=cloudwatch.Metric(
+                    namespace=SIDECAR_METRICS_NAMESPACE, metric_name="capture_sidecar_requests_unauthorized_total",
+                    statistic="Sum", dimensions_map={"ClusterName": acceptance.cluster_name,
+                                                     "Namespace": acceptance.namespace,
+                                                     "Workload": acceptance.workload}),
+                settings=unauthorized, comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                missing=cloudwatch.TreatMissingData.NOT_BREACHING)
+        self.alarms = alarms
+        return alarms
+
+    def _rotation_role_arns(self) -> list[str]:
+        """The rotation function's role, by its fixed name when it has one (the policies then show it by name)."""
+        if self.rotation_function is None or self.rotation_function.role is None:
+            return []
+        stack = Stack.of(self)
+        return [iam_role_arn(stack.partition, stack.account, self._rotation_role_name)
+                if self._rotation_role_name else self.rotation_function.role.role_arn]
+
+    def _limit_writers(self, deployers: list[str], operators: list[str]) -> None:
+        """Only the rotation function and the deployer may write a value or move a stage (a principal whose IAM
+        allows ``PutSecretValue`` could otherwise set a key it knows, which the sync hands to the sidecars); the
+        operator roles may rotate now and take a label off. Without a known deployer, the deny would stop
+        CloudFormation itself: writes stay to IAM, warned."""
+        rotation = self._rotation_role_arns()
+        if not deployers:
+            Annotations.of(self).add_warning_v2(
+                "@hyperpod-inference-iac/ApiKeySync:writesNotLimited",
+                f"any principal whose IAM allows secretsmanager:PutSecretValue can set the API key "
+                f"{self.sync.secrets_manager_name} to a value it knows: no deployer role is known (another "
+                "synthesizer than DefaultStackSynthesizer); give deployer_role_arns")
+            return
+        writers = [*rotation, *deployers]
+        self.secret.add_to_resource_policy(iam.PolicyStatement(
+            sid="OnlyRotationAndDeployerWrite", effect=iam.Effect.DENY,
+            actions=[a for a in SECRET_WRITE_ACTIONS if a not in OPERATOR_ACTIONS], resources=["*"],
+            principals=[iam.AnyPrincipal()], conditions={"StringNotEquals": {"aws:PrincipalArn": writers}}))
+        self.secret.add_to_resource_policy(iam.PolicyStatement(
+            sid="OnlyRotationDeployerAndOperatorsRelabel", effect=iam.Effect.DENY, actions=list(OPERATOR_ACTIONS),
+            resources=["*"], principals=[iam.AnyPrincipal()],
+            conditions={"StringNotEquals": {"aws:PrincipalArn": [*writers, *operators]}}))
+        if operators:
+            self.secret.add_to_resource_policy(iam.PolicyStatement(
+                sid="OperatorsRotateAndRevoke", actions=list(OPERATOR_ACTIONS), resources=["*"],
+                principals=[iam.ArnPrincipal(arn) for arn in operators]))
 
 
 def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation_days: int | None,

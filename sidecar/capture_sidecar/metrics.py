@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .records import PARTIAL_REASONS
@@ -24,6 +24,7 @@ DROP_REASONS = (DROP_QUEUE_FULL, DROP_UPLOAD_FAILED, DROP_SPOOL_FULL, DROP_SHUTD
 CONNECTION_CAP_MAX_CONNECTIONS = "max_connections"
 CONNECTION_CAP_MAX_UNAUTHENTICATED = "max_unauthenticated"
 CONNECTION_CAPS = (CONNECTION_CAP_MAX_CONNECTIONS, CONNECTION_CAP_MAX_UNAUTHENTICATED)
+API_KEYS_RELOAD_RESULTS = ("ok", "partial", "failed")
 
 # Upper bounds (seconds) of the latency histograms, fixed for LLM traffic: a first token comes in tens of
 # milliseconds when idle and in seconds when requests queue; a whole generation takes up to minutes.
@@ -88,9 +89,13 @@ class SidecarMetrics:
     records_spooled: int = 0
     requests_rejected_memory: int = 0
     requests_unauthorized: int = 0
-    # Re-reads of API_KEYS_FILE that changed the accepted keys ("ok") or were refused, keeping them ("failed").
+    # Re-reads of API_KEYS_FILE: "ok" (the new keys are in force), "partial" (a version with refused lines: its
+    # valid lines and the keys in force it still holds are in force), "failed" (cannot be opened: keys kept).
     api_keys_reloads: Counter[str] = field(default_factory=Counter)
+    api_keys_lines_refused: int = 0
     api_keys: Callable[[], int] = lambda: 0
+    # Each accepted key's short fingerprint (auth.key_label) and its caller id.
+    api_key_fingerprints: Callable[[], Mapping[str, str]] = lambda: {}
     # New connections refused at MAX_CONNECTIONS; open ones closed to make room, by the cap that was reached.
     connections_rejected: Counter[str] = field(default_factory=Counter)
     connections_evicted: Counter[str] = field(default_factory=Counter)
@@ -179,12 +184,21 @@ class SidecarMetrics:
         metric(
             "api_keys_reloads_total",
             "counter",
-            "Re-reads of a changed API_KEYS_FILE, by result: ok (the new keys are in force) or failed (unreadable or "
-            "invalid; the keys in force stay).",
-            [('{result="ok"}', self.api_keys_reloads["ok"]), ('{result="failed"}', self.api_keys_reloads["failed"])],
+            "Re-reads of a changed API_KEYS_FILE, by result: ok (the new keys are in force), partial (some lines "
+            "refused: the valid lines and the keys in force those lines hold are in force, removed keys are refused) "
+            "or failed (cannot be opened; the keys in force stay).",
+            [(f'{{result="{result}"}}', self.api_keys_reloads[result]) for result in API_KEYS_RELOAD_RESULTS],
         )
+        counter("api_keys_lines_refused", "Lines of API_KEYS_FILE refused on a re-read (logged by line number).",
+                self.api_keys_lines_refused)
         metric("api_keys", "gauge", "Keys accepted on the proxy port now (API_KEY and API_KEYS_FILE's).",
                [("", self.api_keys())])
+        metric("api_key_accepted", "gauge",
+               "1 for each key accepted on the proxy port now, by a short fingerprint of the key (not reversible for a "
+               "generated key) and its caller id; the API key rotation waits until every sidecar shows the pending "
+               "key's.",
+               [(f'{{fingerprint="{fingerprint}",caller_id="{caller}"}}', 1)
+                for fingerprint, caller in sorted(self.api_key_fingerprints().items())])
         metric(
             "connections_rejected_total",
             "counter",

@@ -23,8 +23,6 @@ uploader when the response is complete; encoding happens in the upload workers.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import random
 import ssl
@@ -37,6 +35,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from .auth import CallerId, KeySet
 from .metrics import (
     CONNECTION_CAP_MAX_CONNECTIONS,
     CONNECTION_CAP_MAX_UNAUTHENTICATED,
@@ -224,7 +223,7 @@ class _Exchange:
         self.response_type: str | None = None
         self.response_started = False  # response headers written to the client
         self.retried = False
-        self.caller_id: str | None = None  # of the API key that authenticated the request
+        self.caller_id: CallerId | None = None  # of the API key that authenticated the request (auth.authenticate)
         self.status = 0  # the final status the client got (0: none yet)
         # perf_counter() moments: the first byte of the request head, the request fully received, the first
         # response body byte from the model server (0.0: not yet).
@@ -235,28 +234,6 @@ class _Exchange:
 
 def _decode(value: bytes) -> str:
     return value.decode("utf-8", "replace")
-
-
-def _key_digest(key: bytes) -> bytes:
-    return hashlib.sha256(key).digest()
-
-
-def _authenticated_caller(authorization: bytes | None, keys: dict[bytes, tuple[bytes, str]]) -> str | None:
-    """The caller id of ``Authorization: Bearer <key>`` (the scheme in any case, RFC 9110), or None.
-
-    Only this header decides: neither the path nor the Host header plays a part. The key is found by its
-    SHA-256 (a lookup whose timing tells nothing usable about any key, and costs the same for one key or a
-    thousand), then compared with it in constant time (hmac.compare_digest)."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.strip().partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    token = token.strip()
-    entry = keys.get(_key_digest(token))
-    if entry is None or not hmac.compare_digest(token, entry[0]):
-        return None
-    return entry[1]
 
 
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -295,11 +272,11 @@ class CaptureProxy:
         self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
         # With API_KEY or API_KEYS_FILE set, every request on the proxy port must carry one of the keys, whatever
-        # its path; keyed by the key's SHA-256 (see _authenticated_caller). Replaced whole when API_KEYS_FILE
-        # changes (set_api_keys): each request head is checked against the set in force when it is read.
-        self.api_keys: dict[bytes, tuple[bytes, str]] = {}
-        self.set_api_keys(settings.api_keys)
+        # its path (auth.KeySet). Replaced whole when API_KEYS_FILE changes (set_api_keys): each request head is
+        # checked against the set in force when it is read; a set that lost every key refuses every request.
+        self.api_keys = KeySet(settings.api_keys, required=bool(settings.api_keys) or bool(settings.api_keys_file))
         metrics.api_keys = lambda: len(self.api_keys)
+        metrics.api_key_fingerprints = lambda: self.api_keys.fingerprints()
         self.connections: set[ClientConnection] = set()
         # Connection bounds (docs/capture-sidecar.md, *Connection bounds*). Each dict is in the order of its
         # deadlines: every entry is "now + one constant" when it is made, so the sweeper only looks at the front.
@@ -317,8 +294,8 @@ class CaptureProxy:
         self._last_upstream_warning = -UPSTREAM_WARNING_INTERVAL_SECONDS
 
     def set_api_keys(self, keys: tuple[ApiKey, ...]) -> None:
-        """The keys accepted from now on (never none once some were: the reloader keeps the old set instead)."""
-        self.api_keys = {_key_digest(entry.key.encode()): (entry.key.encode(), entry.caller_id) for entry in keys}
+        """The keys accepted from now on (none left: every request is refused, authentication stays on)."""
+        self.api_keys = KeySet(keys, required=self.api_keys.required or bool(keys))
 
     def warn_upstream(self, problem: str, error: BaseException | str) -> None:
         """Log model-server failures at most once per interval: a server that is down would
@@ -677,8 +654,8 @@ class ClientConnection(asyncio.Protocol):
             elif lower == b"authorization":
                 authorization = value
         caller_id = None
-        if proxy.api_keys:
-            caller_id = _authenticated_caller(authorization, proxy.api_keys)
+        if proxy.api_keys.required:
+            caller_id = proxy.api_keys.caller_of(authorization)
             if caller_id is None:
                 # Checked first, before anything is made, forwarded or captured: an unauthenticated client learns
                 # nothing and costs no exchange.

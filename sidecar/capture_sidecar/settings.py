@@ -248,26 +248,52 @@ def _read_api_key(reader: _Reader) -> str | None:
     return raw
 
 
+@dataclass(frozen=True)
+class ApiKeysFile:
+    """One reading of API_KEYS_FILE: the keys of its valid lines, the problems found (never a key), and the text of
+    every line that was refused (``refused``: a key in force found there stays in force, under its caller id, so a
+    line broken by mistake locks nobody out; kept in memory only). ``readable``: False when the file could not be
+    opened at all (then nothing is known of it)."""
+
+    keys: list[ApiKey]
+    problems: list[str]
+    refused: list[str] = field(default_factory=list, repr=False)
+    readable: bool = True
+
+
 def read_api_keys_file(path: str) -> tuple[list[ApiKey], list[str]]:
     """API_KEYS_FILE: one ``caller_id:key`` a line; blank lines and lines starting with # are skipped. Returns the
-    keys and the problems found (the file is refused as a whole when there is one).
+    keys and the problems found (at start-up, the sidecar refuses to start when there is one).
 
     A problem names the file and the line number, and the caller id when it is not the problem; never a key
-    (nor a line, which may hold one). Also used to re-read the file while the sidecar runs (``key_reload``)."""
+    (nor a line, which may hold one). :func:`parse_api_keys_file` is the reading the reloader uses."""
+    parsed = parse_api_keys_file(path)
+    return parsed.keys, parsed.problems
+
+
+def parse_api_keys_file(path: str) -> ApiKeysFile:
+    """API_KEYS_FILE line by line (:func:`read_api_keys_file`). A problem of the whole file (over 1 MiB, not UTF-8,
+    over :data:`MAX_API_KEYS` keys) accepts no line: every line is then refused, and the file's valid keys are
+    none."""
     where = f"API_KEYS_FILE={path!r}"
     try:
         with open(path, "rb") as file:
             content = file.read(MAX_API_KEYS_FILE_BYTES + 1)
     except OSError as error:
-        return [], [f"{where}: cannot be read ({error.strerror or type(error).__name__})"]
+        return ApiKeysFile([], [f"{where}: cannot be read ({error.strerror or type(error).__name__})"],
+                           readable=False)
+    whole: list[str] = []
     if len(content) > MAX_API_KEYS_FILE_BYTES:
-        return [], [f"{where}: is over {MAX_API_KEYS_FILE_BYTES // 1024} KiB"]
+        whole.append(f"{where}: is over {MAX_API_KEYS_FILE_BYTES // 1024} KiB")
+        content = content[:MAX_API_KEYS_FILE_BYTES]
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
-        return [], [f"{where}: is not UTF-8 text"]
+        whole.append(f"{where}: is not UTF-8 text")
+        text = content.decode("utf-8", "replace")
     keys: list[ApiKey] = []
     problems: list[str] = []
+    refused: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -285,11 +311,16 @@ def read_api_keys_file(path: str) -> tuple[list[ApiKey], list[str]]:
             problems.append(f"{where} line {number}, caller {caller_id!r} (key not shown): the key {problem}")
         else:
             keys.append(ApiKey(caller_id, key.strip()))
-    if not keys and not problems:
+            continue
+        refused.append(line)
+    if not keys and not problems and not whole:
         problems.append(f"{where}: holds no caller_id:key line")
     if len(keys) > MAX_API_KEYS:
-        problems.append(f"{where}: holds {len(keys)} keys, at most {MAX_API_KEYS} are allowed")
-    return keys, problems
+        whole.append(f"{where}: holds {len(keys)} keys, at most {MAX_API_KEYS} are allowed")
+    if whole:
+        refused += [f"{entry.caller_id}:{entry.key}" for entry in keys]
+        keys = []
+    return ApiKeysFile(keys, whole + problems, refused)
 
 
 def unique_api_keys(keys: list[ApiKey]) -> tuple[tuple[ApiKey, ...], list[str]]:

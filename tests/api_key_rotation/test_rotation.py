@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -57,14 +58,36 @@ def test_rotate_secret_runs_the_four_steps_and_keeps_the_old_key_as_previous(
     assert "finishSecret" in logged and new not in logged and FIRST_KEY not in logged
 
 
-def test_a_second_rotation_drops_the_oldest_key(secretsmanager: Any, secret: str, moto_endpoint: str) -> None:
+def test_back_to_back_rotations_keep_the_previous_key_for_its_period(
+        secretsmanager: Any, secret: str, moto_endpoint: str) -> None:
+    """Issue 28: a second rotation right after the first used to drop the first key minutes after it stopped being
+    current, against the documented "one more rotation period". Now createSecret refuses it and the previous key
+    stays; a revoked previous key (on purpose: it leaked) or a period gone by lets the rotation through."""
     with rotation_function(moto_endpoint, "rotate-twice") as (arn, _):
         rotate_now(secretsmanager, secret, arn)
+    second = stages(secretsmanager, secret)["AWSCURRENT"]
+    token = _pending_version(secretsmanager, secret)
+    with pytest.raises(rotation.RotationError, match="revoke the AWSPREVIOUS key first"):
+        step(secretsmanager, secret, token, "createSecret", rotation_days=30)
+    values = stages(secretsmanager, secret)
+    assert values["AWSCURRENT"] == second and values["AWSPREVIOUS"] == FIRST_KEY  # still synced, still accepted
+    in_29_days = lambda: datetime.now(UTC) + timedelta(days=29, minutes=1)  # noqa: E731 (the schedule's window)
+    step(secretsmanager, secret, token, "createSecret", rotation_days=30, now=in_29_days)
+    assert stages(secretsmanager, secret)["AWSPENDING"] not in (second, FIRST_KEY)
+
+
+def test_a_revoked_previous_key_lets_a_rotation_through_at_once(secretsmanager: Any, secret: str,
+                                                                moto_endpoint: str) -> None:
+    with rotation_function(moto_endpoint, "rotate-revoked") as (arn, _):
+        rotate_now(secretsmanager, secret, arn)
+        previous = next(v["VersionId"] for v in secretsmanager.list_secret_version_ids(SecretId=secret)["Versions"]
+                        if "AWSPREVIOUS" in v["VersionStages"])
+        secretsmanager.update_secret_version_stage(SecretId=secret, VersionStage="AWSPREVIOUS",
+                                                   RemoveFromVersionId=previous)
         second = stages(secretsmanager, secret)["AWSCURRENT"]
         rotate_now(secretsmanager, secret, arn)
     values = stages(secretsmanager, secret)
-    assert values["AWSPREVIOUS"] == second
-    assert FIRST_KEY not in values.values()  # no stage holds it any more: External Secrets drops it from the file
+    assert values["AWSPREVIOUS"] == second and FIRST_KEY not in values.values()
 
 
 def _pending_version(secretsmanager: Any, secret: str) -> str:
@@ -140,3 +163,38 @@ def test_a_secret_without_rotation_or_a_foreign_token_is_refused(secretsmanager:
     _pending_version(secretsmanager, secret)
     with pytest.raises(rotation.RotationError, match="has no stage for rotation"):
         step(secretsmanager, secret, str(uuid.uuid4()), "createSecret")
+
+
+def test_the_check_reports_the_keys_age_and_the_versions_the_sidecars_do_not_accept(
+        secretsmanager: Any, secret: str, moto_endpoint: str) -> None:
+    """What the key's alarms watch: the age (a rotation overdue) and, with the sidecars' metrics, the versions not
+    every sidecar accepts (a sync that does not deliver), as one embedded-metric-format event."""
+    cloudwatch = boto3.client("cloudwatch", endpoint_url=moto_endpoint)
+    dimensions = {"ClusterName": "c", "Namespace": "inference", "Workload": f"w{uuid.uuid4().hex[:6]}"}
+    acceptance = rotation.Acceptance("ContainerInsights/Prometheus", dimensions, window_seconds=5, settle_seconds=0)
+
+    def scrape(*keys: str) -> None:
+        at = datetime.now(UTC)
+        cloudwatch.put_metric_data(Namespace=acceptance.namespace, MetricData=[
+            {"MetricName": rotation.KEYS_METRIC, "Value": len(keys), "Timestamp": at,
+             "Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()]},
+            *({"MetricName": rotation.ACCEPTED_METRIC, "Value": 1, "Timestamp": at,
+               "Dimensions": [{"Name": k, "Value": v} for k, v in
+                              {**dimensions, "fingerprint": rotation.key_fingerprint(key)}.items()]} for key in keys)])
+
+    later = lambda: datetime.now(UTC) + timedelta(days=31)  # noqa: E731
+    soon = lambda: datetime.now(UTC) + timedelta(seconds=2)  # noqa: E731 (moto, as CloudWatch, counts whole seconds)
+    event = rotation.check_keys(secretsmanager, secret, acceptance=None, cloudwatch=None, now=later)
+    assert event["KeyAgeHours"] > 31 * 24 - 1 and "KeysNotAccepted" not in event
+    assert event["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "HyperPodInference/ApiKeys"
+    assert event["Secret"] == secret
+    assert rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)[
+        "KeysNotAccepted"] == 1  # no sidecar reports: nothing says the sync delivers
+    scrape(FIRST_KEY)
+    scrape(FIRST_KEY)
+    event = rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)
+    assert event["KeysNotAccepted"] == 0 and event["KeyAgeHours"] < 1 and FIRST_KEY not in str(event)
+    token = _pending_version(secretsmanager, secret)
+    step(secretsmanager, secret, token, "createSecret")  # a pending key the sync has not delivered
+    assert rotation.check_keys(secretsmanager, secret, acceptance=acceptance, cloudwatch=cloudwatch, now=soon)[
+        "KeysNotAccepted"] == 1

@@ -219,6 +219,14 @@ def test_a_portable_api_key_is_generated_and_readable_by_its_reader_and_clients_
     assert deny["Action"] == "secretsmanager:GetSecretValue"
     rotation = "arn:aws:iam::111122223333:role/llm-platform-qwen3-8b-portable-api-key-rotation"
     assert _flat(deny["Condition"]) == {"StringNotEquals": {"aws:PrincipalArn": [reader, rotation, clients]}}
+    # Issue 28: writes and stage changes only by the rotation function and the deployer; the admins rotate and revoke.
+    deployer = "arn:aws:iam::111122223333:role/cdk-hnb659fds-cfn-exec-role-111122223333-us-west-2"
+    admins = "arn:aws:iam::111122223333:role/platform-admins"
+    writes = statements["OnlyRotationAndDeployerWrite"]
+    assert "secretsmanager:PutSecretValue" in writes["Action"] and writes["Principal"] == {"AWS": "*"}
+    assert _flat(writes["Condition"]) == {"StringNotEquals": {"aws:PrincipalArn": [rotation, deployer]}}
+    relabel = statements["OnlyRotationDeployerAndOperatorsRelabel"]
+    assert _flat(relabel["Condition"]) == {"StringNotEquals": {"aws:PrincipalArn": [rotation, deployer, admins]}}
     roles = [r for r in _resources(cluster, "AWS::IAM::Role").values() if r["Properties"].get("RoleName") ==
              "llm-platform-qwen3-8b-portable-api-key"]
     (trust,) = roles[0]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
@@ -254,9 +262,15 @@ def test_the_portable_api_key_is_rotated_by_a_function_that_touches_that_secret_
     propagation = int(function["Environment"]["Variables"]["PROPAGATION_SECONDS"])
     assert propagation >= 120 + 120 + 5  # External Secrets' refresh, the kubelet, the sidecar's re-read
     assert function["Timeout"] >= propagation + 60
-    (permission,) = [p["Properties"] for p in _resources(cluster, "AWS::Lambda::Permission").values()
-                     if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id, "Arn"]}]
-    assert (permission["Principal"], permission["SourceArn"]) == ("secretsmanager.amazonaws.com", {"Ref": secret_id})
+    permissions = {p["Properties"]["Principal"]: p["Properties"]
+                   for p in _resources(cluster, "AWS::Lambda::Permission").values()
+                   if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id, "Arn"]}}
+    assert set(permissions) == {"secretsmanager.amazonaws.com", "events.amazonaws.com"}  # rotations, the key's check
+    assert permissions["secretsmanager.amazonaws.com"]["SourceArn"] == {"Ref": secret_id}
+    # It waits for every sidecar of the server to report the pending key (the metrics agent's series).
+    acceptance = json.loads(function["Environment"]["Variables"]["ACCEPTANCE"])
+    assert acceptance["dimensions"] == {"ClusterName": "llm-platform", "Namespace": "inference",
+                                        "Workload": "qwen3-8b-portable"}
 
     role_id, role = _role(cluster, "ApiKey-qwen3-8b-portable/RotationRole")
     assert role["Properties"]["RoleName"] == "llm-platform-qwen3-8b-portable-api-key-rotation"
@@ -276,7 +290,8 @@ def test_the_portable_api_key_is_rotated_by_a_function_that_touches_that_secret_
     key_uses = {action: condition for actions, _, condition in other for action in actions if action.startswith("kms:")}
     assert set(key_uses) == {"kms:Decrypt", "kms:GenerateDataKey"}  # read the current key, write a new version
     assert all(condition["StringLike"] == this_secret for condition in key_uses.values())
-    assert (["secretsmanager:GetRandomPassword"], "*", None) in other  # an action without a resource
+    # Actions without a resource type: random characters, and metrics (the sidecars' accepted keys).
+    assert (["cloudwatch:GetMetricData", "secretsmanager:GetRandomPassword"], "*", None) in other
     logs = [resource for actions, resource, _ in other if actions == ["logs:CreateLogStream", "logs:PutLogEvents"]]
     assert len(logs) == 1 and len(other) == 2 + len({str(c) for c in key_uses.values()})
 

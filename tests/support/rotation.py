@@ -54,8 +54,8 @@ class Invocations:
 
 
 @contextmanager
-def rotation_function(endpoint: str, name: str, *,
-                      propagation_seconds: float = 0.0) -> Iterator[tuple[str, Invocations]]:
+def rotation_function(endpoint: str, name: str, *, propagation_seconds: float = 0.0,
+                      rotation_days: int = 30) -> Iterator[tuple[str, Invocations]]:
     """A Lambda function ``name`` in moto whose invocations run ``rotation.handler`` here; yields its ARN and the
     record of its invocations."""
     iam = boto3.client("iam", endpoint_url=endpoint)
@@ -69,7 +69,8 @@ def rotation_function(endpoint: str, name: str, *,
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zipped:
         zipped.write(ROTATION_DIR / "rotation.py", "rotation.py")
-    environment = {"PROPAGATION_SECONDS": str(propagation_seconds), "KEY_LENGTH": "48"}
+    environment = {"PROPAGATION_SECONDS": str(propagation_seconds), "KEY_LENGTH": "48",
+                   "ROTATION_DAYS": str(rotation_days)}
     lambda_client = boto3.client("lambda", endpoint_url=endpoint)
     arn = lambda_client.create_function(
         FunctionName=name, Runtime="python3.14", Role=role_arn, Handler="rotation.handler",

@@ -4,6 +4,8 @@ rules of ``rotation_days``."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import ApiKeySync, ConfigError, SecretsKey, SecretSync
 from hyperpod_inference_iac.foundation.nag import REASONS
-from hyperpod_inference_iac.serving.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS
+from hyperpod_inference_iac.serving.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS, RotationAcceptance
 from tests.unit.test_data_perimeter import resolve
 from tests.unit.test_secrets_key import ACCOUNT, ADMIN, API_KEY, CLIENT, REGION, TOKEN, _cluster, kms_use
 
@@ -45,7 +47,7 @@ def test_the_schedule_and_the_function(rotated: dict[str, Any]) -> None:
     assert schedule["RotateImmediatelyOnUpdate"] is False  # the first rotation comes 7 days after the deploy
     function = resources[schedule["RotationLambdaARN"]["Fn::GetAtt"][0]]["Properties"]
     assert function["Environment"]["Variables"] == {"PROPAGATION_SECONDS": str(PROPAGATION_SECONDS),
-                                                    "KEY_LENGTH": "48"}
+                                                    "KEY_LENGTH": "48", "ROTATION_DAYS": "7"}
     assert PROPAGATION_SECONDS > API_KEY_REFRESH_SECONDS + 120  # External Secrets, then the kubelet, then the sidecar
 
 
@@ -86,6 +88,52 @@ def test_the_resource_policy_lets_the_rotation_function_read_the_key(rotated: di
     deny = next(s for s in resolve(policy["Statement"], resources) if s["Sid"] == "OnlyReaderAndClients")
     assert deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [
         f"arn:aws:iam::{ACCOUNT}:role/llm-qwen-api-key", ROTATOR, CLIENT]
+
+
+DEPLOYER = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
+OPERATOR = f"arn:aws:iam::{ACCOUNT}:role/platform-oncall"
+
+
+def test_only_the_rotation_function_and_the_deployer_write_the_key(rotated: dict[str, Any]) -> None:
+    """Issue 28: the resource policy denied reads only, so any principal whose IAM allowed PutSecretValue could set a
+    key it knows, which the sync hands to the sidecars. Now every write and stage change is denied to all but the
+    rotation function and the deployer (CloudFormation's execution role)."""
+    resources = rotated["Resources"]
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy"]
+    statements = {s["Sid"]: s for s in resolve(policy["Statement"], resources)}
+    writes = statements["OnlyRotationAndDeployerWrite"]
+    assert writes["Effect"] == "Deny" and writes["Principal"] == {"AWS": "*"}
+    assert {"secretsmanager:PutSecretValue", "secretsmanager:UpdateSecret", "secretsmanager:DeleteSecret"} <= set(
+        writes["Action"])
+    assert writes["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [ROTATOR, DEPLOYER]
+    relabel = statements["OnlyRotationDeployerAndOperatorsRelabel"]
+    assert set(relabel["Action"]) == {"secretsmanager:RotateSecret", "secretsmanager:UpdateSecretVersionStage"}
+    assert relabel["Condition"]["StringNotEquals"]["aws:PrincipalArn"] == [ROTATOR, DEPLOYER]
+    assert "OperatorsRotateAndRevoke" not in statements
+
+
+def test_operators_may_rotate_and_revoke_and_acceptance_reads_the_sidecars_metrics() -> None:
+    stack, _ = build(rotation_days=30, rotation_role_name="llm-qwen-api-key-rotation", operator_role_arns=[OPERATOR],
+                        acceptance=RotationAcceptance(cluster_name="llm", namespace="inference", workload="qwen"))
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy"]
+    statements = {s["Sid"]: s for s in resolve(policy["Statement"], resources)}
+    assert statements["OnlyRotationDeployerAndOperatorsRelabel"]["Condition"]["StringNotEquals"][
+        "aws:PrincipalArn"] == [ROTATOR, DEPLOYER, OPERATOR]
+    assert OPERATOR not in str(statements["OnlyRotationAndDeployerWrite"])  # never a value
+    assert statements["OperatorsRotateAndRevoke"]["Principal"] == {"AWS": OPERATOR}
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"].get("Handler") == "rotation.handler"]
+    acceptance = json.loads(function["Environment"]["Variables"]["ACCEPTANCE"])
+    assert acceptance["dimensions"] == {"ClusterName": "llm", "Namespace": "inference", "Workload": "qwen"}
+    assert acceptance["namespace"] == "ContainerInsights/Prometheus"
+    assert function["Timeout"] == 900  # as long as Lambda allows: it fails when the sidecars never report the key
+    statements = _policy_of(resources, "ApiKeyRotationRole")
+    assert [s["Resource"] for s in statements if s["Action"] == "cloudwatch:GetMetricData"] == ["*"]
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    assert "AwsSolutions-IAM5" not in {violation.rule_name for violation in report.violations}
 
 
 def test_without_rotation_the_missing_schedule_is_acknowledged_and_warned() -> None:
@@ -130,3 +178,33 @@ def test_rotation_days_are_checked(days: int, sync: SecretSync, codes: list[str]
     with pytest.raises(ConfigError) as raised:
         build(rotation_days=days, sync=sync)
     assert raised.value.codes == codes
+
+
+def test_the_keys_alarms_watch_the_rotation_the_sync_and_the_401s() -> None:
+    """Issue 28: no alarm or event rule referred to the rotation function or the secret. Now a failed rotation, a
+    rotation older than its period plus a day (or a check that stopped), a version the sidecars do not all accept
+    (the sync) and many 401s notify the topic, each with its runbook."""
+    from aws_cdk import aws_sns as sns
+
+    stack, sync = build(rotation_days=30, acceptance=RotationAcceptance(cluster_name="llm", namespace="inference",
+                                                                        workload="qwen"))
+    topic = sns.Topic(stack, "Topic")
+    alarms = sync.add_alarms(alarm_name_prefix="llm", topic=topic)
+    assert set(alarms) == {"rotation_failed", "rotation_overdue", "keys_not_synced", "unauthorized"}
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    found = {r["Properties"]["AlarmName"]: r["Properties"] for r in resources.values()
+             if r["Type"] == "AWS::CloudWatch::Alarm"}
+    assert set(found) == {f"llm-api-key-qwen-{what}" for what in
+                          ("rotation-failed", "rotation-overdue", "keys-not-synced", "unauthorized")}
+    runbooks = (Path(__file__).parents[2] / "docs" / "alarms.md").read_text()
+    for name, alarm in found.items():
+        anchor = "api-key-" + name.removeprefix("llm-api-key-qwen-")
+        assert alarm["AlarmDescription"].endswith(f"section {anchor}") and alarm["AlarmActions"]
+        assert f"\n### {anchor}\n" in runbooks
+    overdue = found["llm-api-key-qwen-rotation-overdue"]
+    assert overdue["Threshold"] == 31 * 24 and overdue["TreatMissingData"] == "breaching"
+    assert found["llm-api-key-qwen-rotation-failed"]["MetricName"] == "Errors"
+    (rule,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
+    assert rule["ScheduleExpression"] == "rate(15 minutes)"
+    assert rule["Targets"][0]["Input"]["Fn::Join"][1][0].startswith('{"Check":"keys","SecretId":"')
+    assert build()[1].add_alarms(alarm_name_prefix="llm") == {}  # no rotation: nothing to watch
