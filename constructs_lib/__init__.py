@@ -138,6 +138,7 @@ from hyperpod_inference_iac.observability.alarms import (
     alarm_table,
     describe_alarms,
 )
+from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms
 from hyperpod_inference_iac.observability.capture_alarms import (
     CaptureAlarms,
     CaptureAlarmsOptions,
@@ -350,6 +351,7 @@ __all__ = [
     "WatchedModel",
     "WorkloadIdentity",
     "WorkloadIdentityProps",
+    "add_api_key_alarms",
     "add_flow_logs",
     "alarm_table",
     "api_key_sync",

@@ -41,6 +41,7 @@ from hyperpod_inference_iac import (
     PlatformVpc,
     RotationAcceptance,
     SecretsKey,
+    add_api_key_alarms,
     deploy_time_availability_zones,
     existing_vpc,
     retention_from_days,
@@ -192,7 +193,7 @@ class ClusterStack(Stack):
         wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
                   "notify_on_ok": alarms.notify_on_ok}
         for key in self.api_keys.values():  # (a key without rotation has none)
-            key.add_alarms(**wiring)
+            add_api_key_alarms(key, **wiring)
         certificates = {"endpoints": self.domain.certificate}
         if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,

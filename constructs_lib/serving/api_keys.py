@@ -31,14 +31,11 @@ from typing import Any, ClassVar
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from hyperpod_inference_iac.charts.plan import PortableWorkload
@@ -50,8 +47,6 @@ from hyperpod_inference_iac.foundation.nag import acknowledge
 from hyperpod_inference_iac.foundation.patterns import iam_role_arn, iam_role_name
 from hyperpod_inference_iac.foundation.props import Props, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
-from hyperpod_inference_iac.observability.alarms import AlarmSettings, AlarmWiring, topic_actions
 from hyperpod_inference_iac.security.secrets_key import (
     default_deployer_role_arns,
     encrypt_secret,
@@ -99,10 +94,6 @@ SECRET_WRITE_ACTIONS = (
 KEY_CHECK_NAMESPACE = "HyperPodInference/ApiKeys"
 #: How often the check looks at the key (an EventBridge rule invoking the rotation function).
 KEY_CHECK_MINUTES = 15
-#: The API key alarms' settings (:meth:`ApiKeySync.add_alarms`; docs/alarms.md, sections ``api-key-*``).
-ROTATION_FAILED = AlarmSettings(threshold=1, period=Duration.minutes(5))
-KEYS_NOT_ACCEPTED = AlarmSettings(threshold=1, period=Duration.minutes(KEY_CHECK_MINUTES), evaluation_periods=2)
-UNAUTHORIZED = AlarmSettings(threshold=50, period=Duration.minutes(5), evaluation_periods=2)
 #: What ``operator_role_arns`` may do of them: rotate now, and take a label off a version (revoke the previous key).
 OPERATOR_ACTIONS = ("secretsmanager:RotateSecret", "secretsmanager:UpdateSecretVersionStage")
 
@@ -277,7 +268,8 @@ class ApiKeySync(Construct):
     Properties: :class:`ApiKeySyncProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``secret``, ``reader_role``, ``manifest``, ``encryption_key``, ``rotation_function`` and
-    ``rotation_schedule`` (None without rotation), ``alarms`` (after :meth:`add_alarms`). Without rotation, the
+    ``rotation_schedule`` (None without rotation), ``alarms`` (after
+    :func:`~hyperpod_inference_iac.observability.api_key_alarms.add_api_key_alarms`). Without rotation, the
     secret's missing rotation schedule is acknowledged for cdk-nag here (a runbook rotates it, docs/secrets.md).
     """
 
@@ -319,7 +311,7 @@ class ApiKeySync(Construct):
                                             encryption_key=props.encryption_key)
         self.rotation_function: lambda_.Function | None = None
         self.rotation_schedule: secretsmanager.CfnRotationSchedule | None = None
-        self.alarms: dict[str, cloudwatch.Alarm] = {}  # (add_alarms)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}  # (observability.api_key_alarms.add_api_key_alarms)
         if props.rotation_days is not None:
             self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention, props.acceptance)
         else:
@@ -404,75 +396,6 @@ class ApiKeySync(Construct):
             resources=["*"], principals=[iam.AnyPrincipal()],
             conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *rotation, *client_role_arns]}}))
 
-
-    def add_alarms(self, *, alarm_name_prefix: str, topic: AlarmTopic | sns.ITopic | None = None,
-                   runbook_url: str | None = None, notify_on_ok: bool = True,
-                   unauthorized: AlarmSettings = UNAUTHORIZED) -> dict[str, cloudwatch.Alarm]:
-        """The key's alarms, notifying ``topic`` (docs/alarms.md has a runbook for each), named
-        ``<prefix>-api-key-<server>-<what>``: ``rotation-failed`` (a step of the rotation function failed: the
-        current key stays current, nobody is locked out, but the key is not rotated), ``rotation-overdue`` (the key
-        is older than its period plus a day; also when the check stops reporting) and, with ``acceptance``,
-        ``keys-not-synced`` (a version in Secrets Manager that not every sidecar accepts for two checks: the sync is
-        not Ready or the sidecars refuse the file) and ``unauthorized`` (``401`` answers, ``unauthorized`` per
-        period: a client holding a revoked or wrong key, or someone guessing). The check is the rotation function
-        invoked every ``KEY_CHECK_MINUTES`` minutes by an EventBridge rule. A key without rotation has none."""
-        function, props = self.rotation_function, self.props
-        if function is None or props.rotation_days is None:
-            return {}
-        server = self.sync.kubernetes_secret_name.removesuffix("-api-key")
-        wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
-        name = self.sync.secrets_manager_name
-        rule = events.Rule(self, "KeyCheck", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
-                           description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
-        rule.add_target(targets.LambdaFunction(function, retry_attempts=0, event=events.RuleTargetInput.from_object(
-            {"Check": "keys", "SecretId": self.secret.secret_arn})))
-
-        def check_metric(metric: str) -> cloudwatch.Metric:
-            return cloudwatch.Metric(namespace=KEY_CHECK_NAMESPACE, metric_name=metric, dimensions_map={"Secret": name},
-                                     statistic="Maximum")
-
-        hours = (props.rotation_days + 1) * 24
-        alarms = {
-            "rotation_failed": wiring.alarm(
-                self, "RotationFailedAlarm", suffix=f"api-key-{server}-rotation-failed",
-                anchor="api-key-rotation-failed",
-                text=f"The rotation function of the API key {name} failed (a rotation step or its check raised): "
-                     "the current key stays current and nobody is locked out, but the key is not rotated.",
-                metric=function.metric_errors(statistic="Sum"), settings=ROTATION_FAILED,
-                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                missing=cloudwatch.TreatMissingData.NOT_BREACHING),
-            "rotation_overdue": wiring.alarm(
-                self, "RotationOverdueAlarm", suffix=f"api-key-{server}-rotation-overdue",
-                anchor="api-key-rotation-overdue",
-                text=f"The API key {name} was last rotated more than {props.rotation_days} days plus a day ago, or its "
-                     "check stopped reporting.",
-                metric=check_metric("KeyAgeHours"), settings=AlarmSettings(threshold=hours, period=Duration.hours(1)),
-                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                missing=cloudwatch.TreatMissingData.BREACHING),
-        }
-        if props.acceptance is not None:
-            acceptance = props.acceptance
-            alarms["keys_not_synced"] = wiring.alarm(
-                self, "KeysNotSyncedAlarm", suffix=f"api-key-{server}-keys-not-synced",
-                anchor="api-key-keys-not-synced",
-                text=f"A version of the API key {name} is not accepted by every capture sidecar of {server} for two "
-                     "checks: the sync is not Ready, the kubelet does not update the Secret, or the sidecars refuse "
-                     "the file.",
-                metric=check_metric("KeysNotAccepted"), settings=KEYS_NOT_ACCEPTED,
-                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                missing=cloudwatch.TreatMissingData.NOT_BREACHING)
-            alarms["unauthorized"] = wiring.alarm(
-                self, "UnauthorizedAlarm", suffix=f"api-key-{server}-unauthorized", anchor="api-key-unauthorized",
-                text=f"The capture sidecars of {server} answered many requests 401 (no or a wrong API key).",
-                metric=cloudwatch.Metric(
-                    namespace=SIDECAR_METRICS_NAMESPACE, metric_name="capture_sidecar_requests_unauthorized_total",
-                    statistic="Sum", dimensions_map={"ClusterName": acceptance.cluster_name,
-                                                     "Namespace": acceptance.namespace,
-                                                     "Workload": acceptance.workload}),
-                settings=unauthorized, comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                missing=cloudwatch.TreatMissingData.NOT_BREACHING)
-        self.alarms = alarms
-        return alarms
 
     def _rotation_role_arns(self) -> list[str]:
         """The rotation function's role, by its fixed name when it has one (the policies then show it by name)."""

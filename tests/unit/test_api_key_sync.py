@@ -15,6 +15,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import ApiKeySync, ConfigError, SecretsKey, SecretSync
 from hyperpod_inference_iac.foundation.nag import REASONS
+from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms
 from hyperpod_inference_iac.serving.api_keys import API_KEY_REFRESH_SECONDS, PROPAGATION_SECONDS, RotationAcceptance
 from tests.unit.test_data_perimeter import resolve
 from tests.unit.test_secrets_key import ACCOUNT, ADMIN, API_KEY, CLIENT, REGION, TOKEN, _cluster, kms_use
@@ -189,7 +190,7 @@ def test_the_keys_alarms_watch_the_rotation_the_sync_and_the_401s() -> None:
     stack, sync = build(rotation_days=30, acceptance=RotationAcceptance(cluster_name="llm", namespace="inference",
                                                                         workload="qwen"))
     topic = sns.Topic(stack, "Topic")
-    alarms = sync.add_alarms(alarm_name_prefix="llm", topic=topic)
+    alarms = add_api_key_alarms(sync, alarm_name_prefix="llm", topic=topic)
     assert set(alarms) == {"rotation_failed", "rotation_overdue", "keys_not_synced", "unauthorized"}
     resources = Template.from_stack(stack).to_json()["Resources"]
     found = {r["Properties"]["AlarmName"]: r["Properties"] for r in resources.values()
@@ -207,4 +208,4 @@ def test_the_keys_alarms_watch_the_rotation_the_sync_and_the_401s() -> None:
     (rule,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
     assert rule["ScheduleExpression"] == "rate(15 minutes)"
     assert rule["Targets"][0]["Input"]["Fn::Join"][1][0].startswith('{"Check":"keys","SecretId":"')
-    assert build()[1].add_alarms(alarm_name_prefix="llm") == {}  # no rotation: nothing to watch
+    assert add_api_key_alarms(build()[1], alarm_name_prefix="llm") == {}  # no rotation: nothing to watch
