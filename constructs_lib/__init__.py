@@ -124,6 +124,7 @@ from hyperpod_inference_iac.foundation.risks import WARNINGS, RiskWarning, RiskW
 from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
 from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
+from hyperpod_inference_iac.foundation.version import __version__ as __version__  # RELEASE or RELEASE.devN
 from hyperpod_inference_iac.observability.alarm_topic import (
     AlarmTopic,
     AlarmTopicOptions,
@@ -239,8 +240,6 @@ from hyperpod_inference_iac.serving.inference_workloads import (
     warn_gateway,
     warn_workload,
 )
-
-__version__ = "0.3.0"
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
