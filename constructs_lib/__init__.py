@@ -111,6 +111,7 @@ from hyperpod_inference_iac.external_dns import (
     external_dns_releases,
 )
 from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, GitHubDeployRoleProps, check_github_deploy_role
+from hyperpod_inference_iac.preflight_policy import PreflightPolicy, PreflightPolicyProps
 from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
 from hyperpod_inference_iac.gpu_nodegroup import (
     GpuNodeGroup,
@@ -309,6 +310,8 @@ __all__ = [
     "ModelServingMetricsProps",
     "NodeRecovery",
     "PlatformDashboard",
+    "PreflightPolicy",
+    "PreflightPolicyProps",
     "PlatformDashboardProps",
     "PlatformValue",
     "PlatformValues",

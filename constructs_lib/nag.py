@@ -147,6 +147,12 @@ REASONS: dict[str, tuple[str, str]] = {
         "secretsmanager:GetRandomPassword has no resource type (it reads and writes no secret, it returns random "
         "characters); every other action of the rotation role names the one secret it rotates.",
     ),
+    "preflight-account-reads": (
+        "AwsSolutions-IAM5",
+        "The preflight's reads that IAM gives no resource type (lakeformation:GetDataLakeSettings, the service "
+        "quotas, ec2:DescribeInstanceTypes, eks:DescribeAddonVersions/DescribeAddonConfiguration) on '*', held to "
+        "the platform's region (aws:RequestedRegion); every read with a resource type names its one resource.",
+    ),
 }
 
 
