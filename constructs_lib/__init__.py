@@ -111,8 +111,7 @@ from hyperpod_inference_iac.external_dns import (
     external_dns_releases,
 )
 from hyperpod_inference_iac.github_deploy_role import GitHubDeployRole, GitHubDeployRoleProps, check_github_deploy_role
-from hyperpod_inference_iac.preflight_policy import PreflightPolicy, PreflightPolicyProps
-from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, stage_manifests
+from hyperpod_inference_iac.gitops import Prerequisite, StagedManifests, WorkloadOwner, stage_manifests
 from hyperpod_inference_iac.gpu_nodegroup import (
     GpuNodeGroup,
     GpuNodeGroupOptions,
@@ -193,6 +192,7 @@ from hyperpod_inference_iac.platform_dashboard import (
     check_platform_dashboard,
 )
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location, S3Uri
+from hyperpod_inference_iac.preflight_policy import PreflightPolicy, PreflightPolicyProps
 from hyperpod_inference_iac.regions import check_region
 from hyperpod_inference_iac.risks import WARNINGS, RiskWarning, RiskWarnings
 from hyperpod_inference_iac.s3_access import (
@@ -340,6 +340,7 @@ __all__ = [
     "WatchedModel",
     "WorkloadIdentity",
     "WorkloadIdentityProps",
+    "WorkloadOwner",
     "add_flow_logs",
     "alarm_table",
     "api_key_sync",

@@ -35,7 +35,6 @@ import argparse
 import base64
 import dataclasses
 import enum
-import fnmatch
 import ipaddress
 import json
 import re
@@ -70,6 +69,9 @@ _CREDENTIAL_CODES = {
     "UnrecognizedClientException": "the AWS access key is not valid: check AWS_ACCESS_KEY_ID / the profile",
     "SignatureDoesNotMatch": "the AWS secret key does not match its access key: check the profile",
 }
+# botocore's exceptions for credentials it could not find or load (by name: botocore is imported only when used).
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoRegionError",
+                   "ProfileNotFound", "SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError"}
 _ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthorizationError"}
 
 
@@ -234,9 +236,7 @@ def _error_code(error: BaseException) -> str:
 
 
 def _is_no_credentials(error: BaseException) -> bool:
-    return type(error).__name__ in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
-                                    "NoRegionError", "ProfileNotFound", "SSOTokenLoadError", "UnauthorizedSSOTokenError",
-                                    "TokenRetrievalError")
+    return type(error).__name__ in _NO_CREDENTIALS
 
 
 class _Aws:
@@ -715,7 +715,8 @@ def check_dry_run(plan: PreflightPlan, aws: _Aws, cluster: _Cluster) -> CheckRes
                                            "fieldValidation=Strict)")
 
 
-_ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9._/-]+)@(sha256:[0-9a-f]{64})$")
+_ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9._/-]+)"
+                        r"@(sha256:[0-9a-f]{64})$")
 
 
 def check_sidecar_image(plan: PreflightPlan, aws: _Aws,
@@ -744,7 +745,8 @@ def check_sidecar_image(plan: PreflightPlan, aws: _Aws,
         return CheckResult(name, Outcome.PASS, "Docker is available to build the sidecar image asset")
     return CheckResult(name, Outcome.FAIL, "the sidecar image is an asset built at deploy time, and Docker is not "
                                            "available",
-                       "start Docker, or push the image once and set capture.sidecarImage: <repository>@sha256:<digest>")
+                       "start Docker, or push the image once and set "
+                       "capture.sidecarImage: <repository>@sha256:<digest>")
 
 
 def docker_available() -> bool:
@@ -810,7 +812,8 @@ def _raise_credentials_problem(error: BaseException) -> None:
 
 
 def main(argv: Sequence[str] | None = None, session: SessionLike | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hyperpod_inference_iac.preflight", description="Check the account and cluster before a deploy (read-only).")
+    parser = argparse.ArgumentParser(prog="python -m hyperpod_inference_iac.preflight",
+                                     description="Check the account and cluster before a deploy (read-only).")
     parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"),
                         help="the synthesized cloud assembly (its manifest.json and preflight-plan.json)")
     parser.add_argument("--plan", type=Path, default=None, help=f"the plan (default: <cdk-out>/{PLAN_FILE})")

@@ -40,6 +40,7 @@ from hyperpod_inference_iac import (
     PlatformValue,
     PlatformVpc,
     SecretsKey,
+    WorkloadOwner,
     deploy_time_availability_zones,
     existing_vpc,
     retention_from_days,
@@ -121,6 +122,10 @@ class ClusterStack(Stack):
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,
             hosted_zone=domain.hosted_zone, known_values=config.known_values,
+            # A prebuilt image by digest (capture.sidecarImage) instead of the asset: no Docker at deploy time.
+            sidecar_image=config.capture.sidecar_image,
+            # One owner of the workloads (workloads.owner): with gitops, dist/ applies them and this stack does not.
+            apply_workloads=config.workload_owner is WorkloadOwner.CDK,
             depends_on=[self.operator.addon, *([self.cluster.device_plugin] if self.cluster.device_plugin else []),
                         *self.gpu_node_groups],
             external_dns=self.external_dns,
@@ -168,7 +173,8 @@ class ClusterStack(Stack):
                 encryption_key=self.hugging_face_token.encryption_key, rotation_days=rotation_days,
                 rotation_role_name=config.api_key_rotation_role_name(name), log_retention=config.logging.retention)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
-            self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
+            if (server := self.workloads.manifests.get(f"portable-{name}")) is not None:  # (GitOps owns it: absent)
+                server.node.add_dependency(key.manifest)
         return keys
 
     def _monitoring(self, config: PlatformConfig, *, pipeline: CapturePipeline | None, alarm_topic: AlarmTopic | None,

@@ -185,7 +185,8 @@ def test_tables_layer_passes_when_it_exists(aws: tuple[StubSession, _Aws]) -> No
 
 def test_tables_layer_fails_when_it_does_not_exist(aws: tuple[StubSession, _Aws]) -> None:
     session, client = aws
-    session.stub("lambda").add_client_error("get_layer_version_by_arn", "ResourceNotFoundException", http_status_code=404)
+    session.stub("lambda").add_client_error("get_layer_version_by_arn", "ResourceNotFoundException",
+                                            http_status_code=404)
     result = check_tables_layer(plan(tables_layer_arn=LAYER), client)
     assert result.outcome is Outcome.FAIL and "capture.tablesLayerArn" in result.fix
 
