@@ -605,10 +605,10 @@ def eks_token(session: SessionLike, region: str, cluster_name: str) -> str:
 class _Cluster:
     """The cluster's API, asked for once: None (with the reason) when the cluster does not exist yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip_reason: str = "") -> None:
         self.api: KubeApi | None = None
-        self.reason = ""
-        self._asked = False
+        self.reason = skip_reason
+        self._asked = bool(skip_reason)
 
     def get(self, plan: PreflightPlan, aws: _Aws) -> KubeApi | None:
         if self._asked:
@@ -758,12 +758,17 @@ def docker_available() -> bool:
         return False
 
 
-def run_preflight(plan: PreflightPlan, session: SessionLike, *,
-                  docker: Callable[[], bool] | None = None) -> PreflightReport:
+SKIPPED_CLUSTER = ("skipped (--skip-cluster): run the preflight from a network that reaches the cluster's API "
+                   "endpoint (a private endpoint: inside the VPC) to confirm the CRDs")
+
+
+def run_preflight(plan: PreflightPlan, session: SessionLike, *, docker: Callable[[], bool] | None = None,
+                  cluster: bool = True) -> PreflightReport:
     """Every check of ``plan`` with ``session``'s credentials. Raises :class:`CredentialsProblem` (one line) when
-    the credentials are missing, expired or not valid; a check the role may not make fails with the permission."""
+    the credentials are missing, expired or not valid; a check the role may not make fails with the permission.
+    ``cluster=False`` leaves out the checks that call the cluster's API (not applicable, saying so)."""
     aws = _Aws(session, plan.region)
-    cluster = _Cluster()
+    cluster_api = _Cluster("" if cluster else SKIPPED_CLUSTER)
     try:
         aws("sts").get_caller_identity()
     except Exception as error:
@@ -780,8 +785,8 @@ def run_preflight(plan: PreflightPlan, session: SessionLike, *,
         ("certificate", "acm:DescribeCertificate", lambda: check_certificate(plan, aws)),
         ("addon-version", "eks:DescribeAddonVersions", lambda: check_addon_version(plan, aws)),
         ("addon-configuration", "eks:DescribeAddonConfiguration", lambda: check_addon_configuration(plan, aws)),
-        ("crd-fields", "eks:DescribeCluster", lambda: check_crd_fields(plan, aws, cluster)),
-        ("dry-run", "eks:DescribeCluster", lambda: check_dry_run(plan, aws, cluster)),
+        ("crd-fields", "eks:DescribeCluster", lambda: check_crd_fields(plan, aws, cluster_api)),
+        ("dry-run", "eks:DescribeCluster", lambda: check_dry_run(plan, aws, cluster_api)),
         ("sidecar-image", "ecr:DescribeImages", lambda: check_sidecar_image(plan, aws, docker)),
     ]
     results = []
@@ -795,8 +800,12 @@ def run_preflight(plan: PreflightPlan, session: SessionLike, *,
             if _error_code(error) in _ACCESS_DENIED:
                 results.append(_denied(name, action))
             elif isinstance(error, (OSError, ValueError)) or _error_code(error):
-                results.append(CheckResult(name, Outcome.FAIL, f"could not check: {type(error).__name__}: {error}",
-                                           "check the network path to the AWS API and the cluster, then run again"))
+                cluster_check = name in ("crd-fields", "dry-run")
+                results.append(CheckResult(
+                    name, Outcome.FAIL, f"could not check: {type(error).__name__}: {error}",
+                    "run the preflight where it reaches the cluster's API endpoint (a private endpoint: inside the "
+                    "VPC), or leave these checks out with --skip-cluster and run them from there"
+                    if cluster_check else "check the network path to the AWS API, then run again"))
             else:
                 raise
     return PreflightReport(tuple(results))
@@ -820,6 +829,9 @@ def main(argv: Sequence[str] | None = None, session: SessionLike | None = None) 
     parser.add_argument("--dist", type=Path, default=Path("dist"),
                         help="the manifests whose operator custom resources are dry-run")
     parser.add_argument("--profile", default=None, help="an AWS profile (default: the environment's credentials)")
+    parser.add_argument("--skip-cluster", action="store_true",
+                        help="leave out the checks that call the cluster's API (CRD fields, dry run): for a runner "
+                             "that cannot reach a private endpoint")
     args = parser.parse_args(argv)
     plan_path = args.plan or args.cdk_out / PLAN_FILE
     try:
@@ -834,7 +846,7 @@ def main(argv: Sequence[str] | None = None, session: SessionLike | None = None) 
             import boto3
 
             session = boto3.Session(profile_name=args.profile, region_name=plan.region)
-        report = run_preflight(plan, session)
+        report = run_preflight(plan, session, cluster=not args.skip_cluster)
     except CredentialsProblem as problem:
         print(f"preflight: {problem}", file=sys.stderr)
         return 2

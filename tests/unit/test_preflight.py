@@ -621,3 +621,20 @@ def test_the_command_without_credentials_prints_one_line_and_no_traceback(tmp_pa
     assert "Traceback" not in done.stderr and done.stdout == ""
     lines = [line for line in done.stderr.splitlines() if line.startswith("preflight:")]
     assert len(lines) == 1 and "no usable AWS credentials" in lines[0]
+
+
+def test_skip_cluster_leaves_the_cluster_checks_out_saying_so(aws: tuple[StubSession, _Aws]) -> None:
+    session, _ = aws
+    session.caller()
+    report = run_preflight(plan(**CLUSTER_PLAN), session, cluster=False)
+    for name in ("crd-fields", "dry-run"):
+        assert report.of(name).outcome is Outcome.NOT_APPLICABLE and "--skip-cluster" in report.of(name).detail
+
+
+def test_an_unreachable_endpoint_fails_naming_skip_cluster(aws: tuple[StubSession, _Aws]) -> None:
+    session, _ = aws
+    session.caller()
+    _cluster(session, "http://127.0.0.1:9")  # (discard: nothing listens)
+    report = run_preflight(plan(**CLUSTER_PLAN), session)
+    for name in ("crd-fields", "dry-run"):
+        assert report.of(name).outcome is Outcome.FAIL and "--skip-cluster" in report.of(name).fix
