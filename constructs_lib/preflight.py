@@ -146,6 +146,9 @@ class PreflightPlan:
     region: str
     bootstrap: tuple[BootstrapNeed, ...] = ()
     lake_formation_admin: bool = False
+    # Who makes the Lake Formation grants: CloudFormation's execution role of the bootstrap (from the assembly);
+    # empty: the caller's role.
+    lake_formation_principals: tuple[str, ...] = ()
     tables_layer_arn: str | None = None
     instances: tuple[InstanceNeed, ...] = ()
     hosted_zone_id: str | None = None
@@ -169,7 +172,7 @@ class PreflightPlan:
         data = json.loads(text)
         data["bootstrap"] = tuple(BootstrapNeed(**item) for item in data.get("bootstrap", ()))
         data["instances"] = tuple(InstanceNeed(**item) for item in data.get("instances", ()))
-        for key in ("certificate_names", "manifests"):
+        for key in ("certificate_names", "manifests", "lake_formation_principals"):
             data[key] = tuple(data.get(key, ()))
         return cls(**data)
 
@@ -177,7 +180,8 @@ class PreflightPlan:
         """This plan with the bootstrap needs of a cloud assembly and the operator custom resources of ``dist/``."""
         plan = self
         if cdk_out is not None and (cdk_out / "manifest.json").is_file():
-            plan = dataclasses.replace(plan, bootstrap=bootstrap_needs(cdk_out))
+            plan = dataclasses.replace(plan, bootstrap=bootstrap_needs(cdk_out),
+                                       lake_formation_principals=execution_roles(cdk_out, plan))
         if dist is not None and dist.is_dir():
             plan = dataclasses.replace(plan, manifests=tuple(operator_manifests(dist)))
         return plan
@@ -195,6 +199,19 @@ def bootstrap_needs(cdk_out: Path) -> tuple[BootstrapNeed, ...]:
                                                         "/cdk-bootstrap/hnb659fds/version"),
                                    int(properties["requiresBootstrapStackVersion"])))
     return tuple(needs)
+
+
+def execution_roles(cdk_out: Path, plan: PreflightPlan) -> tuple[str, ...]:
+    """The CloudFormation execution roles the synthesized stacks deploy with (``cloudFormationExecutionRoleArn``),
+    with the account, region and partition of ``plan``: the principals that make the stacks' Lake Formation grants."""
+    manifest = json.loads((cdk_out / "manifest.json").read_text(encoding="utf-8"))
+    partition = "aws-cn" if plan.region.startswith("cn-") else "aws-us-gov" if plan.region.startswith(
+        "us-gov-") else "aws"
+    roles = {str(artifact.get("properties", {}).get("cloudFormationExecutionRoleArn", ""))
+             .replace("${AWS::Partition}", partition).replace("${AWS::AccountId}", plan.account)
+             .replace("${AWS::Region}", plan.region) for artifact in manifest.get("artifacts", {}).values()
+             if artifact.get("type") == "aws:cloudformation:stack"}
+    return tuple(sorted(role for role in roles if role))
 
 
 def operator_manifests(dist: Path) -> Iterator[dict[str, Any]]:
@@ -295,16 +312,19 @@ def check_lake_formation_admin(plan: PreflightPlan, aws: _Aws) -> CheckResult:
     name = "lake-formation-admin"
     if not plan.lake_formation_admin:
         return CheckResult(name, Outcome.NOT_APPLICABLE, "the platform grants no Lake Formation permissions")
-    caller, role = _caller_role_arn(aws)
+    principals = plan.lake_formation_principals or _caller_role_arn(aws)
     settings = aws("lakeformation").get_data_lake_settings()["DataLakeSettings"]
-    admins = [item.get("DataLakePrincipalIdentifier", "") for item in settings.get("DataLakeAdmins", [])]
-    if role in admins or caller in admins:
-        return CheckResult(name, Outcome.PASS, f"{role} is a data lake administrator")
+    admins = {item.get("DataLakePrincipalIdentifier", "") for item in settings.get("DataLakeAdmins", [])}
+    missing = [principal for principal in dict.fromkeys(principals) if principal not in admins]
+    if not missing or (not plan.lake_formation_principals and len(missing) < len(set(principals))):
+        return CheckResult(name, Outcome.PASS, f"{', '.join(p for p in principals if p in admins)} is a data lake "
+                                               "administrator")
+    role = missing[-1]
     return CheckResult(
-        name, Outcome.FAIL, f"{role} is not a Lake Formation data lake administrator (the capture tables' grants "
-                            "would fail)",
+        name, Outcome.FAIL, f"{', '.join(missing)} is not a Lake Formation data lake administrator (the capture "
+                            "tables' grants, which CloudFormation makes with it, would fail)",
         f"aws lakeformation put-data-lake-settings (keep the existing admins: get-data-lake-settings first) adding "
-        f"{role}, or deploy with a role that is one")
+        f"{role}")
 
 
 def check_tables_layer(plan: PreflightPlan, aws: _Aws) -> CheckResult:

@@ -176,6 +176,25 @@ def test_lake_formation_admin_fails_for_another_role(aws: tuple[StubSession, _Aw
     assert result.outcome is Outcome.FAIL and ROLE in result.detail and "put-data-lake-settings" in result.fix
 
 
+EXEC_ROLE = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
+
+
+def test_lake_formation_admin_is_cloudformation_s_execution_role_when_the_assembly_names_it(
+        aws: tuple[StubSession, _Aws], tmp_path: Path) -> None:
+    session, client = aws
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"s": {
+        "type": "aws:cloudformation:stack", "properties": {
+            "cloudFormationExecutionRoleArn": "arn:${AWS::Partition}:iam::111122223333:role/cdk-hnb659fds-cfn-exec-"
+                                              "role-111122223333-us-west-2"}}}}))
+    checked = plan(lake_formation_admin=True).with_assembly(tmp_path)
+    assert checked.lake_formation_principals == (EXEC_ROLE,)
+    _admins(session, ROLE)  # the deploying role is one, CloudFormation's is not: the grants would still fail
+    result = check_lake_formation_admin(checked, client)
+    assert result.outcome is Outcome.FAIL and EXEC_ROLE in result.detail and EXEC_ROLE in result.fix
+    _admins(session, ROLE, EXEC_ROLE)
+    assert check_lake_formation_admin(checked, client).outcome is Outcome.PASS
+
+
 def test_tables_layer_passes_when_it_exists(aws: tuple[StubSession, _Aws]) -> None:
     session, client = aws
     session.stub("lambda").add_response("get_layer_version_by_arn", {"LayerVersionArn": LAYER, "Version": 3},
