@@ -337,8 +337,9 @@ def check_tables_layer(plan: PreflightPlan, aws: _Aws) -> CheckResult:
     except Exception as error:
         if _error_code(error) in ("ResourceNotFoundException", "InvalidParameterValueException"):
             return CheckResult(name, Outcome.FAIL, f"{arn} does not exist",
-                               "publish the layer (docs/capture-processor.md, `make tables-layer`), then set "
-                               "capture.tablesLayerArn to the version it printed")
+                               "build and publish the layer (`make capture-layer`, `aws lambda "
+                               "publish-layer-version`; docs/capture-processor.md), then set capture.tablesLayerArn "
+                               "to the version it printed")
         raise
     return CheckResult(name, Outcome.PASS, f"{arn} exists")
 
