@@ -407,10 +407,13 @@ def _unknown_fields(value: Any, schema: Mapping[str, Any], path: str) -> Iterato
 
 
 class KubeStandIn:
-    """A tiny API server: GET a CRD, POST a dry-run create judged strictly against that CRD's schema."""
+    """A tiny API server: GET a CRD, POST a dry-run create judged strictly against that CRD's schema. ``schema``: one
+    schema for every kind, or by plural (``{"inferenceendpointconfigs": (version, schema)}``)."""
 
     def __init__(self, schema: Mapping[str, Any], *, namespaces: tuple[str, ...] = ("inference", "default"),
                  status: int | None = None) -> None:
+        self.schemas: Mapping[str, tuple[str, Mapping[str, Any]]] = (
+            schema if all(isinstance(v, tuple) for v in schema.values()) and schema else {})
         self.schema, self.namespaces, self.status = schema, namespaces, status
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         stand_in = self
@@ -431,7 +434,10 @@ class KubeStandIn:
                 stand_in.requests.append(("GET", self.path, dict(self.headers)))
                 if stand_in.status:
                     return self._send(stand_in.status, {"message": "forbidden"})
-                crd = {"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": stand_in.schema}}]}}
+                version, schema = stand_in.of(self.path.rsplit("/", 1)[1].split(".")[0])
+                if schema is None:
+                    return self._send(404, {"kind": "Status", "reason": "NotFound", "message": "not found"})
+                crd = {"spec": {"versions": [{"name": version, "schema": {"openAPIV3Schema": schema}}]}}
                 return self._send(200, crd)
 
             def do_POST(self) -> None:
@@ -445,7 +451,10 @@ class KubeStandIn:
                                             "details": {"name": namespace, "kind": "namespaces"}})
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
                 assert query == {"dryRun": ["All"], "fieldValidation": ["Strict"]}, query
-                unknown = list(_unknown_fields(body, stand_in.schema, ""))
+                _, schema = stand_in.of(urllib.parse.urlsplit(self.path).path.rsplit("/", 1)[1])
+                if schema is None:
+                    return self._send(404, {"kind": "Status", "reason": "NotFound", "message": "no such resource"})
+                unknown = list(_unknown_fields(body, schema, ""))
                 if unknown:
                     return self._send(400, {"kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400,
                                             "message": f'{body["kind"]} in version "v1" cannot be handled as a '
@@ -456,6 +465,11 @@ class KubeStandIn:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def of(self, plural: str) -> tuple[str, Mapping[str, Any] | None]:
+        if not self.schemas:
+            return "v1", self.schema
+        return self.schemas.get(plural, ("v1", None))
 
     def close(self) -> None:
         self.server.shutdown()

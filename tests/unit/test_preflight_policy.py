@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
 
 from hyperpod_inference_iac import ConfigError, PreflightPolicy
+from hyperpod_inference_iac.nag import REASONS
 
 ENV = {"account": "111122223333", "region": "us-west-2"}
 LAYER = "arn:aws:lambda:us-west-2:111122223333:layer:capture-tables:3"
@@ -77,3 +80,17 @@ def test_a_resource_not_given_is_granted_nothing() -> None:
 def test_a_bad_qualifier_is_one_coded_error() -> None:
     with pytest.raises(ConfigError, match=r"PreflightPolicy.BadQualifier.*bootstrap_qualifier"):
         PreflightPolicy(Stack(App(), "Bad", env=ENV), "Preflight", bootstrap_qualifier="no-dashes!")
+
+
+def test_cdk_nag_finds_only_the_acknowledged_wildcard() -> None:
+    """The reason `preflight-account-reads` (the default platform does not create the policy) matches the finding."""
+    stack = Stack(App(), "Nag", env=ENV)
+    PreflightPolicy(stack, "Preflight", **FULL)
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    assert [(v.rule_name, [r.resource_name for r in v.violating_resources]) for v in report.violations] == []
+    assert REASONS["preflight-account-reads"][0] == "AwsSolutions-IAM5"
+    unacknowledged = Stack(App(), "Bare", env=ENV)  # (the control: the same wildcard without the acknowledgment)
+    iam.ManagedPolicy(unacknowledged, "Bare", statements=[iam.PolicyStatement(
+        actions=["eks:DescribeAddonVersions"], resources=["*"])])
+    assert "AwsSolutions-IAM5[Resource::*]" in {v.rule_name for v in AwsSolutionsChecks(
+        unacknowledged.node.root).validate_scope(unacknowledged).violations}
