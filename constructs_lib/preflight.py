@@ -277,6 +277,13 @@ def _denied(name: str, action: str) -> CheckResult:
                        "attach the PreflightPolicy construct's policy (read-only) to the role running the preflight")
 
 
+def _verdict(name: str, problems: Sequence[str], found: Sequence[str], fix: str) -> CheckResult:
+    """Fail with every problem and ``fix``, or pass with what was found."""
+    if problems:
+        return CheckResult(name, Outcome.FAIL, "; ".join(problems), fix)
+    return CheckResult(name, Outcome.PASS, "; ".join(found))
+
+
 def check_bootstrap(plan: PreflightPlan, aws: _Aws) -> CheckResult:
     name = "bootstrap"
     if not plan.bootstrap:
@@ -294,11 +301,9 @@ def check_bootstrap(plan: PreflightPlan, aws: _Aws) -> CheckResult:
         found.append(f"{parameter} = {version} (needs >= {minimum})")
         if version < minimum:
             problems.append(f"{parameter} is {version}, the stacks need at least {minimum}")
-    fix = (f"cdk bootstrap aws://{plan.account}/{plan.region} (with the same --qualifier, if the app sets one), "
-           "by someone allowed to create the bootstrap stack")
-    if problems:
-        return CheckResult(name, Outcome.FAIL, "; ".join(problems), fix)
-    return CheckResult(name, Outcome.PASS, "; ".join(found))
+    return _verdict(name, problems, found,
+                    f"cdk bootstrap aws://{plan.account}/{plan.region} (with the same --qualifier, if the app sets "
+                    "one), by someone allowed to create the bootstrap stack")
 
 
 def _caller_role_arn(aws: _Aws) -> tuple[str, str]:
@@ -384,11 +389,9 @@ def check_ec2_quotas(plan: PreflightPlan, aws: _Aws) -> CheckResult:
         found.append(f"{quota_name}: {value} vCPUs (plan needs {needed} at maximum size)")
         if value < needed:
             problems.append(f"{quota_name} ({code}) is {value} vCPUs, the node groups need {needed} at maximum size")
-    if problems:
-        return CheckResult(name, Outcome.FAIL, "; ".join(problems),
-                           "request an increase (aws service-quotas request-service-quota-increase --service-code "
-                           "ec2 --quota-code <code> --desired-value <vCPUs>) or lower the node groups' maxSize")
-    return CheckResult(name, Outcome.PASS, "; ".join(found))
+    return _verdict(name, problems, found,
+                    "request an increase (aws service-quotas request-service-quota-increase --service-code ec2 "
+                    "--quota-code <code> --desired-value <vCPUs>) or lower the node groups' maxSize")
 
 
 def check_hyperpod_quotas(plan: PreflightPlan, aws: _Aws) -> CheckResult:
@@ -413,12 +416,10 @@ def check_hyperpod_quotas(plan: PreflightPlan, aws: _Aws) -> CheckResult:
         found.append(f"{quota_name}: {value:g} (plan needs {needed})")
         if value < needed:
             problems.append(f"{quota_name} ({code}) is {value:g}, the instance groups need {needed}")
-    if problems:
-        return CheckResult(name, Outcome.FAIL, "; ".join(problems),
-                           "request an increase (aws service-quotas request-service-quota-increase --service-code "
-                           "sagemaker --quota-code <code> --desired-value <count>), or choose an instance type "
-                           "offered for HyperPod in the region")
-    return CheckResult(name, Outcome.PASS, "; ".join(found))
+    return _verdict(name, problems, found,
+                    "request an increase (aws service-quotas request-service-quota-increase --service-code sagemaker "
+                    "--quota-code <code> --desired-value <count>), or choose an instance type offered for HyperPod "
+                    "in the region")
 
 
 def check_hosted_zone(plan: PreflightPlan, aws: _Aws) -> CheckResult:

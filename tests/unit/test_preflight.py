@@ -623,7 +623,7 @@ def test_main_exits_2_on_a_failure_and_prints_the_fix(tmp_path: Path, capsys: py
     out = _write_plan(tmp_path, plan(tables_layer_arn=LAYER))
     assert main(["--cdk-out", str(out), "--dist", str(tmp_path / "none")], session=session) == 2
     printed = capsys.readouterr().out
-    assert "[FAIL] tables-layer" in printed and "fix: publish the layer" in printed and "1 fail" in printed
+    assert "[FAIL] tables-layer" in printed and "fix: build and publish the layer" in printed and "1 fail" in printed
 
 
 @pytest.mark.parametrize("code", ["ExpiredToken", "InvalidClientTokenId"])
