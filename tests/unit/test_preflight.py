@@ -671,3 +671,15 @@ def test_an_unreachable_endpoint_fails_naming_skip_cluster(aws: tuple[StubSessio
     report = run_preflight(plan(**CLUSTER_PLAN), session)
     for name in ("crd-fields", "dry-run"):
         assert report.of(name).outcome is Outcome.FAIL and "--skip-cluster" in report.of(name).fix
+
+
+def test_an_unexpected_answer_fails_that_check_only(aws: tuple[StubSession, _Aws]) -> None:
+    session, _ = aws
+    session.caller()
+    session.stub("eks").add_response("describe_addon_versions", {"addons": []})
+    session.stub("eks").add_response("describe_addon_configuration", {"configurationSchema": "not json"})
+    report = run_preflight(plan(addon_name=ADDON, addon_version="v2.0.0-eksbuild.2", kubernetes_version="1.34",
+                                addon_configuration={"alb": {"enabled": True}}), session)
+    assert report.of("addon-version").outcome is Outcome.FAIL and "offered: none" in report.of("addon-version").detail
+    configuration = report.of("addon-configuration")
+    assert configuration.outcome is Outcome.FAIL and "could not check: JSONDecodeError" in configuration.detail
