@@ -130,7 +130,7 @@ clean:
 lock:
 	test -x $(LOCK_VENV)/bin/python || $(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'pip==26.3' 'pip-tools==7.6.2'
-	$(LOCK_VENV)/bin/pip-compile --quiet --extra app --all-build-deps --generate-hashes --allow-unsafe \
+	$(LOCK_VENV)/bin/pip-compile --quiet --extra app --extra preflight --all-build-deps --generate-hashes --allow-unsafe \
 		--strip-extras --no-emit-index-url --no-emit-find-links -c constraints.txt \
 		-o requirements/deploy.lock pyproject.toml
 	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \

@@ -16,10 +16,12 @@ from pathlib import Path
 from aws_cdk import App
 
 from hyperpod_inference_iac import ConfigError
+from hyperpod_inference_iac.preflight import write_plan
 from platform_config import load_config, read_stack_outputs
 from platform_config.acknowledgments import review_warnings
 from stacks.gitops import stage_dist
 from stacks.platform import add_nag_checks, build_platform
+from stacks.preflight_plan import preflight_plan
 
 DEFAULT_CONFIG = "config/default.yaml"
 # Stack traces of construct creation hold temporary paths of the jsii runtime, and a synth slower than 10 s a
@@ -43,7 +45,7 @@ def main() -> int:
         # Both hand-offs from the config alone: dist/ is staged first (nothing in it comes from a construct), and
         # what it finds (custom resources the operator would have to replace) is warned about at synth.
         dist = stage_dist(config, outdir=Path(context("dist") or "dist"), outputs=outputs, complete_with=complete)
-        build_platform(app, config, replacements=dist.replacements)
+        platform = build_platform(app, config, replacements=dist.replacements)
         add_nag_checks(app)
     except ConfigError as error:
         print(f"Configuration error: {error}", file=sys.stderr)
@@ -54,6 +56,8 @@ def main() -> int:
         dist.discard()
         raise
     dist.commit()
+    # What the deploy will ask of the account, for `python -m hyperpod_inference_iac.preflight` (docs/deploying.md).
+    write_plan(preflight_plan(config, platform), app.outdir)
     for name, awaiting in sorted(dist.waiting.items()):
         needs = ", ".join(value.output_name for value in awaiting.missing)
         print(f"dist/: {name} waits for values that exist only after `cdk deploy` ({needs}); render it with "

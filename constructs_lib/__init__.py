@@ -182,6 +182,7 @@ from hyperpod_inference_iac.security.github_deploy_role import (
     GitHubDeployRoleProps,
     check_github_deploy_role,
 )
+from hyperpod_inference_iac.security.preflight_policy import PreflightPolicy, PreflightPolicyProps
 from hyperpod_inference_iac.security.s3_access import (
     bucket_arn,
     grant_key_through_s3,
@@ -224,7 +225,7 @@ from hyperpod_inference_iac.serving.external_dns import (
     external_dns_release,
     external_dns_releases,
 )
-from hyperpod_inference_iac.serving.gitops import Prerequisite, StagedManifests, stage_manifests
+from hyperpod_inference_iac.serving.gitops import Prerequisite, StagedManifests, WorkloadOwner, stage_manifests
 from hyperpod_inference_iac.serving.hugging_face_token import (
     EXTERNAL_SECRETS,
     HuggingFaceTokenSync,
@@ -327,6 +328,8 @@ __all__ = [
     "PlatformVpc",
     "PlatformVpcOptions",
     "PlatformVpcProps",
+    "PreflightPolicy",
+    "PreflightPolicyProps",
     "Prerequisite",
     "Problem",
     "Problems",
@@ -350,6 +353,7 @@ __all__ = [
     "WatchedModel",
     "WorkloadIdentity",
     "WorkloadIdentityProps",
+    "WorkloadOwner",
     "add_api_key_alarms",
     "add_flow_logs",
     "alarm_table",

@@ -30,6 +30,7 @@ from hyperpod_inference_iac import (
     LogRetentionOptions,
     RiskWarnings,
     SecretsOptions,
+    WorkloadOwner,
     check_certificate_alarms,
     check_region,
     check_tags,
@@ -83,6 +84,8 @@ _CAPTURE_PREFIX_KEYS = {"capture_prefixes": "prefix", "capture_prefixes[0]": "pr
 _BESIDE_THE_VPC_KIND = ("flow_log_traffic",)
 _FLOW_LOGS_OFF = "off"
 _UNSET: Any = object()
+SIDECAR_IMAGE_BY_DIGEST = r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+@sha256:[0-9a-f]{64}$"
+
 # The plan of a config being read, before its workloads are planned (never seen outside parse_config).
 _UNPLANNED = WorkloadPlan(context=PlatformContext(cluster_name="", namespace="", account="", role_name_prefix=""))
 
@@ -134,7 +137,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
-    config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config))
+    config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config),
+                                 workload_owner=_workload_owner(root.section("workloads")))
     root.finish()
     # The workloads are planned with the rest of the file: their problems are reported in the same run,
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
@@ -211,6 +215,10 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         snapshot_retention_days=retention if SNAPSHOT_RETENTION_DAYS[0] <= (
             retention := storage.noncurrent_version_retention_days) <= SNAPSHOT_RETENTION_DAYS[1]
         else CaptureTablesOptions.snapshot_retention_days)
+    # A prebuilt sidecar image by digest (a tag could move under the running pods): no Docker at deploy time.
+    sidecar_image = section.string(
+        "sidecarImage", pattern=SIDECAR_IMAGE_BY_DIGEST,
+        hint="must be <registry>/<repository>@sha256:<64 hex digits>: a digest is required (a tag can be moved)")
     section.finish()
     # One mistake, one problem: both constructs' rules read capture.prefix (one prefix rule). The pipeline's codes
     # for its form come first (CapturePipeline.EmptyPrefix, InvalidPrefix); an overlap with curated/ or quarantine/
@@ -220,7 +228,17 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         reported = [part for problem in problems for part in problem.path.split(", ")]
         problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
                                                     for path in reported))
-    return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables)
+    return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables, sidecar_image=sidecar_image)
+
+
+def _workload_owner(section: Section) -> WorkloadOwner:
+    """``workloads.owner``: ``cdk`` (the default: the cluster stack applies the workloads) or ``gitops`` (dist/ is
+    the hand-off, the cluster stack applies none of them)."""
+    owners = "|".join(owner.value for owner in WorkloadOwner)
+    owner = section.string("owner", default=WorkloadOwner.CDK.value, pattern=f"^({owners})$",
+                           hint=f"must be one of {', '.join(owner.value for owner in WorkloadOwner)}")
+    section.finish()
+    return WorkloadOwner(owner or WorkloadOwner.CDK.value)
 
 
 def _at_or_below(path: str, ancestor: str) -> bool:

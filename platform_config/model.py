@@ -38,6 +38,7 @@ from hyperpod_inference_iac import (
     SecretsOptions,
     SecretSync,
     WatchedModel,
+    WorkloadOwner,
     api_key_sync,
     engine_of_image,
     external_dns_releases,
@@ -125,6 +126,9 @@ class CapturePolicy:
     storage: CaptureStorageOptions = field(default_factory=CaptureStorageOptions)
     pipeline: CapturePipelineOptions = field(default_factory=CapturePipelineOptions)
     tables: CaptureTablesOptions = field(default_factory=CaptureTablesOptions)
+    # ``capture.sidecarImage``: a prebuilt capture sidecar image by digest, used instead of the image asset (no Docker
+    # at deploy time); None builds the asset.
+    sidecar_image: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -276,6 +280,8 @@ class PlatformConfig:
     gateways: tuple[InferenceGateway, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
+    # ``workloads.owner``: who applies the workloads (docs/deploying.md): the cluster stack, or GitOps from dist/.
+    workload_owner: WorkloadOwner = WorkloadOwner.CDK
     # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file
     # (under its key paths); acknowledged or not (platform_config.acknowledgments tells which).
     warnings: tuple[RiskWarning, ...] = ()

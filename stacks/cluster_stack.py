@@ -41,6 +41,7 @@ from hyperpod_inference_iac import (
     PlatformVpc,
     RotationAcceptance,
     SecretsKey,
+    WorkloadOwner,
     add_api_key_alarms,
     deploy_time_availability_zones,
     existing_vpc,
@@ -123,6 +124,10 @@ class ClusterStack(Stack):
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,
             hosted_zone=domain.hosted_zone, known_values=config.known_values,
+            # A prebuilt image by digest (capture.sidecarImage) instead of the asset: no Docker at deploy time.
+            sidecar_image=config.capture.sidecar_image,
+            # One owner of the workloads (workloads.owner): with gitops, dist/ applies them and this stack does not.
+            apply_workloads=config.workload_owner is WorkloadOwner.CDK,
             depends_on=[self.operator.addon, *([self.cluster.device_plugin] if self.cluster.device_plugin else []),
                         *self.gpu_node_groups],
             external_dns=self.external_dns,
@@ -176,7 +181,8 @@ class ClusterStack(Stack):
                 # The platform's admins may rotate now and revoke the previous key (docs/secrets.md), never write one.
                 acceptance=acceptance, operator_role_arns=self.cluster.props.admin_role_arns)
             key.manifest.node.add_dependency(self.workloads.namespace_manifest)
-            self.workloads.manifests[f"portable-{name}"].node.add_dependency(key.manifest)
+            if (server := self.workloads.manifests.get(f"portable-{name}")) is not None:  # (GitOps owns it: absent)
+                server.node.add_dependency(key.manifest)
         return keys
 
     def _monitoring(self, config: PlatformConfig, *, pipeline: CapturePipeline | None, alarm_topic: AlarmTopic | None,

@@ -29,6 +29,7 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     plan = config.workloads
     env = config.environment
     values = PlatformValues(config.known_values).merged(dict(outputs or {}))
+    sidecar_image = sidecar_image or config.capture.sidecar_image  # (capture.sidecarImage: prebuilt, by digest)
     if sidecar_image is None and plan.needs_sidecar_image:
         sidecar_image = sidecar_image_reference(env.account, env.region)
     if sidecar_image is not None:
@@ -71,4 +72,5 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     return stage_manifests(
         plan, outdir=outdir, values=values, supporting=supporting,
         helm_releases=list(config.helm_releases), prerequisites=prerequisites,
-        namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with)
+        namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with,
+        owner=config.workload_owner)

@@ -153,6 +153,12 @@ REASONS: dict[str, tuple[str, str]] = {
         "metrics only: the rotation function reads which keys the capture sidecars accept before it makes a new key "
         "current (docs/secrets.md).",
     ),
+    "preflight-account-reads": (
+        "AwsSolutions-IAM5",
+        "The preflight's reads that IAM gives no resource type (lakeformation:GetDataLakeSettings, the service "
+        "quotas, ec2:DescribeInstanceTypes, eks:DescribeAddonVersions/DescribeAddonConfiguration) on '*', held to "
+        "the platform's region (aws:RequestedRegion); every read with a resource type names its one resource.",
+    ),
 }
 
 

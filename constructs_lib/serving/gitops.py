@@ -23,6 +23,7 @@ the previous one untouched.
 
 from __future__ import annotations
 
+import enum
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,15 @@ from hyperpod_inference_iac.charts.routing import routing_replacement_reasons
 from hyperpod_inference_iac.foundation.helm import HelmRelease
 from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValues
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problem
+
+
+class WorkloadOwner(enum.Enum):
+    """Who applies the workloads: ``CDK`` (:class:`~hyperpod_inference_iac.InferenceWorkloads` applies them; the
+    folder is for review) or ``GITOPS`` (the folder is the hand-off; CDK applies none of them). One owner: two would
+    undo each other's changes."""
+
+    CDK = "cdk"
+    GITOPS = "gitops"
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,7 @@ def stage_manifests(
     prerequisites: Sequence[Prerequisite] = (),
     namespace_labels: Mapping[str, str] | None = None,
     complete_with: str = "",
+    owner: WorkloadOwner | None = None,
 ) -> StagedManifests:
     """Render everything into a folder beside ``outdir``; nothing in ``outdir`` changes until ``commit``.
 
@@ -95,6 +106,7 @@ def stage_manifests(
     :param helm_releases: releases the workloads rely on, written to ``helm/``.
     :param prerequisites: what must exist first that is not in this folder, each with its check.
     :param complete_with: the command that renders the waiting manifests after a deploy (for the README).
+    :param owner: who applies the workloads, said at the top of the README (none: not said).
     """
     outdir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
@@ -123,7 +135,8 @@ def stage_manifests(
             _write(staging / "helm" / f"{release.release}.yaml", [description])
             staged.written.append(f"helm/{release.release}.yaml")
         _refuse_tokens(staging)
-        (staging / "README.md").write_text(_readme(plan, staged, helm_releases, prerequisites, complete_with),
+        (staging / "README.md").write_text(_readme(plan, staged, helm_releases, prerequisites, complete_with,
+                                                               owner),
                                            encoding="utf-8")
     except BaseException:
         staged.discard()
@@ -167,14 +180,27 @@ def _refuse_tokens(folder: Path) -> None:
                                        "stack outputs")])
 
 
+def _owner_lines(owner: WorkloadOwner | None) -> list[str]:
+    if owner is WorkloadOwner.CDK:
+        return ["**Do not apply these.** The cluster stack applies them (`InferenceWorkloads`, "
+                "`workloads.owner: cdk`); a second owner would undo its changes and fail its next update. They are "
+                "here for review; to hand them to GitOps instead, set `workloads.owner: gitops` and deploy "
+                "(docs/deploying.md).", ""]
+    if owner is WorkloadOwner.GITOPS:
+        return ["**Apply these with your GitOps tool** (`workloads.owner: gitops`): the cluster stack creates the "
+                "identities, the namespace and the supporting objects, and applies none of the workloads.", ""]
+    return []
+
+
 def _readme(plan: WorkloadPlan, staged: StagedManifests, releases: Sequence[HelmRelease],
-            prerequisites: Sequence[Prerequisite], complete_with: str) -> str:
+            prerequisites: Sequence[Prerequisite], complete_with: str, owner: WorkloadOwner | None = None) -> str:
     namespace = plan.context.namespace
     lines = [
         "# GitOps hand-off",
         "",
         "Rendered by the platform's `cdk synth` from the same plan the CDK app applies; do not edit by hand.",
         "",
+        *_owner_lines(owner),
         "## What must exist first",
         "",
         "Not Kubernetes objects of this folder; each with a command that checks it:",

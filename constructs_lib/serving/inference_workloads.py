@@ -125,6 +125,11 @@ class InferenceWorkloadsProps(Props):
         default_doc="an image asset built at deploy time from the package's `hyperpod_inference_iac.sidecar` context, "
                     "when the plan needs one",
         doc="The capture sidecar's image URI.")
+    apply_workloads: bool = prop(
+        True, config=False,
+        doc="Apply the workloads' manifests (models, portable servers, gateways). `False` when GitOps owns them "
+            "(`WorkloadOwner.GITOPS`): the construct still creates their identities and applies the namespace, and "
+            "`manifests` is empty.")
     binding: IdentityBinding = prop(IdentityBinding.IRSA, config=False,
                                     doc="How identities bind to service accounts. Container-scoped identities (an NVMe "
                                         "loader, a capture sidecar) need `IRSA`.")
@@ -190,6 +195,7 @@ class InferenceWorkloads(Construct):
         hosted_zone: route53.IHostedZone | None = InferenceWorkloadsProps.hosted_zone,
         known_values: Mapping[PlatformValue, str] | None = InferenceWorkloadsProps.known_values,
         sidecar_image: str | None = InferenceWorkloadsProps.sidecar_image,
+        apply_workloads: bool = InferenceWorkloadsProps.apply_workloads,
         binding: IdentityBinding = InferenceWorkloadsProps.binding,
         depends_on: Sequence[IConstruct] = InferenceWorkloadsProps.depends_on,
         external_dns: IConstruct | None = InferenceWorkloadsProps.external_dns,
@@ -201,8 +207,8 @@ class InferenceWorkloads(Construct):
         self.props = props = InferenceWorkloadsProps(
             cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,
             certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
-            binding=binding, depends_on=tuple(depends_on), external_dns=external_dns, secret_sync=secret_sync,
-            namespace_labels=namespace_labels,
+            apply_workloads=apply_workloads, binding=binding, depends_on=tuple(depends_on), external_dns=external_dns,
+            secret_sync=secret_sync, namespace_labels=namespace_labels,
             monitored_namespaces=None if monitored_namespaces is None else tuple(monitored_namespaces))
         props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
         stack = Stack.of(self)
@@ -238,7 +244,7 @@ class InferenceWorkloads(Construct):
         for dependency in depends_on:
             self.namespace_manifest.node.add_dependency(dependency)
         self.manifests: dict[str, eks.KubernetesManifest] = {}
-        for chart_id, chart in rendered.charts.items():
+        for chart_id, chart in rendered.charts.items() if apply_workloads else ():
             manifest = cluster.add_cdk8s_chart(chart_id, chart)
             manifest.node.add_dependency(self.namespace_manifest)
             if chart_id in rendered.gateways:  # (after the models behind it: the operator merges their entries)

@@ -104,6 +104,7 @@ NOT_FROM_CONFIG: dict[str, str] = {
     **{f"GitHubDeployRole.{name}": "GitHubDeployRole is not part of the app (a consumer's CI construct)"
        for name in ("BadAccount", "BadEnvironment", "BadOwner", "BadProviderArn", "BadQualifier", "BadRegion",
                     "BadRepository", "BadRoleName", "NoRegion")},
+    "PreflightPolicy.BadQualifier": "PreflightPolicy is not part of the app (a consumer's policy for the preflight)",
 }
 
 

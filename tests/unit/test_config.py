@@ -629,7 +629,8 @@ def test_the_string_keys_with_a_default_are_the_documented_ones() -> None:
         "capture.prefix", "capture.tableReaders[0].columns", "cluster.endpointAccess",
         "cluster.gpuNodeGroups[0].localStorageStrategy", "cluster.kubernetesVersion", "cluster.systemInstanceType",
         "hyperpod.instanceGroups[0].capacityType",
-        "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace"]
+        "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace",
+        "workloads.owner"]
 
 
 @pytest.mark.parametrize("path", [*STRING_KEYS, *(key for key in EMPTY_VALUE_CODES if key not in STRING_KEYS)])
