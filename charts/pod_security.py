@@ -36,14 +36,25 @@ POD_SECURITY_EXCEPTION_ANNOTATION = "hyperpod-inference-iac/pod-security-excepti
 HOST_PATH_POLICY = "hyperpod-inference-iac-host-path"
 # The namespace label that binds HOST_PATH_POLICY, with the action its value names.
 HOST_PATH_POLICY_LABEL = "hyperpod-inference-iac/host-path-policy"
-# Capabilities baseline allows a container to add (Pod Security Standards, "Capabilities").
+# The upstream baseline level these constants follow: kubernetes/pod-security-admission, policy/check_*.go, as its
+# own test fixtures for the level (test/testdata/baseline/v1.37, vendored in tests/charts/fixtures) exercise it.
+BASELINE_VERSION = "v1.37"
+# Capabilities baseline allows a container to add (check_capabilities_baseline.go).
 BASELINE_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
                          "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
-# Sysctls baseline allows (the "safe" set).
+# Sysctls baseline allows, the "safe" set (check_sysctls.go, v1.37).
 BASELINE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
                     "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
                     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                    "net.ipv4.tcp_keepalive_probes")
+                    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+                    "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat")
+# SELinux types baseline allows (check_seLinuxOptions.go, v1.31 and later); user and role must be unset.
+BASELINE_SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+# Seccomp and AppArmor profile types baseline allows (check_seccompProfile_baseline.go, check_appArmorProfile.go).
+BASELINE_PROFILE_TYPES = ("RuntimeDefault", "Localhost")
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+# Container fields the API server or a LimitRange may set on the writer without the plan saying so (any value).
+DEFAULTED_CONTAINER_FIELDS = ("imagePullPolicy", "resources", "terminationMessagePath", "terminationMessagePolicy")
 
 
 class PodSecurityLevel(enum.StrEnum):
@@ -59,11 +70,28 @@ class HostPathAction(enum.StrEnum):
 
 @dataclass(frozen=True)
 class CacheWriter:
-    """The one container that may write a host path: the loader, with its image and its command."""
+    """The one container that may write one host path: the loader of one workload, exactly as planned.
 
-    container: str
-    image: str
-    command: tuple[str, ...]
+    ``container_json``: the planned init container (core/v1 Container as JSON, keys sorted); admission compares a
+    pod's writer with it field by field (image, command, env, mounts, security context; no field it does not
+    have, such as ``args``, ``envFrom``, ``stdin``, ``tty``, ``restartPolicy`` or ``lifecycle``), in ``namespace``,
+    under ``service_account``, with ``volume`` the pod's hostPath volume of ``host_path``."""
+
+    host_path: str
+    namespace: str
+    service_account: str
+    volume: str
+    container_json: str
+
+    @classmethod
+    def of(cls, *, host_path: str, namespace: str, service_account: str | None, volume: str,
+           container: Mapping[str, Any]) -> CacheWriter:
+        return cls(host_path, namespace, service_account or "default", volume, json.dumps(container, sort_keys=True))
+
+    @property
+    def container(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.container_json)
+        return loaded
 
 
 @dataclass(frozen=True)
@@ -85,14 +113,16 @@ class NamespaceSecurity:
 
 def namespace_security(*, host_paths: bool, operator_pods: bool, root_pods: bool) -> NamespaceSecurity:
     """The strictest level a namespace's pods allow: host paths need ``privileged`` (with the host-path policy,
-    denying unless the operator makes pods there), root needs ``baseline``, else ``restricted``."""
+    denying, also where the operator makes pods), root needs ``baseline``, else ``restricted``."""
+    del operator_pods  # the policy denies where the operator makes pods too (module docstring)
     if host_paths:
-        action = HostPathAction.WARN if operator_pods else HostPathAction.DENY
+        action = HostPathAction.DENY
         return NamespaceSecurity(
             PodSecurityLevel.PRIVILEGED, action,
-            "enforce is privileged, not baseline: the node-local NVMe model cache is a hostPath volume, which baseline "
-            f"forbids; the ValidatingAdmissionPolicy {HOST_PATH_POLICY} ({action.value}) holds pods here to baseline's "
-            "other rules and to the planned cache paths, read-only except for the loader")
+            "enforce is privileged, not baseline: the node-local NVMe model cache is a hostPath volume, which "
+            f"baseline forbids; the ValidatingAdmissionPolicy {HOST_PATH_POLICY} ({action.value}) holds pods here to "
+            f"every other rule of baseline ({BASELINE_VERSION}) and to the planned cache paths of the namespace, "
+            "read-only except for each path's planned loader")
     if root_pods:
         return NamespaceSecurity(PodSecurityLevel.BASELINE, None,
                                  "enforce is baseline, not restricted: the model servers run as root")
@@ -108,7 +138,7 @@ def namespace_metadata(name: str, labels: Mapping[str, str] | None = None,
                        security: NamespaceSecurity | None = None) -> dict[str, Any]:
     """Metadata of an inference Namespace: the Pod Security labels, then ``labels`` (which win: an explicit choice
     of the caller), and the reason for any level short of restricted in an annotation.
-    @default security: ``privileged`` with the host-path policy warning (a namespace of unknown pods with caches)"""
+    @default security: ``privileged`` with the host-path policy denying (a namespace of unknown pods with caches)"""
     security = security or namespace_security(host_paths=True, operator_pods=True, root_pods=True)
     metadata: dict[str, Any] = {"name": name, "labels": {**security.labels(), **(labels or {})}}
     if security.reason:
@@ -116,57 +146,141 @@ def namespace_metadata(name: str, labels: Mapping[str, str] | None = None,
     return metadata
 
 
-def _cel(value: Any) -> str:
-    """A CEL literal of a string or a list of strings (JSON's escapes are CEL's for these)."""
-    if isinstance(value, str):
+def cel_literal(value: Any) -> str:
+    """A CEL literal of a JSON value: string, bool, integer, null, list or map with string keys (JSON's string
+    escapes are CEL's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (str, int)):
         return json.dumps(value)
-    return "[" + ", ".join(_cel(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(key)}: {cel_literal(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(cel_literal(item) for item in value) + "]"
+    raise TypeError(f"no CEL literal for {value!r}")
+
+
+_cel = cel_literal
 
 
 def _every_container(condition: str) -> str:
-    """``condition`` (over ``c``) for containers and init containers, and for ephemeral (debug) containers."""
-    return f"variables.containers.all(c, {condition}) && variables.ephemeral.all(c, {condition})"
+    """``condition`` (over ``c``) for containers, init containers and ephemeral (debug) containers."""
+    return f"variables.allContainers.all(c, {condition})"
 
 
-def host_path_policy(cache_paths: Sequence[str], writers: Sequence[CacheWriter]) -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicy and its two bindings (deny, warn and audit), selecting namespaces by
-    :data:`HOST_PATH_POLICY_LABEL`. ``cache_paths``: every host path a planned pod may mount; ``writers``: the
-    containers that may mount one writable."""
-    not_set = "!has({0}) || !{0}"
-    writer_terms = " || ".join(
-        f"(c.name == {_cel(w.container)} && c.image == {_cel(w.image)} && has(c.command) && "
-        f"c.command == {_cel(list(w.command))} && !has(c.args))" for w in writers) or "false"
-    read_only_mount = "!(m.name in variables.hostVolumeNames) || (has(m.readOnly) && m.readOnly)"
-    validations = [
+def _unset_or(field: str, condition: str) -> str:
+    """``field`` (a dotted path) absent at any step, or ``condition``."""
+    parts = field.split(".")
+    absent = " || ".join(f"!has({'.'.join(parts[:i])})" for i in range(2, len(parts) + 1))
+    return f"({absent} || {condition})"
+
+
+def _security_context_rules(scope: str, what: str) -> list[tuple[str, str]]:
+    """Baseline's rules on one security context (``scope``: ``object.spec.securityContext`` or
+    ``c.securityContext``), over both the pod's and each container's where upstream checks both."""
+    profile, empty = _cel(BASELINE_PROFILE_TYPES), _cel("")
+    return [
+        (_unset_or(f"{scope}.seccompProfile.type", f"{scope}.seccompProfile.type in {profile}"),
+         f"seccomp profile RuntimeDefault or Localhost only, {what} (baseline)"),
+        (_unset_or(f"{scope}.appArmorProfile.type", f"{scope}.appArmorProfile.type in {profile}"),
+         f"AppArmor profile RuntimeDefault or Localhost only, {what} (baseline)"),
+        (" && ".join([
+            _unset_or(f"{scope}.seLinuxOptions.type", f"{scope}.seLinuxOptions.type in {_cel(BASELINE_SELINUX_TYPES)}"),
+            *(_unset_or(f"{scope}.seLinuxOptions.{field}", f"{scope}.seLinuxOptions.{field} == {empty}")
+              for field in ("user", "role"))]),
+         f"SELinux type {', '.join(t or '(unset)' for t in BASELINE_SELINUX_TYPES)} only, no user or role, "
+         f"{what} (baseline)"),
+        (_unset_or(f"{scope}.windowsOptions.hostProcess", f"!{scope}.windowsOptions.hostProcess"),
+         f"no Windows HostProcess, {what} (baseline)"),
+    ]
+
+
+def baseline_validations() -> list[tuple[str, str]]:
+    """Every check of the upstream baseline level but host paths, as (CEL expression, message): the rules
+    :data:`HOST_PATH_POLICY` keeps where Pod Security must be ``privileged``. Over ``object`` (the Pod) and
+    ``variables.allContainers``."""
+    pod = "object.spec.securityContext"
+    probe_hosts = " && ".join(
+        _unset_or(f"c.{handler}.{kind}.host", f"c.{handler}.{kind}.host == {_cel('')}")
+        for handler in ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle.postStart", "lifecycle.preStop")
+        for kind in ("httpGet", "tcpSocket"))
+    apparmor_values = (f"object.metadata.annotations[k] == {_cel('')} || "
+                       f"object.metadata.annotations[k] == {_cel('runtime/default')} || "
+                       f"object.metadata.annotations[k].startsWith({_cel('localhost/')})")
+    rules = [
         ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && "
          "object.spec.hostPID) && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
          "no host network, PID or IPC namespace (baseline)"),
-        (_every_container(f"!has(c.securityContext) || ({not_set.format('c.securityContext.privileged')})"),
+        (_every_container(_unset_or("c.securityContext.privileged", "!c.securityContext.privileged")),
          "no privileged container (baseline)"),
-        (_every_container("!has(c.securityContext) || !has(c.securityContext.capabilities) || "
-                          "!has(c.securityContext.capabilities.add) || "
-                          f"c.securityContext.capabilities.add.all(x, x in {_cel(BASELINE_CAPABILITIES)})"),
+        (_every_container(_unset_or("c.securityContext.capabilities.add",
+                                    f"c.securityContext.capabilities.add.all(x, x in {_cel(BASELINE_CAPABILITIES)})")),
          f"no capability beyond baseline's ({', '.join(BASELINE_CAPABILITIES)})"),
         (_every_container("!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)"),
          "no host port (baseline)"),
-        ("(!has(object.spec.securityContext) || !has(object.spec.securityContext.seccompProfile) || "
-         "object.spec.securityContext.seccompProfile.type != 'Unconfined') && "
-         + _every_container("!has(c.securityContext) || !has(c.securityContext.seccompProfile) || "
-                            "c.securityContext.seccompProfile.type != 'Unconfined'"),
-         "no Unconfined seccomp profile (baseline)"),
-        (_every_container("!has(c.securityContext) || !has(c.securityContext.procMount) || "
-                          "c.securityContext.procMount == 'Default'"),
-         "the default /proc mount only (baseline)"),
-        ("!has(object.spec.securityContext) || !has(object.spec.securityContext.sysctls) || "
-         f"object.spec.securityContext.sysctls.all(s, s.name in {_cel(BASELINE_SYSCTLS)})",
+        (_every_container(probe_hosts), "no probe or lifecycle handler with a host (baseline)"),
+        ("(has(object.spec.hostUsers) && !object.spec.hostUsers) || "
+         + _every_container(_unset_or("c.securityContext.procMount", "c.securityContext.procMount == 'Default'")),
+         "the default /proc mount only, unless the pod has its own user namespace (baseline)"),
+        (_unset_or(f"{pod}.sysctls", f"{pod}.sysctls.all(s, s.name in {_cel(BASELINE_SYSCTLS)})"),
          "safe sysctls only (baseline)"),
-        (f"variables.hostVolumes.all(v, v.hostPath.path in {_cel(sorted(set(cache_paths)))})",
-         f"host paths are the planned model caches only ({', '.join(sorted(set(cache_paths))) or 'none'})"),
-        (f"variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount} || "
-         f"{writer_terms})) && variables.ephemeral.all(c, !has(c.volumeMounts) || "
-         f"c.volumeMounts.all(m, {read_only_mount}))",
-         "a model cache is mounted read-only, except by the platform's loader running its planned image and "
-         "script"),
+        (f"!has(object.metadata.annotations) || object.metadata.annotations.all(k, "
+         f"!k.startsWith({_cel(APPARMOR_ANNOTATION_PREFIX)}) || {apparmor_values})",
+         "no AppArmor annotation other than runtime/default or localhost/<profile> (baseline)"),
+    ]
+    rules += _security_context_rules(pod, "pod")
+    for expression, message in _security_context_rules("c.securityContext", "containers"):
+        rules.append((_every_container(expression), message))
+    return rules
+
+
+def _writer_term(writer: CacheWriter, read_only_mount: str) -> str:
+    """An init container ``c`` with a writable host mount is ``writer``: in its namespace, under its service
+    account, every field of the container the planned one (none added but the defaulted), and its one writable
+    host mount the volume of its path."""
+    planned = writer.container
+    fields = sorted({*planned, *DEFAULTED_CONTAINER_FIELDS})
+    terms = [f"request.namespace == {_cel(writer.namespace)}",
+             f"variables.serviceAccount == {_cel(writer.service_account)}",
+             "!(has(object.spec.shareProcessNamespace) && object.spec.shareProcessNamespace)",
+             f"variables.hostVolumes.exists(v, v.name == {_cel(writer.volume)} && "
+             f"v.hostPath.path == {_cel(writer.host_path)})",
+             f"c.volumeMounts.all(m, {read_only_mount} || m.name == {_cel(writer.volume)})",
+             f"c.all(k, k in {_cel(fields)})"]
+    terms += [f"c.{key} == {_cel(planned[key])}" for key in sorted(planned)
+              if key not in DEFAULTED_CONTAINER_FIELDS]
+    return "(" + " && ".join(terms) + ")"
+
+
+def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
+                     writers: Sequence[CacheWriter]) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its two bindings (deny, warn and audit), selecting namespaces by
+    :data:`HOST_PATH_POLICY_LABEL`. ``cache_paths``: every host path a planned pod of each namespace may mount (a
+    plain list: any namespace); ``writers``: the one planned writer of each path."""
+    if isinstance(cache_paths, Mapping):
+        by_namespace = {namespace: sorted(set(paths)) for namespace, paths in sorted(cache_paths.items())}
+        allowed = f"(request.namespace in {_cel(by_namespace)} ? {_cel(by_namespace)}[request.namespace] : [])"
+        every_path = sorted({path for paths in by_namespace.values() for path in paths})
+    else:
+        every_path = sorted(set(cache_paths))
+        allowed = _cel(every_path)
+    read_only_mount = "!(m.name in variables.hostVolumeNames) || (has(m.readOnly) && m.readOnly)"
+    writer_terms = " || ".join(_writer_term(w, read_only_mount) for w in writers) or "false"
+    writer_names = sorted({w.container["name"] for w in writers})
+    validations = [
+        *baseline_validations(),
+        (f"variables.hostVolumes.all(v, v.hostPath.path in {allowed})",
+         f"host paths are the planned model caches of the namespace only ({', '.join(every_path) or 'none'})"),
+        (f"variables.regularContainers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount})) && "
+         f"variables.initContainers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount}) || "
+         f"{writer_terms})",
+         "a model cache is mounted read-only, except by its planned loader (an init container: its namespace, "
+         "service account, image, command, environment and mounts exactly)"),
+        (f"variables.ephemeral.all(c, !has(c.targetContainerName) || !(c.targetContainerName in "
+         f"{_cel(writer_names)}))",
+         "no debug container joins the loader's processes"),
     ]
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -178,13 +292,18 @@ def host_path_policy(cache_paths: Sequence[str], writers: Sequence[CacheWriter])
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["pods", "pods/ephemeralcontainers"]}]},
             "variables": [
-                {"name": "containers", "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
-                                                     "object.spec.initContainers : [])"},
+                {"name": "initContainers", "expression": "has(object.spec.initContainers) ? "
+                                                         "object.spec.initContainers : []"},
                 {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
                                                     "object.spec.ephemeralContainers : []"},
+                # Containers and debug containers: never a writer.
+                {"name": "regularContainers", "expression": "object.spec.containers + variables.ephemeral"},
+                {"name": "allContainers", "expression": "variables.regularContainers + variables.initContainers"},
                 {"name": "hostVolumes", "expression": "has(object.spec.volumes) ? "
                                                       "object.spec.volumes.filter(v, has(v.hostPath)) : []"},
                 {"name": "hostVolumeNames", "expression": "variables.hostVolumes.map(v, v.name)"},
+                {"name": "serviceAccount", "expression": "has(object.spec.serviceAccountName) ? "
+                                                         "object.spec.serviceAccountName : 'default'"},
             ],
             "validations": [{"expression": expression, "message": f"{HOST_PATH_POLICY}: {message}"}
                             for expression, message in validations],
