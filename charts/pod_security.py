@@ -240,18 +240,23 @@ def _writer_term(writer: CacheWriter, read_only_mount: str) -> str:
     """An init container ``c`` with a writable host mount is ``writer``: in its namespace, under its service
     account, every field of the container the planned one (none added but the defaulted), and its one writable
     host mount the volume of its path."""
-    planned = writer.container
-    fields = sorted({*planned, *DEFAULTED_CONTAINER_FIELDS})
     terms = [f"request.namespace == {_cel(writer.namespace)}",
              f"variables.serviceAccount == {_cel(writer.service_account)}",
              "!(has(object.spec.shareProcessNamespace) && object.spec.shareProcessNamespace)",
              f"variables.hostVolumes.exists(v, v.name == {_cel(writer.volume)} && "
              f"v.hostPath.path == {_cel(writer.host_path)})",
              f"c.volumeMounts.all(m, {read_only_mount} || m.name == {_cel(writer.volume)})",
-             f"c.all(k, k in {_cel(fields)})"]
-    terms += [f"c.{key} == {_cel(planned[key])}" for key in sorted(planned)
-              if key not in DEFAULTED_CONTAINER_FIELDS]
+             *exactly_planned("c", writer.container)]
     return "(" + " && ".join(terms) + ")"
+
+
+def exactly_planned(variable: str, planned: Mapping[str, Any]) -> list[str]:
+    """CEL terms: the container ``variable`` has every field of ``planned`` with its value, and no other field but
+    those the API server or a LimitRange default (:data:`DEFAULTED_CONTAINER_FIELDS`, any value)."""
+    fields = sorted({*planned, *DEFAULTED_CONTAINER_FIELDS})
+    return [f"{variable}.all(k, k in {_cel(fields)})",
+            *(f"{variable}.{key} == {_cel(planned[key])}" for key in sorted(planned)
+              if key not in DEFAULTED_CONTAINER_FIELDS)]
 
 
 def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],

@@ -31,6 +31,7 @@ from hyperpod_inference_iac.charts.pod_security import (
     namespace_security,
 )
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
+from hyperpod_inference_iac.charts.token_policy import TokenHolder, holders_of_pod, token_audience_policy
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValues
 
 NAMESPACE_CHART = "namespace"
@@ -80,7 +81,33 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
             .add_json_patch(cdk8s.JsonPatch.add("/spec", manifest["spec"]))
         rendered.charts[gateway.chart_id] = chart
         rendered.gateways[gateway.chart_id] = gateway
+    holders = token_holders(plan, rendered)
+    if holders:
+        for obj in token_audience_policy(holders):
+            cdk8s.ApiObject(namespace_chart, f"{obj['kind']}-{obj['metadata']['name']}", api_version=obj["apiVersion"],
+                            kind=obj["kind"], metadata=obj["metadata"]).add_json_patch(
+                cdk8s.JsonPatch.add("/spec", obj["spec"]))
     return rendered
+
+
+def token_holders(plan: WorkloadPlan, rendered: RenderedWorkloads) -> list[TokenHolder]:
+    """Every planned container that mounts a token of a platform audience: the operator models' loaders (from the
+    plan: the operator copies them into its pods) and the rendered portable pods' loaders and sidecars."""
+    holders: list[TokenHolder] = []
+    for model in plan.models:
+        workload = model.workload
+        kubernetes = workload.effective_spec().kubernetes if isinstance(workload, InferenceEndpointConfig) else None
+        if kubernetes is not None:
+            pod = {"serviceAccountName": kubernetes.service_account_name, "volumes": list(kubernetes.volumes or ()),
+                   "initContainers": list(kubernetes.init_containers or ())}
+            holders += holders_of_pod(model.namespace or plan.context.namespace, pod)
+    for chart_id, item in rendered.workloads.items():
+        if isinstance(item, PortableWorkload):
+            for manifest in rendered.charts[chart_id].to_json():
+                if manifest["kind"] == "Deployment":
+                    holders += holders_of_pod(item.namespace or plan.context.namespace,
+                                              manifest["spec"]["template"]["spec"])
+    return holders
 
 
 def namespace_security_of(plan: WorkloadPlan, namespace: str | None = None) -> NamespaceSecurity:
