@@ -15,6 +15,12 @@ what that is:
   parallel) and each one that is missing or differs is removed and fetched again (``aws s3 sync``, which also
   verifies S3's own checksums in transit). A copy edited in place, manifest and markers included, is detected and
   replaced: the loader keeps no manifest or marker of its own on the node, so there is nothing local to forge.
+* **Nothing it cannot see is trusted.** The loader runs as root without any capability, so it cannot list a folder
+  whose mode denies it: before it lists the copy it makes every folder ``0755`` and fails the pod on one it cannot
+  chmod (not its own). A listed file must be a regular file of the loader's own with a single link (a second link
+  outside the copy would let a write there change it), else it is removed and fetched again; a manifest naming
+  ``-`` (which ``sha256sum`` reads from standard input) is refused. It runs ``bash -p``: no ``BASH_ENV``/``ENV`` file,
+  no ``BASH_FUNC_*`` function from the environment.
 * **Only the loader writes.** The model server mounts the cache read-only; the loader is the only container with
   a writable mount and the only one with credentials to read the weights (its own role, its own token audience:
   :mod:`charts.pod_credentials`). Who else may mount the host path is decided by admission

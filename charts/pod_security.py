@@ -6,11 +6,11 @@ Levels (``pod-security.kubernetes.io/enforce``), decided per namespace from what
 
 * ``privileged``, only where a workload mounts the node-local NVMe model cache: a ``hostPath`` volume, which
   ``baseline`` already forbids (and with it every other host path). Pod Security Admission has no finer setting,
-  so the :data:`HOST_PATH_POLICY` ValidatingAdmissionPolicy takes over there: ``baseline``'s rules (no privileged
-  container, host namespace, host port, added capability beyond baseline's, unconfined seccomp or unsafe sysctl)
-  and, for host paths, exactly the cache directories the plan names, mounted read-only by every container except
-  the platform's loader, which must run the planned image with the planned script. A pod creator in the namespace
-  therefore cannot mount the node, run privileged, or write the cache with a command of their own.
+  so the :data:`HOST_PATH_POLICY` ValidatingAdmissionPolicy takes over there: every other check of the upstream
+  ``baseline`` level (:func:`baseline_validations`, :data:`BASELINE_VERSION`) and, for host paths, exactly the cache
+  directories the plan names for the namespace, mounted read-only by every container except each path's planned
+  loader. A pod creator in the namespace therefore cannot mount the node, run privileged, or write the cache with a
+  command, environment or mount of their own.
 * ``baseline`` otherwise: the model servers (vLLM, TGI, SGLang images, and the operator's workers) and the metrics
   agent run as root, which ``restricted`` forbids.
 * ``restricted`` for a namespace whose pods all run as non-root without host paths (none of the platform's own
@@ -19,9 +19,16 @@ Levels (``pod-security.kubernetes.io/enforce``), decided per namespace from what
 ``warn`` and ``audit`` are always ``restricted``, so whoever creates a pod that falls short of the strictest level
 is told, and the API server's audit log names it.
 
-The policy denies in a namespace whose pods are all the platform's own (portable servers); where the operator
-creates pods (its custom resources), it warns and audits instead: the operator's pod template is not part of its
-API (it may add volumes or mounts of its own), and a denied pod is an endpoint that does not start.
+The policy denies in every namespace with a cache, also where the operator creates pods (its custom resources).
+Decided in issue 28: warning there left any pod creator a ``privileged`` namespace (``hostPath: /``, a privileged
+pod); a denied pod is an endpoint that does not start, with the policy's message in the ReplicaSet's events. The
+operator's pod template is not its API: a release that mounts the cache writable in its worker, or changes the
+loader it copies from ``spec.kubernetes.initContainers``, is stopped at admission instead of running unguarded.
+
+Each cache path has one writer (:class:`CacheWriter`): the loader of its workload, an init container in its
+namespace, under its service account, exactly as planned (image, command, env, mounts, security context; nothing
+added such as ``args``, ``envFrom``, ``stdin``, ``tty``, ``restartPolicy``), in a pod that does not share its process
+namespace and that no debug container joins. Host paths are allowed per namespace (``request.namespace``).
 """
 
 from __future__ import annotations
