@@ -173,8 +173,9 @@ _cel = cel_literal
 
 
 def _every_container(condition: str) -> str:
-    """``condition`` (over ``c``) for containers, init containers and ephemeral (debug) containers."""
-    return f"variables.allContainers.all(c, {condition})"
+    """``condition`` (over ``c``) for containers and init containers, and for ephemeral (debug) containers (a list
+    of another type: the API server's typed CEL does not concatenate the two)."""
+    return f"variables.containers.all(c, {condition}) && variables.ephemeral.all(c, {condition})"
 
 
 def _unset_or(field: str, condition: str) -> str:
@@ -207,7 +208,7 @@ def _security_context_rules(scope: str, what: str) -> list[tuple[str, str]]:
 def baseline_validations() -> list[tuple[str, str]]:
     """Every check of the upstream baseline level but host paths, as (CEL expression, message): the rules
     :data:`HOST_PATH_POLICY` keeps where Pod Security must be ``privileged``. Over ``object`` (the Pod) and
-    ``variables.allContainers``."""
+    ``variables.containers`` and ``variables.ephemeral``."""
     pod = "object.spec.securityContext"
     probe_hosts = " && ".join(
         _unset_or(f"c.{handler}.{kind}.host", f"c.{handler}.{kind}.host == {_cel('')}")
@@ -257,13 +258,53 @@ def _writer_term(writer: CacheWriter, read_only_mount: str) -> str:
     return "(" + " && ".join(terms) + ")"
 
 
+# The fields of the core/v1 types a planned container is compared on (Kubernetes 1.35), so that "no other field" is
+# said field by field: the API server's CEL is typed, and neither iterates an object's fields nor compares an object
+# with a map literal.
+_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "Container": ("args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "name",
+                  "ports", "readinessProbe", "resizePolicy", "resources", "restartPolicy", "restartPolicyRules",
+                  "securityContext", "startupProbe", "stdin", "stdinOnce", "terminationMessagePath",
+                  "terminationMessagePolicy", "tty", "volumeDevices", "volumeMounts", "workingDir"),
+    "EnvVar": ("name", "value", "valueFrom"),
+    "VolumeMount": ("mountPath", "mountPropagation", "name", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr"),
+    "SecurityContext": ("allowPrivilegeEscalation", "appArmorProfile", "capabilities", "privileged", "procMount",
+                        "readOnlyRootFilesystem", "runAsGroup", "runAsNonRoot", "runAsUser", "seLinuxOptions",
+                        "seccompProfile", "windowsOptions"),
+    "Capabilities": ("add", "drop"),
+}
+_FIELD_TYPES = {"env": "EnvVar", "volumeMounts": "VolumeMount", "securityContext": "SecurityContext",
+                "capabilities": "Capabilities"}
+
+
+def _exactly(expression: str, value: Any, kind: str | None) -> list[str]:
+    """Typed-CEL terms: ``expression`` (known to be set) equals the JSON ``value``; an object of a known ``kind`` has
+    none of that kind's other fields."""
+    if isinstance(value, Mapping):
+        terms = [f"!has({expression}.{field})" for field in _FIELDS.get(kind or "", ()) if field not in value]
+        for key in sorted(value):
+            terms.append(f"has({expression}.{key})")
+            terms += _exactly(f"{expression}.{key}", value[key], _FIELD_TYPES.get(key))
+        return terms
+    if isinstance(value, (list, tuple)) and any(isinstance(item, Mapping) for item in value):
+        terms = [f"{expression}.size() == {len(value)}"]
+        for index, item in enumerate(value):
+            terms += _exactly(f"{expression}[{index}]", item, kind)
+        return terms
+    return [f"{expression} == {cel_literal(value)}"]
+
+
 def exactly_planned(variable: str, planned: Mapping[str, Any]) -> list[str]:
-    """CEL terms: the container ``variable`` has every field of ``planned`` with its value, and no other field but
-    those the API server or a LimitRange default (:data:`DEFAULTED_CONTAINER_FIELDS`, any value)."""
-    fields = sorted({*planned, *DEFAULTED_CONTAINER_FIELDS})
-    return [f"{variable}.all(k, k in {_cel(fields)})",
-            *(f"{variable}.{key} == {_cel(planned[key])}" for key in sorted(planned)
-              if key not in DEFAULTED_CONTAINER_FIELDS)]
+    """CEL terms: the container ``variable`` has every field of ``planned`` with its value, and no other field of a
+    core/v1 Container but those the API server or a LimitRange default (:data:`DEFAULTED_CONTAINER_FIELDS`, any
+    value)."""
+    compared = {key: value for key, value in planned.items() if key not in DEFAULTED_CONTAINER_FIELDS}
+    terms = [f"!has({variable}.{field})" for field in _FIELDS["Container"]
+             if field not in planned and field not in DEFAULTED_CONTAINER_FIELDS]
+    for key in sorted(compared):
+        terms.append(f"has({variable}.{key})")
+        terms += _exactly(f"{variable}.{key}", compared[key], _FIELD_TYPES.get(key))
+    return terms
 
 
 def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
@@ -285,7 +326,8 @@ def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
         *baseline_validations(),
         (f"variables.hostVolumes.all(v, v.hostPath.path in {allowed})",
          f"host paths are the planned model caches of the namespace only ({', '.join(every_path) or 'none'})"),
-        (f"variables.regularContainers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount})) && "
+        (f"object.spec.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount})) && "
+         f"variables.ephemeral.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount})) && "
          f"variables.initContainers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {read_only_mount}) || "
          f"{writer_terms})",
          "a model cache is mounted read-only, except by its planned loader (an init container: its namespace, "
@@ -308,9 +350,7 @@ def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
                                                          "object.spec.initContainers : []"},
                 {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
                                                     "object.spec.ephemeralContainers : []"},
-                # Containers and debug containers: never a writer.
-                {"name": "regularContainers", "expression": "object.spec.containers + variables.ephemeral"},
-                {"name": "allContainers", "expression": "variables.regularContainers + variables.initContainers"},
+                {"name": "containers", "expression": "object.spec.containers + variables.initContainers"},
                 {"name": "hostVolumes", "expression": "has(object.spec.volumes) ? "
                                                       "object.spec.volumes.filter(v, has(v.hostPath)) : []"},
                 {"name": "hostVolumeNames", "expression": "variables.hostVolumes.map(v, v.name)"},

@@ -74,11 +74,12 @@ def _holder_term(holder: TokenHolder) -> str:
     """Token source ``s`` of volume ``v``: it is ``holder``'s audience in its namespace and service account, and
     every container mounting ``v`` is ``holder`` exactly."""
     container = " && ".join(exactly_planned("c", holder.container))
+    mounts_it = "!has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name == v.name)"
     return (f"(s.serviceAccountToken.audience == {cel_literal(holder.audience)} && "
             f"request.namespace == {cel_literal(holder.namespace)} && "
             f"variables.serviceAccount == {cel_literal(holder.service_account)} && "
-            f"variables.allContainers.all(c, !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name == v.name) || "
-            f"({container})))")
+            f"variables.containers.all(c, {mounts_it} || ({container})) && "
+            f"variables.ephemeral.all(c, {mounts_it}))")
 
 
 def token_audience_policy(holders: Sequence[TokenHolder]) -> list[dict[str, Any]]:
@@ -104,10 +105,10 @@ def token_audience_policy(holders: Sequence[TokenHolder]) -> list[dict[str, Any]
                 "expression": "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.projected) && "
                               "has(v.projected.sources) && v.projected.sources.exists(s, " + ours + "))"}],
             "variables": [
-                {"name": "allContainers", "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
-                                                        "object.spec.initContainers : []) + "
-                                                        "(has(object.spec.ephemeralContainers) ? "
-                                                        "object.spec.ephemeralContainers : [])"},
+                {"name": "containers", "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
+                                                     "object.spec.initContainers : [])"},
+                {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
+                                                    "object.spec.ephemeralContainers : []"},
                 {"name": "serviceAccount", "expression": "has(object.spec.serviceAccountName) ? "
                                                          "object.spec.serviceAccountName : 'default'"},
             ],
