@@ -13,10 +13,11 @@ import cdk8s
 import celpy
 import pytest
 
+from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.charts.token_policy import TOKEN_AUDIENCE_POLICY
 from tests.charts import samples
-from tests.charts.test_admission_policy import Policy, _plan
+from tests.charts.test_admission_policy import Policy, _objects, _plan
 
 Pod = dict[str, Any]
 SIDECAR_AUDIENCE = "hyperpod-inference-iac/capture-sidecar"
@@ -133,3 +134,17 @@ def test_a_pod_creator_cannot_borrow_a_platform_identity(policy: MatchedPolicy, 
 def test_the_planned_pod_in_another_namespace_is_refused(policy: MatchedPolicy, rendered: dict[str, Any]) -> None:
     assert len(policy.failures(rendered["portable"], namespace="tenant-b")) == 1
     assert len(policy.failures(rendered["operator"], namespace="tenant-b")) == 1
+
+
+def test_both_policies_keep_to_what_the_api_server_s_typed_cel_compiles(rendered: dict[str, Any]) -> None:
+    """cel-python is untyped; the API server type-checks each expression against the Pod's schema and rejects (and
+    with failurePolicy Fail, denies every pod on) an object compared with a map literal, an iteration over an
+    object's fields, or a list of containers concatenated with one of ephemeral containers (another type)."""
+    host_path = _objects(_plan())[("ValidatingAdmissionPolicy", HOST_PATH_POLICY)]
+    for policy in (host_path, rendered["policy"]):
+        spec = policy["spec"]
+        expressions = [v["expression"] for v in spec["variables"] + spec["validations"]
+                       + spec.get("matchConditions", [])]
+        for expression in expressions:
+            assert "== {" not in expression and "c.all(k," not in expression
+            assert "containers + variables.ephemeral" not in expression
