@@ -271,7 +271,7 @@ class NvmeModelCache(SpecBlock):
                              {"name": LOADER_SCRATCH_VOLUME, "mountPath": _SCRATCH_PATH}],
             # Root is needed to write into the root-owned hostPath directory; nothing more is.
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                "readOnlyRootFilesystem": True, "runAsNonRoot": False},
+                                "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": False},
         }
         if self.credentials is not None:
             container["volumeMounts"].append(self.credentials.mount())
