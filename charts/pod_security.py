@@ -307,6 +307,34 @@ def exactly_planned(variable: str, planned: Mapping[str, Any]) -> list[str]:
     return terms
 
 
+def pod_policy(name: str, variables: Sequence[Mapping[str, str]], validations: Sequence[tuple[str, str]],
+               match_conditions: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy on pods (created, updated, or given a debug container), failing closed, with the
+    variables every policy here uses (``containers``: containers and init containers; ``initContainers``;
+    ``ephemeral``; ``serviceAccount``), then ``variables``; each message is prefixed with ``name``."""
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods", "pods/ephemeralcontainers"]}]},
+    }
+    if match_conditions:
+        spec["matchConditions"] = [dict(condition) for condition in match_conditions]
+    spec["variables"] = [
+        {"name": "initContainers", "expression": "has(object.spec.initContainers) ? object.spec.initContainers : []"},
+        {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
+                                            "object.spec.ephemeralContainers : []"},
+        {"name": "containers", "expression": "object.spec.containers + variables.initContainers"},
+        {"name": "serviceAccount", "expression": "has(object.spec.serviceAccountName) ? "
+                                                 "object.spec.serviceAccountName : 'default'"},
+        *(dict(variable) for variable in variables),
+    ]
+    spec["validations"] = [{"expression": expression, "message": f"{name}: {message}"}
+                           for expression, message in validations]
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name}, "spec": spec}
+
+
 def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
                      writers: Sequence[CacheWriter]) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its two bindings (deny, warn and audit), selecting namespaces by
@@ -336,31 +364,11 @@ def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
          f"{_cel(writer_names)}))",
          "no debug container joins the loader's processes"),
     ]
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": HOST_PATH_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                "resources": ["pods", "pods/ephemeralcontainers"]}]},
-            "variables": [
-                {"name": "initContainers", "expression": "has(object.spec.initContainers) ? "
-                                                         "object.spec.initContainers : []"},
-                {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
-                                                    "object.spec.ephemeralContainers : []"},
-                {"name": "containers", "expression": "object.spec.containers + variables.initContainers"},
-                {"name": "hostVolumes", "expression": "has(object.spec.volumes) ? "
-                                                      "object.spec.volumes.filter(v, has(v.hostPath)) : []"},
-                {"name": "hostVolumeNames", "expression": "variables.hostVolumes.map(v, v.name)"},
-                {"name": "serviceAccount", "expression": "has(object.spec.serviceAccountName) ? "
-                                                         "object.spec.serviceAccountName : 'default'"},
-            ],
-            "validations": [{"expression": expression, "message": f"{HOST_PATH_POLICY}: {message}"}
-                            for expression, message in validations],
-        },
-    }
+    policy = pod_policy(HOST_PATH_POLICY, [
+        {"name": "hostVolumes", "expression": "has(object.spec.volumes) ? "
+                                              "object.spec.volumes.filter(v, has(v.hostPath)) : []"},
+        {"name": "hostVolumeNames", "expression": "variables.hostVolumes.map(v, v.name)"},
+    ], validations)
     bindings = [{
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hyperpod_inference_iac.charts.pod_credentials import CONTAINER_AUDIENCES
-from hyperpod_inference_iac.charts.pod_security import cel_literal, exactly_planned
+from hyperpod_inference_iac.charts.pod_security import cel_literal, exactly_planned, pod_policy
 
 TOKEN_AUDIENCE_POLICY = "hyperpod-inference-iac-token-audiences"
 
@@ -90,37 +90,15 @@ def token_audience_policy(holders: Sequence[TokenHolder]) -> list[dict[str, Any]
            f"s.serviceAccountToken.audience in {audiences}"
     allowed = " || ".join(_holder_term(h) for h in sorted(set(holders), key=lambda h: (h.namespace,
                                                                                     h.container_json))) or "false"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": TOKEN_AUDIENCE_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                "resources": ["pods", "pods/ephemeralcontainers"]}]},
-            # Only pods that ask for a token of ours are evaluated further.
-            "matchConditions": [{
-                "name": "projects-a-platform-audience",
-                "expression": "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.projected) && "
-                              "has(v.projected.sources) && v.projected.sources.exists(s, " + ours + "))"}],
-            "variables": [
-                {"name": "containers", "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
-                                                     "object.spec.initContainers : [])"},
-                {"name": "ephemeral", "expression": "has(object.spec.ephemeralContainers) ? "
-                                                    "object.spec.ephemeralContainers : []"},
-                {"name": "serviceAccount", "expression": "has(object.spec.serviceAccountName) ? "
-                                                         "object.spec.serviceAccountName : 'default'"},
-            ],
-            "validations": [{
-                "expression": "object.spec.volumes.all(v, !has(v.projected) || !has(v.projected.sources) || "
-                              f"v.projected.sources.all(s, !({ours}) || {allowed}))",
-                "message": f"{TOKEN_AUDIENCE_POLICY}: a token of a platform audience "
-                           f"({', '.join(CONTAINER_AUDIENCES)}) is projected only into its planned container "
-                           "(namespace, service account, image, command, environment and mounts exactly)",
-            }],
-        },
-    }
+    message = (f"a token of a platform audience ({', '.join(CONTAINER_AUDIENCES)}) is projected only into its "
+               "planned container (namespace, service account, image, command, environment and mounts exactly)")
+    policy = pod_policy(TOKEN_AUDIENCE_POLICY, [], [(
+        "object.spec.volumes.all(v, !has(v.projected) || !has(v.projected.sources) || "
+        f"v.projected.sources.all(s, !({ours}) || {allowed}))", message)],
+        # Only pods that ask for a token of ours are evaluated further.
+        match_conditions=[{"name": "projects-a-platform-audience",
+                           "expression": "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.projected) "
+                                         f"&& has(v.projected.sources) && v.projected.sources.exists(s, {ours}))"}])
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
