@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hyperpod_inference_iac.charts.network_policies import OPERATOR_NAMESPACE
+from hyperpod_inference_iac.charts.network_policies import GATEWAY_POD_LABEL, OPERATOR_NAMESPACE
 from hyperpod_inference_iac.foundation.operator_versions import INFERENCE_GATEWAY, missing_features
 from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME
 from hyperpod_inference_iac.foundation.platform_values import PlatformValue
@@ -330,6 +330,8 @@ class PlannedGateway:
             "tls": {"acmArn": self.certificate},
             "observability": {"metrics": {"enabled": gateway.metrics}},
             "schedulers": [model.scheduler() for model in self.models],
+            # The operator puts these on the BBR and endpoint picker pods: network policy tells the pickers by it.
+            "podDefaults": {"labels": {GATEWAY_POD_LABEL: gateway.name}},
         }
         if gateway.jwt is not None:
             spec["auth"] = gateway.jwt.to_dict()

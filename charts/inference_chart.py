@@ -139,8 +139,10 @@ class InferenceChart(cdk8s.Chart):
             self.resources[model.name] = resource
 
     def _service_account(self, account: WorkloadServiceAccount, namespace: str) -> cdk8s.ApiObject:
-        # Plain ApiObject: the operator creates the pods, so kplus's pod-side defaults do not apply.
-        return cdk8s.ApiObject(
+        # Plain ApiObject: the operator creates the pods, so kplus's pod-side defaults do not apply. No Kubernetes
+        # API token in the model pods (automountServiceAccountToken: false): a model server never calls the API,
+        # and IRSA and the loader's own token are projected by themselves.
+        service_account = cdk8s.ApiObject(
             self,
             f"ServiceAccount-{account.name}",
             api_version="v1",
@@ -153,6 +155,8 @@ class InferenceChart(cdk8s.Chart):
                 **({"annotations": {IRSA_ROLE_ANNOTATION: account.role_arn}} if account.role_arn else {}),
             },
         )
+        service_account.add_json_patch(cdk8s.JsonPatch.add("/automountServiceAccountToken", False))
+        return service_account
 
 
 def _check(chart_id: str, namespace: str, models: Sequence[Workload],

@@ -12,7 +12,8 @@ Every inference namespace gets, from :func:`namespace_policies`:
   and between themselves (the router and its workers).
 
 * ``gateway-schedulers`` (when an Inference Gateway lives in the namespace): its endpoint pickers run there, among
-  the operator's pods, and watch the model pods through the Kubernetes API: HTTPS to the VPC, where the cluster's
+  the operator's pods, selected by :data:`GATEWAY_POD_LABEL` (the gateway's ``podDefaults.labels``; the model servers
+  do not have it), and watch the model pods through the Kubernetes API: HTTPS to the VPC, where the cluster's
   private API endpoint has its addresses (which NetworkPolicy cannot name more narrowly: they are the control
   plane's network interfaces, and they change).
 Each platform workload adds its own (the portable server's, the metrics agent's). Egress to AWS APIs (S3, STS,
@@ -35,6 +36,9 @@ OPERATOR_WORKLOADS = "operator-workloads"
 GATEWAY_SCHEDULERS = "gateway-schedulers"
 # On the platform's own pods (never in a selector): what the namespace's policies tell them from the operator's by.
 WORKLOAD_LABEL = "hyperpod-inference-iac/workload"
+# On an Inference Gateway's pods (its podDefaults.labels, which the operator applies to the BBR and endpoint picker pods
+# only), naming the gateway: what gateway-schedulers selects, so no model server gets the pickers' API access.
+GATEWAY_POD_LABEL = "hyperpod-inference-iac/gateway"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 LINK_LOCAL = "169.254.0.0/16"  # the instance metadata service (and the Pod Identity agent's address)
 HTTPS = 443
@@ -90,8 +94,10 @@ def namespace_policies(namespace: str, *, vpc_cidr: str | None, operator_workloa
             "egress": [{"to": [{"podSelector": operator_pods}]}, aws_api_egress(vpc_cidr)],
         }))
     if operator_workloads and gateway_schedulers and vpc_cidr:
+        pickers = {"matchExpressions": [{"key": WORKLOAD_LABEL, "operator": "DoesNotExist"},
+                                        {"key": GATEWAY_POD_LABEL, "operator": "Exists"}]}
         policies.append(policy(GATEWAY_SCHEDULERS, namespace, {
-            "podSelector": operator_pods,
+            "podSelector": pickers,
             "policyTypes": ["Egress"],
             "egress": [{"to": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": [tcp(HTTPS)]}],
         }))

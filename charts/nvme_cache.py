@@ -15,6 +15,12 @@ what that is:
   parallel) and each one that is missing or differs is removed and fetched again (``aws s3 sync``, which also
   verifies S3's own checksums in transit). A copy edited in place, manifest and markers included, is detected and
   replaced: the loader keeps no manifest or marker of its own on the node, so there is nothing local to forge.
+* **Nothing it cannot see is trusted.** The loader runs as root without any capability, so it cannot list a folder
+  whose mode denies it: before it lists the copy it makes every folder ``0755`` and fails the pod on one it cannot
+  chmod (not its own). A listed file must be a regular file of the loader's own with a single link (a second link
+  outside the copy would let a write there change it), else it is removed and fetched again; a manifest naming
+  ``-`` (which ``sha256sum`` reads from standard input) is refused. It runs ``bash -p``: no ``BASH_ENV``/``ENV`` file,
+  no ``BASH_FUNC_*`` function from the environment.
 * **Only the loader writes.** The model server mounts the cache read-only; the loader is the only container with
   a writable mount and the only one with credentials to read the weights (its own role, its own token audience:
   :mod:`charts.pod_credentials`). Who else may mount the host path is decided by admission
@@ -60,9 +66,22 @@ MANIFEST=SHA256SUMS
 SOURCE="${MODEL_SOURCE_S3_URI%/}"
 WORK=$(mktemp -d /tmp/loader.XXXXXX)
 REFERENCE="$WORK/reference.sha256"
+LOADER_UID=$(id -u)
 declare -A LISTED=()
 
 fail() { printf '%s\n' "$*" >&2; exit 1; }
+
+# Every directory of the copy listable by the loader, which has no CAP_DAC_* (a folder of mode 0311 would hide its
+# files from the glob below): each is made u=rwx,go=rx before it is listed; one the loader cannot chmod is not its
+# own, and fails the pod.
+listable_tree() {
+  local path
+  chmod 0755 -- "$1" 2>/dev/null \
+    || fail "cannot make $1 listable: it is not the loader's own; remove the node's copy of the model"
+  for path in "$1"/*; do
+    if [ -d "$path" ] && [ ! -L "$path" ]; then listable_tree "$path"; fi
+  done
+}
 
 # The publisher's manifest, read from S3 into the loader's own scratch space: the only reference.
 fetch_reference() {
@@ -84,6 +103,8 @@ fetch_reference() {
     name=${BASH_REMATCH[1]}
     [[ "/$name/" != *"/./"* && "/$name/" != *"/../"* ]] || fail "$SOURCE/$MANIFEST: a path with . or ..: $name"
     [ "$name" != "$MANIFEST" ] || fail "$SOURCE/$MANIFEST lists itself"
+    # sha256sum --check reads a file named - from standard input: it would never be compared.
+    [ "$name" != "-" ] || fail "$SOURCE/$MANIFEST lists -, which sha256sum reads as standard input"
     [ -z "${LISTED[$name]:-}" ] || fail "$SOURCE/$MANIFEST lists $name twice"
     LISTED[$name]=1
     count=$((count + 1))
@@ -92,13 +113,23 @@ fetch_reference() {
 }
 
 # Removes every entry that can never be part of the copy: symlinks, devices, pipes, files the manifest does not
-# list. Prints how many.
+# list, and listed files that are not the loader's own or have another link (a write through a link outside the
+# copy would change it); the others are made u=rw,go=r. Prints how many were removed.
 remove_unlisted() {
-  local path removed=0
+  local path owner links removed=0
+  listable_tree .
   for path in **; do
     if [ -L "$path" ] || { [ ! -d "$path" ] && { [ ! -f "$path" ] || [ -z "${LISTED[$path]:-}" ]; }; }; then
       rm -rf -- "$path"
       removed=$((removed + 1))
+    elif [ -f "$path" ]; then
+      read -r owner links < <(stat -c '%u %h' -- "$path")
+      if [ "$owner" != "$LOADER_UID" ] || [ "$links" != 1 ]; then
+        rm -f -- "$path"
+        removed=$((removed + 1))
+      else
+        chmod 0644 -- "$path"
+      fi
     fi
   done
   printf '%s\n' "$removed"
@@ -145,6 +176,9 @@ if [ "${#failing[@]}" -gt 0 ]; then
 fi
 echo "the copy on node-local NVMe matches $SOURCE/$MANIFEST (${#LISTED[@]} files)"
 """
+# bash -p: no BASH_ENV or ENV file is read and no BASH_FUNC_* function imported, so nothing in the container's
+# environment runs as code before the script (admission also holds the environment to the planned one).
+LOADER_COMMAND = ("/bin/bash", "-p", "-c", LOADER_SCRIPT)
 _WEIGHTS_S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
 
 
@@ -231,13 +265,13 @@ class NvmeModelCache(SpecBlock):
         container: dict[str, Any] = {
             "name": LOADER_CONTAINER,
             "image": self.aws_cli_image,
-            "command": ["/bin/bash", "-c", LOADER_SCRIPT],
+            "command": list(LOADER_COMMAND),
             "env": self.environment(),
             "volumeMounts": [{"name": self.volume_name, "mountPath": _INIT_MOUNT_PATH},
                              {"name": LOADER_SCRATCH_VOLUME, "mountPath": _SCRATCH_PATH}],
             # Root is needed to write into the root-owned hostPath directory; nothing more is.
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                "readOnlyRootFilesystem": True},
+                                "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": False},
         }
         if self.credentials is not None:
             container["volumeMounts"].append(self.credentials.mount())

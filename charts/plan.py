@@ -285,6 +285,12 @@ class PortableWorkload:
     def service_account(self) -> str:
         return self.loader_identity.service_account
 
+    def loader_container(self) -> dict[str, Any]:
+        """The NVMe loader as its pod runs it, with its own credentials: what admission lets write the cache."""
+        cache = dataclasses.replace(self.server.model_cache,
+                                    credentials=self.loader_identity.credentials(self.region))
+        return cache.init_container()
+
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
         return (self.loader_identity, *((self.capture_identity,) if self.capture_identity is not None else ()))

@@ -522,13 +522,17 @@ class PortableModelServerChart(cdk8s.Chart):
             if container["name"] == MODEL_SERVER_CONTAINER:
                 for section in ("limits", "requests"):
                     container["resources"].setdefault(section, {})[GPU_RESOURCE] = str(self.server.gpu_count)
-        # Credentials for the two containers that call AWS, each its own; nothing for the model server.
-        holders = {LOADER_CONTAINER: self.workload.loader_identity,
-                   CAPTURE_SIDECAR_CONTAINER: self.workload.capture_identity}
-        for container in pod.get("initContainers", []):
-            identity = holders.get(container["name"])
-            if identity is not None:
-                identity.credentials(self.workload.region).add_to(pod, container)
+        # Credentials for the two containers that call AWS, each its own; nothing for the model server. The loader
+        # is exactly the planned one (admission compares it field by field), with cdk8s-plus's resources.
+        init = pod.get("initContainers", [])
+        for index, container in enumerate(init):
+            if container["name"] == LOADER_CONTAINER:
+                init[index] = {**self.workload.loader_container(), "resources": container["resources"],
+                               "imagePullPolicy": container["imagePullPolicy"]}
+                pod.setdefault("volumes", []).append(
+                    self.workload.loader_identity.credentials(self.workload.region).volume())
+            elif container["name"] == CAPTURE_SIDECAR_CONTAINER and self.workload.capture_identity is not None:
+                self.workload.capture_identity.credentials(self.workload.region).add_to(pod, container)
 
     def _add_capture_sidecar(self, capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None) -> None:
         env = capture_environment(capture, capture_s3_uri, kms_key_id,

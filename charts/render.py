@@ -20,7 +20,7 @@ from hyperpod_inference_iac.charts.gateway import PlannedGateway
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.network_policies import namespace_policies
-from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, LOADER_CONTAINER
+from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, HYPERPOD_NVME_ROOT
 from hyperpod_inference_iac.charts.plan import ModelWorkload, PortableWorkload, WorkloadPlan
 from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
 from hyperpod_inference_iac.charts.pod_security import (
@@ -31,6 +31,7 @@ from hyperpod_inference_iac.charts.pod_security import (
     namespace_security,
 )
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
+from hyperpod_inference_iac.charts.token_policy import TokenHolder, holders_of_pod, token_audience_policy
 from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValues
 
 NAMESPACE_CHART = "namespace"
@@ -80,7 +81,33 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
             .add_json_patch(cdk8s.JsonPatch.add("/spec", manifest["spec"]))
         rendered.charts[gateway.chart_id] = chart
         rendered.gateways[gateway.chart_id] = gateway
+    holders = token_holders(plan, rendered)
+    if holders:
+        for obj in token_audience_policy(holders):
+            cdk8s.ApiObject(namespace_chart, f"{obj['kind']}-{obj['metadata']['name']}", api_version=obj["apiVersion"],
+                            kind=obj["kind"], metadata=obj["metadata"]).add_json_patch(
+                cdk8s.JsonPatch.add("/spec", obj["spec"]))
     return rendered
+
+
+def token_holders(plan: WorkloadPlan, rendered: RenderedWorkloads) -> list[TokenHolder]:
+    """Every planned container that mounts a token of a platform audience: the operator models' loaders (from the
+    plan: the operator copies them into its pods) and the rendered portable pods' loaders and sidecars."""
+    holders: list[TokenHolder] = []
+    for model in plan.models:
+        workload = model.workload
+        kubernetes = workload.effective_spec().kubernetes if isinstance(workload, InferenceEndpointConfig) else None
+        if kubernetes is not None:
+            pod = {"serviceAccountName": kubernetes.service_account_name, "volumes": list(kubernetes.volumes or ()),
+                   "initContainers": list(kubernetes.init_containers or ())}
+            holders += holders_of_pod(model.namespace or plan.context.namespace, pod)
+    for chart_id, item in rendered.workloads.items():
+        if isinstance(item, PortableWorkload):
+            for manifest in rendered.charts[chart_id].to_json():
+                if manifest["kind"] == "Deployment":
+                    holders += holders_of_pod(item.namespace or plan.context.namespace,
+                                              manifest["spec"]["template"]["spec"])
+    return holders
 
 
 def namespace_security_of(plan: WorkloadPlan, namespace: str | None = None) -> NamespaceSecurity:
@@ -109,7 +136,7 @@ def namespace_objects(plan: WorkloadPlan, labels: Mapping[str, str] | None = Non
         objects += namespace_policies(namespace, vpc_cidr=context.vpc_cidr, operator_workloads=bool(part.models),
                                       gateway_schedulers=bool(part.gateways))
     if needs_policy:
-        objects += host_path_policy(_cache_paths(plan), _cache_writers(plan))
+        objects += host_path_policy(_cache_paths_by_namespace(plan), _cache_writers(plan))
     return objects
 
 
@@ -124,16 +151,37 @@ def _pod_volumes(item: ModelWorkload | PortableWorkload) -> list[Any]:
 
 def _cache_paths(plan: WorkloadPlan) -> list[str]:
     """Every host path a planned pod mounts: the NVMe caches, and a model's own hostPath volumes."""
-    return sorted({volume["hostPath"]["path"] for item in plan.workloads
-                   for volume in _pod_volumes(item) if isinstance(volume, Mapping) and "hostPath" in volume})
+    return sorted({path for paths in _cache_paths_by_namespace(plan).values() for path in paths})
+
+
+def _cache_paths_by_namespace(plan: WorkloadPlan) -> dict[str, list[str]]:
+    """The host paths the planned pods of each namespace mount."""
+    paths: dict[str, set[str]] = {}
+    for item in plan.workloads:
+        for volume in _pod_volumes(item):
+            if isinstance(volume, Mapping) and "hostPath" in volume:
+                paths.setdefault(item.namespace or plan.context.namespace, set()).add(volume["hostPath"]["path"])
+    return {namespace: sorted(found) for namespace, found in sorted(paths.items())}
 
 
 def _cache_writers(plan: WorkloadPlan) -> list[CacheWriter]:
-    caches = [p.server.model_cache for p in plan.portable]
-    caches += [cache for m in plan.models if (cache := getattr(m.workload, "nvme_cache", None)) is not None]
-    writers = {CacheWriter(LOADER_CONTAINER, cache.aws_cli_image, tuple(cache.init_container()["command"]))
-               for cache in caches}
-    return sorted(writers, key=lambda w: (w.image, w.command))
+    """The one loader of each cache path: its namespace, service account, volume and container as planned."""
+    writers = []
+    for portable in plan.portable:
+        cache = portable.server.model_cache
+        writers.append(CacheWriter.of(host_path=cache.host_path(EKS_AL2023_NVME_ROOT),
+                                      namespace=portable.namespace or plan.context.namespace,
+                                      service_account=portable.service_account, volume=cache.volume_name,
+                                      container=portable.loader_container()))
+    for model in plan.models:
+        workload = model.workload
+        if isinstance(workload, InferenceEndpointConfig) and workload.nvme_cache is not None:
+            cache, kubernetes = workload.nvme_cache, workload.effective_spec().kubernetes
+            writers.append(CacheWriter.of(host_path=cache.host_path(HYPERPOD_NVME_ROOT),
+                                          namespace=model.namespace or plan.context.namespace,
+                                          service_account=kubernetes.service_account_name if kubernetes else None,
+                                          volume=cache.volume_name, container=cache.init_container()))
+    return sorted(set(writers), key=lambda w: (w.namespace, w.host_path, w.container_json))
 
 
 def _chart(app: cdk8s.App, item: ModelWorkload | PortableWorkload, plan: WorkloadPlan,

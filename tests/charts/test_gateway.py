@@ -266,9 +266,21 @@ def test_the_endpoint_pickers_may_reach_the_api_server_only_where_a_gateway_live
     def policies(plan: Any) -> dict[str, Any]:
         return {o["metadata"]["name"]: o for o in namespace_objects(plan) if o["kind"] == "NetworkPolicy"}
 
-    with_gateway = policies(_planned())
+    planned = _planned()
+    with_gateway = policies(planned)
     assert with_gateway["gateway-schedulers"]["spec"]["egress"] == [
         {"to": [{"ipBlock": {"cidr": samples.VPC_CIDR}}], "ports": [{"protocol": "TCP", "port": 443}]}]
+    # The pickers only, by the label the gateway's podDefaults puts on them; not every operator pod (a model server
+    # would reach the whole VPC on 443).
+    (gateway,) = planned.gateways
+    labels = gateway.manifest()["spec"]["podDefaults"]["labels"]
+    assert labels == {"hyperpod-inference-iac/gateway": gateway.name}
+    assert with_gateway["gateway-schedulers"]["spec"]["podSelector"] == {"matchExpressions": [
+        {"key": "hyperpod-inference-iac/workload", "operator": "DoesNotExist"},
+        {"key": "hyperpod-inference-iac/gateway", "operator": "Exists"}]}
+    model_server = {"app": "qwen3-8b"}  # an operator model pod's labels
+    assert not any(e["key"] in model_server for e in
+                   with_gateway["gateway-schedulers"]["spec"]["podSelector"]["matchExpressions"][1:])
     problems = Problems()
     plain = plan_workloads(samples.context(**PLATFORM), models=[
         ModelDeployment(w, path=p) for p, w in parse_models(samples.model_entries(), problems=problems)],

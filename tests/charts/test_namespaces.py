@@ -37,9 +37,8 @@ def test_a_portable_server_in_its_own_namespace_is_held_to_deny() -> None:
     plan = _plan()
     assert plan.namespaces == (samples.NAMESPACE, "team-a")
     objects = namespace_objects(plan)
-    # The platform's namespace has the operator's pods: the host-path policy warns there; team-a has only the
-    # platform's own pods: it denies.
-    assert _labels(objects, samples.NAMESPACE)[HOST_PATH_POLICY_LABEL] == "warn"
+    # The host-path policy denies in both: where the operator makes pods (the platform's namespace) too.
+    assert _labels(objects, samples.NAMESPACE)[HOST_PATH_POLICY_LABEL] == "deny"
     assert _labels(objects, "team-a")[HOST_PATH_POLICY_LABEL] == "deny"
     policies = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "NetworkPolicy"}
     assert {("team-a", "default-deny"), ("team-a", "allow-dns"), (samples.NAMESPACE, "default-deny"),

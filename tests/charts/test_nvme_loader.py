@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hyperpod_inference_iac.charts import NvmeModelCache
-from hyperpod_inference_iac.charts.nvme_cache import LOADER_SCRIPT, WEIGHTS_MANIFEST
+from hyperpod_inference_iac.charts.nvme_cache import LOADER_COMMAND, LOADER_SCRIPT, WEIGHTS_MANIFEST
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
 from hyperpod_inference_iac.weights_manifest import write_manifest
 
@@ -62,7 +62,16 @@ WEIGHTS = {
 # What the loader may run besides bash and the stand-in aws: the aws-cli image has coreutils, not findutils, grep
 # or sed.
 COREUTILS = ("cat", "cut", "sort", "split", "sha256sum", "nproc", "mktemp", "rm", "mv", "mkdir", "uniq", "wc",
-             "head", "tail", "tr", "ls", "env", "true", "false", "dirname", "basename")
+             "head", "tail", "tr", "ls", "env", "true", "false", "dirname", "basename", "stat", "id", "chmod")
+# As root, every capability dropped (bounding, inheritable and ambient sets empty), as the pod runs the loader: root
+# without CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE cannot list a directory whose mode denies it to the owner.
+AS_ROOT = os.geteuid() == 0
+SETPRIV = shutil.which("setpriv")
+DROP_CAPABILITIES: tuple[str, ...] = (
+    (SETPRIV, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs")
+    if AS_ROOT and SETPRIV else ())
+needs_dropped_root = pytest.mark.skipif(not (AS_ROOT and SETPRIV),
+                                        reason="needs root and setpriv (util-linux) to run as the pod's root does")
 
 
 @dataclass
@@ -90,15 +99,21 @@ class Loader:
     def syncs(self) -> int:
         return sum(call.startswith("s3 sync") for call in self.aws_calls())
 
-    def run(self, *, aws_fails: bool = False, pinned: str | None = None) -> subprocess.CompletedProcess[str]:
-        script = LOADER_SCRIPT.replace("cd /nvme-model", f"cd {self.mount}").replace(
+    def run(self, *, aws_fails: bool = False, pinned: str | None = None,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The container's own command (bash and its flags, then the script pointed at this directory), as root
+        without any capability when the tests run as root, as the pod runs it (``capabilities: drop: [ALL]``)."""
+        *shell, script = NvmeModelCache(model_key="m", source_s3_uri=SOURCE_URI).init_container()["command"]
+        script = script.replace("cd /nvme-model", f"cd {self.mount}").replace(
             "mktemp -d /tmp/loader.XXXXXX", f"mktemp -d {self.tmp_path}/scratch/loader.XXXXXX")
         env = {"PATH": str(self.tmp_path / "bin"), "MODEL_SOURCE_S3_URI": SOURCE_URI, "SOURCE_URI": SOURCE_URI,
                "FAKE_S3": str(self.bucket), "AWS_CALLS": str(self.tmp_path / "aws-calls"),
-               "AWS_FAIL": "1" if aws_fails else "", "LC_ALL": "C"}
+               "AWS_FAIL": "1" if aws_fails else "", "LC_ALL": "C", **(extra_env or {})}
         if pinned is not None:
             env["MODEL_MANIFEST_SHA256"] = pinned
-        return subprocess.run([shutil.which("bash") or "/bin/bash", "-c", script], env=env, capture_output=True,
+        bash = shutil.which("bash") or "/bin/bash"
+        assert shell[0] == "/bin/bash"
+        return subprocess.run([*DROP_CAPABILITIES, bash, *shell[1:], script], env=env, capture_output=True,
                               text=True, check=False, timeout=60)
 
     def copy(self) -> dict[str, bytes]:
@@ -213,7 +228,92 @@ def test_a_missing_manifest_fails_the_pod(loader: Loader) -> None:
     assert loader.syncs() == 0
 
 
+@needs_dropped_root
+@pytest.mark.parametrize("attack", ["folder that cannot be listed", "cache root that cannot be listed",
+                                    "nested folders that cannot be listed"])
+def test_a_folder_the_loader_cannot_list_hides_nothing(loader: Loader, attack: str) -> None:
+    """Root without CAP_DAC_* cannot list a folder of mode 0311 (enter, not list): the files in it were invisible to
+    the loader's glob, and "skipping download" followed while a model server could open them by name."""
+    assert loader.run().returncode == 0
+    if attack == "folder that cannot be listed":
+        hidden = loader.mount / "original" / "trust_remote_code.py"
+        hidden.write_text("import os\n")
+        (loader.mount / "original").chmod(0o311)
+    elif attack == "cache root that cannot be listed":
+        hidden = loader.mount / "modeling_extra.py"
+        hidden.write_text("import os\n")
+        loader.mount.chmod(0o311)
+    else:
+        (loader.mount / "a" / "b").mkdir(parents=True)
+        hidden = loader.mount / "a" / "b" / "x.py"
+        hidden.write_text("import os\n")
+        (loader.mount / "a" / "b").chmod(0o311)
+        (loader.mount / "a").chmod(0o311)
+    result = loader.run()
+    assert result.returncode == 0, result.stderr
+    assert "skipping download" not in result.stdout
+    assert not hidden.exists()
+    assert {k: v for k, v in loader.copy().items()} == WEIGHTS
+
+
+@needs_dropped_root
+def test_a_hard_link_from_outside_cannot_change_the_copy(loader: Loader) -> None:
+    """A second link to a cached file (made while the cache was writable to someone else): writing through it would
+    change the copy after the check. The file is replaced by one of a single link."""
+    assert loader.run().returncode == 0
+    shard = loader.mount / "model-00001-of-00002.safetensors"
+    outside = loader.tmp_path / "outside-link"
+    os.link(shard, outside)
+    result = loader.run()
+    assert result.returncode == 0, result.stderr
+    assert "skipping download" not in result.stdout
+    assert shard.stat().st_nlink == 1
+    with outside.open("r+b") as link:
+        link.write(b"\xff" * 16)
+    assert loader.copy() == WEIGHTS
+
+
+@needs_dropped_root
+def test_a_file_of_another_owner_is_replaced(loader: Loader) -> None:
+    assert loader.run().returncode == 0
+    shard = loader.mount / "model-00002-of-00002.safetensors"
+    os.chown(shard, 1000, 1000)
+    result = loader.run()
+    assert result.returncode == 0, result.stderr
+    assert "skipping download" not in result.stdout
+    assert shard.stat().st_uid == os.geteuid() and loader.copy() == WEIGHTS
+
+
+@needs_dropped_root
+def test_a_folder_of_another_owner_fails_the_pod(loader: Loader) -> None:
+    """A folder the loader cannot make listable (not its own, and it has no CAP_FOWNER) is never trusted."""
+    assert loader.run().returncode == 0
+    os.chown(loader.mount / "original", 1000, 1000)
+    (loader.mount / "original").chmod(0o311)
+    result = loader.run()
+    assert result.returncode == 1
+    assert "cannot make ./original listable: it is not the loader's own" in result.stderr
+
+
+@pytest.mark.parametrize("variable", ["BASH_ENV", "ENV", "BASH_FUNC_cd%%", "BASH_FUNC_set%%", "SHELLOPTS"])
+def test_the_environment_cannot_inject_code_into_the_loader_s_shell(loader: Loader, variable: str) -> None:
+    """A look-alike pod's env (admission refuses it too): BASH_ENV names a file bash runs before the script, a
+    BASH_FUNC_<name>%% variable defines a function that replaces a command of the script. The container's command
+    runs bash -p, which reads neither."""
+    marker = loader.tmp_path / "injected"
+    payload = loader.tmp_path / "payload.sh"
+    payload.write_text(f"echo injected > {marker}\n")
+    value = {"BASH_ENV": str(payload), "ENV": str(payload), "SHELLOPTS": "xtrace",
+             "BASH_FUNC_cd%%": f"() {{ echo injected > {marker}; builtin cd \"$@\"; }}",
+             "BASH_FUNC_set%%": f"() {{ echo injected > {marker}; builtin set \"$@\"; }}"}[variable]
+    result = loader.run(extra_env={variable: value})
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "+ " not in result.stderr  # SHELLOPTS=xtrace ignored
+
+
 @pytest.mark.parametrize(("line", "why"), [
+    (f"{'a' * 64}  -", "lists -, which sha256sum reads as standard input"),
     (f"{'a' * 64}  /etc/passwd", "not a sha256sum line"),
     (f"{'a' * 64}  ../outside", "a path with . or .."),
     (f"{'a' * 64}  original/../../x", "a path with . or .."),
@@ -267,7 +367,7 @@ def test_the_container_runs_that_script_read_only_with_the_loader_s_own_credenti
     cache = NvmeModelCache(model_key="qwen3-8b", source_s3_uri=SOURCE_URI, manifest_sha256=pin,
                            credentials=credentials)
     container = cache.init_container()
-    assert container["command"] == ["/bin/bash", "-c", LOADER_SCRIPT]
+    assert container["command"] == ["/bin/bash", "-p", "-c", LOADER_SCRIPT] == list(LOADER_COMMAND)
     assert f"MANIFEST={WEIGHTS_MANIFEST}" in LOADER_SCRIPT
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     env = {item["name"]: item["value"] for item in container["env"]}

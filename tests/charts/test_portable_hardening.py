@@ -305,7 +305,8 @@ def test_the_rendered_namespace_has_the_levels_and_the_caller_s_labels() -> None
     namespace, *policies = cdk8s.Testing.synth(rendered.namespace)
     assert [p["metadata"]["name"] for p in policies] == [
         "default-deny", "allow-dns", "hyperpod-inference-iac-host-path", "hyperpod-inference-iac-host-path-deny",
-        "hyperpod-inference-iac-host-path-warn"]
+        "hyperpod-inference-iac-host-path-warn", "hyperpod-inference-iac-token-audiences",
+        "hyperpod-inference-iac-token-audiences-deny"]
     labels = namespace["metadata"]["labels"]
     assert labels["hyperpod-inference-iac/host-path-policy"] == "deny"  # only the platform's own pods here
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"

@@ -68,8 +68,11 @@ def test_operator_execution_role_trusts_sagemaker_and_exactly_one_service_accoun
     # Confused-deputy guard: SageMaker acting for SageMaker resources of this account and region only.
     assert service == {"Action": "sts:AssumeRole", "Effect": "Allow",
                        "Principal": {"Service": "sagemaker.amazonaws.com"},
-                       "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT},
-                                     "ArnLike": {"aws:SourceArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:*"}}}
+                       "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnLike": {"aws:SourceArn": [
+                           {"Fn::GetAtt": [service["Condition"]["ArnLike"]["aws:SourceArn"][0]["Fn::GetAtt"][0],
+                                           "ClusterArn"]},
+                           *(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:{kind}/*"
+                             for kind in ("model", "endpoint-config", "endpoint", "inference-component"))]}}}
     web = next(s for s in statements if "Federated" in s["Principal"])
     assert web["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert _oidc_conditions(cluster, web) == {
@@ -418,8 +421,9 @@ def test_keda_reads_only_what_the_default_workloads_scale_on(cluster: dict[str, 
 def test_the_gated_jumpstart_model_gets_a_download_role_for_its_namespace_only(cluster: dict[str, Any]) -> None:
     role_id, role = _role(cluster, "/InferenceOperator/GatedModelRole/Resource")
     web = next(s for s in role["Properties"]["AssumeRolePolicyDocument"]["Statement"] if "Federated" in s["Principal"])
-    subjects = cluster["Resources"][web["Condition"]["StringLike"]["Fn::GetAtt"][0]]["Properties"]["Value"]
-    assert "system:serviceaccount:inference:hyperpod-inference-service-account*" in json.dumps(subjects)
+    subjects = cluster["Resources"][web["Condition"]["StringEquals"]["Fn::GetAtt"][0]]["Properties"]["Value"]
+    assert "system:serviceaccount:inference:hyperpod-inference-service-account\\\"]" in json.dumps(subjects)
+    assert "StringLike" not in web["Condition"] and "service-account*" not in json.dumps(subjects)
     (statement,) = _statements_of(cluster, role_id)
     assert statement["Action"] == "sagemaker:CreateHubContentPresignedUrls"
     assert sorted(statement["Resource"]) == [f"arn:aws:sagemaker:{REGION}:*:hub-content/SageMakerPublicHub/*/*",

@@ -140,9 +140,11 @@ def test_gated_model_role_is_trusted_by_the_namespaces_jumpstart_accounts_only(
     service = next(s for s in statements if "Service" in s["Principal"])
     assert service["Condition"] == {"StringEquals": {"aws:SourceAccount": "123456789012"}}
     web = next(s for s in statements if "Federated" in s["Principal"])
-    subjects_id = web["Condition"]["StringLike"]["Fn::GetAtt"][0]
+    subjects_id = web["Condition"]["StringEquals"]["Fn::GetAtt"][0]
     subjects = json.dumps(template["Resources"][subjects_id]["Properties"]["Value"])
-    assert "system:serviceaccount:inference:hyperpod-inference-service-account*" in subjects
+    assert "system:serviceaccount:inference:hyperpod-inference-service-account\\\"]" in subjects  # exact, last
+    assert "StringLike" not in web["Condition"] and "service-account*" not in subjects
+    assert "sts.amazonaws.com" in subjects
     (permission,) = _statements(template, operator.gated_model_role)
     assert permission["Action"] == "sagemaker:CreateHubContentPresignedUrls"
     assert "SageMakerPublicHub" in json.dumps(permission["Resource"])
@@ -170,3 +172,18 @@ def test_execution_role_holds_what_each_release_asks_for() -> None:
     for addition in EXECUTION_ROLE_ADDITIONS:
         for action in addition.actions:
             assert f'"{action}"' in granted, (addition.operator, action)
+
+
+def test_sagemaker_may_assume_the_execution_role_for_the_operator_s_cluster_and_resources_only(
+        bare: tuple[InferenceOperator, dict[str, Any]]) -> None:
+    """Not for any SageMaker resource of the account (a notebook, a training job, another HyperPod cluster): the
+    operator's HyperPod cluster by its exact ARN, and the resource types the operator creates."""
+    operator, template = bare
+    role = template["Resources"][Stack.of(operator).get_logical_id(operator.execution_role.node.default_child)]
+    statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    service = next(s for s in statements if "Service" in s["Principal"])
+    sources = service["Condition"]["ArnLike"]["aws:SourceArn"]
+    assert sources[0] == "arn"  # the hyperpod_cluster_arn the operator was given
+    assert [s.split(":", 5)[5] for s in sources[1:]] == ["model/*", "endpoint-config/*", "endpoint/*",
+                                                         "inference-component/*"]
+    assert not any(s.endswith(":*") for s in sources)
