@@ -43,7 +43,7 @@ from hyperpod_inference_iac.hugging_face_token import SecretSync, apply_sync, sy
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge
 from hyperpod_inference_iac.patterns import iam_role_arn, iam_role_name
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.secrets_key import (
     encrypt_secret,
     grant_secret_read,
@@ -222,7 +222,7 @@ class ApiKeySync(Construct):
                  log_retention: logs.RetentionDays = ApiKeySyncProps.log_retention) -> None:
         super().__init__(scope, id)
         self.props = props = ApiKeySyncProps(
-            cluster=cluster, sync=sync, client_role_arns=tuple(client_role_arns), operator_chart=operator_chart,
+            cluster=cluster, sync=sync, client_role_arns=listed(client_role_arns), operator_chart=operator_chart,
             encryption_key=encryption_key, rotation_days=rotation_days, rotation_role_name=rotation_role_name,
             log_retention=log_retention)
         props.raise_if_invalid(f"ApiKeySync {self.node.path}")

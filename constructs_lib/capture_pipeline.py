@@ -36,7 +36,7 @@ from hyperpod_inference_iac.capture_storage import (
 from hyperpod_inference_iac.data_perimeter import how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, stack_singletons
 from hyperpod_inference_iac.patterns import LAMBDA_LAYER_VERSION_ARN
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.s3_access import grant_object_reads, grant_object_writes, key_prefix_fault
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
@@ -377,10 +377,10 @@ class CapturePipeline(Construct):
         region = stack.region
         self.props = props = CapturePipelineProps(
             bucket=bucket, encryption_key=encryption_key,
-            capture_prefixes=capture_prefixes if isinstance(capture_prefixes, str) else tuple(capture_prefixes),
+            capture_prefixes=listed(capture_prefixes),
             output_prefix=output_prefix, quarantine_prefix=quarantine_prefix, memory_size=memory_size,
             reserved_concurrency=reserved_concurrency, max_concurrency=max_concurrency,
-            redact=redact if isinstance(redact, str) else tuple(redact), pandas_layer_arn=pandas_layer_arn,
+            redact=listed(redact), pandas_layer_arn=pandas_layer_arn,
             glue_database_name=glue_database_name, first_partition_date=first_partition_date,
             log_retention=log_retention, code=code)
         problems = Problems()

@@ -28,7 +28,7 @@ from hyperpod_inference_iac.data_perimeter import BucketGuard, KeyGuard, KeyRequ
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.patterns import IAM_ROLE_ARN, S3_BUCKET_NAME
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings, role_account
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
@@ -285,8 +285,8 @@ class CaptureStorage(Construct):
         self.props = props = CaptureStorageProps(
             capture_prefix=capture_prefix, retention_days=retention_days,
             noncurrent_version_retention_days=noncurrent_version_retention_days,
-            access_log_retention_days=access_log_retention_days, reader_role_arns=tuple(reader_role_arns),
-            raw_reader_role_arns=tuple(raw_reader_role_arns), break_glass_role_arns=tuple(break_glass_role_arns),
+            access_log_retention_days=access_log_retention_days, reader_role_arns=listed(reader_role_arns),
+            raw_reader_role_arns=listed(raw_reader_role_arns), break_glass_role_arns=listed(break_glass_role_arns),
             curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix, iceberg_prefix=iceberg_prefix,
             query_results_prefix=query_results_prefix, capture_bucket_name=capture_bucket_name,
             tls_bucket_name=tls_bucket_name,

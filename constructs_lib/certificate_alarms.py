@@ -32,7 +32,7 @@ from hyperpod_inference_iac.alarms import (
     topic_actions,
 )
 from hyperpod_inference_iac.patterns import DNS1123_LABEL
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, mapped, prop, types_checked
 from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
@@ -98,8 +98,9 @@ def check_certificate_alarms(problems: Problems, at: KeyPaths = PROPS, *, region
     """:meth:`CertificateAlarmsProps.check` of these properties, the certificates given by ARN (label -> ARN, tokens
     skipped; None skips the certificate rules, for a loader that checks them under another key). Kept for callers of
     0.2.0."""
-    CertificateAlarmsProps(certificates=certificate_arns, **options).check(  # type: ignore[arg-type]
-        problems, at, region=region)
+    props = CertificateAlarmsProps(certificates=certificate_arns, **options)  # type: ignore[arg-type]
+    with types_checked(props):  # (ARNs stand in for the certificates: the rules read only their ARNs)
+        props.check(problems, at, region=region)
 
 
 def warn_certificate_alarms(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
@@ -143,8 +144,8 @@ class CertificateAlarms(Construct):
         super().__init__(scope, id)
         stack = Stack.of(self)
         self.props = props = CertificateAlarmsProps(
-            certificates=dict(certificates), topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
-            notify_on_ok=notify_on_ok, days_to_expiry=days_to_expiry)
+            certificates=mapped(certificates), topic=topic, alarm_name_prefix=alarm_name_prefix,  # type: ignore[arg-type]
+            runbook_url=runbook_url, notify_on_ok=notify_on_ok, days_to_expiry=days_to_expiry)
         problems = Problems()
         props.check(problems, region=stack.region)
         problems.raise_if_any(f"CertificateAlarms {self.node.path}")

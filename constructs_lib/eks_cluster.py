@@ -31,7 +31,7 @@ from hyperpod_inference_iac.log_retention import DEFAULT_AUDIT_RETENTION
 from hyperpod_inference_iac.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
 from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.secrets_key import default_deployer_role_arns
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
@@ -260,11 +260,11 @@ class InferenceCluster(Construct):
         self.node.set_context(NATIVE_OIDC_PROVIDER_FLAG, True)
         self.props = props = InferenceClusterProps(
             cluster_name=cluster_name, vpc=vpc, kubernetes_version=kubernetes_version, endpoint_access=endpoint_access,
-            admin_role_arns=tuple(admin_role_arns), system_instance_type=system_instance_type,
+            admin_role_arns=listed(admin_role_arns), system_instance_type=system_instance_type,
             kubectl_layer=kubectl_layer, install_device_plugin=install_device_plugin,
             enforce_network_policies=enforce_network_policies,
             control_plane_log_retention=control_plane_log_retention,
-            deployer_role_arns=tuple(deployer_role_arns) if deployer_role_arns is not None else None)
+            deployer_role_arns=listed(deployer_role_arns))
         props.raise_if_invalid(f"InferenceCluster {self.node.path}")
         endpoint_access = ClusterEndpointAccess(props.endpoint_access)
         warnings = RiskWarnings()

@@ -36,7 +36,7 @@ from hyperpod_inference_iac.helm import HelmRelease
 from hyperpod_inference_iac.nag import acknowledge
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DOMAIN_NAME, iam_role_arn
 from hyperpod_inference_iac.platform_values import Interpolated, PlatformValue
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.workload_identity import service_account_principal
 
@@ -195,8 +195,8 @@ class ExternalDns(Construct):
                  role_name: str | None = ExternalDnsProps.role_name) -> None:
         super().__init__(scope, id)
         self.props = props = ExternalDnsProps(
-            cluster=cluster, hosted_zones=tuple(hosted_zones), owner_id=owner_id, namespaces=tuple(namespaces),
-            hostnames=tuple(hostnames) if hostnames is not None else None, role_name=role_name)
+            cluster=cluster, hosted_zones=listed(hosted_zones), owner_id=owner_id, namespaces=listed(namespaces),
+            hostnames=listed(hostnames), role_name=role_name)
         props.raise_if_invalid(f"ExternalDns {self.node.path}")
         stack = Stack.of(self)
         self.role = iam.Role(

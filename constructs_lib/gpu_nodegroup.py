@@ -40,7 +40,7 @@ from hyperpod_inference_iac.instance_store import (
 from hyperpod_inference_iac.nag import acknowledge, managed_policy
 from hyperpod_inference_iac.node_launch_template import launch_template_spec, node_launch_template
 from hyperpod_inference_iac.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_NAME, LABEL_VALUE
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, mapped, prop
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -157,9 +157,9 @@ class GpuNodeGroup(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.props = props = GpuNodeGroupProps(
-            cluster=cluster, name=name, instance_types=tuple(instance_types), min_size=min_size,
+            cluster=cluster, name=name, instance_types=listed(instance_types), min_size=min_size,
             desired_size=desired_size, max_size=max_size, root_volume_gib=root_volume_gib,
-            labels=dict(labels) if labels is not None else None, subnets=subnets,
+            labels=mapped(labels), subnets=subnets,
             local_storage_strategy=local_storage_strategy)
         props.raise_if_invalid(f"GpuNodeGroup {self.node.path}")
         user_labels = dict(props.labels or {})

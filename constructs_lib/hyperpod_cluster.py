@@ -57,7 +57,7 @@ from hyperpod_inference_iac.patterns import (
     SAGEMAKER_INSTANCE_TYPE,
     SAGEMAKER_NAME,
 )
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings
 from hyperpod_inference_iac.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
 from hyperpod_inference_iac.validation import PROPS, KeyPaths, Problems, is_unresolved
@@ -459,8 +459,8 @@ class HyperPodCluster(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.props = props = HyperPodClusterProps(
-            cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=tuple(subnets),
-            security_groups=tuple(security_groups), instance_groups=tuple(instance_groups),
+            cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=listed(subnets),
+            security_groups=listed(security_groups), instance_groups=listed(instance_groups),
             lifecycle_bucket_name=lifecycle_bucket_name, lifecycle_scripts=lifecycle_scripts,
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
             log_retention=log_retention, vpc=vpc)
@@ -758,7 +758,7 @@ def check_hyperpod_cluster(
     if instance_group_names:
         at = KeyPaths(at.base, {**at.names, **{f"instance_groups[].{name}": key
                                                for name, key in instance_group_names.items()}})
-    options = HyperPodClusterOptions(cluster_name=cluster_name, instance_groups=tuple(instance_groups),
+    options = HyperPodClusterOptions(cluster_name=cluster_name, instance_groups=listed(instance_groups),
                                      node_recovery=node_recovery)  # type: ignore[arg-type]
     options.check(problems, at)
     _check_placement(problems, at, vpc_known=vpc_known, subnet_count=subnet_count,

@@ -39,7 +39,7 @@ from hyperpod_inference_iac.data_perimeter import ObjectAccess, how_to_name
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence
 from hyperpod_inference_iac.operator_versions import DEFAULT_ADDON_VERSION
 from hyperpod_inference_iac.patterns import EKS_ADDON_VERSION, iam_role_name
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
@@ -241,9 +241,9 @@ class InferenceOperator(Construct):
             tls_bucket_key=tls_bucket_key, capture_bucket=capture_bucket, capture_key=capture_key,
             capture_prefix=capture_prefix, certificate=certificate, hosted_zone=hosted_zone,
             execution_role_name=execution_role_name, addon_version=addon_version,
-            enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=tuple(mounted_buckets),
+            enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=listed(mounted_buckets),
             install_fsx_csi_driver=install_fsx_csi_driver, s3_csi_role_name=s3_csi_role_name,
-            scaling_metrics=scaling_metrics, gated_model_namespaces=tuple(gated_model_namespaces),
+            scaling_metrics=scaling_metrics, gated_model_namespaces=listed(gated_model_namespaces),
             gated_model_download_role=gated_model_download_role, inference_gateway=inference_gateway)
         props.raise_if_invalid(f"InferenceOperator {self.node.path}")
         stack = Stack.of(self)

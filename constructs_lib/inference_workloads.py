@@ -41,7 +41,7 @@ from hyperpod_inference_iac.charts.plan import (
 from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
 from hyperpod_inference_iac.charts.render import render_workloads
 from hyperpod_inference_iac.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
-from hyperpod_inference_iac.props import Props, prop
+from hyperpod_inference_iac.props import Props, listed, prop
 from hyperpod_inference_iac.risks import RiskWarnings, is_private_range
 from hyperpod_inference_iac.s3_access import bucket_arn
 from hyperpod_inference_iac.validation import PROPS, ConfigError, KeyPaths, Problems, is_unresolved, join_path
@@ -194,9 +194,9 @@ class InferenceWorkloads(Construct):
         self.props = props = InferenceWorkloadsProps(
             cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,
             certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
-            binding=binding, depends_on=tuple(depends_on), external_dns=external_dns, secret_sync=secret_sync,
+            binding=binding, depends_on=listed(depends_on), external_dns=external_dns, secret_sync=secret_sync,
             namespace_labels=namespace_labels,
-            monitored_namespaces=None if monitored_namespaces is None else tuple(monitored_namespaces))
+            monitored_namespaces=listed(monitored_namespaces))
         props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
         stack = Stack.of(self)
         self.plan = plan

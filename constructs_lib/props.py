@@ -18,6 +18,8 @@ checked against it by a test (``tests/unit/test_props.py``):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import enum
 import functools
@@ -159,16 +161,21 @@ def _types_first(rules: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(rules)
     def check(self: Props, problems: Problems, at: KeyPaths = PROPS, **kwargs: Any) -> None:
-        wrong = _wrong_types(self, problems, at)
-        if not wrong:
+        if id(self) in _TYPES_CHECKED.get():  # (a class's rules calling a base's: the types are checked once)
             rules(self, problems, at, **kwargs)
             return
+        with types_checked(self):
+            wrong = _wrong_types(self, problems, at)
+            if not wrong:
+                rules(self, problems, at, **kwargs)
+                return
         stand_in = _stand_in(self, wrong)
         if stand_in is None:  # a required property with no stand-in of its type: its rules wait for a good value
             return
         found = Problems()
         try:
-            rules(stand_in, found, at, **kwargs)
+            with types_checked(stand_in):
+                rules(stand_in, found, at, **kwargs)
         except (TypeError, AttributeError, ValueError):
             # (a rule that cannot judge the stand-in: the wrong type already reported is the problem to fix first)
             return
@@ -176,6 +183,20 @@ def _types_first(rules: Callable[..., None]) -> Callable[..., None]:
         problems.extend(p for p in found if not any(p.path == b or p.path.startswith((f"{b}.", f"{b}[")) for b in bad))
 
     return check
+
+
+_TYPES_CHECKED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("types_checked", default=frozenset())
+
+
+@contextlib.contextmanager
+def types_checked(props: Props) -> Iterator[None]:
+    """Within it, ``props.check`` runs the rules only: its types are checked already, or stand in on purpose (a
+    loader's helper that gives a certificate by its ARN to the rules that read only the ARN)."""
+    token = _TYPES_CHECKED.set(_TYPES_CHECKED.get() | {id(props)})
+    try:
+        yield
+    finally:
+        _TYPES_CHECKED.reset(token)
 
 
 def _wrong_types(props: Props, problems: Problems, at: KeyPaths) -> list[str]:
@@ -208,7 +229,7 @@ def _hints(cls: type[Props]) -> dict[str, Any]:
 _Fault = tuple[tuple[str | int, ...], str, Any]
 
 
-def _faults(value: Any, hint: Any) -> Iterator[_Fault]:  # noqa: PLR0911 (one return per kind of type)
+def _faults(value: Any, hint: Any) -> Iterator[_Fault]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return
@@ -432,4 +453,4 @@ def mapped(values: Mapping[Any, Any] | None) -> Mapping[Any, Any] | None:
 
 
 __all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "construct_name", "item_props", "listed",
-           "mapped", "prop", "props_table", "type_faults"]
+           "mapped", "prop", "props_table", "type_faults", "types_checked"]
