@@ -28,6 +28,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.agreement import PipelinePart, agree
 from hyperpod_inference_iac.capture_storage import (
     DEFAULT_CAPTURE_PREFIX,
     DEFAULT_CURATED_PREFIX,
@@ -384,14 +385,16 @@ class CapturePipeline(Construct):
             glue_database_name=glue_database_name, first_partition_date=first_partition_date,
             log_retention=log_retention, code=code)
         problems = Problems()
-        if Stack.of(bucket) is not stack:
+        props.check(problems, region=region)
+        if not problems.has_at_or_below("bucket") and Stack.of(bucket) is not stack:
             # The bucket's stack would hold the notification (referencing our queue) while we
             # reference the bucket: a cross-stack cycle that only surfaces at synth.
             problems.add("CapturePipeline.BucketInOtherStack", "bucket",
                          "must belong to the same stack as the pipeline (or be imported into it, e.g. "
                          "Bucket.from_bucket_name)", "another stack")
-        props.check(problems, region=region)
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
+        agree(self, PipelinePart(construct=f"CapturePipeline {self.node.path}", capture_bucket=bucket,
+                                 capture_prefixes=tuple(props.capture_prefixes)))
         warnings = RiskWarnings()
         warn_capture_pipeline(warnings, redact=props.redact)
         warnings.annotate(self)

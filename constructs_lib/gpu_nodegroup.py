@@ -28,6 +28,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from hyperpod_inference_iac.agreement import NodeGroupPart, agree
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster, cfn_child
 from hyperpod_inference_iac.instance_store import (
     GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
@@ -162,6 +163,7 @@ class GpuNodeGroup(Construct):
             labels=mapped(labels), subnets=subnets,
             local_storage_strategy=local_storage_strategy)
         props.raise_if_invalid(f"GpuNodeGroup {self.node.path}")
+        agree(self, NodeGroupPart(construct=f"GpuNodeGroup {self.node.path}", cluster=cluster, name=name))
         user_labels = dict(props.labels or {})
         local_storage_strategy = LocalStorageStrategy(props.local_storage_strategy)
 

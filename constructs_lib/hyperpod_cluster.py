@@ -44,6 +44,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.agreement import HyperPodPart, agree
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.charts.plan import NodeGroupPlacement
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
@@ -465,6 +466,8 @@ class HyperPodCluster(Construct):
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
             log_retention=log_retention, vpc=vpc)
         props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
+        agree(self, HyperPodPart(construct=f"HyperPodCluster {self.node.path}", cluster=eks_cluster,
+                                 instance_groups=tuple((g.name, g.instance_type) for g in props.instance_groups)))
         warnings = RiskWarnings()
         warn_hyperpod_cluster(warnings, instance_groups=props.instance_groups)
         warnings.annotate(self)

@@ -31,6 +31,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from hyperpod_inference_iac.addons import cfn_addon, managed_addon
+from hyperpod_inference_iac.agreement import OperatorPart, agree
 from hyperpod_inference_iac.alb_controller_policy import alb_controller_statements
 from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.gateway import CONTROLLER_SERVICE_ACCOUNT as GATEWAY_CONTROLLER_SERVICE_ACCOUNT
@@ -246,6 +247,9 @@ class InferenceOperator(Construct):
             scaling_metrics=scaling_metrics, gated_model_namespaces=listed(gated_model_namespaces),
             gated_model_download_role=gated_model_download_role, inference_gateway=inference_gateway)
         props.raise_if_invalid(f"InferenceOperator {self.node.path}")
+        agree(self, OperatorPart(construct=f"InferenceOperator {self.node.path}", cluster=cluster,
+                                 capture_bucket=capture_bucket, capture_prefix=props.capture_prefix,
+                                 inference_gateway=props.inference_gateway))
         stack = Stack.of(self)
         # (The default always fits: the prefix, cut to IAM's 64 characters.)
         execution_role_name = props.execution_role_name or iam_role_name(f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}")

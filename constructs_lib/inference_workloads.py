@@ -27,6 +27,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from hyperpod_inference_iac._package_data import package_dir
+from hyperpod_inference_iac.agreement import GatewayPart, WorkloadsPart, agree
 from hyperpod_inference_iac.cdk_types import ClusterLike
 from hyperpod_inference_iac.charts.gateway import PlannedGateway
 from hyperpod_inference_iac.charts.plan import (
@@ -49,6 +50,25 @@ from hyperpod_inference_iac.workload_identity import IdentityBinding, WorkloadId
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
 SIDECAR_IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64  # the GPU nodes are x86_64
+
+
+def workloads_part(construct: str, props: InferenceWorkloadsProps) -> WorkloadsPart:
+    """What the workloads hold that the operator, the pipeline and the HyperPod cluster must agree with
+    (:mod:`~hyperpod_inference_iac.agreement`): where the plan's workloads write captures (the platform's bucket is
+    ``capture_bucket``, or its name in ``known_values``), the models' instance types, the gateways."""
+    context = props.plan.context
+    capture = context.capture
+    bucket: Any = None
+    if capture is not None:
+        bucket = capture.bucket if not isinstance(capture.bucket, PlatformValue) else (
+            props.capture_bucket or (props.known_values or {}).get(capture.bucket))
+    return WorkloadsPart(
+        construct=construct, cluster=props.cluster, capture_bucket=bucket,
+        capture_prefix=capture.prefix if capture is not None else None,
+        capture_path=join_path(context.key_paths.at("capture"), "prefix"),
+        instance_types=tuple((model.name, model.instance_types) for model in props.plan.models),
+        gateways=tuple(GatewayPart(name=gateway.name, path=gateway.path) for gateway in props.plan.gateways),
+        node_groups_known=bool(context.node_groups))
 
 
 def sidecar_image_asset(scope: Construct, id: str) -> ecr_assets.DockerImageAsset:
@@ -198,6 +218,7 @@ class InferenceWorkloads(Construct):
             namespace_labels=namespace_labels,
             monitored_namespaces=listed(monitored_namespaces))
         props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
+        agree(self, workloads_part(f"InferenceWorkloads {self.node.path}", props))
         stack = Stack.of(self)
         self.plan = plan
         self._capture_bucket, self._capture_key = capture_bucket, capture_key

@@ -170,8 +170,6 @@ def _types_first(rules: Callable[..., None]) -> Callable[..., None]:
                 rules(self, problems, at, **kwargs)
                 return
         stand_in = _stand_in(self, wrong)
-        if stand_in is None:  # a required property with no stand-in of its type: its rules wait for a good value
-            return
         found = Problems()
         try:
             with types_checked(stand_in):
@@ -292,9 +290,13 @@ def _kind_matches(value: Any, hint: Any) -> bool:
 def _implements(value: Any, interface: type) -> bool:
     """Whether ``value`` is an object implementing the jsii interface (``s3.IBucket``): a class that declares it
     (``@jsii.implements``), or a proxy jsii returns for it."""
+    delegates = vars(value).get("_delegates") if type(value).__name__ == "InterfaceDynamicProxy" else None
+    if delegates is not None:  # (jsii's stand-in for an object of several interfaces: one of them is enough)
+        return any(_implements(delegate, interface) for delegate in delegates)
     kinds = type(value).__mro__
-    return interface in kinds or any(interface in declared.__mro__ for kind in kinds
-                                     for declared in vars(kind).get("__jsii_ifaces__", ()))
+    proxy = getattr(interface, "__jsii_proxy_class__", None)  # (what jsii returns for an object of the interface)
+    return interface in kinds or (proxy is not None and proxy() in kinds) or any(
+        interface in declared.__mro__ for kind in kinds for declared in vars(kind).get("__jsii_ifaces__", ()))
 
 
 def _expected(hint: Any) -> str:
@@ -318,9 +320,9 @@ def _bare(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _stand_in(props: P, wrong: Sequence[str]) -> P | None:
-    """``props`` with each property of ``wrong`` at its default, or an empty value of its type when it has none
-    (None: a required property of a kind that has no empty value, such as a cluster)."""
+def _stand_in(props: P, wrong: Sequence[str]) -> P:
+    """``props`` with each property of ``wrong`` at its default, or an empty value of its type when it has none (a
+    required object, such as a cluster, is kept as given)."""
     hints = _hints(type(props))
     changes: dict[str, Any] = {}
     for field in dataclasses.fields(props):  # type: ignore[arg-type]
@@ -330,11 +332,10 @@ def _stand_in(props: P, wrong: Sequence[str]) -> P | None:
             changes[field.name] = field.default
         elif field.default_factory is not dataclasses.MISSING:
             changes[field.name] = field.default_factory()
-        else:
-            empty = _empty(hints[field.name])
-            if empty is dataclasses.MISSING:
-                return None
+        elif (empty := _empty(hints[field.name])) is not dataclasses.MISSING:
             changes[field.name] = empty
+        # (else: a required object, a cluster; kept as given: the rules rarely read it, and if one fails on it the
+        # rules' problems wait for a good value)
     return dataclasses.replace(props, **changes)  # type: ignore[type-var]
 
 
