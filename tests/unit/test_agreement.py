@@ -56,7 +56,8 @@ def _problems(build: Callable[[], object]) -> list[tuple[str, str]]:
 def _model(name: str = "qwen", instance_type: str = "ml.g5.12xlarge") -> InferenceEndpointConfig:
     return InferenceEndpointConfig(name=name, spec=InferenceEndpointSpec(
         model_name=name, instance_type=instance_type,
-        model_source_config=ModelSourceConfig.s3(bucket_name="weights-bucket", region="us-west-2", model_location="qwen"),
+        model_source_config=ModelSourceConfig.s3(bucket_name="weights-bucket", region="us-west-2",
+                                                 model_location="qwen"),
         worker=Worker(image="vllm/vllm-openai:v0.11.0",
                       model_invocation_port=ModelInvocationPort(container_port=8000),
                       model_volume_mount=ModelVolumeMount(name="model-weights"),
