@@ -35,7 +35,6 @@ from hyperpod_inference_iac.s3_access import (
     KMS_WRITE_ACTIONS,
     SAME_ACCOUNT,
     admit_objects,
-    bucket_arn,
     grant_key_through_s3,
     grant_object_reads,
     grant_object_writes,
@@ -376,10 +375,13 @@ class CaptureStorage(Construct):
             ],
             removal_policy=props.removal_policy,
         )
-        # ARNs built from fixed names rather than from the bucket resources: other stacks that receive
-        # a grant then need no cross-stack export, and reviewers read the real bucket name.
-        self.capture_bucket_arn = bucket_arn(self.capture_bucket)
-        self.tls_bucket_arn = bucket_arn(self.tls_bucket)
+        # ARNs built from the names set here rather than from the bucket resources: other stacks that receive
+        # a grant then need no cross-stack export, reviewers read the real bucket name, and the key policy (which
+        # names the buckets) never refers to the buckets that use the key. In a stack without `env` the names hold
+        # the AWS::AccountId and AWS::Region pseudo parameters, which every stack resolves; the buckets' own ARN
+        # attributes there made the key and the buckets depend on each other (issue 26).
+        self.capture_bucket_arn = f"arn:{stack.partition}:s3:::{capture_bucket_name}"
+        self.tls_bucket_arn = f"arn:{stack.partition}:s3:::{tls_bucket_name}"
 
         self.key_allowlist = KeyGuard(self.key) if isinstance(self.key, kms.Key) else None
         self.capture_allowlist = BucketGuard(self.capture_bucket, arn=self.capture_bucket_arn, label="Captures")
