@@ -247,8 +247,9 @@ class CaptureStorage(Construct):
     Properties: :class:`CaptureStorageProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``key``, ``capture_bucket``, ``tls_bucket``, ``access_log_bucket``; ``capture_bucket_arn``
-    and ``tls_bucket_arn`` (deterministic strings when the names are given, so a grant in another
-    stack needs no cross-stack export); ``capture_allowlist`` and ``tls_allowlist``
+    and ``tls_bucket_arn`` (built from the bucket names, never from the buckets: literal in a stack with an
+    account and Region, so a grant in another stack needs no cross-stack export; with the account and Region pseudo
+    parameters in a stack without ``env``); ``capture_allowlist`` and ``tls_allowlist``
     (:class:`~hyperpod_inference_iac.data_perimeter.BucketGuard`), ``key_allowlist`` (a ``KeyGuard``, None for
     an imported key); ``key_ids``: the values a writer may name the key by (key ARN, alias ARN).
     """
