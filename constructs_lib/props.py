@@ -219,9 +219,13 @@ def type_faults(props: Props) -> Iterator[tuple[str, tuple[str | int, ...], str,
             yield field.name, parts, expected, value
 
 
-@functools.cache
+_HINTS: dict[type[Props], dict[str, Any]] = {}
+
+
 def _hints(cls: type[Props]) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 _Fault = tuple[tuple[str | int, ...], str, Any]
@@ -440,7 +444,11 @@ def props_table(cls: type[Props]) -> str:
     return "\n".join(rows)
 
 
-def listed(values: Sequence[Any]) -> Sequence[Any]:
+@typing.overload
+def listed(values: None) -> None: ...
+@typing.overload
+def listed(values: Sequence[Any]) -> Sequence[Any]: ...
+def listed(values: Sequence[Any] | None) -> Sequence[Any] | None:
     """A list property as the props keep it: a tuple (frozen); a value that is no list (a string, a number) as given,
     so the type check reports it once (``must be a list of str (got str 'g6e.12xlarge')``)."""
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, typing.Iterable):
