@@ -44,7 +44,7 @@ class StackSummary:
 @dataclass(frozen=True)
 class DistFile:
     path: str  # relative to dist/
-    kinds: dict[str, int]  # Kubernetes objects by kind (none for a file that is not YAML)
+    kinds: dict[str, int]  # Kubernetes objects (and Helm releases) by kind (none for a file that is not YAML)
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,16 @@ def read_dist(dist: Path) -> tuple[DistFile, ...]:
                 documents = list(yaml.safe_load_all(path.read_text()))
             except (OSError, yaml.YAMLError) as error:
                 raise SummaryError(f"{path}: {error}") from None
-            kinds.update(str(doc.get("kind", "?")) for doc in documents if isinstance(doc, dict))
+            kinds.update(_kind(doc) for doc in documents if isinstance(doc, dict))
         files.append(DistFile(path.relative_to(dist).as_posix(), dict(sorted(kinds.items()))))
     return tuple(files)
+
+
+def _kind(document: dict[str, Any]) -> str:
+    """A Kubernetes object's kind; a Helm release of ``dist/helm/`` (release, chart, version) is one too."""
+    if "kind" in document:
+        return str(document["kind"])
+    return "Helm release" if "chart" in document and "release" in document else "?"
 
 
 def _config_value(config: dict[str, Any], *keys: str) -> Any:
@@ -178,7 +185,7 @@ def render_text(summary: Summary, dist: Path) -> str:
     objects = Counter[str]()
     for file in summary.dist:
         objects.update(file.kinds)
-    lines.append(f"  {dist}/: {len(summary.dist)} files, {sum(objects.values())} Kubernetes objects "
+    lines.append(f"  {dist}/: {len(summary.dist)} files, {sum(objects.values())} documents "
                  f"({_counts(dict(sorted(objects.items())))})")
     lines.append("Left to do by hand:")
     for number, step in enumerate(summary.steps, 1):
@@ -197,7 +204,7 @@ def render_markdown(summary: Summary, dist: Path) -> str:
               for s in summary.stacks]
     lines += ["", f"## `{dist}/`", ""]
     if summary.dist:
-        lines += ["| file | Kubernetes objects |", "|---|---|"]
+        lines += ["| file | Kubernetes objects and Helm releases |", "|---|---|"]
         lines += [f"| `{f.path}` | {_counts(f.kinds) if f.kinds else '-'} |" for f in summary.dist]
     else:
         lines.append("(empty)")

@@ -34,6 +34,8 @@ def _assembly(root: Path) -> tuple[Path, Path]:
     (cdk_out / "llm-platform-cluster.template.json").write_text(json.dumps({"Resources": {
         "Role": {"Type": "AWS::IAM::Role"}, "Manifest": {"Type": "Custom::AWSCDK-EKS-KubernetesResource"}}}))
     (dist / "README.md").write_text("# dist\n")
+    (dist / "helm").mkdir()
+    (dist / "helm" / "external-secrets.yaml").write_text("release: external-secrets\nchart: external-secrets\n")
     (dist / "model-qwen.k8s.yaml").write_text(
         "kind: InferenceEndpointConfig\nmetadata: {name: qwen}\n---\nkind: ServiceAccount\n---\nkind: ServiceAccount\n")
     return cdk_out, dist
@@ -54,7 +56,7 @@ def test_the_summary_names_stacks_services_dist_and_the_steps_left(tmp_path: Pat
     printed = capsys.readouterr().out
     assert "llm-platform-storage (111122223333/us-west-2): 4 resources: S3 3, KMS 1" in printed
     assert "llm-platform-cluster (111122223333/us-west-2): 2 resources: Custom 1, IAM 1" in printed
-    assert "2 files, 3 Kubernetes objects (InferenceEndpointConfig 1, ServiceAccount 2)" in printed
+    assert "3 files, 4 documents (Helm release 1, InferenceEndpointConfig 1, ServiceAccount 2)" in printed
     for command in ("npx cdk bootstrap aws://111122223333/us-west-2",
                     "aws lakeformation put-data-lake-settings --region us-west-2",
                     "arn:aws:iam::111122223333:role/cdk-hnb659fds-cfn-exec-role-111122223333-us-west-2",
@@ -65,6 +67,7 @@ def test_the_summary_names_stacks_services_dist_and_the_steps_left(tmp_path: Pat
     assert "| `llm-platform-storage` | 111122223333 | us-west-2 | 4 | S3 3, KMS 1 |" in written
     assert "| `model-qwen.k8s.yaml` | InferenceEndpointConfig 1, ServiceAccount 2 |" in written
     assert "| `README.md` | - |" in written
+    assert "| `helm/external-secrets.yaml` | Helm release 1 |" in written
     assert "npx cdk bootstrap aws://111122223333/us-west-2" in written
 
 
