@@ -56,10 +56,12 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.synth-installed
 	touch $@
 
 ## synth: CloudFormation templates in cdk.out/ and Kubernetes manifests in dist/ (offline, no credentials).
-# The config is checked first on its own (every problem, exit 2, nothing written), then synthesized.
+# The config is checked first on its own (every problem, exit 2, nothing written), then synthesized; a summary of
+# both and the manual steps left ends it (also in cdk.out/SUMMARY.md).
 synth: synth-setup
 	$(BIN)/python -m platform_config $(CONFIG)
 	$(CDK) synth --quiet --no-notices -c config=$(CONFIG) -c dist=dist $(if $(OUTPUTS),-c outputs=$(OUTPUTS))
+	$(BIN)/python -m tools.synth_summary --cdk-out cdk.out --dist dist --config $(CONFIG)
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
 test: setup

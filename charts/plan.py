@@ -118,7 +118,8 @@ class PlatformContext:
         credentials). @default none: the SDKs' defaults (the global STS endpoint)
     :param node_groups: the HyperPod instance groups the operator's models are scheduled onto (by instance type), with
         their blocking taints: a model whose every matching group is tainted is refused, since the operator's models
-        cannot carry tolerations yet (their field's path is not documented: docs/operator-versions.md).
+        cannot carry tolerations yet (their field's path is not documented: docs/operator-versions.md), and so is a
+        model whose instance types no group has (its pods would stay Pending).
         @default none: not checked
     :param key_paths: how problems name this context's own fields (``operator_addon_version``, ``vpc_cidr``): a
         config loader passes its file's keys (the app: ``operator.addonVersion``). @default
@@ -249,6 +250,11 @@ class ModelWorkload:
     @property
     def chart_id(self) -> str:
         return f"model-{self.workload.name}"
+
+    @property
+    def instance_types(self) -> tuple[tuple[str, str], ...]:
+        """Each instance type the model may run on, with its key path (none for a weights cache)."""
+        return tuple(_instance_types(self.workload, self.path))
 
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
@@ -584,8 +590,18 @@ def _check_schedulable(context: PlatformContext, workload: Workload, path: str, 
     placements = [(type_path, instance_type, [g for g in context.node_groups if g.instance_type == instance_type])
                   for type_path, instance_type in _instance_types(workload, path)]
     matched = [(type_path, instance_type, groups) for type_path, instance_type, groups in placements if groups]
+    known = [(type_path, instance_type) for type_path, instance_type, _ in placements
+             if not is_unresolved(instance_type)]
+    if not matched and known:
+        type_path, instance_type = known[0]
+        groups = ", ".join(f"{g.name}: {g.instance_type}" for g in context.node_groups)
+        problems.add("Model.InstanceTypeNotInCluster", type_path,
+                     f"must be the instance type of one of the cluster's node groups ({groups}): no node of this type "
+                     "joins the cluster, so its pods would stay Pending; add a group of this type or use one of theirs",
+                     instance_type)
+        return
     if not matched or any(not group.blocking_taints for _, _, groups in matched for group in groups):
-        return  # (no group of its types at all: not this rule's; one untainted group: it can run there)
+        return  # (one untainted group: it can run there)
     type_path, instance_type, _groups = matched[0]
     taints = "; ".join(f"{g.name}: {', '.join(g.blocking_taints[:3])}"
                        f"{f' and {len(g.blocking_taints) - 3} more' if len(g.blocking_taints) > 3 else ''}"

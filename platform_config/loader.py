@@ -289,7 +289,10 @@ def _flow_logs_off_or(value: Any) -> Any:
 
 
 def _traffic(value: Any) -> Any:
-    """The traffic type when it is one; anything else as written, for the construct's rule to report."""
+    """The traffic type when it is one; anything else as the file wrote it (``true`` as ``'true'``), for the
+    construct's rule to report (its type check would otherwise name a Python type the file does not have)."""
+    if value is not None and not isinstance(value, str):
+        value = str(value).lower() if isinstance(value, bool) else str(value)
     return FlowLogTraffic(value) if isinstance(value, str) and value in FlowLogTraffic._value2member_map_ else value
 
 def _cluster(section: Section) -> ClusterConfig:

@@ -32,14 +32,43 @@ from hyperpod_inference_iac.capture.capture_storage import (
     DEFAULT_CURATED_PREFIX,
     DEFAULT_QUARANTINE_PREFIX,
 )
-from hyperpod_inference_iac.foundation._package_data import package_dir
-from hyperpod_inference_iac.foundation.nag import acknowledge, managed_policy, stack_singletons
-from hyperpod_inference_iac.foundation.patterns import LAMBDA_LAYER_VERSION_ARN
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.data_perimeter import how_to_name
-from hyperpod_inference_iac.security.s3_access import grant_object_reads, grant_object_writes, key_prefix_fault
+from hyperpod_inference_iac.foundation._package_data import (
+    package_dir,
+)
+from hyperpod_inference_iac.foundation.agreement import (
+    PipelinePart,
+    agree,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    managed_policy,
+    stack_singletons,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    LAMBDA_LAYER_VERSION_ARN,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    how_to_name,
+)
+from hyperpod_inference_iac.security.s3_access import (
+    grant_object_reads,
+    grant_object_writes,
+    key_prefix_fault,
+)
 
 # The runtime must match the layer's Python: the layer ships compiled pyarrow for one version.
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -377,21 +406,23 @@ class CapturePipeline(Construct):
         region = stack.region
         self.props = props = CapturePipelineProps(
             bucket=bucket, encryption_key=encryption_key,
-            capture_prefixes=capture_prefixes if isinstance(capture_prefixes, str) else tuple(capture_prefixes),
+            capture_prefixes=listed(capture_prefixes),
             output_prefix=output_prefix, quarantine_prefix=quarantine_prefix, memory_size=memory_size,
             reserved_concurrency=reserved_concurrency, max_concurrency=max_concurrency,
-            redact=redact if isinstance(redact, str) else tuple(redact), pandas_layer_arn=pandas_layer_arn,
+            redact=listed(redact), pandas_layer_arn=pandas_layer_arn,
             glue_database_name=glue_database_name, first_partition_date=first_partition_date,
             log_retention=log_retention, code=code)
         problems = Problems()
-        if Stack.of(bucket) is not stack:
+        props.check(problems, region=region)
+        if not problems.has_at_or_below("bucket") and Stack.of(bucket) is not stack:
             # The bucket's stack would hold the notification (referencing our queue) while we
             # reference the bucket: a cross-stack cycle that only surfaces at synth.
             problems.add("CapturePipeline.BucketInOtherStack", "bucket",
                          "must belong to the same stack as the pipeline (or be imported into it, e.g. "
                          "Bucket.from_bucket_name)", "another stack")
-        props.check(problems, region=region)
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
+        agree(self, PipelinePart(construct=f"CapturePipeline {self.node.path}", capture_bucket=bucket,
+                                 capture_prefixes=tuple(props.capture_prefixes)))
         warnings = RiskWarnings()
         warn_capture_pipeline(warnings, redact=props.redact)
         warnings.annotate(self)

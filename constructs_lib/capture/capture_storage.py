@@ -24,19 +24,43 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.nag import acknowledge, resource_evidence
-from hyperpod_inference_iac.foundation.patterns import IAM_ROLE_ARN, S3_BUCKET_NAME
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings, role_account
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.data_perimeter import BucketGuard, KeyGuard, KeyRequirement, ObjectAccess
-from hyperpod_inference_iac.security.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    resource_evidence,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    IAM_ROLE_ARN,
+    S3_BUCKET_NAME,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+    role_account,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    BucketGuard,
+    KeyGuard,
+    KeyRequirement,
+    ObjectAccess,
+)
+from hyperpod_inference_iac.security.hardened_bucket import (
+    hardened_bucket,
+)
 from hyperpod_inference_iac.security.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
     SAME_ACCOUNT,
     admit_objects,
-    bucket_arn,
     grant_key_through_s3,
     grant_object_reads,
     grant_object_writes,
@@ -248,8 +272,9 @@ class CaptureStorage(Construct):
     Properties: :class:`CaptureStorageProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``key``, ``capture_bucket``, ``tls_bucket``, ``access_log_bucket``; ``capture_bucket_arn``
-    and ``tls_bucket_arn`` (deterministic strings when the names are given, so a grant in another
-    stack needs no cross-stack export); ``capture_allowlist`` and ``tls_allowlist``
+    and ``tls_bucket_arn`` (built from the bucket names, never from the buckets: literal in a stack with an
+    account and Region, so a grant in another stack needs no cross-stack export; with the account and Region pseudo
+    parameters in a stack without ``env``); ``capture_allowlist`` and ``tls_allowlist``
     (:class:`~hyperpod_inference_iac.security.data_perimeter.BucketGuard`), ``key_allowlist`` (a ``KeyGuard``, None for
     an imported key); ``key_ids``: the values a writer may name the key by (key ARN, alias ARN).
     """
@@ -285,8 +310,8 @@ class CaptureStorage(Construct):
         self.props = props = CaptureStorageProps(
             capture_prefix=capture_prefix, retention_days=retention_days,
             noncurrent_version_retention_days=noncurrent_version_retention_days,
-            access_log_retention_days=access_log_retention_days, reader_role_arns=tuple(reader_role_arns),
-            raw_reader_role_arns=tuple(raw_reader_role_arns), break_glass_role_arns=tuple(break_glass_role_arns),
+            access_log_retention_days=access_log_retention_days, reader_role_arns=listed(reader_role_arns),
+            raw_reader_role_arns=listed(raw_reader_role_arns), break_glass_role_arns=listed(break_glass_role_arns),
             curated_prefix=curated_prefix, quarantine_prefix=quarantine_prefix, iceberg_prefix=iceberg_prefix,
             query_results_prefix=query_results_prefix, capture_bucket_name=capture_bucket_name,
             tls_bucket_name=tls_bucket_name,
@@ -376,10 +401,13 @@ class CaptureStorage(Construct):
             ],
             removal_policy=props.removal_policy,
         )
-        # ARNs built from fixed names rather than from the bucket resources: other stacks that receive
-        # a grant then need no cross-stack export, and reviewers read the real bucket name.
-        self.capture_bucket_arn = bucket_arn(self.capture_bucket)
-        self.tls_bucket_arn = bucket_arn(self.tls_bucket)
+        # ARNs built from the names set here rather than from the bucket resources: other stacks that receive
+        # a grant then need no cross-stack export, reviewers read the real bucket name, and the key policy (which
+        # names the buckets) never refers to the buckets that use the key. In a stack without `env` the names hold
+        # the AWS::AccountId and AWS::Region pseudo parameters, which every stack resolves; the buckets' own ARN
+        # attributes there made the key and the buckets depend on each other (issue 26).
+        self.capture_bucket_arn = f"arn:{stack.partition}:s3:::{capture_bucket_name}"
+        self.tls_bucket_arn = f"arn:{stack.partition}:s3:::{tls_bucket_name}"
 
         self.key_allowlist = KeyGuard(self.key) if isinstance(self.key, kms.Key) else None
         self.capture_allowlist = BucketGuard(self.capture_bucket, arn=self.capture_bucket_arn, label="Captures")

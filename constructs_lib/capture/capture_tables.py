@@ -39,13 +39,37 @@ from hyperpod_inference_iac.capture.capture_pipeline import (
     CapturePipeline,
     GlueColumn,
 )
-from hyperpod_inference_iac.capture.capture_storage import DEFAULT_ICEBERG_PREFIX, DEFAULT_QUERY_RESULTS_PREFIX
-from hyperpod_inference_iac.foundation.nag import acknowledge, resource_evidence
-from hyperpod_inference_iac.foundation.patterns import IAM_ROLE_ARN, LAMBDA_LAYER_VERSION_ARN
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.data_perimeter import ObjectAccess, bucket_guard, key_guard
+from hyperpod_inference_iac.capture.capture_storage import (
+    DEFAULT_ICEBERG_PREFIX,
+    DEFAULT_QUERY_RESULTS_PREFIX,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    resource_evidence,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    IAM_ROLE_ARN,
+    LAMBDA_LAYER_VERSION_ARN,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    ObjectAccess,
+    bucket_guard,
+    key_guard,
+)
 from hyperpod_inference_iac.security.s3_access import (
     KMS_WRITE_ACTIONS,
     SAME_ACCOUNT,
@@ -289,7 +313,7 @@ class CaptureTables(Construct):
         """Properties: :class:`CaptureTablesProps`; ``props`` keeps them."""
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
-            pipeline=pipeline, table_readers=tuple(table_readers), query_scan_limit_gib=query_scan_limit_gib,
+            pipeline=pipeline, table_readers=listed(table_readers), query_scan_limit_gib=query_scan_limit_gib,
             tables_layer_arn=tables_layer_arn, row_retention_days=row_retention_days,
             database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
             workgroup_name=workgroup_name, snapshot_retention_days=snapshot_retention_days,

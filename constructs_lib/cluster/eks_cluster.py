@@ -23,18 +23,53 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from hyperpod_inference_iac.cluster.addons import managed_addon
-from hyperpod_inference_iac.cluster.node_launch_template import launch_template_spec, node_launch_template
-from hyperpod_inference_iac.foundation.cdk_types import cfn_child
-from hyperpod_inference_iac.foundation.helm import HelmRelease
-from hyperpod_inference_iac.foundation.log_retention import DEFAULT_AUDIT_RETENTION
-from hyperpod_inference_iac.foundation.nag import acknowledge, acknowledge_kubectl_provider, managed_policy
-from hyperpod_inference_iac.foundation.patterns import EC2_INSTANCE_TYPE, EKS_CLUSTER_NAME, IAM_ROLE_ARN
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.data_perimeter import _accounts, key_administration
-from hyperpod_inference_iac.security.secrets_key import default_deployer_role_arns
+from hyperpod_inference_iac.cluster.addons import (
+    managed_addon,
+)
+from hyperpod_inference_iac.cluster.node_launch_template import (
+    launch_template_spec,
+    node_launch_template,
+)
+from hyperpod_inference_iac.foundation.cdk_types import (
+    cfn_child,
+)
+from hyperpod_inference_iac.foundation.helm import (
+    HelmRelease,
+)
+from hyperpod_inference_iac.foundation.log_retention import (
+    DEFAULT_AUDIT_RETENTION,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    acknowledge_kubectl_provider,
+    managed_policy,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    EC2_INSTANCE_TYPE,
+    EKS_CLUSTER_NAME,
+    IAM_ROLE_ARN,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    _accounts,
+    key_administration,
+)
+from hyperpod_inference_iac.security.secrets_key import (
+    default_deployer_role_arns,
+)
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 # The AL2023 NVIDIA AMI carries the driver but not the Kubernetes device plugin; only on GPU nodes.
@@ -260,11 +295,11 @@ class InferenceCluster(Construct):
         self.node.set_context(NATIVE_OIDC_PROVIDER_FLAG, True)
         self.props = props = InferenceClusterProps(
             cluster_name=cluster_name, vpc=vpc, kubernetes_version=kubernetes_version, endpoint_access=endpoint_access,
-            admin_role_arns=tuple(admin_role_arns), system_instance_type=system_instance_type,
+            admin_role_arns=listed(admin_role_arns), system_instance_type=system_instance_type,
             kubectl_layer=kubectl_layer, install_device_plugin=install_device_plugin,
             enforce_network_policies=enforce_network_policies,
             control_plane_log_retention=control_plane_log_retention,
-            deployer_role_arns=tuple(deployer_role_arns) if deployer_role_arns is not None else None)
+            deployer_role_arns=listed(deployer_role_arns))
         props.raise_if_invalid(f"InferenceCluster {self.node.path}")
         endpoint_access = ClusterEndpointAccess(props.endpoint_access)
         warnings = RiskWarnings()

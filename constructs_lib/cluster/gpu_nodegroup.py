@@ -28,8 +28,19 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from hyperpod_inference_iac.cluster.node_launch_template import launch_template_spec, node_launch_template
-from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster, cfn_child
+from hyperpod_inference_iac.cluster.node_launch_template import (
+    launch_template_spec,
+    node_launch_template,
+)
+from hyperpod_inference_iac.foundation.agreement import (
+    NodeGroupPart,
+    agree,
+)
+from hyperpod_inference_iac.foundation.cdk_types import (
+    ClusterLike,
+    as_icluster,
+    cfn_child,
+)
 from hyperpod_inference_iac.foundation.instance_store import (
     GPU_FAMILIES_WITHOUT_INSTANCE_STORE,
     NEURON_FAMILIES,
@@ -38,10 +49,28 @@ from hyperpod_inference_iac.foundation.instance_store import (
     family_and_size,
     size_order,
 )
-from hyperpod_inference_iac.foundation.nag import acknowledge, managed_policy
-from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_NAME, LABEL_VALUE
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    managed_policy,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    LABEL_NAME,
+    LABEL_VALUE,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    mapped,
+    prop,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 INSTANCE_STORE_LABEL = "node.kubernetes.io/instance-store"
@@ -157,11 +186,12 @@ class GpuNodeGroup(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.props = props = GpuNodeGroupProps(
-            cluster=cluster, name=name, instance_types=tuple(instance_types), min_size=min_size,
+            cluster=cluster, name=name, instance_types=listed(instance_types), min_size=min_size,
             desired_size=desired_size, max_size=max_size, root_volume_gib=root_volume_gib,
-            labels=dict(labels) if labels is not None else None, subnets=subnets,
+            labels=mapped(labels), subnets=subnets,
             local_storage_strategy=local_storage_strategy)
         props.raise_if_invalid(f"GpuNodeGroup {self.node.path}")
+        agree(self, NodeGroupPart(construct=f"GpuNodeGroup {self.node.path}", cluster=cluster, name=name))
         user_labels = dict(props.labels or {})
         local_storage_strategy = LocalStorageStrategy(props.local_storage_strategy)
 

@@ -43,11 +43,30 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from hyperpod_inference_iac.charts.plan import NodeGroupPlacement
-from hyperpod_inference_iac.foundation._package_data import package_dir
-from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster
-from hyperpod_inference_iac.foundation.log_retention import DEFAULT_RETENTION, days_of
-from hyperpod_inference_iac.foundation.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
+from hyperpod_inference_iac.charts.plan import (
+    NodeGroupPlacement,
+)
+from hyperpod_inference_iac.foundation._package_data import (
+    package_dir,
+)
+from hyperpod_inference_iac.foundation.agreement import (
+    HyperPodPart,
+    agree,
+)
+from hyperpod_inference_iac.foundation.cdk_types import (
+    ClusterLike,
+    as_icluster,
+)
+from hyperpod_inference_iac.foundation.log_retention import (
+    DEFAULT_RETENTION,
+    days_of,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    managed_policy,
+    resource_evidence,
+    stack_singletons,
+)
 from hyperpod_inference_iac.foundation.patterns import (
     DNS1123_SUBDOMAIN,
     LABEL_NAME,
@@ -56,11 +75,28 @@ from hyperpod_inference_iac.foundation.patterns import (
     SAGEMAKER_INSTANCE_TYPE,
     SAGEMAKER_NAME,
 )
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.hardened_bucket import hardened_bucket
-from hyperpod_inference_iac.security.s3_access import KMS_WRITE_ACTIONS, grant_key_through_s3, kms_through_s3
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.hardened_bucket import (
+    hardened_bucket,
+)
+from hyperpod_inference_iac.security.s3_access import (
+    KMS_WRITE_ACTIONS,
+    grant_key_through_s3,
+    kms_through_s3,
+)
 
 LIFECYCLE_SCRIPTS_DIR = package_dir("hyperpod_inference_iac.cluster", "hyperpod_lifecycle")
 LIFECYCLE_PREFIX = "lifecycle/"
@@ -459,12 +495,14 @@ class HyperPodCluster(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.props = props = HyperPodClusterProps(
-            cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=tuple(subnets),
-            security_groups=tuple(security_groups), instance_groups=tuple(instance_groups),
+            cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=listed(subnets),
+            security_groups=listed(security_groups), instance_groups=listed(instance_groups),
             lifecycle_bucket_name=lifecycle_bucket_name, lifecycle_scripts=lifecycle_scripts,
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
             log_retention=log_retention, vpc=vpc)
         props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
+        agree(self, HyperPodPart(construct=f"HyperPodCluster {self.node.path}", cluster=eks_cluster,
+                                 instance_groups=tuple((g.name, g.instance_type) for g in props.instance_groups)))
         warnings = RiskWarnings()
         warn_hyperpod_cluster(warnings, instance_groups=props.instance_groups)
         warnings.annotate(self)
@@ -758,7 +796,7 @@ def check_hyperpod_cluster(
     if instance_group_names:
         at = KeyPaths(at.base, {**at.names, **{f"instance_groups[].{name}": key
                                                for name, key in instance_group_names.items()}})
-    options = HyperPodClusterOptions(cluster_name=cluster_name, instance_groups=tuple(instance_groups),
+    options = HyperPodClusterOptions(cluster_name=cluster_name, instance_groups=listed(instance_groups),
                                      node_recovery=node_recovery)  # type: ignore[arg-type]
     options.check(problems, at)
     _check_placement(problems, at, vpc_known=vpc_known, subnet_count=subnet_count,

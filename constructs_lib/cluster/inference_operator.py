@@ -30,18 +30,57 @@ from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from hyperpod_inference_iac.charts.gateway import CONTROLLER_SERVICE_ACCOUNT as GATEWAY_CONTROLLER_SERVICE_ACCOUNT
-from hyperpod_inference_iac.charts.gateway import GATEWAY_MINIMUM_ADDON, gateway_available
-from hyperpod_inference_iac.cluster.addons import cfn_addon, managed_addon
-from hyperpod_inference_iac.cluster.alb_controller_policy import alb_controller_statements
-from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
-from hyperpod_inference_iac.foundation.nag import acknowledge, managed_policy, resource_evidence
-from hyperpod_inference_iac.foundation.operator_versions import DEFAULT_ADDON_VERSION
-from hyperpod_inference_iac.foundation.patterns import EKS_ADDON_VERSION, iam_role_name
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.scaling_metrics import ScalingMetrics
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.data_perimeter import ObjectAccess, how_to_name
+from hyperpod_inference_iac.charts.gateway import (
+    CONTROLLER_SERVICE_ACCOUNT as GATEWAY_CONTROLLER_SERVICE_ACCOUNT,
+)
+from hyperpod_inference_iac.charts.gateway import (
+    GATEWAY_MINIMUM_ADDON,
+    gateway_available,
+)
+from hyperpod_inference_iac.cluster.addons import (
+    cfn_addon,
+    managed_addon,
+)
+from hyperpod_inference_iac.cluster.alb_controller_policy import (
+    alb_controller_statements,
+)
+from hyperpod_inference_iac.foundation.agreement import (
+    OperatorPart,
+    agree,
+)
+from hyperpod_inference_iac.foundation.cdk_types import (
+    ClusterLike,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+    managed_policy,
+    resource_evidence,
+)
+from hyperpod_inference_iac.foundation.operator_versions import (
+    DEFAULT_ADDON_VERSION,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    EKS_ADDON_VERSION,
+    iam_role_name,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.scaling_metrics import (
+    ScalingMetrics,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    ObjectAccess,
+    how_to_name,
+)
 from hyperpod_inference_iac.security.s3_access import (
     KMS_READ_ACTIONS,
     KMS_WRITE_ACTIONS,
@@ -53,7 +92,9 @@ from hyperpod_inference_iac.security.s3_access import (
     grant_object_writes,
     objects_arn,
 )
-from hyperpod_inference_iac.security.workload_identity import service_account_principal
+from hyperpod_inference_iac.security.workload_identity import (
+    service_account_principal,
+)
 
 OPERATOR_ADDON = "amazon-sagemaker-hyperpod-inference"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
@@ -250,11 +291,14 @@ class InferenceOperator(Construct):
             tls_bucket_key=tls_bucket_key, capture_bucket=capture_bucket, capture_key=capture_key,
             capture_prefix=capture_prefix, certificate=certificate, hosted_zone=hosted_zone,
             execution_role_name=execution_role_name, addon_version=addon_version,
-            enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=tuple(mounted_buckets),
+            enable_custom_service_accounts=enable_custom_service_accounts, mounted_buckets=listed(mounted_buckets),
             install_fsx_csi_driver=install_fsx_csi_driver, s3_csi_role_name=s3_csi_role_name,
-            scaling_metrics=scaling_metrics, gated_model_namespaces=tuple(gated_model_namespaces),
+            scaling_metrics=scaling_metrics, gated_model_namespaces=listed(gated_model_namespaces),
             gated_model_download_role=gated_model_download_role, inference_gateway=inference_gateway)
         props.raise_if_invalid(f"InferenceOperator {self.node.path}")
+        agree(self, OperatorPart(construct=f"InferenceOperator {self.node.path}", cluster=cluster,
+                                 capture_bucket=capture_bucket, capture_prefix=props.capture_prefix,
+                                 inference_gateway=props.inference_gateway))
         stack = Stack.of(self)
         # (The default always fits: the prefix, cut to IAM's 64 characters.)
         execution_role_name = props.execution_role_name or iam_role_name(f"{EXECUTION_ROLE_PREFIX}-{stack.stack_name}")

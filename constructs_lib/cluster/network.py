@@ -26,10 +26,24 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.log_retention import DEFAULT_AUDIT_RETENTION
-from hyperpod_inference_iac.foundation.patterns import SUBNET_ID, VPC_ID
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.foundation.log_retention import (
+    DEFAULT_AUDIT_RETENTION,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    SUBNET_ID,
+    VPC_ID,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
 
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
@@ -226,7 +240,7 @@ class PlatformVpc(Construct):
         super().__init__(scope, id)
         self.props = props = PlatformVpcProps(
             cidr=cidr, max_azs=max_azs, nat_gateways=nat_gateways,
-            availability_zones=tuple(availability_zones) if availability_zones is not None else None,
+            availability_zones=listed(availability_zones),
             flow_log_traffic=flow_log_traffic, flow_log_retention=flow_log_retention)
         props.raise_if_invalid(f"PlatformVpc {self.node.path}")
         if _zones_need_lookup(Stack.of(self)):
@@ -282,8 +296,8 @@ def existing_vpc(scope: Construct, id: str, *, vpc_id: str, vpc_cidr: str, avail
     has the flow logs its network team set up, and a second one doubles their cost. With
     ``flow_log_traffic`` this adds one (:func:`add_flow_logs`; its log group and role under ``<id>FlowLogs``).
     """
-    props = ExistingVpcProps(vpc_id=vpc_id, vpc_cidr=vpc_cidr, availability_zones=tuple(availability_zones),
-                             private_subnet_ids=tuple(private_subnet_ids), flow_log_traffic=flow_log_traffic,
+    props = ExistingVpcProps(vpc_id=vpc_id, vpc_cidr=vpc_cidr, availability_zones=listed(availability_zones),
+                             private_subnet_ids=listed(private_subnet_ids), flow_log_traffic=flow_log_traffic,
                              flow_log_retention=flow_log_retention)
     props.raise_if_invalid("existing_vpc")
     vpc = ec2.Vpc.from_vpc_attributes(

@@ -18,17 +18,28 @@ checked against it by a test (``tests/unit/test_props.py``):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import enum
+import functools
+import pathlib
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+
+P = TypeVar("P", bound="Props")
 
 
 @dataclass(frozen=True)
@@ -108,8 +119,17 @@ class Props:
         overrides one, e.g. a key the app places elsewhere)."""
         return KeyPaths(base, {**cls.key_names(), **renamed})
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("check")
+        if own is not None:
+            cls.check = _types_first(own)  # type: ignore[method-assign]
+
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
-        """Every rule of these properties, each problem under ``at``'s name for it."""
+        """Every rule of these properties, each problem under ``at``'s name for it. Every class's ``check`` first
+        checks each property's value against its declared type (``[<Construct>.WrongType]``): a property of the wrong
+        type is reported once, and the rules then judge the others with its default in its place."""
+        _wrong_types(self, problems, at)
 
     def raise_if_invalid(self, source: str) -> None:
         problems = Problems()
@@ -128,6 +148,213 @@ class Props:
     def summary(self) -> str:
         """How the docs show these props as a default value (a block's)."""
         return ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in self.fields())
+
+
+def construct_name(cls: type[Props]) -> str:
+    """The construct a props class belongs to, as its problem codes name it: ``CONSTRUCT``, else the class's name
+    without ``Props`` or ``Options`` (a block such as ``InstanceGroup`` names itself)."""
+    return cls.CONSTRUCT or cls.__name__.removesuffix("Props").removesuffix("Options")
+
+
+WRONG_TYPE = "WrongType"  # the code's last part: ``<construct>.WrongType``
+
+
+def _types_first(rules: Callable[..., None]) -> Callable[..., None]:
+    """A class's ``check`` made to check the properties' types first: with a property of the wrong type, its rules
+    judge a copy holding a stand-in there (the property's default, or an empty value of its type) and their problems
+    about that property are left out, so one mistake is one problem and the others are all still found."""
+
+    @functools.wraps(rules)
+    def check(self: Props, problems: Problems, at: KeyPaths = PROPS, **kwargs: Any) -> None:
+        if id(self) in _TYPES_CHECKED.get():  # (a class's rules calling a base's: the types are checked once)
+            rules(self, problems, at, **kwargs)
+            return
+        with types_checked(self):
+            wrong = _wrong_types(self, problems, at)
+            if not wrong:
+                rules(self, problems, at, **kwargs)
+                return
+        stand_in = _stand_in(self, wrong)
+        found = Problems()
+        try:
+            with types_checked(stand_in):
+                rules(stand_in, found, at, **kwargs)
+        except (TypeError, AttributeError, ValueError):
+            # (a rule that cannot judge the stand-in: the wrong type already reported is the problem to fix first)
+            return
+        bad = [at.at(name) for name in wrong]
+        problems.extend(p for p in found if not any(p.path == b or p.path.startswith((f"{b}.", f"{b}[")) for b in bad))
+
+    return check
+
+
+_TYPES_CHECKED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("types_checked", default=frozenset())
+
+
+@contextlib.contextmanager
+def types_checked(props: Props) -> Iterator[None]:
+    """Within it, ``props.check`` runs the rules only: its types are checked already, or stand in on purpose (a
+    loader's helper that gives a certificate by its ARN to the rules that read only the ARN)."""
+    token = _TYPES_CHECKED.set(_TYPES_CHECKED.get() | {id(props)})
+    try:
+        yield
+    finally:
+        _TYPES_CHECKED.reset(token)
+
+
+def _wrong_types(props: Props, problems: Problems, at: KeyPaths) -> list[str]:
+    """Each property whose value is not of its declared type, reported as ``[<Construct>.WrongType] retention_days:
+    must be an int (got str '14')`` (an entry of a list or a mapping under its own path); the names of those
+    properties."""
+    code = f"{construct_name(type(props))}.{WRONG_TYPE}"
+    wrong: list[str] = []
+    for name, parts, expected, value in type_faults(props):
+        problems.add(code, at.at(name, *parts), f"must be {expected} (got {type(value).__name__} {value!r})")
+        if name not in wrong:
+            wrong.append(name)
+    return wrong
+
+
+def type_faults(props: Props) -> Iterator[tuple[str, tuple[str | int, ...], str, Any]]:
+    """Each value of ``props`` that is not of its declared type: (property, the path inside it, what it must be, the
+    value). A number token passes where an int is declared (its value is the service's to judge)."""
+    hints = _hints(type(props))
+    for field in dataclasses.fields(props):  # type: ignore[arg-type]
+        for parts, expected, value in _faults(getattr(props, field.name), hints[field.name]):
+            yield field.name, parts, expected, value
+
+
+_HINTS: dict[type[Props], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Props]) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+_Fault = tuple[tuple[str | int, ...], str, Any]
+
+
+def _faults(value: Any, hint: Any) -> Iterator[_Fault]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        arms = [arg for arg in args if arg is not type(None)]
+        if value is None and len(arms) < len(args):
+            return
+        for arm in arms:  # the arm whose kind the value has decides (a list of props: its entries' faults)
+            if _kind_matches(value, arm):
+                yield from _faults(value, arm)
+                return
+        yield (), " or ".join(_expected(arm) for arm in arms), value
+        return
+    if not _kind_matches(value, hint):
+        yield (), _expected(hint), value
+    elif origin in (tuple, list, Sequence) and args:
+        for index, item in enumerate(value):
+            for parts, expected, bad in _faults(item, args[0]):
+                yield (index, *parts), expected, bad
+    elif origin is not None and issubclass(origin, Mapping) and args:
+        for key, item in value.items():
+            for parts, expected, bad in _faults(key, args[0]):
+                yield (str(key), *parts), f"{expected} (a key)", bad
+            for parts, expected, bad in _faults(item, args[1]):
+                yield (str(key), *parts), expected, bad
+    elif isinstance(hint, type) and issubclass(hint, Props):
+        for name, parts, expected, bad in type_faults(value):
+            yield (name, *parts), expected, bad
+
+
+def _kind_matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of ``hint``'s own kind (a list for a list of anything): its entries are judged apart."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_kind_matches(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin in (tuple, list, Sequence):
+        return isinstance(value, list | tuple)  # (a string is a sequence, never a list of them)
+    if origin is not None and issubclass(origin, Mapping):
+        return isinstance(value, Mapping)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:  # (a number token is a float: the service judges it)
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and is_unresolved(value))
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        return isinstance(value, str)  # (a value that is no member: the class's rule names the members)
+    if hint is pathlib.Path:
+        return isinstance(value, pathlib.PurePath)
+    if isinstance(hint, type) and getattr(hint, "_is_protocol", False) and hasattr(hint, "__jsii_type__"):
+        return _implements(value, hint)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # (a type this check does not know: left to the rules)
+
+
+def _implements(value: Any, interface: type) -> bool:
+    """Whether ``value`` is an object implementing the jsii interface (``s3.IBucket``): a class that declares it
+    (``@jsii.implements``), or a proxy jsii returns for it."""
+    delegates = vars(value).get("_delegates") if type(value).__name__ == "InterfaceDynamicProxy" else None
+    if delegates is not None:  # (jsii's stand-in for an object of several interfaces: one of them is enough)
+        return any(_implements(delegate, interface) for delegate in delegates)
+    kinds = type(value).__mro__
+    proxy = getattr(interface, "__jsii_proxy_class__", None)  # (what jsii returns for an object of the interface)
+    return interface in kinds or (proxy is not None and proxy() in kinds) or any(
+        interface in declared.__mro__ for kind in kinds for declared in vars(kind).get("__jsii_ifaces__", ()))
+
+
+def _expected(hint: Any) -> str:
+    """What a value of ``hint`` is, in the words of a problem: ``an int``, ``a list of str``, ``an IBucket``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected(arm) for arm in args if arm is not type(None))
+    if origin in (tuple, list, Sequence):
+        return f"a list of {_bare(args[0])}" if args else "a list"
+    if origin is not None and issubclass(origin, Mapping):
+        return f"a mapping of {_bare(args[0])} to {_bare(args[1])}" if args else "a mapping"
+    name = {float: "number"}.get(hint) or _bare(hint)
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def _bare(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_bare(arm) for arm in typing.get_args(hint) if arm is not type(None))
+    if typing.get_origin(hint) is not None:
+        return _expected(hint).split(" ", 1)[1]
+    return getattr(hint, "__name__", str(hint))
+
+
+def _stand_in(props: P, wrong: Sequence[str]) -> P:
+    """``props`` with each property of ``wrong`` at its default, or an empty value of its type when it has none (a
+    required object, such as a cluster, is kept as given)."""
+    hints = _hints(type(props))
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(props):  # type: ignore[arg-type]
+        if field.name not in wrong:
+            continue
+        if field.default is not dataclasses.MISSING:
+            changes[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            changes[field.name] = field.default_factory()
+        elif (empty := _empty(hints[field.name])) is not dataclasses.MISSING:
+            changes[field.name] = empty
+        # (else: a required object, a cluster; kept as given: the rules rarely read it, and if one fails on it the
+        # rules' problems wait for a good value)
+    return dataclasses.replace(props, **changes)  # type: ignore[type-var]
+
+
+def _empty(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (tuple, list, Sequence):
+        return ()
+    if origin is not None and issubclass(origin, Mapping):
+        return {}
+    return {str: "", int: 0, float: 0.0, bool: False}.get(hint, dataclasses.MISSING)
 
 
 def block_props(hint: Any) -> type[Props] | None:
@@ -222,10 +449,22 @@ def props_table(cls: type[Props]) -> str:
     return "\n".join(rows)
 
 
-def listed(values: Sequence[Any]) -> Sequence[Any]:
-    """A list property as the props keep it: a tuple (frozen), a string as given (its rule says it is no list)."""
-    return values if isinstance(values, str) else tuple(values)
+@typing.overload
+def listed(values: None) -> None: ...
+@typing.overload
+def listed(values: Sequence[Any]) -> Sequence[Any]: ...
+def listed(values: Sequence[Any] | None) -> Sequence[Any] | None:
+    """A list property as the props keep it: a tuple (frozen); a value that is no list (a string, a number) as given,
+    so the type check reports it once (``must be a list of str (got str 'g6e.12xlarge')``)."""
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, typing.Iterable):
+        return values
+    return tuple(values)
 
 
-__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "item_props", "listed", "prop",
-           "props_table"]
+def mapped(values: Mapping[Any, Any] | None) -> Mapping[Any, Any] | None:
+    """A mapping property as the props keep it: a copy (a dict); anything else as given, for the type check."""
+    return dict(values) if isinstance(values, Mapping) else values
+
+
+__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "construct_name", "item_props", "listed",
+           "mapped", "prop", "props_table", "type_faults", "types_checked"]

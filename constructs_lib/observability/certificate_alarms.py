@@ -21,11 +21,27 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
+from hyperpod_inference_iac.foundation.patterns import (
+    DNS1123_LABEL,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    mapped,
+    prop,
+    types_checked,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.observability.alarm_topic import (
+    AlarmTopic,
+)
 from hyperpod_inference_iac.observability.alarms import (
     AlarmSettings,
     AlarmWiring,
@@ -98,8 +114,9 @@ def check_certificate_alarms(problems: Problems, at: KeyPaths = PROPS, *, region
     """:meth:`CertificateAlarmsProps.check` of these properties, the certificates given by ARN (label -> ARN, tokens
     skipped; None skips the certificate rules, for a loader that checks them under another key). Kept for callers of
     0.2.0."""
-    CertificateAlarmsProps(certificates=certificate_arns, **options).check(  # type: ignore[arg-type]
-        problems, at, region=region)
+    props = CertificateAlarmsProps(certificates=certificate_arns, **options)  # type: ignore[arg-type]
+    with types_checked(props):  # (ARNs stand in for the certificates: the rules read only their ARNs)
+        props.check(problems, at, region=region)
 
 
 def warn_certificate_alarms(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
@@ -143,8 +160,8 @@ class CertificateAlarms(Construct):
         super().__init__(scope, id)
         stack = Stack.of(self)
         self.props = props = CertificateAlarmsProps(
-            certificates=dict(certificates), topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,
-            notify_on_ok=notify_on_ok, days_to_expiry=days_to_expiry)
+            certificates=mapped(certificates), topic=topic, alarm_name_prefix=alarm_name_prefix,  # type: ignore[arg-type]
+            runbook_url=runbook_url, notify_on_ok=notify_on_ok, days_to_expiry=days_to_expiry)
         problems = Problems()
         props.check(problems, region=stack.region)
         problems.raise_if_any(f"CertificateAlarms {self.node.path}")

@@ -717,11 +717,11 @@ class ModelServingMetrics(Construct):
             cluster=cluster, namespace=namespace, models=listed(models), cluster_name=cluster_name or
             cluster.cluster_name, role_name=role_name, log_retention=log_retention, image=image,
             state_image=state_image, relay_image=relay_image,
-            pod_cidrs=tuple(pod_cidrs) if pod_cidrs is not None else None, scrape_interval=scrape_interval,
+            pod_cidrs=listed(pod_cidrs), scrape_interval=scrape_interval,
             topic=topic, alarm_name_prefix=alarm_name_prefix,
             runbook_url=runbook_url, notify_on_ok=notify_on_ok, min_requests=min_requests, error_rate=error_rate,
             latency=latency, time_to_first_token=time_to_first_token, model_failed=model_failed,
-            deployment_time_exceeded=deployment_time_exceeded, depends_on=tuple(depends_on))
+            deployment_time_exceeded=deployment_time_exceeded, depends_on=listed(depends_on))
         props.raise_if_invalid(f"ModelServingMetrics {self.node.path}")
         assert props.cluster_name is not None
         self.cluster_name = cluster_name = props.cluster_name

@@ -110,7 +110,7 @@ class PlatformDashboard(Construct):
         self.props = props = PlatformDashboardProps(
             dashboard_name=dashboard_name, pipeline=pipeline, tiers=listed(tiers),
             certificates=None if certificates is None else dict(certificates), sidecar_metrics=sidecar_metrics,
-            model_metrics=model_metrics, alarms=tuple(alarms))
+            model_metrics=model_metrics, alarms=listed(alarms))
         props.raise_if_invalid(f"PlatformDashboard {self.node.path}")
         pipeline, certificates, sidecar_metrics, alarms = props.pipeline, props.certificates, props.sidecar_metrics, \
             props.alarms

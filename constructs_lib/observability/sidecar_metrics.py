@@ -494,7 +494,7 @@ class CaptureSidecarMetrics(Construct):
             topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url, notify_on_ok=notify_on_ok,
             dropped_records=dropped_records, failed_uploads=failed_uploads, rejected_requests=rejected_requests,
             no_metrics=no_metrics, models=listed(models), server_error_rate=server_error_rate,
-            first_chunk_p99=first_chunk_p99, depends_on=tuple(depends_on))
+            first_chunk_p99=first_chunk_p99, depends_on=listed(depends_on))
         props.raise_if_invalid(f"CaptureSidecarMetrics {self.node.path}")
         cluster_name = props.cluster_name
         assert cluster_name is not None

@@ -44,10 +44,23 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct, IConstruct
 
-from hyperpod_inference_iac.foundation.cdk_types import cfn_child
-from hyperpod_inference_iac.foundation.patterns import account_root_arn
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.security.data_perimeter import _accounts, _Produce, key_administration, principal_arn
+from hyperpod_inference_iac.foundation.cdk_types import (
+    cfn_child,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    account_root_arn,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.security.data_perimeter import (
+    _accounts,
+    _Produce,
+    key_administration,
+    principal_arn,
+)
 
 SECRET_ARN_CONTEXT = "kms:EncryptionContext:SecretARN"
 #: what writing a secret value needs of the key (a new version; the re-encryption when a secret changes key)
@@ -207,7 +220,7 @@ class SecretsKey(Construct):
                  removal_policy: RemovalPolicy = SecretsKeyProps.removal_policy) -> None:
         super().__init__(scope, id)
         self.props = props = SecretsKeyProps(
-            alias=alias, deployer_role_arns=None if deployer_role_arns is None else tuple(deployer_role_arns),
+            alias=alias, deployer_role_arns=listed(deployer_role_arns),
             removal_policy=removal_policy)
         props.raise_if_invalid(f"SecretsKey {self.node.path}")
         self.key = kms.Key(self, "Key", alias=props.alias, enable_key_rotation=True,

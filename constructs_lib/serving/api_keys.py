@@ -45,7 +45,7 @@ from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
 from hyperpod_inference_iac.foundation.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.foundation.nag import acknowledge
 from hyperpod_inference_iac.foundation.patterns import iam_role_arn, iam_role_name
-from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.security.secrets_key import (
     default_deployer_role_arns,
@@ -287,7 +287,7 @@ class ApiKeySync(Construct):
                  operator_role_arns: Sequence[str] = ApiKeySyncProps.operator_role_arns) -> None:
         super().__init__(scope, id)
         self.props = props = ApiKeySyncProps(
-            cluster=cluster, sync=sync, client_role_arns=tuple(client_role_arns), operator_chart=operator_chart,
+            cluster=cluster, sync=sync, client_role_arns=listed(client_role_arns), operator_chart=operator_chart,
             encryption_key=encryption_key, rotation_days=rotation_days, rotation_role_name=rotation_role_name,
             log_retention=log_retention, acceptance=acceptance,
             deployer_role_arns=None if deployer_role_arns is None else tuple(deployer_role_arns),

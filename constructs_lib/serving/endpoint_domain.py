@@ -17,9 +17,20 @@ from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.patterns import DOMAIN_NAME
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.foundation.patterns import (
+    DOMAIN_NAME,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
 
 _ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):certificate/\S+$")
 
@@ -82,7 +93,7 @@ def check_endpoint_domain(problems: Problems, at: KeyPaths = PROPS, *, zone_name
                           account: str | None = None, region: str | None = None) -> None:
     """:func:`check_endpoint_certificate` and :meth:`EndpointDomainOptions.check` (kept for callers of 0.2.0)."""
     check_endpoint_certificate(problems, at, certificate_arn, account=account, region=region)
-    EndpointDomainOptions(zone_name=zone_name, endpoint_domains=tuple(endpoint_domains)).check(problems, at)
+    EndpointDomainOptions(zone_name=zone_name, endpoint_domains=listed(endpoint_domains)).check(problems, at)
 
 
 def check_endpoint_certificate(problems: Problems, at: KeyPaths, arn: str | None, *, account: str | None,
@@ -127,7 +138,7 @@ class EndpointDomain(Construct):
         certificate: acm.ICertificate | None = EndpointDomainProps.certificate,
     ) -> None:
         super().__init__(scope, id)
-        self.props = props = EndpointDomainProps(zone_name=zone_name, endpoint_domains=tuple(endpoint_domains),
+        self.props = props = EndpointDomainProps(zone_name=zone_name, endpoint_domains=listed(endpoint_domains),
                                                  hosted_zone=hosted_zone, certificate=certificate)
         stack = Stack.of(self)
         problems = Problems()

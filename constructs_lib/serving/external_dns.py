@@ -32,13 +32,35 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.helm import HelmRelease
-from hyperpod_inference_iac.foundation.nag import acknowledge
-from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME, iam_role_arn
-from hyperpod_inference_iac.foundation.platform_values import Interpolated, PlatformValue
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-from hyperpod_inference_iac.security.workload_identity import service_account_principal
+from hyperpod_inference_iac.foundation.helm import (
+    HelmRelease,
+)
+from hyperpod_inference_iac.foundation.nag import (
+    acknowledge,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    DNS1123_LABEL,
+    DOMAIN_NAME,
+    iam_role_arn,
+)
+from hyperpod_inference_iac.foundation.platform_values import (
+    Interpolated,
+    PlatformValue,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    PROPS,
+    KeyPaths,
+    Problems,
+    is_unresolved,
+)
+from hyperpod_inference_iac.security.workload_identity import (
+    service_account_principal,
+)
 
 CHART_VERSION = "1.16.1"
 NAMESPACE = "kube-system"  # where the releases run (not what they watch)
@@ -195,8 +217,8 @@ class ExternalDns(Construct):
                  role_name: str | None = ExternalDnsProps.role_name) -> None:
         super().__init__(scope, id)
         self.props = props = ExternalDnsProps(
-            cluster=cluster, hosted_zones=tuple(hosted_zones), owner_id=owner_id, namespaces=tuple(namespaces),
-            hostnames=tuple(hostnames) if hostnames is not None else None, role_name=role_name)
+            cluster=cluster, hosted_zones=listed(hosted_zones), owner_id=owner_id, namespaces=listed(namespaces),
+            hostnames=listed(hostnames), role_name=role_name)
         props.raise_if_invalid(f"ExternalDns {self.node.path}")
         stack = Stack.of(self)
         self.role = iam.Role(

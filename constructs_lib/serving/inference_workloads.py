@@ -26,7 +26,9 @@ from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from hyperpod_inference_iac.charts.gateway import PlannedGateway
+from hyperpod_inference_iac.charts.gateway import (
+    PlannedGateway,
+)
 from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelWorkload,
@@ -36,13 +38,38 @@ from hyperpod_inference_iac.charts.plan import (
     check_grantable_key,
     token_secret_of,
 )
-from hyperpod_inference_iac.charts.pod_credentials import STS_AUDIENCE, CredentialScope
-from hyperpod_inference_iac.charts.render import render_workloads
-from hyperpod_inference_iac.foundation._package_data import package_dir
-from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
-from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValue, PlatformValues
-from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.risks import RiskWarnings, is_private_range
+from hyperpod_inference_iac.charts.pod_credentials import (
+    STS_AUDIENCE,
+    CredentialScope,
+)
+from hyperpod_inference_iac.charts.render import (
+    render_workloads,
+)
+from hyperpod_inference_iac.foundation._package_data import (
+    package_dir,
+)
+from hyperpod_inference_iac.foundation.agreement import (
+    GatewayPart,
+    WorkloadsPart,
+    agree,
+)
+from hyperpod_inference_iac.foundation.cdk_types import (
+    ClusterLike,
+)
+from hyperpod_inference_iac.foundation.platform_values import (
+    AwaitingDeploy,
+    PlatformValue,
+    PlatformValues,
+)
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    listed,
+    prop,
+)
+from hyperpod_inference_iac.foundation.risks import (
+    RiskWarnings,
+    is_private_range,
+)
 from hyperpod_inference_iac.foundation.validation import (
     PROPS,
     ConfigError,
@@ -51,11 +78,36 @@ from hyperpod_inference_iac.foundation.validation import (
     is_unresolved,
     join_path,
 )
-from hyperpod_inference_iac.security.s3_access import bucket_arn
-from hyperpod_inference_iac.security.workload_identity import IdentityBinding, WorkloadIdentity
+from hyperpod_inference_iac.security.s3_access import (
+    bucket_arn,
+)
+from hyperpod_inference_iac.security.workload_identity import (
+    IdentityBinding,
+    WorkloadIdentity,
+)
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
 SIDECAR_IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64  # the GPU nodes are x86_64
+
+
+def workloads_part(construct: str, props: InferenceWorkloadsProps) -> WorkloadsPart:
+    """What the workloads hold that the operator, the pipeline and the HyperPod cluster must agree with
+    (:mod:`~hyperpod_inference_iac.foundation.agreement`): where the plan's workloads write captures (the platform's
+    bucket is
+    ``capture_bucket``, or its name in ``known_values``), the models' instance types, the gateways."""
+    context = props.plan.context
+    capture = context.capture
+    bucket: Any = None
+    if capture is not None:
+        bucket = capture.bucket if not isinstance(capture.bucket, PlatformValue) else (
+            props.capture_bucket or (props.known_values or {}).get(capture.bucket))
+    return WorkloadsPart(
+        construct=construct, cluster=props.cluster, capture_bucket=bucket,
+        capture_prefix=capture.prefix if capture is not None else None,
+        capture_path=join_path(context.key_paths.at("capture"), "prefix"),
+        instance_types=tuple((model.name, model.instance_types) for model in props.plan.models),
+        gateways=tuple(GatewayPart(name=gateway.name, path=gateway.path) for gateway in props.plan.gateways),
+        node_groups_known=bool(context.node_groups))
 
 
 def sidecar_image_asset(scope: Construct, id: str) -> ecr_assets.DockerImageAsset:
@@ -207,10 +259,11 @@ class InferenceWorkloads(Construct):
         self.props = props = InferenceWorkloadsProps(
             cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,
             certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
-            apply_workloads=apply_workloads, binding=binding, depends_on=tuple(depends_on), external_dns=external_dns,
-            secret_sync=secret_sync, namespace_labels=namespace_labels,
-            monitored_namespaces=None if monitored_namespaces is None else tuple(monitored_namespaces))
+            apply_workloads=apply_workloads, binding=binding, depends_on=listed(depends_on),
+            external_dns=external_dns, secret_sync=secret_sync, namespace_labels=namespace_labels,
+            monitored_namespaces=listed(monitored_namespaces))
         props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
+        agree(self, workloads_part(f"InferenceWorkloads {self.node.path}", props))
         stack = Stack.of(self)
         self.plan = plan
         self._capture_bucket, self._capture_key = capture_bucket, capture_key

@@ -554,6 +554,8 @@ PLAN_CASES: list[tuple[str, int, dict[str, Any], str, dict[str, Any]]] = [
     ("Tls.OutputBucketNotGranted", 2, {}, "models[2].spec.tlsConfig.tlsCertificateOutputS3Uri", PLATFORM),
     ("Model.EndpointDomainNotServed", 5, {"endpointDomain": "qwen3.inference.example.com"},
      "models[5].endpointDomain", PLATFORM),
+    ("Model.InstanceTypeNotInCluster", 0, {}, "models[0].spec.instanceType", {"node_groups": (
+        NodeGroupPlacement(name="p5", instance_type="ml.p5.48xlarge"),)}),
     ("Model.NoSchedulableGroup", 0, {}, "models[0].spec.instanceType", {"node_groups": (
         NodeGroupPlacement(name="g5", instance_type="ml.g5.12xlarge",
                            blocking_taints=("dedicated=training:NoSchedule",)),

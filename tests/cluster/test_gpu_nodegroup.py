@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -136,12 +137,14 @@ def test_nodes_go_to_the_selected_private_subnets(nodegroup: dict[str, Any]) -> 
 
 
 def _build(scratch: Base, new_id: Callable[[], str], **overrides: Any) -> GpuNodeGroup:
+    id = new_id()
     props: dict[str, Any] = {
-        "cluster": scratch.cluster, "name": "gpu", "instance_types": ["g6e.12xlarge"],
-        "min_size": 0, "desired_size": 1, "max_size": 2,
+        # (a name of its own: the scratch cluster holds every test's groups, and names are unique per cluster)
+        "cluster": scratch.cluster, "name": f"gpu-{hashlib.sha256(id.encode()).hexdigest()[:10]}",
+        "instance_types": ["g6e.12xlarge"], "min_size": 0, "desired_size": 1, "max_size": 2,
     }
     props.update(overrides)
-    return GpuNodeGroup(scratch.stack, new_id(), **props)
+    return GpuNodeGroup(scratch.stack, id, **props)
 
 
 def _errors(scratch: Base, new_id: Callable[[], str], **overrides: Any) -> ConfigError:

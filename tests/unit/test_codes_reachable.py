@@ -23,6 +23,15 @@ from tests.unit.test_config import _set, _with
 
 # The codes no config file can raise, each with the reason. A code here that a case reaches fails the test below.
 NOT_FROM_CONFIG: dict[str, str] = {
+    # Parts that agree (agreement.py): the app derives each shared fact from one key, so they agree by construction.
+    "CapturePipeline.OperatorPrefixNotProcessed": "the app gives `capture.prefix` to the operator and the pipeline",
+    "CapturePipeline.PlanPrefixNotProcessed": "the app gives `capture.prefix` to the plan and the pipeline",
+    "InferenceWorkloads.CapturePrefixNotOperators": "the app gives `capture.prefix` to the plan and the operator",
+    "InferenceWorkloads.GatewayNotRunByOperator": "the app turns the operator's gateway on exactly when the plan has "
+                                                  "gateways",
+    "InferenceWorkloads.InstanceTypeNotInCluster": "the app's plan lists `hyperpod.instanceGroups` as its node groups, "
+                                                   "so the plan refuses it first (Model.InstanceTypeNotInCluster)",
+    "GpuNodeGroup.DuplicateName": "refused first by the config check (Cluster.DuplicateNodeGroup)",
     # Names the app derives (from `project`, `environment`, `cluster.name`): their patterns hold by construction.
     "AlarmTopic.BadTopicName": "the app names the topic `<project>-alarms`",
     "CaptureStorage.BadBucketName": "the app names the buckets from project, account and region",

@@ -194,6 +194,8 @@ CASES = [
     ("ModelCache.WeightsCacheNeedsRemoteSource", "models[1].spec.modelCacheConfig.weightsCache",
      _set("models.1.spec.modelCacheConfig.weightsCache", {"enabled": True})),
     # Operator 3.4-3.7 fields (charts/crd_overlays/, docs/operator-versions.md): each mistake one coded problem.
+    ("Model.InstanceTypeNotInCluster", "models[0].spec.instanceType",
+     _set("models.0.spec.instanceType", "ml.g6e.12xlarge")),
     ("Model.NoSchedulableGroup", "models[0].spec.instanceType",
      _set("hyperpod.instanceGroups.0.kubernetesTaints", [{"key": "dedicated", "value": "training",
                                                           "effect": "NoSchedule"}])),

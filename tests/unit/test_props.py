@@ -300,8 +300,15 @@ def _hyperpod_taint(stack: Stack) -> None:
                                                    kubernetes_taints=[taint])])
 
 
+def _created_cluster(stack: Stack) -> eks.Cluster:
+    """A cluster created here: what InferenceOperator and ExternalDns declare (an imported one is their
+    ``WrongType``)."""
+    return eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, default_capacity=0,
+                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP)
+
+
 def _inference_operator(stack: Stack) -> None:
-    InferenceOperator(stack, "Operator", cluster=_cluster(stack), hyperpod_cluster_arn="arn",  # type: ignore[arg-type]
+    InferenceOperator(stack, "Operator", cluster=_created_cluster(stack), hyperpod_cluster_arn="arn",
                       tls_bucket=s3.Bucket.from_bucket_name(stack, "Tls", "hyperpod-tls-x"), addon_version="1.0.0")
 
 
@@ -369,7 +376,7 @@ def test_external_dns_props_are_python_only_and_named_so() -> None:
     zone = route53.HostedZone.from_hosted_zone_attributes(stack, "Zone", hosted_zone_id="Z0123456789ABC",
                                                           zone_name="inference.example.com")
     with pytest.raises(ConfigError) as caught:
-        ExternalDns(stack, "Dns", cluster=_cluster(stack), hosted_zones=[zone], owner_id="c",  # type: ignore[arg-type]
+        ExternalDns(stack, "Dns", cluster=_created_cluster(stack), hosted_zones=[zone], owner_id="c",
                     namespaces=["inference", "Bad_Namespace"], hostnames=["qwen.inference.example.com"])
     assert [(p.code, p.path) for p in caught.value.problems] == [("ExternalDns.BadNamespace", "namespaces[1]")]
 
