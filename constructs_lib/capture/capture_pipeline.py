@@ -399,8 +399,44 @@ class CapturePipeline(Construct):
         log_retention: logs.RetentionDays = CapturePipelineProps.log_retention,
         code: lambda_.Code | None = CapturePipelineProps.code,
     ) -> None:
-        """Properties: :class:`CapturePipelineProps` (each with its type, default and meaning); ``props`` keeps
-        them."""
+        """Create the construct. Its properties (:class:`CapturePipelineProps`, kept as ``self.props``):
+
+        :param redact: Redaction rules of the capture processor, applied to the decoded payloads, URLs and user
+            agents (docs/capture-processor.md#redaction): `email`, `phone`, `access_token`, `aws_secret_key`,
+            `private_key`, `payment_card`, `us_ssn`, `iban`, `ip_address` (add it to redact client addresses in
+            prompts too). An empty list switches redaction off (`REDACT=none`; warned:
+            `CapturePipeline:redactionOff`). Default: ``[email, phone, access_token, aws_secret_key,
+            private_key, payment_card, us_ssn, iban]`` (``DEFAULT_REDACTION_RULES``: every rule but
+            ``ip_address``).
+        :param pandas_layer_arn: The `AWSSDKPandas-Python313-Arm64` layer version ARN (AWS SDK for pandas,
+            Python 3.13, arm64). Required in regions without a mapped version (mapped: af-south-1, ca-central-1,
+            us-east-1, us-west-2); for a stack without an explicit region, a CloudFormation mapping of the
+            mapped regions picks it. Default: ``None`` (the version mapped for the stack's region in
+            ``PANDAS_LAYER_VERSIONS``).
+        :param max_concurrency: The most invocations the SQS event source drives at once (2..1000): a flood of
+            captures cannot take the account's Lambda concurrency from other functions. Unlike reserved
+            concurrency it takes nothing from the account's pool. Default: ``10``.
+        :param capture_prefixes: Key prefixes whose `ObjectCreated` events are processed: S3 key prefixes (S3's
+            safe characters and `/`, ending in `/`, not starting with `/`, no `*`), none overlapping another or
+            the outputs (the app gives the storage's `capture.prefix`). Default: ``('data-capture/',)``.
+        :param output_prefix: Where curated Parquet goes, as `tier=/dt=/hour=` below it. Default:
+            ``'curated/'``.
+        :param quarantine_prefix: Where rejected lines go, as JSON Lines. Default: ``'quarantine/'``.
+        :param memory_size: Function memory in MiB (128..10240). 1024 keeps a 1 GiB object within memory.
+            Default: ``1024``.
+        :param reserved_concurrency: Reserves (and caps) concurrency from the account's pool. Default: ``None``
+            (none).
+        :param glue_database_name: The Glue database holding the two tables (Athena-compatible: lower case
+            letters, digits and `_`). Default: ``'inference_capture'``.
+        :param first_partition_date: Earliest `dt` Athena projects (`YYYY-MM-DD`). Default: ``'2025-01-01'``.
+        :param bucket: Holds the capture objects; outputs go to the same bucket. It must belong to this stack or
+            be imported into it: its notification configuration references the queue. Default: required.
+        :param encryption_key: The bucket's key (pass `None` for an SSE-S3 bucket). The function may decrypt and
+            encrypt with it, through S3 only. Default: required.
+        :param log_retention: How long the function's logs are kept. Default: ``RetentionDays.THREE_MONTHS``.
+        :param code: The function's code. Default: ``None`` (the runtime shipped in the package,
+            ``hyperpod_inference_iac.capture_processor``).
+        """
         super().__init__(scope, id)
         stack = Stack.of(self)
         region = stack.region

@@ -306,6 +306,64 @@ class CaptureStorage(Construct):
         load_balancer_logs: bool = CaptureStorageProps.load_balancer_logs,
         removal_policy: RemovalPolicy = CaptureStorageProps.removal_policy,
     ) -> None:
+        """Create the construct. Its properties (:class:`CaptureStorageProps`, kept as ``self.props``):
+
+        :param capture_prefix: Where raw captures are written (unredacted prompts), and so the prefix the
+            capture pipeline processes. An S3 key prefix: S3's safe characters and `/`, ending in `/`, not
+            starting with `/`, no `*`, not empty (that would be the whole bucket). Default: ``'data-capture/'``.
+        :param retention_days: Captured objects expire this many days after they are written (1..3650). Default:
+            ``30``.
+        :param noncurrent_version_retention_days: Overwritten or deleted versions of captures and certificates
+            are purged after this many days (1..365). Default: ``7``.
+        :param access_log_retention_days: How long S3 server access logs (who read which capture) are kept, in
+            days (1..3650). Applies to the log bucket this construct creates. Default: ``365``.
+        :param reader_role_arns: IAM role ARNs (analysts, monitors) that may read the redacted `curated_prefix`
+            only, granted in the bucket and key policies; denied every other object access whatever their IAM
+            policies say. A role of another account is warned (`CaptureStorage:readerInOtherAccount`). Default:
+            ``()``.
+        :param raw_reader_role_arns: IAM role ARNs that may also read the raw captures and the quarantine
+            (unredacted prompts): name each one. A role of another account is warned
+            (`CaptureStorage:rawReaderInOtherAccount`). Default: ``()``.
+        :param break_glass_role_arns: Incident-response role ARNs exempt from both buckets' allowlists (read,
+            write, delete) and allowed by the key policy; they still need an IAM policy of their own, granted
+            when the break-glass procedure runs (docs/security.md). Each must be a role of the stack's account
+            (`CaptureStorage.BreakGlassOtherAccount`). Default: ``()``.
+        :param curated_prefix: Where the capture pipeline writes redacted Parquet. Default: ``'curated/'``.
+        :param quarantine_prefix: Where the pipeline puts lines it could not parse. Default: ``'quarantine/'``.
+        :param iceberg_prefix: Where the capture Iceberg tables live (`CaptureTables`): no lifecycle expiry
+            there (a table's metadata and manifests outlive the objects' age; rows expire as table operations),
+            only its overwritten and deleted versions are purged after `noncurrent_version_retention_days`.
+            Default: ``'curated-iceberg/'``.
+        :param query_results_prefix: Where Athena writes query results (`CaptureTables`): they expire after
+            `retention_days`, as captures do (a result may hold prompt text). Default: ``'athena-results/'``.
+        :param capture_bucket_name: Name of the capture bucket. Always known at synth: the key policy names the
+            bucket in its encryption-context condition (a generated name would make the key and the bucket
+            depend on each other). Default: ``None`` (``capture-<account>-<region>-<last 8 characters of the
+            construct's unique id, lowercased>``).
+        :param tls_bucket_name: Name of the TLS certificate bucket. Must start with `hyperpod-tls`: the
+            AWS-managed `AmazonSageMakerHyperPodInferenceAccess` policy only covers `hyperpod-tls*` buckets.
+            Default: ``None`` (``hyperpod-tls-<account>-<region>-<last 8 characters of the construct's unique
+            id, lowercased>``).
+        :param access_log_bucket_name: Name of the log bucket this construct creates. Ignored when
+            `access_logs_bucket` is given. Default: ``None`` (generated).
+        :param encryption_key: Key of the capture and TLS buckets. Its policy is rendered from the allowlists
+            when the construct creates it; an imported key's policy cannot be edited here: list the principals
+            in it yourself (the bucket allowlists still apply). Default: ``None`` (a new customer-managed key
+            with rotation).
+        :param key_alias: Alias of the key this construct creates, e.g. `alias/llm-platform/capture`. Default:
+            ``None`` (no alias).
+        :param access_logs_bucket: An existing bucket for server access logs. When it is an `s3.Bucket` in the
+            same stack, or a logging bucket has a literal name, the construct adds the statement that admits
+            `logging.s3.amazonaws.com` for that bucket; otherwise the log bucket's own policy must admit it
+            (warned). Default: ``None`` (a new SSE-S3 log bucket).
+        :param load_balancer_logs: Accept Tier 2 capture (ALB access logs) under `capture_prefix`: Elastic Load
+            Balancing delivers only to SSE-S3 buckets, so the capture bucket's default becomes SSE-S3 and its
+            policy requires every other write to name the key; ELB log delivery is admitted under
+            `<capture_prefix>*/alb/AWSLogs/<account>/` (the app sets it when a workload captures ALB access
+            logs). Default: ``False``.
+        :param removal_policy: What happens to the buckets and the key when removed from the stack. Default:
+            ``RemovalPolicy.RETAIN``.
+        """
         super().__init__(scope, id)
         self.props = props = CaptureStorageProps(
             capture_prefix=capture_prefix, retention_days=retention_days,

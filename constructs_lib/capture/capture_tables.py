@@ -310,7 +310,41 @@ class CaptureTables(Construct):
         snapshot_retention_days: int = CaptureTablesProps.snapshot_retention_days,
         orphan_file_retention_days: int = CaptureTablesProps.orphan_file_retention_days,
     ) -> None:
-        """Properties: :class:`CaptureTablesProps`; ``props`` keeps them."""
+        """Create the construct. Its properties (:class:`CaptureTablesProps`, kept as ``self.props``):
+
+        :param table_readers: Readers of the Iceberg tables, each a `roleArn` and its `columns` (`TableReader`,
+            below), granted through Lake Formation (no bucket or key policy lets them read `curated-iceberg/`
+            directly); a role at most once. Default: ``()``.
+        :param query_scan_limit_gib: The most data one Athena query of the workgroups may scan, in GiB
+            (1..10240): a query over it is cancelled (and costs what it scanned until then). Default: ``10``.
+        :param tables_layer_arn: The Lambda layer version with pyiceberg for the capture processor (built by
+            `make capture-layer` from its hashed lock, published with `aws lambda publish-layer-version`:
+            compiled wheels for Python 3.13 on arm64, which a synth cannot fetch offline). With it the processor
+            writes both layouts this release (`CURATED_OUTPUT=both`); without it, Parquet only, and a warning
+            says so. Default: ``None`` (none: the tables are made, and the processor does not write them yet).
+        :param row_retention_days: With `tables_layer_arn`: a daily EventBridge rule (03:17 UTC) invokes the
+            processor to delete the rows older than this many days from both tables, expire the snapshots that
+            hold them and write an audit record under `audit/table-deletions/` (1..3650). Default: ``None``
+            (none: rows are deleted only on request (the app gives ``capture.retentionDays``)).
+        :param database_name: The Glue database of the two Iceberg tables (its own: today's database holds
+            tables of the same names). No table in it gets Lake Formation's `IAM_ALLOWED_PRINCIPALS` grant.
+            Default: ``'inference_capture_iceberg'``.
+        :param iceberg_prefix: The tables' warehouse in the capture bucket, as `<prefix><table>/`. Default:
+            ``'curated-iceberg/'``.
+        :param query_results_prefix: Where Athena writes query results, as `<prefix><workgroup>/`. Default:
+            ``'athena-results/'``.
+        :param workgroup_name: The workgroup of `all` readers; the usage workgroup is `<name>-usage`. Default:
+            ``'capture'``.
+        :param snapshot_retention_days: Snapshots older than this expire, with the files only they reference
+            (1..365): a deleted row is gone from time travel after at most this long, as an overwritten capture
+            object is. Default: ``7`` (7 (the app gives ``capture.noncurrentVersionRetentionDays``)).
+        :param orphan_file_retention_days: Files no snapshot references (a failed commit's) are deleted after
+            this many days (1..365). Default: ``3``.
+        :param pipeline: The capture pipeline whose processor writes the tables: its bucket and key are the
+            tables' (the bucket must be guarded by CaptureStorage for the perimeter to hold), its role is
+            granted the catalog and `curated-iceberg/`, its function gets the `ICEBERG_*` settings. Default:
+            required.
+        """
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
             pipeline=pipeline, table_readers=listed(table_readers), query_scan_limit_gib=query_scan_limit_gib,

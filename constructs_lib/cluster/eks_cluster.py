@@ -288,6 +288,38 @@ class InferenceCluster(Construct):
         control_plane_log_retention: logs.RetentionDays = InferenceClusterProps.control_plane_log_retention,
         deployer_role_arns: Sequence[str] | None = InferenceClusterProps.deployer_role_arns,
     ) -> None:
+        """Create the construct. Its properties (:class:`InferenceClusterProps`, kept as ``self.props``):
+
+        :param cluster_name: The EKS cluster name: 1-100 letters, digits, `-` and `_`, starting with a letter or
+            digit. Default: required.
+        :param kubernetes_version: A Kubernetes minor of `KUBECTL_LAYERS` (1.33, 1.34, 1.35), each synthesized
+            with its kubectl layer. Quote it in YAML: `1.30` unquoted is the number 1.3. Default: ``'1.34'``.
+        :param endpoint_access: Who reaches the Kubernetes API server: `private` (only from inside the VPC) or
+            `public_and_private` (also from the internet; warned: `InferenceCluster:publicEndpoint`). Default:
+            ``ClusterEndpointAccess.PRIVATE``.
+        :param admin_role_arns: Roles given cluster admin through EKS access entries; the role that deploys the
+            stack gets no implicit admin rights. Default: ``()``.
+        :param system_instance_type: The system node group's instance type (operator, cert-manager, load
+            balancer controller), so GPU nodes only run models. Default: ``'m6i.large'``.
+        :param enforce_network_policies: Manage the `vpc-cni` EKS add-on with `{"enableNetworkPolicy": "true"}`,
+            so Kubernetes `NetworkPolicy` objects (such as the portable servers') are enforced. Off, no add-on:
+            the VPC CNI stays as EKS bootstrapped it (self-managed, policies not enforced). Default: ``True``.
+        :param vpc: The VPC. The cluster and the system nodes use its `PRIVATE_WITH_EGRESS` subnets. Default:
+            required.
+        :param kubectl_layer: The kubectl Lambda layer. Default: ``None`` (the layer of ``kubernetes_version``
+            from ``KUBECTL_LAYERS``).
+        :param install_device_plugin: Install the NVIDIA device plugin (`NVIDIA_DEVICE_PLUGIN`). The AL2023
+            NVIDIA AMI carries the driver but not the plugin. Default: ``True``.
+        :param control_plane_log_retention: How long the control-plane log group
+            `/aws/eks/<cluster_name>/cluster` keeps its events (audit logs: who called the Kubernetes API). The
+            group is created before the cluster, so EKS writes into it. Default: ``RetentionDays.ONE_YEAR``.
+        :param deployer_role_arns: The roles CloudFormation deploys the cluster with. The secrets key's policy
+            lets them `kms:Encrypt`, `kms:Decrypt` and `kms:CreateGrant` (for an AWS resource) through EKS only:
+            `eks:CreateCluster` checks the key and creates the grant its control plane uses with the caller's
+            permissions. With another synthesizer and no roles named, the key policy names no deployer (warned)
+            and creating the cluster fails. Default: ``None`` (the CloudFormation execution role of the stack's
+            ``DefaultStackSynthesizer`` (``cdk-<qualifier>-cfn-exec-role-<account>-<region>``)).
+        """
         super().__init__(scope, id)
         # Decided here, not by the app's cdk.json: the cluster's IAM OIDC provider (which every IRSA role trusts) is
         # the native AWS::IAM::OIDCProvider. aws_eks_v2 reads this flag when the provider is first asked for, from

@@ -184,6 +184,27 @@ class GpuNodeGroup(Construct):
         subnets: ec2.SubnetSelection | None = GpuNodeGroupProps.subnets,
         local_storage_strategy: LocalStorageStrategy = GpuNodeGroupProps.local_storage_strategy,
     ) -> None:
+        """Create the construct. Its properties (:class:`GpuNodeGroupProps`, kept as ``self.props``):
+
+        :param name: Node group name, a DNS-1123 label. Also the value of the `hyperpod-inference-iac/nodegroup`
+            label. Default: required.
+        :param instance_types: EC2 instance types, e.g. `["g6e.12xlarge"]`. Each must be an x86_64 NVIDIA GPU
+            type with instance-store NVMe (`NVME_GPU_FAMILIES`). Default: required.
+        :param min_size: Minimum number of nodes; 0 lets the group scale to zero. Default: ``0``.
+        :param desired_size: Initial number of nodes, from the minimum to the maximum. Default: ``1``.
+        :param max_size: Maximum number of nodes (1..1000). Default: ``2``.
+        :param root_volume_gib: Size of the encrypted gp3 root volume in GiB (20..16384): the OS, and what
+            instance store does not take. Default: ``200``.
+        :param labels: Extra Kubernetes node labels. They may not redefine the three labels the construct sets.
+            Default: ``None`` (none).
+        :param local_storage_strategy: nodeadm's `localStorage.strategy`: `RAID0` (one striped array), `RAID10`
+            (mirrored stripes; nodeadm needs at least 4 disks, e.g. the 8-disk p4d.24xlarge or p5.48xlarge,
+            while most g sizes have 1 or 2), `Mount` (each disk on its own under `/mnt/k8s-disks/`). Default:
+            ``LocalStorageStrategy.RAID0``.
+        :param cluster: The `aws_eks_v2` cluster the nodes join (an `eks.Cluster` or `eks.ICluster`). Default:
+            required.
+        :param subnets: Where the nodes are placed. Default: ``None`` (the cluster's private subnets).
+        """
         super().__init__(scope, id)
         self.props = props = GpuNodeGroupProps(
             cluster=cluster, name=name, instance_types=listed(instance_types), min_size=min_size,

@@ -493,6 +493,39 @@ class HyperPodCluster(Construct):
         log_retention: logs.RetentionDays = HyperPodClusterProps.log_retention,
         vpc: ec2.IVpc | None = HyperPodClusterProps.vpc,
     ) -> None:
+        """Create the construct. Its properties (:class:`HyperPodClusterProps`, kept as ``self.props``):
+
+        :param cluster_name: HyperPod cluster name, `^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`. A change replaces the
+            cluster. Default: required.
+        :param node_recovery: `Automatic` (HyperPod replaces or reboots faulty nodes) or `None`. Default:
+            ``NodeRecovery.AUTOMATIC``.
+        :param instance_groups: At least one `InstanceGroup`, names unique. Default: required.
+        :param eks_cluster: The orchestrating EKS cluster. Default: required.
+        :param subnets: Subnets of the nodes' network interfaces (1..16, private, in the EKS cluster's VPC).
+            Default: required.
+        :param security_groups: Security groups of those interfaces (1..5). They must allow traffic to and from
+            the EKS cluster security group. Default: required.
+        :param lifecycle_bucket_name: Name of the lifecycle bucket this construct creates. The role reads it
+            through an explicit grant, so it need not start with `sagemaker-` (the managed policy's own S3
+            scope). Default: ``None`` (CloudFormation generates a name).
+        :param lifecycle_scripts: Folder whose files (`.sh`, `.py`, `.json`, `.yaml`, `.txt`; not starting with
+            `.` or `_`) are put under `lifecycle/`. It must hold `on_create.sh`. Default: ``None`` (the
+            package's ``hyperpod_lifecycle/`` folder).
+        :param access_logs_bucket: Where the lifecycle bucket's server access logs go, under `<bucket name>/`
+            (or its lowercased unique construct id when unnamed). When it is an `s3.Bucket` in the same stack,
+            or the lifecycle bucket has a literal name, the construct adds the statement that admits
+            `logging.s3.amazonaws.com` to its policy (e.g. [CaptureStorage](capture-storage.md)'s
+            `access_log_bucket`); otherwise see Warnings. Default: ``None`` (no server access logs).
+        :param encryption_key: KMS key of the lifecycle bucket. Default: ``None`` (SSE-S3).
+        :param log_retention: How long the cluster's log group keeps its events. A new value is put again on the
+            next deploy; a new cluster id (the cluster was replaced) is a new group, which both calls create and
+            retain. The group is not KMS-encrypted (CloudWatch Logs encrypts it at rest with its own keys): the
+            group is created by HyperPod or by the SDK call, and this construct has no key whose policy admits
+            CloudWatch Logs. Default: ``RetentionDays.THREE_MONTHS``.
+        :param vpc: The VPC of `subnets`: the execution role may create, detach and delete network interfaces of
+            this VPC only. Required when `eks_cluster` was imported without its VPC (`HyperPodCluster.NoVpc`).
+            Default: ``None`` (the EKS cluster's VPC).
+        """
         super().__init__(scope, id)
         self.props = props = HyperPodClusterProps(
             cluster_name=cluster_name, eks_cluster=eks_cluster, subnets=listed(subnets),

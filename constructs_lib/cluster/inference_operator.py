@@ -285,6 +285,51 @@ class InferenceOperator(Construct):
         gated_model_download_role: iam.IRole | None = InferenceOperatorProps.gated_model_download_role,
         inference_gateway: bool = InferenceOperatorProps.inference_gateway,
     ) -> None:
+        """Create the construct. Its properties (:class:`InferenceOperatorProps`, kept as ``self.props``):
+
+        :param addon_version: Pinned version of the `amazon-sagemaker-hyperpod-inference` add-on; every workload
+            may use only the features this version has (docs/operator-versions.md). The dependency add-ons take
+            EKS's default for the cluster's Kubernetes minor (pinning those too would break on each EKS
+            release). Default: ``'v1.4.0-eksbuild.1'`` (``DEFAULT_ADDON_VERSION``, operator 3.3).
+        :param enable_custom_service_accounts: The add-on's `enableCustomServiceAccounts`: workloads may run
+            under their own labelled service accounts. Default: ``False``.
+        :param cluster: The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles). Default:
+            required.
+        :param hyperpod_cluster_arn: The HyperPod cluster the operator deploys onto. Default: required.
+        :param tls_bucket: The operator's TLS certificate output bucket. Its name must start with `hyperpod-tls`
+            (the AWS-managed policy covers only those; not checked here, [CaptureStorage](capture-storage.md)
+            checks it). Default: required.
+        :param tls_bucket_key: The TLS bucket's key. Default: ``None`` (SSE-S3).
+        :param capture_bucket: The bucket data capture writes to. Default: ``None`` (no capture permissions).
+        :param capture_key: The capture bucket's key. Default: ``None`` (SSE-S3).
+        :param capture_prefix: The key prefix in the capture bucket the operator may write to. Default:
+            ``'data-capture/'``.
+        :param certificate: The ACM certificate of the endpoint domains (describe, get and tag only it).
+            Default: ``None`` (no custom domains).
+        :param hosted_zone: The Route 53 zone whose records the operator manages (only it). Default: ``None``.
+        :param execution_role_name: The execution role's name; it must start with `SageMakerHyperPodInference`
+            (the add-on refuses other names) and have at most 64 characters. Default: ``None``
+            (``SageMakerHyperPodInference-<stack name>``, cut to 64 characters).
+        :param mounted_buckets: Buckets the operator mounts through Mountpoint for S3 (model weights). The TLS
+            bucket is always included. Default: ``()``.
+        :param install_fsx_csi_driver: Also install the `aws-fsx-csi-driver` add-on. Default: ``False``.
+        :param s3_csi_role_name: Fixed name of the Mountpoint for S3 CSI driver's role. Needed when the TLS
+            bucket is guarded by a [CaptureStorage](capture-storage.md) in another stack: its allowlist names
+            the role by ARN. Default: ``None`` (generated).
+        :param scaling_metrics: What the workloads' autoscaling triggers read (`WorkloadPlan.scaling_metrics`):
+            `cloudwatch` and `prometheus_workspaces`; the KEDA role may read exactly that. Default: ``None`` (no
+            metric reads).
+        :param gated_model_namespaces: Namespaces whose gated JumpStart models download with the add-on's role
+            (`WorkloadPlan.gated_model_namespaces`): creates that role, trusted by their JumpStart service
+            accounts. Default: ``()`` (no gated-model role).
+        :param gated_model_download_role: An existing gated-model download role to configure instead of creating
+            one. Default: ``None``.
+        :param inference_gateway: Turn on the Inference Gateway's controller (add-on keys
+            `inferenceGateway.enabled` and `inferenceGateway.serviceAccount.roleArn`) with a role of its own
+            that may only describe `certificate`: gateways serve the platform's ACM certificate, never one the
+            controller issues and imports (docs/gateway.md). Needs `certificate` and an add-on version with the
+            gateway (v2.0.0-eksbuild.2 or newer). Default: ``False`` (off).
+        """
         super().__init__(scope, id)
         self.props = props = InferenceOperatorProps(
             cluster=cluster, hyperpod_cluster_arn=hyperpod_cluster_arn, tls_bucket=tls_bucket,

@@ -237,6 +237,21 @@ class PlatformVpc(Construct):
         flow_log_traffic: FlowLogTraffic | None = PlatformVpcProps.flow_log_traffic,
         flow_log_retention: logs.RetentionDays = PlatformVpcProps.flow_log_retention,
     ) -> None:
+        """Create the construct. Its properties (:class:`PlatformVpcProps`, kept as ``self.props``):
+
+        :param cidr: IPv4 block of the VPC (/16 to /24). Private subnets get /19s, so large GPU node groups with
+            prefix delegation do not run out of addresses. Default: ``'10.42.0.0/16'``.
+        :param max_azs: Number of zones (2..6). It picks the zones when `availability_zones` is not given, and
+            bounds `nat_gateways`. Default: ``2``.
+        :param nat_gateways: NAT gateways, 1 to the number of zones. One per zone survives a zone outage.
+            Default: ``1``.
+        :param flow_log_traffic: Which flows the VPC flow log records: `ALL` (accepted and rejected: who talked
+            to whom, what an investigation needs), `ACCEPT` or `REJECT`; `None` creates no flow log. Into a
+            retained CloudWatch log group. Default: ``FlowLogTraffic.ALL``.
+        :param availability_zones: Zone names or tokens. Default: ``None``
+            (``deploy_time_availability_zones(max_azs)``).
+        :param flow_log_retention: How long flow logs are kept. Default: ``RetentionDays.ONE_YEAR``.
+        """
         super().__init__(scope, id)
         self.props = props = PlatformVpcProps(
             cidr=cidr, max_azs=max_azs, nat_gateways=nat_gateways,

@@ -148,6 +148,11 @@ class LambdaLogRetention:
     PROPS: ClassVar[type[Props]] = LambdaLogRetentionProps
 
     def __init__(self, retention: logs.RetentionDays = LambdaLogRetentionProps.retention) -> None:
+        """Create the construct. Its properties (:class:`LambdaLogRetentionProps`, kept as ``self.props``):
+
+        :param retention: Retention of every group it creates or sets. Must be finite. Default:
+            ``RetentionDays.THREE_MONTHS``.
+        """
         self.props = props = LambdaLogRetentionProps(retention=retention)
         props.raise_if_invalid("LambdaLogRetention")
         self.retention = props.retention

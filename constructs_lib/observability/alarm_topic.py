@@ -138,6 +138,25 @@ class AlarmTopic(Construct):
         forward_to_topic_arns: Sequence[str] = AlarmTopicProps.forward_to_topic_arns,
         encryption_key: kms.IKey | None = AlarmTopicProps.encryption_key,
     ) -> None:
+        """Create the construct. Its properties (:class:`AlarmTopicProps`, kept as ``self.props``):
+
+        :param emails: Email subscribers (each confirms the subscription from the mail SNS sends). Default:
+            ``()``.
+        :param https_endpoints: HTTPS subscribers (`https://` URLs, e.g. a paging service's SNS integration);
+            each must confirm the subscription (most paging services do so on their own). Default: ``()``.
+        :param lambda_function_arns: Lambda functions invoked with every notification (same account: the invoke
+            permission is added; another account must allow `sns.amazonaws.com` itself). Default: ``()``.
+        :param forward_to_topic_arns: Existing topics that receive every alarm too, as additional alarm actions
+            (a central operations topic, the topic an AWS Chatbot channel already lists). Their own policies and
+            keys must admit CloudWatch. Default: ``()``.
+        :param topic_name: A fixed name (1-256 letters, digits, '-', '_'), so the ARN is known before deploy (an
+            AWS Chatbot channel or a paging service can be pointed at it). Default: ``None`` (generated).
+        :param display_name: The sender name of email notifications. Default: ``None`` (none).
+        :param encryption_key: The topic's key. A `kms.Key` of your app gets the CloudWatch statement added to
+            its policy; an imported key must already allow `cloudwatch.amazonaws.com` `kms:GenerateDataKey*` and
+            `kms:Decrypt` (warned: `AlarmTopic:importedKey`). Default: ``None`` (a new key with rotation, whose
+            policy lets the account administer it and CloudWatch (this account) use it).
+        """
         super().__init__(scope, id)
         self.props = props = AlarmTopicProps(
             topic_name=topic_name, display_name=display_name, emails=listed(emails),

@@ -158,6 +158,37 @@ class CaptureAlarms(Construct):
         quarantined_lines: AlarmSettings | None = CaptureAlarmsProps.quarantined_lines,
         no_curated_output: AlarmSettings | None = CaptureAlarmsProps.no_curated_output,
     ) -> None:
+        """Create the construct. Its properties (:class:`CaptureAlarmsProps`, kept as ``self.props``):
+
+        :param runbook_url: The runbook page (`https://`, no fragment): each alarm's description links
+            `<url>#<section>`. Default: ``None`` (descriptions name the library's docs/alarms.md).
+        :param notify_on_ok: Also notify when an alarm recovers. Default: ``True``.
+        :param topic: Where the alarms notify; an [AlarmTopic](alarm-topic.md) also forwards to its other
+            topics. Default: ``None`` (the alarms change state without actions).
+        :param alarm_name_prefix: Every alarm's name starts with `<prefix>-` (1-128 letters, digits, '.', '_',
+            '-'). Default: required.
+        :param failed_messages: `FailedMessages` (objects that could not be read or written; retried, then
+            dead-lettered) above the threshold. Threshold: failed messages per period (0 to 1,000,000). Default:
+            threshold 0, 1 of 1 x 5 min.
+        :param throttles: `Throttles` of the processor function above the threshold in every period. Threshold:
+            throttled invocations per period (0 to 1,000,000). Default: threshold 0, 3 of 3 x 5 min.
+        :param duration_near_timeout: The longest invocation of the processor (`Duration`, Maximum) above this
+            share of its timeout. Threshold: percent of the 15-minute timeout (1 to 99). Default: threshold 80,
+            1 of 1 x 5 min.
+        :param backlog_age: `ApproximateAgeOfOldestMessage` of the event queue above the threshold. Threshold:
+            minutes the oldest queued event waited (the queue keeps them 14 days) (1 to 20,160). Default:
+            threshold 60, 3 of 3 x 5 min.
+        :param quarantined_lines: `QuarantinedLines` of a tier above the threshold. Threshold: lines per period
+            and tier (0 to 1,000,000,000). Default: threshold 0, 1 of 1 x 1 h.
+        :param no_curated_output: `FilesWritten` of a tier below the threshold in every period (no data counts
+            as none: nothing arrived). Threshold: curated files per period and tier: fires below it (1 to
+            1,000,000). Default: threshold 1, 12 of 12 x 1 h.
+        :param pipeline: The pipeline to watch; its `dead_letters` and `function_errors` alarms are named
+            `<prefix>-capture-dead-letters` and `<prefix>-capture-processor-errors` and notify `topic`. Default:
+            required.
+        :param expected_tiers: The tiers capture is on for (`sme`, `pod`, `alb`): each gets the quarantine and
+            the no-output alarm. Empty: neither (capture is off). Default: ``('sme', 'pod', 'alb')``.
+        """
         super().__init__(scope, id)
         self.props = props = CaptureAlarmsProps(
             pipeline=pipeline, topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url,

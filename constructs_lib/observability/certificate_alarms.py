@@ -157,6 +157,23 @@ class CertificateAlarms(Construct):
         notify_on_ok: bool = CertificateAlarmsProps.notify_on_ok,
         days_to_expiry: AlarmSettings | None = CertificateAlarmsProps.days_to_expiry,
     ) -> None:
+        """Create the construct. Its properties (:class:`CertificateAlarmsProps`, kept as ``self.props``):
+
+        :param runbook_url: The runbook page (`https://`, no fragment): each alarm's description links
+            `<url>#<section>`. Default: ``None`` (descriptions name the library's docs/alarms.md).
+        :param notify_on_ok: Also notify when an alarm recovers. Default: ``True``.
+        :param topic: Where the alarms notify; an [AlarmTopic](alarm-topic.md) also forwards to its other
+            topics. Default: ``None`` (the alarms change state without actions).
+        :param alarm_name_prefix: Every alarm's name starts with `<prefix>-` (1-128 letters, digits, '.', '_',
+            '-'). Default: required.
+        :param days_to_expiry: The fewest days a certificate has left in a period (ACM's `DaysToExpiry`,
+            Minimum) below the threshold (`LessThanThreshold`; missing data: missing, which notifies as
+            INSUFFICIENT_DATA). Threshold: days left; fires below it (1 to 365). Default: threshold 45, 1 of 1 x
+            1 d.
+        :param certificates: Label -> certificate (created here or imported by ARN); its alarm is named
+            `<prefix>-certificate-<label>-days-to-expiry`. The certificates must be in the stack's region.
+            Default: required.
+        """
         super().__init__(scope, id)
         stack = Stack.of(self)
         self.props = props = CertificateAlarmsProps(

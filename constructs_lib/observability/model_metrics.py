@@ -711,6 +711,64 @@ class ModelServingMetrics(Construct):
         deployment_time_exceeded: AlarmSettings | None = ModelServingMetricsProps.deployment_time_exceeded,
         depends_on: Sequence[IConstruct] = ModelServingMetricsProps.depends_on,
     ) -> None:
+        """Create the construct. Its properties (:class:`ModelServingMetricsProps`, kept as ``self.props``):
+
+        :param runbook_url: The runbook page (`https://`, no fragment): each alarm's description links
+            `<url>#<section>`. Default: ``None`` (descriptions name the library's docs/alarms.md).
+        :param notify_on_ok: Also notify when an alarm recovers. Default: ``True``.
+        :param topic: Where the alarms notify; an [AlarmTopic](alarm-topic.md) also forwards to its other
+            topics. Default: ``None`` (the alarms change state without actions).
+        :param alarm_name_prefix: Every alarm's name starts with `<prefix>-` (1-128 letters, digits, '.', '_',
+            '-'). Default: required.
+        :param min_requests: The error-rate, latency and TTFT alarms judge only periods in which the model
+            finished at least this many requests (1 to 1,000,000). Default: ``10``.
+        :param error_rate: Per model with a known engine: its failed requests (vLLM `finished_reason="abort"`,
+            SGLang aborted) in percent of all its finished requests, `IF(requests >= minRequests, 100 *
+            FILL(failed, 0) / requests, 0)`. Threshold: percent of a model's finished requests that failed (0 to
+            100). Default: threshold 5, 2 of 3 x 5 min.
+        :param latency: Per model with a known engine: p90 end-to-end request latency above the threshold, i.e.
+            more than 10 % of its requests took longer (`e2e_request_latency_seconds` buckets through the
+            metrics relay: `IF(all >= minRequests, 100 * (all - within) / all, 0) > 10`, `all` the `le=+Inf`
+            bucket, `within` `le=threshold`). The threshold must be a bucket bound both engines publish,
+            `LATENCY_BOUNDS`: 0.8, 1, 2, 10, 20, 40, 60. Threshold: seconds, p90 end-to-end latency (a bucket
+            bound) (0 to 3600). Default: threshold 60, 2 of 3 x 5 min.
+        :param time_to_first_token: Per model with a known engine: p90 time to first token above the threshold
+            (`time_to_first_token_seconds` buckets, the same expression as `latency`). The threshold must be a
+            bucket bound both engines publish, `FIRST_TOKEN_BOUNDS`: 0.1, 1, 10, 20, 40, 80. Threshold: seconds,
+            p90 time to first token (a bucket bound) (0 to 3600). Default: threshold 10, 2 of 3 x 5 min.
+        :param model_failed: Per custom resource: its `status.state` is `DeploymentFailed` (Maximum of the state
+            series). Threshold: `status.state` DeploymentFailed, 1 when it is (0 to 1). Default: threshold 0, 1
+            of 1 x 5 min.
+        :param deployment_time_exceeded: Per custom resource: not `DeploymentComplete` in any sample for
+            `periodMinutes x evaluationPeriods` (the deployment time limit, 30 minutes by default; missing data
+            is not breaching, so a deleted resource does not fire). Threshold: `status.state`
+            DeploymentComplete, fires below 1 (1 to 1). Default: threshold 1, 6 of 6 x 5 min.
+        :param cluster: The cluster the models run in (an `eks.Cluster` or `eks.ICluster`; its kubectl provider
+            applies the agent). Default: required.
+        :param namespace: Where the agent and kube-state-metrics run (the platform's namespace). Default:
+            required.
+        :param models: The watched custom resources (`WatchedModel`: name, namespace, kind, engine, port); each
+            gets the two state alarms, and the three serving alarms when its engine is known. Default: ``()``.
+        :param cluster_name: The `ClusterName` dimension and the agent's cluster name; give the literal name so
+            the dashboard and dist/ need no token. Default: ``None`` (``cluster.cluster_name``).
+        :param role_name: Fixed name of the agent's role, so GitOps manifests can name it. Default: ``None``
+            (generated).
+        :param log_retention: How long the agent's metric log events are kept. Default:
+            ``RetentionDays.ONE_MONTH``.
+        :param image: The CloudWatch agent image, pinned by tag or digest. Default:
+            ``'public.ecr.aws/cloudwatch-agent/cloudwatch-agent:1.300066.1b1374'``.
+        :param state_image: The kube-state-metrics image, pinned by tag or digest (`KSM_IMAGE`). Default:
+            ``'registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.15.0'``.
+        :param relay_image: The metrics relay's image: the capture sidecar's (it runs `python -m
+            capture_sidecar.metrics_relay`); pass the URI of one built already. Default: ``None`` (the capture
+            sidecar image, built here).
+        :param pod_cidrs: The IPv4 CIDRs the model servers' pods get their IPs from: the only addresses the
+            relay fetches (add a custom-networking secondary CIDR here). Default: ``None``
+            (``cluster.vpc.vpc_cidr_block``).
+        :param scrape_interval: How often each target is scraped (10 s to 5 min, whole seconds). Default: ``1
+            minute``.
+        :param depends_on: What must exist first (the namespaces' manifest). Default: ``()``.
+        """
         super().__init__(scope, id)
         stack = Stack.of(self)
         self.props = props = ModelServingMetricsProps(

@@ -106,6 +106,19 @@ class PlatformDashboard(Construct):
         model_metrics: ModelServingMetrics | None = PlatformDashboardProps.model_metrics,
         alarms: Sequence[cloudwatch.IAlarm] = PlatformDashboardProps.alarms,
     ) -> None:
+        """Create the construct. Its properties (:class:`PlatformDashboardProps`, kept as ``self.props``):
+
+        :param dashboard_name: The dashboard's name (1-255 letters, digits, '_', '-'). Default: required.
+        :param pipeline: The capture pipeline whose processor and queues are shown. Default: ``None`` (none).
+        :param tiers: The capture tiers to plot (`sme`, `pod`, `alb`). Default: ``('sme', 'pod', 'alb')``.
+        :param certificates: Label -> certificate whose days left are shown. Default: ``None`` (none).
+        :param sidecar_metrics: The capture sidecars' metrics (`CaptureSidecarMetrics`). Default: ``None``
+            (none).
+        :param model_metrics: The operator models' metrics (`ModelServingMetrics`): per model, requests, error
+            rate, latency, TTFT and custom resource state. Default: ``None`` (none).
+        :param alarms: Shown in an alarm status widget at the top, most recently changed first (alarms of
+            another stack are referenced by their fixed names, without exports). Default: ``()``.
+        """
         super().__init__(scope, id)
         self.props = props = PlatformDashboardProps(
             dashboard_name=dashboard_name, pipeline=pipeline, tiers=listed(tiers),

@@ -486,6 +486,54 @@ class CaptureSidecarMetrics(Construct):
         first_chunk_p99: AlarmSettings | None = CaptureSidecarMetricsProps.first_chunk_p99,
         depends_on: Sequence[IConstruct] = CaptureSidecarMetricsProps.depends_on,
     ) -> None:
+        """Create the construct. Its properties (:class:`CaptureSidecarMetricsProps`, kept as ``self.props``):
+
+        :param runbook_url: The runbook page (`https://`, no fragment): each alarm's description links
+            `<url>#<section>`. Default: ``None`` (descriptions name the library's docs/alarms.md).
+        :param notify_on_ok: Also notify when an alarm recovers. Default: ``True``.
+        :param topic: Where the alarms notify; an [AlarmTopic](alarm-topic.md) also forwards to its other
+            topics. Default: ``None`` (the alarms change state without actions).
+        :param alarm_name_prefix: Every alarm's name starts with `<prefix>-` (1-128 letters, digits, '.', '_',
+            '-'). Default: required.
+        :param dropped_records: Records the sidecars lost (any reason) above the threshold. Threshold: records
+            lost per period, all sidecars of the namespace (0 to 1,000,000,000). Default: threshold 0, 1 of 1 x
+            5 min.
+        :param failed_uploads: Failed `PutObject` calls above the threshold in every period (the spool keeps
+            retrying them). Threshold: failed PutObject calls per period (0 to 1,000,000,000). Default:
+            threshold 0, 3 of 3 x 5 min.
+        :param rejected_requests: Requests the sidecars answered `503` because their chunked body could not be
+            buffered within `MAX_INFLIGHT_BODY_BYTES` (clients see it). Threshold: requests answered 503 per
+            period (0 to 1,000,000,000). Default: threshold 0, 1 of 1 x 5 min.
+        :param no_metrics: The sidecars' series stop arriving (missing data breaches): the agent is down or
+            hung, or no capture sidecar runs in the namespace; without it a dead agent would leave the other
+            alarms quiet. Switch it off where servers scale to zero. Threshold: datapoints of the
+            captured-records series per period, fires below (1 to 1000). Default: threshold 1, 1 of 1 x 15 min.
+        :param server_error_rate: Per model: its 5xx responses (the sidecar's own 502s included) in percent of
+            all its responses, above the threshold: `100 * errors / requests`. Threshold: percent of a model's
+            responses that are 5xx (0 to 100). Default: threshold 5, 2 of 3 x 5 min.
+        :param first_chunk_p99: Per model: the p99 time to first chunk of its 2xx responses above the threshold,
+            `100 * (responses - within) / responses > 1` (more than 1 % of the responses slower than it). The
+            threshold must be one of the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: 0.025, 0.05, 0.1, 0.25,
+            0.5, 1, 2, 5, 10, 20, 30, 60. Threshold: seconds (0 to 1,000,000,000). Default: threshold 5, 2 of 3
+            x 5 min.
+        :param cluster: The cluster the sidecars run in (an `eks.Cluster` or `eks.ICluster`; its kubectl
+            provider applies the agent). Default: required.
+        :param namespace: The namespace of the sidecars (the agent runs there and may only see its pods).
+            Default: required.
+        :param cluster_name: The `ClusterName` dimension and the agent's cluster name; give the literal name so
+            the dashboard and dist/ need no token. Default: ``None`` (``cluster.cluster_name``).
+        :param role_name: Fixed name of the agent's role, so GitOps manifests can name it. Default: ``None``
+            (generated).
+        :param log_retention: How long the agent's metric log events are kept (the metrics stay 15 months).
+            Default: ``RetentionDays.ONE_MONTH``.
+        :param image: The CloudWatch agent image, pinned by tag or digest (`CLOUDWATCH_AGENT_IMAGE`). Default:
+            ``'public.ecr.aws/cloudwatch-agent/cloudwatch-agent:1.300066.1b1374'``.
+        :param scrape_interval: How often each sidecar is scraped (10 s to 5 min, whole seconds). Default: ``1
+            minute``.
+        :param models: The served model names (each sidecar's `MODEL_NAME`, the `model` dimension) that get the
+            two per-model alarms. Default: ``()``.
+        :param depends_on: What must exist first (the namespace's manifest). Default: ``()``.
+        """
         super().__init__(scope, id)
         stack = Stack.of(self)
         self.props = props = CaptureSidecarMetricsProps(

@@ -182,6 +182,24 @@ class GitHubDeployRole(Construct):
         provider_arn: str | None = GitHubDeployRoleProps.provider_arn,
         role_name: str | None = GitHubDeployRoleProps.role_name,
     ) -> None:
+        """Create the construct. Its properties (:class:`GitHubDeployRoleProps`, kept as ``self.props``):
+
+        :param owner: The GitHub user or organization that owns the repository (`octo-org`). Default: required.
+        :param repository: The repository's name, without the owner (`hyperpod-platform`). Default: required.
+        :param environment: The GitHub environment the deploy job runs in. Protect it with required reviewers
+            and a `main`-only deployment branch rule in the repository settings. Default: ``'production'``.
+        :param qualifier: The CDK bootstrap qualifier of the target account (`cdk bootstrap --qualifier`).
+            Default: ``'hnb659fds'`` (CDK's default).
+        :param account: The account whose bootstrap roles may be assumed. Default: ``None`` (this stack's
+            account).
+        :param regions: The regions the app deploys to; one set of bootstrap roles each. Default: ``None`` (this
+            stack's region).
+        :param provider_arn: ARN of the account's existing `token.actions.githubusercontent.com` OIDC provider
+            (an account has at most one), imported instead of created. Default: ``None`` (a new provider in this
+            stack).
+        :param role_name: Fixed role name, so the ARN (the workflow's `DEPLOY_ROLE_ARN` variable) is known
+            before deploy. Default: ``None`` (generated).
+        """
         super().__init__(scope, id)
         self.props = props = GitHubDeployRoleProps(
             owner=owner, repository=repository, environment=environment, qualifier=qualifier, account=account,

@@ -74,6 +74,20 @@ class PreflightPolicy(Construct):
                  cluster_name: str | None = PreflightPolicyProps.cluster_name,
                  sidecar_repositories: Sequence[str] = PreflightPolicyProps.sidecar_repositories,
                  policy_name: str | None = PreflightPolicyProps.policy_name) -> None:
+        """Create the construct. Its properties (:class:`PreflightPolicyProps`, kept as ``self.props``):
+
+        :param bootstrap_qualifier: The CDK bootstrap qualifier (`/cdk-bootstrap/<qualifier>/version`). Default:
+            ``'hnb659fds'``.
+        :param tables_layer_arn: The capture tables' layer version ARN (`lambda:GetLayerVersion`). Default:
+            ``None`` (none).
+        :param hosted_zone_id: An existing hosted zone (`route53:GetHostedZone`). Default: ``None`` (none).
+        :param certificate_arn: An existing certificate (`acm:DescribeCertificate`). Default: ``None`` (none).
+        :param cluster_name: The EKS cluster (`eks:DescribeCluster`, for its endpoint and CA). Default: ``None``
+            (none).
+        :param sidecar_repositories: ECR repository names of a prebuilt sidecar image (`ecr:DescribeImages`).
+            Default: ``()`` (none).
+        :param policy_name: The managed policy's name. Default: ``None`` (generated).
+        """
         super().__init__(scope, id)
         self.props = props = PreflightPolicyProps(
             bootstrap_qualifier=bootstrap_qualifier, tables_layer_arn=tables_layer_arn, hosted_zone_id=hosted_zone_id,

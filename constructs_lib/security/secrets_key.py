@@ -218,6 +218,17 @@ class SecretsKey(Construct):
     def __init__(self, scope: Construct, id: str, *, alias: str | None = SecretsKeyProps.alias,
                  deployer_role_arns: Sequence[str] | None = SecretsKeyProps.deployer_role_arns,
                  removal_policy: RemovalPolicy = SecretsKeyProps.removal_policy) -> None:
+        """Create the construct. Its properties (:class:`SecretsKeyProps`, kept as ``self.props``):
+
+        :param alias: The key's alias, e.g. `alias/llm-platform/secrets`. Default: ``None`` (no alias).
+        :param deployer_role_arns: The roles CloudFormation creates and updates the secrets with (they may also
+            decrypt through Secrets Manager, which `CreateSecret` and `UpdateSecret` require). With another
+            synthesizer, name the deploying role, or the first deploy fails creating the secrets (warned:
+            `SecretsKey:noDeployer`). Default: ``None`` (the CloudFormation execution role of the stack's
+            ``DefaultStackSynthesizer``: ``cdk-<qualifier>-cfn-exec-role-<account>-<region>``).
+        :param removal_policy: What happens to the key when removed from the stack. The secrets are retained,
+            and a secret without its key cannot be read. Default: ``RemovalPolicy.RETAIN``.
+        """
         super().__init__(scope, id)
         self.props = props = SecretsKeyProps(
             alias=alias, deployer_role_arns=listed(deployer_role_arns),

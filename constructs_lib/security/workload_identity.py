@@ -132,6 +132,23 @@ class WorkloadIdentity(Construct):
         binding: IdentityBinding = WorkloadIdentityProps.binding,
         audience: str = WorkloadIdentityProps.audience,
     ) -> None:
+        """Create the construct. Its properties (:class:`WorkloadIdentityProps`, kept as ``self.props``):
+
+        :param cluster: The cluster whose pods assume the role (an `eks.Cluster` or `eks.ICluster`). IRSA needs
+            its OIDC provider. Default: required.
+        :param namespace: The service account's namespace, a DNS-1123 label. Default: required.
+        :param service_account: The service account's name, a DNS-1123 subdomain. Default: required.
+        :param role_name: Fixed role name, so the role ARN is known before deploy and can go into a
+            ServiceAccount annotation in GitOps manifests without CDK tokens. Default: ``None`` (generated).
+        :param binding: `IdentityBinding.IRSA` or `IdentityBinding.POD_IDENTITY` (or its value, `irsa` or
+            `pod-identity`). Default: ``IdentityBinding.IRSA``.
+        :param audience: The token audience the IRSA trust requires (`<issuer>:aud`). The default is the EKS
+            webhook's, which every container of the pod gets; a role for one container only (an NVMe loader, a
+            capture sidecar) trusts an audience of its own (`hyperpod-inference-iac/weights-loader`,
+            `hyperpod-inference-iac/capture-sidecar`), which the cluster's OIDC provider must list as a client
+            ID and which only that container's projected token carries (`charts/pod_credentials.py`;
+            [InferenceWorkloads](inference-workloads.md) does both). Default: ``'sts.amazonaws.com'``.
+        """
         super().__init__(scope, id)
         self.props = props = WorkloadIdentityProps(
             cluster=cluster, namespace=namespace, service_account=service_account, role_name=role_name,

@@ -285,6 +285,43 @@ class ApiKeySync(Construct):
                  acceptance: RotationAcceptance | None = ApiKeySyncProps.acceptance,
                  deployer_role_arns: Sequence[str] | None = ApiKeySyncProps.deployer_role_arns,
                  operator_role_arns: Sequence[str] = ApiKeySyncProps.operator_role_arns) -> None:
+        """Create the construct. Its properties (:class:`ApiKeySyncProps`, kept as ``self.props``):
+
+        :param cluster: The cluster to sync into; External Secrets Operator must run there
+            (`HuggingFaceTokenSync` installs it: pass its `operator_chart`). Default: required.
+        :param sync: What to sync where, usually from `api_key_sync`. Default: required.
+        :param client_role_arns: The roles of the server's clients: allowed to read the key (same account: no
+            IAM policy of their own needed). Default: ``()``.
+        :param operator_chart: What the sync objects wait for: ESO's Helm chart (its CRDs). Default: ``None``
+            (none).
+        :param encryption_key: A customer managed key for the secret, usually a `SecretsKey`'s `key`: the secret
+            is registered on its policy, the reader (and the rotation function) may decrypt it through Secrets
+            Manager only, and the key policy names the client roles for this secret (they need no IAM policy of
+            their own for it). Another key is warned about (`SecretsKey:unmanagedKeyPolicy`). Default: ``None``
+            (Secrets Manager's ``aws/secretsmanager``).
+        :param rotation_days: Rotate the key every so many days (1-1000) with the library's rotation function,
+            without downtime for the server's clients. The server must check the key from the sync's
+            `keys_file`, as the portable chart's capture sidecar does (a model server that reads its key from an
+            environment variable at start would refuse the new key until restarted); needs a sync with
+            `keys_file` (`api_key_sync` gives one), refreshed often enough for the wait to fit in one Lambda
+            invocation. Default: ``None`` (not rotated; warned: ``ApiKeySync:notRotated``).
+        :param rotation_role_name: The rotation function's role name, fixed so the secret's and the key's
+            policies and the review show it by name. Default: ``None`` (generated).
+        :param log_retention: How long the rotation function's log group keeps its events. Default:
+            ``RetentionDays.THREE_MONTHS``.
+        :param acceptance: Where the server's capture sidecars report the keys they accept
+            (`RotationAcceptance`: the metrics agent's CloudWatch series): `testSecret` then finishes only once
+            every sidecar accepts the pending key, and fails otherwise (the current key stays current). Without
+            it, the function waits a fixed time (`propagation_seconds`), which a stalled sync defeats: clients
+            get 401 until it runs again. Default: ``None`` (none: a fixed wait).
+        :param deployer_role_arns: The roles CloudFormation deploys the secret with. With the rotation function,
+            they are the only principals the secret's resource policy lets write a value or change a stage
+            (`SECRET_WRITE_ACTIONS`). None known (another synthesizer): writes are not limited, warned
+            (`ApiKeySync:writesNotLimited`). Default: ``None`` (the CloudFormation execution role of the stack's
+            ``DefaultStackSynthesizer``).
+        :param operator_role_arns: Roles that may rotate the key now and take a label off a version (revoke the
+            previous key: `RotateSecret`, `UpdateSecretVersionStage`), never write a value. Default: ``()``.
+        """
         super().__init__(scope, id)
         self.props = props = ApiKeySyncProps(
             cluster=cluster, sync=sync, client_role_arns=listed(client_role_arns), operator_chart=operator_chart,

@@ -137,6 +137,19 @@ class EndpointDomain(Construct):
         hosted_zone: route53.IHostedZone | None = EndpointDomainProps.hosted_zone,
         certificate: acm.ICertificate | None = EndpointDomainProps.certificate,
     ) -> None:
+        """Create the construct. Its properties (:class:`EndpointDomainProps`, kept as ``self.props``):
+
+        :param zone_name: The Route 53 zone, e.g. `inference.example.com`: a lowercase DNS name with at least
+            two labels. Default: required.
+        :param endpoint_domains: The concrete names the operator will serve, all inside the zone, none twice. No
+            wildcards: the operator's `domainName` must be one specific name that the certificate covers.
+            Default: required.
+        :param hosted_zone: An existing zone for `zone_name`. Default: ``None`` (a new public hosted zone).
+        :param certificate: An existing certificate covering `endpoint_domains`, in the stack's account and
+            region (ACM certificates cannot be shared between accounts; load balancers use their own region's).
+            It is not checked against the names. Default: ``None`` (a new DNS-validated certificate for exactly
+            ``endpoint_domains``).
+        """
         super().__init__(scope, id)
         self.props = props = EndpointDomainProps(zone_name=zone_name, endpoint_domains=listed(endpoint_domains),
                                                  hosted_zone=hosted_zone, certificate=certificate)

@@ -215,6 +215,22 @@ class ExternalDns(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, hosted_zones: Sequence[route53.IHostedZone],
                  owner_id: str, namespaces: Sequence[str], hostnames: Sequence[str] | None = ExternalDnsProps.hostnames,
                  role_name: str | None = ExternalDnsProps.role_name) -> None:
+        """Create the construct. Its properties (:class:`ExternalDnsProps`, kept as ``self.props``):
+
+        :param cluster: The `aws_eks_v2` cluster to install it in (with its OIDC provider). Default: required.
+        :param hosted_zones: The zones whose records it may change, and only these (at least one). Each zone
+            must know its name (`HostedZone.from_hosted_zone_attributes`, not `from_hosted_zone_id`): the name
+            becomes a `domainFilters` entry. Default: required.
+        :param owner_id: The TXT owner id (the cluster name), the same for every release. ExternalDNS changes
+            only records it owns. Default: required.
+        :param namespaces: The namespaces whose Services it publishes: one release each, watching that namespace
+            only (`--namespace`). At least one; DNS-1123 labels, none twice. Default: required.
+        :param hostnames: The names it may publish: `ChangeResourceRecordSets` is allowed for these names and
+            their TXT ownership records only. Literal lower-case DNS names in the zones, no wildcard. Default:
+            ``None`` (any name of ``hosted_zones``, warned: ``ExternalDns:anyRecordName``).
+        :param role_name: Fixed name of the role, so GitOps manifests can name it. Default: ``None``
+            (generated).
+        """
         super().__init__(scope, id)
         self.props = props = ExternalDnsProps(
             cluster=cluster, hosted_zones=listed(hosted_zones), owner_id=owner_id, namespaces=listed(namespaces),

@@ -127,7 +127,8 @@ class HuggingFaceTokenSyncProps(Props):
 
     CONSTRUCT: ClassVar[str] = "HuggingFaceTokenSync"
 
-    cluster: eks.Cluster = prop(config=False, doc="The `aws_eks_v2` cluster to sync into (with its OIDC provider).")
+    cluster: ClusterLike = prop(config=False, doc="The `aws_eks_v2` cluster to sync into (with its OIDC provider): an "
+                                "`eks.Cluster` or an imported `eks.ICluster`.")
     sync: SecretSync = prop(config=False, doc="What to sync where (`SecretSync`).")
     install_operator: bool = prop(True, config=False,
                                   doc="Install External Secrets Operator with Helm (`EXTERNAL_SECRETS`, with "
@@ -152,9 +153,21 @@ class HuggingFaceTokenSync(Construct):
 
     PROPS: ClassVar[type[Props]] = HuggingFaceTokenSyncProps
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, sync: SecretSync,
+    def __init__(self, scope: Construct, id: str, *, cluster: ClusterLike, sync: SecretSync,
                  install_operator: bool = HuggingFaceTokenSyncProps.install_operator,
                  encryption_key: kms.IKey | None = HuggingFaceTokenSyncProps.encryption_key) -> None:
+        """Create the construct. Its properties (:class:`HuggingFaceTokenSyncProps`, kept as ``self.props``):
+
+        :param cluster: The `aws_eks_v2` cluster to sync into (with its OIDC provider): an `eks.Cluster` or an
+            imported `eks.ICluster`. Default: required.
+        :param sync: What to sync where (`SecretSync`). Default: required.
+        :param install_operator: Install External Secrets Operator with Helm (`EXTERNAL_SECRETS`, with
+            `wait=True`). Turn it off if the cluster runs it already. Default: ``True``.
+        :param encryption_key: A customer managed key for the secret, usually a [SecretsKey](secrets-key.md)'s
+            `key`: the secret is registered on its policy and the reader may decrypt it through Secrets Manager
+            only. Another key is warned about (`SecretsKey:unmanagedKeyPolicy`): its policy must allow that
+            itself. Default: ``None`` (Secrets Manager's ``aws/secretsmanager``).
+        """
         super().__init__(scope, id)
         self.props = props = HuggingFaceTokenSyncProps(cluster=cluster, sync=sync, install_operator=install_operator,
                                                        encryption_key=encryption_key)

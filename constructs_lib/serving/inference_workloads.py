@@ -255,6 +255,41 @@ class InferenceWorkloads(Construct):
         namespace_labels: Mapping[str, str] | None = InferenceWorkloadsProps.namespace_labels,
         monitored_namespaces: Sequence[str] | None = InferenceWorkloadsProps.monitored_namespaces,
     ) -> None:
+        """Create the construct. Its properties (:class:`InferenceWorkloadsProps`, kept as ``self.props``):
+
+        :param cluster: The `aws_eks_v2` cluster, an `eks.Cluster` or `eks.ICluster` (its kubectl provider
+            applies the manifests). Default: required.
+        :param plan: What to deploy, from `plan_workloads`. Default: required.
+        :param capture_bucket: The platform's capture bucket, when the plan captures into it
+            (`PlatformValue.CAPTURE_BUCKET`). Default: ``None`` (none).
+        :param capture_key: The key of that bucket (`PlatformValue.CAPTURE_KEY_ID`, rendered as its key ARN).
+            Default: ``None`` (none).
+        :param tls_bucket: The operator's TLS output bucket, when the plan uses `endpointDomain`. Default:
+            ``None`` (none).
+        :param certificate: The platform certificate, when the plan uses `endpointDomain`. Default: ``None``
+            (none).
+        :param hosted_zone: The platform zone, when the plan uses `endpointDomain`. Default: ``None`` (none).
+        :param known_values: Platform values known before deploy (deterministic names). They win over the tokens
+            of the objects above, so the applied manifests equal the GitOps ones. Default: ``None`` (none).
+        :param sidecar_image: The capture sidecar's image URI. Default: ``None`` (an image asset built at deploy
+            time from the package's ``hyperpod_inference_iac.sidecar`` context, when the plan needs one).
+        :param apply_workloads: Apply the workloads' manifests (models, portable servers, gateways). `False`
+            when GitOps owns them (`WorkloadOwner.GITOPS`): the construct still creates their identities and
+            applies the namespace, and `manifests` is empty. Default: ``True``.
+        :param binding: How identities bind to service accounts. Container-scoped identities (an NVMe loader, a
+            capture sidecar) need `IRSA`. Default: ``IdentityBinding.IRSA``.
+        :param depends_on: What the namespace manifest, and so every manifest, waits for (the operator add-on,
+            the device plugin, nodes). Default: ``()``.
+        :param external_dns: Waited for by manifests whose Service publishes a hostname: the
+            [ExternalDns](external-dns.md) construct (its releases are its children). Default: ``None`` (none).
+        :param secret_sync: Waited for by models whose Hugging Face source reads a token Secret. Default:
+            ``None`` (none).
+        :param namespace_labels: Labels of the namespace. Default: ``None`` (none).
+        :param monitored_namespaces: Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches
+            capture sidecars. A capturing portable server in another namespace is warned
+            (`captureNotMonitored`): its lost records and 5xx would not be alarmed. Default: ``None`` (not
+            checked).
+        """
         super().__init__(scope, id)
         self.props = props = InferenceWorkloadsProps(
             cluster=cluster, plan=plan, capture_bucket=capture_bucket, capture_key=capture_key, tls_bucket=tls_bucket,

@@ -86,7 +86,7 @@ def test_deploy_lock_agrees_with_constraints_for_every_shared_package() -> None:
 
 
 def test_deploy_lock_is_exactly_the_core_and_app_dependencies() -> None:
-    needed = _closure(PROJECT, {"app"})
+    needed = _closure(PROJECT, {"app", "preflight"})  # synth, deploy and the preflight before it
     assert "cdk-nag" in needed and "aws-cdk-lib" in needed and "pytest" not in needed
     needed |= {name for backend in BUILD_BACKEND for name in _closure(backend)}
     locked = set(_lock(DEPLOY_LOCK))
