@@ -12,15 +12,18 @@ cluster needs around it and checks the input against the CloudFormation schema a
   and log permissions HyperPod nodes use;
 * the EKS access entry of type ``HYPERPOD_LINUX`` that lets the nodes join the cluster (no access
   policies: that type cannot have any, and nodes never get cluster-admin);
+* HyperPod's dependency components (:mod:`hyperpod_dependencies`: the health-monitoring agent, the deep health
+  checks' and HyperPod patching's permissions), applied to the EKS cluster as AWS's reference stack installs its
+  dependency Helm chart: before the HyperPod cluster;
 * the ``AWS::SageMaker::Cluster`` itself, created after the scripts are uploaded, the role has its
-  permissions and the access entry exists;
+  permissions, the access entry and the dependency components exist;
 * a retention on the cluster's log group ``/aws/sagemaker/Clusters/<name>/<cluster id>``. The id is
   assigned at creation (the last part of the cluster ARN), so the group cannot be created beforehand
   with CloudFormation: two SDK calls after the cluster create it if it does not exist yet and put the
   retention policy, each allowed on that one group only.
 
 The EKS cluster must use the ``API`` or ``API_AND_CONFIG_MAP`` authentication mode (``aws_eks_v2``
-always does) and already run HyperPod's dependency Helm chart before nodes join.
+always does).
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ from hyperpod_inference_iac._package_data import package_dir
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.charts.plan import NodeGroupPlacement
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
+from hyperpod_inference_iac.hyperpod_dependencies import (
+    HEALTH_MONITORING_AGENT_ACCOUNTS,
+    INSTALLED_COMPONENTS,
+    apply_dependencies,
+)
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
 from hyperpod_inference_iac.patterns import (
@@ -109,11 +117,17 @@ class TaintEffect(enum.StrEnum):
 # What HyperPod does with the execution role in the customer VPC (VpcConfig), as AWS documents it for the
 # role: create the nodes' network interfaces, let the service attach them, detach and delete them.
 # The Describe calls support no resource-level permissions.
+# With them, the VPC CNI's actions that AWS's setup template (sagemaker-iam-role-template.yaml) grants the role in
+# its "<prefix>_AmazonEKS_CNI_Policy": aws-node on a HyperPod node runs with the node's role when the vpc-cni add-on
+# has no role of its own (InferenceCluster(enforce_network_policies=False), an imported cluster).
 _NETWORK_DESCRIBE_ACTIONS = [
     "ec2:DescribeDhcpOptions",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
     "ec2:DescribeVpcs",
 ]
 # These change network interfaces. EC2 authorizes each resource of a request on its own, and ec2:Vpc is a
@@ -122,11 +136,15 @@ _NETWORK_DESCRIBE_ACTIONS = [
 # node too): with ...IfExists, every interface, subnet and security group they touch must be in the cluster's
 # VPC, and the role can no longer detach or delete the other network interfaces of the Region.
 _NETWORK_INTERFACE_ACTIONS = [
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
     "ec2:CreateNetworkInterface",
     "ec2:CreateNetworkInterfacePermission",
     "ec2:DeleteNetworkInterface",
     "ec2:DeleteNetworkInterfacePermission",
     "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
 ]
 _ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
 _LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
@@ -405,9 +423,29 @@ class HyperPodClusterProps(HyperPodClusterOptions):
         None, config=False, default_doc="the EKS cluster's VPC",
         doc="The VPC of `subnets`: the execution role may create, detach and delete network interfaces of this VPC "
             "only. Required when `eks_cluster` was imported without its VPC (`HyperPodCluster.NoVpc`).")
+    install_dependencies: bool = prop(
+        True, config=False,
+        doc=f"Apply HyperPod's dependency components ({', '.join(INSTALLED_COMPONENTS)}, from the dependency Helm "
+            "chart AWS's reference stack installs) to the EKS cluster before the HyperPod cluster. Off only when "
+            "`node_recovery` is `None` and no group has `deep_health_checks` (`HyperPodCluster.DependenciesRequired`).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         super().check(problems, at)
+        if not self.install_dependencies:
+            resilient = [name for name, on in (
+                ("node_recovery", self.node_recovery == NodeRecovery.AUTOMATIC),
+                ("deep_health_checks", any(group.deep_health_checks for group in self.instance_groups))) if on]
+            if resilient:
+                problems.add("HyperPodCluster.DependenciesRequired", at.at("install_dependencies"),
+                             f"must be True while {' and '.join(resilient)} is on: HyperPod's resiliency needs the "
+                             "health-monitoring agent and the deep health checks' permissions of its dependency "
+                             "chart; set node_recovery to None and drop deep_health_checks to run without them",
+                             False)
+        elif getattr(self.eks_cluster, "kubectl_provider", None) is None:
+            problems.add("HyperPodCluster.NoKubectlProvider", at.at("install_dependencies"),
+                         "needs eks_cluster's kubectl provider to apply HyperPod's dependency components (an "
+                         "InferenceCluster has one; give an eks.Cluster kubectl_provider_options, or import it with "
+                         "its kubectl_provider)")
         scripts = self.scripts_folder
         if not (scripts / ON_CREATE_SCRIPT).is_file():
             problems.add("HyperPodCluster.NoOnCreateScript", at.at("lifecycle_scripts"),
@@ -432,7 +470,8 @@ class HyperPodCluster(Construct):
     :class:`InstanceGroup`); ``props`` keeps them.
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
-    ``lifecycle_scripts`` (the uploads), ``access_entry``, ``log_group_name`` and ``log_retention_calls``
+    ``lifecycle_scripts`` (the uploads), ``access_entry``, ``dependencies`` (the dependency components' manifest,
+    None when not installed), ``log_group_name`` and ``log_retention_calls``
     (the two SDK calls). Its cdk-nag findings (the instance-role managed policy, node permissions without
     resource scoping, CDK's SDK-call provider, the log group's ARN form) are acknowledged here.
     """
@@ -456,6 +495,7 @@ class HyperPodCluster(Construct):
         encryption_key: kms.IKey | None = HyperPodClusterProps.encryption_key,
         log_retention: logs.RetentionDays = HyperPodClusterProps.log_retention,
         vpc: ec2.IVpc | None = HyperPodClusterProps.vpc,
+        install_dependencies: bool = HyperPodClusterProps.install_dependencies,
     ) -> None:
         super().__init__(scope, id)
         self.props = props = HyperPodClusterProps(
@@ -463,8 +503,9 @@ class HyperPodCluster(Construct):
             security_groups=tuple(security_groups), instance_groups=tuple(instance_groups),
             lifecycle_bucket_name=lifecycle_bucket_name, lifecycle_scripts=lifecycle_scripts,
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
-            log_retention=log_retention, vpc=vpc)
+            log_retention=log_retention, vpc=vpc, install_dependencies=install_dependencies)
         props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
+        _check_agent_region(Stack.of(self).region, props.install_dependencies, f"HyperPodCluster {self.node.path}")
         warnings = RiskWarnings()
         warn_hyperpod_cluster(warnings, instance_groups=props.instance_groups)
         warnings.annotate(self)
@@ -516,6 +557,8 @@ class HyperPodCluster(Construct):
             access_policies=[],
         )
 
+        self.dependencies = apply_dependencies(self, "Dependencies", cluster=props.eks_cluster) \
+            if props.install_dependencies else None
         source_s3_uri = f"s3://{self.lifecycle_bucket.bucket_name}/{LIFECYCLE_PREFIX}"
         self.cfn_cluster = sagemaker.CfnCluster(
             self,
@@ -536,6 +579,8 @@ class HyperPodCluster(Construct):
         # (The role itself is already a dependency through ExecutionRole's GetAtt; its policy is not.)
         role_policy = self.execution_role.node.find_child("DefaultPolicy")
         self.cfn_cluster.node.add_dependency(*self.lifecycle_scripts, role_policy, self.access_entry)
+        if self.dependencies is not None:  # (AWS's reference stack installs the dependency chart first)
+            self.cfn_cluster.node.add_dependency(self.dependencies)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
         # arn:<partition>:sagemaker:<region>:<account>:cluster/<id>: the id is the part after the only "/".
         cluster_id = Fn.select(1, Fn.split("/", self.cluster_arn))
@@ -684,6 +729,11 @@ class HyperPodCluster(Construct):
             sid="PodIdentityOnThisCluster", actions=["eks-auth:AssumeRoleForPodIdentity"],
             resources=[eks_cluster.cluster_arn],
         ))
+        # AWS's setup template grants it next to the ECR pull: read-only, and the likely reader is SageMaker watching
+        # the alarms a rolling AMI update names (DeploymentConfiguration.AutoRollbackConfiguration). Kept to the region.
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="DescribeAlarms", actions=["cloudwatch:DescribeAlarms"], resources=["*"], conditions=in_this_region,
+        ))
         log_group = f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{CLUSTER_LOG_GROUP_PREFIX}*"
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="ClusterLogs", actions=_LOG_ACTIONS, resources=[log_group, f"{log_group}:log-stream:*"],
@@ -729,6 +779,18 @@ def warn_hyperpod_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
                      "stop serving until their pods run elsewhere, and HyperPod provisions the replacement only when "
                      f"Spot capacity is available again{few}. Run inference on Spot only with more than one instance "
                      "and more than one replica per model, or use OnDemand")
+
+
+def _check_agent_region(region: str, install: bool, source: str) -> None:
+    """A known region must have the health-monitoring agent's image (HyperPod nodes pull images of their own region
+    only); an unknown one (an environment-agnostic stack) is looked up at deploy time."""
+    if not install or is_unresolved(region) or region in HEALTH_MONITORING_AGENT_ACCOUNTS:
+        return
+    problems = Problems()
+    problems.add("HyperPodCluster.NoHealthAgentImage", PROPS.at("install_dependencies"),
+                 f"HyperPod's health-monitoring agent has no image in {region} (it has one in "
+                 f"{', '.join(sorted(HEALTH_MONITORING_AGENT_ACCOUNTS))}); deploy to one of those regions", region)
+    problems.raise_if_any(source)
 
 
 def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:
