@@ -260,8 +260,9 @@ def test_an_imported_cluster_without_its_vpc_needs_the_vpc(scratch: Base, unique
 def test_dependency_components_are_applied_before_the_cluster(built: Built) -> None:
     manifest = built.main.dependencies
     assert manifest is not None
-    assert built.logical_id(manifest) in built.resource(built.main.cfn_cluster)["DependsOn"]
-    body = built.resource(manifest)["Properties"]["Manifest"]
+    resource = next(c for c in manifest.node.find_all() if isinstance(c, CfnElement))
+    assert built.logical_id(resource) in built.resource(built.main.cfn_cluster)["DependsOn"]
+    body = built.resource(resource)["Properties"]["Manifest"]
     objects = json.loads(body if isinstance(body, str) else "".join(str(part) for part in body["Fn::Join"][1]))
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert ("DaemonSet", "health-monitoring-agent") in kinds
@@ -295,12 +296,12 @@ def test_a_region_without_the_health_agent_image_is_refused(unique_id: Callable[
     from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
     stack = Stack(App(), "Elsewhere", env=Environment(account="123456789012", region="me-south-1"))
-    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0)
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
     cluster = eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc, default_capacity=0,
                           default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
                           kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV34Layer(stack, "L")))
     with pytest.raises(ConfigError) as caught:
-        HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.isolated_subnets,
+        HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.private_subnets,
                         security_groups=[cluster.cluster_security_group], instance_groups=[SYSTEM_GROUP])
     assert caught.value.codes == ["HyperPodCluster.NoHealthAgentImage"]
 
