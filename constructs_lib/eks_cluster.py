@@ -243,7 +243,8 @@ class InferenceCluster(Construct):
 
     Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
     ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and its IRSA role ``vpc_cni_role``
-    (``AmazonEKS_CNI_Policy`` for ``kube-system/aws-node``), and ``device_plugin`` (None when not installed). The cluster role's and system nodes' AWS managed policies and CDK's kubectl provider are
+    (``AmazonEKS_CNI_Policy`` for ``kube-system/aws-node``), and ``device_plugin`` (None when not installed). The
+    AWS managed policies of the cluster role, the system nodes and the VPC CNI, and CDK's kubectl provider are
     acknowledged for cdk-nag here.
     """
 

@@ -299,7 +299,8 @@ def test_a_region_without_the_health_agent_image_is_refused(unique_id: Callable[
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
     cluster = eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc, default_capacity=0,
                           default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
-                          kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV34Layer(stack, "L")))
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=KubectlV34Layer(stack, "L")))
     with pytest.raises(ConfigError) as caught:
         HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.private_subnets,
                         security_groups=[cluster.cluster_security_group], instance_groups=[SYSTEM_GROUP])

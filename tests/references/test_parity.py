@@ -194,8 +194,8 @@ def test_the_agent_image_and_instance_types_are_the_charts() -> None:
     terms = daemon_set["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["values"] == list(HEALTH_MONITORING_AGENT_INSTANCE_TYPES)
-    assert HYPERPOD_NAMESPACE == yaml.safe_load(
-        (parity.CHART / "charts/health-monitoring-agent/values.yaml").read_text())["namespace"]
+    assert yaml.safe_load(
+        (parity.CHART / "charts/health-monitoring-agent/values.yaml").read_text())["namespace"] == HYPERPOD_NAMESPACE
 
 
 def test_the_pinned_revision_is_the_one_awss_stack_installs() -> None:
