@@ -310,3 +310,56 @@ def resiliency_components() -> list[str]:
     """The README's rows "Required For: HyperPod Resiliency" (the chart's own words), by chart name."""
     rows = [line.split("|") for line in (CLI / "readme.md").read_text().splitlines() if line.startswith("|")]
     return [cells[1].strip() for cells in rows if len(cells) > 3 and "HyperPod Resiliency" in cells[3]]
+
+
+# -- The inference add-on's roles -----------------------------------------------------------------------------------
+
+ADDON_ROLES = SETUP / "inference-addon-iam-roles.excerpt.yaml"
+
+
+def addon_roles_reference() -> dict[str, dict[str, Any]]:
+    roles: dict[str, dict[str, Any]] = yaml.safe_load(ADDON_ROLES.read_text())["roles"]
+    return roles
+
+
+@dataclass(frozen=True)
+class RoleView:
+    """One of our roles as the add-on reference describes one: service-account subjects, managed policy names,
+    actions of its inline policies (patterns allowed, e.g. ``s3:Get*``)."""
+
+    subjects: tuple[str, ...]
+    managed: tuple[str, ...]
+    actions: tuple[str, ...]
+
+
+def role_view(template: Mapping[str, Any], role_id: str, account: str) -> RoleView:
+    resources = template["Resources"]
+    role = resources[role_id]["Properties"]
+    trust = json.dumps(flatten(role["AssumeRolePolicyDocument"]))
+    referenced = set(re.findall(r"<GetAtt:([A-Za-z0-9]+)\.Value>", trust))
+    text = trust + "".join(json.dumps(flatten(resources[r]["Properties"])) for r in referenced)
+    subjects = tuple(sorted(set(re.findall(r"system:serviceaccount:([^\"\\\\]+)", text))))
+    managed = tuple(str(flatten(arn)).rsplit("/", 1)[1] for arn in role.get("ManagedPolicyArns", []))
+    actions = tuple(sorted({a for s in identity_statements(template, role_id, account)
+                            for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}))
+    return RoleView(subjects, managed, actions)
+
+
+def missing_role_items(name: str, reference: Mapping[str, Any], ours: RoleView | None) -> list[str]:
+    """``<role> trust <sa>``, ``<role> managed <policy>`` and ``<role> <action>`` of the reference that ours lacks;
+    our subjects may be narrower than a reference pattern (every one of ours must match it)."""
+    import fnmatch
+
+    items = [f"{name} trust {reference['serviceAccount']}",
+             *(f"{name} managed {policy}" for policy in reference["managedPolicies"]),
+             *(f"{name} {action}" for action in reference["actions"])]
+    if ours is None:
+        return sorted(set(items) - excluded(ADDON_ROLES.name))
+    missing = []
+    pattern = reference["serviceAccount"]
+    if not ours.subjects or not all(fnmatch.fnmatchcase(s, pattern) for s in ours.subjects):
+        missing.append(items[0])
+    missing += [f"{name} managed {p}" for p in reference["managedPolicies"] if p not in ours.managed]
+    missing += [f"{name} {a}" for a in reference["actions"]
+                if not any(fnmatch.fnmatchcase(a, ours_action) for ours_action in ours.actions)]
+    return sorted(set(missing) - excluded(ADDON_ROLES.name))

@@ -26,6 +26,7 @@ from hyperpod_inference_iac import (
     InstanceGroup,
 )
 from hyperpod_inference_iac.eks_cluster import VPC_CNI_MANAGED_POLICY, VPC_CNI_SERVICE_ACCOUNT
+from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.hyperpod_dependencies import (
     HEALTH_MONITORING_AGENT_ACCOUNTS,
     HEALTH_MONITORING_AGENT_INSTANCE_TYPES,
@@ -83,7 +84,10 @@ def synth() -> Synth:
                                        deep_health_checks=["InstanceStress"])])
     operator = InferenceOperator(stack, "Operator", cluster=cluster.cluster, hyperpod_cluster_arn=hyperpod.cluster_arn,
                                  tls_bucket=s3.Bucket.from_bucket_name(stack, "Tls", "parity-tls"),
-                                 gated_model_namespaces=("inference",))
+                                 gated_model_namespaces=("inference",),
+                                 # (every scaler the platform supports, so KEDA's role holds all it may)
+                                 scaling_metrics=ScalingMetrics(cloudwatch=True, prometheus_workspaces=(
+                                     PrometheusWorkspace(REGION, "ws-0123abcd"),)))
     return Synth(stack, Template.from_stack(stack).to_json(), cluster, hyperpod, operator)
 
 
@@ -146,6 +150,35 @@ def test_the_execution_role_grants_every_action_of_the_cni_policy(synth: Synth) 
 
 def test_the_addon_configuration_has_every_key_awss_migration_writes(synth: Synth) -> None:
     assert parity.missing_addon_keys(synth.operator.configuration) == []
+
+
+# -- The inference add-on's roles (inference-addon-iam-roles-template.yaml) ----------------------------------------
+
+def _addon_role(synth: Synth, name: str) -> parity.RoleView | None:
+    operator = synth.operator
+    role = {"S3CsiDriverRole": operator.s3_csi_role, "KedaRole": operator.keda_role,
+            "AlbControllerRole": operator.alb_controller_role, "JumpstartGatedModelRole": operator.gated_model_role,
+            "InferenceOperatorExecutionRole": operator.execution_role}.get(name)
+    return parity.role_view(synth.template, synth.logical_id(role), ACCOUNT) if role is not None else None
+
+
+@pytest.mark.parametrize("name", sorted(parity.addon_roles_reference()))
+def test_each_addon_role_has_every_item_of_awss_template(synth: Synth, name: str) -> None:
+    reference = parity.addon_roles_reference()[name]
+    assert parity.missing_role_items(name, reference, _addon_role(synth, name)) == []
+
+
+def test_control_an_addon_role_without_an_action_or_with_a_wider_trust_fails(synth: Synth) -> None:
+    reference = parity.addon_roles_reference()["AlbControllerRole"]
+    ours = _addon_role(synth, "AlbControllerRole")
+    assert ours is not None
+    without = parity.RoleView(ours.subjects, ours.managed,
+                              tuple(a for a in ours.actions if a != "elasticloadbalancing:RegisterTargets"))
+    assert parity.missing_role_items("AlbControllerRole", reference, without) == [
+        "AlbControllerRole elasticloadbalancing:RegisterTargets"]
+    elsewhere = parity.RoleView(("other-namespace:aws-load-balancer-controller",), ours.managed, ours.actions)
+    assert parity.missing_role_items("AlbControllerRole", reference, elsewhere) == [
+        "AlbControllerRole trust hyperpod-inference-system:aws-load-balancer-controller"]
 
 
 # -- The dependency chart (HyperPodHelmChart) -----------------------------------------------------------------------
@@ -232,7 +265,22 @@ def test_every_exclusion_is_still_needed(synth: Synth) -> None:
         if items:
             reference_gaps = set(_gaps(component, ours))
             assert items <= reference_gaps, items - reference_gaps
+    addon_items = set(table.pop(parity.ADDON_ROLES.name, {}))
+    gaps = {item for name, reference in parity.addon_roles_reference().items()
+            for item in _role_gaps(name, reference, _addon_role(synth, name))}
+    assert addon_items <= gaps, addon_items - gaps
     assert table == {}, f"exclusions for references no test compares: {sorted(table)}"
+
+
+def _role_gaps(name: str, reference: dict[str, Any], ours: parity.RoleView | None) -> list[str]:
+    """What ``missing_role_items`` would report without the exclusions."""
+    table = parity._exclusions()
+    saved = table.pop(parity.ADDON_ROLES.name, None)
+    try:
+        return parity.missing_role_items(name, reference, ours)
+    finally:
+        if saved is not None:
+            table[parity.ADDON_ROLES.name] = saved
 
 
 def _gaps(component: str, ours: list[dict[str, Any]]) -> list[str]:
