@@ -51,9 +51,9 @@ from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
 from hyperpod_inference_iac.charts.plan import NodeGroupPlacement
 from hyperpod_inference_iac.hardened_bucket import hardened_bucket
 from hyperpod_inference_iac.hyperpod_dependencies import (
-    HEALTH_MONITORING_AGENT_ACCOUNTS,
     INSTALLED_COMPONENTS,
     apply_dependencies,
+    check_health_agent_region,
 )
 from hyperpod_inference_iac.log_retention import DEFAULT_RETENTION, days_of
 from hyperpod_inference_iac.nag import acknowledge, managed_policy, resource_evidence, stack_singletons
@@ -782,14 +782,11 @@ def warn_hyperpod_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
 
 
 def _check_agent_region(region: str, install: bool, source: str) -> None:
-    """A known region must have the health-monitoring agent's image (HyperPod nodes pull images of their own region
-    only); an unknown one (an environment-agnostic stack) is looked up at deploy time."""
-    if not install or is_unresolved(region) or region in HEALTH_MONITORING_AGENT_ACCOUNTS:
+    """:func:`check_health_agent_region` of the stack's region, when the dependency components are installed."""
+    if not install:
         return
     problems = Problems()
-    problems.add("HyperPodCluster.NoHealthAgentImage", PROPS.at("install_dependencies"),
-                 f"HyperPod's health-monitoring agent has no image in {region} (it has one in "
-                 f"{', '.join(sorted(HEALTH_MONITORING_AGENT_ACCOUNTS))}); deploy to one of those regions", region)
+    check_health_agent_region(problems, PROPS.at("install_dependencies"), region)
     problems.raise_if_any(source)
 
 

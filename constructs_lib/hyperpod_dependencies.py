@@ -24,6 +24,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from hyperpod_inference_iac.cdk_types import ClusterLike, as_icluster
+from hyperpod_inference_iac.validation import Problems, is_unresolved
 
 # aws/sagemaker-hyperpod-cli, as helm-chart-template.yaml's GITHUB_REPO_REVISION pins it (without RIG).
 HYPERPOD_CHART_REPOSITORY = "https://github.com/aws/sagemaker-hyperpod-cli.git"
@@ -86,6 +87,16 @@ def health_monitoring_agent_image(region: str, tag: str = HEALTH_MONITORING_AGEN
     """The agent's image in ``region`` (a literal region of :data:`HEALTH_MONITORING_AGENT_ACCOUNTS`)."""
     return f"{HEALTH_MONITORING_AGENT_ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com/" \
            f"{HEALTH_MONITORING_AGENT_REPOSITORY}:{tag}"
+
+
+def check_health_agent_region(problems: Problems, path: str, region: str) -> None:
+    """``HyperPodCluster.NoHealthAgentImage`` at ``path`` for a literal region where the agent has no image (HyperPod
+    nodes pull images of their own region only); a token (an environment-agnostic stack) is looked up at deploy."""
+    if is_unresolved(region) or region in HEALTH_MONITORING_AGENT_ACCOUNTS:
+        return
+    problems.add("HyperPodCluster.NoHealthAgentImage", path,
+                 f"HyperPod's health-monitoring agent has no image in {region} (it has one in "
+                 f"{', '.join(sorted(HEALTH_MONITORING_AGENT_ACCOUNTS))}); deploy to one of those regions", region)
 
 
 def _instance_type_affinity(instance_types: tuple[str, ...]) -> dict[str, Any]:

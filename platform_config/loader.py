@@ -55,6 +55,7 @@ from hyperpod_inference_iac.charts import (
 from hyperpod_inference_iac.charts.gateway import InferenceGateway, parse_gateway
 from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
 from hyperpod_inference_iac.endpoint_domain import check_endpoint_certificate
+from hyperpod_inference_iac.hyperpod_dependencies import check_health_agent_region
 from hyperpod_inference_iac.patterns import ACCOUNT_ID, REGION
 from hyperpod_inference_iac.validation import WRONG_TYPE, Problems, join_path
 from platform_config.document import read_document
@@ -106,6 +107,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
                                 hint="must be an AWS region name such as us-west-2")
     if region is not None:
         check_region(problems, env_section.at("region"), region)
+        if not problems.has_at_or_below("environment.region"):  # (HyperPodCluster applies the health agent)
+            check_health_agent_region(problems, env_section.at("region"), region)
     environment = Environment(
         account=env_section.string("account", required=True, pattern=ACCOUNT_ID.pattern,
                                    hint="must be a 12-digit AWS account id, quoted in YAML") or "000000000000",

@@ -26,7 +26,6 @@ from hyperpod_inference_iac import (
     InstanceGroup,
 )
 from hyperpod_inference_iac.eks_cluster import VPC_CNI_MANAGED_POLICY, VPC_CNI_SERVICE_ACCOUNT
-from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.hyperpod_dependencies import (
     HEALTH_MONITORING_AGENT_ACCOUNTS,
     HEALTH_MONITORING_AGENT_INSTANCE_TYPES,
@@ -39,6 +38,7 @@ from hyperpod_inference_iac.hyperpod_dependencies import (
     dependency_manifests,
     health_monitoring_agent_image,
 )
+from hyperpod_inference_iac.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from tests.references import parity
 from tests.unit.test_platform_constructs import CONTEXT, ENV
 
