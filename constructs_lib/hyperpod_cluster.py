@@ -432,12 +432,13 @@ class HyperPodClusterProps(HyperPodClusterOptions):
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         super().check(problems, at)
         if not self.install_dependencies:
-            resilient = [name for name, on in (
-                ("node_recovery", self.node_recovery == NodeRecovery.AUTOMATIC),
-                ("deep_health_checks", any(group.deep_health_checks for group in self.instance_groups))) if on]
+            resilient = [what for what, on in (
+                ("node_recovery is Automatic", self.node_recovery == NodeRecovery.AUTOMATIC),
+                ("a group has deep_health_checks", any(group.deep_health_checks for group in self.instance_groups)))
+                if on]
             if resilient:
                 problems.add("HyperPodCluster.DependenciesRequired", at.at("install_dependencies"),
-                             f"must be True while {' and '.join(resilient)} is on: HyperPod's resiliency needs the "
+                             f"must be True while {' and '.join(resilient)}: HyperPod's resiliency needs the "
                              "health-monitoring agent and the deep health checks' permissions of its dependency "
                              "chart; set node_recovery to None and drop deep_health_checks to run without them",
                              False)
