@@ -748,3 +748,23 @@ def test_the_same_key_with_another_effect_is_not_a_duplicate(scratch: Base, uniq
                     instance_groups=[_group(kubernetes_taints=[_taint(), _taint(effect="NoExecute")],
                                             kubernetes_labels={"example.com/kubernetes.io": "a",
                                                                "mykubernetes.io/x": "b"})])
+
+
+def test_an_environment_agnostic_stack_finds_the_agent_image_at_deploy_time() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
+    stack = Stack(App(), "Agnostic")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
+    cluster = eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc, default_capacity=0,
+                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=KubectlV34Layer(stack, "L")))
+    hyperpod = HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.private_subnets,
+                               security_groups=[cluster.cluster_security_group], instance_groups=[SYSTEM_GROUP])
+    template = Template.from_stack(stack).to_json()
+    assert template["Mappings"]["HyperPodHealthMonitoringAgentAccounts"]["us-west-2"] == {"account": "905418368575"}
+    assert hyperpod.dependencies is not None
+    resource = next(c for c in hyperpod.dependencies.node.find_all() if isinstance(c, CfnElement))
+    manifest = json.dumps(template["Resources"][stack.get_logical_id(resource)]["Properties"]["Manifest"])
+    assert '"Fn::FindInMap": ["HyperPodHealthMonitoringAgentAccounts", {"Ref": "AWS::Region"}, "account"]' in manifest
