@@ -107,8 +107,6 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
                                 hint="must be an AWS region name such as us-west-2")
     if region is not None:
         check_region(problems, env_section.at("region"), region)
-        if not problems.has_at_or_below("environment.region"):  # (HyperPodCluster applies the health agent)
-            check_health_agent_region(problems, env_section.at("region"), region)
     environment = Environment(
         account=env_section.string("account", required=True, pattern=ACCOUNT_ID.pattern,
                                    hint="must be a 12-digit AWS account id, quoted in YAML") or "000000000000",
@@ -117,6 +115,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         region=region if region is not None and not problems.has_at_or_below("environment.region")
         else "us-east-1",
     )
+    if environment.region == region:  # (a known region: HyperPodCluster applies the health agent, an image of it)
+        check_health_agent_region(problems, env_section.at("region"), region)
     env_section.finish()
     config = PlatformConfig(
         source=source,

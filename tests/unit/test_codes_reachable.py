@@ -131,7 +131,7 @@ def _sidecar_first_chunk(data: dict[str, Any]) -> None:
 
 # (code, key path, change): the codes tests/unit/test_config.py's cases do not exercise.
 CASES = [
-    ("HyperPodCluster.NoHealthAgentImage", "environment.region", _set("environment.region", "me-south-1")),
+    ("HyperPodCluster.NoHealthAgentImage", "environment.region", _set("environment.region", "ca-central-1")),
     ("GpuNodeGroup.BadName", "cluster.gpuNodeGroups[0].name", _group(name="GPU_1")),
     ("GpuNodeGroup.NoInstanceTypes", "cluster.gpuNodeGroups[0].instanceTypes", _group(instanceTypes=[])),
     ("GpuNodeGroup.BadInstanceType", "cluster.gpuNodeGroups[0].instanceTypes[0]",
