@@ -44,7 +44,10 @@ from hyperpod_inference_iac import (
     warn_inference_cluster,
     warn_workload,
 )
-from hyperpod_inference_iac.capture.capture_tables import ROW_RETENTION_DAYS, SNAPSHOT_RETENTION_DAYS
+from hyperpod_inference_iac.capture.capture_tables import (
+    ROW_RETENTION_DAYS,
+    SNAPSHOT_RETENTION_DAYS,
+)
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
     PlatformContext,
@@ -53,11 +56,29 @@ from hyperpod_inference_iac.charts import (
     WorkloadPlan,
     plan_workloads,
 )
-from hyperpod_inference_iac.charts.gateway import InferenceGateway, parse_gateway
-from hyperpod_inference_iac.charts.inference_chart import ENTRY_SHORTCUTS, parse_model
-from hyperpod_inference_iac.foundation.patterns import ACCOUNT_ID, REGION
-from hyperpod_inference_iac.foundation.validation import WRONG_TYPE, Problems, join_path
-from hyperpod_inference_iac.serving.endpoint_domain import check_endpoint_certificate
+from hyperpod_inference_iac.charts.gateway import (
+    InferenceGateway,
+    parse_gateway,
+)
+from hyperpod_inference_iac.charts.inference_chart import (
+    ENTRY_SHORTCUTS,
+    parse_model,
+)
+from hyperpod_inference_iac.cluster.hyperpod_dependencies import (
+    check_health_agent_region,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    ACCOUNT_ID,
+    REGION,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    WRONG_TYPE,
+    Problems,
+    join_path,
+)
+from hyperpod_inference_iac.serving.endpoint_domain import (
+    check_endpoint_certificate,
+)
 from platform_config.document import read_document
 from platform_config.model import (
     AcknowledgedWarning,
@@ -117,6 +138,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         region=region if region is not None and not problems.has_at_or_below("environment.region")
         else "us-east-1",
     )
+    if environment.region == region:  # (a known region: HyperPodCluster applies the health agent, an image of it)
+        check_health_agent_region(problems, env_section.at("region"), region)
     env_section.finish()
     config = PlatformConfig(
         source=source,

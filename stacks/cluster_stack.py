@@ -83,6 +83,8 @@ class ClusterStack(Stack):
             access_logs_bucket=storage.access_log_bucket,
             log_retention=retention_from_days(config.logging.retention_days),
         )
+        if self.cluster.vpc_cni_addon is not None:  # aws-node has its own role before the first HyperPod node joins
+            self.hyperpod.cfn_cluster.node.add_dependency(self.cluster.vpc_cni_addon)
         domain_config = config.domain
         self.domain = domain = EndpointDomain(
             self, "EndpointDomain", **domain_config.kwargs(EndpointDomainOptions),

@@ -17,7 +17,13 @@ from hyperpod_inference_iac import (
     sidecar_metrics_manifests,
     stage_manifests,
 )
-from hyperpod_inference_iac.cluster.inference_operator import OPERATOR_ADDON
+from hyperpod_inference_iac.cluster.hyperpod_dependencies import (
+    HEALTH_MONITORING_AGENT,
+    HYPERPOD_NAMESPACE,
+)
+from hyperpod_inference_iac.cluster.inference_operator import (
+    OPERATOR_ADDON,
+)
 from platform_config import PlatformConfig
 
 
@@ -44,6 +50,10 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
                      f"aws iam get-role --role-name {sync.reader_role_name}"),
         Prerequisite(f"the token's value in Secrets Manager secret {sync.secrets_manager_name} (docs/secrets.md)",
                      f"aws secretsmanager describe-secret --secret-id {sync.secrets_manager_name}"),
+        Prerequisite("HyperPod's dependency components (the health-monitoring agent, the deep health checks' and "
+                     "HyperPod patching's RBAC, from AWS's dependency chart), applied by the cluster stack before the "
+                     "HyperPod cluster (docs/reference-parity.md)",
+                     f"kubectl -n {HYPERPOD_NAMESPACE} get daemonset {HEALTH_MONITORING_AGENT}"),
     ]
     supporting = {name: each.manifests(region=env.region, reader_role_arn=config.role_arn(each.reader_role_name))
                   for name, each in config.secret_syncs.items()}

@@ -1,6 +1,8 @@
 """IAM permissions of the AWS Load Balancer Controller that the inference operator add-on runs.
 
-Follows the structure of the controller's published policy (v2.x): read-only discovery on ``*``
+Follows the structure of the controller's published policy (v2.x), with every action of the ALB controller role
+AWS's own add-on set-up grants (``inference-addon-iam-roles-template.yaml``; tests/references compares them):
+read-only discovery on ``*``
 (these EC2/ELB ``Describe*`` calls support no resource-level permissions), and every mutating
 call limited to resources the controller tagged ``elbv2.k8s.aws/cluster`` itself.
 """
@@ -39,16 +41,19 @@ def alb_controller_statements(*, partition: str, region: str, account: str) -> l
             "ec2:DescribeInternetGateways", "ec2:DescribeVpcs", "ec2:DescribeVpcPeeringConnections",
             "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeInstances",
             "ec2:DescribeNetworkInterfaces", "ec2:DescribeTags", "ec2:DescribeRouteTables",
-            "ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools", "ec2:GetSecurityGroupsForVpc",
+            "ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools", "ec2:GetSecurityGroupsForVpc", "ec2:DescribeIpamPools",
             "elasticloadbalancing:DescribeLoadBalancers", "elasticloadbalancing:DescribeLoadBalancerAttributes",
             "elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeListenerCertificates",
             "elasticloadbalancing:DescribeListenerAttributes", "elasticloadbalancing:DescribeSSLPolicies",
             "elasticloadbalancing:DescribeRules", "elasticloadbalancing:DescribeTargetGroups",
             "elasticloadbalancing:DescribeTargetGroupAttributes", "elasticloadbalancing:DescribeTargetHealth",
             "elasticloadbalancing:DescribeTags", "elasticloadbalancing:DescribeTrustStores",
+            "elasticloadbalancing:DescribeCapacityReservation", "cognito-idp:DescribeUserPoolClient",
             "acm:ListCertificates", "acm:DescribeCertificate", "iam:ListServerCertificates",
             "iam:GetServerCertificate", "wafv2:GetWebACL", "wafv2:GetWebACLForResource",
-            "wafv2:AssociateWebACL", "wafv2:DisassociateWebACL", "shield:GetSubscriptionState",
+            "wafv2:AssociateWebACL", "wafv2:DisassociateWebACL", "waf-regional:GetWebACL",
+            "waf-regional:GetWebACLForResource", "waf-regional:AssociateWebACL", "waf-regional:DisassociateWebACL",
+            "shield:GetSubscriptionState",
             "shield:DescribeProtection", "shield:CreateProtection", "shield:DeleteProtection"]),
         iam.PolicyStatement(sid="CreateSecurityGroups", actions=["ec2:CreateSecurityGroup"], resources=["*"]),
         iam.PolicyStatement(
@@ -74,7 +79,8 @@ def alb_controller_statements(*, partition: str, region: str, account: str) -> l
                      "elasticloadbalancing:DeleteLoadBalancer", "elasticloadbalancing:ModifyTargetGroup",
                      "elasticloadbalancing:ModifyTargetGroupAttributes", "elasticloadbalancing:DeleteTargetGroup",
                      "elasticloadbalancing:ModifyListenerAttributes", "elasticloadbalancing:AddTags",
-                     "elasticloadbalancing:RemoveTags"]),
+                     "elasticloadbalancing:RemoveTags", "elasticloadbalancing:ModifyCapacityReservation",
+                     "elasticloadbalancing:ModifyIpPools"]),
         iam.PolicyStatement(
             sid="ManageListenersAndRules", resources=["*"],
             actions=["elasticloadbalancing:CreateListener", "elasticloadbalancing:DeleteListener",

@@ -24,7 +24,12 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from hyperpod_inference_iac.cluster.addons import (
+    cfn_addon,
     managed_addon,
+)
+from hyperpod_inference_iac.cluster.hyperpod_dependencies import (
+    HYPERPOD_NVIDIA_INSTANCE_TYPES,
+    NODE_HEALTH_TOLERATION,
 )
 from hyperpod_inference_iac.cluster.node_launch_template import (
     launch_template_spec,
@@ -70,15 +75,24 @@ from hyperpod_inference_iac.security.data_perimeter import (
 from hyperpod_inference_iac.security.secrets_key import (
     default_deployer_role_arns,
 )
+from hyperpod_inference_iac.security.workload_identity import (
+    service_account_principal,
+)
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
-# The AL2023 NVIDIA AMI carries the driver but not the Kubernetes device plugin; only on GPU nodes.
+# The AL2023 NVIDIA AMI carries the driver but not the Kubernetes device plugin; only on GPU nodes: the EKS GPU node
+# groups' nvidia.com/gpu.present=true, or a HyperPod NVIDIA instance type (HyperPod's AMI has no plugin either; the
+# selection and the node-health toleration are those of the nvidia-device-plugin values of AWS's dependency chart).
 NVIDIA_DEVICE_PLUGIN = HelmRelease(
     release="nvidia-device-plugin", chart="nvidia-device-plugin", repository="https://nvidia.github.io/k8s-device-plugin",
     version="0.17.1", namespace="kube-system",
-    values={"nodeSelector": {"nvidia.com/gpu.present": "true"},
-            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]},
-    purpose="advertises nvidia.com/gpu on GPU nodes (workloads request GPUs through it)",
+    values={"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+                {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                       "values": list(HYPERPOD_NVIDIA_INSTANCE_TYPES)}]}]}}},
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+                            dict(NODE_HEALTH_TOLERATION)]},
+    purpose="advertises nvidia.com/gpu on GPU nodes, EKS and HyperPod (workloads request GPUs through it)",
 )
 # Supported Kubernetes minors: each has an EKS release and a kubectl layer package (a dependency).
 KUBECTL_LAYERS: Mapping[str, tuple[str, str]] = {
@@ -94,6 +108,11 @@ CLUSTER_ROLE_MANAGED_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_ROLE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
 SYSTEM_ROOT_VOLUME_GIB = 20  # EKS's default disk size for managed node groups, as before the launch template
 VPC_CNI_ADDON = "vpc-cni"
+# The VPC CNI's pods (the aws-node DaemonSet, and its network policy agent) run under this service account; the
+# add-on's own IRSA role (AWS's recommended set-up, "Configure the Amazon VPC CNI plugin to use IRSA") holds
+# VPC_CNI_MANAGED_POLICY, so pods get IP addresses on every node, EKS or HyperPod, whatever the node's role grants.
+VPC_CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
+VPC_CNI_MANAGED_POLICY = "AmazonEKS_CNI_Policy"
 # The VPC CNI add-on's configuration key that starts its network policy agent (a string in its schema).
 VPC_CNI_NETWORK_POLICY = {"enableNetworkPolicy": "true"}
 # What the cluster role does with the secrets key: the control plane's KMS provider encrypts and decrypts the
@@ -264,8 +283,9 @@ class InferenceCluster(Construct):
     whatever the app's feature flags (``@aws-cdk/aws-eks:useNativeOidcProvider`` is set on this construct).
 
     Attributes: ``cluster`` (the ``eks.Cluster``), ``secrets_key``, ``control_plane_log_group``,
-    ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and ``device_plugin`` (None when not
-    installed). The cluster role's and system nodes' AWS managed policies and CDK's kubectl provider are
+    ``system_nodegroup``, ``system_launch_template``, ``vpc_cni_addon`` and its IRSA role ``vpc_cni_role``
+    (``AmazonEKS_CNI_Policy`` for ``kube-system/aws-node``), and ``device_plugin`` (None when not installed). The
+    AWS managed policies of the cluster role, the system nodes and the VPC CNI, and CDK's kubectl provider are
     acknowledged for cdk-nag here.
     """
 
@@ -379,6 +399,7 @@ class InferenceCluster(Construct):
         self.vpc_cni_addon = managed_addon(
             self, "VpcCniAddon", cluster=self.cluster, name=VPC_CNI_ADDON, configuration_values=VPC_CNI_NETWORK_POLICY,
             preserve_on_delete=True) if props.enforce_network_policies else None
+        self.vpc_cni_role = self._vpc_cni_role() if self.vpc_cni_addon is not None else None
         for index, arn in enumerate(props.admin_role_arns):
             self.cluster.grant_access(f"Admin{index}", arn, [eks.AccessPolicy.from_access_policy_name(
                 "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)])
@@ -390,6 +411,20 @@ class InferenceCluster(Construct):
                     *(managed_policy(name) for name in NODE_ROLE_MANAGED_POLICIES))
         if self.cluster.kubectl_provider is not None:  # (always: kubectl_provider_options is given above)
             acknowledge_kubectl_provider(self.cluster.kubectl_provider)
+
+    def _vpc_cni_role(self) -> iam.Role:
+        """The VPC CNI add-on's own identity: an IRSA role only ``kube-system/aws-node`` can assume, with
+        ``AmazonEKS_CNI_Policy`` (what AWS documents for the add-on). Without it, aws-node on a HyperPod node would
+        run with the HyperPod execution role and on a system node with the node role."""
+        namespace, service_account = VPC_CNI_SERVICE_ACCOUNT
+        role = iam.Role(self, "VpcCniRole", description=f"VPC CNI (aws-node) of {self.props.cluster_name}",
+                        assumed_by=service_account_principal(self, "VpcCniTrust", cluster=self.cluster,
+                                                             namespace=namespace, service_account=service_account),
+                        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_MANAGED_POLICY)])
+        assert self.vpc_cni_addon is not None
+        cfn_addon(self.vpc_cni_addon).service_account_role_arn = role.role_arn
+        acknowledge(role, "eks-service-managed-policies", managed_policy(VPC_CNI_MANAGED_POLICY))
+        return role
 
     def _restrict_secrets_key(self, deployer_role_arns: Sequence[str] | None) -> None:
         """Replace CDK's default key policy (``kms:*`` for the account) with :func:`secrets_key_policy`, and give

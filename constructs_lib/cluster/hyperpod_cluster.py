@@ -12,15 +12,18 @@ cluster needs around it and checks the input against the CloudFormation schema a
   and log permissions HyperPod nodes use;
 * the EKS access entry of type ``HYPERPOD_LINUX`` that lets the nodes join the cluster (no access
   policies: that type cannot have any, and nodes never get cluster-admin);
+* HyperPod's dependency components (:mod:`hyperpod_dependencies`: the health-monitoring agent, the deep health
+  checks' and HyperPod patching's permissions), applied to the EKS cluster as AWS's reference stack installs its
+  dependency Helm chart: before the HyperPod cluster;
 * the ``AWS::SageMaker::Cluster`` itself, created after the scripts are uploaded, the role has its
-  permissions and the access entry exists;
+  permissions, the access entry and the dependency components exist;
 * a retention on the cluster's log group ``/aws/sagemaker/Clusters/<name>/<cluster id>``. The id is
   assigned at creation (the last part of the cluster ARN), so the group cannot be created beforehand
   with CloudFormation: two SDK calls after the cluster create it if it does not exist yet and put the
   retention policy, each allowed on that one group only.
 
 The EKS cluster must use the ``API`` or ``API_AND_CONFIG_MAP`` authentication mode (``aws_eks_v2``
-always does) and already run HyperPod's dependency Helm chart before nodes join.
+always does).
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ from constructs import Construct
 
 from hyperpod_inference_iac.charts.plan import (
     NodeGroupPlacement,
+)
+from hyperpod_inference_iac.cluster.hyperpod_dependencies import (
+    INSTALLED_COMPONENTS,
+    apply_dependencies,
+    check_health_agent_region,
 )
 from hyperpod_inference_iac.foundation._package_data import (
     package_dir,
@@ -145,11 +153,17 @@ class TaintEffect(enum.StrEnum):
 # What HyperPod does with the execution role in the customer VPC (VpcConfig), as AWS documents it for the
 # role: create the nodes' network interfaces, let the service attach them, detach and delete them.
 # The Describe calls support no resource-level permissions.
+# With them, the VPC CNI's actions that AWS's setup template (sagemaker-iam-role-template.yaml) grants the role in
+# its "<prefix>_AmazonEKS_CNI_Policy": aws-node on a HyperPod node runs with the node's role when the vpc-cni add-on
+# has no role of its own (InferenceCluster(enforce_network_policies=False), an imported cluster).
 _NETWORK_DESCRIBE_ACTIONS = [
     "ec2:DescribeDhcpOptions",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
     "ec2:DescribeVpcs",
 ]
 # These change network interfaces. EC2 authorizes each resource of a request on its own, and ec2:Vpc is a
@@ -158,11 +172,15 @@ _NETWORK_DESCRIBE_ACTIONS = [
 # node too): with ...IfExists, every interface, subnet and security group they touch must be in the cluster's
 # VPC, and the role can no longer detach or delete the other network interfaces of the Region.
 _NETWORK_INTERFACE_ACTIONS = [
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
     "ec2:CreateNetworkInterface",
     "ec2:CreateNetworkInterfacePermission",
     "ec2:DeleteNetworkInterface",
     "ec2:DeleteNetworkInterfacePermission",
     "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
 ]
 _ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
 _LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
@@ -441,9 +459,30 @@ class HyperPodClusterProps(HyperPodClusterOptions):
         None, config=False, default_doc="the EKS cluster's VPC",
         doc="The VPC of `subnets`: the execution role may create, detach and delete network interfaces of this VPC "
             "only. Required when `eks_cluster` was imported without its VPC (`HyperPodCluster.NoVpc`).")
+    install_dependencies: bool = prop(
+        True, config=False,
+        doc=f"Apply HyperPod's dependency components ({', '.join(INSTALLED_COMPONENTS)}, from the dependency Helm "
+            "chart AWS's reference stack installs) to the EKS cluster before the HyperPod cluster. Off only when "
+            "`node_recovery` is `None` and no group has `deep_health_checks` (`HyperPodCluster.DependenciesRequired`).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         super().check(problems, at)
+        if not self.install_dependencies:
+            resilient = [what for what, on in (
+                ("node_recovery is Automatic", self.node_recovery == NodeRecovery.AUTOMATIC),
+                ("a group has deep_health_checks", any(group.deep_health_checks for group in self.instance_groups)))
+                if on]
+            if resilient:
+                problems.add("HyperPodCluster.DependenciesRequired", at.at("install_dependencies"),
+                             f"must be True while {' and '.join(resilient)}: HyperPod's resiliency needs the "
+                             "health-monitoring agent and the deep health checks' permissions of its dependency "
+                             "chart; set node_recovery to None and drop deep_health_checks to run without them",
+                             False)
+        elif getattr(self.eks_cluster, "kubectl_provider", None) is None:
+            problems.add("HyperPodCluster.NoKubectlProvider", at.at("install_dependencies"),
+                         "needs eks_cluster's kubectl provider to apply HyperPod's dependency components (an "
+                         "InferenceCluster has one; give an eks.Cluster kubectl_provider_options, or import it with "
+                         "its kubectl_provider)")
         scripts = self.scripts_folder
         if not (scripts / ON_CREATE_SCRIPT).is_file():
             problems.add("HyperPodCluster.NoOnCreateScript", at.at("lifecycle_scripts"),
@@ -468,7 +507,8 @@ class HyperPodCluster(Construct):
     :class:`InstanceGroup`); ``props`` keeps them.
 
     Attributes: ``cfn_cluster``, ``cluster_arn``, ``execution_role``, ``lifecycle_bucket``,
-    ``lifecycle_scripts`` (the uploads), ``access_entry``, ``log_group_name`` and ``log_retention_calls``
+    ``lifecycle_scripts`` (the uploads), ``access_entry``, ``dependencies`` (the dependency components' manifest,
+    None when not installed), ``log_group_name`` and ``log_retention_calls``
     (the two SDK calls). Its cdk-nag findings (the instance-role managed policy, node permissions without
     resource scoping, CDK's SDK-call provider, the log group's ARN form) are acknowledged here.
     """
@@ -492,6 +532,7 @@ class HyperPodCluster(Construct):
         encryption_key: kms.IKey | None = HyperPodClusterProps.encryption_key,
         log_retention: logs.RetentionDays = HyperPodClusterProps.log_retention,
         vpc: ec2.IVpc | None = HyperPodClusterProps.vpc,
+        install_dependencies: bool = HyperPodClusterProps.install_dependencies,
     ) -> None:
         """Create the construct. Its properties (:class:`HyperPodClusterProps`, kept as ``self.props``):
 
@@ -525,6 +566,10 @@ class HyperPodCluster(Construct):
         :param vpc: The VPC of `subnets`: the execution role may create, detach and delete network interfaces of
             this VPC only. Required when `eks_cluster` was imported without its VPC (`HyperPodCluster.NoVpc`).
             Default: ``None`` (the EKS cluster's VPC).
+        :param install_dependencies: Apply HyperPod's dependency components (health-monitoring-agent,
+            deep-health-check, hyperpod-patching, from the dependency Helm chart AWS's reference stack installs)
+            to the EKS cluster before the HyperPod cluster. Off only when `node_recovery` is `None` and no group
+            has `deep_health_checks` (`HyperPodCluster.DependenciesRequired`). Default: ``True``.
         """
         super().__init__(scope, id)
         self.props = props = HyperPodClusterProps(
@@ -532,10 +577,11 @@ class HyperPodCluster(Construct):
             security_groups=listed(security_groups), instance_groups=listed(instance_groups),
             lifecycle_bucket_name=lifecycle_bucket_name, lifecycle_scripts=lifecycle_scripts,
             node_recovery=node_recovery, access_logs_bucket=access_logs_bucket, encryption_key=encryption_key,
-            log_retention=log_retention, vpc=vpc)
+            log_retention=log_retention, vpc=vpc, install_dependencies=install_dependencies)
         props.raise_if_invalid(f"HyperPodCluster {self.node.path}")
         agree(self, HyperPodPart(construct=f"HyperPodCluster {self.node.path}", cluster=eks_cluster,
                                  instance_groups=tuple((g.name, g.instance_type) for g in props.instance_groups)))
+        _check_agent_region(Stack.of(self).region, props.install_dependencies, f"HyperPodCluster {self.node.path}")
         warnings = RiskWarnings()
         warn_hyperpod_cluster(warnings, instance_groups=props.instance_groups)
         warnings.annotate(self)
@@ -587,6 +633,8 @@ class HyperPodCluster(Construct):
             access_policies=[],
         )
 
+        self.dependencies = apply_dependencies(self, "Dependencies", cluster=props.eks_cluster) \
+            if props.install_dependencies else None
         source_s3_uri = f"s3://{self.lifecycle_bucket.bucket_name}/{LIFECYCLE_PREFIX}"
         self.cfn_cluster = sagemaker.CfnCluster(
             self,
@@ -607,6 +655,8 @@ class HyperPodCluster(Construct):
         # (The role itself is already a dependency through ExecutionRole's GetAtt; its policy is not.)
         role_policy = self.execution_role.node.find_child("DefaultPolicy")
         self.cfn_cluster.node.add_dependency(*self.lifecycle_scripts, role_policy, self.access_entry)
+        if self.dependencies is not None:  # (AWS's reference stack installs the dependency chart first)
+            self.cfn_cluster.node.add_dependency(self.dependencies)
         self.cluster_arn: str = self.cfn_cluster.attr_cluster_arn
         # arn:<partition>:sagemaker:<region>:<account>:cluster/<id>: the id is the part after the only "/".
         cluster_id = Fn.select(1, Fn.split("/", self.cluster_arn))
@@ -755,6 +805,11 @@ class HyperPodCluster(Construct):
             sid="PodIdentityOnThisCluster", actions=["eks-auth:AssumeRoleForPodIdentity"],
             resources=[eks_cluster.cluster_arn],
         ))
+        # AWS's setup template grants it next to the ECR pull: read-only, and the likely reader is SageMaker watching
+        # the alarms a rolling AMI update names (DeploymentConfiguration.AutoRollbackConfiguration). Kept to the region.
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="DescribeAlarms", actions=["cloudwatch:DescribeAlarms"], resources=["*"], conditions=in_this_region,
+        ))
         log_group = f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{CLUSTER_LOG_GROUP_PREFIX}*"
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="ClusterLogs", actions=_LOG_ACTIONS, resources=[log_group, f"{log_group}:log-stream:*"],
@@ -800,6 +855,15 @@ def warn_hyperpod_cluster(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
                      "stop serving until their pods run elsewhere, and HyperPod provisions the replacement only when "
                      f"Spot capacity is available again{few}. Run inference on Spot only with more than one instance "
                      "and more than one replica per model, or use OnDemand")
+
+
+def _check_agent_region(region: str, install: bool, source: str) -> None:
+    """:func:`check_health_agent_region` of the stack's region, when the dependency components are installed."""
+    if not install:
+        return
+    problems = Problems()
+    check_health_agent_region(problems, PROPS.at("install_dependencies"), region)
+    problems.raise_if_any(source)
 
 
 def _vpc_of(eks_cluster: ClusterLike) -> ec2.IVpc | None:

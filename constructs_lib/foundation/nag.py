@@ -27,7 +27,8 @@ REASONS: dict[str, tuple[str, str]] = {
         "AwsSolutions-IAM4",
         "EKS requires these AWS managed policies on the cluster role and on node roles "
         "(AmazonEKSClusterPolicy, AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryReadOnly, "
-        "AmazonEKS_CNI_Policy); AWS keeps them in step with the service.",
+        "AmazonEKS_CNI_Policy, which the VPC CNI add-on's own IRSA role holds too); AWS keeps them in step with the "
+        "service.",
     ),
     "cdk-kubectl-provider-managed-policies": (
         "AwsSolutions-IAM4",

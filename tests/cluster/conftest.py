@@ -15,6 +15,7 @@ import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = Environment(account="123456789012", region="us-west-2")
@@ -46,6 +47,8 @@ def make_base(stack_name: str = "ClusterTest") -> Base:
         vpc=vpc,
         default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
         default_capacity=0,
+        # (HyperPodCluster applies HyperPod's dependency components through it)
+        kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV34Layer(stack, "Kubectl")),
     )
     return Base(app, stack, vpc, cluster)
 

@@ -88,7 +88,7 @@ def built() -> Built:
         base.stack, "Minimal", cluster_name="small", eks_cluster=base.cluster,
         subnets=base.vpc.private_subnets[:1], security_groups=[security_group],
         instance_groups=[SYSTEM_GROUP], lifecycle_bucket_name="small-lifecycle-123456789012",
-        node_recovery="None",
+        node_recovery="None", install_dependencies=False,
     )
     shared = HyperPodCluster(
         base.stack, "Shared", cluster_name="shared", eks_cluster=base.cluster,
@@ -201,12 +201,14 @@ def test_execution_role_statements_are_scoped(built: Built) -> None:
         "Resource": "arn:aws:ec2:us-west-2:123456789012:network-interface/*",
         "Condition": {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}},
     }
+    # (with the VPC CNI's actions of AWS's setup template: tests/references/test_parity.py compares them)
     assert sorted(by_sid["DescribeTheNetwork"]["Action"]) == sorted([
         "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets",
-        "ec2:DescribeSecurityGroups"])
+        "ec2:DescribeSecurityGroups", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeTags"])
     assert sorted(by_sid["NodeNetworkInterfacesInClusterVpc"]["Action"]) == sorted([
         "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
-        "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface"])
+        "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface", "ec2:AssignPrivateIpAddresses",
+        "ec2:UnassignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"])
     assert by_sid["EcrAuthorizationToken"]["Action"] == "ecr:GetAuthorizationToken"
     assert sorted(by_sid["EcrPullImages"]["Action"]) == [
         "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
@@ -232,7 +234,9 @@ def test_execution_role_changes_network_interfaces_of_the_cluster_vpc_only(built
 
     other = "arn:aws:ec2:us-west-2:123456789012:vpc/vpc-other"
     for action in ("ec2:DeleteNetworkInterface", "ec2:DetachNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                   "ec2:DeleteNetworkInterfacePermission"):
+                   "ec2:DeleteNetworkInterfacePermission", "ec2:AssignPrivateIpAddresses",
+                   "ec2:UnassignPrivateIpAddresses", "ec2:AttachNetworkInterface",
+                   "ec2:ModifyNetworkInterfaceAttribute"):
         assert ec2(action, eni, ours) == "allow", action
         assert ec2(action, eni, other) == "neutral", action  # another VPC's interface: no longer
     # Create: the new interface has no ec2:Vpc yet; its subnet and security group must be in the VPC.
@@ -249,7 +253,58 @@ def test_execution_role_changes_network_interfaces_of_the_cluster_vpc_only(built
 
 def test_an_imported_cluster_without_its_vpc_needs_the_vpc(scratch: Base, unique_id: Callable[[], str]) -> None:
     imported = eks.Cluster.from_cluster_attributes(scratch.stack, unique_id(), cluster_name="imported")
-    assert _errors(scratch, unique_id, eks_cluster=imported).codes == ["HyperPodCluster.NoVpc"]
+    assert _errors(scratch, unique_id, eks_cluster=imported).codes == [
+        "HyperPodCluster.NoVpc", "HyperPodCluster.NoKubectlProvider"]
+
+
+def test_dependency_components_are_applied_before_the_cluster(built: Built) -> None:
+    manifest = built.main.dependencies
+    assert manifest is not None
+    resource = next(c for c in manifest.node.find_all() if isinstance(c, CfnElement))
+    assert built.logical_id(resource) in built.resource(built.main.cfn_cluster)["DependsOn"]
+    body = built.resource(resource)["Properties"]["Manifest"]
+    objects = json.loads(body if isinstance(body, str) else "".join(str(part) for part in body["Fn::Join"][1]))
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("DaemonSet", "health-monitoring-agent") in kinds
+    assert ("ServiceAccount", "deep-health-check-service-account") in kinds
+    daemon_set = next(o for o in objects if o["kind"] == "DaemonSet")
+    # us-west-2's image, which the execution role's ECR pull (this region) admits
+    assert daemon_set["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "905418368575.dkr.ecr.us-west-2.amazonaws.com/hyperpod-health-monitoring-agent:1.0.742.0_1.0.241.0"
+
+
+def test_a_cluster_without_resiliency_may_skip_the_dependency_components(built: Built) -> None:
+    assert built.minimal.dependencies is None
+    assert "HyperPodDependencies" not in json.dumps(built.resource(built.minimal.cfn_cluster).get("DependsOn", []))
+
+
+@pytest.mark.parametrize("overrides", [
+    {"install_dependencies": False},
+    {"install_dependencies": False, "node_recovery": "None",
+     "instance_groups": [InstanceGroup(name="g", instance_type="ml.g5.8xlarge", instance_count=1,
+                                       deep_health_checks=["InstanceStress"])]},
+])
+def test_resiliency_without_the_dependency_components_is_refused(scratch: Base, unique_id: Callable[[], str],
+                                                                  overrides: dict[str, Any]) -> None:
+    error = _errors(scratch, unique_id, **overrides)
+    assert error.codes == ["HyperPodCluster.DependenciesRequired"]
+    assert "install_dependencies" in str(error)
+
+
+def test_a_region_without_the_health_agent_image_is_refused(unique_id: Callable[[], str]) -> None:
+    from aws_cdk import App, Environment, Stack
+    from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
+    stack = Stack(App(), "Elsewhere", env=Environment(account="123456789012", region="me-south-1"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
+    cluster = eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc, default_capacity=0,
+                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=KubectlV34Layer(stack, "L")))
+    with pytest.raises(ConfigError) as caught:
+        HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.private_subnets,
+                        security_groups=[cluster.cluster_security_group], instance_groups=[SYSTEM_GROUP])
+    assert caught.value.codes == ["HyperPodCluster.NoHealthAgentImage"]
 
 
 def test_execution_role_only_reads_the_lifecycle_prefix(built: Built) -> None:
@@ -693,3 +748,23 @@ def test_the_same_key_with_another_effect_is_not_a_duplicate(scratch: Base, uniq
                     instance_groups=[_group(kubernetes_taints=[_taint(), _taint(effect="NoExecute")],
                                             kubernetes_labels={"example.com/kubernetes.io": "a",
                                                                "mykubernetes.io/x": "b"})])
+
+
+def test_an_environment_agnostic_stack_finds_the_agent_image_at_deploy_time() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
+    stack = Stack(App(), "Agnostic")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
+    cluster = eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, vpc=vpc, default_capacity=0,
+                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=KubectlV34Layer(stack, "L")))
+    hyperpod = HyperPodCluster(stack, "HyperPod", cluster_name="hp", eks_cluster=cluster, subnets=vpc.private_subnets,
+                               security_groups=[cluster.cluster_security_group], instance_groups=[SYSTEM_GROUP])
+    template = Template.from_stack(stack).to_json()
+    assert template["Mappings"]["HyperPodHealthMonitoringAgentAccounts"]["us-west-2"] == {"account": "905418368575"}
+    assert hyperpod.dependencies is not None
+    resource = next(c for c in hyperpod.dependencies.node.find_all() if isinstance(c, CfnElement))
+    manifest = json.dumps(template["Resources"][stack.get_logical_id(resource)]["Properties"]["Manifest"])
+    assert '"Fn::FindInMap": ["HyperPodHealthMonitoringAgentAccounts", {"Ref": "AWS::Region"}, "account"]' in manifest

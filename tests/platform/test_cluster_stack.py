@@ -449,14 +449,20 @@ def test_every_node_group_requires_imdsv2_with_one_hop_and_an_encrypted_root(clu
 
 
 def test_vpc_cni_add_on_enforces_network_policies(cluster: dict[str, Any]) -> None:
-    (cni,) = [v for v in _resources(cluster, "AWS::EKS::Addon").values()
-              if v["Properties"]["AddonName"] == "vpc-cni"]
+    ((cni_id, cni),) = [(k, v) for k, v in _resources(cluster, "AWS::EKS::Addon").items()
+                        if v["Properties"]["AddonName"] == "vpc-cni"]
     props = cni["Properties"]
     assert json.loads(props["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
     assert props["ResolveConflicts"] == "OVERWRITE"  # takes over the self-managed CNI EKS bootstrapped
     assert props["PreserveOnDelete"] is True  # removing it from the stack leaves the CNI on the nodes
     assert "AddonVersion" not in props  # EKS's default for the cluster's minor
-    assert "ServiceAccountRoleArn" not in props  # the node role has AmazonEKS_CNI_Policy
+    # aws-node has its own IRSA role with AmazonEKS_CNI_Policy (tests/references compares it with AWS's), before the
+    # first HyperPod node joins
+    (role_id, _) = props["ServiceAccountRoleArn"]["Fn::GetAtt"]
+    policies = cluster["Resources"][role_id]["Properties"]["ManagedPolicyArns"]
+    assert json.dumps(policies).endswith(':iam::aws:policy/AmazonEKS_CNI_Policy"]]}]')
+    (hyperpod,) = _resources(cluster, "AWS::SageMaker::Cluster").values()
+    assert cni_id in hyperpod["DependsOn"]
 
 
 def _log_groups(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

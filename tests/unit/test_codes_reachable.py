@@ -96,6 +96,8 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "HyperPodCluster.NoSubnets": "the app passes the VPC's private subnets",
     "HyperPodCluster.TooManySubnets": "the app passes the VPC's private subnets (at most 6 zones: Network.ZoneCount)",
     "HyperPodCluster.NoVpc": "the app passes the cluster's VPC",
+    "HyperPodCluster.DependenciesRequired": "a Python-only property (`install_dependencies`); the app installs them",
+    "HyperPodCluster.NoKubectlProvider": "the app's InferenceCluster always has a kubectl provider",
     "HyperPodCluster.SecurityGroups": "the app passes the cluster's security group",
     "InferenceCluster.BadDeployerRoleArn": "a Python-only property (`deployer_role_arns`); the app uses the "
                                            "synthesizer's deploy role",
@@ -139,6 +141,7 @@ def _sidecar_first_chunk(data: dict[str, Any]) -> None:
 
 # (code, key path, change): the codes tests/unit/test_config.py's cases do not exercise.
 CASES = [
+    ("HyperPodCluster.NoHealthAgentImage", "environment.region", _set("environment.region", "ca-central-1")),
     ("GpuNodeGroup.BadName", "cluster.gpuNodeGroups[0].name", _group(name="GPU_1")),
     ("GpuNodeGroup.NoInstanceTypes", "cluster.gpuNodeGroups[0].instanceTypes", _group(instanceTypes=[])),
     ("GpuNodeGroup.BadInstanceType", "cluster.gpuNodeGroups[0].instanceTypes[0]",
