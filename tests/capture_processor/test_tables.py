@@ -21,7 +21,7 @@ from hyperpod_inference_iac import (
     ConfigError,
     TableReader,
 )
-from hyperpod_inference_iac.capture_tables import TEXT_COLUMNS, named_queries
+from hyperpod_inference_iac.capture_tables import TEXT_COLUMNS, USAGE_COLUMNS, named_queries
 from tests.support.policy_eval import Request, decision
 from tests.unit.test_data_perimeter import ACCOUNT, ADMIN, ANALYST, BUCKET, REGION, resolve
 
@@ -220,16 +220,60 @@ def _grants(template: dict[str, Any], principal: str) -> dict[str, dict[str, Any
             if r["Properties"]["Principal"]["DataLakePrincipalIdentifier"] == principal}
 
 
-def test_usage_readers_get_every_column_but_the_text_and_all_readers_every_column(template: dict[str, Any]) -> None:
+def test_usage_readers_get_an_explicit_column_list_and_all_readers_every_column(template: dict[str, Any]) -> None:
     usage, full = _grants(template, FINOPS), _grants(template, PRIVACY)
-    for grants, excluded in ((usage, TEXT_COLUMNS), (full, {name: () for name in TEXT_COLUMNS})):
-        for table in ("capture_records", "alb_access_logs"):
-            grant = grants[table]
-            assert grant["Permissions"] == ["SELECT"] and grant["PermissionsWithGrantOption"] == []
-            wildcard = grant["Resource"]["TableWithColumns"]["ColumnWildcard"]
-            assert wildcard["ExcludedColumnNames"] == list(excluded[table])
+    for table in ("capture_records", "alb_access_logs"):
+        for grants in (usage, full):
+            assert grants[table]["Permissions"] == ["SELECT"] and grants[table]["PermissionsWithGrantOption"] == []
+        listed = usage[table]["Resource"]["TableWithColumns"]
+        assert "ColumnWildcard" not in listed  # a named list: nothing the processor adds later reaches it
+        assert listed["ColumnNames"] == list(USAGE_COLUMNS[table])
+        assert not set(listed["ColumnNames"]) & set(TEXT_COLUMNS[table])
+        assert full[table]["Resource"]["TableWithColumns"]["ColumnWildcard"] == {"ExcludedColumnNames": []}
+    for grants in (usage, full):
         assert grants["inference_capture_iceberg"]["Permissions"] == ["DESCRIBE"]
     assert {"input_text", "output_text"} <= set(TEXT_COLUMNS["capture_records"])
+
+
+def test_every_column_of_today_is_either_granted_to_usage_or_a_text_column(template: dict[str, Any]) -> None:
+    """Switching to a list took nothing from today's usage readers, and each column is one or the other."""
+    from capture_core import alb_format, capture_format
+
+    for table, schema in (("capture_records", capture_format.CURATED_SCHEMA),
+                          ("alb_access_logs", alb_format.CURATED_SCHEMA)):
+        assert set(schema.names) == set(USAGE_COLUMNS[table]) | set(TEXT_COLUMNS[table]), table
+        assert not set(USAGE_COLUMNS[table]) & set(TEXT_COLUMNS[table])
+
+
+def test_a_column_the_processor_adds_is_granted_to_nobody_until_the_config_grants_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processor gains a text-bearing column (say `tool_arguments`): the table carries it, no usage reader is
+    granted it; naming it in `usage_columns_granted` (capture.usageColumnsGranted) grants it."""
+    from hyperpod_inference_iac import capture_tables
+    from hyperpod_inference_iac.capture_pipeline import GlueColumn
+
+    new_column = GlueColumn("tool_arguments", "string")
+    monkeypatch.setattr(capture_tables, "CAPTURE_COLUMNS", (*capture_tables.CAPTURE_COLUMNS, new_column))
+    stack, _ = build()
+    template = Template.from_stack(stack).to_json()
+    tables = {r["Properties"]["Name"]: r["Properties"] for r in of_type(template, "AWS::Glue::Table").values()
+              if "OpenTableFormatInput" in r["Properties"]}
+    schema = tables["capture_records"]["OpenTableFormatInput"]["IcebergInput"]["IcebergTableInput"]["Schema"]
+    assert "tool_arguments" in {field["Name"] for field in schema["Fields"]}
+    usage = _grants(template, FINOPS)["capture_records"]["Resource"]["TableWithColumns"]
+    assert "tool_arguments" not in usage["ColumnNames"] and "ColumnWildcard" not in usage
+    stack, _ = build(usage_columns_granted=["capture_records.tool_arguments"])
+    usage = _grants(Template.from_stack(stack).to_json(), FINOPS)["capture_records"]["Resource"]["TableWithColumns"]
+    assert usage["ColumnNames"] == [*USAGE_COLUMNS["capture_records"], "tool_arguments"]
+
+
+def test_a_text_column_or_an_unknown_table_cannot_be_granted_to_usage_readers() -> None:
+    with pytest.raises(ConfigError) as raised:
+        build(usage_columns_granted=["capture_records.input_text", "alb_access_logs.request_query", "nope.x",
+                                     "capture_records"])
+    text = str(raised.value)
+    assert text.count("[CaptureTables.TextColumnForUsage] usage_columns_granted[") == 2
+    assert text.count("[CaptureTables.BadUsageColumn] usage_columns_granted[") == 2
 
 
 def test_workgroups_enforce_encrypted_results_and_a_scan_limit(template: dict[str, Any]) -> None:
