@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 
+from capture_core.erasure import Registers
 from capture_core.iceberg_sink import IcebergSink, catalog_for
 from capture_core.processor import ObjectReport, process_object, use_frugal_memory_pool
 from capture_core.s3_events import objects_in_message
@@ -37,11 +38,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
         sink = IcebergSink(catalog_for(settings.iceberg, endpoint, region), settings.iceberg)
     failures = []
+    registers = Registers(s3)  # the erasures to apply (capture_core.erasure), read once per invocation and bucket
     for message in event.get("Records", []):
         message_id = message["messageId"]
         try:
             for ref in objects_in_message(message["body"]):
-                _report(process_object(s3, ref, settings, sink, message_id))
+                register = registers.of(settings.output_bucket_for(ref.bucket))
+                _report(process_object(s3, ref, settings, sink, message_id, register))
         except Exception as error:  # any failure: report the message so SQS retries it, then DLQ
             if sink is not None:
                 sink.discard(message_id)

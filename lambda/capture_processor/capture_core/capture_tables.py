@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
 from capture_core import alb_format, capture_format
+from capture_core.predicates import PredicateError, parse_terms
 
 WAREHOUSE_PREFIX = "curated-iceberg/"
 AUDIT_PREFIX = "audit/table-deletions/"
@@ -68,48 +68,6 @@ SPECS = {
     "alb": TableSpec("alb", alb_format.CURATED_SCHEMA, "time"),
 }
 DEFAULT_NAMES = {"capture": "capture_records", "alb": "alb_access_logs"}
-
-
-class PredicateError(ValueError):
-    """A --where predicate outside the grammar, or naming a column the table does not have."""
-
-
-_TERM = re.compile(
-    r"\s*(?P<column>[a-z_][a-z0-9_]*)\s*(?P<op>=|<|>)\s*(?:'(?P<string>(?:[^']|'')*)'|(?P<number>-?\d+(?:\.\d+)?))\s*",
-)
-
-
-@dataclass(frozen=True)
-class Term:
-    """One ``column OP literal`` of the grammar; the same terms filter the tables (pyiceberg), the Parquet layout,
-    the quarantine and the raw objects (capture_core.erasure)."""
-
-    column: str
-    op: str  # "=", "<" or ">"
-    literal: str | int | float
-
-
-def parse_terms(text: str, columns: Sequence[str] | None = None) -> list[Term]:
-    """``column OP literal [AND ...]`` (the module docstring's grammar); each column one of ``columns`` when
-    given."""
-    terms = re.split(r"\s+AND\s+", text.strip(), flags=re.IGNORECASE) if text.strip() else []
-    if not terms:
-        raise PredicateError("the predicate is empty")
-    result = []
-    for term in terms:
-        match = _TERM.fullmatch(term)
-        if match is None:
-            raise PredicateError(f"{term!r} is not `column = literal`, `column < literal` or `column > literal`")
-        column = match["column"]
-        if columns is not None and column not in columns:
-            raise PredicateError(f"{column!r} is not a column of the table")
-        literal: str | int | float
-        if match["string"] is not None:
-            literal = match["string"].replace("''", "'")
-        else:
-            literal = float(match["number"]) if "." in match["number"] else int(match["number"])
-        result.append(Term(column, match["op"], literal))
-    return result
 
 
 def parse_predicate(text: str, columns: Sequence[str]) -> BooleanExpression:
@@ -204,13 +162,16 @@ def delete_rows(
     record: DeletionRecord,
     *,
     purge_unreferenced: bool = False,
+    label: str | None = None,
 ) -> DeletionRecord:
     """Deletes the rows, expires every snapshot older than the deletion (they may hold the rows), and fills in
     ``record``: rows deleted, snapshot ids, the data files no snapshot references any more."""
     before = table.current_snapshot()
     record.snapshot_before_deletion = before.snapshot_id if before is not None else None
     records_before = _total_records(table)
-    table.delete(predicate, snapshot_properties={"capture.deletion": record.predicate[:500],
+    # The snapshot says which deletion it was; an erasure's label is its id, never its predicate, which names
+    # what was erased (a caller id) and would stay in every later metadata.json.
+    table.delete(predicate, snapshot_properties={"capture.deletion": (label or record.predicate)[:500],
                                                  "capture.requested-by": record.requested_by})
     after = table.current_snapshot()
     record.rows_deleted = records_before - _total_records(table)
@@ -427,8 +388,8 @@ def _parser() -> argparse.ArgumentParser:
     expire.add_argument("--older-than-days", type=int, required=True)
     expire.add_argument("--purge-unreferenced", action="store_true",
                         help="delete the data files no snapshot references now (else the orphan file optimizer)")
-    verify_trail = commands.add_parser("verify-trail", parents=[trail],
-                                       help="check the hash chain of the audit trail; name the first broken link")
+    commands.add_parser("verify-trail", parents=[trail],
+                        help="check the hash chain of the audit trail; name the first broken link")
     return parser
 
 

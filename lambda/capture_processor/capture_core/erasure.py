@@ -40,13 +40,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from capture_core.capture_tables import PredicateError, Term, parse_terms
+from capture_core.predicates import PredicateError, Term, parse_terms
 from capture_core.routing import Tier, route_object
 
 REGISTER_PREFIX = "audit/erasure-register/"
@@ -108,7 +108,8 @@ def arrow_mask(table: pa.Table, terms: Sequence[Term], time_column: str | None =
             raise PredicateError(f"{term.column} {term.op} {term.literal!r}: {error}") from None
         mask = hit if mask is None else pc.and_kleene(mask, hit)
     if time_column is not None and before is not None and time_column in table.column_names:
-        mask = pc.and_kleene(mask, pc.less_equal(table.column(time_column), pa.scalar(before, pa.timestamp("us", "UTC"))))
+        until = pa.scalar(before, pa.timestamp("us", "UTC"))
+        mask = pc.and_kleene(mask, pc.less_equal(table.column(time_column), until))
     return pc.fill_null(mask, False)
 
 
@@ -122,9 +123,12 @@ class LineMatcher:
     """The terms applied to captured lines (raw objects, quarantine entries): the module docstring's rule."""
 
     terms: Sequence[Term]
+    before: datetime | None = None  # lines whose eventMetadata.inferenceTime is later do not match
     unevaluated: set[str] = field(default_factory=set)
 
     def matches(self, line: str, source_key: str) -> bool:
+        if self.before is not None and not _line_before(line, self.before):
+            return False
         document: Any = None
         for term in self.terms:
             if term.column in _LINE_COLUMNS or term.column == "source_key":
@@ -246,10 +250,12 @@ class Touched:
 Reader = Callable[[IO[bytes], str], tuple[int, Callable[[IO[bytes]], bool]]]
 
 
-def parquet_reader(terms: Sequence[Term]) -> Reader:
+def parquet_reader(terms: Sequence[Term], before: datetime | None = None) -> Reader:
+    """Curated Parquet (the per-object layout, the tables' data files); only rows not after ``before``."""
     def read(file: IO[bytes], key: str) -> tuple[int, Callable[[IO[bytes]], bool]]:
         table = pq.read_table(file)
-        mask = arrow_mask(table, terms)
+        time_column = next((name for name in ("inference_time", "time") if name in table.column_names), None)
+        mask = arrow_mask(table, terms, time_column, before)
         count = int(pc.sum(mask).as_py() or 0) if mask is not None else 0
 
         def rewrite(out: IO[bytes]) -> bool:
@@ -393,14 +399,14 @@ def _capture_tier(key: str) -> bool:
 
 def _readers(erasure: Erasure, matcher: LineMatcher) -> dict[str, Reader]:
     terms = erasure.terms()
-    return {"parquet": parquet_reader(terms), "quarantine": lines_reader(matcher, quarantine=True),
+    return {"parquet": parquet_reader(terms, erasure.before), "quarantine": lines_reader(matcher, quarantine=True),
             "raw": lines_reader(matcher, quarantine=False)}
 
 
 def erase_objects(s3: Any, bucket: str, erasure: Erasure, places: Places) -> tuple[dict[str, list[Touched]], set[str]]:
     """The object places (all but the tables); the objects touched per place and the columns not evaluated on
     captured lines."""
-    matcher = LineMatcher(erasure.terms())
+    matcher = LineMatcher(erasure.terms(), erasure.before)
     read = _readers(erasure, matcher)
     touched = {
         places.curated: erase_place(s3, bucket, places.curated, read["parquet"], erasure_id=erasure.erasure_id),
@@ -418,7 +424,7 @@ def verify_objects(s3: Any, bucket: str, erasure: Erasure, places: Places,
                    table_prefixes: Iterable[str] = ()) -> dict[str, dict[str, int] | list[str]]:
     """What remains of the erased rows in each object place, every version read (the Iceberg tables' data files
     under ``table_prefixes`` too, referenced or not); results: those written before the erasure."""
-    matcher = LineMatcher(erasure.terms())
+    matcher = LineMatcher(erasure.terms(), erasure.before)
     read = _readers(erasure, matcher)
     report: dict[str, dict[str, int] | list[str]] = {
         places.curated: count_place(s3, bucket, places.curated, read["parquet"]),
@@ -447,7 +453,7 @@ class DeletionRegister:
     (a LIST of the prefix; entries are cached by key and ETag in a warm container). A register that cannot be read
     fails the message: SQS retries it, rather than rows coming back."""
 
-    _cache: dict[tuple[str, str, str], Erasure] = {}
+    _cache: ClassVar[dict[tuple[str, str, str], Erasure]] = {}
 
     def __init__(self, erasures: Sequence[Erasure]) -> None:
         self.erasures = list(erasures)
@@ -503,8 +509,7 @@ class DeletionRegister:
             for line in file:
                 entry = json.loads(line)
                 raw, key = str(entry.get("raw") or ""), str(entry.get("source_key") or "")
-                if any(LineMatcher(e.terms()).matches(raw, key) and _line_before(raw, e.before)
-                       for e in self.erasures):
+                if any(LineMatcher(e.terms(), e.before).matches(raw, key) for e in self.erasures):
                     dropped += 1
                 else:
                     kept_lines.append(line)
@@ -564,8 +569,8 @@ def _split(path: str) -> tuple[str, str]:
 
 def erase_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: Iterable[str],
                      erasure: Erasure, places: Places) -> ErasureRecord:
-    """The register entry first, then the tables (a table without a column the predicate names is left alone), then every
-    object place; the record of every object touched (not written here: :func:`write_record`)."""
+    """The register entry first, then the tables (a table without a column the predicate names is left alone),
+    then every object place; the record of every object touched (not written here: :func:`write_record`)."""
     from capture_core.capture_tables import DeletionRecord, delete_rows, parse_predicate
 
     record = ErasureRecord(erasure.erasure_id, erasure.predicate, erasure.requested_by, erasure.reason,
@@ -580,7 +585,7 @@ def erase_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: 
             continue
         deletion = DeletionRecord(name, erasure.predicate, erasure.requested_by, erasure.erased_before,
                                   reason=erasure.reason)
-        delete_rows(table, predicate, deletion)
+        delete_rows(table, predicate, deletion, label=f"erasure {erasure.erasure_id}")
         versions_deleted = sum(purge_key(s3, *_split(path))
                                for path in deletion.unreferenced_files + deletion.unreferenced_metadata_files)
         deletion.purged_files = len(deletion.unreferenced_files) + len(deletion.unreferenced_metadata_files)
@@ -596,8 +601,11 @@ def verify_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables:
                       places: Places) -> tuple[dict[str, Any], int]:
     """What remains, per place: per table and snapshot the matching rows (time travel included), and per object
     version elsewhere; with the total (0: erased everywhere)."""
-    from capture_core.capture_tables import parse_predicate
+    from pyiceberg.expressions import And, LessThanOrEqual
 
+    from capture_core.capture_tables import SPECS, parse_predicate
+
+    time_columns = {spec.time_column for spec in SPECS.values()}
     report: dict[str, Any] = {}
     table_prefixes = []
     total = 0
@@ -607,6 +615,8 @@ def verify_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables:
             predicate = parse_predicate(erasure.predicate, table.schema().column_names)
         except PredicateError:
             continue
+        time_column = next(name for name in table.schema().column_names if name in time_columns)
+        predicate = And(predicate, LessThanOrEqual(time_column, erasure.erased_before))  # type: ignore[call-arg, arg-type]
         counts = {str(snapshot.snapshot_id): table.scan(row_filter=predicate, snapshot_id=snapshot.snapshot_id,
                                                         selected_fields=(erasure.terms()[0].column,)).to_arrow()
                   .num_rows for snapshot in table.snapshots()}
@@ -620,3 +630,29 @@ def verify_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables:
         report[place] = remaining
         total += sum(remaining.values()) if isinstance(remaining, dict) else len(remaining)
     return report, total
+
+
+def scrub_conversion(register: DeletionRegister, conversion: Any, tier: Tier) -> int:
+    """A converted object's local outputs without what the register's erasures cover (before any upload or
+    commit); how many rows and quarantine entries were dropped."""
+    kind = "alb" if tier == Tier.ALB else "capture"
+    dropped = 0
+    for file in conversion.partition_files:
+        dropped += register.scrub_parquet(file.path, kind)
+    kept, entries = register.scrub_quarantine(conversion.quarantine.path)
+    if entries:
+        conversion.quarantine.entries = kept
+    return dropped + entries
+
+
+class Registers:
+    """The register of each output bucket, read at most once per invocation."""
+
+    def __init__(self, s3: Any) -> None:
+        self._s3 = s3
+        self._loaded: dict[str, DeletionRegister] = {}
+
+    def of(self, bucket: str) -> DeletionRegister:
+        if bucket not in self._loaded:
+            self._loaded[bucket] = DeletionRegister.load(self._s3, bucket)
+        return self._loaded[bucket]

@@ -14,12 +14,11 @@ over a key cannot remove the first, which Object Lock keeps until its retention 
 the **first** version of each key and says so when there are others.
 
 :func:`verify_trail` walks the links in sequence order and names the first problem: a ``missing`` link (a sequence
-number skipped: the link's every version deleted, which Object Lock refuses until its retention ends), a
-``reordered`` one (its body's
-sequence is not its key's), a ``broken`` one (its ``previous_digest`` is not the digest of the link before: that
-link was altered, or this one forged), and ``overwritten`` keys (a newer version or a delete marker over the original, which is still read). The chain
-cannot tell a trail cut after its last link; the daily manifest bounds that: a trail whose last manifest is older
-than a day is reported ``stale``.
+number skipped: every version of the link deleted, which Object Lock refuses until its retention ends), a
+``reordered`` one (its body's sequence is not its key's), a ``broken`` one (its ``previous_digest`` is not the
+digest of the link before: that link was altered, or this one forged), and ``overwritten`` keys (a newer version or
+a delete marker over the original, which is still read). The chain cannot tell a trail cut after its last link; the
+daily manifest bounds that: a trail whose last manifest is older than a day is reported ``stale``.
 """
 
 from __future__ import annotations
