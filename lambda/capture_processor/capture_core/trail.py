@@ -58,12 +58,15 @@ def _originals(s3: Any, bucket: str, prefix: str) -> dict[str, list[dict[str, An
     """Each key's versions, oldest first (delete markers included, marked)."""
     keys: dict[str, list[dict[str, Any]]] = {}
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Versions", []):
-            keys.setdefault(item["Key"], []).append({**item, "marker": False})
         for item in page.get("DeleteMarkers", []):
             keys.setdefault(item["Key"], []).append({**item, "marker": True})
+        for item in page.get("Versions", []):
+            keys.setdefault(item["Key"], []).append({**item, "marker": False})
     for items in keys.values():
-        items.sort(key=lambda item: item["LastModified"])
+        # S3 lists a key's versions newest first (and two puts can share a second): oldest first is the reverse,
+        # a delete marker placed by its time
+        items.reverse()
+        items.sort(key=lambda item: (item["LastModified"], item["marker"]))
     return keys
 
 
