@@ -39,7 +39,11 @@ from hyperpod_inference_iac.capture_pipeline import (
     CapturePipeline,
     GlueColumn,
 )
-from hyperpod_inference_iac.capture_storage import DEFAULT_ICEBERG_PREFIX, DEFAULT_QUERY_RESULTS_PREFIX
+from hyperpod_inference_iac.capture_storage import (
+    DEFAULT_ICEBERG_PREFIX,
+    DEFAULT_QUERY_RESULTS_PREFIX,
+    CaptureStorage,
+)
 from hyperpod_inference_iac.data_perimeter import ObjectAccess, bucket_guard, key_guard
 from hyperpod_inference_iac.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.patterns import IAM_ROLE_ARN, LAMBDA_LAYER_VERSION_ARN
@@ -280,6 +284,11 @@ class CaptureTablesProps(CaptureTablesOptions):
         doc="The capture pipeline whose processor writes the tables: its bucket and key are the tables' (the bucket "
             "must be guarded by CaptureStorage for the perimeter to hold), its role is granted the catalog and "
             "`curated-iceberg/`, its function gets the `ICEBERG_*` settings.")
+    audit_trail: CaptureStorage | None = prop(
+        None, config=False, default_doc="none: the retention runs write their records to the capture bucket only",
+        doc="With `row_retention_days`: the storage whose audit bucket (S3 Object Lock) receives each retention "
+            "run's records and the tables' daily manifest as links of the hash-chained trail "
+            "(`AUDIT_TRAIL_BUCKET`; the role may append, never delete).")
 
 
 def warn_capture_tables(warnings: RiskWarnings, at: KeyPaths = PROPS, *, tables_layer_arn: str | None = None) -> None:
@@ -313,6 +322,7 @@ class CaptureTables(Construct):
         id: str,
         *,
         pipeline: CapturePipeline,
+        audit_trail: CaptureStorage | None = CaptureTablesProps.audit_trail,
         table_readers: Sequence[TableReader] = CaptureTablesProps.table_readers,
         usage_columns_granted: Sequence[str] = CaptureTablesProps.usage_columns_granted,
         query_scan_limit_gib: int = CaptureTablesProps.query_scan_limit_gib,
@@ -328,7 +338,8 @@ class CaptureTables(Construct):
         """Properties: :class:`CaptureTablesProps`; ``props`` keeps them."""
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
-            pipeline=pipeline, table_readers=tuple(table_readers), query_scan_limit_gib=query_scan_limit_gib,
+            pipeline=pipeline, audit_trail=audit_trail, table_readers=tuple(table_readers),
+            query_scan_limit_gib=query_scan_limit_gib,
             usage_columns_granted=tuple(usage_columns_granted),
             tables_layer_arn=tables_layer_arn, row_retention_days=row_retention_days,
             database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
@@ -518,6 +529,9 @@ class CaptureTables(Construct):
         admit_objects(role, bucket_arn_, ObjectAccess.WRITE, AUDIT_PREFIX)
         acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(
             role, objects_arn(bucket_arn_, AUDIT_PREFIX)))
+        if self.props.audit_trail is not None:  # the records and the daily manifest, chained, under Object Lock
+            self.props.audit_trail.grant_append_audit_trail(role)
+            pipeline.function.add_environment("AUDIT_TRAIL_BUCKET", bucket_name(self.props.audit_trail.audit_bucket))
 
     def _grant_prefix(self, role: iam.IRole, prefix: str, *, delete: bool) -> None:
         """Read, write (and delete) the objects under ``prefix``, list keys under it, the key through S3 for them

@@ -41,7 +41,8 @@ class StorageStack(Stack):
         )
         # The curated captures as Iceberg tables (the processor writes both layouts this release), their readers
         # by column through Lake Formation, and the Athena workgroups with the named queries.
-        self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, **capture.tables.kwargs())
+        self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, audit_trail=storage,
+                                    **capture.tables.kwargs())
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None
         self.capture_alarms: CaptureAlarms | None = None

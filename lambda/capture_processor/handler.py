@@ -5,7 +5,9 @@ the event source mapping must enable ReportBatchItemFailures.
 
 A scheduled event ``{"captureTablesRetention": {"olderThanDays": N, "bucket": B}}`` (CaptureTables' daily
 EventBridge rule) applies the capture policy's retention to the Iceberg tables instead: rows older than N days
-deleted, the snapshots holding them expired, an audit record per table under ``audit/table-deletions/`` of B.
+deleted, the snapshots holding them expired, an audit record per table under ``audit/table-deletions/`` of B, and,
+with ``AUDIT_TRAIL_BUCKET``, those records and the tables' daily manifest as links of the hash-chained audit trail
+(capture_core.trail).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _retention(request: dict[str, Any], settings: Settings, s3: Any) -> None:
     requested_by = boto3.client("sts").get_caller_identity()["Arn"]
     tables = {"capture": settings.iceberg.capture_table, "alb": settings.iceberg.alb_table}
     for report in apply_retention(catalog_for(settings.iceberg, endpoint, region), settings.iceberg.database, tables,
-                                  bucket, days, requested_by, s3):
+                                  bucket, days, requested_by, s3, trail_bucket=os.environ.get("AUDIT_TRAIL_BUCKET")):
         log("INFO", "retention applied", **report)
 
 

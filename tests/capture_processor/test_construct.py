@@ -370,7 +370,6 @@ def test_all_problems_are_reported_at_once() -> None:
 def test_the_processor_reads_the_erasure_register_where_the_erasure_command_writes_it(template: Template) -> None:
     """The processor must see every erasure (capture_core.erasure): it reads, and only reads, the register."""
     from capture_core.erasure import REGISTER_PREFIX
-
     from hyperpod_inference_iac.capture_pipeline import ERASURE_REGISTER_PREFIX
 
     assert ERASURE_REGISTER_PREFIX == REGISTER_PREFIX

@@ -20,13 +20,13 @@ from tests.capture_processor.transcripts import sidecar_record
 RAW = f"data-capture/h/pod/{DAY}/10/"
 
 
-def cli(catalog: Any, *argv: str) -> tuple[int, list[dict[str, Any]]]:
+def cli(tables: Any, *argv: str) -> tuple[int, list[dict[str, Any]]]:
     from capture_core import capture_tables
 
     printed: list[dict[str, Any]] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("builtins.print", lambda text, **kw: None if kw.get("file") else printed.append(json.loads(text)))
-        status = capture_tables.main(list(argv), catalog_factory=lambda args: catalog)
+        status = capture_tables.main(list(argv), catalog_factory=lambda args: tables)
     return status, printed
 
 
@@ -158,8 +158,9 @@ def test_a_predicate_the_lines_cannot_evaluate_is_named_not_guessed(
 
 
 @pytest.mark.parametrize("predicate", ["caller_id = 'a' OR 1 = 1", "caller_id = a", ""])
-def test_an_erasure_outside_the_grammar_writes_nothing(predicate: str, both: Pipeline, catalog: Any,
-                                                       database: str) -> None:  # noqa: F811
+def test_an_erasure_outside_the_grammar_writes_nothing(
+    predicate: str, both: Pipeline, catalog: Any, database: str  # noqa: F811
+) -> None:
     status, printed = cli(catalog, "delete", "--database", database, "--bucket", both.bucket, "--where", predicate)
     assert status == 2 and printed == []
     assert both.keys("audit/") == []

@@ -410,3 +410,57 @@ def test_the_capture_policys_retention_runs_daily_as_a_table_operation_with_only
     # Without pyiceberg's layer nothing could run it: no rule.
     stack, _ = build(row_retention_days=30)
     assert of_type(Template.from_stack(stack).to_json(), "AWS::Events::Rule") == {}
+
+
+def test_the_audit_bucket_is_locked_encrypted_and_the_retention_run_may_only_append_to_its_trail() -> None:
+    """CaptureStorage's audit bucket: Object Lock with the configured mode and days, the capture key, versioned;
+    the processor's role (the daily retention run) may put, read and list links under trail/, and nothing that
+    would remove or unlock one (no delete, no retention change, no governance bypass)."""
+    app = App()
+    stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
+    storage = CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, audit_bucket_name="audit-bucket",
+                             audit_lock_mode="COMPLIANCE", audit_lock_retention_days=2555)
+    pipeline = CapturePipeline(stack, "Pipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
+                               capture_prefixes=[storage.capture_prefix], output_prefix=storage.curated_prefix,
+                               quarantine_prefix=storage.quarantine_prefix)
+    CaptureTables(stack, "Tables", pipeline=pipeline, audit_trail=storage, row_retention_days=30,
+                  tables_layer_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:capture-tables:3")
+    template = Template.from_stack(stack).to_json()
+    [audit] = [r["Properties"] for r in of_type(template, "AWS::S3::Bucket").values()
+               if r["Properties"].get("BucketName") == "audit-bucket"]
+    assert audit["ObjectLockEnabled"] is True
+    assert audit["ObjectLockConfiguration"] == {"ObjectLockEnabled": "Enabled", "Rule": {
+        "DefaultRetention": {"Mode": "COMPLIANCE", "Days": 2555}}}
+    assert audit["VersioningConfiguration"] == {"Status": "Enabled"}
+    [encryption] = audit["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    assert audit["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"] is True
+    statements = policy_of(template, "PipelineRole")
+    on_audit = [s for s in statements if "audit-bucket" in json.dumps(s["Resource"])]
+    actions = {a for s in on_audit for a in _list(s["Action"])}
+    assert actions == {"s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:ListBucketVersions"}
+    for statement in on_audit:
+        for resource in _list(statement["Resource"]):
+            assert resource in ("arn:aws:s3:::audit-bucket", "arn:aws:s3:::audit-bucket/trail/*")
+    [variables] = [f["Properties"]["Environment"]["Variables"] for f in of_type(template, "AWS::Lambda::Function").values()
+                   if "ICEBERG_DATABASE" in f["Properties"].get("Environment", {}).get("Variables", {})]
+    assert variables["AUDIT_TRAIL_BUCKET"] == "audit-bucket"
+
+
+def test_the_audit_trail_prefix_is_the_runtime_s() -> None:
+    from capture_core.trail import TRAIL_PREFIX
+
+    from hyperpod_inference_iac.capture_storage import AUDIT_TRAIL_PREFIX
+
+    assert AUDIT_TRAIL_PREFIX == TRAIL_PREFIX
+
+
+def test_a_bad_audit_lock_is_refused() -> None:
+    app = App()
+    stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
+    with pytest.raises(ConfigError) as raised:
+        CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, audit_lock_mode="governance",
+                       audit_lock_retention_days=0)
+    text = str(raised.value)
+    assert "[CaptureStorage.BadAuditLockMode] audit_lock_mode" in text
+    assert "[CaptureStorage.RetentionOutOfRange] audit_lock_retention_days" in text

@@ -214,10 +214,12 @@ def write_audit(s3: Any, bucket: str, record: DeletionRecord, prefix: str = AUDI
 
 
 def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], bucket: str, older_than_days: int,
-                    requested_by: str, s3: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+                    requested_by: str, s3: Any, now: datetime | None = None, *, trail_bucket: str | None = None,
+                    ) -> list[dict[str, Any]]:
     """The capture policy's retention as a table operation (the scheduled run and ``expire`` alike): in each table
     (``tables``: kind -> name), the rows older than ``older_than_days`` whole days are deleted, the snapshots that
-    still hold them expired, and one audit record written per table. What each table reported, for the log."""
+    still hold them expired, and one audit record written per table. What each table reported, for the log.
+    ``trail_bucket``: each record is also a link of the audit trail there, and so is the tables' manifest after."""
     now = now or datetime.now(UTC)
     reports = []
     for kind, name in tables.items():
@@ -230,6 +232,15 @@ def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], 
         key = write_audit(s3, bucket, record)
         reports.append({"table": name, "rows_deleted": record.rows_deleted,
                         "expired_snapshots": len(record.expired_snapshot_ids), "audit": f"s3://{bucket}/{key}"})
+        if trail_bucket:
+            from capture_core.trail import append
+
+            reports[-1]["trail"] = append(s3, trail_bucket, "retention", asdict(record))
+    if trail_bucket:  # the daily manifest: what the tables hold after the run
+        from capture_core.trail import write_manifest
+
+        manifest = write_manifest(s3, trail_bucket, [catalog.load_table((database, name)) for name in tables.values()])
+        reports.append({"manifest": f"s3://{trail_bucket}/{manifest}"})
     return reports
 
 
