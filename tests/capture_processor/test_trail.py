@@ -159,3 +159,23 @@ def test_the_daily_manifest_pins_snapshots_and_files_and_erasures_chain_into_the
     assert report["intact"] and report["links"] == 2 and report["stale"]  # the last manifest is 3 days old
     write_manifest(s3, bucket, [catalog.load_table((database, "capture_records"))])
     assert not verify(s3, bucket)["stale"]
+
+
+def test_the_scheduled_retention_chains_its_records_and_the_daily_manifest(
+    pipeline: Pipeline, catalog: Any, database: str, s3: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """CaptureTables' daily rule (AUDIT_TRAIL_BUCKET set by the construct): one retention link per table, then the
+    manifest, each chained to the previous link; the trail verifies."""
+    from handler import handler
+
+    bucket = trail_bucket(s3)
+    monkeypatch.setenv("AUDIT_TRAIL_BUCKET", bucket)
+    assert pipeline.run(pipeline.put(f"data-capture/h/pod/{DAY}/10/r.jsonl", capture_lines("r", ["team-a"]))) == {
+        "batchItemFailures": []}
+    age = (datetime.now(UTC) - datetime(2026, 11, 30, tzinfo=UTC)).days
+    assert handler({"captureTablesRetention": {"olderThanDays": age + 1, "bucket": pipeline.bucket}}, None) == {
+        "batchItemFailures": []}
+    keys = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert [key.split("-", 1)[1] for key in keys] == ["retention.json", "retention.json", "manifest.json"]
+    report = verify(s3, bucket)
+    assert report["intact"] and report["links"] == 3 and not report["stale"] and report["unlocked"] == []
