@@ -5,13 +5,20 @@
 - ``create``: the two tables (``capture_records``, ``alb_access_logs``) from the processor's curated schemas, in the
   Glue database, at ``s3://BUCKET/curated-iceberg/TABLE/``, partitioned by ``day(time column)``; existing tables are
   left alone (a newer processor adds its columns itself, on its first append).
-- ``delete --caller-id X`` or ``delete --where 'PREDICATE'``: deletes the matching rows (copy-on-write: a file with
-  matching rows is rewritten without them), then expires every older snapshot (each may still hold the rows: time
-  travel to them must find nothing), lists the data files no snapshot references any more (the Data Catalog's
-  orphan file deletion removes them after its retention; ``--purge-unreferenced`` deletes them now), and writes an
-  audit record (who, when, what, how many rows, which snapshots) to ``audit/table-deletions/`` in the bucket.
-- ``expire --older-than-days N``: the retention job: the same for the rows whose event time is older than N days
-  (counted from the start of today, UTC, so whole day partitions go, a metadata-only delete).
+- ``delete --caller-id X`` or ``delete --where 'PREDICATE'``: erasure everywhere (:mod:`capture_core.erasure`): the
+  erasure is registered first (the processor then drops what it covers), the matching rows are deleted from the
+  tables (copy-on-write: a file with matching rows is rewritten without them), every older snapshot is expired (each
+  may still hold the rows: time travel to them must find nothing), every version of the files and manifests only
+  those snapshots held is deleted, and so are the rows' copies under ``curated/``, ``quarantine/``, the raw objects
+  and ``athena-results/``; an audit record (who, when, what, every object touched) goes to ``audit/erasures/`` and,
+  with ``--trail-bucket``, into the hash-chained trail (:mod:`capture_core.trail`).
+- ``verify``: what remains of an erasure in each place, every version read (exit status 1 when anything does).
+- ``verify-trail --trail-bucket B``: walks the trail's hash chain and names the first missing, reordered or broken
+  link (exit status 1).
+- ``expire --older-than-days N``: the retention job on the tables: the rows whose event time is older than N days
+  (counted from the start of today, UTC, so whole day partitions go, a metadata-only delete) are deleted, the older
+  snapshots expired, an audit record written (and a trail link with ``--trail-bucket``); the other places expire by
+  the bucket's lifecycle.
 
 PREDICATE is a small, safe grammar: ``column OP literal`` joined by ``AND``, OP one of ``=``, ``<``, ``>``; a
 literal is a single-quoted string (``''`` for a quote) or a number; the column must be one of the table's.
