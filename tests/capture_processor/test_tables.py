@@ -442,14 +442,14 @@ def test_the_audit_bucket_is_locked_encrypted_and_the_retention_run_may_only_app
     for statement in on_audit:
         for resource in _list(statement["Resource"]):
             assert resource in ("arn:aws:s3:::audit-bucket", "arn:aws:s3:::audit-bucket/trail/*")
-    [variables] = [f["Properties"]["Environment"]["Variables"] for f in of_type(template, "AWS::Lambda::Function").values()
+    functions = of_type(template, "AWS::Lambda::Function").values()
+    [variables] = [f["Properties"]["Environment"]["Variables"] for f in functions
                    if "ICEBERG_DATABASE" in f["Properties"].get("Environment", {}).get("Variables", {})]
     assert variables["AUDIT_TRAIL_BUCKET"] == "audit-bucket"
 
 
 def test_the_audit_trail_prefix_is_the_runtime_s() -> None:
     from capture_core.trail import TRAIL_PREFIX
-
     from hyperpod_inference_iac.capture_storage import AUDIT_TRAIL_PREFIX
 
     assert AUDIT_TRAIL_PREFIX == TRAIL_PREFIX
