@@ -253,13 +253,18 @@ Reader = Callable[[IO[bytes], str], tuple[int, Callable[[IO[bytes]], bool]]]
 def parquet_reader(terms: Sequence[Term], before: datetime | None = None) -> Reader:
     """Curated Parquet (the per-object layout, the tables' data files); only rows not after ``before``."""
     def read(file: IO[bytes], key: str) -> tuple[int, Callable[[IO[bytes]], bool]]:
-        table = pq.read_table(file)
-        time_column = next((name for name in ("inference_time", "time") if name in table.column_names), None)
-        mask = arrow_mask(table, terms, time_column, before)
+        names = pq.read_schema(file).names
+        time_column = next((name for name in ("inference_time", "time") if name in names), None)
+        # the predicate's columns first (a few small columns of a file that mostly holds text): most files match
+        # nothing, and are never read whole
+        wanted = [name for name in names if name == time_column or any(term.column == name for term in terms)]
+        file.seek(0)
+        mask = arrow_mask(pq.read_table(file, columns=wanted), terms, time_column, before)
         count = int(pc.sum(mask).as_py() or 0) if mask is not None else 0
 
         def rewrite(out: IO[bytes]) -> bool:
-            kept = table.filter(pc.invert(mask))
+            file.seek(0)
+            kept = pq.read_table(file).filter(pc.invert(mask))
             pq.write_table(kept, out, compression="zstd")
             return bool(kept.num_rows)
         return count, rewrite
