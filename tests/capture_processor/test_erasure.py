@@ -164,3 +164,24 @@ def test_an_erasure_outside_the_grammar_writes_nothing(
     status, printed = cli(catalog, "delete", "--database", database, "--bucket", both.bucket, "--where", predicate)
     assert status == 2 and printed == []
     assert both.keys("audit/") == []
+
+
+def test_a_second_erasure_reaches_the_rows_a_first_erasure_rewrote(
+    both: Pipeline, catalog: Any, database: str  # noqa: F811
+) -> None:
+    """A raw object an erasure rewrote still holds other callers' lines: a later erasure of one of them reads it
+    again, and the processor skips each rewrite (two register entries, two ids)."""
+    pipeline = both
+    key = pipeline.put(f"{RAW}three.jsonl", capture_lines("t", ["team-a", "team-b", "team-c"]))
+    assert pipeline.run(key) == {"batchItemFailures": []}
+    common = ("--database", database, "--bucket", pipeline.bucket)
+    for caller in ("team-a", "team-b"):
+        status, printed = cli(catalog, "delete", *common, "--caller-id", caller)
+        assert status == 0 and printed[-1]["objects"]["data-capture/"] == 1
+        assert pipeline.run(key) == {"batchItemFailures": []}  # the rewrite's notification: skipped
+    body = pipeline.s3.get_object(Bucket=pipeline.bucket, Key=key)["Body"].read()
+    assert [json.loads(line)["eventMetadata"]["callerId"] for line in body.splitlines()] == ["team-c"]
+    assert rows(catalog, database).column("caller_id").to_pylist() == ["team-c"]
+    for caller in ("team-a", "team-b"):
+        status, [after] = cli(catalog, "verify", *common, "--caller-id", caller)
+        assert status == 0 and after["remaining"] == 0

@@ -319,9 +319,7 @@ def erase_place(s3: Any, bucket: str, prefix: str, read: Reader, *, erasure_id: 
         if version.delete_marker or not include(version.key):
             continue
         with tempfile.TemporaryFile() as local:
-            response = _download(s3, bucket, version, local)
-            if metadata and response.get("Metadata", {}).get(ERASURE_METADATA):
-                continue  # already an erasure's rewrite: its rows were read when it was written
+            response = _download(s3, bucket, version, local)  # an earlier erasure's rewrite too: other rows
             count, rewrite = read(local, version.key)
             if not count:
                 continue
