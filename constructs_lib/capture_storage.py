@@ -445,7 +445,7 @@ class CaptureStorage(Construct):
         Object Lock on and a default retention (every link written gets it); no lifecycle (a locked version cannot
         expire before its retention anyway, and a link removed later would break the chain verify-trail reads)."""
         bucket = hardened_bucket(self, "AuditBucket", bucket_name=name, name_property="audit_bucket_name",
-                                 encryption_key=self.key, bucket_key=False, access_logs_bucket=self.access_log_bucket,
+                                 encryption_key=self.key, access_logs_bucket=self.access_log_bucket,
                                  removal_policy=props.removal_policy)
         cfn = bucket.node.default_child
         assert isinstance(cfn, s3.CfnBucket)

@@ -32,7 +32,8 @@ class StorageStack(Stack):
             load_balancer_logs=config.workloads.captures_load_balancer_logs,
             **capture.storage.replace(capture_bucket_name=config.capture_bucket_name,
                                       tls_bucket_name=config.tls_bucket_name,
-                                      access_log_bucket_name=config.access_log_bucket_name).kwargs(),
+                                      access_log_bucket_name=config.access_log_bucket_name,
+                                      audit_bucket_name=config.audit_bucket_name).kwargs(),
         )
         storage = self.storage
         self.pipeline = CapturePipeline(
