@@ -190,8 +190,10 @@ def test_the_processor_gets_exactly_what_the_glue_catalog_needs(template: dict[s
         f"{base}:table/inference_capture_iceberg/alb_access_logs"])
     (objects,) = [s for s in _statements_for(statements, "s3:DeleteObject")]
     assert objects["Resource"] == f"arn:aws:s3:::{BUCKET}/curated-iceberg/*"
-    (listing,) = [s for s in _statements_for(statements, "s3:ListBucket")]
-    assert listing["Condition"]["StringLike"]["s3:prefix"] == ["curated-iceberg", "curated-iceberg/*"]
+    prefixes = sorted(s["Condition"]["StringLike"]["s3:prefix"] for s in _statements_for(statements, "s3:ListBucket"))
+    # the tables' prefix, and the erasure register the processor reads (CapturePipeline)
+    assert prefixes == [["audit/erasure-register", "audit/erasure-register/*"],
+                        ["curated-iceberg", "curated-iceberg/*"]]
     assert not any("lakeformation" in str(s["Action"]) for s in statements)
 
 
