@@ -1,5 +1,7 @@
-"""``python -m hyperpod_inference_iac.capture_table_ops``: create the curated Iceberg tables, delete rows on request
-(a caller's, or a predicate's) with an audit record, and apply retention (docs/capture-processor.md, "Deleting rows").
+"""``python -m hyperpod_inference_iac.capture_table_ops``: create the curated Iceberg tables, erase rows on request
+(a caller's, or a predicate's) from every place a copy lives with an audit record, verify an erasure, apply
+retention, and verify the hash-chained audit trail (docs/capture-processor.md, "Deleting rows", "Erasure
+everywhere", "The audit trail").
 
 The operations live with the capture processor's runtime code (``capture_core.capture_tables``), so the same code
 can run as a scheduled function; this module puts that folder on ``sys.path`` and runs its command line. It needs

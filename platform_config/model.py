@@ -295,6 +295,11 @@ class PlatformConfig:
         return f"{self.project}-capture-{self.environment.account}-{self.environment.region}"
 
     @property
+    def audit_bucket_name(self) -> str:
+        """The audit trail's bucket (S3 Object Lock: CaptureStorage.audit_bucket)."""
+        return f"{self.project}-audit-trail-{self.environment.account}-{self.environment.region}"
+
+    @property
     def access_log_bucket_name(self) -> str:
         return f"{self.project}-s3-logs-{self.environment.account}-{self.environment.region}"
 

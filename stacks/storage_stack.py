@@ -32,7 +32,8 @@ class StorageStack(Stack):
             load_balancer_logs=config.workloads.captures_load_balancer_logs,
             **capture.storage.replace(capture_bucket_name=config.capture_bucket_name,
                                       tls_bucket_name=config.tls_bucket_name,
-                                      access_log_bucket_name=config.access_log_bucket_name).kwargs(),
+                                      access_log_bucket_name=config.access_log_bucket_name,
+                                      audit_bucket_name=config.audit_bucket_name).kwargs(),
         )
         storage = self.storage
         self.pipeline = CapturePipeline(
@@ -41,7 +42,8 @@ class StorageStack(Stack):
         )
         # The curated captures as Iceberg tables (the processor writes both layouts this release), their readers
         # by column through Lake Formation, and the Athena workgroups with the named queries.
-        self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, **capture.tables.kwargs())
+        self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, audit_trail=storage,
+                                    **capture.tables.kwargs())
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None
         self.capture_alarms: CaptureAlarms | None = None

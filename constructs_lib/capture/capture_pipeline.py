@@ -106,6 +106,9 @@ def _columns(spec: str) -> tuple[GlueColumn, ...]:
     return tuple(GlueColumn(*line.split()) for line in spec.strip().splitlines())
 
 
+# Where erasures are registered in the output bucket (capture_core.erasure.REGISTER_PREFIX; a test keeps them equal).
+ERASURE_REGISTER_PREFIX = "audit/erasure-register/"
+
 # The OpenTelemetry GenAI semantic conventions the gen_ai_* columns follow (the processor's
 # openai_format.SEMCONV_VERSION; a test keeps them in step).
 GEN_AI_SEMCONV_VERSION = "1.36.0"
@@ -553,6 +556,10 @@ class CapturePipeline(Construct):
                                actions=("s3:GetObject", "s3:GetObjectVersion"), list_bucket=False)
         for prefix in (props.output_prefix, props.quarantine_prefix):
             grant_object_writes(role, bucket_arn=bucket.bucket_arn, prefix=prefix, key=props.encryption_key)
+        # The erasure register (capture_core.erasure): the processor lists and reads it on every invocation and
+        # drops the rows an erasure covers; it cannot write it (the erasure command does).
+        grant_object_reads(role, bucket_arn=bucket.bucket_arn, prefix=ERASURE_REGISTER_PREFIX,
+                           key=props.encryption_key, actions=("s3:GetObject",))
         self.role = role
 
         self.database, self.tables = self._glue_catalog(bucket, props.output_prefix, props.glue_database_name,

@@ -72,6 +72,9 @@ from hyperpod_inference_iac.security.s3_access import (
 TLS_BUCKET_PREFIX = "hyperpod-tls"
 RETENTION_DAYS = (1, 3650)
 NONCURRENT_RETENTION_DAYS = (1, 365)
+AUDIT_LOCK_DAYS = (1, 36500)
+AUDIT_LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
+AUDIT_TRAIL_PREFIX = "trail/"  # capture_core.trail.TRAIL_PREFIX (a test keeps them equal)
 DEFAULT_CAPTURE_PREFIX = "data-capture/"
 DEFAULT_CURATED_PREFIX = "curated/"
 DEFAULT_QUARANTINE_PREFIX = "quarantine/"
@@ -138,10 +141,31 @@ class CaptureStorageOptions(Props):
     access_log_bucket_name: str | None = prop(
         None, config=False, default_doc="generated",
         doc="Name of the log bucket this construct creates. Ignored when `access_logs_bucket` is given.")
+    audit_lock_mode: str = prop(
+        "GOVERNANCE",
+        doc="S3 Object Lock mode of the audit bucket (`audit_bucket`: the hash-chained trail of erasures, retention "
+            "runs and the tables' daily manifests, docs/capture-processor.md#the-audit-trail): `GOVERNANCE` (a "
+            "principal allowed `s3:BypassGovernanceRetention` can still delete a link early) or `COMPLIANCE` (no "
+            "one can, the root user included, until the retention ends; it cannot be shortened).")
+    audit_lock_retention_days: int = prop(
+        365, doc=f"Days each audit trail link is locked ({AUDIT_LOCK_DAYS[0]}..{AUDIT_LOCK_DAYS[1]}): the bucket's "
+                 "default retention.")
+    audit_bucket_name: str | None = prop(
+        None, config=False,
+        default_doc="`capture-audit-<account>-<region>-<last 8 characters of the construct's unique id, lowercased>`",
+        doc="Name of the audit bucket (Object Lock, KMS, versioned, access-logged).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS, *, account: str | None = None) -> None:
         """Every rule of these properties. ``account``: the stack's account (None or a token: not known, not
         checked)."""
+        if not is_unresolved(self.audit_lock_mode) and self.audit_lock_mode not in AUDIT_LOCK_MODES:
+            problems.add("CaptureStorage.BadAuditLockMode", at.at("audit_lock_mode"),
+                         f"must be one of {', '.join(AUDIT_LOCK_MODES)}", self.audit_lock_mode)
+        days = self.audit_lock_retention_days
+        if not is_unresolved(days) and (isinstance(days, bool) or not isinstance(days, int)
+                                        or not AUDIT_LOCK_DAYS[0] <= days <= AUDIT_LOCK_DAYS[1]):
+            problems.add("CaptureStorage.RetentionOutOfRange", at.at("audit_lock_retention_days"),
+                         f"must be an integer from {AUDIT_LOCK_DAYS[0]} to {AUDIT_LOCK_DAYS[1]} (days)", days)
         tls_bucket_name = self.tls_bucket_name
         if tls_bucket_name is not None and not is_unresolved(tls_bucket_name) \
                 and not tls_bucket_name.startswith(TLS_BUCKET_PREFIX):
@@ -300,6 +324,9 @@ class CaptureStorage(Construct):
         capture_bucket_name: str | None = CaptureStorageProps.capture_bucket_name,
         tls_bucket_name: str | None = CaptureStorageProps.tls_bucket_name,
         access_log_bucket_name: str | None = CaptureStorageProps.access_log_bucket_name,
+        audit_lock_mode: str = CaptureStorageProps.audit_lock_mode,
+        audit_lock_retention_days: int = CaptureStorageProps.audit_lock_retention_days,
+        audit_bucket_name: str | None = CaptureStorageProps.audit_bucket_name,
         encryption_key: kms.IKey | None = CaptureStorageProps.encryption_key,
         key_alias: str | None = CaptureStorageProps.key_alias,
         access_logs_bucket: s3.IBucket | None = CaptureStorageProps.access_logs_bucket,
@@ -346,6 +373,16 @@ class CaptureStorage(Construct):
             id, lowercased>``).
         :param access_log_bucket_name: Name of the log bucket this construct creates. Ignored when
             `access_logs_bucket` is given. Default: ``None`` (generated).
+        :param audit_lock_mode: S3 Object Lock mode of the audit bucket (`audit_bucket`: the hash-chained trail
+            of erasures, retention runs and the tables' daily manifests,
+            docs/capture-processor.md#the-audit-trail): `GOVERNANCE` (a principal allowed
+            `s3:BypassGovernanceRetention` can still delete a link early) or `COMPLIANCE` (no one can, the root
+            user included, until the retention ends; it cannot be shortened). Default: ``'GOVERNANCE'``.
+        :param audit_lock_retention_days: Days each audit trail link is locked (1..36500): the bucket's default
+            retention. Default: ``365``.
+        :param audit_bucket_name: Name of the audit bucket (Object Lock, KMS, versioned, access-logged).
+            Default: ``None`` (``capture-audit-<account>-<region>-<last 8 characters of the construct's unique
+            id, lowercased>``).
         :param encryption_key: Key of the capture and TLS buckets. Its policy is rendered from the allowlists
             when the construct creates it; an imported key's policy cannot be edited here: list the principals
             in it yourself (the bucket allowlists still apply). Default: ``None`` (a new customer-managed key
@@ -375,7 +412,8 @@ class CaptureStorage(Construct):
             tls_bucket_name=tls_bucket_name,
             access_log_bucket_name=access_log_bucket_name, encryption_key=encryption_key, key_alias=key_alias,
             access_logs_bucket=access_logs_bucket, load_balancer_logs=load_balancer_logs,
-            removal_policy=removal_policy)
+            removal_policy=removal_policy, audit_lock_mode=audit_lock_mode,
+            audit_lock_retention_days=audit_lock_retention_days, audit_bucket_name=audit_bucket_name)
         problems = Problems()
         props.check(problems, account=Stack.of(self).account)
         problems.raise_if_any(f"CaptureStorage {self.node.path}")
@@ -459,6 +497,8 @@ class CaptureStorage(Construct):
             ],
             removal_policy=props.removal_policy,
         )
+        audit_bucket_name = props.audit_bucket_name or f"capture-audit-{stack.account}-{stack.region}-{suffix}"
+        self.audit_bucket = self._audit_bucket(props, audit_bucket_name)
         # ARNs built from the names set here rather than from the bucket resources: other stacks that receive
         # a grant then need no cross-stack export, reviewers read the real bucket name, and the key policy (which
         # names the buckets) never refers to the buckets that use the key. In a stack without `env` the names hold
@@ -466,10 +506,13 @@ class CaptureStorage(Construct):
         # attributes there made the key and the buckets depend on each other (issue 26).
         self.capture_bucket_arn = f"arn:{stack.partition}:s3:::{capture_bucket_name}"
         self.tls_bucket_arn = f"arn:{stack.partition}:s3:::{tls_bucket_name}"
+        self.audit_bucket_arn = f"arn:{stack.partition}:s3:::{audit_bucket_name}"
 
         self.key_allowlist = KeyGuard(self.key) if isinstance(self.key, kms.Key) else None
         self.capture_allowlist = BucketGuard(self.capture_bucket, arn=self.capture_bucket_arn, label="Captures")
         self.tls_allowlist = BucketGuard(self.tls_bucket, arn=self.tls_bucket_arn, label="TlsCertificates")
+        self.audit_allowlist = BucketGuard(self.audit_bucket, arn=self.audit_bucket_arn, label="AuditTrail")
+        self.audit_allowlist.require_key(self.key_ids, KeyRequirement.DEFAULT)
         self.capture_allowlist.require_key(
             self.key_ids, KeyRequirement.EXPLICIT if props.load_balancer_logs else KeyRequirement.DEFAULT)
         self.load_balancer_logs = props.load_balancer_logs
@@ -492,6 +535,35 @@ class CaptureStorage(Construct):
                 guard.admit_all(arn)
                 if self.key_allowlist is not None:
                     self.key_allowlist.admit(arn, ("kms:Decrypt", "kms:GenerateDataKey"), bucket, named=True)
+
+    def _audit_bucket(self, props: CaptureStorageProps, name: str) -> s3.Bucket:
+        """The audit trail's bucket: hardened like the others (KMS, versioned, access-logged, TLS only), with S3
+        Object Lock on and a default retention (every link written gets it); no lifecycle (a locked version cannot
+        expire before its retention anyway, and a link removed later would break the chain verify-trail reads)."""
+        bucket = hardened_bucket(self, "AuditBucket", bucket_name=name, name_property="audit_bucket_name",
+                                 encryption_key=self.key, access_logs_bucket=self.access_log_bucket,
+                                 removal_policy=props.removal_policy)
+        cfn = bucket.node.default_child
+        assert isinstance(cfn, s3.CfnBucket)
+        cfn.object_lock_enabled = True
+        cfn.object_lock_configuration = s3.CfnBucket.ObjectLockConfigurationProperty(
+            object_lock_enabled="Enabled", rule=s3.CfnBucket.ObjectLockRuleProperty(
+                default_retention=s3.CfnBucket.DefaultRetentionProperty(
+                    mode=props.audit_lock_mode, days=props.audit_lock_retention_days)))
+        return bucket
+
+    def grant_append_audit_trail(self, grantee: iam.IGrantable) -> None:
+        """Append links to the audit trail (``trail/`` of :attr:`audit_bucket`): put new objects (Object Lock applies
+        the default retention), read and list the links' versions (to chain after the last), the key through S3.
+        No delete, no retention or legal-hold change, no governance bypass."""
+        grant_object_writes(grantee, bucket_arn=self.audit_bucket_arn, prefix=AUDIT_TRAIL_PREFIX, key=self.key,
+                            actions=("s3:PutObject",))
+        grant_object_reads(grantee, bucket_arn=self.audit_bucket_arn, prefix=AUDIT_TRAIL_PREFIX, key=self.key,
+                           actions=("s3:GetObject", "s3:GetObjectVersion"))
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucketVersions"],
+                                   resource_arns=[self.audit_bucket_arn],
+                                   conditions={"StringLike": {"s3:prefix": [AUDIT_TRAIL_PREFIX.rstrip("/"),
+                                                                            f"{AUDIT_TRAIL_PREFIX}*"]}})
 
     def _admit_reader(self, arn: str, prefixes: Sequence[str]) -> None:
         for prefix in prefixes:

@@ -42,6 +42,7 @@ from hyperpod_inference_iac.capture.capture_pipeline import (
 from hyperpod_inference_iac.capture.capture_storage import (
     DEFAULT_ICEBERG_PREFIX,
     DEFAULT_QUERY_RESULTS_PREFIX,
+    CaptureStorage,
 )
 from hyperpod_inference_iac.foundation.nag import (
     acknowledge,
@@ -117,6 +118,29 @@ TEXT_COLUMNS: Mapping[str, tuple[str, ...]] = {
     ALB_TABLE: ("request_url", "request_query", "redirect_url"),
 }
 
+# The columns a `usage` reader is granted, per table, named one by one (Lake Formation `ColumnNames`, not a wildcard
+# minus TEXT_COLUMNS): a column the processor adds later is granted to no usage reader until the config names it in
+# `capture.usageColumnsGranted` (docs/security.md, "Column grants fail closed"). Reviewed list: change it only with a
+# review of what the column may carry; `make review` shows a usage grant gaining a column as a broadening.
+USAGE_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    RECORDS_TABLE: (
+        "event_id", "inference_id", "inference_time", "time_source", "event_version", "input_content_type",
+        "input_encoding", "input_truncated", "output_content_type", "output_encoding", "output_truncated",
+        "source_key", "deployment_hash", "gen_ai_operation_name", "gen_ai_request_model", "gen_ai_response_model",
+        "gen_ai_usage_input_tokens", "gen_ai_usage_output_tokens", "gen_ai_response_finish_reasons", "streamed",
+        "caller_id", "request_path", "http_response_status_code", "request_duration_ms", "time_to_first_chunk_ms",
+        "partial", "partial_reason"),
+    ALB_TABLE: (
+        "type", "time", "time_source", "elb", "client_ip", "client_port", "target_ip", "target_port",
+        "request_processing_time", "target_processing_time", "response_processing_time", "elb_status_code",
+        "target_status_code", "received_bytes", "sent_bytes", "request_verb", "request_proto", "request_host",
+        "request_port", "request_path", "user_agent", "ssl_cipher", "ssl_protocol", "target_group_arn", "trace_id",
+        "domain_name", "chosen_cert_arn", "matched_rule_priority", "request_creation_time", "actions_executed",
+        "error_reason", "target_port_list", "target_status_code_list", "classification", "classification_reason",
+        "conn_trace_id", "transformed_host", "transformed_uri", "request_transform_status", "source_key",
+        "deployment_hash"),
+}
+
 # Hive type (Glue, Athena) -> Iceberg primitive type. timestamp: the processor writes UTC instants (timestamptz).
 _ICEBERG_TYPES = {"string": "string", "boolean": "boolean", "int": "int", "bigint": "long", "double": "double",
                   "timestamp": "timestamptz"}
@@ -155,10 +179,11 @@ class TableReader(Props):
                              "`glue:GetTable`/`GetDatabase` and Athena in the workgroup (docs/security.md).")
     columns: ColumnAccess = prop(
         ColumnAccess.USAGE,
-        doc="`usage` (the default): every column except the prompt and response text and what is derived from it "
-            "(`input_text`, `output_text`, `decode_error`, `redaction_rules`; of the load balancer's table "
-            "`request_url`, `request_query`, `redirect_url`), and only the usage workgroup; `all`: every column, "
-            "and both workgroups.")
+        doc="`usage` (the default): a named list of columns, every column of today except the prompt and response "
+            "text and what is derived from it (`input_text`, `output_text`, `decode_error`, `redaction_rules`; of "
+            "the load balancer's table `request_url`, `request_query`, `redirect_url`), plus `usageColumnsGranted`; "
+            "a column the processor adds later is not granted. Only the usage workgroup. `all`: every column, "
+            "present and future, and both workgroups.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         if not is_unresolved(self.role_arn) and not IAM_ROLE_ARN.match(self.role_arn):
@@ -181,6 +206,12 @@ class CaptureTablesOptions(Props):
         (), doc="Readers of the Iceberg tables, each a `roleArn` and its `columns` (`TableReader`, below), granted "
                 "through Lake Formation (no bucket or key policy lets them read `curated-iceberg/` directly); a role "
                 "at most once.")
+    usage_columns_granted: Sequence[str] = prop(
+        (), key="usageColumnsGranted",
+        doc="Columns granted to `usage` readers beyond the reviewed list (`USAGE_COLUMNS`), each `<table>.<column>` "
+            "(`capture_records.some_new_column`): a column the processor adds is granted to no usage reader until "
+            "it is named here. Never a text column (`input_text`, `output_text`, `decode_error`, "
+            "`redaction_rules`, `request_url`, `request_query`, `redirect_url`).")
     query_scan_limit_gib: int = prop(
         10, key="queryScanLimitGiB",
         doc=f"The most data one Athena query of the workgroups may scan, in GiB ({SCAN_LIMIT_GIB[0]}.."
@@ -229,6 +260,14 @@ class CaptureTablesOptions(Props):
                 problems.add(f"{code}.DuplicateReader", at.at("table_readers", index),
                              "a role at most once (its columns are one choice): the role is listed twice",
                              arn)
+        for index, entry in enumerate(self.usage_columns_granted):
+            table, _, column = entry.partition(".")
+            if table not in USAGE_COLUMNS or not GLUE_NAME.match(column):
+                problems.add(f"{code}.BadUsageColumn", at.at("usage_columns_granted", index),
+                             f"must be `<table>.<column>`, the table one of {', '.join(USAGE_COLUMNS)}", entry)
+            elif column in TEXT_COLUMNS[table]:
+                problems.add(f"{code}.TextColumnForUsage", at.at("usage_columns_granted", index),
+                             "is a text column: grant it by making the reader `all`, not to every usage reader", entry)
         if self.row_retention_days is not None and not is_unresolved(self.row_retention_days) \
                 and not ROW_RETENTION_DAYS[0] <= self.row_retention_days <= ROW_RETENTION_DAYS[1]:
             problems.add(f"{code}.OutOfRange", at.at("row_retention_days"),
@@ -266,6 +305,11 @@ class CaptureTablesProps(CaptureTablesOptions):
         doc="The capture pipeline whose processor writes the tables: its bucket and key are the tables' (the bucket "
             "must be guarded by CaptureStorage for the perimeter to hold), its role is granted the catalog and "
             "`curated-iceberg/`, its function gets the `ICEBERG_*` settings.")
+    audit_trail: CaptureStorage | None = prop(
+        None, config=False, default_doc="none: the retention runs write their records to the capture bucket only",
+        doc="With `row_retention_days`: the storage whose audit bucket (S3 Object Lock) receives each retention "
+            "run's records and the tables' daily manifest as links of the hash-chained trail "
+            "(`AUDIT_TRAIL_BUCKET`; the role may append, never delete).")
 
 
 def warn_capture_tables(warnings: RiskWarnings, at: KeyPaths = PROPS, *, tables_layer_arn: str | None = None) -> None:
@@ -299,7 +343,9 @@ class CaptureTables(Construct):
         id: str,
         *,
         pipeline: CapturePipeline,
+        audit_trail: CaptureStorage | None = CaptureTablesProps.audit_trail,
         table_readers: Sequence[TableReader] = CaptureTablesProps.table_readers,
+        usage_columns_granted: Sequence[str] = CaptureTablesProps.usage_columns_granted,
         query_scan_limit_gib: int = CaptureTablesProps.query_scan_limit_gib,
         tables_layer_arn: str | None = CaptureTablesProps.tables_layer_arn,
         row_retention_days: int | None = CaptureTablesProps.row_retention_days,
@@ -315,6 +361,11 @@ class CaptureTables(Construct):
         :param table_readers: Readers of the Iceberg tables, each a `roleArn` and its `columns` (`TableReader`,
             below), granted through Lake Formation (no bucket or key policy lets them read `curated-iceberg/`
             directly); a role at most once. Default: ``()``.
+        :param usage_columns_granted: Columns granted to `usage` readers beyond the reviewed list
+            (`USAGE_COLUMNS`), each `<table>.<column>` (`capture_records.some_new_column`): a column the
+            processor adds is granted to no usage reader until it is named here. Never a text column
+            (`input_text`, `output_text`, `decode_error`, `redaction_rules`, `request_url`, `request_query`,
+            `redirect_url`). Default: ``()``.
         :param query_scan_limit_gib: The most data one Athena query of the workgroups may scan, in GiB
             (1..10240): a query over it is cancelled (and costs what it scanned until then). Default: ``10``.
         :param tables_layer_arn: The Lambda layer version with pyiceberg for the capture processor (built by
@@ -344,10 +395,15 @@ class CaptureTables(Construct):
             tables' (the bucket must be guarded by CaptureStorage for the perimeter to hold), its role is
             granted the catalog and `curated-iceberg/`, its function gets the `ICEBERG_*` settings. Default:
             required.
+        :param audit_trail: With `row_retention_days`: the storage whose audit bucket (S3 Object Lock) receives
+            each retention run's records and the tables' daily manifest as links of the hash-chained trail
+            (`AUDIT_TRAIL_BUCKET`; the role may append, never delete). Default: ``None`` (none: the retention
+            runs write their records to the capture bucket only).
         """
         super().__init__(scope, id)
         self.props = props = CaptureTablesProps(
-            pipeline=pipeline, table_readers=listed(table_readers), query_scan_limit_gib=query_scan_limit_gib,
+            pipeline=pipeline, audit_trail=audit_trail, table_readers=listed(table_readers),
+            query_scan_limit_gib=query_scan_limit_gib, usage_columns_granted=listed(usage_columns_granted),
             tables_layer_arn=tables_layer_arn, row_retention_days=row_retention_days,
             database_name=database_name, iceberg_prefix=iceberg_prefix, query_results_prefix=query_results_prefix,
             workgroup_name=workgroup_name, snapshot_retention_days=snapshot_retention_days,
@@ -536,6 +592,9 @@ class CaptureTables(Construct):
         admit_objects(role, bucket_arn_, ObjectAccess.WRITE, AUDIT_PREFIX)
         acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(
             role, objects_arn(bucket_arn_, AUDIT_PREFIX)))
+        if self.props.audit_trail is not None:  # the records and the daily manifest, chained, under Object Lock
+            self.props.audit_trail.grant_append_audit_trail(role)
+            pipeline.function.add_environment("AUDIT_TRAIL_BUCKET", bucket_name(self.props.audit_trail.audit_bucket))
 
     def _grant_prefix(self, role: iam.IRole, prefix: str, *, delete: bool) -> None:
         """Read, write (and delete) the objects under ``prefix``, list keys under it, the key through S3 for them
@@ -579,21 +638,22 @@ class CaptureTables(Construct):
         return [*grants, database]
 
     def _reader(self, reader: TableReader) -> None:
-        """SELECT on both tables (a usage reader: every column but :data:`TEXT_COLUMNS`) and DESCRIBE on the
+        """SELECT on both tables (a usage reader: the columns :func:`usage_columns` names) and DESCRIBE on the
         database. The logical ids follow the role, so a change of columns is an update the review reads."""
         suffix = hashlib.sha256(reader.role_arn.encode()).hexdigest()[:8].upper()
         catalog = self.database.catalog_id
         principal = lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
             data_lake_principal_identifier=reader.role_arn)
         for name, table in self.tables.items():
-            excluded = list(TEXT_COLUMNS[name]) if reader.columns == ColumnAccess.USAGE else []
+            columns = usage_columns(name, self.props.usage_columns_granted)
+            every = lakeformation.CfnPrincipalPermissions.ColumnWildcardProperty(excluded_column_names=[])
             grant = lakeformation.CfnPrincipalPermissions(
                 self, f"Reader{suffix}Selects{_camel(name)}", catalog=catalog, principal=principal,
                 resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
                     table_with_columns=lakeformation.CfnPrincipalPermissions.TableWithColumnsResourceProperty(
                         catalog_id=catalog, database_name=self.props.database_name, name=name,
-                        column_wildcard=lakeformation.CfnPrincipalPermissions.ColumnWildcardProperty(
-                            excluded_column_names=excluded))),
+                        column_names=list(columns) if reader.columns == ColumnAccess.USAGE else None,
+                        column_wildcard=None if reader.columns == ColumnAccess.USAGE else every)),
                 permissions=["SELECT"], permissions_with_grant_option=[])
             grant.node.add_dependency(table)
             grant.node.add_dependency(self.location)
@@ -667,6 +727,14 @@ class CaptureTables(Construct):
         acknowledge(self.optimizer_role, "glue-optimizer-log-streams", *resource_evidence(self.optimizer_role, *(
             f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{group}:*"
             for group in OPTIMIZER_LOG_GROUPS)))
+
+
+def usage_columns(table: str, granted: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns of ``table`` a usage reader is granted: the reviewed :data:`USAGE_COLUMNS` and the
+    ``<table>.<column>`` entries of ``capture.usageColumnsGranted``, never a text column."""
+    extra = [entry.partition(".")[2] for entry in granted if entry.partition(".")[0] == table]
+    columns = [*USAGE_COLUMNS[table], *(c for c in extra if c not in USAGE_COLUMNS[table])]
+    return tuple(c for c in columns if c not in TEXT_COLUMNS[table])
 
 
 def named_queries(database: str) -> dict[str, tuple[ColumnAccess, str, str]]:

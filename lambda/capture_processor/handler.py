@@ -5,7 +5,9 @@ the event source mapping must enable ReportBatchItemFailures.
 
 A scheduled event ``{"captureTablesRetention": {"olderThanDays": N, "bucket": B}}`` (CaptureTables' daily
 EventBridge rule) applies the capture policy's retention to the Iceberg tables instead: rows older than N days
-deleted, the snapshots holding them expired, an audit record per table under ``audit/table-deletions/`` of B.
+deleted, the snapshots holding them expired, an audit record per table under ``audit/table-deletions/`` of B, and,
+with ``AUDIT_TRAIL_BUCKET``, those records and the tables' daily manifest as links of the hash-chained audit trail
+(capture_core.trail).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import boto3
 
+from capture_core.erasure import Registers
 from capture_core.iceberg_sink import IcebergSink, catalog_for
 from capture_core.processor import ObjectReport, process_object, use_frugal_memory_pool
 from capture_core.s3_events import objects_in_message
@@ -37,11 +40,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
         sink = IcebergSink(catalog_for(settings.iceberg, endpoint, region), settings.iceberg)
     failures = []
+    registers = Registers(s3)  # the erasures to apply (capture_core.erasure), read once per invocation and bucket
     for message in event.get("Records", []):
         message_id = message["messageId"]
         try:
             for ref in objects_in_message(message["body"]):
-                _report(process_object(s3, ref, settings, sink, message_id))
+                register = registers.of(settings.output_bucket_for(ref.bucket))
+                _report(process_object(s3, ref, settings, sink, message_id, register))
         except Exception as error:  # any failure: report the message so SQS retries it, then DLQ
             if sink is not None:
                 sink.discard(message_id)
@@ -80,7 +85,7 @@ def _retention(request: dict[str, Any], settings: Settings, s3: Any) -> None:
     requested_by = boto3.client("sts").get_caller_identity()["Arn"]
     tables = {"capture": settings.iceberg.capture_table, "alb": settings.iceberg.alb_table}
     for report in apply_retention(catalog_for(settings.iceberg, endpoint, region), settings.iceberg.database, tables,
-                                  bucket, days, requested_by, s3):
+                                  bucket, days, requested_by, s3, trail_bucket=os.environ.get("AUDIT_TRAIL_BUCKET")):
         log("INFO", "retention applied", **report)
 
 

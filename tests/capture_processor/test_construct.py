@@ -155,7 +155,10 @@ def test_s3_permissions_are_scoped_to_the_prefixes(template: Template) -> None:
         "s3:GetObjectVersion",
         "s3:PutObject",
         "s3:AbortMultipartUpload",
+        "s3:ListBucket",  # the erasure register's keys only (below)
     }
+    [listing] = [s for s in s3_statements if "s3:ListBucket" in as_list(s["Action"])]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["audit/erasure-register", "audit/erasure-register/*"]}}
     readable = [s for s in s3_statements if "s3:GetObject" in as_list(s["Action"])]
     writable = [s for s in s3_statements if "s3:PutObject" in as_list(s["Action"])]
     assert {p for s in readable for p in CAPTURE_PREFIXES if p + "*" in json.dumps(s["Resource"])} == set(
@@ -362,3 +365,13 @@ def test_all_problems_are_reported_at_once() -> None:
         "CapturePipeline.ConcurrencyOutOfRange",
         "CapturePipeline.UnknownRedactionRule",
     ]
+
+
+def test_the_processor_reads_the_erasure_register_where_the_erasure_command_writes_it(template: Template) -> None:
+    """The processor must see every erasure (capture_core.erasure): it reads, and only reads, the register."""
+    from capture_core.erasure import REGISTER_PREFIX
+    from hyperpod_inference_iac.capture.capture_pipeline import ERASURE_REGISTER_PREFIX
+
+    assert ERASURE_REGISTER_PREFIX == REGISTER_PREFIX
+    register = [s for s in function_statements(template) if REGISTER_PREFIX in json.dumps(s["Resource"])]
+    assert {a for s in register for a in as_list(s["Action"])} == {"s3:GetObject"}

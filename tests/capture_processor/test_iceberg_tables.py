@@ -290,8 +290,8 @@ def test_a_deletion_by_caller_leaves_no_snapshot_holding_the_rows(
     table = catalog.load_table((database, "capture_records"))
     history = [s.snapshot_id for s in table.snapshots()]
 
-    [report] = run_cli(catalog, "delete", "--database", database, "--bucket", pipeline.bucket,
-                       "--caller-id", "team-a", "--reason", "DSR-42")
+    [report, _everywhere] = run_cli(catalog, "delete", "--database", database, "--bucket", pipeline.bucket,
+                                    "--caller-id", "team-a", "--reason", "DSR-42")
 
     table = catalog.load_table((database, "capture_records"))
     assert report["rows_deleted"] == 6
@@ -307,12 +307,14 @@ def test_a_deletion_by_caller_leaves_no_snapshot_holding_the_rows(
     assert report["unreferenced_files"] and not live & set(report["unreferenced_files"])
     # The audit record: who, when, what, how many, which snapshots.
     audit_key = report["audit"].removeprefix(f"s3://{pipeline.bucket}/")
-    assert audit_key.startswith("audit/table-deletions/")
-    audit = json.loads(s3.get_object(Bucket=pipeline.bucket, Key=audit_key)["Body"].read())
-    assert audit["requested_by"].startswith("arn:aws:sts::") or audit["requested_by"].startswith("arn:aws:iam::")
-    assert audit["predicate"] == "caller_id = 'team-a'"
-    assert audit["rows_deleted"] == 6 and audit["reason"] == "DSR-42"
+    assert audit_key.startswith("audit/erasures/")
+    erasure = json.loads(s3.get_object(Bucket=pipeline.bucket, Key=audit_key)["Body"].read())
+    assert erasure["requested_by"].startswith("arn:aws:sts::") or erasure["requested_by"].startswith("arn:aws:iam::")
+    assert erasure["predicate"] == "caller_id = 'team-a'" and erasure["reason"] == "DSR-42"
+    audit = next(t for t in erasure["tables"] if t.get("table") == "capture_records")
+    assert audit["rows_deleted"] == 6
     assert sorted(audit["expired_snapshot_ids"]) == sorted(history)
+    assert {"table": "alb_access_logs", "applies": False} in erasure["tables"]  # no caller column there
     # A redelivery of an object whose rows were deleted is recognised as committed (its key is gone from the rows,
     # but the deletion's snapshot ancestry was expired: the processor looks at the rows, finds team-b's row).
     assert pipeline.run(f"h/pod/{DAY}/10/o0.jsonl") == {"batchItemFailures": []}
@@ -322,9 +324,9 @@ def test_a_deletion_by_caller_leaves_no_snapshot_holding_the_rows(
 def test_delete_where_and_expire_by_age(pipeline: Pipeline, catalog: Any, database: str) -> None:
     assert pipeline.run(put_capture(pipeline, "p", ["team-a", "team-b"], hour="10")) == {"batchItemFailures": []}
 
-    [report] = run_cli(catalog, "delete", "--database", database, "--bucket", pipeline.bucket, "--table", "capture",
-                       "--where", "caller_id = 'team-b' AND gen_ai_usage_input_tokens > 20",
-                       "--purge-unreferenced")
+    [report, _everywhere] = run_cli(catalog, "delete", "--database", database, "--bucket", pipeline.bucket,
+                                    "--table", "capture",
+                                    "--where", "caller_id = 'team-b' AND gen_ai_usage_input_tokens > 20")
     assert report["rows_deleted"] == 1
     assert rows(catalog, database).column("caller_id").to_pylist() == ["team-a"]
 

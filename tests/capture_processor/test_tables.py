@@ -21,7 +21,11 @@ from hyperpod_inference_iac import (
     ConfigError,
     TableReader,
 )
-from hyperpod_inference_iac.capture.capture_tables import TEXT_COLUMNS, named_queries
+from hyperpod_inference_iac.capture.capture_tables import (
+    TEXT_COLUMNS,
+    USAGE_COLUMNS,
+    named_queries,
+)
 from tests.support.policy_eval import Request, decision
 from tests.unit.test_data_perimeter import ACCOUNT, ADMIN, ANALYST, BUCKET, REGION, resolve
 
@@ -190,8 +194,10 @@ def test_the_processor_gets_exactly_what_the_glue_catalog_needs(template: dict[s
         f"{base}:table/inference_capture_iceberg/alb_access_logs"])
     (objects,) = [s for s in _statements_for(statements, "s3:DeleteObject")]
     assert objects["Resource"] == f"arn:aws:s3:::{BUCKET}/curated-iceberg/*"
-    (listing,) = [s for s in _statements_for(statements, "s3:ListBucket")]
-    assert listing["Condition"]["StringLike"]["s3:prefix"] == ["curated-iceberg", "curated-iceberg/*"]
+    prefixes = sorted(s["Condition"]["StringLike"]["s3:prefix"] for s in _statements_for(statements, "s3:ListBucket"))
+    # the tables' prefix, and the erasure register the processor reads (CapturePipeline)
+    assert prefixes == [["audit/erasure-register", "audit/erasure-register/*"],
+                        ["curated-iceberg", "curated-iceberg/*"]]
     assert not any("lakeformation" in str(s["Action"]) for s in statements)
 
 
@@ -220,16 +226,60 @@ def _grants(template: dict[str, Any], principal: str) -> dict[str, dict[str, Any
             if r["Properties"]["Principal"]["DataLakePrincipalIdentifier"] == principal}
 
 
-def test_usage_readers_get_every_column_but_the_text_and_all_readers_every_column(template: dict[str, Any]) -> None:
+def test_usage_readers_get_an_explicit_column_list_and_all_readers_every_column(template: dict[str, Any]) -> None:
     usage, full = _grants(template, FINOPS), _grants(template, PRIVACY)
-    for grants, excluded in ((usage, TEXT_COLUMNS), (full, {name: () for name in TEXT_COLUMNS})):
-        for table in ("capture_records", "alb_access_logs"):
-            grant = grants[table]
-            assert grant["Permissions"] == ["SELECT"] and grant["PermissionsWithGrantOption"] == []
-            wildcard = grant["Resource"]["TableWithColumns"]["ColumnWildcard"]
-            assert wildcard["ExcludedColumnNames"] == list(excluded[table])
+    for table in ("capture_records", "alb_access_logs"):
+        for grants in (usage, full):
+            assert grants[table]["Permissions"] == ["SELECT"] and grants[table]["PermissionsWithGrantOption"] == []
+        listed = usage[table]["Resource"]["TableWithColumns"]
+        assert "ColumnWildcard" not in listed  # a named list: nothing the processor adds later reaches it
+        assert listed["ColumnNames"] == list(USAGE_COLUMNS[table])
+        assert not set(listed["ColumnNames"]) & set(TEXT_COLUMNS[table])
+        assert full[table]["Resource"]["TableWithColumns"]["ColumnWildcard"] == {"ExcludedColumnNames": []}
+    for grants in (usage, full):
         assert grants["inference_capture_iceberg"]["Permissions"] == ["DESCRIBE"]
     assert {"input_text", "output_text"} <= set(TEXT_COLUMNS["capture_records"])
+
+
+def test_every_column_of_today_is_either_granted_to_usage_or_a_text_column(template: dict[str, Any]) -> None:
+    """Switching to a list took nothing from today's usage readers, and each column is one or the other."""
+    from capture_core import alb_format, capture_format
+
+    for table, schema in (("capture_records", capture_format.CURATED_SCHEMA),
+                          ("alb_access_logs", alb_format.CURATED_SCHEMA)):
+        assert set(schema.names) == set(USAGE_COLUMNS[table]) | set(TEXT_COLUMNS[table]), table
+        assert not set(USAGE_COLUMNS[table]) & set(TEXT_COLUMNS[table])
+
+
+def test_a_column_the_processor_adds_is_granted_to_nobody_until_the_config_grants_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processor gains a text-bearing column (say `tool_arguments`): the table carries it, no usage reader is
+    granted it; naming it in `usage_columns_granted` (capture.usageColumnsGranted) grants it."""
+    from hyperpod_inference_iac import capture_tables
+    from hyperpod_inference_iac.capture.capture_pipeline import GlueColumn
+
+    new_column = GlueColumn("tool_arguments", "string")
+    monkeypatch.setattr(capture_tables, "CAPTURE_COLUMNS", (*capture_tables.CAPTURE_COLUMNS, new_column))
+    stack, _ = build()
+    template = Template.from_stack(stack).to_json()
+    tables = {r["Properties"]["Name"]: r["Properties"] for r in of_type(template, "AWS::Glue::Table").values()
+              if "OpenTableFormatInput" in r["Properties"]}
+    schema = tables["capture_records"]["OpenTableFormatInput"]["IcebergInput"]["IcebergTableInput"]["Schema"]
+    assert "tool_arguments" in {field["Name"] for field in schema["Fields"]}
+    usage = _grants(template, FINOPS)["capture_records"]["Resource"]["TableWithColumns"]
+    assert "tool_arguments" not in usage["ColumnNames"] and "ColumnWildcard" not in usage
+    stack, _ = build(usage_columns_granted=["capture_records.tool_arguments"])
+    usage = _grants(Template.from_stack(stack).to_json(), FINOPS)["capture_records"]["Resource"]["TableWithColumns"]
+    assert usage["ColumnNames"] == [*USAGE_COLUMNS["capture_records"], "tool_arguments"]
+
+
+def test_a_text_column_or_an_unknown_table_cannot_be_granted_to_usage_readers() -> None:
+    with pytest.raises(ConfigError) as raised:
+        build(usage_columns_granted=["capture_records.input_text", "alb_access_logs.request_query", "nope.x",
+                                     "capture_records"])
+    text = str(raised.value)
+    assert text.count("[CaptureTables.TextColumnForUsage] usage_columns_granted[") == 2
+    assert text.count("[CaptureTables.BadUsageColumn] usage_columns_granted[") == 2
 
 
 def test_workgroups_enforce_encrypted_results_and_a_scan_limit(template: dict[str, Any]) -> None:
@@ -366,3 +416,57 @@ def test_the_capture_policys_retention_runs_daily_as_a_table_operation_with_only
     # Without pyiceberg's layer nothing could run it: no rule.
     stack, _ = build(row_retention_days=30)
     assert of_type(Template.from_stack(stack).to_json(), "AWS::Events::Rule") == {}
+
+
+def test_the_audit_bucket_is_locked_encrypted_and_the_retention_run_may_only_append_to_its_trail() -> None:
+    """CaptureStorage's audit bucket: Object Lock with the configured mode and days, the capture key, versioned;
+    the processor's role (the daily retention run) may put, read and list links under trail/, and nothing that
+    would remove or unlock one (no delete, no retention change, no governance bypass)."""
+    app = App()
+    stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
+    storage = CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, audit_bucket_name="audit-bucket",
+                             audit_lock_mode="COMPLIANCE", audit_lock_retention_days=2555)
+    pipeline = CapturePipeline(stack, "Pipeline", bucket=storage.capture_bucket, encryption_key=storage.key,
+                               capture_prefixes=[storage.capture_prefix], output_prefix=storage.curated_prefix,
+                               quarantine_prefix=storage.quarantine_prefix)
+    CaptureTables(stack, "Tables", pipeline=pipeline, audit_trail=storage, row_retention_days=30,
+                  tables_layer_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:capture-tables:3")
+    template = Template.from_stack(stack).to_json()
+    [audit] = [r["Properties"] for r in of_type(template, "AWS::S3::Bucket").values()
+               if r["Properties"].get("BucketName") == "audit-bucket"]
+    assert audit["ObjectLockEnabled"] is True
+    assert audit["ObjectLockConfiguration"] == {"ObjectLockEnabled": "Enabled", "Rule": {
+        "DefaultRetention": {"Mode": "COMPLIANCE", "Days": 2555}}}
+    assert audit["VersioningConfiguration"] == {"Status": "Enabled"}
+    [encryption] = audit["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    assert audit["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"] is True
+    statements = policy_of(template, "PipelineRole")
+    on_audit = [s for s in statements if "audit-bucket" in json.dumps(s["Resource"])]
+    actions = {a for s in on_audit for a in _list(s["Action"])}
+    assert actions == {"s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:ListBucketVersions"}
+    for statement in on_audit:
+        for resource in _list(statement["Resource"]):
+            assert resource in ("arn:aws:s3:::audit-bucket", "arn:aws:s3:::audit-bucket/trail/*")
+    functions = of_type(template, "AWS::Lambda::Function").values()
+    [variables] = [f["Properties"]["Environment"]["Variables"] for f in functions
+                   if "ICEBERG_DATABASE" in f["Properties"].get("Environment", {}).get("Variables", {})]
+    assert variables["AUDIT_TRAIL_BUCKET"] == "audit-bucket"
+
+
+def test_the_audit_trail_prefix_is_the_runtime_s() -> None:
+    from capture_core.trail import TRAIL_PREFIX
+    from hyperpod_inference_iac.capture.capture_storage import AUDIT_TRAIL_PREFIX
+
+    assert AUDIT_TRAIL_PREFIX == TRAIL_PREFIX
+
+
+def test_a_bad_audit_lock_is_refused() -> None:
+    app = App()
+    stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
+    with pytest.raises(ConfigError) as raised:
+        CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, audit_lock_mode="governance",
+                       audit_lock_retention_days=0)
+    text = str(raised.value)
+    assert "[CaptureStorage.BadAuditLockMode] audit_lock_mode" in text
+    assert "[CaptureStorage.RetentionOutOfRange] audit_lock_retention_days" in text

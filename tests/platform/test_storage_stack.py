@@ -36,6 +36,7 @@ def test_three_buckets_with_deterministic_names(storage: dict[str, Any]) -> None
     names = sorted(p["BucketName"] for p in _buckets(storage).values())
     assert names == [
         "hyperpod-tls-llm-platform-111122223333-us-west-2",
+        "llm-platform-audit-trail-111122223333-us-west-2",  # the audit trail, Object Lock (issue 27)
         "llm-platform-capture-111122223333-us-west-2",
         "llm-platform-s3-logs-111122223333-us-west-2",
     ]
@@ -131,7 +132,8 @@ def test_key_policy_names_its_users_and_never_grants_freely(template: Template, 
     one_prefix = {"CapturesReadCuratedThroughS3ForNamedRoles", "CapturesWriteCuratedIcebergThroughS3",
                   "CapturesWriteAthenaResultsLlmPlatformCaptureUsageThroughS3ForNamedRoles"}
     assert {s["Sid"] for s in uses} == one_prefix | {"CapturesWriteThroughS3", "TlsCertificatesReadThroughS3",
-                                                     "TlsCertificatesWriteThroughS3"}
+                                                     "TlsCertificatesWriteThroughS3",
+                                                     "AuditTrailWriteThroughS3"}  # the retention run's links
     for use in uses:  # named principals, through S3, for one bucket's objects
         condition = use["Condition"]
         assert condition["StringEquals"] == {"kms:ViaService": "s3.us-west-2.amazonaws.com"}
@@ -187,7 +189,7 @@ def test_the_log_bucket_admits_log_delivery_from_the_platform_buckets_only(stora
     deliveries = [s for s in policy["Statement"] if s.get("Principal") == {"Service": "logging.s3.amazonaws.com"}]
     sources = sorted(s["Condition"]["ArnLike"]["aws:SourceArn"] for s in deliveries)
     assert sources == [f"arn:aws:s3:::{name}-111122223333-us-west-2" for name in (
-        "hyperpod-tls-llm-platform", "llm-platform-capture", "llm-platform-hp-lifecycle")]
+        "hyperpod-tls-llm-platform", "llm-platform-audit-trail", "llm-platform-capture", "llm-platform-hp-lifecycle")]
     for statement in deliveries:
         name = statement["Condition"]["ArnLike"]["aws:SourceArn"].removeprefix("arn:aws:s3:::")
         assert statement["Resource"]["Fn::Join"][1][-1] == f"/{name}/*"  # only under its own prefix
@@ -211,7 +213,7 @@ def test_capture_lifecycle_expires_after_retention(template: Template) -> None:
 
 def test_every_bucket_policy_denies_plain_http(storage: dict[str, Any]) -> None:
     policies = [v["Properties"] for v in storage["Resources"].values() if v["Type"] == "AWS::S3::BucketPolicy"]
-    assert len(policies) == 3
+    assert len(policies) == 4  # captures, TLS certificates, the audit trail, access logs
     for policy in policies:
         denies = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
         assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies)

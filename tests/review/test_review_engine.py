@@ -496,3 +496,14 @@ def test_a_reader_seeing_more_columns_broadens_and_fewer_narrows() -> None:
     assert grant_review("~", usage, column_grant(permissions=("SELECT", "DESCRIBE")))[0][3] is True
     assert grant_review("~", usage, column_grant(principal=ANALYST))[0][3] is True  # another reader
     assert grant_review("~", usage, column_grant()) == []
+
+
+def test_a_usage_reader_s_column_list_gaining_a_column_broadens() -> None:
+    """Usage readers are granted a named list (capture.usageColumnsGranted adds to it): the review shows a column
+    added to the list as a broadening, naming the column, and the move from a wildcard to a list as a narrowing."""
+    listed = column_grant(names=["caller_id", "event_id"])
+    wider = column_grant(names=["caller_id", "event_id", "tool_args"])
+    ((group, _, text, broadens),) = grant_review("~", listed, wider)
+    assert group == "data_governance" and broadens and text.endswith("(columns gained: tool_args)")
+    ((_, _, text, broadens),) = grant_review("~", column_grant(), listed)
+    assert not broadens and "(any other column)" in text and "columns gained" not in text

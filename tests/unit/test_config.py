@@ -628,7 +628,7 @@ EMPTY_VALUE_CODES = {"capture.prefix": "CapturePipeline.EmptyPrefix", "network.f
 def test_the_string_keys_with_a_default_are_the_documented_ones() -> None:
     """A new key with a default shows up here (and is refused empty by the test below) before it ships."""
     assert sorted(key for key, default in STRING_KEYS.items() if default is not None) == [
-        "capture.prefix", "capture.tableReaders[0].columns", "cluster.endpointAccess",
+        "capture.auditLockMode", "capture.prefix", "capture.tableReaders[0].columns", "cluster.endpointAccess",
         "cluster.gpuNodeGroups[0].localStorageStrategy", "cluster.kubernetesVersion", "cluster.systemInstanceType",
         "hyperpod.instanceGroups[0].capacityType",
         "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace",

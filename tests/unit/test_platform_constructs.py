@@ -236,10 +236,10 @@ def test_capture_storage_needs_no_feature_flag() -> None:
     CaptureStorage(stack, "Storage", capture_bucket_name="captures-123456789012", key_alias="alias/capture")
     template = Template.from_stack(stack).to_json()
     buckets = [v for v in template["Resources"].values() if v["Type"] == "AWS::S3::Bucket"]
-    assert len(buckets) == 3
+    assert len(buckets) == 4  # captures, TLS certificates, the audit trail (Object Lock), access logs
     assert all("AccessControl" not in b["Properties"] for b in buckets)
     logged = [b for b in buckets if "LoggingConfiguration" in b["Properties"]]
-    assert len(logged) == 2
+    assert len(logged) == 3
 
 
 def test_capture_storage_brings_your_own_key_and_log_bucket() -> None:
@@ -251,7 +251,7 @@ def test_capture_storage_brings_your_own_key_and_log_bucket() -> None:
     storage = CaptureStorage(stack, "Storage", encryption_key=key, access_logs_bucket=logs)
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::KMS::Key", 0)
-    template.resource_count_is("AWS::S3::Bucket", 2)
+    template.resource_count_is("AWS::S3::Bucket", 3)  # captures, TLS certificates, the audit trail
     assert storage.key is key and storage.access_log_bucket is logs
 
 

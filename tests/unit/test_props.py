@@ -519,5 +519,6 @@ def test_the_app_s_capture_logging_and_secrets_sections_are_the_constructs_optio
     assert not storage_keys & pipeline_keys and not (storage_keys | pipeline_keys) & table_keys
     assert storage_keys | pipeline_keys | table_keys == set(_with(lambda d: None)["capture"]) | {
         "noncurrentVersionRetentionDays", "rawReaderRoleArns", "breakGlassRoleArns", "pandasLayerArn",
-        "processorMaxConcurrency", "tableReaders", "queryScanLimitGiB"}
+        "processorMaxConcurrency", "tableReaders", "queryScanLimitGiB", "usageColumnsGranted", "auditLockMode",
+        "auditLockRetentionDays"}
     assert config.capture.pipeline.capture_prefixes == (config.capture.prefix,)

@@ -5,13 +5,20 @@
 - ``create``: the two tables (``capture_records``, ``alb_access_logs``) from the processor's curated schemas, in the
   Glue database, at ``s3://BUCKET/curated-iceberg/TABLE/``, partitioned by ``day(time column)``; existing tables are
   left alone (a newer processor adds its columns itself, on its first append).
-- ``delete --caller-id X`` or ``delete --where 'PREDICATE'``: deletes the matching rows (copy-on-write: a file with
-  matching rows is rewritten without them), then expires every older snapshot (each may still hold the rows: time
-  travel to them must find nothing), lists the data files no snapshot references any more (the Data Catalog's
-  orphan file deletion removes them after its retention; ``--purge-unreferenced`` deletes them now), and writes an
-  audit record (who, when, what, how many rows, which snapshots) to ``audit/table-deletions/`` in the bucket.
-- ``expire --older-than-days N``: the retention job: the same for the rows whose event time is older than N days
-  (counted from the start of today, UTC, so whole day partitions go, a metadata-only delete).
+- ``delete --caller-id X`` or ``delete --where 'PREDICATE'``: erasure everywhere (:mod:`capture_core.erasure`): the
+  erasure is registered first (the processor then drops what it covers), the matching rows are deleted from the
+  tables (copy-on-write: a file with matching rows is rewritten without them), every older snapshot is expired (each
+  may still hold the rows: time travel to them must find nothing), every version of the files and manifests only
+  those snapshots held is deleted, and so are the rows' copies under ``curated/``, ``quarantine/``, the raw objects
+  and ``athena-results/``; an audit record (who, when, what, every object touched) goes to ``audit/erasures/`` and,
+  with ``--trail-bucket``, into the hash-chained trail (:mod:`capture_core.trail`).
+- ``verify``: what remains of an erasure in each place, every version read (exit status 1 when anything does).
+- ``verify-trail --trail-bucket B``: walks the trail's hash chain and names the first missing, reordered or broken
+  link (exit status 1).
+- ``expire --older-than-days N``: the retention job on the tables: the rows whose event time is older than N days
+  (counted from the start of today, UTC, so whole day partitions go, a metadata-only delete) are deleted, the older
+  snapshots expired, an audit record written (and a trail link with ``--trail-bucket``); the other places expire by
+  the bucket's lifecycle.
 
 PREDICATE is a small, safe grammar: ``column OP literal`` joined by ``AND``, OP one of ``=``, ``<``, ``>``; a
 literal is a single-quoted string (``''`` for a quote) or a number; the column must be one of the table's.
@@ -21,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +43,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
 from capture_core import alb_format, capture_format
+from capture_core.predicates import PredicateError, parse_terms
 
 WAREHOUSE_PREFIX = "curated-iceberg/"
 AUDIT_PREFIX = "audit/table-deletions/"
@@ -70,39 +77,20 @@ SPECS = {
 DEFAULT_NAMES = {"capture": "capture_records", "alb": "alb_access_logs"}
 
 
-class PredicateError(ValueError):
-    """A --where predicate outside the grammar, or naming a column the table does not have."""
-
-
-_TERM = re.compile(
-    r"\s*(?P<column>[a-z_][a-z0-9_]*)\s*(?P<op>=|<|>)\s*(?:'(?P<string>(?:[^']|'')*)'|(?P<number>-?\d+(?:\.\d+)?))\s*",
-)
-
-
 def parse_predicate(text: str, columns: Sequence[str]) -> BooleanExpression:
     """``column OP literal [AND ...]`` as a pyiceberg expression (the module docstring's grammar)."""
-    terms = re.split(r"\s+AND\s+", text.strip(), flags=re.IGNORECASE) if text.strip() else []
-    if not terms:
-        raise PredicateError("the predicate is empty")
-    expressions: list[BooleanExpression] = []
-    for term in terms:
-        match = _TERM.fullmatch(term)
-        if match is None:
-            raise PredicateError(f"{term!r} is not `column = literal`, `column < literal` or `column > literal`")
-        column = match["column"]
-        if column not in columns:
-            raise PredicateError(f"{column!r} is not a column of the table")
-        literal: Any
-        if match["string"] is not None:
-            literal = match["string"].replace("''", "'")
-        else:
-            literal = float(match["number"]) if "." in match["number"] else int(match["number"])
-        operator = {"=": EqualTo, "<": LessThan, ">": GreaterThan}[match["op"]]
-        expressions.append(operator(column, literal))
+    expressions: list[BooleanExpression] = [
+        {"=": EqualTo, "<": LessThan, ">": GreaterThan}[term.op](term.column, term.literal)
+        for term in parse_terms(text, columns)]
     result = expressions[0]
     for expression in expressions[1:]:
         result = And(result, expression)
     return result
+
+
+def caller_predicate(caller_id: str) -> str:
+    """The grammar's text for every row of one caller."""
+    return f"caller_id = '{caller_id.replace(chr(39), chr(39) * 2)}'"
 
 
 def create_table(catalog: Catalog, database: str, name: str, spec: TableSpec, bucket: str,
@@ -136,6 +124,9 @@ class DeletionRecord:
     snapshot_before_deletion: int | None = None
     expired_snapshot_ids: list[int] = field(default_factory=list)
     unreferenced_files: list[str] = field(default_factory=list)
+    # manifests and manifest lists only the expired snapshots referenced (a manifest keeps column bounds: a
+    # caller id can be one)
+    unreferenced_metadata_files: list[str] = field(default_factory=list)
     purged_files: int = 0
     reason: str = ""
 
@@ -157,6 +148,15 @@ def _data_files(table: Table) -> dict[int, set[str]]:
     return result
 
 
+def _metadata_files(table: Table) -> set[str]:
+    """The manifest lists and manifests the table's snapshots reference."""
+    files: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        files.add(snapshot.manifest_list)
+        files |= {manifest.manifest_path for manifest in snapshot.manifests(table.io)}
+    return files
+
+
 def _total_records(table: Table) -> int:
     snapshot = table.current_snapshot()
     summary = snapshot.summary if snapshot is not None else None
@@ -169,13 +169,16 @@ def delete_rows(
     record: DeletionRecord,
     *,
     purge_unreferenced: bool = False,
+    label: str | None = None,
 ) -> DeletionRecord:
     """Deletes the rows, expires every snapshot older than the deletion (they may hold the rows), and fills in
     ``record``: rows deleted, snapshot ids, the data files no snapshot references any more."""
     before = table.current_snapshot()
     record.snapshot_before_deletion = before.snapshot_id if before is not None else None
     records_before = _total_records(table)
-    table.delete(predicate, snapshot_properties={"capture.deletion": record.predicate[:500],
+    # The snapshot says which deletion it was; an erasure's label is its id, never its predicate, which names
+    # what was erased (a caller id) and would stay in every later metadata.json.
+    table.delete(predicate, snapshot_properties={"capture.deletion": (label or record.predicate)[:500],
                                                  "capture.requested-by": record.requested_by})
     after = table.current_snapshot()
     record.rows_deleted = records_before - _total_records(table)
@@ -183,6 +186,7 @@ def delete_rows(
         return record  # nothing matched: no snapshot was written, nothing to expire
     record.deletion_snapshot_id = after.snapshot_id
     files_before = _data_files(table)
+    metadata_before = _metadata_files(table)
     protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
     older = [s.snapshot_id for s in table.metadata.snapshots
              if s.snapshot_id not in protected and s.timestamp_ms <= after.timestamp_ms
@@ -192,6 +196,7 @@ def delete_rows(
     record.expired_snapshot_ids = sorted(older)
     still = set().union(*_data_files(table).values())
     record.unreferenced_files = sorted(set().union(*files_before.values()) - still)
+    record.unreferenced_metadata_files = sorted(metadata_before - _metadata_files(table))
     if purge_unreferenced:
         for path in record.unreferenced_files:
             table.io.delete(path)
@@ -216,10 +221,12 @@ def write_audit(s3: Any, bucket: str, record: DeletionRecord, prefix: str = AUDI
 
 
 def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], bucket: str, older_than_days: int,
-                    requested_by: str, s3: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+                    requested_by: str, s3: Any, now: datetime | None = None, *, trail_bucket: str | None = None,
+                    ) -> list[dict[str, Any]]:
     """The capture policy's retention as a table operation (the scheduled run and ``expire`` alike): in each table
     (``tables``: kind -> name), the rows older than ``older_than_days`` whole days are deleted, the snapshots that
-    still hold them expired, and one audit record written per table. What each table reported, for the log."""
+    still hold them expired, and one audit record written per table. What each table reported, for the log.
+    ``trail_bucket``: each record is also a link of the audit trail there, and so is the tables' manifest after."""
     now = now or datetime.now(UTC)
     reports = []
     for kind, name in tables.items():
@@ -232,6 +239,15 @@ def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], 
         key = write_audit(s3, bucket, record)
         reports.append({"table": name, "rows_deleted": record.rows_deleted,
                         "expired_snapshots": len(record.expired_snapshot_ids), "audit": f"s3://{bucket}/{key}"})
+        if trail_bucket:
+            from capture_core.trail import append
+
+            reports[-1]["trail"] = append(s3, trail_bucket, "retention", asdict(record))
+    if trail_bucket:  # the daily manifest: what the tables hold after the run
+        from capture_core.trail import write_manifest
+
+        manifest = write_manifest(s3, trail_bucket, [catalog.load_table((database, name)) for name in tables.values()])
+        reports.append({"manifest": f"s3://{trail_bucket}/{manifest}"})
     return reports
 
 
@@ -241,6 +257,16 @@ def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argpar
 
     args = _parser().parse_args(argv)
     clients = clients or boto3.client
+    if args.command == "verify-trail":
+        from capture_core.trail import verify_trail
+
+        if not args.trail_bucket:
+            print("capture_tables: verify-trail needs --trail-bucket (the audit bucket)", file=sys.stderr)
+            return 2
+
+        report = verify_trail(clients("s3"), args.trail_bucket, args.trail_prefix)
+        print(json.dumps(report))
+        return 0 if report["intact"] else 1
     catalog = (catalog_factory or _glue_catalog)(args)
     kinds = [args.table_kind] if getattr(args, "table_kind", None) else list(SPECS)
     names = {"capture": args.capture_table, "alb": args.alb_table}
@@ -249,33 +275,83 @@ def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argpar
             _, created = create_table(catalog, args.database, names[kind], SPECS[kind], args.bucket, args.prefix)
             print(json.dumps({"table": names[kind], "created": created}))
         return 0
+    if args.command in ("delete", "verify"):
+        return _erase_or_verify(args, catalog, [names[kind] for kind in kinds], clients)
     requested_by = clients("sts").get_caller_identity()["Arn"]
     s3 = clients("s3")
     now = datetime.now(UTC)
     for kind in kinds:
         table = catalog.load_table((args.database, names[kind]))
-        if args.command == "expire":
-            predicate, text = retention_predicate(SPECS[kind], args.older_than_days, now)
-            reason = f"retention: older than {args.older_than_days} days"
-        else:
-            text = f"caller_id = '{args.caller_id.replace(chr(39), chr(39) * 2)}'" if args.caller_id else args.where
-            if kind == "alb" and args.caller_id:
-                continue  # the ALB's log has no caller column
-            try:
-                predicate = parse_predicate(text, table.schema().column_names)
-            except PredicateError as error:
-                print(f"capture_tables: {names[kind]}: {error}", file=sys.stderr)
-                return 2
-            reason = args.reason
+        predicate, text = retention_predicate(SPECS[kind], args.older_than_days, now)
+        reason = f"retention: older than {args.older_than_days} days"
         record = DeletionRecord(names[kind], text, requested_by, now.isoformat(timespec="seconds"), reason=reason)
         delete_rows(table, predicate, record, purge_unreferenced=args.purge_unreferenced)
         record.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         key = write_audit(s3, args.bucket, record)
+        _append_trail(clients, args, "retention", record)
         print(json.dumps({"table": record.table, "rows_deleted": record.rows_deleted,
                           "deletion_snapshot_id": record.deletion_snapshot_id,
                           "expired_snapshots": len(record.expired_snapshot_ids),
                           "unreferenced_files": record.unreferenced_files, "audit": f"s3://{args.bucket}/{key}"}))
     return 0
+
+
+def _erase_or_verify(args: argparse.Namespace, catalog: Catalog, tables: list[str],
+                     clients: Callable[[str], Any]) -> int:
+    """``delete``: erasure everywhere (capture_core.erasure), one line per table and one for the whole erasure;
+    ``verify``: what remains per place, exit 1 when anything does."""
+    from capture_core import erasure as erasing
+
+    s3 = clients("s3")
+    places = erasing.Places(args.curated_prefix, args.quarantine_prefix, tuple(args.raw_prefix or ["data-capture/"]),
+                            args.athena_results_prefix)
+    if args.command == "verify" and args.erasure_id:
+        key = f"{erasing.REGISTER_PREFIX}{args.erasure_id}.json"
+        entry = erasing.Erasure(**json.loads(s3.get_object(Bucket=args.bucket, Key=key)["Body"].read()))
+    else:
+        text = caller_predicate(args.caller_id) if args.caller_id else args.where
+        try:
+            entry = erasing.Erasure.new(text, "" if args.command == "verify"
+                                        else clients("sts").get_caller_identity()["Arn"], getattr(args, "reason", ""))
+        except PredicateError as error:
+            print(f"capture_tables: {error}", file=sys.stderr)
+            return 2
+    if args.where:  # a predicate names columns: each table chosen must have them (a caller: the ALB's has none)
+        for name in tables:
+            try:
+                parse_predicate(entry.predicate, catalog.load_table((args.database, name)).schema().column_names)
+            except PredicateError as error:
+                print(f"capture_tables: {name}: {error}", file=sys.stderr)
+                return 2
+    if args.command == "verify":
+        report, remaining = erasing.verify_everywhere(s3, args.bucket, catalog, args.database, tables, entry, places)
+        print(json.dumps({"erasure_id": entry.erasure_id, "predicate": entry.predicate, "remaining": remaining,
+                          "places": report}))
+        return 0 if remaining == 0 else 1
+    record = erasing.erase_everywhere(s3, args.bucket, catalog, args.database, tables, entry, places)
+    key = erasing.write_record(s3, args.bucket, record)
+    _append_trail(clients, args, "erasure", record)
+    for table in record.tables:
+        if table["applies"]:
+            print(json.dumps({"table": table["table"], "rows_deleted": table["rows_deleted"],
+                              "deletion_snapshot_id": table["deletion_snapshot_id"],
+                              "expired_snapshots": len(table["expired_snapshot_ids"]),
+                              "unreferenced_files": table["unreferenced_files"],
+                              "audit": f"s3://{args.bucket}/{key}"}))
+    print(json.dumps({"erasure_id": record.erasure_id, "register": f"s3://{args.bucket}/{record.register_key}",
+                      "audit": f"s3://{args.bucket}/{key}",
+                      "objects": {place: len(items) for place, items in record.objects.items()},
+                      "unevaluated_columns": record.unevaluated_columns}))
+    return 0
+
+
+def _append_trail(clients: Callable[[str], Any], args: argparse.Namespace, kind: str, record: Any) -> None:
+    """The record into the hash-chained trail (capture_core.trail) when ``--trail-bucket`` names one."""
+    if getattr(args, "trail_bucket", None):
+        from capture_core.trail import append
+
+        body = record.to_json() if hasattr(record, "to_json") else json.dumps(asdict(record), sort_keys=True).encode()
+        append(clients("s3"), args.trail_bucket, kind, json.loads(body), prefix=args.trail_prefix)
 
 
 def _glue_catalog(args: argparse.Namespace) -> Catalog:
@@ -292,28 +368,46 @@ def _glue_catalog(args: argparse.Namespace) -> Catalog:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from capture_core.trail import TRAIL_PREFIX
+
     parser = argparse.ArgumentParser(prog="python -m hyperpod_inference_iac.capture_table_ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--database", required=True, help="the Glue database of the capture tables")
-    common.add_argument("--bucket", required=True, help="the capture bucket (tables' warehouse, audit records)")
+    common.add_argument("--bucket", required=True,
+                        help="the capture bucket (tables' warehouse, every other place, audit records, the register)")
     common.add_argument("--catalog-id", help="the Glue catalog's account id (default: the caller's)")
     common.add_argument("--capture-table", default=DEFAULT_NAMES["capture"])
     common.add_argument("--alb-table", default=DEFAULT_NAMES["alb"])
     common.add_argument("--table", dest="table_kind", choices=sorted(SPECS), help="one table only (default: both)")
+    trail = argparse.ArgumentParser(add_help=False)
+    trail.add_argument("--trail-bucket", help="the audit bucket (Object Lock) whose hash-chained trail gets the record")
+    trail.add_argument("--trail-prefix", default=TRAIL_PREFIX)
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", parents=[common], help="create the tables when missing")
     create.add_argument("--prefix", default=WAREHOUSE_PREFIX, help="the tables' key prefix in the bucket")
-    delete = commands.add_parser("delete", parents=[common], help="delete rows, expire the snapshots holding them")
-    which = delete.add_mutually_exclusive_group(required=True)
-    which.add_argument("--caller-id", help="delete every row of this caller_id (capture_records only)")
-    which.add_argument("--where", help="column = literal [AND column < literal ...]")
+    delete = commands.add_parser("delete", parents=[common, trail],
+                                 help="erase rows everywhere: tables and their snapshots, curated/, quarantine/, the "
+                                      "raw objects, athena-results/; register the erasure")
+    verify = commands.add_parser("verify", parents=[common],
+                                 help="what remains of an erasure in each place (exit 1 when anything does)")
+    for command in (delete, verify):
+        which = command.add_mutually_exclusive_group(required=True)
+        which.add_argument("--caller-id", help="every row of this caller_id (capture_records only)")
+        which.add_argument("--where", help="column = literal [AND column < literal ...]")
+        if command is verify:
+            which.add_argument("--erasure-id", help="an erasure of the register (audit/erasure-register/)")
+        command.add_argument("--curated-prefix", default="curated/")
+        command.add_argument("--quarantine-prefix", default="quarantine/")
+        command.add_argument("--raw-prefix", action="append", help="a capture prefix (repeat; default data-capture/)")
+        command.add_argument("--athena-results-prefix", default="athena-results/")
     delete.add_argument("--reason", default="", help="why (a ticket, a request id): kept in the audit record")
-    expire = commands.add_parser("expire", parents=[common], help="retention: delete rows older than N days")
+    expire = commands.add_parser("expire", parents=[common, trail], help="retention: delete rows older than N days")
     expire.add_argument("--older-than-days", type=int, required=True)
-    for command in (delete, expire):
-        command.add_argument("--purge-unreferenced", action="store_true",
-                             help="delete the data files no snapshot references now (else the orphan file optimizer)")
+    expire.add_argument("--purge-unreferenced", action="store_true",
+                        help="delete the data files no snapshot references now (else the orphan file optimizer)")
+    commands.add_parser("verify-trail", parents=[trail],
+                        help="check the hash chain of the audit trail; name the first broken link")
     return parser
 
 

@@ -17,6 +17,7 @@ from boto3.s3.transfer import TransferConfig
 
 from capture_core import alb_format, capture_format
 from capture_core.documents import redact_document
+from capture_core.erasure import DeletionRegister, scrub_conversion
 from capture_core.iceberg_sink import IcebergSink, PendingObject
 from capture_core.line_chunks import (
     DecodeStatus,
@@ -83,6 +84,7 @@ class ObjectReport:
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
     over_limit: bool = False
+    erased: int = 0  # rows and quarantine entries an erasure of the register covers
 
     def metrics(self) -> dict[str, int]:
         if self.tier is None:
@@ -94,6 +96,7 @@ class ObjectReport:
             "QuarantinedLines": self.quarantined,
             "FilesWritten": len(self.output_keys),
             "ObjectsOverSizeLimit": int(self.over_limit),
+            "ErasedRowsDropped": self.erased,
         }
         counts.update({f"Redactions_{rule}": count for rule, count in self.redactions.items()})
         if self.tier == Tier.ALB:
@@ -133,11 +136,12 @@ class Conversion:
 
 
 def process_object(
-    s3: Any, ref: S3ObjectRef, settings: Settings, sink: IcebergSink | None = None, message_id: str = ""
+    s3: Any, ref: S3ObjectRef, settings: Settings, sink: IcebergSink | None = None, message_id: str = "",
+    register: DeletionRegister | None = None,
 ) -> ObjectReport:
     """Converts one object; its curated rows go to per-object Parquet files (uploaded here) and/or, given a
     ``sink``, to the invocation's Iceberg commit (``settings.curated_output``). The quarantine file is uploaded
-    either way."""
+    either way. The erasures of ``register`` are applied to both first (capture_core.erasure)."""
     report = ObjectReport(ref.bucket, ref.key)
     route = route_object(ref.key, skip_prefixes=(settings.output_prefix, settings.quarantine_prefix))
     if route.tier is None:
@@ -148,6 +152,10 @@ def process_object(
     response = s3.get_object(Bucket=ref.bucket, Key=ref.key, **version_request)
     # Name outputs after what was actually read (S3 returns the same ETag the event carried).
     version = response.get("VersionId") or response["ETag"].strip('"')
+    if register and register.rewritten_by_erasure(response.get("Metadata") or {}):
+        response["Body"].close()  # an erasure's rewrite: the rows it kept are in the outputs already
+        report.tier, report.skip_reason = None, "rewritten by an erasure (audit/erasure-register/)"
+        return report
     context = ChunkContext(ref.key, route.deployment_hash, route.key_time, response["LastModified"])
     with tempfile.TemporaryDirectory(prefix="capture-") as directory:
         try:
@@ -162,6 +170,8 @@ def process_object(
             )
         finally:
             response["Body"].close()
+        if register:
+            report.erased = scrub_conversion(register, conversion, route.tier)
         file_id = output_file_id(ref.bucket, ref.key, version)
         if sink is not None and settings.iceberg is not None:
             _add_to_sink(sink, settings, route.tier, message_id, file_id, ref.key, response["LastModified"],
