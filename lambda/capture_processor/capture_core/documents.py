@@ -77,6 +77,14 @@ def looks_like_json(text: str) -> bool:
     return stripped in ("{", "[")
 
 
+def holds_escaped_json(text: str) -> bool:
+    """True when a text may hold JSON with escapes anywhere in it, not only when it starts with `{`: a prose
+    prompt that pastes a service-account file (`Here it is: {"private_key": "-----BEGIN...\\n..."}`), tool-call
+    arguments with a prefix. Such a text is split at its string literals like a document: the literals are
+    decoded, and what lies between them is redacted as written."""
+    return "\\" in text and '"' in text
+
+
 @dataclass
 class _Node:
     """A document as pieces: str (kept as is), int (index of a piece to redact), or a literal."""
@@ -106,7 +114,7 @@ class DocumentBatch:
 
     def add(self, text: str, *, as_json: bool) -> int:
         self._owner = len(self._documents)
-        if as_json and "\\" in text:
+        if "\\" in text and (as_json or '"' in text):  # JSON, or a text that may hold some (holds_escaped_json)
             self._escaped.append(len(self._documents))
             plan: _Node | int | None = None
         else:
@@ -164,7 +172,7 @@ class DocumentBatch:
             self._gap(node, text[position : match.start()])
             body = match[1]
             value = decode_literal(body)
-            if depth < MAX_DEPTH and "\\" in value and looks_like_json(value):
+            if depth < MAX_DEPTH and holds_escaped_json(value):
                 planned: _Node | int = self._plan_json(value, depth + 1)
             else:
                 planned = self._piece(value)
