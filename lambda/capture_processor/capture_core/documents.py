@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capture_core.redaction import Redactor
+from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
 
 MAX_DEPTH = 4
+# Bounded work per record: a document that may hold a match and has more string literals than this is not split
+# value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
+MAX_LITERALS_PER_DOCUMENT = 100_000
 # Text between string literals shorter than this cannot hold any rule's match ("a@b.co" is 6).
 MIN_GAP = 6
 
@@ -111,6 +114,8 @@ class DocumentBatch:
         self._hits: dict[int, set[str]] = {}
         self._owners: list[int] = []  # the document of each piece
         self._document_rules: dict[int, set[str]] = {}  # documents where something was redacted
+        self._over: set[int] = set()  # documents over the redaction budget: replaced whole
+        self._over_planned: set[int] = set()  # those with too many string literals to split
 
     def add(self, text: str, *, as_json: bool) -> int:
         self._owner = len(self._documents)
@@ -124,7 +129,15 @@ class DocumentBatch:
 
     def redact(self) -> None:
         self._plan_escaped()
-        self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+        if self._pieces:
+            redacted, self._hits, self._over = self._redactor.redact_owned(pa.array(self._pieces, pa.string()),
+                                                                           self._owners)
+            self._redacted = redacted.to_pylist() if self._hits or self._over else self._pieces
+        else:
+            self._redacted = []
+        if self._over_planned:
+            self._over |= self._over_planned
+            self._redactor.count_over_budget(len(self._over_planned))
         for piece, rules in self._hits.items():
             self._document_rules.setdefault(self._owners[piece], set()).update(rules)
 
@@ -145,8 +158,15 @@ class DocumentBatch:
         for position in pc.indices_nonzero(flagged).to_pylist():
             document = self._escaped[position]
             text = self._documents[document][0]
+            if text.count('"') > 2 * MAX_LITERALS_PER_DOCUMENT:  # bounded work: not split, replaced whole
+                self._over_planned.add(document)
+                continue
             self._owner = document
             self._documents[document] = (text, self._plan_json(text, 1))
+
+    def over_budget(self, document: int) -> bool:
+        """True when the document held more candidate matches than the budget and was replaced whole."""
+        return document in self._over
 
     def original(self, document: int) -> str:
         return self._documents[document][0]
@@ -154,6 +174,8 @@ class DocumentBatch:
     def result(self, document: int) -> tuple[str, set[str]]:
         """The document's redacted text and the rules that hit it."""
         assert self._redacted is not None, "redact() first"
+        if document in self._over:
+            return OVER_BUDGET_MARKER, {OVER_BUDGET}
         text, plan = self._documents[document]
         rules = self._document_rules.get(document)
         if plan is None or rules is None:

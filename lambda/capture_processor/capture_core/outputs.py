@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from capture_core.records import RejectedLine
 
+_json_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 _MICROS_PER_HOUR = 3_600_000_000
 QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
 ROW_GROUP_ROWS = 50_000
@@ -143,26 +144,28 @@ class QuarantineFile:
     def __init__(self, path: Path, source: QuarantineSource) -> None:
         self.path = path
         self.entries = 0
-        self._source = {"source_bucket": source.bucket, "source_key": source.key, "source_version": source.version}
+        source_fields = {"source_bucket": source.bucket, "source_key": source.key, "source_version": source.version}
+        self._head = json.dumps(source_fields, ensure_ascii=False)[:-1] + ", "
         self._file: IO[str] | None = None
 
     def add(self, rejected: RejectedLine, redact: Callable[[str], str]) -> None:
-        if self._file is None:
-            self._file = self.path.open("w", encoding="utf-8")
         # Redacted like the curated columns (raw readers only read it, but it should leak no more),
         # and redacted whole before the cut, so the cut cannot split a value out of a rule's reach.
-        raw = redact(rejected.raw.decode("utf-8", errors="replace"))
-        encoded = raw.encode("utf-8")
-        entry = {
-            **self._source,
-            "line_number": rejected.line_number,
-            "reason": rejected.reason,
-            "raw_truncated": len(encoded) > QUARANTINE_RAW_LIMIT,
-            "raw": encoded[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="ignore")
-            if len(encoded) > QUARANTINE_RAW_LIMIT
-            else raw,
-        }
-        self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self.add_redacted(rejected, redact(rejected.raw.decode("utf-8", errors="replace")))
+
+    def add_redacted(self, rejected: RejectedLine, raw: str) -> None:
+        """`raw` is the line decoded as UTF-8 (invalid bytes as U+FFFD) and redacted whole."""
+        if self._file is None:
+            self._file = self.path.open("w", encoding="utf-8")
+        truncated = len(raw) > QUARANTINE_RAW_LIMIT // 4 and len(raw.encode("utf-8")) > QUARANTINE_RAW_LIMIT
+        if truncated:
+            raw = raw.encode("utf-8")[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="ignore")
+        # The entry as json.dumps(entry, ensure_ascii=False) writes it, its constant head encoded once: one chunk
+        # can reject 200,000 lines.
+        self._file.write(
+            f'{self._head}"line_number": {int(rejected.line_number)}, "reason": {_json_string(rejected.reason)}, '
+            f'"raw_truncated": {"true" if truncated else "false"}, "raw": {_json_string(raw)}}}\n'
+        )
         self.entries += 1
 
     def close(self) -> None:

@@ -29,7 +29,11 @@ from capture_core.documents import looks_like_json, string_values
 ENCODING_BASE64 = "BASE64"
 ENCODING_JSON = "JSON"
 GZIP_MAGIC = b"\x1f\x8b"
-MAX_INFLATED_BYTES = 64 << 20  # a gzip payload (a request body sent with Content-Encoding: gzip)
+# A gzip payload (a request body sent with Content-Encoding: gzip) is inflated up to the sidecar's own bound on
+# what it lets through and captures (MAX_REQUEST_BODY_BYTES and MAX_CAPTURED_BODY_BYTES, 8 MiB): no uncompressed
+# body it captures is larger. Past it the record is over its budget: no text, and the line to the quarantine
+# (119 KiB of gzip inflating to 60 MiB of e-mail addresses used to cost 2.4 GiB).
+MAX_INFLATED_BYTES = 8 << 20
 MAX_PARSED_CHARS = 32 << 20  # JSON parsed for its facts; longer documents are redacted, not parsed
 # Bytes that text in Windows-1252 does not contain: C0 controls but tab, line breaks and form feed,
 # DEL, and the five bytes the code page leaves unassigned.

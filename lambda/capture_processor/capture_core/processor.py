@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from boto3.s3.transfer import TransferConfig
 
 from capture_core import alb_format, capture_format
-from capture_core.documents import redact_document
+from capture_core.documents import DocumentBatch
 from capture_core.iceberg_sink import IcebergSink, PendingObject
 from capture_core.line_chunks import (
     DecodeStatus,
@@ -203,8 +203,7 @@ def convert_stream(
             parquet.write(parsed.table)
             conversion.records += parsed.table.num_rows
             conversion.parser_counts.update(parsed.counters)
-            for rejected in parsed.rejected:
-                _quarantine(conversion, redactor, rejected)
+            _quarantine_all(conversion, redactor, parsed.rejected)
             last_line = item.first_line + item.line_count
         if status.ended_early:
             reason = "gzip stream ends early (object cut short); the lines before the cut were processed"
@@ -252,10 +251,21 @@ def _completed(entry: tuple[Any, Future[ParsedChunk] | None]) -> tuple[Any, Pars
 
 
 def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLine) -> None:
-    conversion.quarantine.add(
-        rejected,
-        lambda text: redact_document(redactor, text, as_json='"' in text),  # string by string when quoted
-    )
+    _quarantine_all(conversion, redactor, (rejected,))
+
+
+def _quarantine_all(conversion: Conversion, redactor: Redactor, rejected: Sequence[RejectedLine]) -> None:
+    """The rejected lines of a chunk, redacted in one batch (string by string when quoted): one RE2 pass for all
+    of them, not one per line (200,000 lines of `{}` took 281 s one by one)."""
+    if not rejected:
+        return
+    batch = DocumentBatch(redactor)
+    texts = [line.raw.decode("utf-8", errors="replace") for line in rejected]
+    documents = {text: batch.add(text, as_json='"' in text) for text in dict.fromkeys(texts)}  # each text once
+    batch.redact()
+    redacted = {text: batch.result(document)[0] for text, document in documents.items()}
+    for line, text in zip(rejected, texts, strict=True):
+        conversion.quarantine.add_redacted(line, redacted[text])
 
 
 def _upload_outputs(
