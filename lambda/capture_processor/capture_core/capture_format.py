@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from capture_core import openai_format
+from capture_core import fast_json, openai_format
 from capture_core.documents import DocumentBatch
 from capture_core.payloads import DecodedSide, decode_side
 from capture_core.records import (
@@ -198,7 +198,7 @@ def _read_line_by_line(data: bytes, first_line: int) -> tuple[pa.Table, list[int
 def _normalised_record(line: bytes) -> dict[str, Any]:
     """One line as a dict shaped exactly like RAW_SCHEMA, or MalformedLineError with the reason."""
     try:
-        record = json.loads(line)
+        record = fast_json.loads(line)
     except UnicodeDecodeError as error:
         raise MalformedLineError(f"not UTF-8 text: {error}") from None
     except ValueError as error:  # JSONDecodeError is a ValueError

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capture_core import fast_json
 from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
 
 MAX_DEPTH = 4
@@ -46,7 +47,7 @@ def decode_literal(body: str) -> str:
     if "\\" not in body:
         return body
     try:
-        value: str = json.loads(f'"{body}"')  # a JSON string literal
+        value: str = fast_json.loads(f'"{body}"')  # a JSON string literal
     except ValueError:
         value = _ESCAPE.sub(_unescape, body)
     if "\\u" in body or "\\U" in body:

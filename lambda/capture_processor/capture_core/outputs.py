@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from capture_core.records import RejectedLine
 
-_json_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_json_string: Callable[[str], str] = json.encoder.encode_basestring
 _MICROS_PER_HOUR = 3_600_000_000
 QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
 ROW_GROUP_ROWS = 50_000

@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from capture_core import openai_format
+from capture_core import fast_json, openai_format
 from capture_core.documents import looks_like_json, string_values
 
 ENCODING_BASE64 = "BASE64"
@@ -102,7 +102,7 @@ def _parsed(text: str) -> Any:
     if len(text) > MAX_PARSED_CHARS:
         return None
     try:
-        return json.loads(text)
+        return fast_json.loads(text)
     except (ValueError, RecursionError):  # not JSON after all, cut at the cap, or nested too deep
         return None
 

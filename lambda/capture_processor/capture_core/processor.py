@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import tempfile
 from collections import Counter, deque
@@ -191,6 +192,7 @@ def convert_stream(
     )
     conversion = Conversion(quarantine=QuarantineFile(directory / "quarantine.jsonl", source))
     last_line = 0
+    collector = _CollectorPaused()
     try:
         blocks = decoded_blocks(stream, status, max_decoded_bytes=max_object_bytes)
         chunks = line_chunks(blocks, chunk_bytes=CHUNK_BYTES, max_line_bytes=MAX_LINE_BYTES, status=status)
@@ -205,6 +207,7 @@ def convert_stream(
             conversion.parser_counts.update(parsed.counters)
             _quarantine_all(conversion, redactor, parsed.rejected)
             last_line = item.first_line + item.line_count
+            collector.between_chunks()
         if status.ended_early:
             reason = "gzip stream ends early (object cut short); the lines before the cut were processed"
             _quarantine(conversion, redactor, RejectedLine(last_line, reason, b""))
@@ -215,12 +218,32 @@ def convert_stream(
             )
             _quarantine(conversion, redactor, RejectedLine(last_line + 1, reason, b""))
     finally:
+        collector.resume()
         conversion.partition_files = parquet.close()
         conversion.quarantine.close()
     conversion.bytes_read, conversion.bytes_decoded = status.bytes_read, status.bytes_decoded
     conversion.over_limit = status.over_limit
     conversion.redactions = dict(redactor.counts)
     return conversion
+
+
+class _CollectorPaused:
+    """Python's cyclic garbage collector paused while an object is converted. Parsing a chunk allocates hundreds of
+    thousands of short-lived containers (the JSON of payloads and stream events, pieces of documents) that reference
+    counting frees; the collector, triggered every 700 allocations, walked them and every long-lived object again,
+    8-11% of the time (issue 27's profile). Between chunks the young generations are collected once, so a cycle
+    made by a chunk lives no longer than the next chunk, and memory stays as bounded as before."""
+
+    def __init__(self) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def between_chunks(self) -> None:
+        gc.collect(1)
+
+    def resume(self) -> None:
+        if self._was_enabled:
+            gc.enable()
 
 
 def _parsed_in_order(
