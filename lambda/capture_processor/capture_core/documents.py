@@ -33,7 +33,8 @@ MAX_DEPTH = 4
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
-# Text between string literals shorter than this cannot hold any rule's match ("a@b.co" is 6).
+# Text between string literals, or a literal's body, shorter than this cannot hold any rule's match ("a@b.co" is 6;
+# a body decodes to at most as many characters as it has).
 MIN_GAP = 6
 
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
@@ -194,13 +195,16 @@ class DocumentBatch:
         for match in _LITERAL.finditer(text):
             self._gap(node, text[position : match.start()])
             body = match[1]
+            position = match.end()
+            if len(body) < MIN_GAP:  # a key or a short value: decodes to fewer characters than any match has
+                node.parts.append(match[0])
+                continue
             value = decode_literal(body)
             if depth < MAX_DEPTH and holds_escaped_json(value):
                 planned: _Node | int = self._plan_json(value, depth + 1)
             else:
                 planned = self._piece(value)
             node.parts.append(_Literal(body, planned, bool(match[2])))
-            position = match.end()
         self._gap(node, text[position:])
         return node
 
