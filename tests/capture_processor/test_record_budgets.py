@@ -34,6 +34,12 @@ def emails(count: int) -> str:
     return " ".join(f"user{index}.name@example{index % 97}.com" for index in range(count))
 
 
+def metric(capsys: pytest.CaptureFixture[str], name: str) -> int:
+    """The value of an EMF metric in the handler's per-object log line."""
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return sum(int(line[name]) for line in lines if name in line)
+
+
 def test_the_inflate_limit_is_the_sidecars_request_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(REPO_ROOT / "sidecar"))
     from capture_sidecar.proxy import MAX_CAPTURED_BODY_BYTES
@@ -59,7 +65,9 @@ def test_a_gzip_body_past_the_inflate_limit_is_quarantined_and_the_other_rows_la
 
 
 @pytest.mark.parametrize("encoding", ["JSON", "BASE64"])
-def test_a_document_over_the_match_budget_is_replaced_whole_and_flagged(pipeline: Pipeline, encoding: str) -> None:
+def test_a_document_over_the_match_budget_is_replaced_whole_and_flagged(
+    pipeline: Pipeline, encoding: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     content = emails(MAX_CANDIDATES_PER_DOCUMENT + 10)
     data = json.dumps({"messages": [{"role": "user", "content": content}]})
     if encoding == "BASE64":
@@ -73,6 +81,7 @@ def test_a_document_over_the_match_budget_is_replaced_whole_and_flagged(pipeline
     assert many["input_text"] == OVER_BUDGET_MARKER and OVER_BUDGET in many["redaction_rules"]
     assert "input: more than 50000 candidate matches" in many["decode_error"]
     assert json.loads(many["output_text"]) == {"choices": []}  # the other side is its own document
+    assert metric(capsys, "FieldsOverRedactionBudget") == 1
     assert rows["before"]["redaction_rules"] == ["email"] and rows["after"]["decode_error"] is None
 
 

@@ -84,6 +84,7 @@ class ObjectReport:
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
     over_limit: bool = False
+    over_budget_fields: int = 0
 
     def metrics(self) -> dict[str, int]:
         if self.tier is None:
@@ -95,6 +96,7 @@ class ObjectReport:
             "QuarantinedLines": self.quarantined,
             "FilesWritten": len(self.output_keys),
             "ObjectsOverSizeLimit": int(self.over_limit),
+            "FieldsOverRedactionBudget": self.over_budget_fields,
         }
         counts.update({f"Redactions_{rule}": count for rule, count in self.redactions.items()})
         if self.tier == Tier.ALB:
@@ -131,6 +133,7 @@ class Conversion:
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
     over_limit: bool = False
+    over_budget_fields: int = 0  # documents replaced whole: more candidate matches than the redaction budget
 
 
 def process_object(
@@ -172,6 +175,7 @@ def process_object(
     report.bytes_read, report.bytes_decoded = conversion.bytes_read, conversion.bytes_decoded
     report.redactions, report.parser_counts = conversion.redactions, conversion.parser_counts
     report.over_limit = conversion.over_limit
+    report.over_budget_fields = conversion.over_budget_fields
     return report
 
 
@@ -224,6 +228,7 @@ def convert_stream(
     conversion.bytes_read, conversion.bytes_decoded = status.bytes_read, status.bytes_decoded
     conversion.over_limit = status.over_limit
     conversion.redactions = dict(redactor.counts)
+    conversion.over_budget_fields = redactor.over_budget
     return conversion
 
 
