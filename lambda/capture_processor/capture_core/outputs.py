@@ -8,7 +8,7 @@ the source object's identity, so reprocessing overwrites instead of duplicating.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -155,18 +155,32 @@ class QuarantineFile:
 
     def add_redacted(self, rejected: RejectedLine, raw: str) -> None:
         """`raw` is the line decoded as UTF-8 (invalid bytes as U+FFFD) and redacted whole."""
+        self.add_many_redacted([rejected], [raw])
+
+    def add_many_redacted(self, rejected: Sequence[RejectedLine], raws: Sequence[str]) -> None:
+        """Entries as json.dumps(entry, ensure_ascii=False) writes them, written at once: the constant head encoded
+        once, each distinct reason and text once (one chunk can reject 200,000 lines of `{}`)."""
+        if not rejected:
+            return
         if self._file is None:
             self._file = self.path.open("w", encoding="utf-8")
+        tails: dict[tuple[str, str], str] = {}
+        entries = []
+        for line, raw in zip(rejected, raws, strict=True):
+            tail = tails.get((line.reason, raw))
+            if tail is None:
+                tail = tails[(line.reason, raw)] = self._tail(line.reason, raw)
+            entries.append(f'{self._head}"line_number": {int(line.line_number)}, {tail}')
+        self._file.write("".join(entries))
+        self.entries += len(entries)
+
+    @staticmethod
+    def _tail(reason: str, raw: str) -> str:
         truncated = len(raw) > QUARANTINE_RAW_LIMIT // 4 and len(raw.encode("utf-8")) > QUARANTINE_RAW_LIMIT
         if truncated:
             raw = raw.encode("utf-8")[:QUARANTINE_RAW_LIMIT].decode("utf-8", errors="ignore")
-        # The entry as json.dumps(entry, ensure_ascii=False) writes it, its constant head encoded once: one chunk
-        # can reject 200,000 lines.
-        self._file.write(
-            f'{self._head}"line_number": {int(rejected.line_number)}, "reason": {_json_string(rejected.reason)}, '
-            f'"raw_truncated": {"true" if truncated else "false"}, "raw": {_json_string(raw)}}}\n'
-        )
-        self.entries += 1
+        flag = "true" if truncated else "false"
+        return f'"reason": {_json_string(reason)}, "raw_truncated": {flag}, "raw": {_json_string(raw)}}}\n'
 
     def close(self) -> None:
         if self._file is not None:

@@ -292,8 +292,7 @@ def _quarantine_all(conversion: Conversion, redactor: Redactor, rejected: Sequen
     documents = {text: batch.add(text, as_json='"' in text) for text in dict.fromkeys(texts)}  # each text once
     batch.redact()
     redacted = {text: batch.result(document)[0] for text, document in documents.items()}
-    for line, text in zip(rejected, texts, strict=True):
-        conversion.quarantine.add_redacted(line, redacted[text])
+    conversion.quarantine.add_many_redacted(rejected, [redacted[text] for text in texts])
 
 
 def _upload_outputs(
