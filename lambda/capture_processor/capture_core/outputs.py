@@ -24,6 +24,7 @@ from capture_core.records import RejectedLine
 _json_string: Callable[[str], str] = json.encoder.encode_basestring
 _MICROS_PER_HOUR = 3_600_000_000
 QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
+_ENTRIES_PER_WRITE = 4096
 ROW_GROUP_ROWS = 50_000
 # Arrow bytes buffered across all partitions before they are written: sets the row group size
 # of a one-hour object, and is the main memory cost after the chunks in flight.
@@ -171,8 +172,15 @@ class QuarantineFile:
             if tail is None:
                 tail = tails[(line.reason, raw)] = self._tail(line.reason, raw)
             entries.append(f'{self._head}"line_number": {int(line.line_number)}, {tail}')
+            if len(entries) == _ENTRIES_PER_WRITE:  # bounded memory: a few MB of entries at a time
+                self._write(entries)
+        self._write(entries)
+
+    def _write(self, entries: list[str]) -> None:
+        assert self._file is not None
         self._file.write("".join(entries))
         self.entries += len(entries)
+        entries.clear()
 
     @staticmethod
     def _tail(reason: str, raw: str) -> str:
