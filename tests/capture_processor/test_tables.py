@@ -255,7 +255,7 @@ def test_a_column_the_processor_adds_is_granted_to_nobody_until_the_config_grant
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The processor gains a text-bearing column (say `tool_arguments`): the table carries it, no usage reader is
     granted it; naming it in `usage_columns_granted` (capture.usageColumnsGranted) grants it."""
-    from hyperpod_inference_iac import capture_tables
+    from hyperpod_inference_iac.capture import capture_tables
     from hyperpod_inference_iac.capture.capture_pipeline import GlueColumn
 
     new_column = GlueColumn("tool_arguments", "string")

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from capture_core import openai_format
+from capture_core import fast_json, openai_format
 from capture_core.documents import DocumentBatch
 from capture_core.payloads import DecodedSide, decode_side
 from capture_core.records import (
@@ -30,7 +30,7 @@ from capture_core.records import (
     fill_missing_times,
     parse_iso_time,
 )
-from capture_core.redaction import Redactor
+from capture_core.redaction import MAX_CANDIDATES_PER_DOCUMENT, Redactor
 
 _SIDE_FIELDS = (
     ("observedContentType", pa.string()),
@@ -105,14 +105,24 @@ class MalformedLineError(ValueError):
     pass
 
 
+NOT_A_CAPTURE_RECORD = "not a capture record: no captureData.endpointInput or endpointOutput object"
+
+
 def parse_capture_chunk(data: bytes, first_line: int, context: ChunkContext, redactor: Redactor) -> ParsedChunk:
-    raw = _read_whole_chunk(data)
+    whole = _read_whole_chunk(data)
     rejected: list[RejectedLine] = []
-    if raw is None:
+    if whole is None:
         raw, line_numbers, rejected = _read_line_by_line(data, first_line)
         lines = _LineIndex(data, first_line, line_numbers)
     else:
+        raw, is_capture = whole
         lines = _LineIndex(data, first_line)
+        if is_capture is not None:  # JSON objects that are not capture records: rejected by row, in one pass
+            others = pc.indices_nonzero(pc.invert(is_capture)).to_pylist()
+            rejected = lines.rejected(others, NOT_A_CAPTURE_RECORD)
+            kept = pc.indices_nonzero(is_capture)
+            lines = lines.subset(kept.to_pylist())
+            raw = raw.take(kept)
     table, row_rejections = _curate(raw, context, redactor, lines)
     return ParsedChunk(table, (*rejected, *row_rejections), {})
 
@@ -124,17 +134,34 @@ class _LineIndex:
         self._data, self._first_line, self._line_numbers = data, first_line, line_numbers
         self._lines: list[bytes] | None = None
 
-    def line(self, row: int) -> RejectedLine:
+    def line(self, row: int, reason: str = "") -> RejectedLine:
+        lines, line_numbers = self._index()
+        index = line_numbers[row]
+        return RejectedLine(self._first_line + index, reason, lines[index])
+
+    def rejected(self, rows: list[int], reason: str) -> list[RejectedLine]:
+        lines, line_numbers = self._index()
+        first = self._first_line
+        return [RejectedLine(first + line_numbers[row], reason, lines[line_numbers[row]]) for row in rows]
+
+    def subset(self, rows: list[int]) -> _LineIndex:
+        """The index of the rows kept, in order (`rows` are this index's rows)."""
+        lines, line_numbers = self._index()
+        subset = _LineIndex(self._data, self._first_line, [line_numbers[row] for row in rows])
+        subset._lines = lines
+        return subset
+
+    def _index(self) -> tuple[list[bytes], list[int]]:
         if self._lines is None:
             self._lines = self._data.split(b"\n")
         if self._line_numbers is None:  # Arrow's reader skips blank lines, so rows are the others
             self._line_numbers = [index for index, line in enumerate(self._lines) if line.strip()]
-        index = self._line_numbers[row]
-        return RejectedLine(self._first_line + index, "", self._lines[index])
+        return self._lines, self._line_numbers
 
 
-def _read_whole_chunk(data: bytes) -> pa.Table | None:
-    """The chunk as a raw table, or None when any line needs the careful path."""
+def _read_whole_chunk(data: bytes) -> tuple[pa.Table, pa.Array | None] | None:
+    """The chunk as a raw table and, when some rows are JSON objects but not capture records, which rows are;
+    or None when any line needs the careful path."""
     for block_size in (_FAST_BLOCK_SIZE, len(data) + 1):  # retry in one block when a line is > 1 MiB
         try:
             table = pa_json.read_json(io.BytesIO(data), pa_json.ReadOptions(block_size=block_size), _PARSE_OPTIONS)
@@ -145,11 +172,9 @@ def _read_whole_chunk(data: bytes) -> pa.Table | None:
         except pa.ArrowInvalid:
             return None
         sides = table.column("captureData")
-        is_capture = pc.or_(
-            pc.is_valid(pc.struct_field(sides, "endpointInput")),
-            pc.is_valid(pc.struct_field(sides, "endpointOutput")),
-        )
-        return table if pc.all(is_capture).as_py() is not False else None
+        has_side = [pc.is_valid(pc.struct_field(sides, name)) for name in ("endpointInput", "endpointOutput")]
+        is_capture = pc.fill_null(pc.or_(*has_side), False)
+        return table, (None if pc.all(is_capture).as_py() is not False else is_capture)
     return None
 
 
@@ -173,7 +198,7 @@ def _read_line_by_line(data: bytes, first_line: int) -> tuple[pa.Table, list[int
 def _normalised_record(line: bytes) -> dict[str, Any]:
     """One line as a dict shaped exactly like RAW_SCHEMA, or MalformedLineError with the reason."""
     try:
-        record = json.loads(line)
+        record = fast_json.loads(line)
     except UnicodeDecodeError as error:
         raise MalformedLineError(f"not UTF-8 text: {error}") from None
     except ValueError as error:  # JSONDecodeError is a ValueError
@@ -186,7 +211,7 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
         for name in ("endpointInput", "endpointOutput")
     }
     if not any(sides.values()):
-        raise MalformedLineError("not a capture record: no captureData.endpointInput or endpointOutput object")
+        raise MalformedLineError(NOT_A_CAPTURE_RECORD)
     metadata = record.get("eventMetadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     return {
@@ -269,6 +294,9 @@ def _curate(
         exchanges.append(exchange)
     batch.redact()
     for row, exchange in zip(kept, exchanges, strict=True):
+        for label, document in (("input", exchange.input_document), ("output", exchange.output_document)):
+            if document is not None and batch.over_budget(document):  # replaced whole: the row says so
+                exchange.errors = "; ".join(filter(None, (exchange.errors, f"{label}: {OVER_BUDGET_NOTE}")))
         if exchange.probe_document is not None and _split_across_events(batch, exchange):
             exchange.output_document = None
             reason = "stream of unknown shape carries a value split across events; its text is withheld"
@@ -306,6 +334,9 @@ class _Exchange:
 
 
 _MARKER = "[REDACTED:"
+OVER_BUDGET_NOTE = (
+    f"more than {MAX_CANDIDATES_PER_DOCUMENT} candidate matches (the redaction budget); the text is replaced whole"
+)
 
 
 def _split_across_events(batch: DocumentBatch, exchange: _Exchange) -> bool:

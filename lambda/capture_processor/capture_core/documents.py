@@ -26,10 +26,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capture_core.redaction import Redactor
+from capture_core import fast_json
+from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
 
 MAX_DEPTH = 4
-# Text between string literals shorter than this cannot hold any rule's match ("a@b.co" is 6).
+# Bounded work per record: a document that may hold a match and has more string literals than this is not split
+# value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
+MAX_LITERALS_PER_DOCUMENT = 100_000
+# Text between string literals, or a literal's body, shorter than this cannot hold any rule's match ("a@b.co" is 6;
+# a body decodes to at most as many characters as it has).
 MIN_GAP = 6
 
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
@@ -43,7 +48,7 @@ def decode_literal(body: str) -> str:
     if "\\" not in body:
         return body
     try:
-        value: str = json.loads(f'"{body}"')  # a JSON string literal
+        value: str = fast_json.loads(f'"{body}"')  # a JSON string literal
     except ValueError:
         value = _ESCAPE.sub(_unescape, body)
     if "\\u" in body or "\\U" in body:
@@ -77,6 +82,14 @@ def looks_like_json(text: str) -> bool:
     return stripped in ("{", "[")
 
 
+def holds_escaped_json(text: str) -> bool:
+    """True when a text may hold JSON with escapes anywhere in it, not only when it starts with `{`: a prose
+    prompt that pastes a service-account file (`Here it is: {"private_key": "-----BEGIN...\\n..."}`), tool-call
+    arguments with a prefix. Such a text is split at its string literals like a document: the literals are
+    decoded, and what lies between them is redacted as written."""
+    return "\\" in text and '"' in text
+
+
 @dataclass
 class _Node:
     """A document as pieces: str (kept as is), int (index of a piece to redact), or a literal."""
@@ -103,10 +116,12 @@ class DocumentBatch:
         self._hits: dict[int, set[str]] = {}
         self._owners: list[int] = []  # the document of each piece
         self._document_rules: dict[int, set[str]] = {}  # documents where something was redacted
+        self._over: set[int] = set()  # documents over the redaction budget: replaced whole
+        self._over_planned: set[int] = set()  # those with too many string literals to split
 
     def add(self, text: str, *, as_json: bool) -> int:
         self._owner = len(self._documents)
-        if as_json and "\\" in text:
+        if "\\" in text and (as_json or '"' in text):  # JSON, or a text that may hold some (holds_escaped_json)
             self._escaped.append(len(self._documents))
             plan: _Node | int | None = None
         else:
@@ -116,7 +131,15 @@ class DocumentBatch:
 
     def redact(self) -> None:
         self._plan_escaped()
-        self._redacted, self._hits = self._redactor.redact_texts(self._pieces)
+        if self._pieces:
+            redacted, self._hits, self._over = self._redactor.redact_owned(pa.array(self._pieces, pa.string()),
+                                                                           self._owners)
+            self._redacted = redacted.to_pylist() if self._hits or self._over else self._pieces
+        else:
+            self._redacted = []
+        if self._over_planned:
+            self._over |= self._over_planned
+            self._redactor.count_over_budget(len(self._over_planned))
         for piece, rules in self._hits.items():
             self._document_rules.setdefault(self._owners[piece], set()).update(rules)
 
@@ -137,8 +160,15 @@ class DocumentBatch:
         for position in pc.indices_nonzero(flagged).to_pylist():
             document = self._escaped[position]
             text = self._documents[document][0]
+            if text.count('"') > 2 * MAX_LITERALS_PER_DOCUMENT:  # bounded work: not split, replaced whole
+                self._over_planned.add(document)
+                continue
             self._owner = document
             self._documents[document] = (text, self._plan_json(text, 1))
+
+    def over_budget(self, document: int) -> bool:
+        """True when the document held more candidate matches than the budget and was replaced whole."""
+        return document in self._over
 
     def original(self, document: int) -> str:
         return self._documents[document][0]
@@ -146,6 +176,8 @@ class DocumentBatch:
     def result(self, document: int) -> tuple[str, set[str]]:
         """The document's redacted text and the rules that hit it."""
         assert self._redacted is not None, "redact() first"
+        if document in self._over:
+            return OVER_BUDGET_MARKER, {OVER_BUDGET}
         text, plan = self._documents[document]
         rules = self._document_rules.get(document)
         if plan is None or rules is None:
@@ -163,13 +195,16 @@ class DocumentBatch:
         for match in _LITERAL.finditer(text):
             self._gap(node, text[position : match.start()])
             body = match[1]
+            position = match.end()
+            if len(body) < MIN_GAP:  # a key or a short value: decodes to fewer characters than any match has
+                node.parts.append(match[0])
+                continue
             value = decode_literal(body)
-            if depth < MAX_DEPTH and "\\" in value and looks_like_json(value):
+            if depth < MAX_DEPTH and holds_escaped_json(value):
                 planned: _Node | int = self._plan_json(value, depth + 1)
             else:
                 planned = self._piece(value)
             node.parts.append(_Literal(body, planned, bool(match[2])))
-            position = match.end()
         self._gap(node, text[position:])
         return node
 

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from capture_core import fast_json
+
 # gen_ai.* attribute names and values as of this release of the semantic conventions (Development
 # status; recorded in the Glue table's properties as `gen_ai_semconv_version`).
 SEMCONV_VERSION = "1.36.0"
@@ -93,14 +95,14 @@ def _parsed_events(events: list[str]) -> list[dict[str, Any]]:
     until = next((index for index, data in enumerate(events) if data.strip() == "[DONE]"), len(events))
     events = events[:until]
     try:
-        parsed: list[Any] = json.loads("[" + ",".join(events) + "]")
+        parsed: list[Any] = fast_json.loads("[" + ",".join(events) + "]")
         if len(parsed) != len(events):  # an event holding "1,2" would read as two
             raise ValueError("event count")
     except (ValueError, RecursionError):
         parsed = []
         for position, data in enumerate(events):
             try:
-                parsed.append(json.loads(data))
+                parsed.append(fast_json.loads(data))
             except (ValueError, RecursionError):
                 if position == len(events) - 1:
                     break

@@ -23,13 +23,17 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from capture_core import openai_format
+from capture_core import fast_json, openai_format
 from capture_core.documents import looks_like_json, string_values
 
 ENCODING_BASE64 = "BASE64"
 ENCODING_JSON = "JSON"
 GZIP_MAGIC = b"\x1f\x8b"
-MAX_INFLATED_BYTES = 64 << 20  # a gzip payload (a request body sent with Content-Encoding: gzip)
+# A gzip payload (a request body sent with Content-Encoding: gzip) is inflated up to the sidecar's own bound on
+# what it lets through and captures (MAX_REQUEST_BODY_BYTES and MAX_CAPTURED_BODY_BYTES, 8 MiB): no uncompressed
+# body it captures is larger. Past it the record is over its budget: no text, and the line to the quarantine
+# (119 KiB of gzip inflating to 60 MiB of e-mail addresses used to cost 2.4 GiB).
+MAX_INFLATED_BYTES = 8 << 20
 MAX_PARSED_CHARS = 32 << 20  # JSON parsed for its facts; longer documents are redacted, not parsed
 # Bytes that text in Windows-1252 does not contain: C0 controls but tab, line breaks and form feed,
 # DEL, and the five bytes the code page leaves unassigned.
@@ -98,7 +102,7 @@ def _parsed(text: str) -> Any:
     if len(text) > MAX_PARSED_CHARS:
         return None
     try:
-        return json.loads(text)
+        return fast_json.loads(text)
     except (ValueError, RecursionError):  # not JSON after all, cut at the cap, or nested too deep
         return None
 

@@ -61,11 +61,23 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
+# Issuer prefixes in use (ISO/IEC 7812 BIN ranges of the card schemes): 1 UATP; 2 Mastercard 2-series
+# and Mir; 3 Amex, Diners, JCB; 4 Visa; 5 Mastercard, Maestro; 6 Discover, UnionPay, Maestro, RuPay;
+# 81-82 UnionPay and RuPay; 9792 Troy.
+_CARD_PREFIXES = ("1", "2", "3", "4", "5", "6", "81", "82", "9792")
+# Maestro (and only Maestro) issues numbers of 12 digits.
+_MAESTRO_PREFIXES = ("5018", "5020", "5038", "5893", "6304", "6759", "6761", "6762", "6763")
+
+
 def _valid_card(match: re.Match[str]) -> bool:
     digits = _digits(match["value"])
-    # 13-19 digits, an issuer prefix in use (2: Mastercard 2-series, 3: Amex/Diners/JCB, 4: Visa,
-    # 5: Mastercard, 6: Discover/UnionPay/Maestro) and a Luhn checksum.
-    return 13 <= len(digits) <= 19 and digits[0] in "23456" and _luhn(digits)
+    if not (12 <= len(digits) <= 19 and digits.startswith(_CARD_PREFIXES) and _luhn(digits)):
+        return False
+    if len(digits) == 12:
+        return digits.startswith(_MAESTRO_PREFIXES)
+    if digits[0] == "1":
+        return len(digits) == 15  # UATP numbers are 15 digits
+    return True
 
 
 def _valid_ssn(match: re.Match[str]) -> bool:
@@ -167,16 +179,34 @@ _AWS_SECRET_KEY = (
 
 # PEM private keys (PKCS#1, PKCS#8, EC, OpenSSH, encrypted); the body up to the END line, or to the
 # end of the text when the payload was cut before it.
+# A body pasted inside a JSON string (a service-account file: `"private_key": "-----BEGIN...\\n..."`) has its
+# line breaks as escapes, `\\n` (or `\\\\n` a level deeper): they belong to the body too.
+_PEM_BODY = r"(?:[A-Za-z0-9+/=\s:,-]|\\+[nrt])"
 _PRIVATE_KEY = (
     r"-----BEGIN[A-Z ]{0,30}PRIVATE KEY(?: BLOCK)?-----"
-    r"(?:[A-Za-z0-9+/=\s:,-]*?-----END[A-Z ]{0,30}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
+    rf"(?:{_PEM_BODY}*?-----END[A-Z ]{{0,30}}PRIVATE KEY(?: BLOCK)?-----|{_PEM_BODY}*)"
 )
 
-_PAYMENT_CARD = r"(?P<before>^|[^0-9-]|\\[nrt])(?P<value>\d(?:[ -]?\d){12,18})(?P<after>$|[^0-9-])"
+# Card numbers as people write them: one run of digits, or groups (4-4-4-4, 4-4-4-4-3, 4-4-4-1..4, Amex's
+# 4-6-5, Diners' 4-6-4) split by a space (two in a column paste, or a no-break, figure or narrow no-break
+# space), a dash or a dot. Groups keep version strings and dotted ids from joining up. Luhn and the issuer
+# prefix decide.
+_CARD_SEPARATOR = "(?:[ .\u00a0\u2007\u202f-] ?)"
+_PAYMENT_CARD = (
+    r"(?P<before>^|[^0-9.-]|(?:^|[^0-9])[.]|\\[nrt])(?P<value>"
+    r"\d{12,19}"
+    rf"|\d{{4}}(?:{_CARD_SEPARATOR}\d{{4}}){{2,3}}(?:{_CARD_SEPARATOR}\d{{1,4}})?"
+    rf"|\d{{4}}{_CARD_SEPARATOR}\d{{6}}{_CARD_SEPARATOR}\d{{4,5}}"
+    r")(?P<after>$|[^0-9.-]|[.](?:$|[^0-9]))"
+)
 
 _US_SSN = r"(?P<before>^|[^0-9-]|\\[nrt])(?P<area>\d{3})-(?P<group>\d{2})-(?P<serial>\d{4})(?P<after>$|[^0-9-])"
 
-_IBAN = r"(?:(?P<before>\\[nrt])|\b)(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b"
+# In either case (a form field, a lowercased log line): the registry's length and mod-97 decide.
+_IBAN = (
+    r"(?:(?P<before>\\[nrt])|\b)"
+    r"(?P<value>[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,4})?)\b"
+)
 
 _IP_ADDRESS = (
     r"(?P<before>^|[^0-9A-Za-z.:]|\\[nrt])(?P<value>"
@@ -226,6 +256,11 @@ class Redactor:
         self._re2 = tuple(_re2(rule.pattern) for rule in self.rules)
         self._python = tuple(_python_regex(rule.pattern) for rule in self.rules)
         self.any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
+        self.over_budget = 0  # documents replaced whole: more candidates than MAX_CANDIDATES_PER_DOCUMENT
+
+    def count_over_budget(self, documents: int) -> None:
+        with self._counts_lock:
+            self.over_budget += documents
 
     def redact(self, texts: pa.Array) -> pa.Array:
         """`texts` with every confirmed match replaced; rows without a match are not copied."""
@@ -235,17 +270,44 @@ class Redactor:
         return redacted
 
     def redact_column(self, texts: pa.Array) -> tuple[pa.Array, dict[int, set[str]]]:
-        """`texts` redacted, and for each row where something was replaced, the rules that hit."""
+        """`texts` redacted, and for each row where something was replaced, the rules that hit. A row over the
+        budget (more than MAX_CANDIDATES_PER_DOCUMENT candidates) is replaced whole by OVER_BUDGET_MARKER."""
+        redacted, hits, _ = self.redact_owned(texts)
+        return redacted, hits
+
+    def redact_owned(
+        self, texts: pa.Array, owners: Sequence[int] | None = None
+    ) -> tuple[pa.Array, dict[int, set[str]], set[int]]:
+        """`redact_column` where rows belong to documents (`owners[row]`, by default each row its own): the
+        budget counts a document's candidates over all its rows. Returns the owners over the budget too; their
+        rows are replaced whole by OVER_BUDGET_MARKER, never read value by value (bounded work per record)."""
         hits: dict[int, set[str]] = {}
         if not self.rules or len(texts) == 0:
-            return texts, hits
-        needs_work = pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
+            return texts, hits, set()
+        counts = pc.count_substring_regex(texts, self.any_rule)
+        needs_work = pc.fill_null(pc.greater(counts, 0), False)
         if not pc.any(needs_work).as_py():
-            return texts, hits
+            return texts, hits, set()
         row_ids = pc.indices_nonzero(needs_work).to_pylist()
+        over = _over_budget(row_ids, pc.filter(counts, needs_work).to_pylist(), owners)
+        if over:
+            over_rows = [row for row in row_ids if (owners[row] if owners is not None else row) in over]
+            whole = pa.array(_mask(len(texts), over_rows), pa.bool_())
+            texts = pc.replace_with_mask(texts, whole, pa.array([OVER_BUDGET_MARKER] * len(over_rows), pa.string()))
+            needs_work = pc.and_(needs_work, pc.invert(whole))
+            self.count_over_budget(len(over))
+            if not pc.any(needs_work).as_py():
+                return texts, hits, over
+            row_ids = pc.indices_nonzero(needs_work).to_pylist()
+        return (*self._redacted_rows(texts, needs_work, row_ids, hits), over)
+
+    def _redacted_rows(
+        self, texts: pa.Array, needs_work: pa.Array, row_ids: list[int], hits: dict[int, set[str]]
+    ) -> tuple[pa.Array, dict[int, set[str]]]:
         candidates = pc.filter(texts, needs_work)
-        if pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py():
-            candidates = pa.array([_without_sentinels(text) for text in candidates.to_pylist()], pa.string())
+        escaped = pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py()
+        if escaped:
+            candidates = pa.array([_escape_sentinels(text) for text in candidates.to_pylist()], pa.string())
         rows: list[str] | None = None  # the candidates as Python strings, once something changes
         found: dict[str, int] = {}
         for rule, re2, python in zip(self.rules, self._re2, self._python, strict=True):
@@ -269,6 +331,8 @@ class Redactor:
                 positions = pa.array(changed, pa.int64())  # only where a neighbour may now be free
         if rows is None:
             return texts, hits
+        if escaped:
+            candidates = pa.array([_restore_sentinels(text) for text in rows], pa.string())
         with self._counts_lock:
             for name, count in found.items():
                 self.counts[name] += count
@@ -291,14 +355,47 @@ class Redactor:
 # scans the whole text: on a megabyte of word characters the email pattern alone is quadratic there.
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARK = _OPEN + "\\0" + _CLOSE
-_SENTINELS = "[\ue000\ue001]"
+_SENTINELS = "[\ue000-\ue002]"
 MAX_PASSES = 3
+# A text that holds the sentinels itself (private-use characters, rare but legal) has them escaped while it is
+# marked, each as a pair that starts with U+E002, and restored after: no rule matches a private-use character,
+# and each is a boundary to all of them, so a pair stands where one character stood.
+_ESCAPE_MARK = "\ue002"
+_SENTINEL_ESCAPES = {"\ue000": "\ue002\ue003", "\ue001": "\ue002\ue004", "\ue002": "\ue002\ue005"}
+_SENTINEL_ESCAPE = re.compile("[\ue000-\ue002]")
+_SENTINEL_RESTORE = re.compile("\ue002([\ue003-\ue005])")
+_SENTINEL_ORIGINAL = {"\ue003": "\ue000", "\ue004": "\ue001", "\ue005": "\ue002"}
 
 
-def _without_sentinels(text: str) -> str:
-    if _OPEN in text or _CLOSE in text:  # private-use characters no real text needs
-        return text.replace(_OPEN, "\ufffd").replace(_CLOSE, "\ufffd")
-    return text
+def _escape_sentinels(text: str) -> str:
+    return _SENTINEL_ESCAPE.sub(lambda match: _SENTINEL_ESCAPES[match[0]], text)
+
+
+def _restore_sentinels(text: str) -> str:
+    return _SENTINEL_RESTORE.sub(lambda match: _SENTINEL_ORIGINAL[match[1]], text) if _ESCAPE_MARK in text else text
+
+
+# Bounded work per record: a document with more candidate matches than this (all rules together) is not read
+# value by value; it is replaced whole by OVER_BUDGET_MARKER and its row flagged. 60 MiB of e-mail addresses
+# used to cost 2.4 GiB and 18 s; a real prompt or answer has a handful, a long CSV paste a few thousand.
+MAX_CANDIDATES_PER_DOCUMENT = 50_000
+OVER_BUDGET = "too_many_matches"
+OVER_BUDGET_MARKER = f"[REDACTED:{OVER_BUDGET}]"
+
+
+def _mask(length: int, rows: Sequence[int]) -> list[bool]:
+    mask = [False] * length
+    for row in rows:
+        mask[row] = True
+    return mask
+
+
+def _over_budget(row_ids: list[int], counts: list[int], owners: Sequence[int] | None) -> set[int]:
+    per_owner: dict[int, int] = {}
+    for row, count in zip(row_ids, counts, strict=True):
+        owner = owners[row] if owners is not None else row
+        per_owner[owner] = per_owner.get(owner, 0) + count
+    return {owner for owner, count in per_owner.items() if count > MAX_CANDIDATES_PER_DOCUMENT}
 
 
 def _confirmed(pattern: re.Pattern[str], rule: RedactionRule, marked: str) -> tuple[str, int]:

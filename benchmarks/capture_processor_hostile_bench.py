@@ -1,0 +1,108 @@
+"""Benchmark of the capture processor on hostile objects (issue 27, bounded work per record): peak RSS and time
+of the real handler, in a child process, against a moto S3 server.
+
+    .venv/bin/python benchmarks/capture_processor_hostile_bench.py
+
+Objects (each between ordinary records, whose rows must land):
+- `gzip-bomb`: one record whose request is a gzip body of ~119 KiB inflating to 60 MiB of e-mail addresses;
+- `gzip-bomb-x8`: eight such records in one object;
+- `match-budget`: one 8 MiB JSON request (the sidecar's bound, uncompressed) of e-mail addresses;
+- `tiny-lines`: 200,000 lines of `{}`.
+Goals (issue 27): the gzip body under 256 MiB peak RSS; the tiny lines within a second per MiB of input.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from capture_processor_bench import _CHILD, _PEAK_KIB, MIB, RUNTIME_DIR, capture_record, run_child
+
+
+def _emails(size: int) -> bytes:
+    """`size` bytes of e-mail addresses, as repetitive as an attacker makes them (gzip shrinks them ~500x)."""
+    block = "".join(f"user{index}@example.com " for index in range(1000)).encode()
+    return (block * (size // len(block) + 1))[:size]
+
+
+def _record(index: int, request: dict[str, str]) -> str:
+    line = json.loads(capture_record(random.Random(index), index))
+    line["captureData"]["endpointInput"] = request | {"mode": "INPUT"}
+    return json.dumps(line)
+
+
+def _bomb(index: int, body: bytes) -> str:
+    data = base64.b64encode(gzip.compress(body, 9, mtime=0)).decode()
+    return _record(index, {"observedContentType": "application/json", "encoding": "BASE64", "data": data})
+
+
+def objects() -> dict[str, bytes]:
+    rng = random.Random(1)
+    ordinary = [capture_record(rng, index) for index in range(20)]
+    sixty = json.dumps({"messages": [{"role": "user", "content": ""}]}).encode()[:-4] + _emails(60 * MIB) + b'"}]}'
+    bomb = _bomb(100, sixty)
+    print(f"gzip body: {len(gzip.compress(sixty, 9, mtime=0)) / 1024:.0f} KiB inflating to {len(sixty) / MIB:.0f} MiB")
+    eight_mib = json.dumps({"messages": [{"role": "user", "content": _emails(8 * MIB - 64).decode()}]})
+    budget = _record(101, {"observedContentType": "application/json", "encoding": "JSON", "data": eight_mib})
+    return {
+        "gzip-bomb": "\n".join([*ordinary[:10], bomb, *ordinary[10:]]).encode() + b"\n",
+        "gzip-bomb-x8": "\n".join([*ordinary[:10], *[bomb] * 8, *ordinary[10:]]).encode() + b"\n",
+        "match-budget": "\n".join([*ordinary[:10], budget, *ordinary[10:]]).encode() + b"\n",
+        "tiny-lines": "\n".join([ordinary[0], *["{}"] * 200_000, ordinary[1]]).encode() + b"\n",
+    }
+
+
+def main() -> None:
+    import boto3
+
+    from tests.support.s3server import moto_server
+
+    env = dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        MALLOC_ARENA_MAX="2",
+    )
+    os.environ.update(env)
+    print(f"{'object':14} {'MiB':>6} {'peak RSS MiB':>13} {'seconds':>8} {'s/MiB':>6}  rows, quarantined, outcome")
+    with moto_server() as endpoint, tempfile.TemporaryDirectory():
+        env["AWS_ENDPOINT_URL"] = endpoint
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="bench")
+        for name, body in objects().items():
+            key = f"data-capture/bench/sme/ep/AllTraffic/2026/11/30/00/{name}.jsonl"
+            s3.put_object(Bucket="bench", Key=key, Body=body)
+            created = {"eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": "bench"}, "object": {"key": key}}}
+            notification = {"Records": [created]}
+            code = _CHILD.format(runtime=str(RUNTIME_DIR), body=json.dumps(notification), peak=_PEAK_KIB)
+            result = json.loads(run_child(code, env))
+            outcome = "ok" if result["result"] == {"batchItemFailures": []} else f"FAILED {result['result']}"
+            curated = s3.list_objects_v2(Bucket="bench", Prefix="curated/").get("KeyCount", 0)
+            quarantine = s3.list_objects_v2(Bucket="bench", Prefix="quarantine/").get("Contents", [])
+            lines = sum(
+                s3.get_object(Bucket="bench", Key=item["Key"])["Body"].read().count(b"\n") for item in quarantine
+            )
+            size = len(body) / MIB
+            print(
+                f"{name:14} {size:6.1f} {result['peak_kib'] / 1024:13.0f} {result['seconds']:8.2f} "
+                f"{result['seconds'] / size:6.2f}  {curated} curated files, {lines} quarantined, {outcome}"
+            )
+            for prefix in ("curated/", "quarantine/"):
+                for item in s3.list_objects_v2(Bucket="bench", Prefix=prefix).get("Contents", []):
+                    s3.delete_object(Bucket="bench", Key=item["Key"])
+            s3.delete_object(Bucket="bench", Key=key)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The speed work changes no output (issue 27): the same objects through the fast path (orjson, the collector paused
+during the conversion) and the plain one (the stdlib's `json`, the collector as Python runs it) give the same
+Parquet rows and the same quarantine, byte for byte. The records plant secrets after escapes, across stream deltas
+and in other charsets, and carry what orjson and `json` read differently (NaN, huge numbers, lone surrogates, a
+byte order mark, deep nesting, UTF-16 lines)."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from capture_core import fast_json
+from capture_core.outputs import QuarantineSource
+from capture_core.processor import convert_stream
+from capture_core.records import ChunkContext
+from capture_core.redaction import DEFAULT_RULES, Redactor
+from capture_core.routing import Tier
+from tests.capture_processor import transcripts
+from tests.capture_processor.test_llm_traffic import record, side
+from tests.capture_processor.transcripts import SECRETS, split
+
+
+def b64(text: str, charset: str = "utf-8") -> str:
+    return base64.b64encode(text.encode(charset)).decode()
+
+
+def hostile_object() -> bytes:
+    chat = "Here is my .env:" + "".join("\\n" + value for value in SECRETS.values()) + "\nthanks"
+    lines = [
+        record("escapes", side(transcripts.chat_request(chat, stream=False)), side('{"choices": []}')),
+        record(
+            "unicode-escapes",
+            side('{"prompt": "mail alice.smith\\u0040example.com \\u0041KIAIOSFODNN7EXAMPLE \\ud83d\\ude00"}'),
+            side('{"a": "\\ud800 lone", "b": NaN, "c": 1e400, "d": 123456789012345678901234567890}'),
+        ),
+    ]
+    for pieces in (2, 5, 14):
+        answer = "Sure: " + " ".join(SECRETS.values())
+        stream = transcripts.vllm_chat(split(answer, pieces), tool_args=split(json.dumps({"to": SECRETS["email"]}), 3))
+        lines.append(record(f"vllm-{pieces}", side(transcripts.chat_request("go")), side(stream, "text/event-stream")))
+        sglang = transcripts.sglang_chat(split(answer, pieces))
+        lines.append(record(f"sglang-{pieces}", None, side(b64(sglang), "text/event-stream", "BASE64")))
+    lines += [
+        record("tgi", None, side(transcripts.tgi_chat(split("call " + SECRETS["phone"], 4)), "text/event-stream")),
+        record("latin1", side(b64("carte 4111 1111 1111 1111, é", "iso-8859-1"), "text/plain; charset=ISO-8859-1",
+                              "BASE64"), None),
+        record("cp1252", side(b64("“quote” a@example.com", "cp1252"), "text/plain", "BASE64"), None),
+        record("utf16", side(b64("\ufeffIBAN GB82 WEST 1234 5698 7654 32", "utf-16-le"), "text/plain", "BASE64"), None),
+        record("bom-json", side("\ufeff" + json.dumps({"k": SECRETS["us_ssn"]})), None),
+        record("deep", side("[" * 3000 + '"a@example.com"' + "]" * 3000), None),
+        record("unknown-stream", None, side('data: {"x": "alice.smith@exa"}\n\ndata: {"x": "mple.com"}\n\n',
+                                            "text/event-stream")),
+        "{not json, mail a@example.com",
+        '{"captureData": {"endpointInput": {"data": "x", "encoding": "JSON"}}, "n": NaN}',
+        json.dumps({"captureData": {"endpointInput": {"data": "\ud800", "encoding": "JSON"}}}),
+        "{}",
+    ]
+    body = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+    return body + '{"captureData": {"endpointInput": {"data": "é", "encoding": "JSON"}}}\n'.encode("utf-16")
+
+
+def convert(data: bytes, directory: Path) -> tuple[list[dict[str, Any]], str]:
+    context = ChunkContext("h/pod/2026/11/30/10/x.jsonl", "h", None, datetime(2026, 11, 30, 10, tzinfo=UTC))
+    conversion = convert_stream(
+        io.BytesIO(data), Tier.POD, context, Redactor(DEFAULT_RULES), directory, QuarantineSource("b", "k", "v")
+    )
+    rows = [row for file in conversion.partition_files for row in pq.read_table(file.path).to_pylist()]
+    quarantine = conversion.quarantine.path.read_text() if conversion.quarantine.entries else ""
+    return rows, quarantine
+
+
+def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert fast_json.FAST, "orjson is a dependency of the processor (pyproject dev extra, the Lambda's lock)"
+    data = hostile_object()
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "plain").mkdir()
+
+    fast_rows, fast_quarantine = convert(data, tmp_path / "fast")
+    monkeypatch.setattr(fast_json, "FAST", False)
+    monkeypatch.setattr(gc, "disable", lambda: None)  # the plain path: the collector runs as Python runs it
+    plain_rows, plain_quarantine = convert(data, tmp_path / "plain")
+
+    assert fast_rows == plain_rows
+    assert fast_quarantine == plain_quarantine
+    assert len(fast_rows) >= 15 and fast_quarantine.count("\n") >= 4
+    assert all(secret not in json.dumps(fast_rows, default=str) for secret in SECRETS.values())
+    assert gc.isenabled()  # resumed after the object
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":1,"a":2}', "\ufeff{}", "1e400", "NaN", "[1.5e-7,-0,-0.0,0.1]", '"\\ud800"', '"\\ud83d\\ude00"',
+     "123456789012345678901234567890", "[" * 2000 + "]" * 2000, '{"a": "\\u0000\\t"}', "1,2", ""],
+)
+def test_fast_json_reads_what_json_reads_and_fails_where_it_fails(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def outcome() -> Any:
+        try:
+            return ("value", repr(fast_json.loads(text)))
+        except RecursionError:
+            return ("error", "RecursionError")
+        except ValueError as error:
+            return ("error", type(error).__name__, str(error))
+
+    fast = outcome()
+    monkeypatch.setattr(fast_json, "FAST", False)
+
+    assert fast == outcome()

@@ -1,0 +1,217 @@
+"""The redaction holes of issue 27, and their kind: each test here failed on the code before the fix.
+
+- JSON with escapes is opened wherever it sits inside a string, not only when the string starts with `{`;
+- a PEM body is redacted across escaped line breaks (`\\n` inside a JSON string);
+- card numbers in the separators people use (spaces, also after a tab in a TSV paste, dashes, dots), every
+  issuer range (Maestro's 12-digit `6759...`, UATP, UnionPay 81, Troy), with Luhn;
+- IBANs in either case, with the mod-97 check;
+- secrets inside tool-call arguments;
+- flagged rows keep their private-use characters (U+E000/U+E001 used to become U+FFFD);
+
+and the look-alikes that must survive: numbers that fail Luhn, order ids, timestamps, UUIDs, versions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from capture_core.documents import redact_document
+from capture_core.redaction import DEFAULT_RULES, Redactor
+from tests.capture_processor import transcripts
+from tests.capture_processor.conftest import Pipeline
+from tests.capture_processor.test_llm_traffic import assert_no_secret, record, run, side
+from tests.capture_processor.transcripts import SECRETS
+
+PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+PEM = f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\nq0ZhvdXyCw+8Vm==\n-----END PRIVATE KEY-----\n"
+SERVICE_ACCOUNT = {"type": "service_account", "project_id": "p", "private_key_id": "abc", "private_key": PEM}
+AWS_SECRET = SECRETS["aws_secret_key"]
+
+
+def redact(text: str, *, as_json: bool = False) -> str:
+    return redact_document(Redactor(DEFAULT_RULES), text, as_json=as_json)
+
+
+# -- JSON inside strings, PEM across escaped line breaks ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Here is my service account: " + json.dumps(SERVICE_ACCOUNT),  # JSON after prose
+        "```json\n" + json.dumps(SERVICE_ACCOUNT, indent=2) + "\n```",  # a fenced paste
+        json.dumps(SERVICE_ACCOUNT),  # the whole string (the one case handled before)
+    ],
+)
+def test_a_private_key_pasted_as_json_inside_a_prompt_loses_its_body(pipeline: Pipeline, content: str) -> None:
+    request = side(transcripts.chat_request(content, stream=False))
+
+    rows = run(pipeline, record("sa", request, side('{"choices": []}')))
+
+    assert_no_secret(rows, also=(PEM_BODY, "q0ZhvdXyCw"))
+    row = rows["sa"]
+    assert "private_key" in row["redaction_rules"]
+    assert json.loads(row["input_text"])["messages"][1]["content"].count("[REDACTED:private_key]") == 1
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_pem_body_with_escaped_line_breaks_is_redacted_in_plain_text_too(as_json: bool) -> None:
+    escaped = json.dumps(PEM)[1:-1]  # the body's line breaks as `\n` escapes, as a .json file holds them
+    text = f'config = {{"private_key": "{escaped}", "client_email": "svc@p.iam.gserviceaccount.com"}}'
+
+    redacted = redact(text, as_json=as_json)
+
+    assert PEM_BODY not in redacted and "q0ZhvdXyCw" not in redacted and "END PRIVATE" not in redacted
+    assert "gserviceaccount" not in redacted
+
+
+def test_double_escaped_pem_lines_are_part_of_the_body() -> None:
+    doubly = json.dumps(json.dumps(SERVICE_ACCOUNT))  # a file inside a string inside a string
+
+    assert PEM_BODY not in redact(doubly) and PEM_BODY not in redact(doubly, as_json=True)
+
+
+# -- secrets inside tool-call arguments ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        json.dumps({"note": "aws_secret_access_key=" + AWS_SECRET}),
+        json.dumps({"note": f'aws_secret_access_key="{AWS_SECRET}"\nregion=us-east-1'}),
+        "Saving note: " + json.dumps({"note": f"aws_secret_access_key=\n{AWS_SECRET}", "to": "a\tb"}),
+        json.dumps({"env": json.dumps({"note": f"AWS_SECRET_ACCESS_KEY: '{AWS_SECRET}'\n"})}),
+    ],
+)
+def test_secrets_inside_tool_call_arguments_are_redacted_in_requests_and_responses(
+    pipeline: Pipeline, arguments: str
+) -> None:
+    request = side(transcripts.chat_request("send it", stream=False, tool_arguments=arguments))
+    response = side(
+        json.dumps(
+            {
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {"id": "c", "type": "function", "function": {"name": "n", "arguments": arguments}}
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ],
+            }
+        )
+    )
+
+    rows = run(pipeline, record("tools", request, response))
+
+    assert_no_secret(rows, also=(AWS_SECRET,))
+    assert "aws_secret_key" in rows["tools"]["redaction_rules"]
+
+
+def test_secrets_inside_streamed_tool_call_arguments_are_redacted(pipeline: Pipeline) -> None:
+    arguments = "Saving: " + json.dumps({"note": f'aws_secret_access_key="{AWS_SECRET}"\n'})
+    stream = transcripts.vllm_chat(["Calling."], tool_args=transcripts.split(arguments, 9))
+    response = side(stream, "text/event-stream")
+
+    rows = run(pipeline, record("stream", side(transcripts.chat_request("go", stream=True)), response))
+
+    assert_no_secret(rows, also=(AWS_SECRET,))
+
+
+# -- card numbers, IBANs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "card"),
+    [
+        ("name\tcard\nAlice\t  4111 1111 1111 1111\t12/28", "4111 1111 1111 1111"),  # TSV: spaces after a tab
+        ("Alice\t4111  1111  1111  1111\t12/28", "4111  1111  1111  1111"),  # a column paste's double spaces
+        ("card 4111.1111.1111.1111.", "4111.1111.1111.1111"),  # dots
+        ("card 5555-5555-5555-4444 exp", "5555-5555-5555-4444"),  # dashes
+        ("card 4111\u00a01111\u00a01111\u00a01111", "4111\u00a01111\u00a01111\u00a01111"),  # no-break spaces
+        ("amex 3782 822463 10005", "3782 822463 10005"),
+        ("maestro 6759649826438453", "6759649826438453"),
+        ("maestro 6759 6498 2643 8453 003", "6759 6498 2643 8453 003"),  # 19 digits
+        ("maestro 6759 6498 2648", "6759 6498 2648"),  # Maestro's 12 digits
+        ("maestro 5018 1234 5673", "5018 1234 5673"),
+        ("uatp 123456789012347", "123456789012347"),
+        ("unionpay 8100 1234 5678 9017", "8100 1234 5678 9017"),
+        ("troy 9792 1234 5678 9018", "9792 1234 5678 9018"),
+    ],
+)
+def test_card_numbers_in_the_separators_people_use(text: str, card: str) -> None:
+    redactor = Redactor(DEFAULT_RULES)
+
+    redacted = redactor.redact_text(text)
+
+    assert card not in redacted and "[REDACTED:payment_card]" in redacted
+    assert redactor.counts["payment_card"] == 1
+
+
+@pytest.mark.parametrize(
+    "iban", ["gb82 west 1234 5698 7654 32", "gb82west12345698765432", "De89 3704 0044 0532 0130 00"]
+)
+def test_ibans_in_either_case(iban: str) -> None:
+    redacted = Redactor(DEFAULT_RULES).redact_text(f"pay to {iban} today")
+
+    assert redacted == "pay to [REDACTED:iban] today"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "card 4111 1111 1111 1112",  # fails Luhn
+        "card 4111.1111.1111.1112 and 5555-5555-5555-4445",
+        "order 675964982643 and 501812345674",  # 12 digits failing Luhn
+        "order #123456789012 shipped",  # a 12-digit id that passes Luhn but is no Maestro number
+        "ticket 8000 0000 0000 0002",  # 80: no issuer
+        "build 1.2.3.4.5.6.7.8.9.0.1.2.3.4.5.6",  # a dotted version
+        "release 2026.1130.1015.0000.5",
+        "at 2026-11-30 10:15:00.123456 and 20261130101500123",
+        "uuid 3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+        "sha 9b74c9897bac770ffc029102a200c5de",
+        "iban gb82 west 1234 5698 7654 33 (bad check digits)",
+        "the xx12 abcd efgh ijkl words",
+        "de89 is not an iban",
+        "phone 1 2 3 4 5 6 7 8 9 0 1 2 3",
+    ],
+)
+def test_look_alikes_survive(text: str) -> None:
+    redactor = Redactor(DEFAULT_RULES)
+
+    assert redactor.redact_text(text) == text
+    assert sum(redactor.counts.values()) == 0
+
+
+# -- private-use characters in flagged rows ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ue000 mail a@example.com \ue001",
+        "\ue001\ue000\ue002\ue003\ue005 key AKIAIOSFODNN7EXAMPLE\ue000",
+        "card\ue0004111 1111 1111 1111\ue001end",
+    ],
+)
+def test_private_use_characters_of_a_flagged_row_are_kept(text: str) -> None:
+    redacted = Redactor(DEFAULT_RULES).redact_text(text)
+
+    assert "\ufffd" not in redacted and "[REDACTED:" in redacted
+    kept = [character for character in text if "\ue000" <= character <= "\uf8ff"]
+    assert [character for character in redacted if "\ue000" <= character <= "\uf8ff"] == kept
+
+
+def test_private_use_characters_survive_in_the_curated_row(pipeline: Pipeline) -> None:
+    content = "emoji-font glyph \ue001\ue000 and mail alice.smith@example.com"
+    rows = run(pipeline, record("pua", side(transcripts.chat_request(content, stream=False)), None))
+
+    stored = json.loads(rows["pua"]["input_text"])["messages"][1]["content"]
+    assert stored == "emoji-font glyph \ue001\ue000 and mail [REDACTED:email]"
