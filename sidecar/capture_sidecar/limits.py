@@ -46,7 +46,7 @@ LEASE_FRACTION = 0.02
 # After a store failure, requests that need the store are decided at once by the failure mode for this long.
 STORE_BACKOFF_SECONDS = 1.0
 # A request whose lease ran short asks the store again this often at most (other waiters may take a slice first).
-REFILL_ATTEMPTS = 3
+REFILL_ATTEMPTS = 5
 FAIL_OPEN = "open"
 FAIL_CLOSED = "closed"
 
@@ -136,13 +136,14 @@ class RedisTokenStore:
 class _Lease:
     """Tokens of one caller's limit and window held by this replica."""
 
-    __slots__ = ("exhausted", "limit", "refill", "tokens", "window")
+    __slots__ = ("exhausted", "limit", "refill", "tokens", "waiting", "window")
 
     def __init__(self, window: str, limit: int) -> None:
         self.window = window
         self.limit = limit
         self.tokens = 0  # may go below 0: a request used more than it reserved
         self.exhausted = False  # the store has nothing left for this window
+        self.waiting = 0  # tokens of the requests waiting for a refill (the next one asks for all of them)
         self.refill: asyncio.Task[None] | None = None
 
 
@@ -234,10 +235,14 @@ class Limiter:
             if not short:
                 break
             for lease in short:
-                if self.clock() >= self.store_down_until:
-                    self._start_refill(caller, lease_kind(lease), lease, estimate - lease.tokens)
-                if lease.refill is not None:
-                    await asyncio.shield(lease.refill)
+                lease.waiting += estimate
+                try:
+                    if self.clock() >= self.store_down_until:
+                        self._start_refill(caller, lease_kind(lease), lease)
+                    if lease.refill is not None:
+                        await asyncio.shield(lease.refill)
+                finally:
+                    lease.waiting -= estimate
             if self.clock() < self.store_down_until:
                 if self.fail_mode == FAIL_OPEN:
                     self.admitted_store_down += 1
@@ -307,16 +312,18 @@ class Limiter:
         if self.store is None or lease.exhausted or lease.refill is not None:
             return
         if lease.tokens < self._slice(lease) // 2 and self.clock() >= self.store_down_until:
-            self._start_refill(caller, lease_kind(lease), lease, 0)
+            self._start_refill(caller, lease_kind(lease), lease)
 
-    def _start_refill(self, caller: str, kind: str, lease: _Lease, needed: int) -> None:
+    def _start_refill(self, caller: str, kind: str, lease: _Lease) -> None:
         if lease.refill is None and self.store is not None:
-            lease.refill = asyncio.get_running_loop().create_task(self._refill(caller, kind, lease, needed))
+            lease.refill = asyncio.get_running_loop().create_task(self._refill(caller, kind, lease))
 
-    async def _refill(self, caller: str, kind: str, lease: _Lease, needed: int) -> None:
+    async def _refill(self, caller: str, kind: str, lease: _Lease) -> None:
+        """One slice, or what the waiting requests need if more (a burst is one round trip, not one per slice)."""
         store = self.store
         assert store is not None
-        want = max(self._slice(lease), needed) - min(0, lease.tokens)
+        await asyncio.sleep(0)  # requests arriving in this same loop iteration join the demand
+        want = max(self._slice(lease), lease.waiting) - min(0, lease.tokens)
         _, ends_in = window_of(kind, self.clock())
         key = f"{self.key_prefix}{{{caller}}}:{kind}:{lease.window}"
         try:

@@ -34,9 +34,7 @@ def chat(words: int, max_tokens: int, *, stream: bool, include_usage: bool | Non
 
 def vllm_counters(port: int) -> dict[str, float]:
     text = http_call(port, "GET", "/vllm/metrics").body.decode()
-    return {
-        match[1]: float(match[2]) for match in re.finditer(r"^vllm:(\w+)\{[^}]*\} (\S+)$", text, re.MULTILINE)
-    }
+    return {match[1]: float(match[2]) for match in re.finditer(r"^vllm:(\w+)\{[^}]*\} (\S+)$", text, re.MULTILINE)}
 
 
 # ----- the pieces, in process -----
@@ -185,8 +183,9 @@ def test_every_exchange_is_counted_without_sampling_and_reconciles_with_the_serv
     assert abs(recorded_output - server_output) <= 0.005 * server_output
     metrics = metered.metrics()
     metered_input = sum(
-        value for name, value in metrics.items() if name.startswith("capture_sidecar_metered_tokens_total") and
-        'type="input"' in name
+        value
+        for name, value in metrics.items()
+        if name.startswith("capture_sidecar_metered_tokens_total") and 'type="input"' in name
     )
     assert metered_input == recorded_input
 
