@@ -185,6 +185,7 @@ class Limiter:
         self.store_timeout = store_timeout_seconds
         self.clock = clock
         self.leases: dict[tuple[str, str], _Lease] = {}
+        self.windows: dict[str, tuple[str, float]] = {}  # kind -> (window id, its end): computed once a window
         self.in_flight: dict[str, int] = {}
         self.store_down_until = 0.0
         # Metrics (read by SidecarMetrics).
@@ -295,7 +296,11 @@ class Limiter:
     # ----- leases -----
 
     def _lease(self, caller: str, kind: str, limit: int, now: float) -> tuple[_Lease, float]:
-        window, ends_in = window_of(kind, now)
+        cached = self.windows.get(kind)
+        if cached is None or now >= cached[1] or now < cached[1] - 31 * 86400:
+            window, ends_in = window_of(kind, now)
+            cached = self.windows[kind] = (window, now + ends_in)
+        window, ends_in = cached[0], cached[1] - now
         lease = self.leases.get((caller, kind))
         if lease is None or lease.window != window or lease.limit != limit:
             lease = _Lease(window, limit)

@@ -53,7 +53,7 @@ from .records import (
     CapturedPayload,
     request_path,
 )
-from .settings import ApiKey, Settings
+from .settings import DEFAULT_MODEL_NAME, ApiKey, Settings
 from .stream_usage import (
     USAGE_FROM_RESPONSE,
     USAGE_NONE,
@@ -350,6 +350,7 @@ class CaptureProxy:
         self.bytes_per_token = usage.bytes_per_token
         self.default_output_tokens = usage.default_output_tokens
         self.limiter = limiter if limiter is not None and usage.limits else None
+        self.served_model = None if settings.model_name == DEFAULT_MODEL_NAME else settings.model_name
         # With API_KEY or API_KEYS_FILE set, every request on the proxy port must carry one of the keys, whatever
         # its path; keyed by the key's SHA-256 (see _authenticated_caller). Replaced whole when API_KEYS_FILE
         # changes (set_api_keys): each request head is checked against the set in force when it is read.
@@ -518,6 +519,7 @@ class CaptureProxy:
             output_tokens=None if tokens is None else tokens[1],
             usage_source=source,
             refused_by=None if exchange.refusal is None else exchange.refusal.limit,
+            served_model=self.served_model if exchange.metered else None,
         )
         size = record.size_bytes
         # The uploader releases `size` when the record's upload ends (or it is dropped).

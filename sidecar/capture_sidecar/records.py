@@ -57,6 +57,7 @@ class CapturedExchange:
     output_tokens: int | None = None
     usage_source: str | None = None
     refused_by: str | None = None
+    served_model: str | None = None  # MODEL_NAME, for a metered exchange (its request may not be captured)
 
     @cached_property  # asked several times per record on the event loop; frozen, so computed once
     def size_bytes(self) -> int:
@@ -205,6 +206,8 @@ def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncod
         metadata += ',"usageSource":' + _json_string(exchange.usage_source)
     if exchange.refused_by is not None:
         metadata += ',"refusedBy":' + _json_string(exchange.refused_by)
+    if exchange.served_model is not None:
+        metadata += ',"servedModel":' + _json_string(exchange.served_model)
     pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')
     return pieces
 
@@ -251,6 +254,7 @@ def encode_record_whole(exchange: CapturedExchange, encodings: ContentTypeEncodi
         "outputTokens": exchange.output_tokens,
         "usageSource": exchange.usage_source,
         "refusedBy": exchange.refused_by,
+        "servedModel": exchange.served_model,
     }
     event_metadata.update((key, value) for key, value in usage.items() if value is not None)
     record = {"captureData": capture_data, "eventMetadata": event_metadata, "eventVersion": "0"}
