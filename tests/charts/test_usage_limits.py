@@ -112,3 +112,20 @@ def test_a_raised_or_removed_limit_is_broadening_and_a_lowered_one_is_not() -> N
     assert review_env("CALLER_LIMITS", before, after(unlimited))[3] is True  # no per-minute limit any more
     assert review_env("LIMITS_STORE_FAILURE", "closed", "open")[3] is True
     assert review_env("CALLER_LIMITS", before, None)[3] is True  # every limit gone
+
+
+def test_the_review_engine_reads_a_raised_budget_in_the_sidecars_deployment_as_broadening() -> None:
+    from tests.review.test_review_engine import edited, lines
+
+    limits = json.dumps({"team-a": {"tokensPerDay": 1000}})
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "qwen", "namespace": "ai"},
+                  "spec": {"template": {"spec": {"initContainers": [{"name": "capture-sidecar", "image": "s:1", "env": [
+                      {"name": "CALLER_LIMITS", "value": limits}]}]}}}}
+
+    def raise_budget(obj: dict[str, Any]) -> None:
+        obj["spec"]["template"]["spec"]["initContainers"][0]["env"][0]["value"] = json.dumps(
+            {"team-a": {"tokensPerDay": 5000}})
+
+    assert lines(deployment, edited(deployment, raise_budget)) == [
+        ("data_governance", "qwen/capture-sidecar", "caller limits: team-a tokensPerDay 1000 → 5000", True)]
+    assert lines(edited(deployment, raise_budget), deployment)[0][3] is False
