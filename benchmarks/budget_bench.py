@@ -209,6 +209,26 @@ def admission_cost(rounds: int = 200_000) -> float:
     return (time.process_time() - started) / rounds * 1e6
 
 
+def over_admission_part(args: argparse.Namespace, replicas: list[int], standin: int, store: str) -> None:
+    tokens_before, calls_before = vllm_tokens(standin), redis_calls(store)
+    started = time.monotonic()
+    counts = asyncio.run(over_admission(replicas, args.streams, args.seed))
+    elapsed = time.monotonic() - started
+    admitted_tokens = vllm_tokens(standin) - tokens_before
+    calls = redis_calls(store) - calls_before
+    over = max(0.0, admitted_tokens - args.budget) / args.budget
+    print(f"over-admission: {args.streams} concurrent streams across 3 replicas, budget {args.budget} tokens/day")
+    print(
+        f"  requests admitted {counts['admitted']}, refused {counts['refused']}, other {counts['other']}, "
+        f"{elapsed:.1f} s"
+    )
+    print(
+        f"  tokens admitted (model server's counters) {admitted_tokens:.0f} = "
+        f"{100 * admitted_tokens / args.budget:.2f} % of the budget; over-admission {100 * over:.2f} %"
+    )
+    print(f"  store round trips {calls}: {calls / max(1, counts['admitted'] + counts['refused']):.3f} per request")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=500)
@@ -216,6 +236,8 @@ def main() -> None:
     parser.add_argument("--latency-requests", type=int, default=2000)
     parser.add_argument("--latency-concurrency", type=int, default=64)
     parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--rounds", type=int, default=2, help="latency rounds, alternating the two sidecars")
+    parser.add_argument("--latency-only", action="store_true", help="skip part 1")
     args = parser.parse_args()
     print(f"admission on a lease (in process, no store call): {admission_cost():.2f} us of CPU per admit + settle")
 
@@ -240,23 +262,8 @@ def main() -> None:
         replicas = [sidecar("shared", **limited) for _ in range(3)]
 
         # 1. Over-admission across three replicas.
-        tokens_before, calls_before = vllm_tokens(standin), redis_calls(store)
-        started = time.monotonic()
-        counts = asyncio.run(over_admission(replicas, args.streams, args.seed))
-        elapsed = time.monotonic() - started
-        admitted_tokens = vllm_tokens(standin) - tokens_before
-        calls = redis_calls(store) - calls_before
-        over = max(0.0, admitted_tokens - args.budget) / args.budget
-        print(f"over-admission: {args.streams} concurrent streams across 3 replicas, budget {args.budget} tokens/day")
-        print(
-            f"  requests admitted {counts['admitted']}, refused {counts['refused']}, other {counts['other']}, "
-            f"{elapsed:.1f} s"
-        )
-        print(
-            f"  tokens admitted (model server's counters) {admitted_tokens:.0f} = "
-            f"{100 * admitted_tokens / args.budget:.2f} % of the budget; over-admission {100 * over:.2f} %"
-        )
-        print(f"  store round trips {calls}: {calls / max(1, counts['admitted'] + counts['refused']):.3f} per request")
+        if not args.latency_only:
+            over_admission_part(args, replicas, standin, store)
 
         # 2. Added time to first chunk: metering alone vs metering + limits (a budget that is never reached).
         metered = sidecar("metered")
@@ -264,10 +271,10 @@ def main() -> None:
         budgeted = sidecar("budgeted", **big)
         results: dict[str, list[float]] = {"metered": [], "metered + limits": []}
         calls_before = redis_calls(store)
-        for run in range(2):  # alternate, so load drifts hit both
+        for run in range(args.rounds):  # alternate, so load drifts hit both
             for label, port in (("metered", metered), ("metered + limits", budgeted))[:: 1 if run % 2 == 0 else -1]:
                 results[label] += asyncio.run(
-                    latency(port, args.latency_concurrency, args.latency_requests // 2, args.seed + run)
+                    latency(port, args.latency_concurrency, args.latency_requests // args.rounds, args.seed + run)
                 )
         calls = redis_calls(store) - calls_before
         print(
