@@ -541,6 +541,10 @@ class PortableModelServerChart(cdk8s.Chart):
                                   max_request_body_bytes=self.server.max_request_body_kb * 1024,
                                   health_path=self.server.preset.health_path, model_name=self.server.name)
         env_values = {name: kplus.EnvValue.from_value(value) for name, value in env.items()}
+        if ModelServerRuntime(self.server.runtime) == ModelServerRuntime.TGI:
+            # vLLM and SGLang honour stream_options.include_usage; TGI's support is not verified here, so its streams
+            # are left as they are (usageSource "none"; docs/usage-and-budgets.md).
+            env_values["STREAM_USAGE"] = kplus.EnvValue.from_value("off")
         if self.server.usage_limits is not None:
             prefix = f"budget:{self.workload.namespace}/{self.server.name}:"
             env_values.update({name: kplus.EnvValue.from_value(value) for name, value in

@@ -944,7 +944,11 @@ class ClientConnection(asyncio.Protocol):
     async def _admit_later(
         self, exchange: _Exchange, pending: Awaitable[Reservation | Refusal], body: bytes
     ) -> None:
-        decision = await pending
+        try:
+            decision = await pending
+        except Exception:  # a bug, never a hang: the request is answered
+            log.exception("admission failed")
+            decision = Refusal(503, "store", RETRY_AFTER_SECONDS, "the budget could not be checked")
         exchange.admitting = False
         if self.closed or exchange not in self.exchanges:
             if isinstance(decision, Reservation) and self.proxy.limiter is not None:

@@ -74,6 +74,8 @@ def test_the_limits_reach_the_sidecar_as_the_settings_it_checks() -> None:
     assert env["LIMITS_STORE_URL"] == STORE and env["LIMITS_STORE_FAILURE"] == "open"
     assert env["LIMITS_KEY_PREFIX"] == f"budget:{samples.NAMESPACE}/qwen3-8b:"
     assert "CALLER_LIMITS" not in _sidecar_env(samples.portable_server())
+    assert "STREAM_USAGE" not in env  # vLLM: streams are asked for their usage
+    assert _sidecar_env(samples.portable_server(runtime="tgi"))["STREAM_USAGE"] == "off"
 
     import sys
     from pathlib import Path
