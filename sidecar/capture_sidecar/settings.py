@@ -347,8 +347,7 @@ def _read_api_keys(reader: _Reader, api_key: str | None) -> tuple[tuple[ApiKey, 
     key belongs to one caller."""
     keys: list[ApiKey] = []
     key_id = reader.text(
-        "API_KEY_ID",
-        None,
+        "API_KEY_ID", None,
         lambda value: None if CALLER_ID.match(value) else "must be 1-64 letters, digits, '.', '_' or '-'",
     )
     if key_id is not None and api_key is None and reader.env.get("API_KEY") in (None, ""):
@@ -428,7 +427,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         api_key=api_key,
         api_keys=api_keys,
         api_keys_file=api_keys_file,
-        api_keys_reload_seconds=reader.number("API_KEYS_RELOAD_SECONDS", DEFAULT_API_KEYS_RELOAD_SECONDS, 0, 3600),
+        api_keys_reload_seconds=reader.number(
+            "API_KEYS_RELOAD_SECONDS", DEFAULT_API_KEYS_RELOAD_SECONDS, 0, 3600
+        ),
         model_name=reader.text(
             "MODEL_NAME",
             DEFAULT_MODEL_NAME,

@@ -45,13 +45,6 @@ def store_url() -> Iterator[str]:
         yield url
 
 
-def decide(decision):
-    """The decision of Limiter.admit, awaiting it when it needs the store."""
-    if isinstance(decision, Reservation | Refusal):
-        return decision
-    return asyncio.get_event_loop().run_until_complete(asyncio.wait_for(decision, 5))
-
-
 def limiter(limits: dict[str, CallerLimits], *, clock=lambda: MONDAY_NOON, store=None, fail=FAIL_OPEN) -> Limiter:
     return Limiter(limits, store=store, key_prefix="t:", fail_mode=fail, store_timeout_seconds=0.2, clock=clock)
 
