@@ -29,7 +29,8 @@ _STREAM_TRUE = re.compile(rb'"stream"\s*:\s*true')
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true},'
 _MAX_TOKENS = re.compile(rb'"(?:max_tokens|max_completion_tokens|max_new_tokens)"\s*:\s*(\d{1,9})')
 _USAGE_KEY = b'"usage"'
-_EVENT_END = b"\n\n"
+# An event ends with a blank line: LF LF (vLLM, SGLang, TGI) or CRLF CRLF (mixed endings too).
+_EVENT_SEPARATOR = re.compile(rb"\r?\n\r?\n")
 _DATA = b"data:"
 # An event still arriving is held (stripping) or kept for the scan up to this size; past it, it is let through and
 # no longer scanned (a usage event is a few hundred bytes).
@@ -75,6 +76,7 @@ def _event_usage(event: bytes) -> tuple[tuple[int, int] | None, bool]:
     """(usage, usage only) of one server-sent event: its usage object's (prompt, completion) tokens, and whether it
     is the usage-only event of include_usage (``"choices": []``)."""
     for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
         if not line.startswith(_DATA):
             continue
         try:
@@ -95,10 +97,18 @@ def _event_usage(event: bytes) -> tuple[tuple[int, int] | None, bool]:
     return None, False
 
 
+def _last_event_end(buffer: bytes) -> int:
+    """The index just after the last blank line in ``buffer`` (-1: none)."""
+    lf = buffer.rfind(b"\n\n")
+    crlf = buffer.rfind(b"\n\r\n")
+    return max(lf + 2 if lf >= 0 else -1, crlf + 3 if crlf >= 0 else -1)
+
+
 class SseUsage:
     """Reads the usage of a ``text/event-stream`` response as it passes, and (``strip``) removes the usage-only
-    event that the sidecar asked for. Events end with a blank line (``\\n\\n``, as vLLM, SGLang and TGI write
-    them); when stripping, an event is passed on once it is complete (the model servers write whole events)."""
+    event that the sidecar asked for. Events end with a blank line (``\\n\\n`` as vLLM, SGLang and TGI write
+    them, or ``\\r\\n\\r\\n``); when stripping, an event is passed on once it is complete (the model servers write
+    whole events)."""
 
     __slots__ = ("pending", "strip", "usage")
 
@@ -110,14 +120,14 @@ class SseUsage:
     def feed(self, data: bytes) -> bytes:
         """The bytes to pass on for ``data`` (all of it unless stripping)."""
         buffer = self.pending + data if self.pending else data
-        cut = buffer.rfind(_EVENT_END)
+        cut = _last_event_end(buffer)
         if cut < 0:
             if len(buffer) > MAX_PENDING_EVENT_BYTES:
                 self.pending = b""
                 return buffer if self.strip else data
             self.pending = buffer
             return b"" if self.strip else data
-        complete, self.pending = buffer[: cut + 2], buffer[cut + 2 :]
+        complete, self.pending = buffer[:cut], buffer[cut:]
         if len(self.pending) > MAX_PENDING_EVENT_BYTES:
             complete, self.pending = buffer, b""
         if _USAGE_KEY in complete:
@@ -132,18 +142,25 @@ class SseUsage:
         return rest if self.strip else b""
 
     def _scan(self, complete: bytes) -> bytes:
+        """Reads the usage of every event that has one; without the usage-only event when stripping (its bytes and
+        its blank line, every other byte kept)."""
         kept: list[bytes] = []
+        start = 0
         dropped = False
-        for event in complete.split(_EVENT_END):
+        for separator in _EVENT_SEPARATOR.finditer(complete):
+            event = complete[start : separator.start()]
             if _USAGE_KEY in event:
                 tokens, usage_only = _event_usage(event)
                 if tokens is not None:
                     self.usage = tokens
                     if usage_only and self.strip:
                         dropped = True
+                        start = separator.end()
                         continue
-            kept.append(event)
-        return _EVENT_END.join(kept) if dropped else complete
+            kept.append(complete[start : separator.end()])
+            start = separator.end()
+        kept.append(complete[start:])
+        return b"".join(kept) if dropped else complete
 
 
 class TailUsage:

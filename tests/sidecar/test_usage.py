@@ -100,6 +100,16 @@ def test_the_usage_event_is_read_and_removed_wherever_the_reads_split_the_stream
     assert stripping.usage == reading.usage == (11, 5)
 
 
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_crlf_framed_events_are_read_and_removed_too(size: int) -> None:
+    crlf = STREAM.replace(b"\n\n", b"\r\n\r\n")
+    wire = crlf + USAGE_EVENT.replace(b"\n\n", b"\r\n\r\n") + b"data: [DONE]\r\n\r\n"
+    scanner = SseUsage(strip=True)
+    passed = b"".join(scanner.feed(wire[start : start + size]) for start in range(0, len(wire), size))
+    assert passed + scanner.finish() == crlf + b"data: [DONE]\r\n\r\n"
+    assert scanner.usage == (11, 5)
+
+
 def test_continuous_usage_keeps_the_last_and_removes_only_the_usage_only_event() -> None:
     event = b'data: {"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
     scanner = SseUsage(strip=True)
