@@ -254,6 +254,16 @@ async def vllm_generate(request: web.BaseRequest) -> web.StreamResponse:
             "usage": usage,
         }
         return web.Response(body=_vllm_json(answer), content_type="application/json")
+    if request.query.get("framing") == "length":  # the whole stream at once, with a Content-Length
+        events = []
+        for index in range(completion):
+            choice = {"index": 0, "delta": {"content": f"tok{index} "}}
+            events.append(b"data: " + _vllm_json({**head, "choices": [choice]}) + b"\n\n")
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            events.append(b"data: " + _vllm_json({**head, "choices": [], "usage": usage}) + b"\n\n")
+        events.append(b"data: [DONE]\n\n")
+        return web.Response(body=b"".join(events), headers={"Content-Type": "text/event-stream"})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await response.prepare(request)
     for index in range(completion):

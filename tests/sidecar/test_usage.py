@@ -163,6 +163,22 @@ def test_a_client_that_did_not_ask_gets_the_stream_byte_for_byte_without_the_usa
     assert '"usage"' in records[0]["captureData"]["endpointOutput"]["data"]
 
 
+def test_a_stream_with_a_content_length_is_reframed_as_chunks_without_the_usage_event(
+    start_sidecar, standin_port: int
+) -> None:
+    sidecar = start_sidecar(**METERED)
+    request = chat(4, 6, stream=True)
+    direct = http_call(standin_port, "POST", CHAT + "?framing=length", request, JSON)
+    through = sidecar.call("POST", CHAT + "?framing=length", request, JSON)
+    assert direct.header("Content-Length") is not None
+    assert (through.status, through.header("Content-Length"), through.header("Transfer-Encoding")) == (
+        200,
+        None,
+        "chunked",
+    )
+    assert through.body == direct.body
+
+
 def test_every_exchange_is_counted_without_sampling_and_reconciles_with_the_servers_counters(
     metered: Sidecar, s3, standin_port: int
 ) -> None:
