@@ -19,8 +19,8 @@ CHECKOV_VENV := $(VENV)/checkov
 WHEEL_DIR := dist-wheel
 LOCK_VENV := $(VENV)/pip-tools
 
-.PHONY: setup synth-setup synth test test-fast review lint typecheck bench bench-sidecar clean wheel
-.PHONY: lock capture-layer
+.PHONY: setup synth-setup synth test test-fast review lint typecheck bench bench-sidecar bench-budget clean wheel
+.PHONY: lock capture-layer store-server
 
 # Two layers, so `make synth` installs only what synth needs (docs/testing.md, "A lean setup"):
 # - synth-setup: the library and the app's cdk-nag from the hashed requirements/deploy.lock (the set the deploy job
@@ -64,8 +64,16 @@ synth: synth-setup
 	$(BIN)/python -m tools.synth_summary --cdk-out cdk.out --dist dist --config $(CONFIG)
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
-test: setup
+test: setup store-server
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## store-server: the budget store's tests and benchmark start redis-server (or valkey-server) on loopback themselves;
+# installed from Debian when missing and run as root, else this says what to install (docs/usage-and-budgets.md).
+store-server:
+	@command -v valkey-server >/dev/null || command -v redis-server >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else echo "install redis-server (apt-get install -y redis-server) for the budget store's tests" >&2; exit 1; fi; }
 
 ## test-fast: the inner loop, every test not marked slow: no CDK CLI, no servers, no venv (docs/testing.md).
 test-fast: setup
@@ -110,6 +118,11 @@ bench: setup
 ## bench-sidecar: capture sidecar vs nginx vs direct (installs nginx-light and wrk from Debian when root, else says what to install).
 bench-sidecar: setup
 	$(BIN)/python benchmarks/sidecar_bench.py $(BENCH_ARGS)
+
+## bench-budget: budgets across three sidecar replicas and a redis-server: over-admission, added p99 time to first
+# chunk, store round trips (docs/usage-and-budgets.md).
+bench-budget: setup store-server
+	$(BIN)/python benchmarks/budget_bench.py $(BENCH_ARGS)
 
 ## capture-layer: the capture processor's second Lambda layer (pyiceberg and its compiled dependencies, for
 # Python 3.13 on arm64, the function's runtime) in build/capture-processor-layer/, from the hashed

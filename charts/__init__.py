@@ -111,6 +111,7 @@ from hyperpod_inference_iac.charts.routing import (
     L2CacheSpec,
     RoutingStrategy,
 )
+from hyperpod_inference_iac.charts.usage_limits import CallerLimit, UsageLimits
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig, ModelWeightsCacheSpec
 
 __all__ = [
@@ -121,6 +122,7 @@ __all__ = [
     "PRESETS",
     "AutoScalingSpec",
     "BufferConfig",
+    "CallerLimit",
     "CaptureContentTypeHeader",
     "CaptureMode",
     "CloudWatchTrigger",
@@ -188,6 +190,7 @@ __all__ = [
     "SchedulerOptions",
     "SecretKeyRef",
     "TlsConfig",
+    "UsageLimits",
     "WeightsCache",
     "Worker",
     "WorkerProbes",

@@ -30,15 +30,53 @@ import cdk8s
 import cdk8s_plus_34 as kplus
 from constructs import Construct
 
-from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
-from hyperpod_inference_iac.charts.capture import BufferConfig, CaptureMode, DataCapture, ModelPodCapture, PayloadConfig
-from hyperpod_inference_iac.charts.inference_endpoint import DEFAULT_MODEL_MOUNT_PATH
-from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL, aws_api_egress, tcp
-from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, LOADER_CONTAINER, NvmeModelCache
-from hyperpod_inference_iac.charts.pod_security import namespace_metadata, namespace_security
-from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME, IAM_ROLE_ARN, PINNED_IMAGE
-from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
-from hyperpod_inference_iac.foundation.validation import Problems, is_unresolved, join_path
+from hyperpod_inference_iac.charts._spec_fields import (
+    SpecBlock,
+    crd_field,
+)
+from hyperpod_inference_iac.charts.capture import (
+    BufferConfig,
+    CaptureMode,
+    DataCapture,
+    ModelPodCapture,
+    PayloadConfig,
+)
+from hyperpod_inference_iac.charts.inference_endpoint import (
+    DEFAULT_MODEL_MOUNT_PATH,
+)
+from hyperpod_inference_iac.charts.network_policies import (
+    WORKLOAD_LABEL,
+    aws_api_egress,
+    tcp,
+)
+from hyperpod_inference_iac.charts.nvme_cache import (
+    EKS_AL2023_NVME_ROOT,
+    LOADER_CONTAINER,
+    NvmeModelCache,
+)
+from hyperpod_inference_iac.charts.pod_security import (
+    namespace_metadata,
+    namespace_security,
+)
+from hyperpod_inference_iac.charts.usage_limits import (
+    UsageLimits,
+    usage_limits_environment,
+)
+from hyperpod_inference_iac.foundation.patterns import (
+    DNS1123_LABEL,
+    DOMAIN_NAME,
+    IAM_ROLE_ARN,
+    PINNED_IMAGE,
+)
+from hyperpod_inference_iac.foundation.platform_values import (
+    PlatformValue,
+    PlatformValues,
+)
+from hyperpod_inference_iac.foundation.validation import (
+    Problems,
+    is_unresolved,
+    join_path,
+)
 
 if TYPE_CHECKING:
     from hyperpod_inference_iac.charts.plan import PortableWorkload
@@ -235,6 +273,8 @@ class PortableModelServer(SpecBlock):
     # A namespace of its own (None: the platform's): its Pod Security level and policies are then this server's alone.
     namespace: str | None = crd_field(default=None, code="Portable.NamespaceInvalid", pattern=DNS1123_LABEL.pattern,
                                       max_length=63)
+    # Budgets and rate limits per caller, enforced by the capture sidecar (docs/usage-and-budgets.md).
+    usage_limits: UsageLimits | None = None
 
     @property
     def preset(self) -> ModelServerPreset:
@@ -260,6 +300,9 @@ class PortableModelServer(SpecBlock):
                 "must be longer than preStopSleepSeconds, or the server is killed before it drains",
                 self.termination_grace_period_seconds,
             )
+        if self.usage_limits is not None and self.pod_capture is None:
+            problems.add("UsageLimits.NeedsCaptureSidecar", join_path(path, "usageLimits"),
+                         "limits are enforced by the capture sidecar: enable dataCapture.modelPod (sampling may be 0)")
         if self.data_capture is None:
             return
         capture_path = join_path(path, "dataCapture")
@@ -539,6 +582,14 @@ class PortableModelServerChart(cdk8s.Chart):
                                   max_request_body_bytes=self.server.max_request_body_kb * 1024,
                                   health_path=self.server.preset.health_path, model_name=self.server.name)
         env_values = {name: kplus.EnvValue.from_value(value) for name, value in env.items()}
+        if ModelServerRuntime(self.server.runtime) == ModelServerRuntime.TGI:
+            # vLLM and SGLang honour stream_options.include_usage; TGI's support is not verified here, so its streams
+            # are left as they are (usageSource "none"; docs/usage-and-budgets.md).
+            env_values["STREAM_USAGE"] = kplus.EnvValue.from_value("off")
+        if self.server.usage_limits is not None:
+            prefix = f"budget:{self.workload.namespace}/{self.server.name}:"
+            env_values.update({name: kplus.EnvValue.from_value(value) for name, value in
+                               usage_limits_environment(self.server.usage_limits, key_prefix=prefix).items()})
         if self._api_key is not None:  # checked on every request, whatever its path
             env_values["API_KEYS_FILE"] = kplus.EnvValue.from_value(f"{API_KEYS_MOUNT_PATH}/{API_KEYS_FILE_SECRET_KEY}")
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
@@ -659,9 +710,14 @@ class PortableModelServerChart(cdk8s.Chart):
             metadata={"name": self.server.name, "namespace": namespace, "labels": labels},
         )
         # ApiObject's Python props take no body: the spec is its first patch.
+        egress = [aws_api_egress(self.workload.vpc_cidr)]
+        limits = self.server.usage_limits
+        if self.capturing and limits is not None and limits.store_url is not None:
+            # The budget store (ElastiCache in the VPC): its port, inside the VPC only.
+            egress.append({"to": [{"ipBlock": {"cidr": self.workload.vpc_cidr}}], "ports": [tcp(limits.store_port)]})
         policy.add_json_patch(cdk8s.JsonPatch.add("/spec", {
             "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
-            "egress": [aws_api_egress(self.workload.vpc_cidr)]}))
+            "egress": egress}))
         return policy
 
 

@@ -50,6 +50,7 @@ SLOW_FIXTURES = {
     "standin_port": "the stand-in model server",
     "start_sidecar": "capture sidecar processes",
     "start_module_sidecar": "capture sidecar processes",
+    "store_url": "redis-server (the budget store) on loopback",
     "assembly": "the CDK CLI's synth",
 }
 

@@ -146,6 +146,8 @@ CAPTURE_COLUMNS = _columns(
     partial boolean
     partial_reason string
     redaction_rules array<string>
+    usage_source string
+    refused_by string
     """
 )
 ALB_COLUMNS = _columns(

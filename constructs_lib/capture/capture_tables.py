@@ -752,6 +752,19 @@ def named_queries(database: str) -> dict[str, tuple[ColumnAccess, str, str]]:
             f"FROM {records}\n"
             f"WHERE inference_time >= {last_week} AND caller_id IS NOT NULL\n"
             "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")),
+        "usage-per-caller-model-day": (ColumnAccess.USAGE, (
+            "Per caller, model and day: requests, refused, errors, exact tokens, time to first token"), (
+            "SELECT date(inference_time) AS day, caller_id,\n"
+            "       coalesce(gen_ai_response_model, gen_ai_request_model) AS model, count(*) AS requests,\n"
+            "       count_if(refused_by IS NOT NULL) AS refused,\n"
+            "       count_if(http_response_status_code >= 400 AND refused_by IS NULL) AS errors,\n"
+            "       sum(gen_ai_usage_input_tokens) AS input_tokens, sum(gen_ai_usage_output_tokens) AS output_tokens,\n"
+            "       approx_percentile(time_to_first_chunk_ms, 0.5) AS ttft_p50_ms,\n"
+            "       approx_percentile(time_to_first_chunk_ms, 0.99) AS ttft_p99_ms,\n"
+            "       count_if(usage_source = 'none' AND refused_by IS NULL) AS requests_without_exact_usage\n"
+            f"FROM {records}\n"
+            f"WHERE inference_time >= {last_week} AND usage_source IS NOT NULL\n"
+            "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")),
         "latency-per-model": (ColumnAccess.USAGE, "Requests, latency and time to first chunk per model and day", (
             "SELECT date(inference_time) AS day, gen_ai_request_model AS model, count(*) AS requests,\n"
             "       approx_percentile(request_duration_ms, 0.5) AS duration_p50_ms,\n"

@@ -10,6 +10,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .records import PARTIAL_REASONS
 
@@ -74,6 +75,17 @@ def _format_value(value: float) -> str:
     return str(value) if isinstance(value, int) else repr(float(value))
 
 
+# The usage sources whose tokens are known (stream_usage: response, requested).
+USAGE_SOURCES_COUNTED = ("response", "requested")
+
+
+class LimitsSnapshot(Protocol):
+    refused: dict[str, int]
+    store_errors: int
+    admitted_store_down: int
+    waits: int
+
+
 @dataclass
 class SidecarMetrics:
     requests_proxied: int = 0
@@ -119,6 +131,9 @@ class SidecarMetrics:
     partial_exchanges: Counter[str] = field(default_factory=Counter)
     input_tokens: int = 0
     output_tokens: int = 0
+    # Metered exchanges (docs/usage-and-budgets.md): exact tokens by source, refusals by limit, the budget store.
+    metered_tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (type, usage source)
+    limits: Callable[[], LimitsSnapshot | None] = lambda: None
 
     def observe_exchange(self, status: int, duration: float, time_to_first_chunk: float | None) -> None:
         """One answered request (seconds); a status outside 2xx-5xx is not counted."""
@@ -295,4 +310,31 @@ class SidecarMetrics:
             "Tokens in the OpenAI usage object of captured responses (sampled in, not truncated), by type.",
             [(f'{{{model},type="input"}}', self.input_tokens), (f'{{{model},type="output"}}', self.output_tokens)],
         )
+        metric(
+            "metered_tokens_total",
+            "counter",
+            "Tokens of every metered exchange (USAGE_PATHS, or a caller with limits), by type and usage source.",
+            [
+                (f'{{{model},type="{kind}",source="{source}"}}', self.metered_tokens[(kind, source)])
+                for kind in ("input", "output")
+                for source in USAGE_SOURCES_COUNTED
+            ],
+        )
+        limits = self.limits()
+        if limits is not None:
+            metric(
+                "requests_refused_total",
+                "counter",
+                "Requests refused by a caller limit (429) or, failing closed, because the budget store was unreachable "
+                "(503), by limit.",
+                [(f'{{limit="{limit}"}}', count) for limit, count in limits.refused.items()],
+            )
+            counter("limits_store_errors", "Budget store calls that failed or timed out.", limits.store_errors)
+            counter(
+                "limits_admitted_store_down",
+                "Requests admitted without the budget store (unreachable, LIMITS_STORE_FAILURE=open).",
+                limits.admitted_store_down,
+            )
+            counter("limits_store_waits", "Requests that waited for the budget store (their lease was short).",
+                    limits.waits)
         return "\n".join(lines) + "\n"

@@ -23,11 +23,13 @@ uploader when the response is complete; encoding happens in the upload workers.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import ssl
 import time
 from collections import deque
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import cast
@@ -36,6 +38,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from .auth import CallerId, KeySet
+from .limits import CONCURRENT_REQUESTS, TOKENS_PER_DAY, TOKENS_PER_MONTH, Limiter, Refusal, Reservation
 from .metrics import (
     CONNECTION_CAP_MAX_CONNECTIONS,
     CONNECTION_CAP_MAX_UNAUTHENTICATED,
@@ -49,7 +52,16 @@ from .records import (
     CapturedPayload,
     request_path,
 )
-from .settings import ApiKey, Settings
+from .settings import DEFAULT_MODEL_NAME, ApiKey, Settings
+from .stream_usage import (
+    USAGE_FROM_RESPONSE,
+    USAGE_NONE,
+    USAGE_REQUESTED,
+    SseUsage,
+    TailUsage,
+    estimate_tokens,
+    with_stream_usage,
+)
 from .uploader import CaptureUploader
 
 log = logging.getLogger("capture_sidecar.proxy")
@@ -110,7 +122,7 @@ MAX_CAPTURED_BODY_BYTES = 8 * 1024 * 1024
 
 BODY_NONE = 0
 BODY_LENGTH = 1  # Content-Length: streamed through as it arrives
-BODY_CHUNKED = 2  # chunked: buffered whole (bounded), then sent with a Content-Length
+BODY_CHUNKED = 2  # chunked, or metered: buffered whole (bounded), then sent with a Content-Length
 
 _CRLF = b"\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -124,6 +136,26 @@ def _plain_response(status: int, reason: str, message: str, *, close: bool, extr
         f"Content-Length: {len(body)}\r\n".encode()
         + extra
         + (b"Connection: close\r\n" if close else b"")
+        + _CRLF
+        + body
+    )
+
+
+def refusal_response(refusal: Refusal, *, keep_alive: bool) -> bytes:
+    """An OpenAI-style error (``{"error": {"message", "type", "param", "code"}}``) with Retry-After."""
+    if refusal.status == 429:
+        reason = "Too Many Requests"
+        quota = refusal.limit in (TOKENS_PER_DAY, TOKENS_PER_MONTH)
+        kind = "insufficient_quota" if quota else ("requests" if refusal.limit == CONCURRENT_REQUESTS else "tokens")
+        code = "insufficient_quota" if quota else "rate_limit_exceeded"
+    else:
+        reason, kind, code = "Service Unavailable", "server_error", "budget_store_unavailable"
+    message = f"{refusal.message}; retry after {refusal.retry_after} s"
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    return (
+        f"HTTP/1.1 {refusal.status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: {refusal.retry_after}\r\n".encode()
+        + (b"" if keep_alive else b"Connection: close\r\n")
         + _CRLF
         + body
     )
@@ -159,6 +191,7 @@ class _Exchange:
     """One request/response on a client connection."""
 
     __slots__ = (
+        "admitting",
         "arrival",
         "body_mode",
         "caller_id",
@@ -171,27 +204,33 @@ class _Exchange:
         "input_kept",
         "input_total",
         "keep_alive",
+        "metered",
         "method",
         "output_chunks",
         "output_kept",
         "output_total",
+        "refusal",
         "replay",
         "replay_bytes",
         "request_done",
         "request_type",
+        "reservation",
         "reserved",
         "response_started",
         "response_type",
         "retried",
+        "sse_usage",
         "started",
         "status",
         "t_first_chunk",
         "t_head",
         "t_request_done",
+        "tail_usage",
         "to_upstream",
         "to_upstream_bytes",
         "upstream",
         "url",
+        "usage_requested",
     )
 
     def __init__(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], t_head: float) -> None:
@@ -230,6 +269,14 @@ class _Exchange:
         self.t_head = t_head
         self.t_request_done = 0.0
         self.t_first_chunk = 0.0
+        # Metering (docs/usage-and-budgets.md): the body is read whole first; usage is read off the response.
+        self.metered = False
+        self.usage_requested = False  # the sidecar asked for stream usage: its event is removed from the response
+        self.admitting = False  # waiting for the budget store
+        self.reservation: Reservation | None = None
+        self.refusal: Refusal | None = None
+        self.sse_usage: SseUsage | None = None
+        self.tail_usage: TailUsage | None = None
 
 
 def _decode(value: bytes) -> str:
@@ -253,6 +300,7 @@ class CaptureProxy:
         uploader: CaptureUploader,
         metrics: SidecarMetrics,
         budget: MemoryBudget,
+        limiter: Limiter | None = None,
     ) -> None:
         parts = urlsplit(settings.upstream_url)
         tls = parts.scheme == "https"
@@ -271,6 +319,15 @@ class CaptureProxy:
         # MAX_PAYLOAD_SIZE_KB=0 ("no cap") still stops at MAX_CAPTURED_BODY_BYTES, for the memory bound.
         self.payload_limit = min(settings.max_payload_bytes or MAX_CAPTURED_BODY_BYTES, MAX_CAPTURED_BODY_BYTES)
         self.max_request_body = settings.max_request_body_bytes
+        # Metering and limits (docs/usage-and-budgets.md).
+        usage = settings.usage
+        self.usage_paths = usage.usage_paths
+        self.request_stream_usage = usage.request_stream_usage
+        self.usage_records_all = usage.records_for_every_exchange
+        self.bytes_per_token = usage.bytes_per_token
+        self.default_output_tokens = usage.default_output_tokens
+        self.limiter = limiter if limiter is not None and usage.limits else None
+        self.served_model = None if settings.model_name == DEFAULT_MODEL_NAME else settings.model_name
         # With API_KEY or API_KEYS_FILE set, every request on the proxy port must carry one of the keys, whatever
         # its path (auth.KeySet). Replaced whole when API_KEYS_FILE changes (set_api_keys): each request head is
         # checked against the set in force when it is read; a set that lost every key refuses every request.
@@ -306,6 +363,47 @@ class CaptureProxy:
             detail = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error
             log.warning("%s: %s", problem, detail)
 
+    def metered(self, method: bytes, url: bytes, caller_id: str | None) -> bool:
+        """Whether the exchange's body is read whole first and its usage read off the response: a body-carrying
+        request on USAGE_PATHS, or of a caller with limits."""
+        if method not in CAPTURED_METHODS:
+            return False
+        if self.limiter is not None and self.limiter.applies(caller_id):
+            return True
+        return request_path(url) in self.usage_paths
+
+    def settle_usage(self, exchange: _Exchange, partial: bool) -> tuple[tuple[int, int] | None, str]:
+        """The exchange's exact tokens (None: unknown) and their source; its reservation settled."""
+        tokens: tuple[int, int] | None = None
+        if exchange.sse_usage is not None:
+            tokens = exchange.sse_usage.usage
+        elif exchange.tail_usage is not None:
+            tokens = exchange.tail_usage.usage()
+        if tokens is None:
+            source = USAGE_NONE
+        else:
+            source = USAGE_REQUESTED if exchange.usage_requested else USAGE_FROM_RESPONSE
+            self.metrics.metered_tokens[("input", source)] += tokens[0]
+            self.metrics.metered_tokens[("output", source)] += tokens[1]
+        reservation = exchange.reservation
+        if reservation is not None and self.limiter is not None:
+            exchange.reservation = None
+            if tokens is not None:
+                used = tokens[0] + tokens[1]
+            elif partial or 200 <= exchange.status < 300:
+                used = reservation.tokens  # generated, count unknown: the estimate stands
+            else:
+                used = 0  # refused or failed by the model server
+            self.limiter.settle(reservation, used)
+        return tokens, source
+
+    def release_reservation(self, exchange: _Exchange) -> None:
+        """An exchange that ends without an answer: nothing used unless it reached the model server."""
+        reservation = exchange.reservation
+        if reservation is not None and self.limiter is not None:
+            exchange.reservation = None
+            self.limiter.settle(reservation, reservation.tokens if exchange.started else 0)
+
     def sampled(self, method: bytes) -> bool:
         if method not in CAPTURED_METHODS:
             return False
@@ -331,13 +429,23 @@ class CaptureProxy:
             metrics.observe_exchange(exchange.status, duration, time_to_first_chunk)
         if partial_reason is not None:
             metrics.partial_exchanges[partial_reason] += 1
-        if exchange.capture:
+        usage: tuple[tuple[int, int] | None, str] | None = None
+        if exchange.metered:
+            usage = self.settle_usage(exchange, partial_reason is not None)
+        # A refused exchange is always recorded; with USAGE_RECORDS=all every metered one is (its usage only, when
+        # it was not sampled).
+        usage_only = not exchange.capture and (
+            exchange.refusal is not None or (self.usage_records_all and exchange.metered and exchange.status != 0)
+        )
+        if exchange.capture or usage_only:
             self.finish_capture(
                 exchange,
                 duration_ms=round(duration * 1000, 3),
                 time_to_first_chunk_ms=None if time_to_first_chunk is None else round(time_to_first_chunk * 1000, 3),
                 partial_reason=partial_reason,
                 with_output=not own_answer,
+                usage=usage,
+                usage_only=usage_only,
             )
         elif exchange.reserved:
             self.drop_capture(exchange, None)
@@ -350,19 +458,25 @@ class CaptureProxy:
         time_to_first_chunk_ms: float | None,
         partial_reason: str | None,
         with_output: bool,
+        usage: tuple[tuple[int, int] | None, str] | None = None,
+        usage_only: bool = False,
     ) -> None:
-        """Hand a finished sampled exchange to the uploader; its bytes stay reserved until uploaded."""
+        """Hand a finished sampled exchange to the uploader; its bytes stay reserved until uploaded. ``usage_only``:
+        a record of its metadata and usage alone (a metered exchange that was not sampled)."""
         metrics = self.metrics
         limit = self.payload_limit
         request = response = None
-        if self.capture_input:
+        tokens, source = usage if usage is not None else (None, None)
+        if usage_only:
+            pass
+        elif self.capture_input:
             data = b"".join(exchange.input_chunks)
             if len(data) > limit:
                 data = data[:limit]
             if len(data) < exchange.input_total:
                 metrics.truncated_payloads += 1
             request = CapturedPayload(exchange.request_type, data, exchange.input_total)
-        if self.capture_output and with_output:
+        if self.capture_output and with_output and not usage_only:
             data = b"".join(exchange.output_chunks)
             if len(data) < exchange.output_total:
                 metrics.truncated_payloads += 1
@@ -378,6 +492,11 @@ class CaptureProxy:
             duration_ms=duration_ms,
             time_to_first_chunk_ms=time_to_first_chunk_ms,
             partial_reason=partial_reason,
+            input_tokens=None if tokens is None else tokens[0],
+            output_tokens=None if tokens is None else tokens[1],
+            usage_source=source,
+            refused_by=None if exchange.refusal is None else exchange.refusal.limit,
+            served_model=self.served_model if exchange.metered else None,
         )
         size = record.size_bytes
         # The uploader releases `size` when the record's upload ends (or it is dropped).
@@ -389,6 +508,8 @@ class CaptureProxy:
         exchange.capture = False
 
     def drop_capture(self, exchange: _Exchange, reason: str | None) -> None:
+        if reason is None:
+            self.release_reservation(exchange)  # the exchange is over
         if exchange.capture:
             exchange.capture = False
             if reason is not None:
@@ -687,6 +808,10 @@ class ClientConnection(asyncio.Protocol):
         elif content_length:
             exchange.body_mode = BODY_LENGTH
             exchange.declared_length = content_length
+        if proxy.metered(method, exchange.url, caller_id):
+            # Read whole first (bounded like a chunked body): its usage may be asked for, its tokens reserved.
+            exchange.metered = True
+            exchange.body_mode = BODY_CHUNKED
         if proxy.sampled(method):
             exchange.capture = True
             exchange.arrival = datetime.now(UTC)
@@ -751,14 +876,77 @@ class ClientConnection(asyncio.Protocol):
                 # Only the output is captured: the buffered body is not kept past forwarding.
                 self.proxy.budget.release(exchange.reserved)
                 exchange.reserved = 0
-            self._queue_upstream(exchange, self._upstream_head(exchange, len(body)))
-            if body:
-                self._queue_upstream(exchange, body)
+            if exchange.metered:
+                self._meter(exchange, body)
+            else:
+                self._queue_upstream(exchange, self._upstream_head(exchange, len(body)))
+                if body:
+                    self._queue_upstream(exchange, body)
         if not exchange.keep_alive:
             # No request after this one on this connection; ignore anything the client still sends.
             self.close_after_response = True
 
     # ----- request path -----
+
+    def _meter(self, exchange: _Exchange, body: bytes) -> None:
+        """A metered request is whole: ask a stream for its usage, reserve its tokens (or refuse it), forward it."""
+        proxy = self.proxy
+        sent = body
+        if proxy.request_stream_usage and not exchange.http10:
+            changed = with_stream_usage(body)
+            if changed is not None:
+                sent = changed
+                exchange.usage_requested = True
+        limiter = proxy.limiter
+        if limiter is not None and limiter.applies(exchange.caller_id):
+            estimate = estimate_tokens(
+                body, bytes_per_token=proxy.bytes_per_token, default_output_tokens=proxy.default_output_tokens
+            )
+            decision = limiter.admit(exchange.caller_id, estimate)
+            if isinstance(decision, Refusal):
+                exchange.refusal = decision  # answered when it is this connection's turn (_pump)
+                return
+            if not isinstance(decision, Reservation):
+                exchange.admitting = True  # its lease is short: the store is asked first (bounded)
+                asyncio.get_running_loop().create_task(self._admit_later(exchange, decision, sent))
+                return
+            exchange.reservation = decision
+        self._forward(exchange, sent)
+
+    def _forward(self, exchange: _Exchange, body: bytes) -> None:
+        self._queue_upstream(exchange, self._upstream_head(exchange, len(body)))
+        if body:
+            self._queue_upstream(exchange, body)
+
+    async def _admit_later(
+        self, exchange: _Exchange, pending: Awaitable[Reservation | Refusal], body: bytes
+    ) -> None:
+        try:
+            decision = await pending
+        except Exception:  # a bug, never a hang: the request is answered
+            log.exception("admission failed")
+            decision = Refusal(503, "store", RETRY_AFTER_SECONDS, "the budget could not be checked")
+        exchange.admitting = False
+        if self.closed or exchange not in self.exchanges:
+            if isinstance(decision, Reservation) and self.proxy.limiter is not None:
+                self.proxy.limiter.settle(decision, 0)  # the client left meanwhile
+            return
+        if isinstance(decision, Refusal):
+            exchange.refusal = decision
+        else:
+            exchange.reservation = decision
+            self._forward(exchange, body)
+        self._pump()
+
+    def _answer_refusal(self, exchange: _Exchange) -> None:
+        """429 over a caller's limit (503 when the budget store is unreachable and LIMITS_STORE_FAILURE=closed), in
+        OpenAI's error shape, with Retry-After; recorded with refusedBy."""
+        refusal = exchange.refusal
+        assert refusal is not None
+        exchange.status = refusal.status
+        keep_alive = exchange.keep_alive and not self.close_after_response
+        self.write(refusal_response(refusal, keep_alive=keep_alive))
+        self.exchange_done(exchange, reusable_client=keep_alive, own_answer=True)
 
     def _count_head(self, size: int) -> None:
         self.head_bytes += size
@@ -805,6 +993,9 @@ class ClientConnection(asyncio.Protocol):
             self._update_reading()
             return
         exchange = self.exchanges[0]
+        if exchange.refusal is not None and not exchange.started:
+            self._answer_refusal(exchange)
+            return
         if not exchange.started and (exchange.to_upstream or exchange.request_done):
             if not exchange.to_upstream:
                 # A request that was rejected while parsing never reaches the model server.
@@ -1158,6 +1349,14 @@ class UpstreamConnection(asyncio.Protocol):
             if lower in RESPONSE_HEADERS_NOT_FORWARDED or lower in named:
                 continue
             parts += (name, b": ", value, _CRLF)
+        if exchange.metered:
+            media_type = (exchange.response_type or "").partition(";")[0].strip().lower()
+            if media_type == "text/event-stream":
+                exchange.sse_usage = SseUsage(strip=exchange.usage_requested)
+                if exchange.usage_requested and length is not None:
+                    length, chunked = None, True  # an event may be removed: re-framed as chunks for the client
+            else:
+                exchange.tail_usage = TailUsage()
         self.no_body = exchange.method == b"HEAD" or status in (204, 304)
         self.chunked_out = self.until_close = False
         close_client = not exchange.keep_alive or (client.close_after_response and len(client.exchanges) <= 1)
@@ -1192,13 +1391,19 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if not exchange.t_first_chunk:
             exchange.t_first_chunk = perf_counter()
-        out = client.to_client
-        if self.chunked_out:
-            out.append(b"%x\r\n" % len(body))
-            out.append(body)
-            out.append(_CRLF)
-        else:
-            out.append(body)
+        passed = body
+        if exchange.sse_usage is not None:
+            passed = exchange.sse_usage.feed(body)  # without the usage event the sidecar asked for
+        elif exchange.tail_usage is not None:
+            exchange.tail_usage.feed(body)
+        if passed:
+            out = client.to_client
+            if self.chunked_out:
+                out.append(b"%x\r\n" % len(passed))
+                out.append(passed)
+                out.append(_CRLF)
+            else:
+                out.append(passed)
         if exchange.capture:
             proxy = self.pool.proxy
             if proxy.capture_output:
@@ -1232,6 +1437,10 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         client = self.client
         assert exchange is not None and client is not None
+        if exchange.sse_usage is not None and not self.no_body:
+            rest = exchange.sse_usage.finish()
+            if rest:
+                client.to_client.append(b"%x\r\n%s\r\n" % (len(rest), rest) if self.chunked_out else rest)
         if self.chunked_out:
             client.to_client.append(_LAST_CHUNK)
         self._flush(client)

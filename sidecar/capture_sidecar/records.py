@@ -52,6 +52,12 @@ class CapturedExchange:
     duration_ms: float | None = None  # rounded to 3 decimals by the proxy
     time_to_first_chunk_ms: float | None = None
     partial_reason: str | None = None  # one of PARTIAL_REASONS: the exchange did not complete
+    # Metered exchanges (docs/usage-and-budgets.md): exact tokens, where they came from, the limit that refused it.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    usage_source: str | None = None
+    refused_by: str | None = None
+    served_model: str | None = None  # MODEL_NAME, for a metered exchange (its request may not be captured)
 
     @cached_property  # asked several times per record on the event loop; frozen, so computed once
     def size_bytes(self) -> int:
@@ -166,7 +172,7 @@ def _payload_pieces(payload: CapturedPayload, mode: str, encodings: ContentTypeE
 
 def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncodings) -> list[bytes]:
     """encode_record's bytes as a list of pieces (bounded transient memory for large bodies)."""
-    pieces = [b'{"captureData":{']
+    pieces = [b'{"captureData":{']  # empty for a metered exchange that was not sampled (usage only)
     if exchange.request is not None:
         pieces.append(b'"endpointInput":')
         pieces += _payload_pieces(exchange.request, "INPUT", encodings)
@@ -192,6 +198,16 @@ def encode_record_pieces(exchange: CapturedExchange, encodings: ContentTypeEncod
         metadata += ',"timeToFirstChunkMs":' + float.__repr__(exchange.time_to_first_chunk_ms)
     if exchange.partial_reason is not None:
         metadata += ',"partial":true,"partialReason":' + _json_string(exchange.partial_reason)
+    if exchange.input_tokens is not None:
+        metadata += f',"inputTokens":{exchange.input_tokens:d}'
+    if exchange.output_tokens is not None:
+        metadata += f',"outputTokens":{exchange.output_tokens:d}'
+    if exchange.usage_source is not None:
+        metadata += ',"usageSource":' + _json_string(exchange.usage_source)
+    if exchange.refused_by is not None:
+        metadata += ',"refusedBy":' + _json_string(exchange.refused_by)
+    if exchange.served_model is not None:
+        metadata += ',"servedModel":' + _json_string(exchange.served_model)
     pieces.append(metadata.encode("utf-8") + b'},"eventVersion":"0"}\n')
     return pieces
 
@@ -233,6 +249,14 @@ def encode_record_whole(exchange: CapturedExchange, encodings: ContentTypeEncodi
     if exchange.partial_reason is not None:
         event_metadata["partial"] = True
         event_metadata["partialReason"] = exchange.partial_reason
+    usage = {
+        "inputTokens": exchange.input_tokens,
+        "outputTokens": exchange.output_tokens,
+        "usageSource": exchange.usage_source,
+        "refusedBy": exchange.refused_by,
+        "servedModel": exchange.served_model,
+    }
+    event_metadata.update((key, value) for key, value in usage.items() if value is not None)
     record = {"captureData": capture_data, "eventMetadata": event_metadata, "eventVersion": "0"}
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 

@@ -13,11 +13,12 @@ import aiohttp
 from aiohttp import web
 
 from .key_reload import ApiKeysReloader
+from .limits import Limiter, RedisTokenStore
 from .metrics import SidecarMetrics
 from .proxy import CaptureProxy, ClientConnection, MemoryBudget
 from .records import ContentTypeEncodings
 from .s3_writer import S3Writer, Spool
-from .settings import Settings
+from .settings import Settings, UsageSettings
 from .uploader import CaptureUploader
 
 log = logging.getLogger("capture_sidecar")
@@ -87,6 +88,23 @@ class UpstreamHealth:
             await self.session.close()
 
 
+def make_limiter(usage: UsageSettings) -> Limiter | None:
+    """The per-caller limiter (None without CALLER_LIMITS); shared through LIMITS_STORE_URL when set, else each
+    replica enforces the limits alone."""
+    if not usage.limits:
+        return None
+    store = RedisTokenStore(usage.store_url, usage.store_timeout_seconds) if usage.store_url else None
+    if store is None:
+        log.warning("CALLER_LIMITS without LIMITS_STORE_URL: each replica enforces the limits on its own")
+    return Limiter(
+        dict(usage.limits),
+        store=store,
+        key_prefix=usage.key_prefix,
+        fail_mode=usage.store_failure,
+        store_timeout_seconds=usage.store_timeout_seconds,
+    )
+
+
 def _metrics_handler(metrics: SidecarMetrics, stopping: asyncio.Event, upstream: UpstreamHealth) -> web.Application:
     async def render_metrics(_: web.Request) -> web.Response:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
@@ -131,7 +149,10 @@ async def serve(settings: Settings) -> int:
         upload_concurrency=settings.upload_concurrency,
         release_bytes=budget.release,
     )
-    proxy = CaptureProxy(settings=settings, uploader=uploader, metrics=metrics, budget=budget)
+    limiter = make_limiter(settings.usage)
+    if limiter is not None:
+        metrics.limits = lambda: limiter
+    proxy = CaptureProxy(settings=settings, uploader=uploader, metrics=metrics, budget=budget, limiter=limiter)
 
     flush_reserve = min(FLUSH_RESERVE_SECONDS, settings.shutdown_grace_seconds / 3)
     # /metrics, /healthz and /upstream/health see a request every few seconds: aiohttp is plenty there.
@@ -185,6 +206,9 @@ async def serve(settings: Settings) -> int:
     if key_reload is not None:
         key_reload.cancel()
     uploader_task.cancel()
+    if limiter is not None:
+        await limiter.give_back()  # unused day and month tokens, for the other replicas
+        await limiter.close()
     log.info("flushing captured records")
     complete = await uploader.drain(deadline)
     await metrics_runner.cleanup()

@@ -7,11 +7,14 @@ start shows everything to fix instead of one problem per restart.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
+
+from .limits import FAIL_CLOSED, FAIL_OPEN, LIMIT_KEYS, CallerLimits
 
 CAPTURE_MODE_INPUT = "Input"
 CAPTURE_MODE_OUTPUT = "Output"
@@ -56,6 +59,17 @@ MAX_API_KEYS_FILE_BYTES = 1024 * 1024
 # How often API_KEYS_FILE is checked for a new version (the kubelet rewrites a mounted Secret in place): a rotated
 # key is accepted, and a dropped one refused, this long after the file changed at the latest.
 DEFAULT_API_KEYS_RELOAD_SECONDS = 5.0
+# Usage and budgets (docs/usage-and-budgets.md).
+DEFAULT_USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+# A request that finds its lease empty waits this long for the store at most (ElastiCache answers in ~1 ms in the
+# VPC); then the failure mode decides.
+DEFAULT_STORE_TIMEOUT_SECONDS = 0.1
+DEFAULT_LIMITS_KEY_PREFIX = "budget:"
+# The reservation's prompt estimate: body bytes over this (an upper bound of the tokens for the usual tokenizers).
+DEFAULT_BYTES_PER_TOKEN = 2.0
+# Reserved for the output of a request without max_tokens (settled to the exact count when it ends).
+DEFAULT_OUTPUT_TOKENS = 1024
+MAX_LIMIT_VALUE = 10**15
 
 
 def key_fingerprint(key: str) -> str:
@@ -115,6 +129,27 @@ class Settings:
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
+    # Usage and budgets (docs/usage-and-budgets.md).
+    usage: UsageSettings = field(default_factory=lambda: UsageSettings())
+
+
+@dataclass(frozen=True)
+class UsageSettings:
+    """Token accounting and per-caller limits."""
+
+    # Paths whose POST/PUT/PATCH exchanges are metered: body read whole, usage read off the response.
+    usage_paths: frozenset[str] = DEFAULT_USAGE_PATHS
+    # Ask streams for usage (stream_options.include_usage) and remove it for clients that did not ask.
+    request_stream_usage: bool = True
+    # "all": a record (metadata only when not sampled) for every metered exchange; "sampled": sampled ones only.
+    records_for_every_exchange: bool = False
+    limits: Mapping[str, CallerLimits] = field(default_factory=dict)
+    store_url: str | None = field(default=None, repr=False)  # may hold a password
+    store_failure: str = FAIL_OPEN
+    store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+    key_prefix: str = DEFAULT_LIMITS_KEY_PREFIX
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
+    default_output_tokens: int = DEFAULT_OUTPUT_TOKENS
 
 
 class SettingsError(Exception):
@@ -437,6 +472,95 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         max_connections=max_connections,
         max_unauthenticated=max_unauthenticated,
     )
+    settings = replace(settings, usage=_read_usage(reader))
     if reader.problems:
         raise SettingsError(reader.problems)
     return settings
+
+
+def _read_usage(reader: _Reader) -> UsageSettings:
+    raw_paths = reader.text("USAGE_PATHS", ",".join(sorted(DEFAULT_USAGE_PATHS)), _check_paths) or ""
+    stream_usage = reader.text(
+        "STREAM_USAGE", "request", lambda v: None if v in ("request", "off") else "must be request or off"
+    )
+    records = reader.text(
+        "USAGE_RECORDS", "sampled", lambda v: None if v in ("sampled", "all") else "must be sampled or all"
+    )
+    failure = reader.text(
+        "LIMITS_STORE_FAILURE", FAIL_OPEN, lambda v: None if v in (FAIL_OPEN, FAIL_CLOSED) else "must be open or closed"
+    )
+    store_url = reader.text(
+        "LIMITS_STORE_URL",
+        None,
+        lambda v: (
+            None
+            if urlsplit(v).scheme in ("redis", "rediss") and urlsplit(v).hostname
+            else (
+                "must be a redis:// or rediss:// URL with a host, e.g. rediss://budgets.example.cache.amazonaws.com:6379"
+            )
+        ),
+    )
+    return UsageSettings(
+        usage_paths=frozenset(path.strip() for path in raw_paths.split(",") if path.strip()) or DEFAULT_USAGE_PATHS,
+        request_stream_usage=stream_usage != "off",
+        records_for_every_exchange=records == "all",
+        limits=_read_caller_limits(reader),
+        store_url=store_url,
+        store_failure=failure or FAIL_OPEN,
+        store_timeout_seconds=reader.number("LIMITS_STORE_TIMEOUT_SECONDS", DEFAULT_STORE_TIMEOUT_SECONDS, 0.005, 5),
+        key_prefix=reader.text(
+            "LIMITS_KEY_PREFIX",
+            DEFAULT_LIMITS_KEY_PREFIX,
+            lambda v: (
+                None if re.fullmatch(r"[A-Za-z0-9._:/-]{1,128}", v) else "must be 1-128 of letters, digits, ._:/-"
+            ),
+        )
+        or DEFAULT_LIMITS_KEY_PREFIX,
+        bytes_per_token=reader.number("TOKEN_ESTIMATE_BYTES_PER_TOKEN", DEFAULT_BYTES_PER_TOKEN, 0.5, 16),
+        default_output_tokens=reader.integer("TOKEN_ESTIMATE_OUTPUT_TOKENS", DEFAULT_OUTPUT_TOKENS, 1, 10_000_000),
+    )
+
+
+def _check_paths(value: str) -> str | None:
+    paths = [path.strip() for path in value.split(",") if path.strip()]
+    if not paths or any(not path.startswith("/") for path in paths):
+        return "must be a comma-separated list of paths starting with /"
+    return None
+
+
+def _read_caller_limits(reader: _Reader) -> dict[str, CallerLimits]:
+    """CALLER_LIMITS: a JSON object, caller id (or "*" for every caller not named) -> its limits."""
+    raw = reader.env.get("CALLER_LIMITS", "").strip()
+    if not raw:
+        return {}
+    shown = raw if len(raw) <= 200 else raw[:200] + "..."
+    try:
+        document = json.loads(raw)
+    except ValueError as error:
+        reader.fail("CALLER_LIMITS", shown, f"must be a JSON object ({error})")
+        return {}
+    if not isinstance(document, dict):
+        reader.fail("CALLER_LIMITS", shown, "must be a JSON object of caller id -> limits")
+        return {}
+    limits: dict[str, CallerLimits] = {}
+    for caller, entry in document.items():
+        if caller not in ("*", "-") and not CALLER_ID.match(caller):
+            reader.fail("CALLER_LIMITS", shown, f"caller id {caller!r} must be a caller id like team-a, or *")
+            continue
+        if not isinstance(entry, dict) or not entry or set(entry) - set(LIMIT_KEYS):
+            reader.fail("CALLER_LIMITS", shown, f"{caller}: must be an object with some of {', '.join(LIMIT_KEYS)}")
+            continue
+        values = {}
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT_VALUE:
+                reader.fail(
+                    "CALLER_LIMITS", shown, f"{caller}.{key} must be a whole number from 1 to {MAX_LIMIT_VALUE}"
+                )
+            values[key] = value
+        limits[caller] = CallerLimits(
+            tokens_per_minute=values.get("tokensPerMinute"),
+            tokens_per_day=values.get("tokensPerDay"),
+            tokens_per_month=values.get("tokensPerMonth"),
+            concurrent_requests=values.get("concurrentRequestsPerReplica"),
+        )
+    return limits

@@ -27,6 +27,7 @@ from hyperpod_inference_iac.foundation.platform_values import S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from tests.charts import samples
 from tests.charts.test_gateway import GATEWAY_CASES
+from tests.charts.test_usage_limits import USAGE_LIMITS_CASES
 
 DELETE = object()
 _ROOT = Path(__file__).resolve().parents[2]
@@ -700,6 +701,8 @@ def test_chart_validates_python_built_models_with_the_same_rules() -> None:
 
 
 PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
+    # usageLimits (docs/usage-and-budgets.md; tests/charts/test_usage_limits.py)
+    *USAGE_LIMITS_CASES,
     ("Portable.NameInvalid", {"name": "Qwen"}, "server.name"),
     ("Portable.NamespaceInvalid", {"namespace": "Team_A"}, "server.namespace"),
     ("InferenceWorkloads.KeyNotGrantable",

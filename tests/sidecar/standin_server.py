@@ -233,7 +233,101 @@ async def binary(_: web.BaseRequest) -> web.StreamResponse:
     return web.Response(body=BINARY_BODY, content_type="application/octet-stream")
 
 
+# A vLLM-like OpenAI server under /vllm: counts tokens as vLLM's Prometheus counters do (vllm:prompt_tokens_total,
+# vllm:generation_tokens_total), honours stream_options.include_usage like vLLM (one usage-only event with
+# "choices": [] before [DONE]; no "usage" key in the other events), and writes deterministic bytes, so a stream with
+# the usage event removed equals the stream of the same request without include_usage.
+VLLM_COUNTERS = {"prompt": 0, "generation": 0, "requests": 0}
+VLLM_DEFAULT_MAX_TOKENS = 16
+
+
+def vllm_prompt_tokens(request: dict[str, object]) -> int:
+    """The stand-in's tokenizer: one token per whitespace-separated word of the prompt or messages, plus 3 per
+    message (a chat template's framing)."""
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        return sum(
+            3 + len(str(message.get("content", "")).split()) for message in messages if isinstance(message, dict)
+        )
+    return len(str(request.get("prompt", "")).split()) or 1
+
+
+def _vllm_json(payload: dict[str, object]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def vllm_generate(request: web.BaseRequest) -> web.StreamResponse:
+    """`/vllm/v1/chat/completions` and `/vllm/v1/completions`: `max_tokens` (default 16) tokens, one per event
+    when streamed; `?delay_ms=D` between events (and before a non-streamed answer)."""
+    body = json.loads(await request.read())
+    chat = request.path.endswith("/chat/completions")
+    prompt = vllm_prompt_tokens(body)
+    completion = int(body.get("max_tokens") or VLLM_DEFAULT_MAX_TOKENS)
+    delay = float(request.query.get("delay_ms", "0")) / 1000
+    VLLM_COUNTERS["prompt"] += prompt
+    VLLM_COUNTERS["generation"] += completion
+    VLLM_COUNTERS["requests"] += 1
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    head: dict[str, object] = {
+        "id": "cmpl-standin",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": 1,
+        "model": "standin",
+    }
+    if not body.get("stream"):
+        if delay:
+            await asyncio.sleep(delay)
+        text = " ".join(f"tok{index}" for index in range(completion))
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+        answer = {
+            **head,
+            "object": "chat.completion" if chat else "text_completion",
+            "choices": [{**choice, "finish_reason": "length"}],
+            "usage": usage,
+        }
+        return web.Response(body=_vllm_json(answer), content_type="application/json")
+    if request.query.get("framing") == "length":  # the whole stream at once, with a Content-Length
+        events = []
+        for index in range(completion):
+            choice = {"index": 0, "delta": {"content": f"tok{index} "}}
+            events.append(b"data: " + _vllm_json({**head, "choices": [choice]}) + b"\n\n")
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            events.append(b"data: " + _vllm_json({**head, "choices": [], "usage": usage}) + b"\n\n")
+        events.append(b"data: [DONE]\n\n")
+        return web.Response(body=b"".join(events), headers={"Content-Type": "text/event-stream"})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await response.prepare(request)
+    for index in range(completion):
+        if index and delay:
+            await asyncio.sleep(delay)
+        choice = {"index": 0, "delta": {"content": f"tok{index} "}} if chat else {"index": 0, "text": f"tok{index} "}
+        last = index == completion - 1
+        event = {**head, "choices": [{**choice, "finish_reason": "length" if last else None}]}
+        await response.write(b"data: " + _vllm_json(event) + b"\n\n")
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        await response.write(b"data: " + _vllm_json({**head, "choices": [], "usage": usage}) + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def vllm_metrics(_: web.BaseRequest) -> web.StreamResponse:
+    text = (
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        f'vllm:prompt_tokens_total{{model_name="standin"}} {VLLM_COUNTERS["prompt"]}.0\n'
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f'vllm:generation_tokens_total{{model_name="standin"}} {VLLM_COUNTERS["generation"]}.0\n'
+        f'vllm:request_success_total{{model_name="standin"}} {VLLM_COUNTERS["requests"]}.0\n'
+    )
+    return web.Response(text=text, content_type="text/plain")
+
+
 ROUTES = {
+    "/vllm/v1/chat/completions": vllm_generate,
+    "/vllm/v1/completions": vllm_generate,
+    "/vllm/metrics": vllm_metrics,
     "/v1/completions": completions,
     "/v1/stream": stream,
     "/v1/gated-stream": gated_stream,

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tools.review.flat import changed, collapse, flatten, render, whole_item
-from tools.review.model import MISSING, Line, change, increases, listing, short
+from tools.review.model import MISSING, Line, change, increases, listing, number, short
 from tools.review.rules import Rules
 
 Key = tuple[str, str, str]  # kind, namespace, name
@@ -224,6 +224,49 @@ def _sidecar_env(m, old, new, ctx):
     if var == "KMS_KEY_ID":
         return ("encryption", subject, change("capture key", old, new), new is MISSING and exists)
     return ("data_governance", subject, change(var.lower().replace("_", " "), old, new), False)
+
+
+def _caller_limits(value: Any) -> dict[tuple[str, str], float]:
+    """CALLER_LIMITS as (caller, limit) -> value; absent or unreadable: no limit at all."""
+    try:
+        document = json.loads(value) if isinstance(value, str) else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict):
+        return {}
+    found = {(str(caller), str(kind)): number(amount) for caller, limits in document.items()
+             if isinstance(limits, dict) for kind, amount in limits.items()}
+    return {key: amount for key, amount in found.items() if amount is not None}
+
+
+def _amount(value: float) -> str:
+    return "none" if value == float("inf") else (str(int(value)) if value == int(value) else str(value))
+
+
+def caller_limits_change(var: str, old: Any, new: Any, subject: str = "") -> tuple[str, str, str, bool]:
+    """A change of the capture sidecar's per-caller limits (docs/usage-and-budgets.md): a limit raised or gone, or the
+    store's failure mode turned open, lets callers use more than before (broadening)."""
+    old = MISSING if old is None else old
+    new = MISSING if new is None else new
+    if var == "LIMITS_STORE_FAILURE":
+        return ("data_governance", subject, change("budget store down means", old, new),
+                new != "closed" and old == "closed")
+    if var == "LIMITS_STORE_URL":
+        return ("data_governance", subject, change("budget store", old, new), new is MISSING and old is not MISSING)
+    before, after = _caller_limits(old), _caller_limits(new)
+    unlimited = float("inf")
+    words, broadens = [], False
+    for caller, kind in sorted(set(before) | set(after)):
+        was, now = before.get((caller, kind), unlimited), after.get((caller, kind), unlimited)
+        if was != now:
+            words.append(f"{caller} {kind} {_amount(was)} → {_amount(now)}")
+            broadens = broadens or now > was
+    return ("data_governance", subject, "caller limits: " + (listing(words) or "unchanged"), broadens)
+
+
+@rule(POD_OWNERS, _CONTAINER + r"\.env\[(?P<var>CALLER_LIMITS|LIMITS_STORE_FAILURE|LIMITS_STORE_URL)\]\.value$")
+def _limits_env(m, old, new, ctx):
+    return caller_limits_change(m["var"], old, new, f"{ctx.name}/{m['c']}")
 
 
 @rule(POD_OWNERS, _CONTAINER + r"\.env\[MODEL_SOURCE_S3_URI\]\.value$")

@@ -41,13 +41,19 @@ _SIDE_FIELDS = (
 )
 _SIDE = pa.struct(list(_SIDE_FIELDS))
 # eventMetadata: SageMaker's three fields, then what the capture sidecar adds (docs/capture-sidecar.md).
-_TEXT_METADATA = ("eventId", "inferenceId", "inferenceTime", "callerId", "requestPath", "partialReason")
+_TEXT_METADATA = (
+    "eventId", "inferenceId", "inferenceTime", "callerId", "requestPath", "partialReason", "usageSource", "refusedBy",
+    "servedModel",
+)
 _METADATA_FIELDS = (
     *((name, pa.string()) for name in _TEXT_METADATA),
     ("responseStatus", pa.int64()),
     ("durationMs", pa.float64()),
     ("timeToFirstChunkMs", pa.float64()),
     ("partial", pa.bool_()),
+    # The sidecar's exact tokens of a metered exchange (docs/usage-and-budgets.md); they win over the output's.
+    ("inputTokens", pa.int64()),
+    ("outputTokens", pa.int64()),
 )
 RAW_SCHEMA = pa.schema(
     [
@@ -93,12 +99,18 @@ CURATED_SCHEMA = pa.schema(
         ("partial", pa.bool_()),
         ("partial_reason", pa.string()),
         ("redaction_rules", pa.list_(pa.string())),
+        # Metered exchanges (docs/usage-and-budgets.md): where the token counts came from (response: the server's
+        # usage as the client got it; requested: the sidecar asked a stream for it; none: unknown), and the caller
+        # limit that refused the request (429), if one did.
+        ("usage_source", pa.string()),
+        ("refused_by", pa.string()),
     ]
 )
 
 _FAST_BLOCK_SIZE = 1 << 20  # several blocks per chunk let Arrow parse on all cores
 _PARSE_OPTIONS = pa_json.ParseOptions(explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore")
 INT32_MAX = (1 << 31) - 1
+TOKENS_MAX = (1 << 53) - 1
 
 
 class MalformedLineError(ValueError):
@@ -172,8 +184,10 @@ def _read_whole_chunk(data: bytes) -> tuple[pa.Table, pa.Array | None] | None:
         except pa.ArrowInvalid:
             return None
         sides = table.column("captureData")
+        metadata = table.column("eventMetadata")
         has_side = [pc.is_valid(pc.struct_field(sides, name)) for name in ("endpointInput", "endpointOutput")]
-        is_capture = pc.fill_null(pc.or_(*has_side), False)
+        usage_record = pc.is_valid(pc.struct_field(metadata, "usageSource"))  # a metered exchange's usage record
+        is_capture = pc.fill_null(pc.or_(pc.or_(*has_side), usage_record), False)
         return table, (None if pc.all(is_capture).as_py() is not False else is_capture)
     return None
 
@@ -210,10 +224,10 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
         name: _normalised_side(capture.get(name)) if isinstance(capture, dict) else None
         for name in ("endpointInput", "endpointOutput")
     }
-    if not any(sides.values()):
-        raise MalformedLineError(NOT_A_CAPTURE_RECORD)
     metadata = record.get("eventMetadata")
     metadata = metadata if isinstance(metadata, dict) else {}
+    if not any(sides.values()) and not isinstance(metadata.get("usageSource"), str):
+        raise MalformedLineError(NOT_A_CAPTURE_RECORD)
     return {
         "captureData": sides,
         "eventMetadata": {
@@ -222,6 +236,8 @@ def _normalised_record(line: bytes) -> dict[str, Any]:
             "durationMs": _as_number(metadata.get("durationMs")),
             "timeToFirstChunkMs": _as_number(metadata.get("timeToFirstChunkMs")),
             "partial": metadata.get("partial") is True,
+            "inputTokens": _as_int(metadata.get("inputTokens"), TOKENS_MAX),
+            "outputTokens": _as_int(metadata.get("outputTokens"), TOKENS_MAX),
         },
         "eventVersion": _as_text(record.get("eventVersion")),
     }
@@ -406,10 +422,18 @@ def _table(raw: pa.Table, exchanges: list[_Exchange], batch: DocumentBatch, cont
         "source_key": constant_column(context.source_key, length),
         "deployment_hash": constant_column(context.deployment_hash, length),
         "gen_ai_operation_name": pa.array([fact.operation_name for fact in facts], pa.string()),
-        "gen_ai_request_model": pa.array([fact.request_model for fact in facts], pa.string()),
+        "gen_ai_request_model": pc.coalesce(
+            pa.array([fact.request_model for fact in facts], pa.string()), pc.struct_field(metadata, "servedModel")
+        ),
         "gen_ai_response_model": pa.array([fact.response_model for fact in facts], pa.string()),
-        "gen_ai_usage_input_tokens": pa.array([fact.input_tokens for fact in facts], pa.int64()),
-        "gen_ai_usage_output_tokens": pa.array([fact.output_tokens for fact in facts], pa.int64()),
+        "gen_ai_usage_input_tokens": pc.coalesce(
+            _non_negative_int(pc.struct_field(metadata, "inputTokens")),
+            pa.array([fact.input_tokens for fact in facts], pa.int64()),
+        ),
+        "gen_ai_usage_output_tokens": pc.coalesce(
+            _non_negative_int(pc.struct_field(metadata, "outputTokens")),
+            pa.array([fact.output_tokens for fact in facts], pa.int64()),
+        ),
         "gen_ai_response_finish_reasons": pa.array([fact.finish_reasons for fact in facts], pa.list_(pa.string())),
         "streamed": pa.array([fact.streamed for fact in facts], pa.bool_()),
         "caller_id": pc.struct_field(metadata, "callerId"),
@@ -422,8 +446,14 @@ def _table(raw: pa.Table, exchanges: list[_Exchange], batch: DocumentBatch, cont
         "partial": pc.fill_null(pc.struct_field(metadata, "partial"), False),
         "partial_reason": pc.struct_field(metadata, "partialReason"),
         "redaction_rules": pa.array(rules, pa.list_(pa.string())),
+        "usage_source": pc.struct_field(metadata, "usageSource"),
+        "refused_by": pc.struct_field(metadata, "refusedBy"),
     }
     return pa.Table.from_pydict(columns, schema=CURATED_SCHEMA)
+
+
+def _non_negative_int(values: pa.Array) -> pa.Array:
+    return pc.if_else(pc.greater_equal(values, 0), values, None)
 
 
 def _non_negative(values: pa.Array) -> pa.Array:

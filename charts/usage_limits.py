@@ -1,0 +1,115 @@
+"""Budgets and rate limits per caller of a portable server (``portable[i].usageLimits``), enforced by its capture
+sidecar (docs/usage-and-budgets.md).
+
+YAML::
+
+    usageLimits:
+      storeUrl: rediss://budgets-abc123.serverless.use1.cache.amazonaws.com:6379   # shared by every replica
+      storeFailure: open          # the store unreachable: open (admit, counted) or closed (503)
+      usageRecords: all           # a record of every metered exchange (its usage only when not sampled)
+      callers:
+        - {callerId: team-a, tokensPerMinute: 200000, tokensPerDay: 20000000}
+        - {callerId: "*", tokensPerMonth: 100000000, concurrentRequestsPerReplica: 8}
+
+The caller id is the one the sidecar records (``callerId``: the API key's caller id); ``*`` gives every caller not
+named a budget of its own of that size. Tokens are input + output. Each limit is checked here, with its key path;
+the sidecar checks the rendered ``CALLER_LIMITS`` again at start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+
+from hyperpod_inference_iac.charts._spec_fields import SpecBlock, crd_field
+from hyperpod_inference_iac.foundation.validation import Problems, join_path
+
+# The sidecar's own bound (capture_sidecar.settings.MAX_LIMIT_VALUE).
+MAX_LIMIT = 10**15
+CALLER_ID_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
+# TLS only (ElastiCache Serverless requires it); the port of ElastiCache's primary endpoint by default.
+STORE_URL_PATTERN = r"^rediss://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[0-9]{1,2})?$"
+DEFAULT_STORE_PORT = 6379
+LIMIT_KEYS = ("tokensPerMinute", "tokensPerDay", "tokensPerMonth", "concurrentRequestsPerReplica")
+
+
+class StoreFailure(enum.StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class UsageRecords(enum.StrEnum):
+    SAMPLED = "sampled"
+    ALL = "all"
+
+
+def _limit(code: str = "UsageLimits.LimitOutOfRange") -> object:
+    return crd_field(default=None, code=code, minimum=1, maximum=MAX_LIMIT)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CallerLimit(SpecBlock):
+    """One caller's limits; at least one is set."""
+
+    caller_id: str = crd_field(code="UsageLimits.CallerIdInvalid", pattern=CALLER_ID_PATTERN,
+                               hint="a caller id like team-a (letters, digits, . _ -), or *")
+    tokens_per_minute: int | None = _limit()  # type: ignore[assignment]
+    tokens_per_day: int | None = _limit()  # type: ignore[assignment]
+    tokens_per_month: int | None = _limit()  # type: ignore[assignment]
+    concurrent_requests_per_replica: int | None = _limit()  # type: ignore[assignment]
+
+    def limits(self) -> dict[str, int]:
+        values = (self.tokens_per_minute, self.tokens_per_day, self.tokens_per_month,
+                  self.concurrent_requests_per_replica)
+        return {key: value for key, value in zip(LIMIT_KEYS, values, strict=True) if value is not None}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UsageLimits(SpecBlock):
+    """Per-caller limits of one portable server, and the store its replicas share them through."""
+
+    callers: tuple[CallerLimit, ...] = ()
+    store_url: str | None = crd_field(
+        default=None, code="UsageLimits.StoreUrlInvalid", pattern=STORE_URL_PATTERN,
+        hint="rediss://<ElastiCache endpoint>:6379 (TLS)")
+    store_failure: StoreFailure = crd_field(
+        default=StoreFailure.OPEN, code="UsageLimits.StoreFailureInvalid", allowed=StoreFailure)
+    usage_records: UsageRecords = crd_field(
+        default=UsageRecords.SAMPLED, code="UsageLimits.UsageRecordsInvalid", allowed=UsageRecords)
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        seen: set[str] = set()
+        for index, caller in enumerate(self.callers):
+            at = join_path(join_path(path, "callers"), index)
+            if not caller.limits():
+                problems.add("UsageLimits.NoLimit", at, f"set at least one of {', '.join(LIMIT_KEYS)}",
+                             caller.caller_id)
+            if caller.caller_id in seen:
+                problems.add("UsageLimits.DuplicateCaller", join_path(at, "callerId"),
+                             "each caller is listed once", caller.caller_id)
+            seen.add(caller.caller_id)
+        if self.callers and any(caller.limits().keys() - {"concurrentRequestsPerReplica"} for caller in self.callers) \
+                and self.store_url is None:
+            problems.add("UsageLimits.NoStore", join_path(path, "storeUrl"),
+                         "token budgets need the store the replicas share (an ElastiCache for Valkey endpoint, "
+                         "rediss://...): without it each replica would grant the whole budget")
+
+    @property
+    def store_port(self) -> int:
+        match = re.match(r"^rediss://[^:/]+:(\d+)", self.store_url or "")
+        return int(match.group(1)) if match else DEFAULT_STORE_PORT
+
+
+def usage_limits_environment(limits: UsageLimits, *, key_prefix: str) -> dict[str, str]:
+    """The sidecar's settings for these limits (its CALLER_LIMITS and the store's)."""
+    env = {"USAGE_RECORDS": str(limits.usage_records)}
+    if limits.callers:
+        document = {caller.caller_id: caller.limits() for caller in limits.callers}
+        env["CALLER_LIMITS"] = json.dumps(document, separators=(",", ":"), sort_keys=True)
+        env["LIMITS_STORE_FAILURE"] = str(limits.store_failure)
+        env["LIMITS_KEY_PREFIX"] = key_prefix
+    if limits.store_url is not None:
+        env["LIMITS_STORE_URL"] = limits.store_url
+    return env
