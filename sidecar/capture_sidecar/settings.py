@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from .jwt_settings import JwtSettings, read_jwt_settings
+
 CAPTURE_MODE_INPUT = "Input"
 CAPTURE_MODE_OUTPUT = "Output"
 
@@ -115,6 +117,8 @@ class Settings:
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
+    # JWT mode (JWT_ISSUER set): the caller is a verified token's claim, not an API key's (jwt_auth).
+    jwt: JwtSettings | None = None
 
 
 class SettingsError(Exception):
@@ -383,6 +387,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
     api_key = _read_api_key(reader)
     api_keys, api_keys_file = _read_api_keys(reader, api_key)
+    jwt_settings = read_jwt_settings(env, reader.problems)
+    if jwt_settings is not None and (api_keys or api_keys_file):
+        reader.problems.append("JWT_ISSUER and API_KEY/API_KEYS_FILE are both set: a sidecar authenticates callers "
+                               "one way (JWT in front of a gateway, API keys in front of a model server)")
     spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
     max_connections = reader.integer("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16, 1_000_000)
     max_unauthenticated = reader.integer("MAX_UNAUTHENTICATED", DEFAULT_MAX_UNAUTHENTICATED, 1, 1_000_000)
@@ -436,6 +444,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         idle_timeout_seconds=reader.number("IDLE_TIMEOUT_SECONDS", DEFAULT_IDLE_TIMEOUT_SECONDS, 0.1, 3600),
         max_connections=max_connections,
         max_unauthenticated=max_unauthenticated,
+        jwt=jwt_settings,
     )
     if reader.problems:
         raise SettingsError(reader.problems)
