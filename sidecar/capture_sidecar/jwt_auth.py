@@ -182,7 +182,7 @@ class JwtVerifier:
             self.fetch_failures += 1
             log.warning("JWKS %s not refreshed (%s): %s", self.settings.jwks_uri,
                         "keeping the last good keys" if self.keys is not None else "every request is refused",
-                        error or type(error).__name__)
+                        str(error) or type(error).__name__)
 
     async def run(self) -> None:
         """Fetch now, then every ``JWT_JWKS_REFRESH_SECONDS`` or when asked (an unknown kid), until cancelled."""

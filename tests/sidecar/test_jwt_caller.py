@@ -11,6 +11,7 @@ never a hang)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -50,30 +51,48 @@ def _jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
     return {**jwk, "kid": kid, "use": "sig", "alg": "RS256"}
 
 
-class _Jwks(BaseHTTPRequestHandler):
-    document = json.dumps({"keys": [_jwk(SIGNING_KEY, KID)]}).encode()
-    fetches = 0
+class _JwksServer(ThreadingHTTPServer):
+    """The issuer's JWKS endpoint, on loopback: ``keys`` is what it publishes now."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        type(self).fetches += 1
+    keys: list[dict[str, Any]]
+
+
+class _Jwks(BaseHTTPRequestHandler):
+    server: _JwksServer
+
+    def do_GET(self) -> None:
+        document = json.dumps({"keys": self.server.keys}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(self.document)))
+        self.send_header("Content-Length", str(len(document)))
         self.end_headers()
-        self.wfile.write(self.document)
+        self.wfile.write(document)
 
     def log_message(self, *_: object) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def jwks_uri() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Jwks)
+@contextlib.contextmanager
+def _jwks_server() -> Iterator[_JwksServer]:
+    server = _JwksServer(("127.0.0.1", 0), _Jwks)
+    server.keys = [_jwk(SIGNING_KEY, KID)]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/oauth2/llm-platform/v1/keys"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _uri(server: _JwksServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/oauth2/llm-platform/v1/keys"
+
+
+@pytest.fixture(scope="module")
+def jwks_uri() -> Iterator[str]:
+    with _jwks_server() as server:
+        yield _uri(server)
 
 
 def token(subject: str | None = "00u1alice", *, key: Any = SIGNING_KEY, algorithm: str = "RS256",
@@ -166,8 +185,8 @@ HOSTILE = {
     "HS256 keyed with the public key": _hs256_with_public_key,
     "unknown kid": lambda: token(kid="rotated-in-by-nobody"),
     "foreign key under our kid": lambda: token(key=OTHER_KEY),
-    "signature of another token": lambda: ".".join(token("00u1alice").split(".")[:2]
-                                                  + [token("00u1mallory").split(".")[2]]),
+    "signature of another token": lambda: ".".join([*token("00u1alice").split(".")[:2],
+                                                    token("00u1mallory").split(".")[2]]),
     "RS256 token as PS256": lambda: token(algorithm="PS256"),
     "not a JWT": lambda: "team-a-key-0123456789abcdef",
 }
@@ -261,3 +280,21 @@ def test_settings_refuse_a_weak_or_mixed_configuration(tmp_path: Path) -> None:
     settings = load_settings({**base, **_jwt_env("https://idp.example.com/k", JWT_CALLER_CLAIM="email")})
     assert settings.jwt is not None and settings.jwt.caller_claim == "email"
     assert settings.jwt.algorithms == ("RS256",) and settings.jwt.leeway_seconds == 30
+
+
+def test_a_key_the_issuer_rotates_in_is_fetched_on_its_first_token(start_sidecar) -> None:
+    """The issuer publishes a new key: its first token is refused (401, never held waiting on the fetch) and asks
+    for a refresh; once fetched (rate-limited to one per 10 s), its tokens pass. A key the issuer dropped is refused
+    from the refresh on."""
+    with _jwks_server() as server:
+        sidecar = start_sidecar(**_jwt_env(_uri(server)))
+        _wait_for_keys(sidecar)
+        server.keys = [_jwk(OTHER_KEY, "test-key-2")]
+        rotated = {"Authorization": f"Bearer {token(key=OTHER_KEY, kid='test-key-2')}"}
+        assert sidecar.call("POST", "/echo", b"{}", rotated).status == 401
+        deadline = time.monotonic() + 60  # a safety timeout
+        while (status := sidecar.call("POST", "/echo", b"{}", rotated).status) == 401:
+            assert time.monotonic() < deadline, sidecar.log()
+            time.sleep(0.2)
+        assert status == 200
+        assert sidecar.call("POST", "/echo", b"{}", {"Authorization": f"Bearer {token()}"}).status == 401
