@@ -43,6 +43,8 @@ log = logging.getLogger("capture_sidecar.jwt")
 
 #: An unknown ``kid`` asks for a refresh at most this often (a stream of forged kids costs one fetch per interval).
 MIN_REFRESH_INTERVAL_SECONDS = 10.0
+#: The JWK key type (``kty``) each signature family needs (by the algorithm's name less its digits).
+KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "EdDSA": "OKP"}
 #: A JWKS document larger than this is refused (an issuer publishes a handful of keys: a few KiB).
 MAX_JWKS_BYTES = 256 * 1024
 
@@ -53,6 +55,7 @@ class _Key:
 
     kid: str | None
     algorithm: str | None
+    key_type: str  # kty
     jwk: jwt.PyJWK
 
 
@@ -108,7 +111,7 @@ class JwtVerifier:
         if key is None:
             self.request_refresh()  # the issuer may have published a new key: fetched for the next request
             raise Refused(401, "token signed by an unknown key")
-        if key.algorithm not in (None, algorithm):
+        if key.algorithm not in (None, algorithm) or KEY_TYPES[algorithm.rstrip("0123456789")] != key.key_type:
             raise Refused(401, "token algorithm does not match its key")
         try:
             claims = jwt.decode(
@@ -122,7 +125,7 @@ class JwtVerifier:
             )
         except jwt.ExpiredSignatureError:
             raise Refused(401, "token expired") from None
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, TypeError, ValueError):  # (a key the algorithm cannot use raises TypeError)
             raise Refused(401, "invalid token") from None
         for rule in settings.required_claims:
             if not rule.satisfied_by(claims):
@@ -156,14 +159,15 @@ class JwtVerifier:
             raise ValueError("not a JWKS (no keys list)")
         usable: list[_Key] = []
         for entry in entries:
-            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or "d" in entry:
-                continue  # an encryption key, or a private one published by mistake: never used
+            if (not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or "d" in entry
+                    or entry.get("kty") not in KEY_TYPES.values()):
+                continue  # an encryption key, a symmetric one, or a private one published by mistake: never used
             try:
                 key = jwt.PyJWK.from_dict(entry)
             except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
                 continue  # a key type or curve this library does not know: skipped, as RFC 7517 5 asks
             declared = entry.get("alg")
-            usable.append(_Key(key.key_id, declared if isinstance(declared, str) else None, key))
+            usable.append(_Key(key.key_id, declared if isinstance(declared, str) else None, str(entry["kty"]), key))
         if not usable:
             raise ValueError("holds no usable signing key")
         self.keys = tuple(usable)
