@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sidecar"))
 
-from capture_sidecar.jwt_auth import JwtVerifier, Refused  # noqa: E402
-from capture_sidecar.jwt_settings import ClaimRule, JwtSettings  # noqa: E402
+from capture_sidecar.jwt_auth import JwtVerifier, Refused
+from capture_sidecar.jwt_settings import ClaimRule, JwtSettings
 
 ISSUER = "https://idp.example.com/"
 ROUNDS = 5000
