@@ -279,6 +279,10 @@ class CaptureProxy:
         metrics.api_keys = lambda: len(self.api_keys)
         # JWT mode (JWT_ISSUER): every request must carry a token of the issuer; its claim is the caller (jwt_auth).
         self.jwt = JwtVerifier(settings.jwt) if settings.jwt is not None else None
+        if self.jwt is not None:
+            verifier = self.jwt
+            metrics.jwt_keys = lambda: len(verifier.keys or ())
+            metrics.jwks_fetch_failures = lambda: verifier.fetch_failures
         metrics.api_key_fingerprints = lambda: self.api_keys.fingerprints()
         self.connections: set[ClientConnection] = set()
         # Connection bounds (docs/capture-sidecar.md, *Connection bounds*). Each dict is in the order of its

@@ -228,6 +228,7 @@ def test_no_token_and_two_tokens_are_refused(jwt_sidecar: Any) -> None:
 
 def test_a_valid_token_passes_the_same_sidecar(jwt_sidecar: Any) -> None:
     """The control of the hostile cases: the same sidecar, a good token, answered by the upstream."""
+    assert jwt_sidecar.metrics()["capture_sidecar_jwt_keys"] == 1
     assert jwt_sidecar.call("POST", "/echo", b"{}", {"Authorization": f"Bearer {token()}"}).status == 200
     # A token without kid is accepted from an issuer that publishes one key only.
     assert jwt_sidecar.call("POST", "/echo", b"{}", {"Authorization": f"Bearer {token(kid=None)}"}).status == 200
@@ -241,6 +242,8 @@ def test_an_unreachable_jwks_fails_closed_at_once(start_sidecar) -> None:
         result = sidecar.call("POST", "/echo", b"{}", {"Authorization": f"Bearer {token()}"})
         assert result.status == 503 and b"keys" in result.body
     assert "JWKS" in sidecar.log()
+    assert sidecar.metrics()["capture_sidecar_jwt_keys"] == 0
+    assert sidecar.wait_for_metric("capture_sidecar_jwks_fetch_failures_total", 1) >= 1
 
 
 def test_a_jwks_that_never_answers_costs_no_hang(start_sidecar) -> None:
