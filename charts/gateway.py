@@ -231,7 +231,7 @@ class InferenceGateway:
         for key, value in (("issuer", jwt.issuer), ("jwksUri", jwt.jwks_uri)):
             if not _HTTPS_URL.match(value):
                 problems.add("Gateway.JwtUrlInvalid", join_path(at, key), "must be an https:// URL", value)
-        if not CALLER_CLAIM.match(jwt.caller_claim):
+        if not CALLER_CLAIM.fullmatch(jwt.caller_claim):
             problems.add("Gateway.CallerClaimInvalid", join_path(at, "callerClaim"),
                          "must be a claim name of 1 to 128 letters, digits and '_.:/-' (the claim whose value is "
                          "recorded as caller_id)", jwt.caller_claim)

@@ -131,7 +131,7 @@ class JwtVerifier:
             if not rule.satisfied_by(claims):
                 raise Refused(401, "token lacks a required claim")
         caller = claims.get(settings.caller_claim)
-        if not isinstance(caller, str) or not CALLER_CLAIM_VALUE.match(caller):
+        if not isinstance(caller, str) or not CALLER_CLAIM_VALUE.fullmatch(caller):
             raise Refused(401, f"token has no usable {settings.caller_claim} claim")
         return CallerId(caller)
 

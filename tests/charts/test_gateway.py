@@ -88,6 +88,8 @@ GATEWAY_CASES: list[tuple[str, Any, dict[int, str] | None, dict[str, Any], dict[
     ("Gateway.JwtUnbound", _with(jwt=_jwt(audiences=None)), None, {}, {}, "gateways[0].jwt"),
     ("Gateway.CallerClaimInvalid", _with(jwt=_jwt(callerClaim="sub claim")), None, {}, {},
      "gateways[0].jwt.callerClaim"),
+    ("Gateway.CallerClaimInvalid", _with(jwt=_jwt(callerClaim="sub\n")), None, {}, {},
+     "gateways[0].jwt.callerClaim"),
     ("Gateway.AudienceInvalid", _with(jwt=_jwt(audiences=["a,b"])), None, {}, {}, "gateways[0].jwt.audiences"),
     ("Gateway.TooManyAudiences", _with(jwt=_jwt(audiences=[f"a{i}" for i in range(9)])), None, {}, {},
      "gateways[0].jwt.audiences"),

@@ -180,6 +180,7 @@ HOSTILE = {
     "no caller claim": lambda: token(None),
     "caller claim not a string": lambda: token(sub=["a", "b"]),  # type: ignore[arg-type]
     "caller claim with a newline": lambda: token("alice\nbob"),
+    "caller claim ending in a newline": lambda: token("alice\n"),
     "alg none": lambda: _unsigned(token(), {"alg": "none", "kid": KID}),
     "alg none, no kid": lambda: _unsigned(token(), {"alg": "none"}),
     "HS256 keyed with the public key": _hs256_with_public_key,
