@@ -32,6 +32,7 @@ What this module decides, and why:
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,6 +75,8 @@ MAX_BODY_BYTES = 268435456
 MINIMUM_ENGINE = {"vllm": (0, 9, 2), "sglang": (0, 3, 5)}
 ROUTE_TIMEOUT = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")  # Gateway API Duration
 _HTTPS_URL = re.compile(r"^https://[^\s/?#]+[^\s]*$")
+# A claim name the capture sidecar's JWT mode can record (its JWT_CALLER_CLAIM).
+CALLER_CLAIM = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 _UNAUTHENTICATED_REASON = re.compile(r"\S.{19,}", re.DOTALL)
 
 
@@ -117,6 +120,19 @@ class JwtAuthentication:
         if self.required_claims:
             provider["requiredClaims"] = [claim.to_dict() for claim in self.required_claims]
         return {"jwt": {"provider": provider}}
+
+    def capture_environment(self) -> dict[str, str]:
+        """The capture sidecar's JWT mode for this issuer (``JWT_*``, docs/capture-sidecar.md): the same issuer, keys,
+        audiences and required claims the gateway checks, and ``caller_claim`` as the recorded caller. Derived here so
+        the platform's capture entry in front of the gateway and the gateway agree on what a valid token is."""
+        environment = {"JWT_ISSUER": self.issuer, "JWT_JWKS_URI": self.jwks_uri,
+                       "JWT_CALLER_CLAIM": self.caller_claim}
+        if self.audiences:
+            environment["JWT_AUDIENCES"] = ",".join(self.audiences)
+        if self.required_claims:
+            environment["JWT_REQUIRED_CLAIMS"] = json.dumps([claim.to_dict() for claim in self.required_claims],
+                                                            separators=(",", ":"))
+        return environment
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -215,6 +231,14 @@ class InferenceGateway:
         for key, value in (("issuer", jwt.issuer), ("jwksUri", jwt.jwks_uri)):
             if not _HTTPS_URL.match(value):
                 problems.add("Gateway.JwtUrlInvalid", join_path(at, key), "must be an https:// URL", value)
+        if not CALLER_CLAIM.fullmatch(jwt.caller_claim):
+            problems.add("Gateway.CallerClaimInvalid", join_path(at, "callerClaim"),
+                         "must be a claim name of 1 to 128 letters, digits and '_.:/-' (the claim whose value is "
+                         "recorded as caller_id)", jwt.caller_claim)
+        if any("," in audience for audience in jwt.audiences):
+            problems.add("Gateway.AudienceInvalid", join_path(at, "audiences"),
+                         "an audience may not contain ',' (the capture sidecar reads them as a comma list)",
+                         list(jwt.audiences))
         if not jwt.audiences and not jwt.required_claims:
             problems.add("Gateway.JwtUnbound", at,
                          "needs audiences or requiredClaims (or both): otherwise any token of the issuer is accepted, "

@@ -108,6 +108,9 @@ class SidecarMetrics:
     api_keys: Callable[[], int] = lambda: 0
     # Each accepted key's short fingerprint (auth.key_label) and its caller id.
     api_key_fingerprints: Callable[[], Mapping[str, str]] = lambda: {}
+    # JWT mode: the issuer's signing keys in force (0: every request is refused) and the JWKS fetches that failed.
+    jwt_keys: Callable[[], int] = lambda: 0
+    jwks_fetch_failures: Callable[[], int] = lambda: 0
     # New connections refused at MAX_CONNECTIONS; open ones closed to make room, by the cap that was reached.
     connections_rejected: Counter[str] = field(default_factory=Counter)
     connections_evicted: Counter[str] = field(default_factory=Counter)
@@ -208,6 +211,10 @@ class SidecarMetrics:
                 self.api_keys_lines_refused)
         metric("api_keys", "gauge", "Keys accepted on the proxy port now (API_KEY and API_KEYS_FILE's).",
                [("", self.api_keys())])
+        metric("jwt_keys", "gauge", "JWT mode: the issuer's signing keys in force (0 while none was fetched: every "
+               "request is answered 503).", [("", self.jwt_keys())])
+        counter("jwks_fetch_failures", "JWT mode: fetches of JWT_JWKS_URI that failed (the last good keys stay).",
+                self.jwks_fetch_failures())
         metric("api_key_accepted", "gauge",
                "1 for each key accepted on the proxy port now, by a short fingerprint of the key (not reversible for a "
                "generated key) and its caller id; the API key rotation waits until every sidecar shows the pending "

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from .auth import CallerId, KeySet
+from .jwt_auth import JwtVerifier, Refused
 from .limits import CONCURRENT_REQUESTS, TOKENS_PER_DAY, TOKENS_PER_MONTH, Limiter, Refusal, Reservation
 from .metrics import (
     CONNECTION_CAP_MAX_CONNECTIONS,
@@ -333,6 +334,12 @@ class CaptureProxy:
         # checked against the set in force when it is read; a set that lost every key refuses every request.
         self.api_keys = KeySet(settings.api_keys, required=bool(settings.api_keys) or bool(settings.api_keys_file))
         metrics.api_keys = lambda: len(self.api_keys)
+        # JWT mode (JWT_ISSUER): every request must carry a token of the issuer; its claim is the caller (jwt_auth).
+        self.jwt = JwtVerifier(settings.jwt) if settings.jwt is not None else None
+        if self.jwt is not None:
+            verifier = self.jwt
+            metrics.jwt_keys = lambda: len(verifier.keys or ())
+            metrics.jwks_fetch_failures = lambda: verifier.fetch_failures
         metrics.api_key_fingerprints = lambda: self.api_keys.fingerprints()
         self.connections: set[ClientConnection] = set()
         # Connection bounds (docs/capture-sidecar.md, *Connection bounds*). Each dict is in the order of its
@@ -760,6 +767,7 @@ class ClientConnection(asyncio.Protocol):
         content_length = None
         authorization = request_type = inference_id = None
         chunked = expect_continue = False
+        authorizations = 0
         for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":
@@ -774,8 +782,20 @@ class ClientConnection(asyncio.Protocol):
                 inference_id = value
             elif lower == b"authorization":
                 authorization = value
+                authorizations += 1
         caller_id = None
-        if proxy.api_keys.required:
+        if proxy.jwt is not None:
+            try:
+                if authorizations > 1:  # which one the gateway reads is not ours to guess: no caller is recorded
+                    raise Refused(401, "several Authorization headers")
+                caller_id = proxy.jwt.caller_of(authorization)
+            except Refused as refused:
+                proxy.metrics.requests_unauthorized += 1
+                reason = "Unauthorized" if refused.status == 401 else "Service Unavailable"
+                extra = b'WWW-Authenticate: Bearer error="invalid_token"\r\n' if refused.status == 401 else b""
+                self._reject(refused.status, reason, refused.reason, extra=extra)
+                raise _Rejected from None
+        elif proxy.api_keys.required:
             caller_id = proxy.api_keys.caller_of(authorization)
             if caller_id is None:
                 # Checked first, before anything is made, forwarded or captured: an unauthenticated client learns

@@ -182,6 +182,8 @@ async def serve(settings: Settings) -> int:
     # A rotated key arrives as a new version of the mounted Secret: accepted (and a dropped one refused) without a
     # restart.
     key_reload = ApiKeysReloader(settings, proxy.set_api_keys, metrics).start() if settings.api_keys_file else None
+    # JWT mode: the issuer's keys, fetched now and refreshed in the background (requests never wait on them).
+    jwks_refresh = proxy.jwt.start() if proxy.jwt is not None else None
     # boto3's service model is ~90k long-lived objects; a full garbage collection scans them all
     # (~40 ms here), which showed up as p99 spikes. Frozen objects are never scanned again.
     gc.collect()
@@ -205,6 +207,8 @@ async def serve(settings: Settings) -> int:
     sweeper.cancel()
     if key_reload is not None:
         key_reload.cancel()
+    if jwks_refresh is not None:
+        jwks_refresh.cancel()
     uploader_task.cancel()
     if limiter is not None:
         await limiter.give_back()  # unused day and month tokens, for the other replicas

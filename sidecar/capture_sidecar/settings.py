@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+from .jwt_settings import JwtSettings, read_jwt_settings
 from .limits import FAIL_CLOSED, FAIL_OPEN, LIMIT_KEYS, CallerLimits
 
 CAPTURE_MODE_INPUT = "Input"
@@ -131,6 +132,8 @@ class Settings:
     max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
     # Usage and budgets (docs/usage-and-budgets.md).
     usage: UsageSettings = field(default_factory=lambda: UsageSettings())
+    # JWT mode (JWT_ISSUER set): the caller is a verified token's claim, not an API key's (jwt_auth).
+    jwt: JwtSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -418,6 +421,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     max_payload_kb = reader.integer("MAX_PAYLOAD_SIZE_KB", 0, 0, 10240)
     api_key = _read_api_key(reader)
     api_keys, api_keys_file = _read_api_keys(reader, api_key)
+    jwt_settings = read_jwt_settings(env, reader.problems)
+    if jwt_settings is not None and (api_keys or api_keys_file):
+        reader.problems.append("JWT_ISSUER and API_KEY/API_KEYS_FILE are both set: a sidecar authenticates callers "
+                               "one way (JWT in front of a gateway, API keys in front of a model server)")
     spool_dir = reader.text("SPOOL_DIR", None, lambda path: None if path.startswith("/") else "must be absolute")
     max_connections = reader.integer("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 16, 1_000_000)
     max_unauthenticated = reader.integer("MAX_UNAUTHENTICATED", DEFAULT_MAX_UNAUTHENTICATED, 1, 1_000_000)
@@ -471,6 +478,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         idle_timeout_seconds=reader.number("IDLE_TIMEOUT_SECONDS", DEFAULT_IDLE_TIMEOUT_SECONDS, 0.1, 3600),
         max_connections=max_connections,
         max_unauthenticated=max_unauthenticated,
+        jwt=jwt_settings,
     )
     settings = replace(settings, usage=_read_usage(reader))
     if reader.problems:
