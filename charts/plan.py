@@ -48,7 +48,7 @@ from hyperpod_inference_iac.charts.jumpstart import JUMPSTART_KUBERNETES_REFUSAL
 from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
-from hyperpod_inference_iac.charts.portable import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
+from hyperpod_inference_iac.charts.portable_server import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.foundation.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.foundation.operator_versions import DEFAULT_ADDON_VERSION, missing_features, unplaced_field

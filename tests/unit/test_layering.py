@@ -170,7 +170,6 @@ def test_imports_run_one_way(graph: dict[str, set[str]]) -> None:
     assert layer_violations(graph) == []
 
 
-@pytest.mark.xfail(strict=True, reason="charts.plan <-> charts.portable, type-only: split once the open branches merge")
 def test_no_import_cycle(graph: dict[str, set[str]]) -> None:
     assert cycles(without_package_roots(graph)) == []
 
