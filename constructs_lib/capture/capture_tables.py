@@ -129,7 +129,9 @@ USAGE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "source_key", "deployment_hash", "gen_ai_operation_name", "gen_ai_request_model", "gen_ai_response_model",
         "gen_ai_usage_input_tokens", "gen_ai_usage_output_tokens", "gen_ai_response_finish_reasons", "streamed",
         "caller_id", "request_path", "http_response_status_code", "request_duration_ms", "time_to_first_chunk_ms",
-        "partial", "partial_reason"),
+        "partial", "partial_reason",
+        # usage metadata of the sidecar's metering (issue 29): where the token counts came from, which limit refused
+        "usage_source", "refused_by"),
     ALB_TABLE: (
         "type", "time", "time_source", "elb", "client_ip", "client_port", "target_ip", "target_port",
         "request_processing_time", "target_processing_time", "response_processing_time", "elb_status_code",

@@ -152,7 +152,8 @@ REASONS: dict[str, tuple[str, str]] = {
         "AwsSolutions-IAM5",
         "cloudwatch:GetMetricData has no resource type (IAM cannot narrow it to a namespace or a metric); it reads "
         "metrics only: the rotation function reads which keys the capture sidecars accept before it makes a new key "
-        "current (docs/secrets.md).",
+        "current (docs/secrets.md). secretsmanager:GetRandomPassword has none either (it reads and writes no "
+        "secret); every other action of the rotation role names the one secret it rotates.",
     ),
     "preflight-account-reads": (
         "AwsSolutions-IAM5",

@@ -399,7 +399,6 @@ class ApiKeySync(Construct):
         iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["secretsmanager:GetRandomPassword"])
         if acceptance is not None:  # (no resource type either: it reads metrics only)
             iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["cloudwatch:GetMetricData"])
-            acknowledge(role, "api-key-rotation-metric-data", "Resource::*")
         if self.encryption_key is not None:  # the new version's data key, for this secret only
             iam.Grant.add_to_principal(
                 grantee=role, actions=["kms:GenerateDataKey"], resource_arns=[self.encryption_key.key_arn],
@@ -415,7 +414,9 @@ class ApiKeySync(Construct):
                 schedule_expression=f"rate({every_days} day{'s' if every_days > 1 else ''})"))
         self.rotation_schedule.node.add_dependency(function.permissions_node.find_child("SecretsManagerInvokes"))
         self.rotation_schedule.node.add_dependency(role)
-        acknowledge(role, "api-key-rotation-random-password", "Resource::*")
+        # One reason per finding of a role: with the acceptance check it names both actions on `*`.
+        acknowledge(role, "api-key-rotation-metric-data" if acceptance is not None
+                    else "api-key-rotation-random-password", "Resource::*")
 
     def _limit_readers(self, client_role_arns: list[str]) -> None:
         """The clients may read the key (same account: no IAM policy of their own needed); every other principal

@@ -39,6 +39,9 @@ NOT_IN_THE_DEFAULT_PLATFORM = {
     # An API key that is not rotated (secrets.apiKeyRotationDays 0, a server without capture):
     # tests/unit/test_api_key_sync.py::test_without_rotation_the_missing_schedule_is_acknowledged_and_warned
     "portable-api-key-rotation",
+    # A rotated key without the sidecars' acceptance check (no metrics agent in its namespace): the rotation role's
+    # only wildcard is GetRandomPassword (tests/unit/test_api_key_sync.py)
+    "api-key-rotation-random-password",
     # PreflightPolicy, a consumer's (the app does not create it):
     # tests/unit/test_preflight_policy.py::test_cdk_nag_finds_only_the_acknowledged_wildcard
     "preflight-account-reads",
