@@ -142,7 +142,7 @@ def test_the_platform_admits_log_delivery_from_each_of_its_buckets_without_any_f
                 if '"logging.s3.amazonaws.com"' in atom]
     sources = sorted(atom["Condition"]["ArnLike"]["aws:SourceArn"] for atom in delivery)
     assert sources == sorted(f"arn:aws:s3:::{name}" for name in _logged_bucket_names(templates))
-    assert len(sources) == 3  # the capture and TLS buckets (storage stack), the HyperPod lifecycle bucket (cluster)
+    assert len(sources) == 4  # the capture, TLS and audit trail buckets (storage stack), the lifecycle bucket (cluster)
     for atom in delivery:
         assert atom["Condition"]["StringEquals"]["aws:SourceAccount"] == "111122223333"
 

@@ -68,7 +68,7 @@ def run_loader(rehearsal: Rehearsal, runtime: ContainerRuntime, aws_cli_bin: Pat
                **overrides: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     """The init container's command (`/bin/bash -c <script>`) with the manifest's env and its role's credentials;
     the volume's mount path in the script becomes a folder here. The result and the folder."""
-    shell, script = runtime.container["command"][:2], runtime.container["command"][2]
+    shell, script = runtime.container["command"][:-1], runtime.container["command"][-1]  # /bin/bash -p -c <script>
     [mount_path] = [path for path in runtime.mounts if f"cd {path}\n" in script]
     folder = workdir / "nvme"
     folder.mkdir(parents=True, exist_ok=True)
