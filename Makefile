@@ -23,9 +23,11 @@ LOCK_VENV := $(VENV)/pip-tools
 .PHONY: lock capture-layer store-server
 
 # Two layers, so `make synth` installs only what synth needs (docs/testing.md, "A lean setup"):
-# - synth-setup: the library and the app's cdk-nag from the hashed requirements/deploy.lock (the set the deploy job
-#   installs), without byte-compiling (Python compiles the few aws-cdk-lib modules the app imports on first use),
-#   and the pinned CDK CLI. About 600 MB, against 2.2 GB with the test tools.
+# - synth-setup: the library and the app's cdk-nag at the pins of constraints.txt, without byte-compiling (Python
+#   compiles the few aws-cdk-lib modules the app imports on first use), and the pinned CDK CLI. About 600 MB, against
+#   2.2 GB with the test tools. (Not from the hashed deploy.lock with --no-deps: without the dependency order,
+#   aws-cdk.cloud-assembly-schema's copy of aws_cdk/cloud_assembly_schema/ landed over aws-cdk-lib's, and jsii then
+#   read Annotations' MetadataEntry as an unknown interface.)
 # - setup: the test and review tools on top (pytest, moto, cfn-lint, mypy, ...) and checkov's own venv.
 synth-setup: $(VENV)/.synth-installed node_modules/.installed
 setup: synth-setup $(VENV)/.installed
@@ -33,15 +35,13 @@ setup: synth-setup $(VENV)/.installed
 # networkx) conflict with the project's. Installed from hashes only (requirements/checkov.lock).
 setup: $(CHECKOV_VENV)/.installed
 
-$(VENV)/.synth-installed: pyproject.toml requirements/deploy.lock
+$(VENV)/.synth-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --require-hashes --no-deps \
-		--only-binary :all: -r requirements/deploy.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=24'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[app]'
 	touch $@
 
 $(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.synth-installed
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=24'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 

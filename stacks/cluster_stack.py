@@ -5,7 +5,7 @@ One `cdk deploy` creates everything the operator needs. This stack only composes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_certificatemanager as acm
@@ -50,6 +50,14 @@ from hyperpod_inference_iac import (
 from platform_config import PlatformConfig
 from platform_config.model import NewVpc
 
+
+class AlarmWiringArgs(TypedDict):
+    """The keyword arguments every alarm construct of the cluster stack shares (typed, so the app type-checks)."""
+
+    topic: AlarmTopic | None
+    alarm_name_prefix: str
+    runbook_url: str | None
+    notify_on_ok: bool
 
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, storage: CaptureStorage,
@@ -198,8 +206,8 @@ class ClusterStack(Stack):
         self.dashboard: PlatformDashboard | None = None
         if not alarms.enabled:
             return
-        wiring = {"topic": alarm_topic, "alarm_name_prefix": config.project, "runbook_url": alarms.runbook_url,
-                  "notify_on_ok": alarms.notify_on_ok}
+        wiring = AlarmWiringArgs(topic=alarm_topic, alarm_name_prefix=config.project, runbook_url=alarms.runbook_url,
+                                 notify_on_ok=alarms.notify_on_ok)
         for key in self.api_keys.values():  # (a key without rotation has none)
             add_api_key_alarms(key, **wiring)
         certificates = {"endpoints": self.domain.certificate}
