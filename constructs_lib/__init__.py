@@ -124,7 +124,7 @@ from hyperpod_inference_iac.foundation.risks import WARNINGS, RiskWarning, RiskW
 from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
 from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
 from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
-from hyperpod_inference_iac.foundation.version import __version__ as __version__  # RELEASE or RELEASE.devN
+from hyperpod_inference_iac.foundation.version import library_version
 from hyperpod_inference_iac.observability.alarm_topic import (
     AlarmTopic,
     AlarmTopicOptions,
@@ -415,6 +415,13 @@ __all__ = [
     "warn_inference_cluster",
     "warn_workload",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: RELEASE or RELEASE.devN, computed on first access (foundation/version.py)."""
+    if name == "__version__":
+        return library_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _show_real_signatures() -> None:
