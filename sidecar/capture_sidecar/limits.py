@@ -16,15 +16,24 @@ Over-admission: a lease is never more than what the store still has, so the toke
 as long as each request's estimate covers its real count; a request that uses more than it reserved takes the
 difference from the lease, and what the store cannot give back is the only over-admission (measured in
 benchmarks/budget_bench.py). Under-admission: slices left on other replicas when a window ends.
+
+Alerts before a budget runs out: the same script call that grants a slice of a day or month budget tells whether the
+tokens handed out crossed one of ``alert_percents`` of it, and marks each level once per caller, limit and window
+(``SET NX`` inside the script: no round trip of its own, once across every replica). The replica whose grant crossed
+it counts it (``capture_sidecar_budget_alerts_total``), shows the caller for a while
+(``capture_sidecar_budget_threshold_crossed``) and logs one ``budget_threshold_crossed`` event; nothing waits on
+any of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import calendar
+import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -49,6 +58,14 @@ STORE_BACKOFF_SECONDS = 1.0
 REFILL_ATTEMPTS = 5
 FAIL_OPEN = "open"
 FAIL_CLOSED = "closed"
+# Budget alerts: the limits they watch (a minute's budget runs out every minute: its 429s say enough), the default
+# levels (percent of the budget handed out), and how many recent crossings /metrics shows, for how long.
+ALERT_LIMITS = (TOKENS_PER_DAY, TOKENS_PER_MONTH)
+DEFAULT_ALERT_PERCENTS = (80, 100)
+MAX_ALERT_PERCENTS = 5
+BUDGET_CROSSED_EVENT = "budget_threshold_crossed"
+RECENT_CROSSINGS_SHOWN = 200
+RECENT_CROSSINGS_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -80,12 +97,38 @@ def window_of(kind: str, now: float) -> tuple[str, float]:
     return f"M{moment:%Y%m}", calendar.timegm((year, month, 1, 0, 0, 0)) - now
 
 
+@dataclass(frozen=True)
+class Crossing:
+    """A caller's tokens handed out crossed ``percent`` of a budget: reported once per caller, limit and window."""
+
+    caller: str
+    limit: str  # tokensPerDay or tokensPerMonth
+    window: str  # d20261205, M202612
+    percent: int
+    budget: int
+    at: float  # epoch seconds
+
+    def event(self) -> dict[str, object]:
+        """The structured event (one JSON log line; docs/usage-and-budgets.md names its fields)."""
+        return {
+            "event": BUDGET_CROSSED_EVENT,
+            "callerId": self.caller,
+            "limit": self.limit,
+            "window": self.window,
+            "percent": self.percent,
+            "budget": self.budget,
+        }
+
+
 class TokenStore(Protocol):
     """The shared counter: tokens handed out per key (the store's own atomic operation)."""
 
-    async def take(self, key: str, want: int, limit: int, ttl_seconds: int) -> int:
+    async def take(
+        self, key: str, want: int, limit: int, ttl_seconds: int, alerts: Sequence[tuple[str, int]] = ()
+    ) -> tuple[int, list[int]]:
         """Up to ``want`` tokens of ``limit`` for ``key`` (0 when none are left); never more than the limit in
-        total across every caller of take."""
+        total across every caller of take. With ``alerts`` ((marker key, percent), ...): also the percents this
+        grant made the total handed out reach for the first time (each marker set once, whoever takes)."""
         ...
 
     async def give_back(self, key: str, tokens: int) -> None: ...
@@ -93,14 +136,27 @@ class TokenStore(Protocol):
     async def close(self) -> None: ...
 
 
-# One round trip: what is left, and the grant, atomically (scripts run alone on the server).
+# One round trip: what is left, and the grant, atomically (scripts run alone on the server). KEYS[2..] are the alert
+# markers (same hash slot: the caller's {tag}), ARGV[4..] their percents: a level reached by this grant is marked
+# with SET NX (expiring with the counter), and returned only if this call set the marker.
 _TAKE_SCRIPT = """
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local grant = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used)
-if grant <= 0 then return 0 end
+local limit = tonumber(ARGV[2])
+local grant = math.min(tonumber(ARGV[1]), limit - used)
+if grant <= 0 then return {0} end
 redis.call('INCRBY', KEYS[1], grant)
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
-return grant
+local result = {grant}
+local after = used + grant
+for i = 2, #KEYS do
+  local percent = tonumber(ARGV[i + 2])
+  if used * 100 < percent * limit and after * 100 >= percent * limit then
+    if redis.call('SET', KEYS[i], '1', 'NX', 'EX', tonumber(ARGV[3])) then
+      result[#result + 1] = percent
+    end
+  end
+end
+return result
 """
 
 
@@ -121,9 +177,15 @@ class RedisTokenStore:
         self.script = self.client.register_script(_TAKE_SCRIPT)
         self.round_trips = 0
 
-    async def take(self, key: str, want: int, limit: int, ttl_seconds: int) -> int:
+    async def take(
+        self, key: str, want: int, limit: int, ttl_seconds: int, alerts: Sequence[tuple[str, int]] = ()
+    ) -> tuple[int, list[int]]:
         self.round_trips += 1
-        return int(await self.script(keys=[key], args=[want, limit, ttl_seconds]))
+        reply = await self.script(
+            keys=[key, *(marker for marker, _ in alerts)],
+            args=[want, limit, ttl_seconds, *(percent for _, percent in alerts)],
+        )
+        return int(reply[0]), [int(percent) for percent in reply[1:]]
 
     async def give_back(self, key: str, tokens: int) -> None:
         self.round_trips += 1
@@ -177,6 +239,8 @@ class Limiter:
         fail_mode: str,
         store_timeout_seconds: float,
         clock: Callable[[], float] = time.time,
+        alert_percents: Sequence[int] = DEFAULT_ALERT_PERCENTS,
+        on_crossing: Callable[[Crossing], None] | None = None,
     ) -> None:
         self.limits = limits
         self.store = store
@@ -193,6 +257,13 @@ class Limiter:
         self.store_errors = 0
         self.admitted_store_down = 0
         self.waits = 0  # requests that waited on the store
+        # Budget alerts: the levels, crossings reported by this replica per (limit, percent), the recent ones.
+        self.alert_percents = tuple(sorted(set(alert_percents)))
+        self.on_crossing = on_crossing if on_crossing is not None else log_crossing
+        self.alerts: Counter[tuple[str, int]] = Counter(
+            {(kind, percent): 0 for kind in ALERT_LIMITS for percent in self.alert_percents}
+        )
+        self.crossings: deque[Crossing] = deque(maxlen=RECENT_CROSSINGS_SHOWN)
 
     def limits_of(self, caller: str) -> CallerLimits | None:
         return self.limits.get(caller) or self.limits.get(EVERY_OTHER_CALLER)
@@ -331,9 +402,10 @@ class Limiter:
         want = max(self._slice(lease), lease.waiting) - min(0, lease.tokens)
         _, ends_in = window_of(kind, self.clock())
         key = f"{self.key_prefix}{{{caller}}}:{kind}:{lease.window}"
+        alerts = [(f"{key}:alert{percent}", percent) for percent in self.alert_percents] if kind in ALERT_LIMITS else []
         try:
-            granted = await asyncio.wait_for(
-                store.take(key, want, lease.limit, int(ends_in) + 3600), self.store_timeout
+            granted, crossed = await asyncio.wait_for(
+                store.take(key, want, lease.limit, int(ends_in) + 3600, alerts), self.store_timeout
             )
         except Exception as error:
             self.store_errors += 1
@@ -343,8 +415,24 @@ class Limiter:
             lease.tokens += granted
             if granted < want:
                 lease.exhausted = True
+            for percent in crossed:
+                self._crossed(Crossing(caller, kind, lease.window, percent, lease.limit, self.clock()))
         finally:
             lease.refill = None
+
+    def _crossed(self, crossing: Crossing) -> None:
+        """Count, keep and report a crossing this replica's grant made (in the background refill: no request waits)."""
+        self.alerts[(crossing.limit, crossing.percent)] += 1
+        self.crossings.append(crossing)
+        try:
+            self.on_crossing(crossing)
+        except Exception:  # a reporting failure must not fail the refill
+            log.exception("reporting a budget crossing failed")
+
+    def recent_crossings(self) -> list[Crossing]:
+        """The crossings of the last RECENT_CROSSINGS_SECONDS (at most RECENT_CROSSINGS_SHOWN), for /metrics."""
+        since = self.clock() - RECENT_CROSSINGS_SECONDS
+        return [crossing for crossing in self.crossings if crossing.at >= since]
 
     async def give_back(self) -> None:
         """Shutdown: the unused tokens of day and month leases go back to the store for the other replicas."""
@@ -363,6 +451,11 @@ class Limiter:
     async def close(self) -> None:
         if self.store is not None:
             await self.store.close()
+
+
+def log_crossing(crossing: Crossing) -> None:
+    """The default report: one log line whose message is the event as JSON."""
+    log.warning("%s", json.dumps(crossing.event(), separators=(",", ":")))
 
 
 def lease_kind(lease: _Lease) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -79,11 +79,26 @@ def _format_value(value: float) -> str:
 USAGE_SOURCES_COUNTED = ("response", "requested")
 
 
+class CrossingSnapshot(Protocol):
+    caller: str
+    limit: str
+    window: str
+    percent: int
+
+
 class LimitsSnapshot(Protocol):
     refused: dict[str, int]
     store_errors: int
     admitted_store_down: int
     waits: int
+    alerts: Mapping[tuple[str, int], int]
+
+    def recent_crossings(self) -> Sequence[CrossingSnapshot]: ...
+
+
+def label_value(value: str) -> str:
+    """A label value escaped as the exposition format wants (a caller id from a JWT may hold anything)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 @dataclass
@@ -344,4 +359,27 @@ class SidecarMetrics:
             )
             counter("limits_store_waits", "Requests that waited for the budget store (their lease was short).",
                     limits.waits)
+            # Budget alerts (docs/usage-and-budgets.md): every level's series from the start (the CloudWatch agent
+            # sends increases, so a series must exist before its first crossing), no caller label on the counter.
+            metric(
+                "budget_alerts_total",
+                "counter",
+                "Crossings of a percent of a caller's day or month budget (tokens handed out) that this replica "
+                "reported; each crossing is reported by one replica only.",
+                [(f'{{limit="{limit}",percent="{percent}"}}', count) for (limit, percent), count in limits.alerts.items()],
+            )
+            metric(
+                "budget_threshold_crossed",
+                "gauge",
+                "1 for each crossing this replica reported in the last 15 minutes: who crossed which level of which "
+                "budget (read from the metrics agent's log events, not made a metric).",
+                [
+                    (
+                        f'{{caller_id="{label_value(crossing.caller)}",limit="{crossing.limit}",'
+                        f'percent="{crossing.percent}",window="{crossing.window}"}}',
+                        1,
+                    )
+                    for crossing in limits.recent_crossings()
+                ],
+            )
         return "\n".join(lines) + "\n"

@@ -102,6 +102,7 @@ def make_limiter(usage: UsageSettings) -> Limiter | None:
         key_prefix=usage.key_prefix,
         fail_mode=usage.store_failure,
         store_timeout_seconds=usage.store_timeout_seconds,
+        alert_percents=usage.alert_percents,
     )
 
 

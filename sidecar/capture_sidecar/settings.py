@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from .jwt_settings import JwtSettings, read_jwt_settings
-from .limits import FAIL_CLOSED, FAIL_OPEN, LIMIT_KEYS, CallerLimits
+from .limits import DEFAULT_ALERT_PERCENTS, FAIL_CLOSED, FAIL_OPEN, LIMIT_KEYS, MAX_ALERT_PERCENTS, CallerLimits
 
 CAPTURE_MODE_INPUT = "Input"
 CAPTURE_MODE_OUTPUT = "Output"
@@ -153,6 +153,8 @@ class UsageSettings:
     key_prefix: str = DEFAULT_LIMITS_KEY_PREFIX
     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
     default_output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    # Percents of a day or month budget handed out at which a caller's crossing is reported once (budget alerts).
+    alert_percents: tuple[int, ...] = DEFAULT_ALERT_PERCENTS
 
 
 class SettingsError(Exception):
@@ -526,7 +528,28 @@ def _read_usage(reader: _Reader) -> UsageSettings:
         or DEFAULT_LIMITS_KEY_PREFIX,
         bytes_per_token=reader.number("TOKEN_ESTIMATE_BYTES_PER_TOKEN", DEFAULT_BYTES_PER_TOKEN, 0.5, 16),
         default_output_tokens=reader.integer("TOKEN_ESTIMATE_OUTPUT_TOKENS", DEFAULT_OUTPUT_TOKENS, 1, 10_000_000),
+        alert_percents=_read_alert_percents(reader),
     )
+
+
+def _read_alert_percents(reader: _Reader) -> tuple[int, ...]:
+    """BUDGET_ALERT_PERCENTS: comma-separated whole percents of a budget, 1 to 100, each once (empty: none)."""
+    raw = reader.env.get("BUDGET_ALERT_PERCENTS")
+    if raw is None:
+        return DEFAULT_ALERT_PERCENTS
+    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    if (
+        len(parts) > MAX_ALERT_PERCENTS
+        or not all(re.fullmatch(r"[0-9]{1,3}", part) and 1 <= int(part) <= 100 for part in parts)
+        or len({int(part) for part in parts}) != len(parts)
+    ):
+        reader.fail(
+            "BUDGET_ALERT_PERCENTS",
+            raw,
+            f"must be up to {MAX_ALERT_PERCENTS} different whole percents from 1 to 100, comma-separated (e.g. 80,100)",
+        )
+        return DEFAULT_ALERT_PERCENTS
+    return tuple(sorted(int(part) for part in parts))
 
 
 def _check_paths(value: str) -> str | None:
