@@ -10,6 +10,7 @@ YAML::
       callers:
         - {callerId: team-a, tokensPerMinute: 200000, tokensPerDay: 20000000}
         - {callerId: "*", tokensPerMonth: 100000000, concurrentRequestsPerReplica: 8}
+      alertPercents: [80, 100]    # a caller's day or month budget handed out: reported once per level and window
 
 The caller id is the one the sidecar records (``callerId``: the API key's caller id); ``*`` gives every caller not
 named a budget of its own of that size. Tokens are input + output. Each limit is checked here, with its key path;
@@ -33,6 +34,9 @@ CALLER_ID_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
 STORE_URL_PATTERN = r"^rediss://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[0-9]{1,2})?$"
 DEFAULT_STORE_PORT = 6379
 LIMIT_KEYS = ("tokensPerMinute", "tokensPerDay", "tokensPerMonth", "concurrentRequestsPerReplica")
+# Budget alerts (the sidecar's BUDGET_ALERT_PERCENTS; capture_sidecar.limits.DEFAULT_ALERT_PERCENTS, MAX_ALERT_PERCENTS).
+DEFAULT_ALERT_PERCENTS = (80, 100)
+MAX_ALERT_PERCENTS = 5
 
 
 class StoreFailure(enum.StrEnum):
@@ -78,6 +82,9 @@ class UsageLimits(SpecBlock):
         default=StoreFailure.OPEN, code="UsageLimits.StoreFailureInvalid", allowed=StoreFailure)
     usage_records: UsageRecords = crd_field(
         default=UsageRecords.SAMPLED, code="UsageLimits.UsageRecordsInvalid", allowed=UsageRecords)
+    alert_percents: tuple[int, ...] = crd_field(
+        default=DEFAULT_ALERT_PERCENTS, code="UsageLimits.AlertPercentsInvalid", max_items=MAX_ALERT_PERCENTS,
+        hint="whole percents of a day or month budget, e.g. [80, 100]; [] for none")
 
     def check_rules(self, path: str, problems: Problems) -> None:
         seen: set[str] = set()
@@ -90,6 +97,14 @@ class UsageLimits(SpecBlock):
                 problems.add("UsageLimits.DuplicateCaller", join_path(at, "callerId"),
                              "each caller is listed once", caller.caller_id)
             seen.add(caller.caller_id)
+        percents_at = join_path(path, "alertPercents")
+        for index, percent in enumerate(self.alert_percents):
+            if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
+                problems.add("UsageLimits.AlertPercentsInvalid", join_path(percents_at, index),
+                             "must be a whole percent from 1 to 100", percent)
+            elif self.alert_percents.index(percent) != index:
+                problems.add("UsageLimits.AlertPercentsInvalid", join_path(percents_at, index),
+                             "each percent is listed once", percent)
         if self.callers and any(caller.limits().keys() - {"concurrentRequestsPerReplica"} for caller in self.callers) \
                 and self.store_url is None:
             problems.add("UsageLimits.NoStore", join_path(path, "storeUrl"),
@@ -110,6 +125,7 @@ def usage_limits_environment(limits: UsageLimits, *, key_prefix: str) -> dict[st
         env["CALLER_LIMITS"] = json.dumps(document, separators=(",", ":"), sort_keys=True)
         env["LIMITS_STORE_FAILURE"] = str(limits.store_failure)
         env["LIMITS_KEY_PREFIX"] = key_prefix
+        env["BUDGET_ALERT_PERCENTS"] = ",".join(str(percent) for percent in sorted(limits.alert_percents))
     if limits.store_url is not None:
         env["LIMITS_STORE_URL"] = limits.store_url
     return env

@@ -39,6 +39,8 @@ USAGE_LIMITS_CASES: list[tuple[str, dict[str, Any], str]] = [
      "server.usageLimits.storeFailure"),
     ("UsageLimits.UsageRecordsInvalid", {"usage_limits": dataclasses.replace(LIMITS, usage_records="some")},
      "server.usageLimits.usageRecords"),
+    ("UsageLimits.AlertPercentsInvalid", {"usage_limits": dataclasses.replace(LIMITS, alert_percents=(80, 0))},
+     "server.usageLimits.alertPercents[1]"),
     ("UsageLimits.NeedsCaptureSidecar", {"usage_limits": LIMITS, "data_capture": None}, "server.usageLimits"),
 ]
 
@@ -73,6 +75,7 @@ def test_the_limits_reach_the_sidecar_as_the_settings_it_checks() -> None:
     }
     assert env["LIMITS_STORE_URL"] == STORE and env["LIMITS_STORE_FAILURE"] == "open"
     assert env["LIMITS_KEY_PREFIX"] == f"budget:{samples.NAMESPACE}/qwen3-8b:"
+    assert env["BUDGET_ALERT_PERCENTS"] == "80,100"  # the default levels of the budget alerts
     assert "CALLER_LIMITS" not in _sidecar_env(samples.portable_server())
     assert "STREAM_USAGE" not in env  # vLLM: streams are asked for their usage
     assert _sidecar_env(samples.portable_server(runtime="tgi"))["STREAM_USAGE"] == "off"
@@ -85,6 +88,7 @@ def test_the_limits_reach_the_sidecar_as_the_settings_it_checks() -> None:
 
     settings = load_settings({**env, "UPSTREAM_URL": "http://127.0.0.1:8000"})
     assert settings.usage.limits["team-a"].tokens_per_day == 20_000_000
+    assert settings.usage.alert_percents == (80, 100)
 
 
 def test_the_store_is_reachable_on_its_port_inside_the_vpc_only() -> None:
