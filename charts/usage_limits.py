@@ -34,7 +34,7 @@ CALLER_ID_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
 STORE_URL_PATTERN = r"^rediss://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[0-9]{1,2})?$"
 DEFAULT_STORE_PORT = 6379
 LIMIT_KEYS = ("tokensPerMinute", "tokensPerDay", "tokensPerMonth", "concurrentRequestsPerReplica")
-# Budget alerts (the sidecar's BUDGET_ALERT_PERCENTS; capture_sidecar.limits.DEFAULT_ALERT_PERCENTS, MAX_ALERT_PERCENTS).
+# Budget alerts: the sidecar's BUDGET_ALERT_PERCENTS (its DEFAULT_ALERT_PERCENTS, MAX_ALERT_PERCENTS).
 DEFAULT_ALERT_PERCENTS = (80, 100)
 MAX_ALERT_PERCENTS = 5
 

@@ -78,6 +78,8 @@ class MetricsAgentPlan:
     cluster_name: str
     role_name: str
     models: tuple[str, ...]
+    # The budget alert levels of the portable servers with a day or month token budget (their alertPercents).
+    budget_alert_percents: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -406,7 +408,12 @@ class PlatformConfig:
             return None
         return MetricsAgentPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
                                 role_name=self.sidecar_metrics_role_name,
-                                models=tuple(p.name for p in plan.portable if p.capture is not None))
+                                models=tuple(p.name for p in plan.portable if p.capture is not None),
+                                budget_alert_percents=tuple(sorted({
+                                    percent for p in plan.portable if (limits := p.server.usage_limits) is not None
+                                    and any(caller.tokens_per_day or caller.tokens_per_month
+                                            for caller in limits.callers)
+                                    for percent in limits.alert_percents})))
 
     @property
     def model_metrics_agent(self) -> ModelMetricsPlan | None:

@@ -222,6 +222,8 @@ class ClusterStack(Stack):
                 log_retention=retention_from_days(config.logging.retention_days),
                 # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
                 models=list(agent.models),
+                # One alarm per budget alert level of the servers' usageLimits (none without a day or month budget).
+                budget_alert_percents=list(agent.budget_alert_percents),
                 depends_on=[self.workloads.namespace_manifest], **wiring,
                 **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
         models = config.model_metrics_agent

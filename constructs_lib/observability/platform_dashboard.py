@@ -4,8 +4,9 @@ Rows, top to bottom: the state of every alarm given; capture volume per tier (re
 read); processor throughput and errors (objects, curated files, failed messages, errors, throttles, the
 longest invocation against its timeout); quarantined lines per tier and the queues (dead-letter depth, the age
 of the oldest event); days left on each certificate; with sidecar metrics, what the capture sidecars
-captured, uploaded and lost; and, with model metrics, each operator model's requests, error rate, mean latency and
-time to first token, and its custom resource's state.
+captured, uploaded and lost, and, with budget alerts, the callers past each level of their budgets (a count per
+level and who, from the agent's log events); and, with model metrics, each operator model's requests, error rate,
+mean latency and time to first token, and its custom resource's state.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hyperpod_inference_iac.capture.capture_pipeline import FUNCTION_TIMEOUT, Ca
 from hyperpod_inference_iac.foundation.props import Props, listed, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.observability.alarms import imported_alarms
+from hyperpod_inference_iac.observability.budget_alarms import BUDGET_ALERTS, budget_crossings_query
 from hyperpod_inference_iac.observability.capture_alarms import TIERS, processor_metric
 from hyperpod_inference_iac.observability.certificate_alarms import DAYS_TO_EXPIRY, MANAGED_RENEWAL_DAYS
 from hyperpod_inference_iac.observability.model_metrics import KEPT_STATES, MODEL_STATE, ModelServingMetrics
@@ -146,6 +148,8 @@ class PlatformDashboard(Construct):
                 left_y_axis=cloudwatch.YAxisProps(min=0, label="days", show_units=False))])
         if sidecar_metrics is not None:
             rows.append(self._sidecar_row(sidecar_metrics))
+            if sidecar_metrics.budget_query is not None:
+                rows.append(self._budget_row(sidecar_metrics))
         if props.model_metrics is not None:
             rows.extend(self._model_rows(props.model_metrics))
         self.dashboard_name = dashboard_name
@@ -224,6 +228,22 @@ class PlatformDashboard(Construct):
                   for m in metrics.models for state in KEPT_STATES],
             left_y_axis=cloudwatch.YAxisProps(min=0, max=1, show_units=False))])
         return rows
+
+    @staticmethod
+    def _budget_row(metrics: CaptureSidecarMetrics) -> list[cloudwatch.IWidget]:
+        """Callers past each budget level (one series per level, no caller dimension), and who they are: the saved
+        query's table over the agent's log events (Logs Insights bills the bytes it scans, when the widget is seen)."""
+        return [
+            cloudwatch.GraphWidget(
+                title=f"Budgets in {metrics.namespace}: callers past each level", width=8, height=6, stacked=True,
+                left=[metrics.metric(BUDGET_ALERTS, percent=str(percent), label=f"{percent} %")
+                      for percent in metrics.budget_alert_percents],
+                left_y_axis=cloudwatch.YAxisProps(min=0, label="crossings", show_units=False)),
+            cloudwatch.LogQueryWidget(
+                title="Budgets: who crossed which level (callers, servers, windows)", width=16, height=6,
+                log_group_names=[metrics.log_group_name], query_string=budget_crossings_query(100),
+                view=cloudwatch.LogQueryVisualizationType.TABLE),
+        ]
 
     @staticmethod
     def _sidecar_row(metrics: CaptureSidecarMetrics) -> list[cloudwatch.IWidget]:

@@ -65,6 +65,11 @@ from hyperpod_inference_iac.observability.alarms import (
     check_alarm_blocks,
     topic_actions,
 )
+from hyperpod_inference_iac.observability.budget_alarms import (
+    BUDGET_ALERTS,
+    BUDGET_THRESHOLD,
+    add_budget_alarms,
+)
 from hyperpod_inference_iac.security.workload_identity import service_account_principal
 
 # The agent image and Container Insights version of aws-samples/amazon-cloudwatch-container-insights
@@ -173,6 +178,10 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
         {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
          "dimensions": [["ClusterName", "Namespace", "Workload", "fingerprint"]],
          "metric_selectors": [f"^{API_KEY_ACCEPTED}$"]},
+        # Budget alerts: one metric per level, no caller (the crossed gauge stays log events: who, for the query).
+        {"source_labels": ["job"], "label_matcher": f"^{SCRAPE_JOB}$",
+         "dimensions": [["ClusterName", "Namespace", "percent"]],
+         "metric_selectors": [f"^{BUDGET_ALERTS}$"]},
     ]
     scrape_configs = [{
         "job_name": SCRAPE_JOB,
@@ -386,6 +395,11 @@ class CaptureSidecarMetricsOptions(Props):
             "within) / responses > 1` (more than 1 % of the responses slower than it). The threshold must be one of "
             "the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: "
             + ", ".join(format_bound(bound) for bound in FIRST_CHUNK_BUCKETS) + ".")
+    budget_threshold: AlarmSettings | None = alarm_prop(
+        BUDGET_THRESHOLD, threshold=(0, 1e9), unit="budget crossings per period, all callers of the namespace",
+        doc="Per level of `budget_alert_percents`: callers whose day or month token budget (a portable server's "
+            "`usageLimits`) passed that percent, each crossing counted once across replicas; one metric and one "
+            "alarm per level, whatever the number of callers (who: the saved Logs Insights query).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         code = "CaptureSidecarMetrics"
@@ -422,6 +436,11 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
                                  doc="The served model names (each sidecar's `MODEL_NAME`, the `model` dimension) that "
                                      "get the two per-model alarms.")
     depends_on: Sequence[IConstruct] = prop((), config=False, doc="What must exist first (the namespace's manifest).")
+    budget_alert_percents: Sequence[int] = prop(
+        (), config=False,
+        doc="The levels (percent of a budget) the sidecars report (their `BUDGET_ALERT_PERCENTS`, each portable "
+            "server's `usageLimits.alertPercents`), each getting a `budget_threshold` alarm; empty: no budget alarm "
+            "and no saved query.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """Every rule (``cluster_name`` and ``namespace`` None: not checked, for a loader whose other sections
@@ -436,6 +455,12 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
                              "must be a served model name as the sidecar's MODEL_NAME (1-128 letters, digits and "
                              "'._:/@+-'), each once", model)
             seen.add(model)
+        percents = list(self.budget_alert_percents)
+        for index, percent in enumerate(percents):
+            if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100 \
+                    or percents.index(percent) != index:
+                problems.add(f"{code}.BadBudgetPercent", at.at("budget_alert_percents", index),
+                             "must be a whole percent from 1 to 100, each once", percent)
         CaptureSidecarMetricsOptions.check(self, problems, at)
 
 
@@ -484,7 +509,9 @@ class CaptureSidecarMetrics(Construct):
         models: Sequence[str] = CaptureSidecarMetricsProps.models,
         server_error_rate: AlarmSettings | None = CaptureSidecarMetricsProps.server_error_rate,
         first_chunk_p99: AlarmSettings | None = CaptureSidecarMetricsProps.first_chunk_p99,
+        budget_threshold: AlarmSettings | None = CaptureSidecarMetricsProps.budget_threshold,
         depends_on: Sequence[IConstruct] = CaptureSidecarMetricsProps.depends_on,
+        budget_alert_percents: Sequence[int] = CaptureSidecarMetricsProps.budget_alert_percents,
     ) -> None:
         """Create the construct. Its properties (:class:`CaptureSidecarMetricsProps`, kept as ``self.props``):
 
@@ -516,6 +543,11 @@ class CaptureSidecarMetrics(Construct):
             threshold must be one of the sidecar's bucket bounds, `FIRST_CHUNK_BUCKETS`: 0.025, 0.05, 0.1, 0.25,
             0.5, 1, 2, 5, 10, 20, 30, 60. Threshold: seconds (0 to 1,000,000,000). Default: threshold 5, 2 of 3
             x 5 min.
+        :param budget_threshold: Per level of `budget_alert_percents`: callers whose day or month token budget
+            (a portable server's `usageLimits`) passed that percent, each crossing counted once across replicas;
+            one metric and one alarm per level, whatever the number of callers (who: the saved Logs Insights
+            query). Threshold: budget crossings per period, all callers of the namespace (0 to 1,000,000,000).
+            Default: threshold 0, 1 of 1 x 5 min.
         :param cluster: The cluster the sidecars run in (an `eks.Cluster` or `eks.ICluster`; its kubectl
             provider applies the agent). Default: required.
         :param namespace: The namespace of the sidecars (the agent runs there and may only see its pods).
@@ -533,6 +565,9 @@ class CaptureSidecarMetrics(Construct):
         :param models: The served model names (each sidecar's `MODEL_NAME`, the `model` dimension) that get the
             two per-model alarms. Default: ``()``.
         :param depends_on: What must exist first (the namespace's manifest). Default: ``()``.
+        :param budget_alert_percents: The levels (percent of a budget) the sidecars report (their
+            `BUDGET_ALERT_PERCENTS`, each portable server's `usageLimits.alertPercents`), each getting a
+            `budget_threshold` alarm; empty: no budget alarm and no saved query. Default: ``()``.
         """
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -542,7 +577,8 @@ class CaptureSidecarMetrics(Construct):
             topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url, notify_on_ok=notify_on_ok,
             dropped_records=dropped_records, failed_uploads=failed_uploads, rejected_requests=rejected_requests,
             no_metrics=no_metrics, models=listed(models), server_error_rate=server_error_rate,
-            first_chunk_p99=first_chunk_p99, depends_on=listed(depends_on))
+            first_chunk_p99=first_chunk_p99, budget_threshold=budget_threshold, depends_on=listed(depends_on),
+            budget_alert_percents=listed(budget_alert_percents))
         props.raise_if_invalid(f"CaptureSidecarMetrics {self.node.path}")
         cluster_name = props.cluster_name
         assert cluster_name is not None
@@ -550,6 +586,7 @@ class CaptureSidecarMetrics(Construct):
         self.cluster_name = cluster_name
         self.namespace = namespace
         self.models = tuple(props.models)
+        self.log_group_name = sidecar_metrics_log_group_name(cluster_name)
         self.log_group, self.role, role_arn = cloudwatch_agent_identity(
             self, cluster=props.cluster, namespace=namespace, service_account=AGENT_NAME,
             log_group_name=sidecar_metrics_log_group_name(cluster_name), retention=props.log_retention,
@@ -621,6 +658,16 @@ class CaptureSidecarMetrics(Construct):
                 self.alarms[f"{key}:{model}"] = wiring.alarm(
                     self, f"{construct_id}-{plain}", suffix=f"sidecar-{plain}-{kebab}", anchor=f"sidecar-{kebab}",
                     text=text, metric=math, settings=settings, comparison=above, missing=quiet, threshold=threshold)
+        # Budget alerts: one alarm per level, the saved query that names the callers.
+        self.budget_alert_percents = tuple(sorted(props.budget_alert_percents))
+        self.budget_query: logs.CfnQueryDefinition | None = None
+        if self.budget_alert_percents and props.budget_threshold is not None:
+            budget_alarms, self.budget_query = add_budget_alarms(
+                self, wiring=wiring, settings=props.budget_threshold, percents=self.budget_alert_percents,
+                metric=self.metric(BUDGET_ALERTS), namespace=namespace, log_group=self.log_group,
+                log_group_name=self.log_group_name,
+                query_name=f"{props.alarm_name_prefix}/budget-crossings")
+            self.alarms.update(budget_alarms)
         self.alarm_names = alarm_names(self.alarms)
 
     def metric(self, name: str, *, statistic: str = "Sum", period: Duration = FIVE_MINUTES,

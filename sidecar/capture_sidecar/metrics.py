@@ -366,7 +366,10 @@ class SidecarMetrics:
                 "counter",
                 "Crossings of a percent of a caller's day or month budget (tokens handed out) that this replica "
                 "reported; each crossing is reported by one replica only.",
-                [(f'{{limit="{limit}",percent="{percent}"}}', count) for (limit, percent), count in limits.alerts.items()],
+                [
+                    (f'{{limit="{limit}",percent="{percent}"}}', count)
+                    for (limit, percent), count in limits.alerts.items()
+                ],
             )
             metric(
                 "budget_threshold_crossed",

@@ -142,8 +142,8 @@ def test_concurrent_requests_of_many_callers_across_three_replicas_give_one_repo
 def test_the_grant_script_reports_a_level_once_even_after_tokens_go_back(store_url: str) -> None:
     async def scenario() -> list[tuple[int, list[int]]]:
         store = RedisTokenStore(store_url, 1.0)
-        key, alerts = "script:{team-a}:tokensPerDay:d20261207", [("script:{team-a}:tokensPerDay:d20261207:alert80", 80),
-                                                                ("script:{team-a}:tokensPerDay:d20261207:alert100", 100)]
+        key = "script:{team-a}:tokensPerDay:d20261207"
+        alerts = [(f"{key}:alert80", 80), (f"{key}:alert100", 100)]
         replies = [await store.take(key, 79, 100, 60, alerts), await store.take(key, 1, 100, 60, alerts)]
         await store.give_back(key, 5)  # under 80 % handed out again
         replies += [await store.take(key, 10, 100, 60, alerts), await store.take(key, 50, 100, 60, alerts),
@@ -255,7 +255,7 @@ def test_the_alert_levels_are_read_from_budget_alert_percents(value: str | None,
     assert load_settings(env).usage.alert_percents == expected
 
 
-@pytest.mark.parametrize("value", ["0", "101", "80,80", "eighty", "1,2,3,4,5,6", "８０", "-5"])
+@pytest.mark.parametrize("value", ["0", "101", "80,80", "eighty", "1,2,3,4,5,6", "\uff18\uff10", "-5"])
 def test_malformed_alert_levels_are_refused_at_start(value: str) -> None:
     with pytest.raises(SettingsError, match="BUDGET_ALERT_PERCENTS"):
         load_settings({**BASE, "BUDGET_ALERT_PERCENTS": value})
