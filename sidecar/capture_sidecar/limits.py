@@ -402,7 +402,12 @@ class Limiter:
         want = max(self._slice(lease), lease.waiting) - min(0, lease.tokens)
         _, ends_in = window_of(kind, self.clock())
         key = f"{self.key_prefix}{{{caller}}}:{kind}:{lease.window}"
-        alerts = [(f"{key}:alert{percent}", percent) for percent in self.alert_percents] if kind in ALERT_LIMITS else []
+        # A marker per level and budget: a budget raised within the window is reported again at its own levels.
+        alerts = (
+            [(f"{key}:alert{percent}:{lease.limit}", percent) for percent in self.alert_percents]
+            if kind in ALERT_LIMITS
+            else []
+        )
         try:
             granted, crossed = await asyncio.wait_for(
                 store.take(key, want, lease.limit, int(ends_in) + 3600, alerts), self.store_timeout

@@ -154,6 +154,21 @@ def test_the_grant_script_reports_a_level_once_even_after_tokens_go_back(store_u
     assert asyncio.run(scenario()) == [(79, []), (1, [80]), (10, []), (15, [100]), (0, [])]
 
 
+def test_a_budget_raised_within_the_window_is_reported_again_at_its_own_levels(store_url: str) -> None:
+    limits = {"team-a": CallerLimits(tokens_per_day=1_000)}
+
+    async def scenario() -> list[Crossing]:
+        replicas, reported = replicas_on(store_url, limits, 1, "raised:", clock=lambda: MONDAY_NOON)
+        assert isinstance(await decide(replicas[0], "team-a", 1_000), Reservation)  # 80 and 100 of 1,000
+        limits["team-a"] = CallerLimits(tokens_per_day=2_000)  # the config raised it (a restart reads it)
+        assert isinstance(await decide(replicas[0], "team-a", 700), Reservation)  # 1,700 of 2,000: 80 %
+        await close(replicas)
+        return reported
+
+    reported = asyncio.run(scenario())
+    assert [(crossing.percent, crossing.budget) for crossing in reported] == [(80, 1_000), (100, 1_000), (80, 2_000)]
+
+
 def test_a_new_window_is_a_new_budget_and_reports_again(store_url: str) -> None:
     now = [MONDAY_NOON]
 
