@@ -80,10 +80,17 @@ USAGE_SOURCES_COUNTED = ("response", "requested")
 
 
 class CrossingSnapshot(Protocol):
-    caller: str
-    limit: str
-    window: str
-    percent: int
+    @property
+    def caller(self) -> str: ...
+
+    @property
+    def limit(self) -> str: ...
+
+    @property
+    def window(self) -> str: ...
+
+    @property
+    def percent(self) -> int: ...
 
 
 class LimitsSnapshot(Protocol):
@@ -91,7 +98,9 @@ class LimitsSnapshot(Protocol):
     store_errors: int
     admitted_store_down: int
     waits: int
-    alerts: Mapping[tuple[str, int], int]
+
+    @property
+    def alerts(self) -> Mapping[tuple[str, int], int]: ...
 
     def recent_crossings(self) -> Sequence[CrossingSnapshot]: ...
 
