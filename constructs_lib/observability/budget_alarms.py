@@ -1,4 +1,4 @@
-"""Alarms before a budget runs out (docs/usage-and-budgets.md#alarms-before-a-budget-runs-out, docs/alarms.md,
+"""Alarms before a budget runs out (docs/usage-and-budgets.md#3-alarms-before-a-budget-runs-out, docs/alarms.md,
 section ``sidecar-budget-threshold``).
 
 The capture sidecar reports each caller's crossing of a level of a day or month budget once, across replicas (the

@@ -1,4 +1,4 @@
-"""Alarms before a budget runs out (docs/usage-and-budgets.md#alarms-before-a-budget-runs-out): a caller's crossing of
+"""Alarms before a budget runs out (docs/usage-and-budgets.md#3-alarms-before-a-budget-runs-out): a caller's crossing of
 80 % and 100 % of a day or month budget is reported exactly once across replicas (the marker is set inside the store's
 grant script), by a counter without a caller label, a gauge that names the caller for a while and one log event; the
 store down means no report and no wait. Real redis-server on loopback; no timing is asserted."""

@@ -1,7 +1,7 @@
-"""Budget alarms (docs/usage-and-budgets.md#alarms-before-a-budget-runs-out): one metric and one alarm per level on the
-platform's topic whatever the number of callers, the caller never a dimension (a field of the agent's log events,
-named by a saved Logs Insights query and the dashboard's table), the names and labels the sidecar exposes, the levels
-from each portable server's usageLimits, and their rules with key paths."""
+"""Budget alarms (docs/usage-and-budgets.md#3-alarms-before-a-budget-runs-out): one metric and one alarm per level on
+the platform's topic whatever the number of callers, the caller never a dimension (a field of the agent's log
+events, named by a saved Logs Insights query and the dashboard's table), the names and labels the sidecar exposes,
+the levels from each portable server's usageLimits, and their rules with key paths."""
 
 from __future__ import annotations
 
