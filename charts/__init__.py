@@ -98,6 +98,7 @@ from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS, PodS
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
     ModelServerRuntime,
+    ApiKeyCaller,
     PortableApiKey,
     PortableModelServer,
     PortableModelServerChart,
@@ -174,6 +175,7 @@ __all__ = [
     "PlatformContext",
     "PodSecurityLevel",
     "PortName",
+    "ApiKeyCaller",
     "PortableApiKey",
     "PortableDeployment",
     "PortableModelServer",

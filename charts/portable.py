@@ -132,6 +132,7 @@ from hyperpod_inference_iac.charts.portable_server import (
     ModelServerRuntime as ModelServerRuntime,
 )
 from hyperpod_inference_iac.charts.portable_server import (
+    ApiKeyCaller as ApiKeyCaller,
     PortableApiKey as PortableApiKey,
 )
 from hyperpod_inference_iac.charts.portable_server import (
