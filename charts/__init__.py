@@ -97,8 +97,8 @@ from hyperpod_inference_iac.charts.plan import (
 from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS, PodSecurityLevel, namespace_security
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
-    ModelServerRuntime,
     ApiKeyCaller,
+    ModelServerRuntime,
     PortableApiKey,
     PortableModelServer,
     PortableModelServerChart,
@@ -121,6 +121,7 @@ __all__ = [
     "HYPERPOD_NVME_ROOT",
     "POD_SECURITY_LABELS",
     "PRESETS",
+    "ApiKeyCaller",
     "AutoScalingSpec",
     "BufferConfig",
     "CallerLimit",
@@ -175,7 +176,6 @@ __all__ = [
     "PlatformContext",
     "PodSecurityLevel",
     "PortName",
-    "ApiKeyCaller",
     "PortableApiKey",
     "PortableDeployment",
     "PortableModelServer",

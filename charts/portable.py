@@ -126,13 +126,15 @@ from hyperpod_inference_iac.charts.portable_server import (
     UPSTREAM_HEALTH_TIMEOUT_SECONDS as UPSTREAM_HEALTH_TIMEOUT_SECONDS,
 )
 from hyperpod_inference_iac.charts.portable_server import (
+    ApiKeyCaller as ApiKeyCaller,
+)
+from hyperpod_inference_iac.charts.portable_server import (
     ModelServerPreset as ModelServerPreset,
 )
 from hyperpod_inference_iac.charts.portable_server import (
     ModelServerRuntime as ModelServerRuntime,
 )
 from hyperpod_inference_iac.charts.portable_server import (
-    ApiKeyCaller as ApiKeyCaller,
     PortableApiKey as PortableApiKey,
 )
 from hyperpod_inference_iac.charts.portable_server import (

@@ -87,9 +87,9 @@ def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
     rule = events.Rule(sync, f"KeyCheck{cid}", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
                        description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
     assert sync.rotation_function is not None
+    check = {"Check": "keys", "SecretId": sync.secrets[caller.caller_id].secret_arn}
     rule.add_target(targets.LambdaFunction(sync.rotation_function, retry_attempts=0,
-                                           event=events.RuleTargetInput.from_object(
-                                               {"Check": "keys", "SecretId": sync.secrets[caller.caller_id].secret_arn})))
+                                           event=events.RuleTargetInput.from_object(check)))
 
     def check_metric(metric: str) -> cloudwatch.Metric:
         return cloudwatch.Metric(namespace=KEY_CHECK_NAMESPACE, metric_name=metric, dimensions_map={"Secret": name},

@@ -346,7 +346,7 @@ class ApiKeySync(Construct):
         self.secrets: dict[str, secretsmanager.Secret] = {}
         self._callers = sync.callers()
         for caller in self._callers:
-            self.secrets[caller.caller_id] = secret = secretsmanager.Secret(
+            self.secrets[caller.caller_id] = secretsmanager.Secret(
                 self, self._id("Secret", caller), secret_name=caller.secrets_manager_name,
                 removal_policy=RemovalPolicy.RETAIN,
                 description=f"API key of the caller {caller.caller_id} of the model server "
@@ -387,7 +387,8 @@ class ApiKeySync(Construct):
                 "rotates it by hand (docs/secrets.md); give rotation_days (the server must read the sync's keys "
                 "file, as the capture sidecar does), or acknowledge with the reason")
         for caller in self._callers:
-            if caller.revoked and props.rotation_days is not None:  # kept, not rotated: its schedule would wait for sidecars that never take its key
+            # A revoked caller's secret is kept, not rotated: its rotation would wait for sidecars that never take it.
+            if caller.revoked and props.rotation_days is not None:
                 acknowledge(self.secrets[caller.caller_id], "portable-api-key-rotation")
         self._limit_readers()
         self._limit_writers(list(props.deployer_role_arns) if props.deployer_role_arns is not None

@@ -12,10 +12,10 @@ import cdk8s
 import pytest
 
 from hyperpod_inference_iac.charts import (
+    ApiKeyCaller,
     InferenceChart,
     ModelDeployment,
     NodeGroupPlacement,
-    ApiKeyCaller,
     PortableApiKey,
     PortableDeployment,
     WorkloadServiceAccount,

@@ -124,8 +124,8 @@ def _synced_stages(client: Any, secret_id: str) -> dict[str, str]:
         return stages(client, secret_id)
     except ClientError as error:
         code, message = error.response["Error"]["Code"], str(error)
-        if code == "ResourceNotFoundException" or (
-                code == "InvalidRequestException" and ("marked for deletion" in message or "marked deleted" in message)):
+        deleted = "marked for deletion" in message or "marked deleted" in message
+        if code == "ResourceNotFoundException" or (code == "InvalidRequestException" and deleted):
             return {}
         raise
 
