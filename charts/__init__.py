@@ -97,6 +97,7 @@ from hyperpod_inference_iac.charts.plan import (
 from hyperpod_inference_iac.charts.pod_security import POD_SECURITY_LABELS, PodSecurityLevel, namespace_security
 from hyperpod_inference_iac.charts.portable import (
     PRESETS,
+    ApiKeyCaller,
     ModelServerRuntime,
     PortableApiKey,
     PortableModelServer,
@@ -120,6 +121,7 @@ __all__ = [
     "HYPERPOD_NVME_ROOT",
     "POD_SECURITY_LABELS",
     "PRESETS",
+    "ApiKeyCaller",
     "AutoScalingSpec",
     "BufferConfig",
     "CallerLimit",

@@ -126,6 +126,9 @@ from hyperpod_inference_iac.charts.portable_server import (
     UPSTREAM_HEALTH_TIMEOUT_SECONDS as UPSTREAM_HEALTH_TIMEOUT_SECONDS,
 )
 from hyperpod_inference_iac.charts.portable_server import (
+    ApiKeyCaller as ApiKeyCaller,
+)
+from hyperpod_inference_iac.charts.portable_server import (
     ModelServerPreset as ModelServerPreset,
 )
 from hyperpod_inference_iac.charts.portable_server import (

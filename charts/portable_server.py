@@ -147,19 +147,78 @@ def sidecar_inflight_body_bytes(memory_limit_mib: int = SIDECAR_MEMORY_LIMIT_MIB
 MAX_REQUEST_BODY_KB = sidecar_inflight_body_bytes() // 1024  # a buffered request body must fit the bound
 
 
+#: A caller id of an API key (the keys file's ``caller_id:key`` lines, records' ``callerId``, usage limits): the
+#: capture sidecar's own pattern (``capture_sidecar.settings.CALLER_ID``).
+API_KEY_CALLER_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+def legacy_api_key_caller_id(server_name: str) -> str:
+    """The caller id of a server's one key in the single-key form (``apiKey: {enabled, clientRoleArns}``): the synced
+    Secret's name, ``<server>-api-key``, as records have named it since the key exists. A caller of the ``callers``
+    form with this id keeps the single key's Secrets Manager secret (the migration: docs/upgrading.md)."""
+    return f"{server_name}-api-key"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ApiKeyCaller(SpecBlock):
+    """One caller of a server (a team, an application): a key of its own in a Secrets Manager secret of its own,
+    rotated and revoked alone, named in the keys file and in records by ``id``, whatever its key.
+
+    YAML: ``{id: team-a, clientRoleArns: [arn:aws:iam::111122223333:role/team-a], revoked: false}``."""
+
+    id: str = crd_field(code="Portable.ApiKeyCallerIdInvalid", pattern=API_KEY_CALLER_ID,
+                        hint="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (e.g. team-a)")
+    client_role_arns: tuple[str, ...] = crd_field(
+        default=(), code="Portable.ApiKeyClientRoleInvalid", item_pattern=IAM_ROLE_ARN.pattern, hint="an IAM role ARN"
+    )
+    # Revoked: its lines leave the keys file (its requests get 401), its secret stays (not rotated, unreadable by
+    # its clients), so un-revoking gives the caller back its id.
+    revoked: bool = False
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PortableApiKey(SpecBlock):
-    """Request authentication for one server: a random key generated in Secrets Manager and synced into the
-    namespace (``ApiKeySync``); clients send it as ``Authorization: Bearer <key>``.
+    """Request authentication for one server: random keys generated in Secrets Manager and synced into the
+    namespace (``ApiKeySync``); clients send theirs as ``Authorization: Bearer <key>``.
 
-    YAML: ``apiKey: {enabled: true, clientRoleArns: [arn:aws:iam::111122223333:role/chat-frontend]}``. The client
-    roles may read the key (``secretsmanager:GetSecretValue``); nobody else but the syncing role may.
+    YAML, one key: ``apiKey: {enabled: true, clientRoleArns: [arn:aws:iam::111122223333:role/chat-frontend]}`` (one
+    caller, id ``<server>-api-key``). Several callers, each with its own key, rotated and revoked alone:
+    ``apiKey: {callers: [{id: team-a, clientRoleArns: [...]}, {id: team-b}]}``. A caller's client roles may read
+    its key (``secretsmanager:GetSecretValue``); nobody else but the syncing role may.
     """
 
     enabled: bool = True
     client_role_arns: tuple[str, ...] = crd_field(
         default=(), code="Portable.ApiKeyClientRoleInvalid", item_pattern=IAM_ROLE_ARN.pattern, hint="an IAM role ARN"
     )
+    callers: tuple[ApiKeyCaller, ...] | None = None
+
+    def callers_of(self, server_name: str) -> tuple[ApiKeyCaller, ...]:
+        """Every caller, revoked ones included: the ``callers`` given, or the single key's one caller."""
+        if self.callers is not None:
+            return self.callers
+        return (ApiKeyCaller(id=legacy_api_key_caller_id(server_name), client_role_arns=self.client_role_arns),)
+
+    def check_rules(self, path: str, problems: Problems) -> None:
+        if self.callers is None or not self.enabled:
+            return
+        callers_path = join_path(path, "callers")
+        if self.client_role_arns:
+            problems.add("Portable.ApiKeyClientRolesBesideCallers", join_path(path, "clientRoleArns"),
+                         "with callers, each caller names the roles that may read its own key: move these to "
+                         "callers[i].clientRoleArns")
+        if not [caller for caller in self.callers if not caller.revoked]:
+            problems.add("Portable.ApiKeyNoCaller", callers_path,
+                         "needs at least one caller that is not revoked (to refuse every request, scale the server "
+                         "to 0 replicas: turning the key off would open it)")
+        seen: dict[str, int] = {}
+        for index, caller in enumerate(self.callers):
+            folded = caller.id.lower()  # one secret name and one keys file entry per caller, whatever the case
+            if folded in seen:
+                problems.add("Portable.ApiKeyCallerDuplicate", join_path(join_path(callers_path, index), "id"),
+                             f"is already the id of callers[{seen[folded]}] (ids are unique per server, case "
+                             "ignored)", caller.id)
+            seen.setdefault(folded, index)
 
 
 def capture_prefix_hash(*, cluster_name: str, namespace: str, name: str, kind: str = "Deployment") -> str:
@@ -257,6 +316,7 @@ class PortableModelServer(SpecBlock):
                 "must be longer than preStopSleepSeconds, or the server is killed before it drains",
                 self.termination_grace_period_seconds,
             )
+        self._check_api_key_callers(path, problems)
         if self.usage_limits is not None and self.pod_capture is None:
             problems.add("UsageLimits.NeedsCaptureSidecar", join_path(path, "usageLimits"),
                          "limits are enforced by the capture sidecar: enable dataCapture.modelPod (sampling may be 0)")
@@ -281,6 +341,26 @@ class PortableModelServer(SpecBlock):
                 "the capture sidecar needs a destination: set dataCapture.s3Uri (the platform has no capture bucket "
                 "to default to)",
             )
+
+    def _check_api_key_callers(self, path: str, problems: Problems) -> None:
+        """Several callers need the capture sidecar (the model server itself checks one key); a usage limit names a
+        caller of the server's keys (or ``*``)."""
+        if not self.api_key_enabled or self.api_key is None:
+            return
+        callers = self.api_key.callers_of(self.name)
+        if self.api_key.callers is not None and self.pod_capture is None:
+            problems.add("Portable.ApiKeyCallersNeedCaptureSidecar", join_path(path, "apiKey.callers"),
+                         "callers need the capture sidecar, which checks each caller's keys from the synced file and "
+                         "takes a new one without a restart (the model server alone reads one key, at start): enable "
+                         "dataCapture.modelPod (sampling may be 0), or use the single-key form")
+        if self.usage_limits is None:
+            return
+        known = {caller.id for caller in callers}
+        for index, limit in enumerate(self.usage_limits.callers):
+            if limit.caller_id != "*" and limit.caller_id not in known and not is_unresolved(limit.caller_id):
+                problems.add("UsageLimits.UnknownCaller", join_path(path, f"usageLimits.callers[{index}].callerId"),
+                             f"is no caller of this server's API keys ({', '.join(sorted(known))}): a limit for it "
+                             "would never apply", limit.caller_id)
 
     def _check_source_ranges(self, path: str, problems: Problems) -> None:
         """Each range is a network (``10.0.0.0/16``, host bits zero); ranges without a load balancer protect nothing,

@@ -231,6 +231,7 @@ from hyperpod_inference_iac.serving.hugging_face_token import (
     HuggingFaceTokenSync,
     HuggingFaceTokenSyncProps,
     SecretSync,
+    SyncedCaller,
 )
 from hyperpod_inference_iac.serving.inference_workloads import (
     InferenceWorkloads,
@@ -347,6 +348,7 @@ __all__ = [
     "SecretsKeyProps",
     "SecretsOptions",
     "StagedManifests",
+    "SyncedCaller",
     "TableReader",
     "TaintEffect",
     "VpcFlowLogs",

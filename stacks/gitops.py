@@ -76,9 +76,12 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
             relay_image=relay_image, pod_cidrs=models.pod_cidrs, latency_bound=models.latency_bound,
             first_token_bound=models.first_token_bound)
     for name, key_sync in config.api_key_syncs.items():
-        prerequisites.append(Prerequisite(
-            f"the generated API key of {name} in Secrets Manager secret {key_sync.secrets_manager_name}, created by "
-            "the cluster stack", f"aws secretsmanager describe-secret --secret-id {key_sync.secrets_manager_name}"))
+        for caller in key_sync.synced_callers:
+            prerequisites.append(Prerequisite(
+                f"the generated API key of {name}"
+                + (f" (caller {caller.caller_id})" if key_sync.keys_file_callers else "")
+                + f" in Secrets Manager secret {caller.secrets_manager_name}, created by the cluster stack",
+                f"aws secretsmanager describe-secret --secret-id {caller.secrets_manager_name}"))
     return stage_manifests(
         plan, outdir=outdir, values=values, supporting=supporting,
         helm_releases=list(config.helm_releases), prerequisites=prerequisites,

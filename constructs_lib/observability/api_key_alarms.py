@@ -19,6 +19,7 @@ from hyperpod_inference_iac.serving.api_keys import (
     SIDECAR_METRICS_NAMESPACE,
     ApiKeySync,
 )
+from hyperpod_inference_iac.serving.hugging_face_token import SyncedCaller
 
 #: The API key alarms' settings (docs/alarms.md, sections ``api-key-*``).
 ROTATION_FAILED = AlarmSettings(threshold=1, period=Duration.minutes(5))
@@ -43,46 +44,21 @@ def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: Alarm
         return {}
     server = sync.sync.kubernetes_secret_name.removesuffix("-api-key")
     wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
-    name = sync.sync.secrets_manager_name
-    rule = events.Rule(sync, "KeyCheck", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
-                       description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
-    rule.add_target(targets.LambdaFunction(function, retry_attempts=0, event=events.RuleTargetInput.from_object(
-        {"Check": "keys", "SecretId": sync.secret.secret_arn})))
-
-    def check_metric(metric: str) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace=KEY_CHECK_NAMESPACE, metric_name=metric, dimensions_map={"Secret": name},
-                                 statistic="Maximum")
-
-    hours = (props.rotation_days + 1) * 24
+    base = sync.sync.secrets_manager_name
     alarms = {
         "rotation_failed": wiring.alarm(
             sync, "RotationFailedAlarm", suffix=f"api-key-{server}-rotation-failed",
             anchor="api-key-rotation-failed",
-            text=f"The rotation function of the API key {name} failed (a rotation step or its check raised): "
+            text=f"The rotation function of the API key {base} failed (a rotation step or its check raised): "
                  "the current key stays current and nobody is locked out, but the key is not rotated.",
             metric=function.metric_errors(statistic="Sum"), settings=ROTATION_FAILED,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             missing=cloudwatch.TreatMissingData.NOT_BREACHING),
-        "rotation_overdue": wiring.alarm(
-            sync, "RotationOverdueAlarm", suffix=f"api-key-{server}-rotation-overdue",
-            anchor="api-key-rotation-overdue",
-            text=f"The API key {name} was last rotated more than {props.rotation_days} days plus a day ago, or its "
-                 "check stopped reporting.",
-            metric=check_metric("KeyAgeHours"), settings=AlarmSettings(threshold=hours, period=Duration.hours(1)),
-            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            missing=cloudwatch.TreatMissingData.BREACHING),
     }
+    for caller in sync.rotated_callers:  # each caller's key: its own check, age and acceptance
+        alarms.update(_caller_alarms(sync, caller, wiring, server))
     if props.acceptance is not None:
         acceptance = props.acceptance
-        alarms["keys_not_synced"] = wiring.alarm(
-            sync, "KeysNotSyncedAlarm", suffix=f"api-key-{server}-keys-not-synced",
-            anchor="api-key-keys-not-synced",
-            text=f"A version of the API key {name} is not accepted by every capture sidecar of {server} for two "
-                 "checks: the sync is not Ready, the kubelet does not update the Secret, or the sidecars refuse "
-                 "the file.",
-            metric=check_metric("KeysNotAccepted"), settings=KEYS_NOT_ACCEPTED,
-            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            missing=cloudwatch.TreatMissingData.NOT_BREACHING)
         alarms["unauthorized"] = wiring.alarm(
             sync, "UnauthorizedAlarm", suffix=f"api-key-{server}-unauthorized", anchor="api-key-unauthorized",
             text=f"The capture sidecars of {server} answered many requests 401 (no or a wrong API key).",
@@ -94,6 +70,50 @@ def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: Alarm
             settings=unauthorized, comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             missing=cloudwatch.TreatMissingData.NOT_BREACHING)
     sync.alarms = alarms
+    return alarms
+
+
+def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
+                   server: str) -> dict[str, cloudwatch.Alarm]:
+    """One caller's key: the check that looks at it, ``rotation-overdue`` and, with acceptance, ``keys-not-synced``.
+    The single key's keep their names and ids; another caller's carry its id (``rotation_overdue:<caller>``,
+    ``<prefix>-api-key-<server>-<caller>-rotation-overdue``)."""
+    props = sync.props
+    assert props.rotation_days is not None
+    name = caller.secrets_manager_name
+    own = caller.secrets_manager_name != sync.sync.secrets_manager_name
+    key, cid, label = (f":{caller.caller_id}", f"-{caller.caller_id}", f"{server}-{caller.caller_id}") if own \
+        else ("", "", server)
+    rule = events.Rule(sync, f"KeyCheck{cid}", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
+                       description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
+    assert sync.rotation_function is not None
+    check = {"Check": "keys", "SecretId": sync.secrets[caller.caller_id].secret_arn}
+    rule.add_target(targets.LambdaFunction(sync.rotation_function, retry_attempts=0,
+                                           event=events.RuleTargetInput.from_object(check)))
+
+    def check_metric(metric: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace=KEY_CHECK_NAMESPACE, metric_name=metric, dimensions_map={"Secret": name},
+                                 statistic="Maximum")
+
+    hours = (props.rotation_days + 1) * 24
+    alarms = {f"rotation_overdue{key}": wiring.alarm(
+        sync, f"RotationOverdueAlarm{cid}", suffix=f"api-key-{label}-rotation-overdue",
+        anchor="api-key-rotation-overdue",
+        text=f"The API key {name} was last rotated more than {props.rotation_days} days plus a day ago, or its "
+             "check stopped reporting.",
+        metric=check_metric("KeyAgeHours"), settings=AlarmSettings(threshold=hours, period=Duration.hours(1)),
+        comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        missing=cloudwatch.TreatMissingData.BREACHING)}
+    if props.acceptance is not None:
+        alarms[f"keys_not_synced{key}"] = wiring.alarm(
+            sync, f"KeysNotSyncedAlarm{cid}", suffix=f"api-key-{label}-keys-not-synced",
+            anchor="api-key-keys-not-synced",
+            text=f"A version of the API key {name} is not accepted by every capture sidecar of {server} for two "
+                 "checks: the sync is not Ready, the kubelet does not update the Secret, or the sidecars refuse "
+                 "the file.",
+            metric=check_metric("KeysNotAccepted"), settings=KEYS_NOT_ACCEPTED,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            missing=cloudwatch.TreatMissingData.NOT_BREACHING)
     return alarms
 
 

@@ -40,6 +40,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.charts.plan import PortableWorkload
 from hyperpod_inference_iac.charts.portable import API_KEYS_FILE_SECRET_KEY
+from hyperpod_inference_iac.charts.portable_server import legacy_api_key_caller_id
 from hyperpod_inference_iac.foundation._package_data import package_dir
 from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
 from hyperpod_inference_iac.foundation.log_retention import DEFAULT_RETENTION
@@ -54,7 +55,7 @@ from hyperpod_inference_iac.security.secrets_key import (
     kms_through_secrets_manager,
     secret_arn_pattern,
 )
-from hyperpod_inference_iac.serving.hugging_face_token import SecretSync, apply_sync, sync_reader_role
+from hyperpod_inference_iac.serving.hugging_face_token import SecretSync, SyncedCaller, apply_sync, sync_reader_role
 
 API_KEY_LENGTH = 48  # letters and digits: ~285 bits, safe in a header and on a command line
 #: How often External Secrets re-reads an API key (three GetSecretValue calls: current, pending, previous).
@@ -127,18 +128,27 @@ class RotationAcceptance:
 
 def api_key_sync(workload: PortableWorkload, *, namespace: str, secrets_manager_prefix: str,
                  role_name_prefix: str) -> SecretSync:
-    """The sync of one server's key, named after the server: Secrets Manager ``<prefix>/<server>/api-key``, the
-    Kubernetes Secret the plan names, a reader service account, role and SecretStore of its own."""
+    """The sync of one server's keys, named after the server: Secrets Manager ``<prefix>/<server>/api-key``, the
+    Kubernetes Secret the plan names, a reader service account, role and SecretStore of its own. With
+    ``apiKey.callers``, each caller's key is a secret of its own, ``<prefix>/<server>/api-key/<caller>`` (the caller
+    ``<server>-api-key`` keeps the single key's ``<prefix>/<server>/api-key``), all in the one keys file."""
     assert workload.api_key is not None, f"{workload.name} has no API key"
     name = workload.name
+    base = f"{secrets_manager_prefix}/{name}/api-key"
+    api_key = workload.server.api_key
+    callers: tuple[SyncedCaller, ...] = ()
+    if api_key is not None and api_key.callers is not None:
+        legacy = legacy_api_key_caller_id(name)
+        callers = tuple(SyncedCaller(caller.id, base if caller.id == legacy else f"{base}/{caller.id}",
+                                     tuple(caller.client_role_arns), caller.revoked) for caller in api_key.callers)
     return SecretSync(
-        namespace=namespace, secrets_manager_name=f"{secrets_manager_prefix}/{name}/api-key",
+        namespace=namespace, secrets_manager_name=base,
         kubernetes_secret_name=workload.api_key.name, key=workload.api_key.key,
         reader_service_account=f"{name}-api-key-reader",
         reader_role_name=iam_role_name(f"{role_name_prefix}-{name}-api-key"),
         secret_store_name=f"{name}-api-key", refresh_interval_seconds=API_KEY_REFRESH_SECONDS,
-        # The sidecar's file of accepted keys; one caller id for every version, the Secret's name.
-        keys_file=API_KEYS_FILE_SECRET_KEY, keys_file_caller_id=workload.api_key.name)
+        # The sidecar's file of accepted keys; one caller id for every version of a caller's key.
+        keys_file=API_KEYS_FILE_SECRET_KEY, keys_file_caller_id=workload.api_key.name, keys_file_callers=callers)
 
 
 def check_rotation_days(problems: Problems, path: str, rotation_days: Any) -> None:
@@ -330,51 +340,95 @@ class ApiKeySync(Construct):
             deployer_role_arns=None if deployer_role_arns is None else tuple(deployer_role_arns),
             operator_role_arns=tuple(operator_role_arns))
         props.raise_if_invalid(f"ApiKeySync {self.node.path}")
-        self.sync = props.sync
+        self.sync = sync = props.sync
         self.encryption_key = props.encryption_key
-        self.secret = secretsmanager.Secret(
-            self, "Secret", secret_name=props.sync.secrets_manager_name, removal_policy=RemovalPolicy.RETAIN,
-            description=f"API key of the model server {props.sync.kubernetes_secret_name.removesuffix('-api-key')} "
-                        f"in {props.sync.namespace}: clients send it as a bearer token",
-            generate_secret_string=secretsmanager.SecretStringGenerator(
-                password_length=API_KEY_LENGTH, exclude_punctuation=True, include_space=False),
-            encryption_key=props.encryption_key,
-        )
-        if props.encryption_key is not None:
-            encrypt_secret(self, props.encryption_key, props.sync.secrets_manager_name,
-                           named_readers=list(props.client_role_arns))
-        self.reader_role = sync_reader_role(self, cluster=props.cluster, sync=props.sync, secret=self.secret,
-                                            purpose="read a model server's API key",
-                                            encryption_key=props.encryption_key)
+        # One secret per caller (the single key: one), each with its own readers, schedule and policies.
+        self.secrets: dict[str, secretsmanager.Secret] = {}
+        self._callers = sync.callers()
+        for caller in self._callers:
+            self.secrets[caller.caller_id] = secretsmanager.Secret(
+                self, self._id("Secret", caller), secret_name=caller.secrets_manager_name,
+                removal_policy=RemovalPolicy.RETAIN,
+                description=f"API key of the caller {caller.caller_id} of the model server "
+                            f"{sync.kubernetes_secret_name.removesuffix('-api-key')} in {sync.namespace}: it sends it "
+                            "as a bearer token" if sync.keys_file_callers else
+                            f"API key of the model server {sync.kubernetes_secret_name.removesuffix('-api-key')} "
+                            f"in {sync.namespace}: clients send it as a bearer token",
+                generate_secret_string=secretsmanager.SecretStringGenerator(
+                    password_length=API_KEY_LENGTH, exclude_punctuation=True, include_space=False),
+                encryption_key=props.encryption_key,
+            )
+            if props.encryption_key is not None:
+                encrypt_secret(self, props.encryption_key, caller.secrets_manager_name,
+                               named_readers=self._client_roles(caller))
+        synced = [caller for caller in self._callers if not caller.revoked]
+        #: The first synced caller's secret (the single key's: its only one).
+        self.secret = self.secrets[synced[0].caller_id]
+        self.reader_role = sync_reader_role(self, cluster=props.cluster, sync=sync, secret=self.secret,
+                                            purpose="read a model server's API keys" if sync.keys_file_callers
+                                            else "read a model server's API key",
+                                            encryption_key=props.encryption_key,
+                                            secret_name=synced[0].secrets_manager_name)
+        for caller in synced[1:]:  # the reader reads exactly the synced callers' secrets
+            grant_secret_read(self.reader_role, self.secrets[caller.caller_id], caller.secrets_manager_name,
+                              props.encryption_key)
         self.rotation_function: lambda_.Function | None = None
         self.rotation_schedule: secretsmanager.CfnRotationSchedule | None = None
+        self.rotation_schedules: dict[str, secretsmanager.CfnRotationSchedule] = {}
         self.alarms: dict[str, cloudwatch.Alarm] = {}  # (observability.api_key_alarms.add_api_key_alarms)
         if props.rotation_days is not None:
-            self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention, props.acceptance)
+            self._rotate(props.rotation_days, props.rotation_role_name, props.log_retention, props.acceptance, synced)
         else:
-            acknowledge(self.secret, "portable-api-key-rotation")
+            for caller in self._callers:
+                acknowledge(self.secrets[caller.caller_id], "portable-api-key-rotation")
             Annotations.of(self).add_warning_v2(
                 "@hyperpod-inference-iac/ApiKeySync:notRotated",
-                f"the API key {props.sync.secrets_manager_name} is never rotated: a leaked key works until someone "
+                f"the API key {sync.secrets_manager_name} is never rotated: a leaked key works until someone "
                 "rotates it by hand (docs/secrets.md); give rotation_days (the server must read the sync's keys "
                 "file, as the capture sidecar does), or acknowledge with the reason")
-        self._limit_readers(list(props.client_role_arns))
+        for caller in self._callers:
+            # A revoked caller's secret is kept, not rotated: its rotation would wait for sidecars that never take it.
+            if caller.revoked and props.rotation_days is not None:
+                acknowledge(self.secrets[caller.caller_id], "portable-api-key-rotation")
+        self._limit_readers()
         self._limit_writers(list(props.deployer_role_arns) if props.deployer_role_arns is not None
                             else default_deployer_role_arns(self), list(props.operator_role_arns))
-        self.manifest = apply_sync(props.cluster, f"ApiKeySync-{props.sync.kubernetes_secret_name}", sync=props.sync,
+        self.manifest = apply_sync(props.cluster, f"ApiKeySync-{sync.kubernetes_secret_name}", sync=sync,
                                    reader_role=self.reader_role, operator_chart=props.operator_chart)
 
+    def _id(self, name: str, caller: SyncedCaller) -> str:
+        """A caller's construct id: the single key's secret keeps the ids it always had (no replacement on upgrade),
+        every other caller's carries its id."""
+        return name if caller.secrets_manager_name == self.sync.secrets_manager_name else f"{name}-{caller.caller_id}"
+
+    def _client_roles(self, caller: SyncedCaller) -> list[str]:
+        """Who may read ``caller``'s key: its own client roles and ``client_role_arns`` (every caller's); none for a
+        revoked caller."""
+        return [] if caller.revoked else list(dict.fromkeys([*self.props.client_role_arns, *caller.client_role_arns]))
+
+    @property
+    def secret_names(self) -> dict[str, str]:
+        """Each caller's Secrets Manager name, by caller id."""
+        return {caller.caller_id: caller.secrets_manager_name for caller in self._callers}
+
+    @property
+    def rotated_callers(self) -> tuple[SyncedCaller, ...]:
+        """The callers whose keys the rotation function rotates (none without rotation)."""
+        return tuple(caller for caller in self._callers if caller.caller_id in self.rotation_schedules)
+
     def _rotate(self, every_days: int, role_name: str | None, log_retention: logs.RetentionDays,
-                acceptance: RotationAcceptance | None) -> None:
-        """The rotation function (its own role: this secret only) and the schedule. CloudFormation sets the schedule
-        up without rotating (``RotateImmediatelyOnUpdate`` false): an upgraded server's pods that still hold the key
-        in an environment variable are replaced before the first rotation, which comes ``every_days`` later."""
+                acceptance: RotationAcceptance | None, callers: list[SyncedCaller]) -> None:
+        """The rotation function (its own role: these secrets only) and one schedule per caller. CloudFormation sets
+        the schedules up without rotating (``RotateImmediatelyOnUpdate`` false): an upgraded server's pods that still
+        hold the key in an environment variable are replaced before the first rotation, which comes ``every_days``
+        later."""
         stack = Stack.of(self)
         wait = propagation_seconds(self.sync.refresh_interval_seconds)
         log_group = logs.LogGroup(self, "RotationLogs", retention=log_retention)
         role = iam.Role(self, "RotationRole", role_name=role_name,
                         assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description=f"Rotates the API key {self.sync.secrets_manager_name}")
+                        description=f"Rotates the API key {self.sync.secrets_manager_name}"
+                                    + (f" of {len(callers)} callers" if self.sync.keys_file_callers else ""))
         self._rotation_role_name = role_name
         log_group.grant_write(role)
         self.rotation_function = function = lambda_.Function(
@@ -389,51 +443,60 @@ class ApiKeySync(Construct):
             environment={"PROPAGATION_SECONDS": str(wait), "KEY_LENGTH": str(API_KEY_LENGTH),
                          "ROTATION_DAYS": str(every_days),
                          **({"ACCEPTANCE": acceptance.environment()} if acceptance is not None else {})},
-            description=f"Rotates the API key {self.sync.secrets_manager_name} (docs/secrets.md)")
-        secret_arn = self.secret.secret_arn
-        grant_secret_read(role, self.secret, self.sync.secrets_manager_name, self.encryption_key)
-        iam.Grant.add_to_principal(grantee=role, resource_arns=[secret_arn], actions=[
+            description=f"Rotates the API key {self.sync.secrets_manager_name}"
+                        + (" of each caller" if self.sync.keys_file_callers else "") + " (docs/secrets.md)")
+        secrets = [self.secrets[caller.caller_id] for caller in callers]
+        for caller, secret in zip(callers, secrets, strict=True):
+            grant_secret_read(role, secret, caller.secrets_manager_name, self.encryption_key)
+        iam.Grant.add_to_principal(grantee=role, resource_arns=[secret.secret_arn for secret in secrets], actions=[
             "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage",
             "secretsmanager:ListSecretVersionIds"])
         # GetRandomPassword has no resource: it reads no secret.
         iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["secretsmanager:GetRandomPassword"])
         if acceptance is not None:  # (no resource type either: it reads metrics only)
             iam.Grant.add_to_principal(grantee=role, resource_arns=["*"], actions=["cloudwatch:GetMetricData"])
-        if self.encryption_key is not None:  # the new version's data key, for this secret only
+        if self.encryption_key is not None:  # the new version's data key, for these secrets only
             iam.Grant.add_to_principal(
                 grantee=role, actions=["kms:GenerateDataKey"], resource_arns=[self.encryption_key.key_arn],
                 conditions=kms_through_secrets_manager(
-                    stack.region, [secret_arn_pattern(self.secret, self.sync.secrets_manager_name)]))
-        # Only Secrets Manager, for this secret, may invoke it.
-        function.add_permission("SecretsManagerInvokes", principal=iam.ServicePrincipal("secretsmanager.amazonaws.com"),
-                                source_account=stack.account, source_arn=secret_arn)
-        self.rotation_schedule = secretsmanager.CfnRotationSchedule(
-            self, "RotationSchedule", secret_id=secret_arn, rotation_lambda_arn=function.function_arn,
-            rotate_immediately_on_update=False,
-            rotation_rules=secretsmanager.CfnRotationSchedule.RotationRulesProperty(
-                schedule_expression=f"rate({every_days} day{'s' if every_days > 1 else ''})"))
-        self.rotation_schedule.node.add_dependency(function.permissions_node.find_child("SecretsManagerInvokes"))
-        self.rotation_schedule.node.add_dependency(role)
+                    stack.region, [secret_arn_pattern(secret, caller.secrets_manager_name)
+                                   for caller, secret in zip(callers, secrets, strict=True)]))
+        for caller, secret in zip(callers, secrets, strict=True):
+            # Only Secrets Manager, for these secrets, may invoke it.
+            permission = self._id("SecretsManagerInvokes", caller)
+            function.add_permission(permission, principal=iam.ServicePrincipal("secretsmanager.amazonaws.com"),
+                                    source_account=stack.account, source_arn=secret.secret_arn)
+            schedule = secretsmanager.CfnRotationSchedule(
+                self, self._id("RotationSchedule", caller), secret_id=secret.secret_arn,
+                rotation_lambda_arn=function.function_arn, rotate_immediately_on_update=False,
+                rotation_rules=secretsmanager.CfnRotationSchedule.RotationRulesProperty(
+                    schedule_expression=f"rate({every_days} day{'s' if every_days > 1 else ''})"))
+            schedule.node.add_dependency(function.permissions_node.find_child(permission))
+            schedule.node.add_dependency(role)
+            self.rotation_schedules[caller.caller_id] = schedule
+        self.rotation_schedule = self.rotation_schedules[callers[0].caller_id]
         # One reason per finding of a role: with the acceptance check it names both actions on `*`.
         acknowledge(role, "api-key-rotation-metric-data" if acceptance is not None
                     else "api-key-rotation-random-password", "Resource::*")
 
-    def _limit_readers(self, client_role_arns: list[str]) -> None:
-        """The clients may read the key (same account: no IAM policy of their own needed); every other principal
-        is denied, whatever its IAM policies allow, except the reader role that syncs it and the rotation function."""
-        if client_role_arns:
-            self.secret.add_to_resource_policy(iam.PolicyStatement(
-                sid="ClientsReadTheKey", actions=["secretsmanager:GetSecretValue"], resources=["*"],
-                principals=[iam.ArnPrincipal(arn) for arn in client_role_arns]))
+    def _limit_readers(self) -> None:
+        """Each caller's clients may read its key (same account: no IAM policy of their own needed); every other
+        principal is denied, whatever its IAM policies allow, except the reader role that syncs it and the rotation
+        function."""
         stack = Stack.of(self)
         reader_arn = iam_role_arn(stack.partition, stack.account, self.sync.reader_role_name) \
             if self.sync.reader_role_name else self.reader_role.role_arn
         rotation = self._rotation_role_arns()
-        self.secret.add_to_resource_policy(iam.PolicyStatement(
-            sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],
-            resources=["*"], principals=[iam.AnyPrincipal()],
-            conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *rotation, *client_role_arns]}}))
-
+        for caller in self._callers:
+            secret, clients = self.secrets[caller.caller_id], self._client_roles(caller)
+            if clients:
+                secret.add_to_resource_policy(iam.PolicyStatement(
+                    sid="ClientsReadTheKey", actions=["secretsmanager:GetSecretValue"], resources=["*"],
+                    principals=[iam.ArnPrincipal(arn) for arn in clients]))
+            secret.add_to_resource_policy(iam.PolicyStatement(
+                sid="OnlyReaderAndClients", effect=iam.Effect.DENY, actions=["secretsmanager:GetSecretValue"],
+                resources=["*"], principals=[iam.AnyPrincipal()],
+                conditions={"StringNotEquals": {"aws:PrincipalArn": [reader_arn, *rotation, *clients]}}))
 
     def _rotation_role_arns(self) -> list[str]:
         """The rotation function's role, by its fixed name when it has one (the policies then show it by name)."""
@@ -457,18 +520,19 @@ class ApiKeySync(Construct):
                 "synthesizer than DefaultStackSynthesizer); give deployer_role_arns")
             return
         writers = [*rotation, *deployers]
-        self.secret.add_to_resource_policy(iam.PolicyStatement(
-            sid="OnlyRotationAndDeployerWrite", effect=iam.Effect.DENY,
-            actions=[a for a in SECRET_WRITE_ACTIONS if a not in OPERATOR_ACTIONS], resources=["*"],
-            principals=[iam.AnyPrincipal()], conditions={"StringNotEquals": {"aws:PrincipalArn": writers}}))
-        self.secret.add_to_resource_policy(iam.PolicyStatement(
-            sid="OnlyRotationDeployerAndOperatorsRelabel", effect=iam.Effect.DENY, actions=list(OPERATOR_ACTIONS),
-            resources=["*"], principals=[iam.AnyPrincipal()],
-            conditions={"StringNotEquals": {"aws:PrincipalArn": [*writers, *operators]}}))
-        if operators:
-            self.secret.add_to_resource_policy(iam.PolicyStatement(
-                sid="OperatorsRotateAndRevoke", actions=list(OPERATOR_ACTIONS), resources=["*"],
-                principals=[iam.ArnPrincipal(arn) for arn in operators]))
+        for secret in self.secrets.values():
+            secret.add_to_resource_policy(iam.PolicyStatement(
+                sid="OnlyRotationAndDeployerWrite", effect=iam.Effect.DENY,
+                actions=[a for a in SECRET_WRITE_ACTIONS if a not in OPERATOR_ACTIONS], resources=["*"],
+                principals=[iam.AnyPrincipal()], conditions={"StringNotEquals": {"aws:PrincipalArn": writers}}))
+            secret.add_to_resource_policy(iam.PolicyStatement(
+                sid="OnlyRotationDeployerAndOperatorsRelabel", effect=iam.Effect.DENY, actions=list(OPERATOR_ACTIONS),
+                resources=["*"], principals=[iam.AnyPrincipal()],
+                conditions={"StringNotEquals": {"aws:PrincipalArn": [*writers, *operators]}}))
+            if operators:
+                secret.add_to_resource_policy(iam.PolicyStatement(
+                    sid="OperatorsRotateAndRevoke", actions=list(OPERATOR_ACTIONS), resources=["*"],
+                    principals=[iam.ArnPrincipal(arn) for arn in operators]))
 
 
 def check_api_key_rotation(problems: Problems, at: KeyPaths = PROPS, *, rotation_days: int | None,

@@ -43,6 +43,19 @@ SECRET_STORE = "aws-secrets-manager"
 ROTATED_STAGES = {"current": "AWSCURRENT", "pending": "AWSPENDING", "previous": "AWSPREVIOUS"}
 
 
+@dataclass(frozen=True)
+class SyncedCaller:
+    """One caller of a ``keys_file`` with several callers (:class:`SecretSync`'s ``keys_file_callers``): its id
+    (every line of its keys, whatever their version) and the Secrets Manager secret that holds its key.
+    ``client_role_arns``: who may read that key (:class:`~hyperpod_inference_iac.ApiKeySync`). ``revoked``: its
+    secret is kept but none of its lines are synced."""
+
+    caller_id: str
+    secrets_manager_name: str
+    client_role_arns: tuple[str, ...] = ()
+    revoked: bool = False
+
+
 @dataclass(frozen=True, kw_only=True)
 class SecretSync(Props):
     """One Secrets Manager secret kept in sync as one Kubernetes Secret (:class:`HuggingFaceTokenSync`'s ``sync``,
@@ -75,13 +88,29 @@ class SecretSync(Props):
         None, config=False, default_doc="`kubernetes_secret_name`",
         doc="The caller id of every line of `keys_file`: one id for the key, whatever its version, so records name "
             "the caller the same way across rotations.")
+    keys_file_callers: tuple[SyncedCaller, ...] = prop(
+        (), config=False, default_doc="one: `keys_file_caller_id`, the secret `secrets_manager_name`",
+        doc="Several callers in one `keys_file`, each with a secret of its own (`SyncedCaller`): every caller's "
+            "current, pending and previous key as `caller_id:key` lines, a caller whose secret is missing or "
+            "deleted left out alone; `key` holds the first synced caller's current key. Revoked callers are not "
+            "read at all.")
+
+    def callers(self) -> tuple[SyncedCaller, ...]:
+        """Every caller of the keys file, revoked ones included (without ``keys_file_callers``: the one caller of
+        ``secrets_manager_name``)."""
+        return self.keys_file_callers or (SyncedCaller(self.keys_file_caller_id or self.kubernetes_secret_name,
+                                                       self.secrets_manager_name),)
+
+    @property
+    def synced_callers(self) -> tuple[SyncedCaller, ...]:
+        return tuple(caller for caller in self.callers() if not caller.revoked)
 
     def manifests(self, *, region: str, reader_role_arn: str) -> list[dict[str, Any]]:
         """ServiceAccount (IRSA), SecretStore and ExternalSecret."""
         target: dict[str, Any] = {"name": self.kubernetes_secret_name, "creationPolicy": "Owner"}
         data: list[dict[str, Any]] = [{"secretKey": self.key, "remoteRef": {"key": self.secrets_manager_name}}]
         if self.keys_file is not None:
-            target, data = self._with_keys_file(target)
+            target, data = self._with_callers(target) if self.keys_file_callers else self._with_keys_file(target)
         return [
             {"apiVersion": "v1", "kind": "ServiceAccount",
              "metadata": {"name": self.reader_service_account, "namespace": self.namespace,
@@ -116,6 +145,27 @@ class SecretSync(Props):
             other.format(name=name, caller=caller) for name in ROTATED_STAGES if name != "current") + "\n"
         template = {"engineVersion": "v2", "mergePolicy": "Replace",
                     "data": {self.key: "{{ .current }}", self.keys_file: lines}}
+        return {**target, "deletionPolicy": "Delete", "template": template}, data
+
+    def _with_callers(self, target: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Several callers (``keys_file_callers``): each synced caller's stages read as entries ``<caller>.<stage>``,
+        and a template that writes each caller's distinct versions as ``<caller>:<key>`` lines. Every entry, the
+        current one included, is read with ``index`` inside ``with``: a caller whose secret is gone (External
+        Secrets skips its entries with ``deletionPolicy: Delete``) loses its lines and no other caller's."""
+        assert self.keys_file is not None
+        callers = self.synced_callers
+        data = [{"secretKey": f"{caller.caller_id}.{name}",
+                 "remoteRef": {"key": caller.secrets_manager_name, "version": stage}}
+                for caller in callers for name, stage in ROTATED_STAGES.items()]
+        # Go text/template (engine v2, missingkey=error): `index` of a skipped entry yields "", which `with` skips.
+        current = '{{{{- with index . "{id}.current" }}}}{id}:{{{{ . }}}}\n{{{{ end }}}}'
+        other = ('{{{{- with index . "{id}.{name}" }}}}{{{{ if ne . (index $ "{id}.current") }}}}{id}:{{{{ . }}}}\n'
+                 '{{{{ end }}}}{{{{ end }}}}')
+        lines = "".join(current.format(id=caller.caller_id) + "".join(
+            other.format(id=caller.caller_id, name=name) for name in ROTATED_STAGES if name != "current")
+            for caller in callers)
+        template = {"engineVersion": "v2", "mergePolicy": "Replace",
+                    "data": {self.key: f'{{{{ index . "{callers[0].caller_id}.current" }}}}', self.keys_file: lines}}
         return {**target, "deletionPolicy": "Delete", "template": template}, data
 
 
@@ -194,16 +244,17 @@ class HuggingFaceTokenSync(Construct):
 
 
 def sync_reader_role(scope: Construct, *, cluster: ClusterLike, sync: SecretSync, secret: secretsmanager.ISecret,
-                     purpose: str, encryption_key: kms.IKey | None = None) -> iam.Role:
+                     purpose: str, encryption_key: kms.IKey | None = None, secret_name: str | None = None) -> iam.Role:
     """The role External Secrets authenticates as: IRSA, trusted by exactly the reader service account, allowed to
-    read ``secret`` and nothing else (with ``encryption_key``: to decrypt it through Secrets Manager only)."""
+    read ``secret`` (named ``secret_name``, by default the sync's) and nothing else (with ``encryption_key``: to
+    decrypt it through Secrets Manager only)."""
     role = iam.Role(
         scope, "ReaderRole", role_name=sync.reader_role_name,
         assumed_by=service_account_principal(scope, "ReaderTrust", cluster=cluster, namespace=sync.namespace,
                                              service_account=sync.reader_service_account),
         description=f"External Secrets: {purpose} into {sync.namespace}",
     )
-    grant_secret_read(role, secret, sync.secrets_manager_name, encryption_key)
+    grant_secret_read(role, secret, secret_name or sync.secrets_manager_name, encryption_key)
     return role
 
 

@@ -12,6 +12,7 @@ import cdk8s
 import pytest
 
 from hyperpod_inference_iac.charts import (
+    ApiKeyCaller,
     InferenceChart,
     ModelDeployment,
     NodeGroupPlacement,
@@ -23,6 +24,7 @@ from hyperpod_inference_iac.charts import (
 )
 from hyperpod_inference_iac.charts.capture import LoadBalancerCapture, ModelPodCapture
 from hyperpod_inference_iac.charts.placement import preferred_instance_types
+from hyperpod_inference_iac.charts.usage_limits import CallerLimit, UsageLimits
 from hyperpod_inference_iac.foundation.platform_values import S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from tests.charts import samples
@@ -719,6 +721,23 @@ PORTABLE_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Portable.RequestBodyCapOutOfRange", {"max_request_body_kb": 96 * 1024}, "server.maxRequestBodyKB"),
     ("Portable.ApiKeyClientRoleInvalid", {"api_key": PortableApiKey(client_role_arns=("chat-frontend",))},
      "server.apiKey.clientRoleArns[0]"),
+    # A key per caller (issue 29.0; tests/unit/test_api_key_callers.py)
+    ("Portable.ApiKeyCallerIdInvalid", {"api_key": PortableApiKey(callers=(ApiKeyCaller(id="team a"),))},
+     "server.apiKey.callers[0].id"),
+    ("Portable.ApiKeyCallerDuplicate",
+     {"api_key": PortableApiKey(callers=(ApiKeyCaller(id="team-a"), ApiKeyCaller(id="TEAM-A")))},
+     "server.apiKey.callers[1].id"),
+    ("Portable.ApiKeyNoCaller", {"api_key": PortableApiKey(callers=())}, "server.apiKey.callers"),
+    ("Portable.ApiKeyClientRolesBesideCallers",
+     {"api_key": PortableApiKey(client_role_arns=("arn:aws:iam::111122223333:role/a",),
+                                callers=(ApiKeyCaller(id="team-a"),))}, "server.apiKey.clientRoleArns"),
+    ("UsageLimits.UnknownCaller",
+     {"api_key": PortableApiKey(callers=(ApiKeyCaller(id="team-a"),)),
+      "usage_limits": UsageLimits(callers=(CallerLimit(caller_id="team-b", concurrent_requests_per_replica=2),))},
+     "server.usageLimits.callers[0].callerId"),
+    ("Portable.ApiKeyCallersNeedCaptureSidecar",
+     {"api_key": PortableApiKey(callers=(ApiKeyCaller(id="team-a"),)), "data_capture": None},
+     "server.apiKey.callers"),
     ("Portable.RuntimeInvalid", {"runtime": "triton"}, "server.runtime"),
     ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai:latest"}, "server.image"),
     ("Portable.ImageNotPinned", {"image": "vllm/vllm-openai"}, "server.image"),

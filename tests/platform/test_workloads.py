@@ -99,26 +99,30 @@ def test_each_secret_sync_reads_through_its_own_store_and_reader(assembly: Assem
 
 
 def test_the_portable_server_reads_the_synced_api_key_and_dist_never_holds_it(assembly: Assembly) -> None:
-    """External Secrets syncs the current, pending and previous version of the rotated key (issue 17): the Secret's
-    ``api-keys`` lists each distinct one under the Secret's name as caller id, ``api-key`` the current one; a stage
-    that does not exist yet (no rotation so far, none running) is skipped (deletionPolicy Delete). The capturing
-    server's sidecar reads ``api-keys`` from a volume; nothing else of the pod gets a key."""
+    """External Secrets syncs the current, pending and previous version of each caller's rotated key (issues 17,
+    29.0): the default server has two callers, the single key's (``<server>-api-key``, its secret unchanged) and
+    ``team-b`` (a secret of its own); the Secret's ``api-keys`` lists each caller's distinct versions under its id,
+    ``api-key`` the first caller's current one; a stage that does not exist yet is skipped (deletionPolicy Delete).
+    The capturing server's sidecar reads ``api-keys`` from a volume; nothing else of the pod gets a key."""
     objects = {o["kind"]: o for o in assembly.manifests["api-key-qwen3-8b-portable.k8s.yaml"]}
     spec = objects["ExternalSecret"]["spec"]
     target = spec["target"]["name"]
     name = "llm-platform/portable/qwen3-8b-portable/api-key"
-    assert spec["data"] == [{"secretKey": entry, "remoteRef": {"key": name, "version": stage}}
+    assert spec["data"] == [{"secretKey": f"{caller}.{entry}", "remoteRef": {"key": secret, "version": stage}}
+                            for caller, secret in ((target, name), ("team-b", f"{name}/team-b"))
                             for entry, stage in (("current", "AWSCURRENT"), ("pending", "AWSPENDING"),
                                                  ("previous", "AWSPREVIOUS"))]
     assert spec["refreshInterval"] == "120s"
     assert (spec["target"]["creationPolicy"], spec["target"]["deletionPolicy"]) == ("Owner", "Delete")
     template = spec["target"]["template"]
     assert (template["engineVersion"], template["mergePolicy"]) == ("v2", "Replace")
-    other = '\n{{{{- with index . "{}" }}}}{{{{ if ne . $.current }}}}\n{}:{{{{ . }}}}{{{{ end }}}}{{{{ end }}}}'
+    current = '{{{{- with index . "{0}.current" }}}}{0}:{{{{ . }}}}\n{{{{ end }}}}'
+    other = ('{{{{- with index . "{0}.{1}" }}}}{{{{ if ne . (index $ "{0}.current") }}}}{0}:{{{{ . }}}}\n'
+             '{{{{ end }}}}{{{{ end }}}}')
     assert template["data"] == {  # rendered with Go's text/template as External Secrets does: docs/secrets.md
-        "api-key": "{{ .current }}",
-        "api-keys": f"{target}:{{{{ .current }}}}" + other.format("pending", target)
-                    + other.format("previous", target) + "\n"}
+        "api-key": f'{{{{ index . "{target}.current" }}}}',
+        "api-keys": "".join(current.format(caller) + other.format(caller, "pending") + other.format(caller, "previous")
+                            for caller in (target, "team-b"))}
     (deployment,) = [o for o in assembly.manifests["portable-qwen3-8b-portable.k8s.yaml"] if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert not [env for c in [*pod["containers"], *pod["initContainers"]] for env in c.get("env", [])

@@ -113,3 +113,33 @@ def synced_api_keys(client: Any, secret_id: str, caller_id: str) -> str:
     lines += [f"{caller_id}:{values[stage]}" for stage in ("AWSPENDING", "AWSPREVIOUS")
               if stage in values and values[stage] != values["AWSCURRENT"]]
     return "".join(line + "\n" for line in lines)
+
+
+def _synced_stages(client: Any, secret_id: str) -> dict[str, str]:
+    """What External Secrets reads of one caller's secret: each stage that has a value; none at all when the secret
+    is gone or marked for deletion (its entries are skipped with ``deletionPolicy: Delete``: external-secrets PR
+    #4562 maps AWS's ``InvalidRequestException`` "...was marked for deletion" to no secret, as it does
+    ``ResourceNotFoundException``; moto words it "...currently marked deleted")."""
+    try:
+        return stages(client, secret_id)
+    except ClientError as error:
+        code, message = error.response["Error"]["Code"], str(error)
+        deleted = "marked for deletion" in message or "marked deleted" in message
+        if code == "ResourceNotFoundException" or (code == "InvalidRequestException" and deleted):
+            return {}
+        raise
+
+
+def synced_callers_file(client: Any, callers: dict[str, str]) -> str:
+    """The ``api-keys`` file External Secrets writes for a server with several callers (``SecretSync`` with
+    ``keys_file_callers``, caller id -> secret), as its template renders it (checked with Go's text/template,
+    docs/secrets.md): per caller, in order, its current key, then its pending and previous ones unless they are
+    its current key; a caller whose secret is gone has no line, the others keep theirs."""
+    lines = []
+    for caller_id, secret_id in callers.items():
+        values = _synced_stages(client, secret_id)
+        current = values.get("AWSCURRENT")
+        lines += [f"{caller_id}:{current}"] if current else []
+        lines += [f"{caller_id}:{values[stage]}" for stage in ("AWSPENDING", "AWSPREVIOUS")
+                  if values.get(stage) and values[stage] != current]
+    return "".join(line + "\n" for line in lines)

@@ -269,6 +269,26 @@ def _limits_env(m, old, new, ctx):
     return caller_limits_change(m["var"], old, new, f"{ctx.name}/{m['c']}")
 
 
+# A caller's lines in a synced keys file's template (``SecretSync``): ``<caller>:{{ ... }}``.
+_KEYS_FILE_CALLER = re.compile(r"(?:^|\n|}})([A-Za-z0-9][A-Za-z0-9._-]{0,63}):{{")
+
+
+def keys_file_callers(template: Any) -> set[str]:
+    """The caller ids a keys file's template writes lines for (none when absent or not a template)."""
+    return set(_KEYS_FILE_CALLER.findall(template)) if isinstance(template, str) else set()
+
+
+@rule({"ExternalSecret"}, r"^spec\.target\.template\.data\.api-keys$")
+def _api_key_callers(m, old, new, ctx):
+    """The callers whose API keys a server accepts (docs/secrets.md): one added (or un-revoked) is someone more who
+    can call the server (broadening); one removed or revoked narrows."""
+    before, after = keys_file_callers(old), keys_file_callers(new)
+    if before == after:
+        return None  # (the same callers, written another way: the single key's form migrated to callers)
+    words = [f"+ {caller}" for caller in sorted(after - before)] + [f"- {caller}" for caller in sorted(before - after)]
+    return ("identity", ctx.name, "API key callers: " + listing(words), bool(after - before))
+
+
 @rule(POD_OWNERS, _CONTAINER + r"\.env\[MODEL_SOURCE_S3_URI\]\.value$")
 def _model_uri(m, old, new, ctx):
     return ("workloads", f"{ctx.name}/{m['c']}", change("model source", old, new), False)
