@@ -251,10 +251,10 @@ import json, sys, time
 sys.path.insert(0, {runtime!r})
 from handler import handler
 event = {{"Records": [{{"messageId": "m-1", "body": {body!r}}}]}}
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.process_time()
 result = handler(event, None)
-seconds = time.perf_counter() - started
-print(json.dumps({{"result": result, "seconds": seconds, "peak_kib": {peak}}}))
+seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+print(json.dumps({{"result": result, "seconds": seconds, "cpu_seconds": cpu_seconds, "peak_kib": {peak}}}))
 """
 
 _BASELINE_CHILD = """
