@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import io
+import itertools
 import json
 import math
 import operator
@@ -164,12 +165,10 @@ def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedLine], byte
     verdicts = {line: _prefilter_verdict(line) for line in dict.fromkeys(split)}
     if not any(verdicts.values()):
         return early, data, None
-    early = [
-        RejectedLine(first_line + index, NOT_A_CAPTURE_RECORD, line)
-        for index, line in enumerate(split)
-        if verdicts[line]
-    ]
-    kept = [index for index, line in enumerate(split) if not verdicts[line] and line.strip()]
+    flags = list(map(verdicts.__getitem__, split))  # the lines walked by C iterators, not Python loops
+    numbers = itertools.compress(itertools.count(first_line), flags)
+    early = list(map(RejectedLine, numbers, itertools.repeat(NOT_A_CAPTURE_RECORD), itertools.compress(split, flags)))
+    kept = [index for index in itertools.compress(itertools.count(), map(operator.not_, flags)) if split[index].strip()]
     return early, b"\n".join([split[index] for index in kept]) + b"\n", kept
 
 
