@@ -230,16 +230,19 @@ def measure_duckdb(source: Path, work: Path) -> Throughput:
     )
 
 
-def interleaved_best(runs: int, measures: list[Callable[[], Throughput]]) -> list[Throughput]:
-    """Best of `runs` per engine, the engines taking turns, so a burst of load from elsewhere on
-    the machine hits all of them alike rather than one."""
-    best: list[Throughput | None] = [None] * len(measures)
+def interleaved_runs(runs: int, measures: list[Callable[[], Throughput]]) -> list[list[Throughput]]:
+    """Every run of each engine, the engines taking turns, so a burst of load from elsewhere on the machine hits
+    all of them alike rather than one."""
+    results: list[list[Throughput]] = [[] for _ in measures]
     for _ in range(runs):
         for index, measure in enumerate(measures):
-            result = measure()
-            if best[index] is None or result.seconds < best[index].seconds:
-                best[index] = result
-    return [result for result in best if result is not None]
+            results[index].append(measure())
+    return results
+
+
+def best_and_median(results: list[Throughput]) -> tuple[Throughput, Throughput]:
+    ordered = sorted(results, key=lambda result: result.seconds)
+    return ordered[0], ordered[(len(ordered) - 1) // 2]
 
 
 # --------------------------------------------------------------------------- memory
@@ -248,10 +251,10 @@ import json, sys, time
 sys.path.insert(0, {runtime!r})
 from handler import handler
 event = {{"Records": [{{"messageId": "m-1", "body": {body!r}}}]}}
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.process_time()
 result = handler(event, None)
-seconds = time.perf_counter() - started
-print(json.dumps({{"result": result, "seconds": seconds, "peak_kib": {peak}}}))
+seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+print(json.dumps({{"result": result, "seconds": seconds, "cpu_seconds": cpu_seconds, "peak_kib": {peak}}}))
 """
 
 _BASELINE_CHILD = """
@@ -330,7 +333,7 @@ def measure_memory(sizes_mib: list[int], work: Path) -> tuple[float, list[Memory
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=128, help="throughput input size (default 128)")
-    parser.add_argument("--runs", type=int, default=3, help="throughput runs per engine; best is kept")
+    parser.add_argument("--runs", type=int, default=3, help="throughput runs per engine: best and median")
     parser.add_argument("--rss-sizes", default="64,256", help="object sizes in MiB for the memory runs")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
@@ -350,7 +353,7 @@ def main() -> None:
         work = Path(directory)
         source = work / "capture.jsonl"
         records = generate_capture_file(source, args.size_mib * MIB)
-        print(f"\n(1) throughput: {source.stat().st_size / 1e6:.0f} MB, {records} records, best of {args.runs}")
+        print(f"\n(1) throughput: {source.stat().st_size / 1e6:.0f} MB, {records} records, {args.runs} runs")
         from capture_core.settings import DEFAULT_REDACT
 
         rules = tuple(DEFAULT_REDACT.split(","))
@@ -359,14 +362,18 @@ def main() -> None:
             "on": lambda: measure_processor(source, work, rules, "processor, redaction on"),
             "off": lambda: measure_processor(source, work, (), "processor, redaction off"),
         }
-        results = interleaved_best(args.runs, list(engines.values()))
-        print(f"{'engine':45} {'seconds':>8} {'MB/s':>7} {'vs DuckDB':>10} {'Parquet MB':>11}")
-        for result in results:
-            ratio = result.mb_per_s / results[0].mb_per_s
+        runs = interleaved_runs(args.runs, list(engines.values()))
+        print(f"{'engine':45} {'seconds':>8} {'MB/s':>7} {'vs DuckDB':>10} {'median s':>9} {'median vs':>10} "
+              f"{'Parquet MB':>11}")
+        duckdb_best, duckdb_median = best_and_median(runs[0])
+        for results in runs:
+            best, median = best_and_median(results)
             print(
-                f"{result.name:45} {result.seconds:8.2f} {result.mb_per_s:7.0f} {ratio:10.0%} "
-                f"{result.output_bytes / 1e6:11.1f}"
+                f"{best.name:45} {best.seconds:8.2f} {best.mb_per_s:7.0f} {best.mb_per_s / duckdb_best.mb_per_s:10.0%} "
+                f"{median.seconds:9.2f} {median.mb_per_s / duckdb_median.mb_per_s:10.0%} "
+                f"{best.output_bytes / 1e6:11.1f}"
             )
+        print(f"load average at the end: {' '.join(f'{value:.1f}' for value in os.getloadavg())}")
         source.unlink()
 
         if not args.skip_memory:

@@ -2,7 +2,9 @@
 during the conversion) and the plain one (the stdlib's `json`, the collector as Python runs it) give the same
 Parquet rows and the same quarantine, byte for byte. The records plant secrets after escapes, across stream deltas
 and in other charsets, and carry what orjson and `json` read differently (NaN, huge numbers, lone surrogates, a
-byte order mark, deep nesting, UTF-16 lines)."""
+byte order mark, deep nesting, UTF-16 lines). The pre-filter of lines that cannot be capture records (issue 27's
+200,000 lines of `{}`) is part of the fast path: lines that look like capture lines and are not, and lines that are
+(a key with an escape, a usage record), go through both paths too."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from capture_core import fast_json
+from capture_core import capture_format, fast_json, processor
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
 from capture_core.records import ChunkContext
@@ -77,6 +79,13 @@ def convert(data: bytes, directory: Path) -> tuple[list[dict[str, Any]], str]:
     return rows, quarantine
 
 
+def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every speed switch off: the stdlib's `json`, the collector as Python runs it, every line to Arrow's reader."""
+    monkeypatch.setattr(fast_json, "FAST", False)
+    monkeypatch.setattr(gc, "disable", lambda: None)
+    monkeypatch.setattr(capture_format, "PREFILTER", False)
+
+
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert fast_json.FAST, "orjson is a dependency of the processor (pyproject dev extra, the Lambda's lock)"
     data = hostile_object()
@@ -84,8 +93,7 @@ def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch:
     (tmp_path / "plain").mkdir()
 
     fast_rows, fast_quarantine = convert(data, tmp_path / "fast")
-    monkeypatch.setattr(fast_json, "FAST", False)
-    monkeypatch.setattr(gc, "disable", lambda: None)  # the plain path: the collector runs as Python runs it
+    plain_path(monkeypatch)
     plain_rows, plain_quarantine = convert(data, tmp_path / "plain")
 
     assert fast_rows == plain_rows
@@ -113,3 +121,49 @@ def test_fast_json_reads_what_json_reads_and_fails_where_it_fails(text: str, mon
     monkeypatch.setattr(fast_json, "FAST", False)
 
     assert fast == outcome()
+
+
+def prefilter_object() -> bytes:
+    """Lines the pre-filter takes out (JSON objects naming neither `captureData` nor `usageSource`, without a
+    backslash) between lines that look like them and are capture records, or look like capture lines and are not."""
+    good = [record(f"good-{n}", side(transcripts.chat_request(f"mail a{n}@example.com")), side('{"choices": []}'))
+            for n in range(4)]
+    escaped_key = record("escaped-key", side('{"prompt": "hi"}'), None).replace('"captureData"', '"captureD\\u0061ta"')
+    lines = [
+        good[0], "{}", "{}", '{"a": 1}', '{"a":1,"a":2}', "[]", "1", "null", '"text"', "   ", "{}\r",
+        '{"eventMetadata": {"eventId": "x", "inferenceTime": "2026-11-30T10:00:00Z"}}',
+        '{"eventVersion": 1}',  # a type Arrow's reader refuses: without the filter, the chunk is read line by line
+        '{"eventMetadata": 5}', '{"x": NaN}', '{"x": 1e400}', '{"x": ' + "[" * 1500 + "]" * 1500 + "}",
+        good[1],
+        '{"note": "captureData is where the payload goes"}', '{"usageSource": "response"}',
+        '{"eventMetadata": {"usageSource": 5}}', '{"eventMetadata": {"usageSource": "response", "callerId": "t"}}',
+        '{"captureData": {}}', '{"captureData": {"endpointInput": "x"}}', '{"mail": "b@example.com"}',
+        '{"mail": "b@example.com"}', '{"a": "\\u0041"}', escaped_key, "{not json",
+        good[2], *["{}"] * 300, good[3], *["{}"] * 5,
+    ]
+    body = ("\n".join(lines) + "\n").encode()
+    return body + b'{"x": "\xff"}\n{}\n' + good[0].encode() + b"\n{}"  # invalid UTF-8; no newline at the end
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 700, 4096])
+def test_the_prefilter_gives_the_plain_paths_output(
+    chunk_bytes: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if chunk_bytes is not None:  # chunks of every mix: only filtered lines, filtered and kept, a line forcing the
+        monkeypatch.setattr(processor, "CHUNK_BYTES", chunk_bytes)  # careful path beside filtered ones
+    data = prefilter_object()
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "plain").mkdir()
+
+    fast_rows, fast_quarantine = convert(data, tmp_path / "fast")
+    plain_path(monkeypatch)
+    plain_rows, plain_quarantine = convert(data, tmp_path / "plain")
+
+    assert fast_rows == plain_rows
+    assert fast_quarantine == plain_quarantine
+    events = sorted(str(row["event_id"]) for row in fast_rows)
+    assert events == ["None", "escaped-key", "good-0", "good-0", "good-1", "good-2", "good-3"], events
+    quarantined = [json.loads(line) for line in fast_quarantine.splitlines()]
+    assert len(quarantined) == data.count(b"\n") + 1 - len(events) - 1  # every other line but the blank one
+    assert [entry["line_number"] for entry in quarantined] == sorted(entry["line_number"] for entry in quarantined)
+    assert "b@example.com" not in fast_quarantine and "@example.com" not in json.dumps(fast_rows, default=str)

@@ -150,15 +150,21 @@ class DocumentBatch:
         misses a match. Documents with \\u escapes, which it cannot decode, are planned regardless."""
         if not self._escaped or not self._redactor.rules:
             return
-        texts = pa.array([self._documents[document][0] for document in self._escaped], pa.string())
-        decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
-        decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
-        flagged = pc.or_(
-            pc.fill_null(pc.match_substring_regex(decoded, self._redactor.any_rule), False),
-            pc.fill_null(pc.match_substring(texts, "\\u"), False),
-        )
-        for position in pc.indices_nonzero(flagged).to_pylist():
-            document = self._escaped[position]
+        # A \\u escape is found by Python's substring search (C, no Arrow pass); only the other documents go to RE2.
+        unicode: list[int] = []
+        others: list[int] = []
+        for document in self._escaped:
+            (unicode if "\\u" in self._documents[document][0] else others).append(document)
+        flagged = set(unicode)
+        if others:
+            texts = pa.array([self._documents[document][0] for document in others], pa.string())
+            decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
+            decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
+            matched = pc.fill_null(pc.match_substring_regex(decoded, self._redactor.any_rule), False)
+            flagged.update(others[position] for position in pc.indices_nonzero(matched).to_pylist())
+        for document in self._escaped:  # in the order they were added, as one pass over all of them gave
+            if document not in flagged:
+                continue
             text = self._documents[document][0]
             if text.count('"') > 2 * MAX_LITERALS_PER_DOCUMENT:  # bounded work: not split, replaced whole
                 self._over_planned.add(document)

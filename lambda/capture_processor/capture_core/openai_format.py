@@ -140,16 +140,18 @@ def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     choices: dict[int, _Choice] = {}
     chat = None
+    heads = ["id", "created", "model", "system_fingerprint"]  # those not taken yet, each from its first chunk
     for chunk in chunks:
         if "error" in chunk and "choices" not in chunk:
             result["error"] = chunk["error"]  # vLLM reports a failure mid-stream as an event
             continue
-        if len(result) < 4:
-            for name in ("id", "created", "model", "system_fingerprint"):
-                if name in chunk and name not in result:
-                    result[name] = chunk[name]
-        if chunk.get("usage") is not None:
-            result["usage"] = chunk["usage"]
+        if len(result) < 4 and heads and not chunk.keys().isdisjoint(heads):  # one test in C for most chunks
+            for name in [name for name in heads if name in chunk]:
+                result[name] = chunk[name]
+                heads.remove(name)
+        usage = chunk.get("usage")
+        if usage is not None:
+            result["usage"] = usage
         entries = chunk.get("choices")
         if entries is None:
             continue
@@ -171,16 +173,28 @@ def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                     raise NotReassembled("a choice index is not a small integer")
                 choice = choices[index] = _Choice(index, is_chat)
             if is_chat:
-                _merge_delta(choice, delta or {})
-            elif isinstance(entry.get("text"), str):
-                choice.fields.setdefault("text", []).append(entry["text"])
-            for name in ("finish_reason", "stop_reason", "matched_stop"):
-                value = entry.get(name)
-                if value is not None:
-                    choice.rest[name] = value
+                if type(delta) is dict and len(delta) == 1 and type(content := delta.get("content")) is str:
+                    fields = choice.fields  # the common delta, one piece of content: _merge_delta's result, inline
+                    if "content" in fields:
+                        fields["content"].append(content)
+                    else:
+                        fields["content"] = [content]
+                else:
+                    _merge_delta(choice, delta or {})
+            else:
+                text = entry.get("text")
+                if isinstance(text, str):
+                    choice.fields.setdefault("text", []).append(text)
+            rest = choice.rest  # finish_reason, stop_reason, matched_stop: the last one given, in this order
+            if (value := entry.get("finish_reason")) is not None:
+                rest["finish_reason"] = value
+            if (value := entry.get("stop_reason")) is not None:
+                rest["stop_reason"] = value
+            if (value := entry.get("matched_stop")) is not None:
+                rest["matched_stop"] = value
             logprobs = entry.get("logprobs")
             if isinstance(logprobs, dict):
-                choice.rest["logprobs"] = _merged_logprobs(choice.rest.get("logprobs"), logprobs)
+                rest["logprobs"] = _merged_logprobs(rest.get("logprobs"), logprobs)
     if chat is None and "error" not in result:
         raise NotReassembled("no choices in any chunk")
     result["object"] = "chat.completion" if chat else "text_completion"

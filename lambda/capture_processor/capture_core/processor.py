@@ -9,6 +9,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,9 @@ def _completed(entry: tuple[Any, Future[ParsedChunk] | None]) -> tuple[Any, Pars
     return item, future.result() if future is not None else None
 
 
+_RAW = attrgetter("raw")
+
+
 def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLine) -> None:
     _quarantine_all(conversion, redactor, (rejected,))
 
@@ -298,11 +302,12 @@ def _quarantine_all(conversion: Conversion, redactor: Redactor, rejected: Sequen
     if not rejected:
         return
     batch = DocumentBatch(redactor)
-    texts = [line.raw.decode("utf-8", errors="replace") for line in rejected]
-    documents = {text: batch.add(text, as_json='"' in text) for text in dict.fromkeys(texts)}  # each text once
+    raws = list(map(_RAW, rejected))
+    texts = {raw: raw.decode("utf-8", errors="replace") for raw in dict.fromkeys(raws)}  # each line once
+    documents = {text: batch.add(text, as_json='"' in text) for text in dict.fromkeys(texts.values())}
     batch.redact()
-    redacted = {text: batch.result(document)[0] for text, document in documents.items()}
-    conversion.quarantine.add_many_redacted(rejected, [redacted[text] for text in texts])
+    redacted = {raw: batch.result(documents[text])[0] for raw, text in texts.items()}
+    conversion.quarantine.add_many_redacted(rejected, list(map(redacted.__getitem__, raws)))
 
 
 def _upload_outputs(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import pyarrow as pa
 
 
-@dataclass(frozen=True)
-class RejectedLine:
+class RejectedLine(NamedTuple):
+    """A tuple, not a frozen dataclass: one chunk can reject 200,000 lines, and a frozen dataclass costs three
+    `object.__setattr__` calls each (a fifth of the time of 200,000 lines of `{}`)."""
+
     line_number: int
     reason: str
     raw: bytes
