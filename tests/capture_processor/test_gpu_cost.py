@@ -62,7 +62,8 @@ def _database(samples: list[Any] = SAMPLES, records: list[Any] = RECORDS) -> duc
     db.execute("CREATE SCHEMA capture")
     types = {"timestamp": "TIMESTAMPTZ", "string": "VARCHAR", "int": "INTEGER", "double": "DOUBLE",
              "array<string>": "VARCHAR[]"}
-    db.execute(f"CREATE TABLE capture.gpu_node_hours ({', '.join(f'{c.name} {types[c.type]}' for c in NODE_HOURS_COLUMNS)})")
+    columns = ", ".join(f"{c.name} {types[c.type]}" for c in NODE_HOURS_COLUMNS)
+    db.execute(f"CREATE TABLE capture.gpu_node_hours ({columns})")
     db.execute("CREATE TABLE capture.capture_records (inference_time TIMESTAMPTZ, caller_id VARCHAR, "
                "gen_ai_request_model VARCHAR, gen_ai_response_model VARCHAR, gen_ai_usage_input_tokens BIGINT, "
                "gen_ai_usage_output_tokens BIGINT, refused_by VARCHAR)")

@@ -24,7 +24,7 @@ from hyperpod_inference_iac import (
     TableReader,
 )
 from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_COLUMNS, USAGE_COLUMNS
-from hyperpod_inference_iac.foundation.validation import KeyPaths, Problems
+from hyperpod_inference_iac.foundation.validation import Problems
 from tests.capture_processor.test_tables import (
     FINOPS,
     PRIVACY,
@@ -56,7 +56,7 @@ def build(**props: Any) -> tuple[App, Stack, Stack, GpuCost]:
     tables = CaptureTables(storage_stack, "Tables", pipeline=pipeline, tables_layer_arn=LAYER, table_readers=(
         TableReader(role_arn=FINOPS), TableReader(role_arn=PRIVACY, columns=ColumnAccess.ALL)))
     cluster_stack = Stack(app, "Cluster", env=env)
-    cluster_stack.add_dependency(storage_stack)
+    cluster_stack.add_stack_dependency(storage_stack)
     cost = GpuCost(cluster_stack, "GpuCost", tables=tables, instance_prices=PRICES, groups=GROUPS,
                    eks_cluster_name="llm-platform", node_groups={"gpu-g6e": ["g6e.12xlarge"]},
                    hyperpod_cluster_name="llm-platform-hp", hyperpod_cluster_arn=HYPERPOD_ARN,
@@ -211,4 +211,11 @@ def test_without_the_tables_layer_the_sampler_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"GpuCost.NoTablesLayer"):
         GpuCost(stack, "Cost", tables=tables, instance_prices=PRICES[:1], eks_cluster_name="c",
                 node_groups={"gpu-g6e": ["g6e.12xlarge"]})
-    assert KeyPaths  # (imported for the key paths' type)
+
+
+def test_cdk_nag_finds_nothing_unacknowledged() -> None:
+    from cdk_nag import AwsSolutionsChecks
+
+    app, _, cluster_stack, _ = build()
+    report = AwsSolutionsChecks(app).validate_scope(cluster_stack)
+    assert [v.rule_name for v in report.violations] == []
