@@ -281,7 +281,7 @@ def _costs(section: Section | None, config: PlatformConfig) -> GpuCostOptions | 
         "node_groups": {g.name: tuple(g.instance_types) for g in config.cluster.gpu_node_groups} if groups_ok else None,
         "instance_groups": {g.name: g.instance_type for g in config.hyperpod.instance_groups} if groups_ok else None})
     section.finish()
-    if config.capture.tables.tables_layer_arn is None:
+    if config.capture.tables.tables_layer_arn is None and not problems.has_at_or_below("capture.tablesLayerArn"):
         problems.add("GpuCost.NoTablesLayer", section.path,
                      "the node-hour sampler writes the Iceberg table gpu_node_hours with pyiceberg: give "
                      "capture.tablesLayerArn (make capture-layer), or leave costs out")

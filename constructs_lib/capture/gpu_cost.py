@@ -130,8 +130,9 @@ class GpuCostOptions(Props):
                              f"must be a GPU node group or a HyperPod instance group of this platform "
                              f"({', '.join(sorted(known)) or 'none'})", group.name)
         own_price = {group.name for group in self.groups if group.usd_per_node_hour is not None}
+        # (a price without its type has a problem of its own: its type may be the one missing)
         missing = sorted({(t, name) for name, group_types in known.items() if name not in own_price
-                          for t in group_types if t not in types and not is_unresolved(t)})
+                          for t in group_types if t not in types and not is_unresolved(t)}) if all(types) else []
         for instance_type, name in missing:
             problems.add("GpuCost.UnknownInstancePrice", at.at("instance_prices"),
                          f"has no price for {instance_type} (of the group {name}): add "
@@ -276,7 +277,10 @@ class GpuCost(Construct):
             timeout=Duration.minutes(2), reserved_concurrent_executions=1,  # (one commit at a time)
             code=lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.node_hours")),
                                          exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "TablesLayer",
+            # pyarrow from the AWS SDK for pandas layer, pyiceberg from the tables' layer: the processor's two
+            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer",
+                                                                tables.props.pipeline.pandas_layer_arn),
+                    lambda_.LayerVersion.from_layer_version_arn(self, "TablesLayer",
                                                                 tables.props.tables_layer_arn)],
             environment={
                 "COST_GROUPS": json.dumps(settings["groups"], sort_keys=True, separators=(",", ":")),

@@ -1,8 +1,9 @@
 """The GPU node-hour sampler (GpuCost, issue 29.4): once an hour, count the nodes of every EKS node group and HyperPod
 instance group the platform prices, and append one row per group to the Iceberg table ``gpu_node_hours``.
 
-Runs in Lambda with boto3 and, from the capture tables' layer, pyiceberg and pyarrow (imported when a row is written,
-so the counting is testable without them). Settings (GpuCost renders them from the config):
+Runs in Lambda with boto3, pyiceberg (the capture tables' layer) and pyarrow (the AWS SDK for pandas layer), both
+imported when a row is written (the counting is testable without them). Settings (GpuCost renders them from the
+config):
 
 - ``COST_GROUPS``: JSON list of ``{"kind": "eks-nodegroup"|"hyperpod-instance-group", "cluster": ..., "group": ...,
   "instanceTypes": [...], "models": [...], "usdPerNodeHour": null|float}``

@@ -161,7 +161,9 @@ def test_the_sampler_gets_every_group_with_its_models_and_prices_and_runs_hourly
          "instanceTypes": ["ml.g5.12xlarge"], "models": [], "usdPerNodeHour": None}]
     assert json.loads(env["INSTANCE_PRICES"]) == {"g6e.12xlarge": 10.49, "ml.g5.12xlarge": 7.09}
     assert env["ICEBERG_TABLE"] == "gpu_node_hours" and env["ICEBERG_DATABASE"] == "inference_capture_iceberg"
-    assert function["Properties"]["Layers"] == [LAYER]
+    # pyarrow (the AWS SDK for pandas layer, the processor's) and pyiceberg (the tables' layer)
+    assert function["Properties"]["Layers"] == [
+        f"arn:aws:lambda:{REGION}:336392948345:layer:AWSSDKPandas-Python313-Arm64:15", LAYER]
     assert function["Properties"]["ReservedConcurrentExecutions"] == 1
     (rule,) = of_type(cluster, "AWS::Events::Rule").values()
     assert rule["Properties"]["ScheduleExpression"] == "cron(5 * * * ? *)"
