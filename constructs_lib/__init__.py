@@ -53,6 +53,13 @@ from hyperpod_inference_iac.capture.capture_tables import (
     TableReader,
     warn_capture_tables,
 )
+from hyperpod_inference_iac.capture.gpu_cost import (
+    CostGroup,
+    GpuCost,
+    GpuCostOptions,
+    GpuCostProps,
+    InstancePrice,
+)
 from hyperpod_inference_iac.cluster.eks_cluster import (
     KUBECTL_LAYERS,
     NVIDIA_DEVICE_PLUGIN,
@@ -281,6 +288,7 @@ __all__ = [
     "ClusterLike",
     "ColumnAccess",
     "ConfigError",
+    "CostGroup",
     "DeepHealthCheck",
     "EndpointDomain",
     "EndpointDomainOptions",
@@ -293,6 +301,9 @@ __all__ = [
     "FlowLogTraffic",
     "GitHubDeployRole",
     "GitHubDeployRoleProps",
+    "GpuCost",
+    "GpuCostOptions",
+    "GpuCostProps",
     "GpuNodeGroup",
     "GpuNodeGroupOptions",
     "GpuNodeGroupProps",
@@ -312,6 +323,7 @@ __all__ = [
     "InferenceWorkloads",
     "InferenceWorkloadsProps",
     "InstanceGroup",
+    "InstancePrice",
     "KeyPaths",
     "KubernetesTaint",
     "LambdaLogRetention",

@@ -26,6 +26,7 @@ from hyperpod_inference_iac import (
     CaptureStorageOptions,
     CaptureTablesOptions,
     FlowLogTraffic,
+    GpuCostOptions,
     KeyPaths,
     LogRetentionOptions,
     RiskWarnings,
@@ -161,7 +162,8 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
     config = dataclasses.replace(config, alarms=_alarms(root.section("alarms"), config),
-                                 workload_owner=_workload_owner(root.section("workloads")))
+                                 workload_owner=_workload_owner(root.section("workloads")),
+                                 costs=_costs(root.optional_section("costs"), config))
     root.finish()
     # The workloads are planned with the rest of the file: their problems are reported in the same run,
     # whatever else is wrong (values a plan needs fall back to placeholders above, never to a crash).
@@ -266,6 +268,24 @@ def _workload_owner(section: Section) -> WorkloadOwner:
 
 def _at_or_below(path: str, ancestor: str) -> bool:
     return path == ancestor or path.startswith((f"{ancestor}.", f"{ancestor}["))
+
+
+def _costs(section: Section | None, config: PlatformConfig) -> GpuCostOptions | None:
+    """``costs``: the prices and the models of each group (GpuCost), checked against the platform's GPU node groups
+    and HyperPod instance groups (unless those have problems of their own: one mistake, one problem)."""
+    if section is None:
+        return None
+    problems = section.problems
+    groups_ok = not problems.has_at_or_below("cluster.gpuNodeGroups") and not problems.has_at_or_below("hyperpod")
+    costs = read_props(GpuCostOptions, section, check_with={
+        "node_groups": {g.name: tuple(g.instance_types) for g in config.cluster.gpu_node_groups} if groups_ok else None,
+        "instance_groups": {g.name: g.instance_type for g in config.hyperpod.instance_groups} if groups_ok else None})
+    section.finish()
+    if config.capture.tables.tables_layer_arn is None and not problems.has_at_or_below("capture.tablesLayerArn"):
+        problems.add("GpuCost.NoTablesLayer", section.path,
+                     "the node-hour sampler writes the Iceberg table gpu_node_hours with pyiceberg: give "
+                     "capture.tablesLayerArn (make capture-layer), or leave costs out")
+    return costs
 
 
 def _logging(section: Section) -> LogRetentionOptions:

@@ -24,6 +24,7 @@ from hyperpod_inference_iac import (
     DeepHealthCheck,
     EndpointDomainOptions,
     ExistingVpcOptions,
+    GpuCostOptions,
     GpuNodeGroupOptions,
     HelmRelease,
     HyperPodClusterOptions,
@@ -282,6 +283,8 @@ class PlatformConfig:
     gateways: tuple[InferenceGateway, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
+    # ``costs``: the cost per team (GpuCost: the node-hour sampler and the prices); None: no sampler.
+    costs: GpuCostOptions | None = None
     # ``workloads.owner``: who applies the workloads (docs/deploying.md): the cluster stack, or GitOps from dist/.
     workload_owner: WorkloadOwner = WorkloadOwner.CDK
     # The warnings the platform's constructs give at synth, decided by their own warn_* functions from this file
@@ -313,6 +316,11 @@ class PlatformConfig:
     @property
     def hyperpod_lifecycle_bucket_name(self) -> str:
         return f"{self.project}-hp-lifecycle-{self.environment.account}-{self.environment.region}"
+
+    @property
+    def gpu_cost_role_name(self) -> str:
+        # Fixed: the capture bucket's and key's allowlists (storage stack) name the sampler's role (cluster stack).
+        return f"{self.project}-gpu-node-hours"
 
     @property
     def s3_csi_role_name(self) -> str:

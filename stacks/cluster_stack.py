@@ -22,10 +22,12 @@ from hyperpod_inference_iac import (
     CaptureSidecarMetrics,
     CaptureSidecarMetricsOptions,
     CaptureStorage,
+    CaptureTables,
     CertificateAlarms,
     EndpointDomain,
     EndpointDomainOptions,
     ExternalDns,
+    GpuCost,
     GpuNodeGroup,
     HuggingFaceTokenSync,
     HyperPodCluster,
@@ -62,7 +64,7 @@ class AlarmWiringArgs(TypedDict):
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, storage: CaptureStorage,
                  pipeline: CapturePipeline | None = None, alarm_topic: AlarmTopic | None = None,
-                 capture_alarms: CaptureAlarms | None = None,
+                 capture_alarms: CaptureAlarms | None = None, tables: CaptureTables | None = None,
                  replacements: Mapping[str, Sequence[str]] | None = None, **kwargs: Any) -> None:
         self._zones = _zones(config)
         super().__init__(scope, id, **kwargs)
@@ -93,6 +95,14 @@ class ClusterStack(Stack):
         )
         if self.cluster.vpc_cni_addon is not None:  # aws-node has its own role before the first HyperPod node joins
             self.hyperpod.cfn_cluster.node.add_dependency(self.cluster.vpc_cni_addon)
+        # The cost per team: the GPU groups counted hourly into the capture tables' gpu_node_hours, priced.
+        self.gpu_cost = GpuCost(
+            self, "GpuCost", tables=tables, **config.costs.kwargs(), eks_cluster_name=cluster_config.cluster_name,
+            node_groups={g.name: list(g.instance_types) for g in cluster_config.gpu_node_groups},
+            hyperpod_cluster_name=config.hyperpod.cluster_name, hyperpod_cluster_arn=self.hyperpod.cluster_arn,
+            instance_groups={g.name: g.instance_type for g in config.hyperpod.instance_groups},
+            role_name=config.gpu_cost_role_name, log_retention=retention_from_days(config.logging.retention_days),
+        ) if config.costs is not None and tables is not None else None
         domain_config = config.domain
         self.domain = domain = EndpointDomain(
             self, "EndpointDomain", **domain_config.kwargs(EndpointDomainOptions),

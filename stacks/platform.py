@@ -29,7 +29,7 @@ def build_platform(app: App, config: PlatformConfig,
                            description="Captured inference data: KMS key, capture and TLS buckets")
     cluster = ClusterStack(app, f"{config.project}-cluster", config=config, env=env,
                            storage=storage.storage, pipeline=storage.pipeline, alarm_topic=storage.alarm_topic,
-                           capture_alarms=storage.capture_alarms, replacements=replacements,
+                           capture_alarms=storage.capture_alarms, tables=storage.tables, replacements=replacements,
                            description="EKS + HyperPod with NVMe GPU nodes, the inference operator and scoped IAM")
     # Warnings the config accepts, with its reasons: acknowledged for everything in both stacks (the storage stack's
     # redaction and reader warnings as much as the cluster's), also those added after this (warn_about_replacements).

@@ -38,7 +38,8 @@ def preflight_plan(config: PlatformConfig, platform: Platform) -> PreflightPlan:
     configuration = deploy_time_placeholders(Stack.of(operator).resolve(dict(operator.configuration)))
     return PreflightPlan(
         account=env.account, region=env.region,
-        # The capture tables' grants are Lake Formation permissions (CaptureTables, in the storage stack).
+        # The capture tables' grants are Lake Formation permissions (CaptureTables, in the storage stack; GpuCost's
+        # sampler's, in the cluster stack).
         lake_formation_admin=True,
         tables_layer_arn=config.capture.tables.tables_layer_arn,
         instances=(*_node_groups(platform),

@@ -2,8 +2,10 @@
 
 ``capture_storage`` (the KMS-encrypted capture bucket, its access log bucket and lifecycle, the readers),
 ``capture_pipeline`` (the processor Lambda that turns raw captures into redacted, attributed rows) and
-``capture_tables`` (the Iceberg tables, Lake Formation column grants and Athena workgroups). The processor's own
-code ships as ``hyperpod_inference_iac.capture_processor`` (runtime code, no CDK).
+``capture_tables`` (the Iceberg tables, Lake Formation column grants and Athena workgroups) and ``gpu_cost`` (the
+hourly GPU node-hour sampler of the cost per team, writing one of those tables). The processor's own code ships as
+``hyperpod_inference_iac.capture_processor``, the sampler's as ``hyperpod_inference_iac.node_hours`` (runtime code,
+no CDK).
 
 Layering: imports the foundation and security; never the cluster, serving or observability.
 """

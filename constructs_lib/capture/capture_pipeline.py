@@ -500,6 +500,8 @@ class CapturePipeline(Construct):
             )
 
         self.metrics_pipeline = self.node.path  # literal and unique in an account and region (the stack's name)
+        # pyarrow for the function (and for GpuCost's sampler, which writes the capture tables too)
+        self.pandas_layer_arn: str = props.pandas_layer_arn or self._pandas_layer_arn(region)
         self.log_group = logs.LogGroup(self, "Logs", retention=props.log_retention)
         # An own role instead of the default one: the default attaches the managed
         # AWSLambdaBasicExecutionRole, which may write to every log group in the account.
@@ -516,8 +518,7 @@ class CapturePipeline(Construct):
             code=props.code or lambda_.Code.from_asset(
                 str(package_dir("hyperpod_inference_iac.capture_processor")),
                 exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
-            layers=[lambda_.LayerVersion.from_layer_version_arn(
-                self, "PandasLayer", props.pandas_layer_arn or self._pandas_layer_arn(region))],
+            layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer", self.pandas_layer_arn)],
             memory_size=props.memory_size,
             timeout=FUNCTION_TIMEOUT,
             # Parquet partitions are staged in /tmp before upload; ~25% of the source size.

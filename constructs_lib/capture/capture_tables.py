@@ -84,6 +84,20 @@ from hyperpod_inference_iac.security.s3_access import (
 
 RECORDS_TABLE = "capture_records"
 ALB_TABLE = "alb_access_logs"
+# GPU capacity, one row per group and hour (GpuCost's sampler writes it; docs/usage-and-budgets.md#cost-per-team).
+NODE_HOURS_TABLE = "gpu_node_hours"
+NODE_HOURS_COLUMNS: tuple[GlueColumn, ...] = tuple(GlueColumn(name, type_) for name, type_ in (
+    ("sample_time", "timestamp"),        # when the sampler counted the nodes
+    ("hour", "timestamp"),               # the UTC hour the count stands for (sample_time truncated to the hour)
+    ("capacity_kind", "string"),         # eks-nodegroup | hyperpod-instance-group
+    ("cluster_name", "string"),          # the EKS cluster, or the HyperPod cluster
+    ("group_name", "string"),            # the node group, or the instance group
+    ("instance_type", "string"),
+    ("nodes", "int"),                    # nodes counted (EKS: the group's desired size; HyperPod: its listed nodes)
+    ("usd_per_node_hour", "double"),     # the price the config gave at the time (costs.instancePrices)
+    ("models", "array<string>"),         # the models this capacity serves, as the usage table names them
+    ("deployment_hash", "string"),       # the sampler's configuration (which prices and models it was given)
+))
 # Athena refuses a per-query limit under 10 MB; the ceiling only keeps a typo (bytes for GiB) out.
 SCAN_LIMIT_GIB = (1, 10240)
 ROW_RETENTION_DAYS = (1, 3650)
@@ -116,6 +130,7 @@ class ColumnAccess(enum.StrEnum):
 TEXT_COLUMNS: Mapping[str, tuple[str, ...]] = {
     RECORDS_TABLE: ("input_text", "output_text", "decode_error", "redaction_rules"),
     ALB_TABLE: ("request_url", "request_query", "redirect_url"),
+    NODE_HOURS_TABLE: (),
 }
 
 # The columns a `usage` reader is granted, per table, named one by one (Lake Formation `ColumnNames`, not a wildcard
@@ -141,6 +156,8 @@ USAGE_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "error_reason", "target_port_list", "target_status_code_list", "classification", "classification_reason",
         "conn_trace_id", "transformed_host", "transformed_uri", "request_transform_status", "source_key",
         "deployment_hash"),
+    # capacity and its price, no payload: every column, named one by one (a column added later fails closed)
+    NODE_HOURS_TABLE: tuple(column.name for column in NODE_HOURS_COLUMNS),
 }
 
 # Hive type (Glue, Athena) -> Iceberg primitive type. timestamp: the processor writes UTC instants (timestamptz).
@@ -167,7 +184,9 @@ def iceberg_schema(columns: Sequence[GlueColumn]) -> list[dict[str, Any]]:
 
 # Each table is partitioned by the day of its event time: a day's query reads one partition, and a deletion by age
 # drops whole partitions' files.
-_PARTITION_SOURCE = {RECORDS_TABLE: "inference_time", ALB_TABLE: "time"}
+_PARTITION_SOURCE = {RECORDS_TABLE: "inference_time", ALB_TABLE: "time", NODE_HOURS_TABLE: "hour"}
+# The tables the capture processor writes (the node-hour table is GpuCost's sampler's alone).
+PROCESSOR_TABLES = (RECORDS_TABLE, ALB_TABLE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -431,12 +450,14 @@ class CaptureTables(Construct):
         catalog_arn = f"arn:{partition}:glue:{region}:{account}:catalog"
         database_arn = f"arn:{partition}:glue:{region}:{account}:database/{props.database_name}"
         table_arns = [f"arn:{partition}:glue:{region}:{account}:table/{props.database_name}/{name}"
-                      for name in (RECORDS_TABLE, ALB_TABLE)]
+                      for name in PROCESSOR_TABLES]
         self.tables = {
             RECORDS_TABLE: self._table("CaptureRecordsTable", RECORDS_TABLE, CAPTURE_COLUMNS,
                                        {"gen_ai_semconv_version": GEN_AI_SEMCONV_VERSION}),
             ALB_TABLE: self._table("AlbAccessLogsTable", ALB_TABLE, ALB_COLUMNS, {}),
+            NODE_HOURS_TABLE: self._table("GpuNodeHoursTable", NODE_HOURS_TABLE, NODE_HOURS_COLUMNS, {}),
         }
+        self._catalog_arns = (catalog_arn, database_arn)
 
         # Lake Formation's role for the registered prefix: the credentials it vends to Athena for a granted reader
         # (and to a writer it admits) are this role's, scoped down. Read, write and delete under the prefix only.
@@ -457,7 +478,7 @@ class CaptureTables(Construct):
         self._grant_prefix(writer, prefix, delete=True)
         iam.Grant.add_to_principal(grantee=writer, actions=list(CATALOG_ACTIONS),
                                    resource_arns=[catalog_arn, database_arn, *table_arns])
-        writer_grants = self._writer_grants("Processor", writer.role_arn)
+        writer_grants = self._writer_grants("Processor", writer.role_arn, PROCESSOR_TABLES)
         # The processor's settings (lambda/capture_processor/capture_core/settings.py reads these names).
         pipeline.function.add_environment("ICEBERG_CATALOG_ID", account)
         pipeline.function.add_environment("ICEBERG_DATABASE", props.database_name)
@@ -484,7 +505,9 @@ class CaptureTables(Construct):
             description="The Glue Data Catalog's optimizers of the capture Iceberg tables")
         self._grant_prefix(self.optimizer_role, prefix, delete=True)
         iam.Grant.add_to_principal(grantee=self.optimizer_role, actions=["glue:GetTable", "glue:UpdateTable"],
-                                   resource_arns=[catalog_arn, database_arn, *table_arns])
+                                   resource_arns=[catalog_arn, database_arn, *(
+                                       f"arn:{partition}:glue:{region}:{account}:table/{props.database_name}/{name}"
+                                       for name in self.tables)])
         log_arns = [f"arn:{partition}:logs:{region}:{account}:log-group:{group}:*" for group in OPTIMIZER_LOG_GROUPS]
         iam.Grant.add_to_principal(grantee=self.optimizer_role,
                                    actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
@@ -492,7 +515,7 @@ class CaptureTables(Construct):
         # On a registered location the optimizers may read through Lake Formation (no resource-level permissions).
         iam.Grant.add_to_principal(grantee=self.optimizer_role, actions=["lakeformation:GetDataAccess"],
                                    resource_arns=["*"])
-        optimizer_grants = self._writer_grants("Optimizer", self.optimizer_role.role_arn)
+        optimizer_grants = self._writer_grants("Optimizer", self.optimizer_role.role_arn, tuple(self.tables))
         self.optimizers: dict[str, glue.CfnTableOptimizer] = {}
         for name, table in self.tables.items():
             for kind, configuration in self._optimizer_configurations(name).items():
@@ -615,29 +638,50 @@ class CaptureTables(Construct):
         acknowledge(role, "s3-object-wildcard-under-fixed-prefix", *resource_evidence(role, objects_arn(bucket,
                                                                                                           prefix)))
 
-    def _writer_grants(self, label: str, principal: str) -> list[lakeformation.CfnPrincipalPermissions]:
-        """Lake Formation permissions of a writer on both tables (full LF mode governs its catalog calls)."""
+    def _writer_grants(self, label: str, principal: str, tables: Sequence[str],
+                       scope: Construct | None = None) -> list[lakeformation.CfnPrincipalPermissions]:
+        """Lake Formation permissions of a writer on ``tables`` (full LF mode governs its catalog calls), made in
+        ``scope`` (the writer's stack: a grant in this stack naming a role of another would be a reference the
+        wrong way round)."""
+        scope = scope or self
+        same_stack = Stack.of(scope) is Stack.of(self)
+        catalog = self.database.catalog_id if same_stack else Stack.of(scope).account
         grants = [lakeformation.CfnPrincipalPermissions(
-            self, f"{label}Writes{_camel(name)}", catalog=self.database.catalog_id,
+            scope, f"{label}Writes{_camel(name)}", catalog=catalog,
             principal=lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
                 data_lake_principal_identifier=principal),
             resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
                 table=lakeformation.CfnPrincipalPermissions.TableResourceProperty(
-                    catalog_id=self.database.catalog_id, database_name=self.props.database_name, name=name)),
+                    catalog_id=catalog, database_name=self.props.database_name, name=name)),
             permissions=list(WRITER_TABLE_PERMISSIONS), permissions_with_grant_option=[])
-            for name, table in self.tables.items()]
-        for grant, table in zip(grants, self.tables.values(), strict=True):
-            grant.node.add_dependency(table)
+            for name in tables]
         database = lakeformation.CfnPrincipalPermissions(
-            self, f"{label}DescribesDatabase", catalog=self.database.catalog_id,
+            scope, f"{label}DescribesDatabase", catalog=catalog,
             principal=lakeformation.CfnPrincipalPermissions.DataLakePrincipalProperty(
                 data_lake_principal_identifier=principal),
             resource=lakeformation.CfnPrincipalPermissions.ResourceProperty(
                 database=lakeformation.CfnPrincipalPermissions.DatabaseResourceProperty(
-                    catalog_id=self.database.catalog_id, name=self.props.database_name)),
+                    catalog_id=catalog, name=self.props.database_name)),
             permissions=["DESCRIBE"], permissions_with_grant_option=[])
-        database.node.add_dependency(self.database)
+        if same_stack:  # (another stack deploys after this one: its grants follow the tables anyway)
+            for grant, name in zip(grants, tables, strict=True):
+                grant.node.add_dependency(self.tables[name])
+            database.node.add_dependency(self.database)
         return [*grants, database]
+
+    def grant_table_writer(self, scope: Construct, label: str, role: iam.IRole, table: str) -> None:
+        """Let ``role`` append to one table (``NODE_HOURS_TABLE``: GpuCost's sampler) and nothing else: its files
+        under the table's own prefix (IAM, the bucket's and the key's allowlists), the catalog calls of a pyiceberg
+        commit on that table, and the table's Lake Formation permissions, made in ``scope`` (the role's stack)."""
+        if table not in self.tables:
+            raise ValueError(f"{table} is not a table of {self.node.path}: {', '.join(self.tables)}")
+        stack = Stack.of(self)
+        # (delete: a commit removes the metadata files it replaces, write.metadata.delete-after-commit.enabled)
+        self._grant_prefix(role, f"{self.props.iceberg_prefix}{table}/", delete=True)
+        iam.Grant.add_to_principal(grantee=role, actions=list(CATALOG_ACTIONS), resource_arns=[
+            *self._catalog_arns,
+            f"arn:{stack.partition}:glue:{stack.region}:{stack.account}:table/{self.props.database_name}/{table}"])
+        self._writer_grants(label, role.role_arn, (table,), scope)
 
     def _reader(self, reader: TableReader) -> None:
         """SELECT on both tables (a usage reader: the columns :func:`usage_columns` names) and DESCRIBE on the
@@ -767,6 +811,9 @@ def named_queries(database: str) -> dict[str, tuple[ColumnAccess, str, str]]:
             f"FROM {records}\n"
             f"WHERE inference_time >= {last_week} AND usage_source IS NOT NULL\n"
             "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")),
+        "gpu-cost-per-caller-model-day": (ColumnAccess.USAGE, (
+            "GPU cost per caller, model and day: node-hours priced and shared by tokens served; idle as its own row"),
+            gpu_cost_query(database, last_week)),
         "latency-per-model": (ColumnAccess.USAGE, "Requests, latency and time to first chunk per model and day", (
             "SELECT date(inference_time) AS day, gen_ai_request_model AS model, count(*) AS requests,\n"
             "       approx_percentile(request_duration_ms, 0.5) AS duration_p50_ms,\n"
@@ -802,6 +849,52 @@ def named_queries(database: str) -> dict[str, tuple[ColumnAccess, str, str]]:
             f"WHERE inference_time >= {last_week} AND (time_source <> 'record' OR decode_error IS NOT NULL)\n"
             "GROUP BY 1, 2, 3")),
     }
+
+
+IDLE_CALLER = "(idle)"
+
+
+def gpu_cost_query(database: str, since: str) -> str:
+    """Athena SQL (Trino; DuckDB runs it too): per day, capacity group, caller and model, the node-hours and their
+    cost, allocated hour by hour. Each group-hour (the last sample of the hour in ``gpu_node_hours``) costs
+    ``nodes * usd_per_node_hour``; it is shared among the callers by their tokens (input + output, refused requests
+    left out) on the models the group serves in that hour; an hour in which those models served no token is the
+    caller ``(idle)``. So for every group and day, the callers' costs and the idle row add up to its node-hours
+    times its price (``tests/capture_processor/test_gpu_cost.py`` checks it on sample rows)."""
+    hours, records = f"{database}.{NODE_HOURS_TABLE}", f"{database}.{RECORDS_TABLE}"
+    return (
+        "WITH capacity AS (\n"
+        "  SELECT hour, capacity_kind, cluster_name, group_name,\n"
+        "         max_by(instance_type, sample_time) AS instance_type, max_by(nodes, sample_time) AS nodes,\n"
+        "         max_by(usd_per_node_hour, sample_time) AS usd_per_node_hour,\n"
+        "         max_by(models, sample_time) AS models\n"
+        f"  FROM {hours}\n"
+        f"  WHERE hour >= {since}\n"
+        "  GROUP BY 1, 2, 3, 4),\n"
+        "served AS (\n"
+        "  SELECT date_trunc('hour', inference_time) AS hour, coalesce(caller_id, '-') AS caller_id,\n"
+        "         coalesce(gen_ai_response_model, gen_ai_request_model) AS model,\n"
+        "         sum(coalesce(gen_ai_usage_input_tokens, 0) + coalesce(gen_ai_usage_output_tokens, 0)) AS tokens\n"
+        f"  FROM {records}\n"
+        f"  WHERE inference_time >= {since} AND refused_by IS NULL\n"
+        "  GROUP BY 1, 2, 3),\n"
+        "shares AS (\n"
+        "  SELECT c.hour, c.capacity_kind, c.cluster_name, c.group_name, s.caller_id, s.model, s.tokens,\n"
+        "         sum(s.tokens) OVER (PARTITION BY c.hour, c.capacity_kind, c.cluster_name, c.group_name)"
+        " AS group_tokens\n"
+        "  FROM capacity c CROSS JOIN UNNEST(c.models) AS m(model)\n"
+        "  JOIN served s ON s.hour = c.hour AND s.model = m.model\n"
+        "  WHERE s.tokens > 0)\n"
+        "SELECT CAST(c.hour AS date) AS day, c.capacity_kind, c.cluster_name, c.group_name, c.instance_type,\n"
+        f"       coalesce(s.caller_id, '{IDLE_CALLER}') AS caller_id, s.model, s.caller_id IS NULL AS idle,\n"
+        "       sum(coalesce(s.tokens, 0)) AS tokens,\n"
+        "       sum(c.nodes * coalesce(CAST(s.tokens AS double) / s.group_tokens, 1.0)) AS node_hours,\n"
+        "       sum(c.nodes * c.usd_per_node_hour * coalesce(CAST(s.tokens AS double) / s.group_tokens, 1.0))"
+        " AS cost_usd\n"
+        "FROM capacity c LEFT JOIN shares s ON s.hour = c.hour AND s.capacity_kind = c.capacity_kind\n"
+        "  AND s.cluster_name = c.cluster_name AND s.group_name = c.group_name\n"
+        "WHERE c.nodes > 0\n"
+        "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1, 2, 3, 4, 5, 8, 6, 7")
 
 
 def _camel(name: str) -> str:

@@ -155,6 +155,17 @@ REASONS: dict[str, tuple[str, str]] = {
         "current (docs/secrets.md). secretsmanager:GetRandomPassword has none either (it reads and writes no "
         "secret); every other action of the rotation role names the one secret it rotates.",
     ),
+    "capture-tables-layer-runtime": (
+        "AwsSolutions-L1",
+        "Python 3.13 on arm64 is pinned to match the compiled wheels of the capture tables layer (pyiceberg, pyarrow: "
+        "make capture-layer); the runtime and the layer move together (a newer runtime without its layer would fail "
+        "to import them).",
+    ),
+    "eks-node-group-id": (
+        "AwsSolutions-IAM5",
+        "An EKS node group's ARN ends in an id EKS makes when it creates the group (nodegroup/<cluster>/<name>/<id>): "
+        "the wildcard covers that id only, of one named group of one named cluster.",
+    ),
     "preflight-account-reads": (
         "AwsSolutions-IAM5",
         "The preflight's reads that IAM gives no resource type (lakeformation:GetDataLakeSettings, the service "

@@ -134,8 +134,8 @@ def test_the_database_is_its_own_and_gives_iam_principals_nothing(template: dict
 def test_three_optimizers_per_table_with_the_retentions(template: dict[str, Any]) -> None:
     optimizers = [r["Properties"] for r in of_type(template, "AWS::Glue::TableOptimizer").values()]
     assert sorted((o["TableName"], o["Type"]) for o in optimizers) == sorted(
-        (t, k) for t in ("capture_records", "alb_access_logs") for k in ("compaction", "retention",
-                                                                          "orphan_file_deletion"))
+        (t, k) for t in ("capture_records", "alb_access_logs", "gpu_node_hours")
+        for k in ("compaction", "retention", "orphan_file_deletion"))
     for optimizer in optimizers:
         configuration = optimizer["TableOptimizerConfiguration"]
         assert configuration["Enabled"] is True

@@ -135,7 +135,7 @@ def test_every_lambda_function_logs_to_a_group_with_retention(assembly: Assembly
             assert group["Properties"].get("RetentionInDays") == 90, f"{name}/{function_id}"
             group_id = next(k for k, v in template["Resources"].items() if v is group)
             assert _may_write_logs(template, function_id, group_id), f"{name}/{function_id} cannot write its logs"
-    assert checked == 8  # the API key's rotation function is the eighth
+    assert checked == 9  # the API key's rotation function is the eighth, GpuCost's sampler the ninth
 
 
 def test_every_log_group_of_the_app_has_a_retention_from_the_config(assembly: Assembly) -> None:

@@ -130,7 +130,9 @@ def test_key_policy_names_its_users_and_never_grants_freely(template: Template, 
     # (The Iceberg tables' writers and Lake Formation's role for curated-iceberg/ only; the table reader for its
     # workgroup's query results only: docs/security.md#capture-tables.)
     one_prefix = {"CapturesReadCuratedThroughS3ForNamedRoles", "CapturesWriteCuratedIcebergThroughS3",
-                  "CapturesWriteAthenaResultsLlmPlatformCaptureUsageThroughS3ForNamedRoles"}
+                  "CapturesWriteAthenaResultsLlmPlatformCaptureUsageThroughS3ForNamedRoles",
+                  # GpuCost's sampler (the cluster stack's role, by its fixed name): its own table only
+                  "CapturesWriteCuratedIcebergGpuNodeHoursThroughS3"}
     assert {s["Sid"] for s in uses} == one_prefix | {"CapturesWriteThroughS3", "TlsCertificatesReadThroughS3",
                                                      "TlsCertificatesWriteThroughS3",
                                                      "AuditTrailWriteThroughS3"}  # the retention run's links

@@ -57,6 +57,7 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "EndpointDomain.NoDomains": "`domain.endpointDomains: []` is refused first by the config check "
                                 "(Config.TooFewItems)",
     "CaptureAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
+    "GpuCost.NoCluster": "the app gives the sampler `cluster.name`, `hyperpod.clusterName` and the cluster's ARN",
     "CaptureStorage.BadPrefix": "`capture.prefix` is judged by one rule (s3_access.key_prefix_fault) for both "
                                 "constructs, reported once with the pipeline's code (CapturePipeline.InvalidPrefix)",
     "CapturePipeline.OverlappingPrefixes": "an overlap of `capture.prefix` with the outputs is reported once, as "
@@ -156,6 +157,23 @@ CASES = [
     ("HyperPodCluster.ThreadsPerCore", "hyperpod.instanceGroups[0].threadsPerCore", _instance_group(threadsPerCore=3)),
     ("HyperPodCluster.VolumeSize", "hyperpod.instanceGroups[0].ebsVolumeGiB", _instance_group(ebsVolumeGiB=0)),
     ("CaptureSidecarMetrics.FirstChunkBound", "alarms.sidecar.firstChunkP99.threshold", _sidecar_first_chunk),
+    # The cost per team (costs: GpuCost).
+    ("GpuCost.PriceOutOfRange", "costs.instancePrices[0].usdPerNodeHour",
+     _set("costs.instancePrices.0", {"instanceType": "g6e.12xlarge", "usdPerNodeHour": -1})),
+    ("GpuCost.PriceOutOfRange", "costs.groups[0].usdPerNodeHour",
+     _set("costs.groups.0", {"name": "gpu-g6e", "models": ["m"], "usdPerNodeHour": 5000})),
+    ("GpuCost.DuplicatePrice", "costs.instancePrices[2].instanceType",
+     lambda data: data["costs"]["instancePrices"].append({"instanceType": "g6e.12xlarge", "usdPerNodeHour": 1})),
+    ("GpuCost.UnknownInstancePrice", "costs.instancePrices",
+     _set("costs.instancePrices", [{"instanceType": "g6e.12xlarge", "usdPerNodeHour": 10.49}])),
+    ("GpuCost.UnusedInstancePrice", "costs.instancePrices[2].instanceType",
+     lambda data: data["costs"]["instancePrices"].append({"instanceType": "g5.12xlarge", "usdPerNodeHour": 7.09})),
+    ("GpuCost.UnknownGroup", "costs.groups[0].name", _set("costs.groups.0", {"name": "gpu-g7", "models": ["m"]})),
+    ("GpuCost.DuplicateGroup", "costs.groups[1].name", _set("costs.groups.1", {"name": "gpu-g6e", "models": ["m"]})),
+    ("GpuCost.NoModels", "costs.groups[0].models", _set("costs.groups.0", {"name": "gpu-g6e", "models": []})),
+    ("GpuCost.DuplicateModel", "costs.groups[0].models[1]",
+     _set("costs.groups.0", {"name": "gpu-g6e", "models": ["m", "m"]})),
+    ("GpuCost.NoTablesLayer", "costs", lambda data: data["capture"].pop("tablesLayerArn")),
 ]
 
 _TAINT = {"key": "example.com/dedicated", "value": "inference", "effect": "NoSchedule"}

@@ -26,7 +26,8 @@ LAYERS: dict[str, int] = {
     "foundation": 0, "charts": 1, "security": 2, "cluster": 3, "capture": 3, "serving": 3, "observability": 4,
 }
 TOP = 5  # the package root and its command modules (capture_table_ops, weights_manifest, preflight, ...)
-RUNTIME = {"capture_processor", "api_key_rotation", "sidecar"}  # deployed code: its own top-level names at run time
+# deployed code: its own top-level names at run time
+RUNTIME = {"capture_processor", "api_key_rotation", "node_hours", "sidecar"}
 FORBIDDEN_AT_RUNTIME = ("aws_cdk", "constructs", "cdk8s", "cdk8s_plus_34", "jsii", PACKAGE)
 
 

@@ -1,0 +1,136 @@
+"""The GPU node-hour sampler (GpuCost, issue 29.4): once an hour, count the nodes of every EKS node group and HyperPod
+instance group the platform prices, and append one row per group to the Iceberg table ``gpu_node_hours``.
+
+Runs in Lambda with boto3, pyiceberg (the capture tables' layer) and pyarrow (the AWS SDK for pandas layer), both
+imported when a row is written (the counting is testable without them). Settings (GpuCost renders them from the
+config):
+
+- ``COST_GROUPS``: JSON list of ``{"kind": "eks-nodegroup"|"hyperpod-instance-group", "cluster": ..., "group": ...,
+  "instanceTypes": [...], "models": [...], "usdPerNodeHour": null|float}``
+- ``INSTANCE_PRICES``: JSON object, instance type -> USD per node-hour (``costs.instancePrices``)
+- ``ICEBERG_CATALOG_ID``, ``ICEBERG_DATABASE``, ``ICEBERG_TABLE``, ``DEPLOYMENT_HASH``
+
+A node group's count is its desired size (``eks:DescribeNodegroup``: what EKS is asked to run, and bills for once
+launched); an instance group's is its nodes as ``sagemaker:ListClusterNodes`` lists them (any status: HyperPod bills
+an instance from launch to termination). A group with several instance types is priced at the dearest of them
+unless the config gives the group its own price. A group that is gone counts 0 nodes (and costs nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+LOG = logging.getLogger(__name__)
+LOG.setLevel(logging.INFO)
+
+EKS_NODEGROUP = "eks-nodegroup"
+HYPERPOD_GROUP = "hyperpod-instance-group"
+
+
+def count_nodes(groups: Sequence[Mapping[str, Any]], prices: Mapping[str, float], eks: Any, sagemaker: Any,
+                now: datetime, deployment_hash: str = "") -> list[dict[str, Any]]:
+    """One row per configured group: its node count now, the hour it stands for and its price per node-hour."""
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    hyperpod: dict[str, dict[str, list[str]]] = {}  # cluster -> group -> instance types of its nodes
+    rows = []
+    for group in groups:
+        kind, cluster, name = group["kind"], group["cluster"], group["group"]
+        if kind == EKS_NODEGROUP:
+            nodes, types = _eks_nodes(eks, cluster, name)
+        elif kind == HYPERPOD_GROUP:
+            if cluster not in hyperpod:
+                hyperpod[cluster] = _hyperpod_nodes(sagemaker, cluster)
+            types = hyperpod[cluster].get(name, [])
+            nodes = len(types)
+        else:
+            raise ValueError(f"unknown capacity kind {kind!r} of {cluster}/{name}")
+        types = types or list(group.get("instanceTypes", []))  # (none listed: the configured ones)
+        price = group.get("usdPerNodeHour")
+        if price is None:
+            missing = sorted({t for t in types if t not in prices})
+            if missing:  # (the config check prices every configured type: a type changed outside the config)
+                LOG.warning("no price for %s of %s/%s: priced by the others", missing, cluster, name)
+            price = max((prices[t] for t in types if t in prices), default=0.0)
+        rows.append({"sample_time": now, "hour": hour, "capacity_kind": kind, "cluster_name": cluster,
+                     "group_name": name, "instance_type": ",".join(sorted(set(types))), "nodes": nodes,
+                     "usd_per_node_hour": float(price), "models": list(group.get("models", [])),
+                     "deployment_hash": deployment_hash})
+    return rows
+
+
+def _eks_nodes(eks: Any, cluster: str, name: str) -> tuple[int, list[str]]:
+    try:
+        nodegroup = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
+    except eks.exceptions.ResourceNotFoundException:
+        LOG.warning("node group %s/%s not found: 0 nodes", cluster, name)
+        return 0, []
+    desired = int(nodegroup.get("scalingConfig", {}).get("desiredSize", 0))
+    return desired, list(nodegroup.get("instanceTypes") or [])
+
+
+def _hyperpod_nodes(sagemaker: Any, cluster: str) -> dict[str, list[str]]:
+    """Instance group -> the instance type of each of its nodes."""
+    groups: dict[str, list[str]] = {}
+    arguments: dict[str, Any] = {"ClusterName": cluster}
+    try:
+        while True:
+            page = sagemaker.list_cluster_nodes(**arguments)
+            for node in page.get("ClusterNodeSummaries", []):
+                groups.setdefault(node["InstanceGroupName"], []).append(node["InstanceType"])
+            if not page.get("NextToken"):
+                return groups
+            arguments["NextToken"] = page["NextToken"]
+    except sagemaker.exceptions.ResourceNotFound:
+        LOG.warning("HyperPod cluster %s not found: 0 nodes", cluster)
+        return {}
+
+
+def arrow_rows(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """The rows as the table's Arrow schema (every field optional, timestamps in UTC microseconds)."""
+    import pyarrow as pa
+
+    schema = pa.schema([
+        ("sample_time", pa.timestamp("us", tz="UTC")), ("hour", pa.timestamp("us", tz="UTC")),
+        ("capacity_kind", pa.string()), ("cluster_name", pa.string()), ("group_name", pa.string()),
+        ("instance_type", pa.string()), ("nodes", pa.int32()), ("usd_per_node_hour", pa.float64()),
+        ("models", pa.list_(pa.string())), ("deployment_hash", pa.string())])
+    return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
+
+
+def append(table: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """One commit of the hour's rows (pyiceberg retries a conflicting commit by reloading)."""
+    table.append(arrow_rows(rows))
+
+
+def _glue_table() -> Any:
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    region = os.environ.get("AWS_REGION")
+    properties = {"type": "glue", "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
+                  "glue.id": os.environ["ICEBERG_CATALOG_ID"]}
+    if region:
+        properties["glue.region"] = properties["s3.region"] = region
+    catalog = GlueCatalog("glue", **properties)
+    return catalog.load_table((os.environ["ICEBERG_DATABASE"], os.environ["ICEBERG_TABLE"]))
+
+
+def handler(event: Mapping[str, Any], context: Any, *, clients: Callable[[str], Any] | None = None,
+            table: Callable[[], Any] = _glue_table) -> dict[str, Any]:
+    """The hourly run (EventBridge): count, then append."""
+    if clients is None:
+        import boto3
+
+        clients = boto3.client
+    groups = json.loads(os.environ["COST_GROUPS"])
+    prices = json.loads(os.environ.get("INSTANCE_PRICES", "{}"))
+    rows = count_nodes(groups, prices, clients("eks"), clients("sagemaker"), datetime.now(UTC),
+                       os.environ.get("DEPLOYMENT_HASH", ""))
+    append(table(), rows)
+    LOG.info(json.dumps({"rows": len(rows), "nodes": {f"{r['cluster_name']}/{r['group_name']}": r["nodes"]
+                                                     for r in rows}}))
+    return {"rows": len(rows)}

@@ -1,0 +1,108 @@
+"""The node-hour sampler (lambda/node_hours/sampler.py): it counts every group through the real boto3 clients
+(stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit ``gpu_node_hours`` as
+CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_COLUMNS, iceberg_schema
+from hyperpod_inference_iac.node_hours import sampler
+
+NOW = datetime(2026, 12, 1, 10, 5, 7, tzinfo=UTC)
+GROUPS = [
+    {"kind": "eks-nodegroup", "cluster": "llm-platform", "group": "gpu-g6e", "instanceTypes": ["g6e.12xlarge"],
+     "models": ["Qwen/Qwen3-8B"], "usdPerNodeHour": None},
+    {"kind": "eks-nodegroup", "cluster": "llm-platform", "group": "gpu-gone", "instanceTypes": ["g6e.12xlarge"],
+     "models": [], "usdPerNodeHour": None},
+    {"kind": "hyperpod-instance-group", "cluster": "llm-platform-hp", "group": "inference-g5",
+     "instanceTypes": ["ml.g5.12xlarge"], "models": ["mistral-7b-instruct"], "usdPerNodeHour": None},
+    {"kind": "hyperpod-instance-group", "cluster": "llm-platform-hp", "group": "reserved",
+     "instanceTypes": ["ml.g5.12xlarge"], "models": [], "usdPerNodeHour": 4.5},
+]
+PRICES = {"g6e.12xlarge": 10.49, "ml.g5.12xlarge": 7.09}
+
+
+def _node(group: str, index: int, status: str = "Running") -> dict[str, Any]:
+    return {"InstanceGroupName": group, "InstanceId": f"i-{group}-{index}", "InstanceType": "ml.g5.12xlarge",
+            "LaunchTime": NOW, "InstanceStatus": {"Status": status}}
+
+
+def _clients() -> tuple[Any, Any, Stubber, Stubber]:
+    eks = boto3.client("eks", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    sagemaker = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    eks_stub, sagemaker_stub = Stubber(eks), Stubber(sagemaker)
+    eks_stub.add_response("describe_nodegroup", {"nodegroup": {
+        "nodegroupName": "gpu-g6e", "clusterName": "llm-platform", "instanceTypes": ["g6e.12xlarge"],
+        "scalingConfig": {"minSize": 0, "maxSize": 4, "desiredSize": 3}}},
+        {"clusterName": "llm-platform", "nodegroupName": "gpu-g6e"})
+    eks_stub.add_client_error("describe_nodegroup", "ResourceNotFoundException", http_status_code=404,
+                              expected_params={"clusterName": "llm-platform", "nodegroupName": "gpu-gone"})
+    # two pages; a node being replaced still bills, so every status counts
+    sagemaker_stub.add_response("list_cluster_nodes", {
+        "ClusterNodeSummaries": [_node("inference-g5", 0), _node("reserved", 0)], "NextToken": "t1"},
+        {"ClusterName": "llm-platform-hp"})
+    sagemaker_stub.add_response("list_cluster_nodes", {
+        "ClusterNodeSummaries": [_node("inference-g5", 1, "Pending")]},
+        {"ClusterName": "llm-platform-hp", "NextToken": "t1"})
+    eks_stub.activate()
+    sagemaker_stub.activate()
+    return eks, sagemaker, eks_stub, sagemaker_stub
+
+
+def test_every_group_is_counted_and_priced_once_an_hour() -> None:
+    eks, sagemaker, eks_stub, sagemaker_stub = _clients()
+    rows = sampler.count_nodes(GROUPS, PRICES, eks, sagemaker, NOW, "abc")
+    eks_stub.assert_no_pending_responses()
+    sagemaker_stub.assert_no_pending_responses()  # (one listing for both instance groups of the cluster)
+    got = {r["group_name"]: (r["nodes"], r["usd_per_node_hour"], r["instance_type"], r["models"]) for r in rows}
+    assert got == {"gpu-g6e": (3, 10.49, "g6e.12xlarge", ["Qwen/Qwen3-8B"]),
+                   "gpu-gone": (0, 10.49, "g6e.12xlarge", []),
+                   "inference-g5": (2, 7.09, "ml.g5.12xlarge", ["mistral-7b-instruct"]),
+                   "reserved": (1, 4.5, "ml.g5.12xlarge", [])}
+    assert {r["hour"] for r in rows} == {datetime(2026, 12, 1, 10, tzinfo=UTC)}
+    assert {r["sample_time"] for r in rows} == {NOW} and {r["deployment_hash"] for r in rows} == {"abc"}
+
+
+def test_a_group_of_several_types_is_priced_at_the_dearest() -> None:
+    eks = boto3.client("eks", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(eks) as stub:
+        stub.add_response("describe_nodegroup", {"nodegroup": {
+            "instanceTypes": ["g6e.12xlarge", "g6e.24xlarge"], "scalingConfig": {"desiredSize": 2}}})
+        (row,) = sampler.count_nodes([{**GROUPS[0], "instanceTypes": ["g6e.12xlarge", "g6e.24xlarge"]}],
+                                     {"g6e.12xlarge": 10.49, "g6e.24xlarge": 15.07}, eks, None, NOW)
+    assert row["usd_per_node_hour"] == 15.07 and row["instance_type"] == "g6e.12xlarge,g6e.24xlarge"
+
+
+def test_the_rows_append_to_the_table_cloudformation_creates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+
+    fields = [{**f, "type": json.loads(f["type"]) if f["type"].startswith("{") else f["type"]}
+              for f in iceberg_schema(NODE_HOURS_COLUMNS)]
+    schema = Schema.model_validate({"type": "struct", "schema-id": 0, "fields": fields})
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("capture")
+    hour_id = next(f["id"] for f in fields if f["name"] == "hour")
+    table = catalog.create_table(("capture", "gpu_node_hours"), schema=schema, partition_spec=PartitionSpec(
+        PartitionField(source_id=hour_id, field_id=1000, transform=DayTransform(), name="hour_day")))
+
+    eks, sagemaker, _, _ = _clients()
+    clients = {"eks": eks, "sagemaker": sagemaker}
+    monkeypatch.setenv("COST_GROUPS", json.dumps(GROUPS))
+    monkeypatch.setenv("INSTANCE_PRICES", json.dumps(PRICES))
+    monkeypatch.setenv("DEPLOYMENT_HASH", "abc")
+    assert sampler.handler({}, None, clients=clients.__getitem__, table=lambda: table) == {"rows": 4}
+    read = table.scan().to_arrow().to_pylist()
+    assert sorted((r["group_name"], r["nodes"], r["usd_per_node_hour"]) for r in read) == [
+        ("gpu-g6e", 3, 10.49), ("gpu-gone", 0, 10.49), ("inference-g5", 2, 7.09), ("reserved", 1, 4.5)]
+    assert {tuple(r["models"]) for r in read} >= {("Qwen/Qwen3-8B",), ()}
