@@ -420,19 +420,8 @@ class PortableModelServerChart(cdk8s.Chart):
             readiness=kplus.Probe.from_http_get(
                 "/healthz", port=SIDECAR_METRICS_PORT, period_seconds=cdk8s.Duration.seconds(5)
             ),
-            security_context=kplus.ContainerSecurityContextProps(
-                ensure_non_root=True,
-                user=65532,
-                group=65532,
-                read_only_root_filesystem=True,
-                allow_privilege_escalation=False,
-                capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
-            ),
-            resources=kplus.ContainerResources(
-                cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
-                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256),
-                                             limit=cdk8s.Size.mebibytes(SIDECAR_MEMORY_LIMIT_MIB)),
-            ),
+            security_context=sidecar_security_context(),
+            resources=sidecar_resources(),
         )
         sidecar.mount("/tmp", scratch)  # buffered batches; the root filesystem stays read-only
         if self._api_key is not None:
@@ -530,6 +519,32 @@ class PortableModelServerChart(cdk8s.Chart):
             "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
             "egress": egress}))
         return policy
+
+
+SIDECAR_USER = 65532  # the uid it runs as, whatever the image says: it writes only its scratch volume
+
+
+def sidecar_security_context() -> kplus.ContainerSecurityContextProps:
+    """The capture sidecar's container: its non-root user, read-only root filesystem, no privilege escalation and no
+    capability (a portable server's and a gateway entry's alike)."""
+    return kplus.ContainerSecurityContextProps(
+        ensure_non_root=True,
+        user=SIDECAR_USER,
+        group=SIDECAR_USER,
+        read_only_root_filesystem=True,
+        allow_privilege_escalation=False,
+        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+    )
+
+
+def sidecar_resources() -> kplus.ContainerResources:
+    """The capture sidecar's CPU and memory: the memory limit its in-flight bound is derived from
+    (:func:`sidecar_inflight_body_bytes`)."""
+    return kplus.ContainerResources(
+        cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
+        memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256),
+                                     limit=cdk8s.Size.mebibytes(SIDECAR_MEMORY_LIMIT_MIB)),
+    )
 
 
 def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None, *,
