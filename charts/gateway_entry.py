@@ -75,9 +75,10 @@ class GatewayEntryOptions(Props):
     allowed_source_ranges: tuple[str, ...] | None = prop(
         None, doc="Who may connect to the entry's load balancer (CIDR blocks).",
         default_doc="the platform's VPC CIDR")
+    # (a config file's `usageLimits` block is read by its own class: docs/configuration.md describes it)
     usage_limits: UsageLimits | None = prop(
         None, doc="Budgets and rate limits per caller (the caller claim's value), as a portable server's "
-                  "`usageLimits` (docs/usage-and-budgets.md).", default_doc="none")
+                  "`usageLimits` (docs/usage-and-budgets.md).", default_doc="none", config=False)
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         domain = self.endpoint_domain

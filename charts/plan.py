@@ -1017,7 +1017,7 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
     at = GatewayEntryOptions.key_paths(path)
     options.check(problems, at)
     if options.usage_limits is not None:
-        options.usage_limits.validate(at.at("usage_limits"), problems)
+        options.usage_limits.validate(join_path(path, "usageLimits"), problems)
     name, jwt, domain = entry_name(gateway.name), gateway.gateway.jwt, options.endpoint_domain
     if len(gateway.name) > MAX_GATEWAY_NAME_WITH_ENTRY:
         problems.add("GatewayEntry.GatewayNameTooLong", join_path(gateway.path, "name"),
