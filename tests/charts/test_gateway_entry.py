@@ -208,7 +208,8 @@ def test_limits_are_enforced_by_the_entry_and_reach_their_store() -> None:
     manifests = _manifests(_plan(_with_entry(usageLimits=LIMITS, samplingPercentage=0, replicas=3)))
     (container,) = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
     env = _env(container)
-    assert json.loads(env["CALLER_LIMITS"]) == {"*": {"tokensPerDay": 5}, "alice.example.com": {"tokensPerMinute": 1000}}
+    assert json.loads(env["CALLER_LIMITS"]) == {"*": {"tokensPerDay": 5},
+                                                "alice.example.com": {"tokensPerMinute": 1000}}
     assert env["LIMITS_STORE_URL"] == LIMITS["storeUrl"] and env["LIMITS_STORE_FAILURE"] == "closed"
     assert env["LIMITS_KEY_PREFIX"] == f"budget:{samples.NAMESPACE}/models-entry:"
     assert env["USAGE_RECORDS"] == "all" and env["SAMPLING_PERCENTAGE"] == "0"
