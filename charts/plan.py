@@ -996,7 +996,8 @@ def _plan_gateway_entries(context: PlatformContext, gateways: Sequence[PlannedGa
                           problems: Problems) -> tuple[PlannedGatewayEntry, ...]:
     """Each gateway's capture entry (``gateways[i].entry``): its rules against the gateway and the platform, and its
     role, from the same location its sidecar is given (docs/gateway.md, "The capture entry")."""
-    taken = {name: workload.path for workload in (*models, *portable)
+    workloads: list[ModelWorkload | PortableWorkload] = [*models, *portable]
+    taken = {name: workload.path for workload in workloads
              for name in {workload.name, *(i.service_account for i in workload.identities)}}
     entries = []
     for gateway in gateways:
@@ -1006,8 +1007,8 @@ def _plan_gateway_entries(context: PlatformContext, gateways: Sequence[PlannedGa
         entry = _plan_gateway_entry(context, gateway, options, taken, problems)
         if entry is not None:
             entries.append(entry)
-    _check_role_names([(e.path, e.identity) for e in entries]
-                      + [(w.path, i) for w in (*models, *portable) for i in w.identities], problems)
+    _check_role_names([(e.path, e.identity) for e in entries] + [(w.path, i) for w in workloads for i in w.identities],
+                      problems)
     return tuple(entries)
 
 

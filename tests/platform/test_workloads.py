@@ -27,8 +27,8 @@ def _objects(assembly: Assembly) -> list[dict[str, Any]]:
 
 def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Assembly) -> None:
     assert sorted(assembly.manifests) == [
-        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "gateway-models.k8s.yaml",
-        "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
+        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "gateway-entry-models.k8s.yaml",
+        "gateway-models.k8s.yaml", "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
         "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml",
         "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
@@ -204,8 +204,8 @@ def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> No
                         complete_with="make synth OUTPUTS=cdk-outputs.json")
     staged.commit()
     # The portable server's TLS listener needs the certificate too.
-    assert sorted(staged.waiting) == ["gateway-models", "model-llama3-8b", "model-mistral-7b", "model-qwen3-8b",
-                                      "portable-qwen3-8b-portable"]
+    assert sorted(staged.waiting) == ["gateway-entry-models", "gateway-models", "model-llama3-8b", "model-mistral-7b",
+                                      "model-qwen3-8b", "portable-qwen3-8b-portable"]
     assert sorted(p.name for p in (tmp_path / "dist").glob("*.k8s.yaml")) == [
         "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml",
         "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml"]
