@@ -39,7 +39,7 @@ from hyperpod_inference_iac.charts.gateway import (
     SchedulerOptions,
     parse_gateway,
 )
-from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions, PlannedGatewayEntry
+from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
 from hyperpod_inference_iac.charts.gateway_entry_chart import GatewayEntryChart, entry_environment
 from hyperpod_inference_iac.charts.inference_chart import (
     InferenceChart,
@@ -88,6 +88,7 @@ from hyperpod_inference_iac.charts.plan import (
     ModelWorkload,
     NodeGroupPlacement,
     ObjectAccess,
+    PlannedGatewayEntry,
     PlatformContext,
     PortableDeployment,
     PortableWorkload,

@@ -19,26 +19,21 @@ Opt-in, with the default platform opting in: the entry needs a DNS name of its o
 certificate's names and in the platform zone, and the platform cannot invent one. A gateway with a JWT provider and
 no entry is warned at every synth (its traffic records no caller).
 
-This module is what the entry *is* (its options, as planned); the plan (:mod:`~hyperpod_inference_iac.charts.plan`)
-makes it and :mod:`~hyperpod_inference_iac.charts.gateway_entry_chart` renders it.
+This module is what the entry *is* (its options); the plan (:mod:`~hyperpod_inference_iac.charts.plan`) makes a
+``PlannedGatewayEntry`` of them and :mod:`~hyperpod_inference_iac.charts.gateway_entry_chart` renders it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from hyperpod_inference_iac.charts.portable_server import MAX_REQUEST_BODY_KB
 from hyperpod_inference_iac.charts.usage_limits import UsageLimits
 from hyperpod_inference_iac.foundation.patterns import DOMAIN_NAME
-from hyperpod_inference_iac.foundation.platform_values import PlatformValue, S3Location
 from hyperpod_inference_iac.foundation.props import Props, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
-
-if TYPE_CHECKING:
-    from hyperpod_inference_iac.charts.plan import IdentityPlan
 
 ENTRY_SUFFIX = "-entry"
 # "<gateway>-entry-metrics" is a Service name: at most 63 characters.
@@ -109,53 +104,4 @@ class GatewayEntryOptions(Props):
                                  "must be a CIDR block with its host bits zero, e.g. 10.0.0.0/16", cidr)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PlannedGatewayEntry:
-    """One gateway's capture entry as planned: where it came from (``path``: ``gateways[i].entry``), the gateway's
-    name and namespace, its options, the gateway it forwards to (``upstream_url``), the JWT settings it verifies with
-    (the gateway's), where it captures (``capture``, ``capture_key``) and the role that may write there
-    (``identity``, the capture sidecar's token audience), the VPC its network policy admits, the certificate of its
-    load balancer and who may connect to it, and the region its SDK calls STS in."""
-
-    path: str
-    gateway: str
-    namespace: str
-    options: GatewayEntryOptions
-    upstream_url: str
-    jwt_environment: Mapping[str, str]
-    capture: S3Location
-    capture_key: str | PlatformValue | None
-    identity: IdentityPlan
-    vpc_cidr: str
-    certificate: str | PlatformValue = PlatformValue.CERTIFICATE_ARN
-    source_ranges: tuple[str, ...] = ()
-    region: str | None = None
-
-    @property
-    def name(self) -> str:
-        return entry_name(self.gateway)
-
-    @property
-    def chart_id(self) -> str:
-        return f"gateway-entry-{self.gateway}"
-
-    @property
-    def service_account(self) -> str:
-        return self.identity.service_account
-
-    @property
-    def identities(self) -> tuple[IdentityPlan, ...]:
-        return (self.identity,)
-
-    @property
-    def hostname(self) -> str:
-        return self.options.endpoint_domain
-
-    @property
-    def limits_key_prefix(self) -> str:
-        """Where its replicas keep their shared counters in the store (a portable server's are ``budget:<ns>/<name>:``;
-        the entry's name cannot be a portable server's: the plan refuses it)."""
-        return f"budget:{self.namespace}/{self.name}:"
-
-
-__all__ = ["ENTRY_SUFFIX", "GatewayEntryOptions", "PlannedGatewayEntry", "entry_name"]
+__all__ = ["ENTRY_SUFFIX", "GatewayEntryOptions", "entry_name"]

@@ -12,8 +12,8 @@ import cdk8s_plus_34 as kplus
 from constructs import Construct
 
 from hyperpod_inference_iac.charts.capture import ModelPodCapture
-from hyperpod_inference_iac.charts.gateway_entry import PlannedGatewayEntry
 from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL, aws_api_egress, tcp
+from hyperpod_inference_iac.charts.plan import PlannedGatewayEntry
 from hyperpod_inference_iac.charts.portable import (
     CAPTURE_SIDECAR_CONTAINER,
     EXTERNAL_DNS_HOSTNAME,

@@ -46,7 +46,6 @@ from hyperpod_inference_iac.charts.gateway import (
 from hyperpod_inference_iac.charts.gateway_entry import (
     MAX_GATEWAY_NAME_WITH_ENTRY,
     GatewayEntryOptions,
-    PlannedGatewayEntry,
     entry_name,
 )
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
@@ -310,6 +309,55 @@ class PortableWorkload:
     @property
     def chart_id(self) -> str:
         return f"portable-{self.server.name}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlannedGatewayEntry:
+    """One gateway's capture entry as planned: where it came from (``path``: ``gateways[i].entry``), the gateway's
+    name and namespace, its options, the gateway it forwards to (``upstream_url``), the JWT settings it verifies with
+    (the gateway's), where it captures (``capture``, ``capture_key``) and the role that may write there
+    (``identity``, the capture sidecar's token audience), the VPC its network policy admits, the certificate of its
+    load balancer and who may connect to it, and the region its SDK calls STS in."""
+
+    path: str
+    gateway: str
+    namespace: str
+    options: GatewayEntryOptions
+    upstream_url: str
+    jwt_environment: Mapping[str, str]
+    capture: S3Location
+    capture_key: str | PlatformValue | None
+    identity: IdentityPlan
+    vpc_cidr: str
+    certificate: str | PlatformValue = PlatformValue.CERTIFICATE_ARN
+    source_ranges: tuple[str, ...] = ()
+    region: str | None = None
+
+    @property
+    def name(self) -> str:
+        return entry_name(self.gateway)
+
+    @property
+    def chart_id(self) -> str:
+        return f"gateway-entry-{self.gateway}"
+
+    @property
+    def service_account(self) -> str:
+        return self.identity.service_account
+
+    @property
+    def identities(self) -> tuple[IdentityPlan, ...]:
+        return (self.identity,)
+
+    @property
+    def hostname(self) -> str:
+        return self.options.endpoint_domain
+
+    @property
+    def limits_key_prefix(self) -> str:
+        """Where its replicas keep their shared counters in the store (a portable server's are ``budget:<ns>/<name>:``;
+        the entry's name cannot be a portable server's: the plan refuses it)."""
+        return f"budget:{self.namespace}/{self.name}:"
 
 
 @dataclasses.dataclass(frozen=True)

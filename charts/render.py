@@ -17,13 +17,12 @@ from typing import Any
 import cdk8s
 
 from hyperpod_inference_iac.charts.gateway import PlannedGateway
-from hyperpod_inference_iac.charts.gateway_entry import PlannedGatewayEntry
 from hyperpod_inference_iac.charts.gateway_entry_chart import GatewayEntryChart
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.network_policies import namespace_policies
 from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, HYPERPOD_NVME_ROOT
-from hyperpod_inference_iac.charts.plan import ModelWorkload, PortableWorkload, WorkloadPlan
+from hyperpod_inference_iac.charts.plan import ModelWorkload, PlannedGatewayEntry, PortableWorkload, WorkloadPlan
 from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
 from hyperpod_inference_iac.charts.pod_security import (
     CacheWriter,

@@ -24,8 +24,8 @@ def test_every_runtime_may_do_what_it_is_configured_to(assembly: Assembly, templ
     found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
     runtimes = {access.runtime for access in found}
     assert {"qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader",
-            "models-entry/capture-sidecar", "qwen3-8b/nvme-weights-loader", "mistral-7b operator (modelPod)", "mistral-7b operator (TLS)",
-            "llama3-8b operator (sagemakerEndpoint)"} <= runtimes
+            "models-entry/capture-sidecar", "qwen3-8b/nvme-weights-loader", "mistral-7b operator (modelPod)",
+            "mistral-7b operator (TLS)", "llama3-8b operator (sagemakerEndpoint)"} <= runtimes
     assert denied(found, templates) == []
 
 
