@@ -26,10 +26,9 @@ This module is what the entry *is* (its options); the plan (:mod:`~hyperpod_infe
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from typing import ClassVar
 
-from hyperpod_inference_iac.charts.portable_server import MAX_REQUEST_BODY_KB
+from hyperpod_inference_iac.charts.portable_server import MAX_REQUEST_BODY_KB, check_source_ranges
 from hyperpod_inference_iac.charts.usage_limits import UsageLimits
 from hyperpod_inference_iac.foundation.patterns import DOMAIN_NAME
 from hyperpod_inference_iac.foundation.props import Props, prop
@@ -94,14 +93,8 @@ class GatewayEntryOptions(Props):
             if not self.allowed_source_ranges:
                 problems.add("GatewayEntry.SourceRangeInvalid", at.at("allowed_source_ranges"),
                              "must list at least one CIDR block (leave it out for the VPC's)")
-            for index, cidr in enumerate(self.allowed_source_ranges):
-                if is_unresolved(cidr):
-                    continue
-                try:
-                    ipaddress.ip_network(cidr, strict=True)
-                except ValueError:
-                    problems.add("GatewayEntry.SourceRangeInvalid", at.at("allowed_source_ranges", index),
-                                 "must be a CIDR block with its host bits zero, e.g. 10.0.0.0/16", cidr)
+            check_source_ranges(self.allowed_source_ranges, "GatewayEntry.SourceRangeInvalid",
+                                lambda index: at.at("allowed_source_ranges", index), problems)
 
 
 __all__ = ["ENTRY_SUFFIX", "GatewayEntryOptions", "entry_name"]

@@ -16,12 +16,11 @@ from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL, aws_a
 from hyperpod_inference_iac.charts.plan import PlannedGatewayEntry
 from hyperpod_inference_iac.charts.portable import (
     CAPTURE_SIDECAR_CONTAINER,
-    EXTERNAL_DNS_HOSTNAME,
     SIDECAR_LISTEN_PORT,
     SIDECAR_METRICS_PORT,
-    TLS_NEGOTIATION_POLICY,
     TLS_SERVICE_PORT,
     capture_environment,
+    internal_tls_load_balancer,
     sidecar_resources,
     sidecar_security_context,
 )
@@ -113,15 +112,7 @@ class GatewayEntryChart(cdk8s.Chart):
         """An internal NLB whose only listener is TLS on 443 with the platform certificate, open to the allowed source
         ranges (a portable server's way in); ExternalDNS publishes the entry's name."""
         entry = self.entry
-        annotations = {
-            EXTERNAL_DNS_HOSTNAME: entry.hostname,
-            "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-            "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-            "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-            "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
-            "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
-            "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
-        }
+        annotations = internal_tls_load_balancer(entry.hostname, certificate)
         service = kplus.Service(
             self, "service", metadata=cdk8s.ApiObjectMetadata(name=entry.name, namespace=namespace,
                                                               annotations=annotations),

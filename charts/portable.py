@@ -451,15 +451,7 @@ class PortableModelServerChart(cdk8s.Chart):
         if server.hostname is not None:
             assert self.workload.certificate is not None  # the plan names it for every hostname
             certificate = self._values.resolve(self.workload.certificate)  # may wait for a deploy (AwaitingDeploy)
-            annotations = {
-                EXTERNAL_DNS_HOSTNAME: server.hostname,
-                "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-                "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
-            }
+            annotations = internal_tls_load_balancer(server.hostname, certificate)
             source_ranges = list(self.workload.source_ranges)
             service_type = kplus.ServiceType.LOAD_BALANCER
             port = kplus.ServicePort(name="https", port=TLS_SERVICE_PORT, target_port=target)
@@ -519,6 +511,21 @@ class PortableModelServerChart(cdk8s.Chart):
             "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
             "egress": egress}))
         return policy
+
+
+def internal_tls_load_balancer(hostname: str, certificate: str) -> dict[str, str]:
+    """A Service's annotations for an internal NLB (AWS Load Balancer Controller, IP targets) whose only listener is
+    TLS on 443 with ``certificate`` (TLS 1.3/1.2), its ``hostname`` published by ExternalDNS: a portable server's and a
+    gateway entry's way in."""
+    return {
+        EXTERNAL_DNS_HOSTNAME: hostname,
+        "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
+    }
 
 
 SIDECAR_USER = 65532  # the uid it runs as, whatever the image says: it writes only its scratch volume
