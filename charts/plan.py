@@ -1064,7 +1064,10 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
                         taken: Mapping[str, str], problems: Problems) -> PlannedGatewayEntry | None:
     path = join_path(gateway.path, "entry")
     at = GatewayEntryOptions.key_paths(path)
-    options.check(problems, at)
+    # The options' own rules (a Python consumer's), except at a key a reader already reported: one mistake, one problem.
+    found = Problems()
+    options.check(found, at)
+    problems.extend(p for p in found if not problems.has_at_or_below(p.path))
     if options.usage_limits is not None:
         options.usage_limits.validate(join_path(path, "usageLimits"), problems)
     name, jwt, domain = entry_name(gateway.name), gateway.gateway.jwt, options.endpoint_domain
