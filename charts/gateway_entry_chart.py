@@ -90,8 +90,8 @@ class GatewayEntryChart(cdk8s.Chart):
                    kplus.ContainerPort(number=SIDECAR_METRICS_PORT, name="metrics")],
             env_variables={name: kplus.EnvValue.from_value(value) for name, value in env.items()},
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            # /healthz answers 503 while the sidecar drains (and before it has the issuer's keys: it cannot check a
-            # token yet), taking the pod out of the load balancer.
+            # /healthz answers 503 while the sidecar drains, taking the pod out of the load balancer. (Until it has
+            # the issuer's keys it answers every request 503 itself, and stays ready: capture_sidecar_jwt_keys says it.)
             readiness=kplus.Probe.from_http_get("/healthz", port=SIDECAR_METRICS_PORT,
                                                 period_seconds=cdk8s.Duration.seconds(5)),
             liveness=kplus.Probe.from_http_get("/healthz", port=SIDECAR_METRICS_PORT,

@@ -41,6 +41,23 @@ def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Ass
             "jumpstartmodels.inference.sagemaker.aws.amazon.com") in readme
 
 
+def test_the_default_platforms_gateway_has_its_capture_entry(assembly: Assembly) -> None:
+    """The default platform's gateway traffic records its caller: dist holds the entry in front of the gateway, in JWT
+    mode with the gateway's own issuer and audience, forwarding to the gateway's name, behind its own TLS name."""
+    objects = {obj["kind"]: obj for obj in assembly.manifests["gateway-entry-models.k8s.yaml"]
+               if not obj["metadata"]["name"].endswith("-metrics")}
+    (gateway,) = DEFAULT["gateways"]
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["UPSTREAM_URL"] == f"https://{gateway['endpointDomain']}"
+    assert (env["JWT_ISSUER"], env["JWT_JWKS_URI"], env["JWT_AUDIENCES"], env["JWT_CALLER_CLAIM"]) == (
+        gateway["jwt"]["issuer"], gateway["jwt"]["jwksUri"], ",".join(gateway["jwt"]["audiences"]), "sub")
+    assert env["AWS_ROLE_ARN"] == f"arn:aws:iam::{ACCOUNT}:role/llm-platform-models-entry"
+    annotations = objects["Service"]["metadata"]["annotations"]
+    assert annotations["external-dns.alpha.kubernetes.io/hostname"] == gateway["entry"]["endpointDomain"]
+    assert gateway["entry"]["endpointDomain"] in DEFAULT["domain"]["endpointDomains"]
+
+
 def test_dist_snapshot(assembly: Assembly, snapshot: Any) -> None:
     assert mask_volatile(assembly.manifests) == snapshot(extension_class=JSONSnapshotExtension)
 
