@@ -39,6 +39,8 @@ from hyperpod_inference_iac.charts.gateway import (
     SchedulerOptions,
     parse_gateway,
 )
+from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
+from hyperpod_inference_iac.charts.gateway_entry_chart import GatewayEntryChart, entry_environment
 from hyperpod_inference_iac.charts.inference_chart import (
     InferenceChart,
     WorkloadServiceAccount,
@@ -86,6 +88,7 @@ from hyperpod_inference_iac.charts.plan import (
     ModelWorkload,
     NodeGroupPlacement,
     ObjectAccess,
+    PlannedGatewayEntry,
     PlatformContext,
     PortableDeployment,
     PortableWorkload,
@@ -133,6 +136,8 @@ __all__ = [
     "DnsConfig",
     "EnvironmentVariable",
     "FsxStorage",
+    "GatewayEntryChart",
+    "GatewayEntryOptions",
     "HuggingFaceModel",
     "IdentityPlan",
     "ImageCache",
@@ -173,6 +178,7 @@ __all__ = [
     "ObjectAccess",
     "PayloadConfig",
     "PlannedGateway",
+    "PlannedGatewayEntry",
     "PlatformContext",
     "PodSecurityLevel",
     "PortName",
@@ -202,6 +208,7 @@ __all__ = [
     "api_key_secret_name",
     "capture_environment",
     "capture_prefix_hash",
+    "entry_environment",
     "namespace_security",
     "parse_gateway",
     "parse_model",

@@ -37,6 +37,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
 from hyperpod_inference_iac.charts.network_policies import GATEWAY_POD_LABEL, OPERATOR_NAMESPACE
 from hyperpod_inference_iac.foundation.operator_versions import INFERENCE_GATEWAY, missing_features
 from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME
@@ -174,6 +175,8 @@ class InferenceGateway:
     :param max_request_body_bytes: the largest request body BBR reads. @default the kind's (256 MiB)
     :param metrics: the OpenTelemetry collector sidecar in BBR and EPP pods. @default True
     :param schedulers: per model name, how its requests are scheduled. @default llm-d with its own weights
+    :param entry: the platform's capture entry in front of it (records the caller, enforces per-caller limits:
+        :class:`~hyperpod_inference_iac.charts.gateway_entry.GatewayEntryOptions`). @default none
     """
 
     name: str
@@ -185,6 +188,7 @@ class InferenceGateway:
     max_request_body_bytes: int | None = None
     metrics: bool = True
     schedulers: Mapping[str, SchedulerOptions] = dataclasses.field(default_factory=dict)
+    entry: GatewayEntryOptions | None = None
 
     def check(self, path: str, problems: Problems) -> None:
         """The gateway's own rules (those between it and its models are the plan's)."""
@@ -402,7 +406,7 @@ def gateway_available(addon_version: str | None) -> bool:
 
 # -- reading a gateways: entry ---------------------------------------------------------------------------
 _GATEWAY_KEYS = ("name", "endpointDomain", "jwt", "unauthenticatedReason", "namespace", "bbrReplicas",
-                 "maxRequestBodyBytes", "metrics", "schedulers")
+                 "maxRequestBodyBytes", "metrics", "schedulers", "entry")  # (entry: the loader reads it)
 _JWT_KEYS = ("issuer", "jwksUri", "audiences", "requiredClaims", "providerName", "callerClaim")
 _CLAIM_KEYS = ("name", "values", "valueType")
 _SCHEDULER_KEYS = ("scheduler", "engineType", "weights", "configMapRef", "replicas", "loraAdapters", "routeTimeout")

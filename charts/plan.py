@@ -43,6 +43,11 @@ from hyperpod_inference_iac.charts.gateway import (
 from hyperpod_inference_iac.charts.gateway import (
     PLURAL as GATEWAY_PLURAL,
 )
+from hyperpod_inference_iac.charts.gateway_entry import (
+    MAX_GATEWAY_NAME_WITH_ENTRY,
+    GatewayEntryOptions,
+    entry_name,
+)
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.jumpstart import JUMPSTART_KUBERNETES_REFUSAL, JumpStartModel
 from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKeyRef
@@ -306,12 +311,63 @@ class PortableWorkload:
         return f"portable-{self.server.name}"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlannedGatewayEntry:
+    """One gateway's capture entry as planned: where it came from (``path``: ``gateways[i].entry``), the gateway's
+    name and namespace, its options, the gateway it forwards to (``upstream_url``), the JWT settings it verifies with
+    (the gateway's), where it captures (``capture``, ``capture_key``) and the role that may write there
+    (``identity``, the capture sidecar's token audience), the VPC its network policy admits, the certificate of its
+    load balancer and who may connect to it, and the region its SDK calls STS in."""
+
+    path: str
+    gateway: str
+    namespace: str
+    options: GatewayEntryOptions
+    upstream_url: str
+    jwt_environment: Mapping[str, str]
+    capture: S3Location
+    capture_key: str | PlatformValue | None
+    identity: IdentityPlan
+    vpc_cidr: str
+    certificate: str | PlatformValue = PlatformValue.CERTIFICATE_ARN
+    source_ranges: tuple[str, ...] = ()
+    region: str | None = None
+
+    @property
+    def name(self) -> str:
+        return entry_name(self.gateway)
+
+    @property
+    def chart_id(self) -> str:
+        return f"gateway-entry-{self.gateway}"
+
+    @property
+    def service_account(self) -> str:
+        return self.identity.service_account
+
+    @property
+    def identities(self) -> tuple[IdentityPlan, ...]:
+        return (self.identity,)
+
+    @property
+    def hostname(self) -> str:
+        return self.options.endpoint_domain
+
+    @property
+    def limits_key_prefix(self) -> str:
+        """Where its replicas keep their shared counters in the store (a portable server's are ``budget:<ns>/<name>:``;
+        the entry's name cannot be a portable server's: the plan refuses it)."""
+        return f"budget:{self.namespace}/{self.name}:"
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkloadPlan:
     context: PlatformContext
     models: tuple[ModelWorkload, ...] = ()
     portable: tuple[PortableWorkload, ...] = ()
     gateways: tuple[PlannedGateway, ...] = ()
+    # The platform's capture entries in front of the gateways (gateways[i].entry), one per gateway that has one.
+    entries: tuple[PlannedGatewayEntry, ...] = ()
 
     @property
     def workloads(self) -> tuple[ModelWorkload | PortableWorkload, ...]:
@@ -320,20 +376,23 @@ class WorkloadPlan:
 
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
-        return tuple(identity for workload in self.workloads for identity in workload.identities)
+        """Every role of the plan: the workloads', then the gateway entries'."""
+        return (*(identity for workload in self.workloads for identity in workload.identities),
+                *(entry.identity for entry in self.entries))
 
     @property
     def namespaces(self) -> tuple[str, ...]:
         """Every namespace the plan's workloads live in: the platform's first (it holds the synced Secrets), then the
         workloads' own, sorted."""
-        own = {w.namespace for w in self.workloads} - {self.context.namespace, ""}
+        own = {w.namespace for w in (*self.workloads, *self.entries)} - {self.context.namespace, ""}
         return (self.context.namespace, *sorted(own))
 
     def in_namespace(self, namespace: str) -> WorkloadPlan:
         """The part of the plan in one namespace."""
         return dataclasses.replace(self, models=tuple(m for m in self.models if m.namespace == namespace),
                                    portable=tuple(p for p in self.portable if p.namespace == namespace),
-                                   gateways=tuple(g for g in self.gateways if g.namespace == namespace))
+                                   gateways=tuple(g for g in self.gateways if g.namespace == namespace),
+                                   entries=tuple(e for e in self.entries if e.namespace == namespace))
 
     @property
     def crd_names(self) -> list[str]:
@@ -345,18 +404,21 @@ class WorkloadPlan:
 
     @property
     def needs_external_dns(self) -> bool:
-        return any(p.server.hostname for p in self.portable)
+        return any(p.server.hostname for p in self.portable) or bool(self.entries)
 
     @property
     def published_hostnames(self) -> tuple[str, ...]:
-        """The hostnames the portable servers publish: ExternalDNS may change these records (and their TXT
-        ownership records) only."""
-        return tuple(dict.fromkeys(p.server.hostname for p in self.portable if p.server.hostname))
+        """The hostnames the portable servers and the gateway entries publish: ExternalDNS may change these records
+        (and their TXT ownership records) only."""
+        return tuple(dict.fromkeys([*(p.server.hostname for p in self.portable if p.server.hostname),
+                                    *(e.hostname for e in self.entries)]))
 
     @property
     def external_dns_namespaces(self) -> tuple[str, ...]:
-        """The namespaces of the portable servers that publish a hostname: ExternalDNS watches these only."""
-        return tuple(sorted({p.namespace or self.context.namespace for p in self.portable if p.server.hostname}))
+        """The namespaces of the portable servers and gateway entries that publish a hostname: ExternalDNS watches
+        these only."""
+        return tuple(sorted({*(p.namespace or self.context.namespace for p in self.portable if p.server.hostname),
+                             *(e.namespace for e in self.entries)}))
 
     @property
     def captures_load_balancer_logs(self) -> bool:
@@ -378,7 +440,7 @@ class WorkloadPlan:
 
     @property
     def needs_sidecar_image(self) -> bool:
-        return any(p.capture is not None for p in self.portable)
+        return any(p.capture is not None for p in self.portable) or bool(self.entries)
 
     @property
     def secret_refs(self) -> tuple[str, ...]:
@@ -422,10 +484,11 @@ def plan_workloads(context: PlatformContext, *, models: Sequence[ModelDeployment
     planned_portable = [_plan_portable(context, entry, collected) for entry in portable_entries]
     _check_across(context, planned_models, planned_portable, collected)
     planned_gateways = _plan_gateways(context, gateways, planned_models, collected)
+    entries = _plan_gateway_entries(context, planned_gateways, planned_models, planned_portable, collected)
     if problems is None:
         collected.raise_if_any("plan_workloads")
     return WorkloadPlan(context=context, models=tuple(planned_models), portable=tuple(planned_portable),
-                        gateways=planned_gateways)
+                        gateways=planned_gateways, entries=entries)
 
 
 # -- operator custom resources ---------------------------------------------------------------------
@@ -973,3 +1036,93 @@ def _gateway_model(model: ModelWorkload, options: SchedulerOptions, at: str,
         check_engine_version(engine, version if options.engine_type in (None, engine) else None, args, at, problems)
     return GatewayModel(name=workload.name, model_name=served_name, target_port=port, engine_type=engine,
                         options=options)
+
+
+# -- the capture entry in front of a gateway ----------------------------------------------------------------
+def _plan_gateway_entries(context: PlatformContext, gateways: Sequence[PlannedGateway],
+                          models: Sequence[ModelWorkload], portable: Sequence[PortableWorkload],
+                          problems: Problems) -> tuple[PlannedGatewayEntry, ...]:
+    """Each gateway's capture entry (``gateways[i].entry``): its rules against the gateway and the platform, and its
+    role, from the same location its sidecar is given (docs/gateway.md, "The capture entry")."""
+    workloads: list[ModelWorkload | PortableWorkload] = [*models, *portable]
+    taken = {name: workload.path for workload in workloads
+             for name in {workload.name, *(i.service_account for i in workload.identities)}}
+    entries = []
+    for gateway in gateways:
+        options = gateway.gateway.entry
+        if options is None:
+            continue
+        entry = _plan_gateway_entry(context, gateway, options, taken, problems)
+        if entry is not None:
+            entries.append(entry)
+    _check_role_names([(e.path, e.identity) for e in entries] + [(w.path, i) for w in workloads for i in w.identities],
+                      problems)
+    return tuple(entries)
+
+
+def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, options: GatewayEntryOptions,
+                        taken: Mapping[str, str], problems: Problems) -> PlannedGatewayEntry | None:
+    path = join_path(gateway.path, "entry")
+    at = GatewayEntryOptions.key_paths(path)
+    # The options' own rules (a Python consumer's), except at a key a reader already reported: one mistake, one problem.
+    found = Problems()
+    options.check(found, at)
+    problems.extend(p for p in found if not problems.has_at_or_below(p.path))
+    if options.usage_limits is not None:
+        options.usage_limits.validate(join_path(path, "usageLimits"), problems)
+    name, jwt, domain = entry_name(gateway.name), gateway.gateway.jwt, options.endpoint_domain
+    if len(gateway.name) > MAX_GATEWAY_NAME_WITH_ENTRY:
+        problems.add("GatewayEntry.GatewayNameTooLong", join_path(gateway.path, "name"),
+                     f"a gateway with an entry has a name of at most {MAX_GATEWAY_NAME_WITH_ENTRY} characters (its "
+                     f"entry's Services are <name>-entry and <name>-entry-metrics)", gateway.name)
+    if name in taken:
+        problems.add("GatewayEntry.NameTaken", join_path(gateway.path, "name"),
+                     f"the gateway's entry is named {name}, which {taken[name]} already uses (names also name roles "
+                     "and service accounts): rename one of them", gateway.name)
+    if jwt is None:
+        problems.add("GatewayEntry.NeedsJwt", path,
+                     "the entry records the caller from the gateway's token: give the gateway jwt, or remove entry")
+    _check_entry_domain(context, gateway, domain, at.at("endpoint_domain"), problems)
+    if context.capture is None:
+        problems.add("GatewayEntry.NoCaptureDestination", path,
+                     f"the entry captures into the platform's capture location ({context.key_paths.at('capture')}), "
+                     "and the platform has none")
+    if context.vpc_cidr is None:
+        problems.add("GatewayEntry.VpcCidrMissing", path,
+                     f"needs the platform's VPC CIDR ({context.key_paths.at('vpc_cidr')}): its network policy and its "
+                     "load balancer admit the VPC")
+    if jwt is None or context.capture is None or context.vpc_cidr is None or gateway.gateway.endpoint_domain is None:
+        return None
+    digest = capture_prefix_hash(cluster_name=context.cluster_name, namespace=gateway.namespace, name=name)
+    capture = context.capture.child(digest, "pod")
+    key = context.capture_key
+    role_name = context.role_name(name)
+    identity = IdentityPlan(name, role_name, context.role_arn(role_name),
+                            (ObjectAccess(capture, write=True, purpose="captures (gateway entry)", key=key),),
+                            CredentialScope.CAPTURE_SIDECAR, gateway.namespace)
+    source_ranges = options.allowed_source_ranges or (context.vpc_cidr,)
+    return PlannedGatewayEntry(
+        path=path, gateway=gateway.name, namespace=gateway.namespace, options=options,
+        upstream_url=f"https://{gateway.gateway.endpoint_domain}", jwt_environment=jwt.capture_environment(),
+        capture=capture, capture_key=key, identity=identity, vpc_cidr=context.vpc_cidr,
+        source_ranges=tuple(source_ranges), region=context.region)
+
+
+def _check_entry_domain(context: PlatformContext, gateway: PlannedGateway, domain: str, at: str,
+                        problems: Problems) -> None:
+    """The entry's name: the certificate's (its TLS listener serves it), in the zone (ExternalDNS publishes it), and
+    not the gateway's own (that is its upstream)."""
+    if is_unresolved(domain) or problems.has_at_or_below(at):
+        return
+    if domain == gateway.gateway.endpoint_domain:
+        problems.add("GatewayEntry.SameDomainAsGateway", at,
+                     "must be a name of its own: the gateway's endpointDomain is where the entry forwards to", domain)
+    if context.zone_name is not None and not domain.endswith("." + context.zone_name):
+        problems.add("GatewayEntry.EndpointDomainOutsideZone", at,
+                     f"must be a name in the platform zone {context.zone_name}: ExternalDNS may change records there "
+                     "only", domain)
+    if context.endpoint_domains is not None and domain not in context.endpoint_domains:
+        covered = ", ".join(context.endpoint_domains) or "none"
+        problems.add("GatewayEntry.EndpointDomainNotCertified", at,
+                     f"must be one of the platform's endpoint domains, the names its certificate covers (covered: "
+                     f"{covered}); the entry's load balancer serves TLS with that certificate", domain)

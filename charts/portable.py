@@ -423,19 +423,8 @@ class PortableModelServerChart(cdk8s.Chart):
             readiness=kplus.Probe.from_http_get(
                 "/healthz", port=SIDECAR_METRICS_PORT, period_seconds=cdk8s.Duration.seconds(5)
             ),
-            security_context=kplus.ContainerSecurityContextProps(
-                ensure_non_root=True,
-                user=65532,
-                group=65532,
-                read_only_root_filesystem=True,
-                allow_privilege_escalation=False,
-                capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
-            ),
-            resources=kplus.ContainerResources(
-                cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
-                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256),
-                                             limit=cdk8s.Size.mebibytes(SIDECAR_MEMORY_LIMIT_MIB)),
-            ),
+            security_context=sidecar_security_context(),
+            resources=sidecar_resources(),
         )
         sidecar.mount("/tmp", scratch)  # buffered batches; the root filesystem stays read-only
         if self._api_key is not None:
@@ -465,15 +454,7 @@ class PortableModelServerChart(cdk8s.Chart):
         if server.hostname is not None:
             assert self.workload.certificate is not None  # the plan names it for every hostname
             certificate = self._values.resolve(self.workload.certificate)  # may wait for a deploy (AwaitingDeploy)
-            annotations = {
-                EXTERNAL_DNS_HOSTNAME: server.hostname,
-                "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-                "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
-            }
+            annotations = internal_tls_load_balancer(server.hostname, certificate)
             source_ranges = list(self.workload.source_ranges)
             service_type = kplus.ServiceType.LOAD_BALANCER
             port = kplus.ServicePort(name="https", port=TLS_SERVICE_PORT, target_port=target)
@@ -533,6 +514,47 @@ class PortableModelServerChart(cdk8s.Chart):
             "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
             "egress": egress}))
         return policy
+
+
+def internal_tls_load_balancer(hostname: str, certificate: str) -> dict[str, str]:
+    """A Service's annotations for an internal NLB (AWS Load Balancer Controller, IP targets) whose only listener is
+    TLS on 443 with ``certificate`` (TLS 1.3/1.2), its ``hostname`` published by ExternalDNS: a portable server's and a
+    gateway entry's way in."""
+    return {
+        EXTERNAL_DNS_HOSTNAME: hostname,
+        "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": certificate,
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": str(TLS_SERVICE_PORT),
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": TLS_NEGOTIATION_POLICY,
+    }
+
+
+SIDECAR_USER = 65532  # the uid it runs as, whatever the image says: it writes only its scratch volume
+
+
+def sidecar_security_context() -> kplus.ContainerSecurityContextProps:
+    """The capture sidecar's container: its non-root user, read-only root filesystem, no privilege escalation and no
+    capability (a portable server's and a gateway entry's alike)."""
+    return kplus.ContainerSecurityContextProps(
+        ensure_non_root=True,
+        user=SIDECAR_USER,
+        group=SIDECAR_USER,
+        read_only_root_filesystem=True,
+        allow_privilege_escalation=False,
+        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+    )
+
+
+def sidecar_resources() -> kplus.ContainerResources:
+    """The capture sidecar's CPU and memory: the memory limit its in-flight bound is derived from
+    (:func:`sidecar_inflight_body_bytes`)."""
+    return kplus.ContainerResources(
+        cpu=kplus.CpuResources(request=kplus.Cpu.millis(250), limit=kplus.Cpu.units(1)),
+        memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(256),
+                                     limit=cdk8s.Size.mebibytes(SIDECAR_MEMORY_LIMIT_MIB)),
+    )
 
 
 def capture_environment(capture: ModelPodCapture, capture_s3_uri: str, kms_key_id: str | None = None, *,

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import hashlib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from hyperpod_inference_iac.charts._spec_fields import (
     SpecBlock,
@@ -371,11 +371,17 @@ class PortableModelServer(SpecBlock):
         if self.hostname is None:
             problems.add("Portable.SourceRangesWithoutHostname", ranges_path,
                          "apply to the load balancer a hostname creates; set hostname or remove allowedSourceRanges")
-        for index, cidr in enumerate(self.allowed_source_ranges):
-            if is_unresolved(cidr):
-                continue
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                problems.add("Portable.SourceRangeInvalid", join_path(ranges_path, index),
-                             "must be a CIDR block with its host bits zero, e.g. 10.0.0.0/16", cidr)
+        check_source_ranges(self.allowed_source_ranges, "Portable.SourceRangeInvalid",
+                            lambda index: join_path(ranges_path, index), problems)
+
+
+def check_source_ranges(ranges: Sequence[str], code: str, path_of: Callable[[int], str], problems: Problems) -> None:
+    """Each source range of a load balancer is a network (``10.0.0.0/16``, host bits zero); tokens are skipped.
+    ``path_of`` names the key of the range at an index."""
+    for index, cidr in enumerate(ranges):
+        if is_unresolved(cidr):
+            continue
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            problems.add(code, path_of(index), "must be a CIDR block with its host bits zero, e.g. 10.0.0.0/16", cidr)

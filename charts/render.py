@@ -17,11 +17,12 @@ from typing import Any
 import cdk8s
 
 from hyperpod_inference_iac.charts.gateway import PlannedGateway
+from hyperpod_inference_iac.charts.gateway_entry_chart import GatewayEntryChart
 from hyperpod_inference_iac.charts.inference_chart import InferenceChart, WorkloadServiceAccount
 from hyperpod_inference_iac.charts.inference_endpoint import InferenceEndpointConfig
 from hyperpod_inference_iac.charts.network_policies import namespace_policies
 from hyperpod_inference_iac.charts.nvme_cache import EKS_AL2023_NVME_ROOT, HYPERPOD_NVME_ROOT
-from hyperpod_inference_iac.charts.plan import ModelWorkload, PortableWorkload, WorkloadPlan
+from hyperpod_inference_iac.charts.plan import ModelWorkload, PlannedGatewayEntry, PortableWorkload, WorkloadPlan
 from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
 from hyperpod_inference_iac.charts.pod_security import (
     CacheWriter,
@@ -47,6 +48,8 @@ class RenderedWorkloads:
     workloads: dict[str, ModelWorkload | PortableWorkload] = field(default_factory=dict)
     # Which planned gateway each gateway chart renders.
     gateways: dict[str, PlannedGateway] = field(default_factory=dict)
+    # Which planned gateway entry each entry chart renders.
+    entries: dict[str, PlannedGatewayEntry] = field(default_factory=dict)
 
 
 def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues, *,
@@ -81,6 +84,14 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
             .add_json_patch(cdk8s.JsonPatch.add("/spec", manifest["spec"]))
         rendered.charts[gateway.chart_id] = chart
         rendered.gateways[gateway.chart_id] = gateway
+    for entry in plan.entries:
+        try:
+            rendered.charts[entry.chart_id] = GatewayEntryChart(app, entry.chart_id, entry=entry, values=values)
+        except AwaitingDeploy as awaiting:
+            app.node.try_remove_child(entry.chart_id)
+            rendered.waiting[entry.chart_id] = awaiting
+            continue
+        rendered.entries[entry.chart_id] = entry
     holders = token_holders(plan, rendered)
     if holders:
         for obj in token_audience_policy(holders):
@@ -92,7 +103,8 @@ def render_workloads(app: cdk8s.App, plan: WorkloadPlan, values: PlatformValues,
 
 def token_holders(plan: WorkloadPlan, rendered: RenderedWorkloads) -> list[TokenHolder]:
     """Every planned container that mounts a token of a platform audience: the operator models' loaders (from the
-    plan: the operator copies them into its pods) and the rendered portable pods' loaders and sidecars."""
+    plan: the operator copies them into its pods), the rendered portable pods' loaders and sidecars, and the gateway
+    entries' sidecars."""
     holders: list[TokenHolder] = []
     for model in plan.models:
         workload = model.workload
@@ -107,6 +119,10 @@ def token_holders(plan: WorkloadPlan, rendered: RenderedWorkloads) -> list[Token
                 if manifest["kind"] == "Deployment":
                     holders += holders_of_pod(item.namespace or plan.context.namespace,
                                               manifest["spec"]["template"]["spec"])
+    for chart_id, entry in rendered.entries.items():
+        for manifest in rendered.charts[chart_id].to_json():
+            if manifest["kind"] == "Deployment":
+                holders += holders_of_pod(entry.namespace, manifest["spec"]["template"]["spec"])
     return holders
 
 

@@ -81,6 +81,7 @@ from hyperpod_inference_iac.serving.endpoint_domain import (
     check_endpoint_certificate,
 )
 from platform_config.document import read_document
+from platform_config.gateway_entry import with_entry
 from platform_config.model import (
     AcknowledgedWarning,
     AlarmsConfig,
@@ -437,7 +438,7 @@ def _gateways(root: Section) -> list[InferenceGateway]:
     for path, entry in root.items("gateways"):
         gateway = parse_gateway(entry, path, root.problems)
         if gateway is not None:
-            gateways.append(gateway)
+            gateways.append(with_entry(gateway, entry, path, root.problems))  # (gateways[i].entry)
     return gateways
 
 

@@ -24,6 +24,7 @@ import textwrap
 from pathlib import Path
 
 import hyperpod_inference_iac
+import hyperpod_inference_iac.charts as charts
 import platform_config.model as platform_model
 from hyperpod_inference_iac.foundation.props import Props, config_table, default_text, info_of, props_table
 
@@ -33,10 +34,10 @@ BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>[^\s
 
 
 def props_classes() -> dict[str, type[Props]]:
-    """Every props class the library exports, and those of the app's config model, by name."""
-    return {name: value for module in (hyperpod_inference_iac, platform_model) for name in module.__all__
+    """Every props class the library exports (the charts' too), and those of the app's config model, by name."""
+    return {name: value for module in (hyperpod_inference_iac, charts, platform_model) for name in module.__all__
             if isinstance(value := getattr(module, name), type) and issubclass(value, Props)
-            and (module is hyperpod_inference_iac or value.__module__ == module.__name__)}  # (the model's own)
+            and (module is not platform_model or value.__module__ == module.__name__)}  # (the model's own)
 
 
 def render(text: str, classes: dict[str, type[Props]]) -> str:

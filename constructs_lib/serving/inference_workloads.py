@@ -345,6 +345,12 @@ class InferenceWorkloads(Construct):
                 warn_gateway(gateway_warnings, gateway)
                 gateway_warnings.annotate(manifest)
                 continue
+            if (entry := rendered.entries.get(chart_id)) is not None:  # a gateway's capture entry: its role, its name
+                manifest.node.add_dependency(self.identities[entry.identity.role_name])
+                if external_dns is not None:
+                    manifest.node.add_dependency(external_dns)
+                self.manifests[chart_id] = manifest
+                continue
             workload = rendered.workloads[chart_id]
             for identity in workload.identities:
                 manifest.node.add_dependency(self.identities[identity.role_name])

@@ -378,8 +378,9 @@ def test_the_eks_secrets_key_names_its_principals_and_gives_nobody_kms_star(clus
     assert encrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
 
 
-def test_external_dns_watches_the_inference_namespace_and_changes_the_portable_hostname_only(
+def test_external_dns_watches_the_inference_namespace_and_changes_the_published_hostnames_only(
         cluster: dict[str, Any]) -> None:
+    """The portable server's hostname and the gateway entry's name: nothing else of the zone."""
     charts = [r for r in _resources(cluster, "Custom::AWSCDK-EKS-HelmChart").values()
               if r["Properties"]["Chart"] == "external-dns"]
     assert [(c["Properties"]["Release"], c["Properties"]["Namespace"]) for c in charts] == [
@@ -387,12 +388,12 @@ def test_external_dns_watches_the_inference_namespace_and_changes_the_portable_h
     assert "--namespace=inference" in json.dumps(charts[0]["Properties"]["Values"])
     role_id, _ = _role(cluster, "/ExternalDns/Role/")
     (change,) = [s for s in _statements_of(cluster, role_id) if s.get("Sid") == "ChangeRecordsInNamedZones"]
-    host = "qwen-portable.inference.example.com"
+    hosts = ("qwen-portable.inference.example.com", "llm.inference.example.com")
     assert change["Condition"] == {"ForAllValues:StringEquals": {
         "route53:ChangeResourceRecordSetsActions": ["CREATE", "UPSERT"],
         "route53:ChangeResourceRecordSetsRecordTypes": ["A", "AAAA", "CNAME", "TXT"],
         "route53:ChangeResourceRecordSetsNormalizedRecordNames": sorted(
-            [host, f"a-{host}", f"aaaa-{host}", f"cname-{host}"])}}
+            name for host in hosts for name in (host, f"a-{host}", f"aaaa-{host}", f"cname-{host}"))}}
 
 
 def test_without_the_customer_managed_key_the_secrets_use_aws_secretsmanager() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.composition import Templates, accesses, credential_holders, denied
+from tests.support.composition import Templates, accesses, allowed, credential_holders, denied
 from tests.support.synth import Assembly
 
 ACCOUNT, REGION = "111122223333", "us-west-2"
@@ -24,8 +24,8 @@ def test_every_runtime_may_do_what_it_is_configured_to(assembly: Assembly, templ
     found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
     runtimes = {access.runtime for access in found}
     assert {"qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader",
-            "qwen3-8b/nvme-weights-loader", "mistral-7b operator (modelPod)", "mistral-7b operator (TLS)",
-            "llama3-8b operator (sagemakerEndpoint)"} <= runtimes
+            "models-entry/capture-sidecar", "qwen3-8b/nvme-weights-loader", "mistral-7b operator (modelPod)",
+            "mistral-7b operator (TLS)", "llama3-8b operator (sagemakerEndpoint)"} <= runtimes
     assert denied(found, templates) == []
 
 
@@ -40,7 +40,8 @@ def test_only_the_loaders_and_the_sidecar_hold_credentials_each_with_a_token_its
     assert [h.audience for h in agent] == ["sts.amazonaws.com", "sts.amazonaws.com"]
     holders = [h for h in found if h not in agent]
     assert sorted(h.runtime for h in holders) == [
-        "qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader", "qwen3-8b/nvme-weights-loader"]
+        "models-entry/capture-sidecar", "qwen3-8b-portable/capture-sidecar", "qwen3-8b-portable/nvme-weights-loader",
+        "qwen3-8b/nvme-weights-loader"]
     for holder in holders:
         assert holder.audience.startswith("hyperpod-inference-iac/"), holder
         assert templates.trusted_audience(holder.role_name) == holder.audience, holder
@@ -59,6 +60,15 @@ def test_the_check_fails_when_a_role_cannot_do_what_its_runtime_does(assembly: A
     found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
     assert [(a.runtime, a.action) for a in denied(found, templates)] == [
         ("qwen3-8b-portable/capture-sidecar", "s3:PutObject")]
+
+
+def test_the_gateway_entry_may_write_its_own_captures_only(assembly: Assembly, templates: Templates) -> None:
+    """The entry's role (synthesized) allows the prefix its sidecar is rendered with, and not the portable server's."""
+    found = accesses(assembly.manifests, templates, operator_role=OPERATOR_ROLE)
+    (write,) = [a for a in found if a.runtime == "models-entry/capture-sidecar" and a.action == "s3:PutObject"]
+    assert write.resource.endswith("/pod/<object>") and "/data-capture/" in write.resource
+    (portable,) = [a for a in found if a.runtime == "qwen3-8b-portable/capture-sidecar" and a.action == "s3:PutObject"]
+    assert not allowed(templates.role_statements(write.role_name), "s3:PutObject", portable.resource)
 
 
 def test_the_check_fails_when_a_runtime_is_pointed_elsewhere(assembly: Assembly, templates: Templates) -> None:

@@ -27,8 +27,8 @@ def _objects(assembly: Assembly) -> list[dict[str, Any]]:
 
 def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Assembly) -> None:
     assert sorted(assembly.manifests) == [
-        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "gateway-models.k8s.yaml",
-        "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
+        "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "gateway-entry-models.k8s.yaml",
+        "gateway-models.k8s.yaml", "hugging-face-token.k8s.yaml", "model-llama3-8b.k8s.yaml",
         "model-mistral-7b.k8s.yaml", "model-qwen3-8b.k8s.yaml", "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml",
         "portable-qwen3-8b-portable.k8s.yaml"]
     helm = sorted(p.name for p in (assembly.directory / "dist" / "helm").iterdir())
@@ -39,6 +39,23 @@ def test_dist_holds_one_file_per_chart_and_what_the_workloads_need(assembly: Ass
     readme = (assembly.directory / "dist" / "README.md").read_text()
     assert ("kubectl get crd inferenceendpointconfigs.inference.sagemaker.aws.amazon.com "
             "jumpstartmodels.inference.sagemaker.aws.amazon.com") in readme
+
+
+def test_the_default_platforms_gateway_has_its_capture_entry(assembly: Assembly) -> None:
+    """The default platform's gateway traffic records its caller: dist holds the entry in front of the gateway, in JWT
+    mode with the gateway's own issuer and audience, forwarding to the gateway's name, behind its own TLS name."""
+    objects = {obj["kind"]: obj for obj in assembly.manifests["gateway-entry-models.k8s.yaml"]
+               if not obj["metadata"]["name"].endswith("-metrics")}
+    (gateway,) = DEFAULT["gateways"]
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["UPSTREAM_URL"] == f"https://{gateway['endpointDomain']}"
+    assert (env["JWT_ISSUER"], env["JWT_JWKS_URI"], env["JWT_AUDIENCES"], env["JWT_CALLER_CLAIM"]) == (
+        gateway["jwt"]["issuer"], gateway["jwt"]["jwksUri"], ",".join(gateway["jwt"]["audiences"]), "sub")
+    assert env["AWS_ROLE_ARN"] == f"arn:aws:iam::{ACCOUNT}:role/llm-platform-models-entry"
+    annotations = objects["Service"]["metadata"]["annotations"]
+    assert annotations["external-dns.alpha.kubernetes.io/hostname"] == gateway["entry"]["endpointDomain"]
+    assert gateway["entry"]["endpointDomain"] in DEFAULT["domain"]["endpointDomains"]
 
 
 def test_dist_snapshot(assembly: Assembly, snapshot: Any) -> None:
@@ -208,8 +225,8 @@ def test_new_certificate_makes_dist_wait_for_stack_outputs(tmp_path: Path) -> No
                         complete_with="make synth OUTPUTS=cdk-outputs.json")
     staged.commit()
     # The portable server's TLS listener needs the certificate too.
-    assert sorted(staged.waiting) == ["gateway-models", "model-llama3-8b", "model-mistral-7b", "model-qwen3-8b",
-                                      "portable-qwen3-8b-portable"]
+    assert sorted(staged.waiting) == ["gateway-entry-models", "gateway-models", "model-llama3-8b", "model-mistral-7b",
+                                      "model-qwen3-8b", "portable-qwen3-8b-portable"]
     assert sorted(p.name for p in (tmp_path / "dist").glob("*.k8s.yaml")) == [
         "api-key-qwen3-8b-portable.k8s.yaml", "capture-sidecar-metrics.k8s.yaml", "hugging-face-token.k8s.yaml",
         "model-serving-metrics.k8s.yaml", "namespace.k8s.yaml"]

@@ -240,7 +240,7 @@ CASES += [
     ("InferenceWorkloads.KeyNotGrantable", "portable[0].dataCapture.modelPod.kmsKeyId",
      _set("portable.0.dataCapture.modelPod.kmsKeyId", "alias/captures")),
     ("EndpointDomain.Duplicate", "domain.endpointDomains", _duplicate_domain),
-    ("EndpointDomain.BadDomainName", "domain.endpointDomains[5]", _extra_domain),
+    ("EndpointDomain.BadDomainName", "domain.endpointDomains[6]", _extra_domain),
     # The shared alarm-setting rules, for the two constructs test_config.py does not try them on.
     ("CertificateAlarms.AlarmPeriod", "alarms.certificate.daysToExpiry.periodMinutes",
      _alarm("certificate", "daysToExpiry", periodMinutes=0)),
