@@ -241,6 +241,7 @@ from hyperpod_inference_iac.serving.inference_workloads import (
     warn_gateway,
     warn_workload,
 )
+from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreProps
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
@@ -349,6 +350,8 @@ __all__ = [
     "StagedManifests",
     "TableReader",
     "TaintEffect",
+    "UsageStore",
+    "UsageStoreProps",
     "VpcFlowLogs",
     "WatchedModel",
     "WorkloadIdentity",
