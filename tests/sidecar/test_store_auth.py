@@ -158,18 +158,19 @@ def test_a_store_whose_certificate_is_not_trusted_or_not_its_name_is_not_spoken_
 
         asyncio.run(call())
 
-    with redis_server(tls=tls_files) as url:
-        with pytest.raises(redis.exceptions.ConnectionError, match="certificate verify failed"):
-            take(url, None)  # the system's CAs do not know the test CA: no token is sent
-    with redis_server(tls=wrong_name) as url:
-        with pytest.raises(redis.exceptions.ConnectionError, match="certificate verify failed|match"):
-            take(url, wrong_name.ca_file)  # trusted CA, but the certificate is for another host
+    with redis_server(tls=tls_files) as url, pytest.raises(redis.exceptions.ConnectionError,
+                                                           match="certificate verify failed"):
+        take(url, None)  # the system's CAs do not know the test CA: no token is sent
+    with redis_server(tls=wrong_name) as url, pytest.raises(redis.exceptions.ConnectionError,
+                                                            match=r"certificate verify failed|match"):
+        take(url, wrong_name.ca_file)  # trusted CA, but the certificate is for another host
 
 
 def test_iam_authentication_needs_both_names_and_tls() -> None:
     base = {"UPSTREAM_URL": "http://127.0.0.1:8000", "CAPTURE_S3_URI": "s3://b/p/", "CALLER_LIMITS": '{"*":{"tokensPerDay":10}}'}
-    settings = load_settings({**base, "LIMITS_STORE_URL": "rediss://demo.serverless.euw1.cache.amazonaws.com:6379",
-                              "LIMITS_STORE_IAM_USER": USER, "LIMITS_STORE_IAM_CACHE": CACHE})
+    store = "rediss://demo.serverless.euw1.cache.amazonaws.com:6379"
+    settings = load_settings({**base, "LIMITS_STORE_URL": store, "LIMITS_STORE_IAM_USER": USER,
+                              "LIMITS_STORE_IAM_CACHE": CACHE})
     assert (settings.usage.store_iam_user, settings.usage.store_iam_cache) == (USER, CACHE)
     with pytest.raises(SettingsError) as raised:
         load_settings({**base, "LIMITS_STORE_URL": "redis://plain:6379", "LIMITS_STORE_IAM_USER": USER})

@@ -4,8 +4,8 @@ and benchmark. `make test` installs redis-server when it runs as root (Makefile,
 from __future__ import annotations
 
 import shutil
-import ssl
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
