@@ -167,7 +167,8 @@ def test_a_store_whose_certificate_is_not_trusted_or_not_its_name_is_not_spoken_
 
 
 def test_iam_authentication_needs_both_names_and_tls() -> None:
-    base = {"UPSTREAM_URL": "http://127.0.0.1:8000", "CAPTURE_S3_URI": "s3://b/p/", "CALLER_LIMITS": '{"*":{"tokensPerDay":10}}'}
+    base = {"UPSTREAM_URL": "http://127.0.0.1:8000", "CAPTURE_S3_URI": "s3://b/p/",
+            "CALLER_LIMITS": '{"*":{"tokensPerDay":10}}'}
     store = "rediss://demo.serverless.euw1.cache.amazonaws.com:6379"
     settings = load_settings({**base, "LIMITS_STORE_URL": store, "LIMITS_STORE_IAM_USER": USER,
                               "LIMITS_STORE_IAM_CACHE": CACHE})
