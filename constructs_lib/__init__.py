@@ -241,7 +241,7 @@ from hyperpod_inference_iac.serving.inference_workloads import (
     warn_gateway,
     warn_workload,
 )
-from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreProps
+from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreOptions, UsageStoreProps
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
@@ -351,6 +351,7 @@ __all__ = [
     "TableReader",
     "TaintEffect",
     "UsageStore",
+    "UsageStoreOptions",
     "UsageStoreProps",
     "VpcFlowLogs",
     "WatchedModel",

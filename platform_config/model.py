@@ -37,6 +37,7 @@ from hyperpod_inference_iac import (
     S3Location,
     SecretsOptions,
     SecretSync,
+    UsageStoreOptions,
     WatchedModel,
     WorkloadOwner,
     api_key_sync,
@@ -285,6 +286,9 @@ class PlatformConfig:
     portable: tuple[PortableDeployment, ...] = ()
     gateways: tuple[InferenceGateway, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    # ``usageStore:``: the settings of the budget store the cluster stack creates (None: the section is not given,
+    # the defaults apply when a store is created).
+    usage_store: UsageStoreOptions | None = None
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
     # ``workloads.owner``: who applies the workloads (docs/deploying.md): the cluster stack, or GitOps from dist/.
     workload_owner: WorkloadOwner = WorkloadOwner.CDK

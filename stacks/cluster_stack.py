@@ -42,6 +42,7 @@ from hyperpod_inference_iac import (
     RotationAcceptance,
     SecretsKey,
     UsageStore,
+    UsageStoreOptions,
     WorkloadOwner,
     add_api_key_alarms,
     deploy_time_availability_zones,
@@ -135,7 +136,8 @@ class ClusterStack(Stack):
         # cluster's nodes only (the cluster security group; the NetworkPolicy narrows it to those sidecars).
         self.usage_store = UsageStore(
             self, "UsageStore", vpc=self.vpc, clients=[eks_cluster.cluster_security_group],
-            cache_name=config.usage_store_name) if plan.usage_store_users else None
+            cache_name=config.usage_store_name, **(config.usage_store or UsageStoreOptions()).kwargs(),
+        ) if plan.usage_store_users else None
         self.workloads = InferenceWorkloads(
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,

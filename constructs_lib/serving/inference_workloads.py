@@ -306,6 +306,10 @@ class InferenceWorkloads(Construct):
         :param secret_sync: Waited for by models whose Hugging Face source reads a token Secret. Default:
             ``None`` (none).
         :param namespace_labels: Labels of the namespace. Default: ``None`` (none).
+        :param usage_store: The platform's budget store ([UsageStore](usage-store.md)), when the plan's context
+            names one (`PlatformContext.usage_store`, the same `ref`): its address reaches the sidecars that use
+            it (`PlatformValue.USAGE_STORE_ENDPOINT`) and each of those sidecars' own roles, no other, is
+            granted `elasticache:Connect` on it. Default: ``None`` (none).
         :param monitored_namespaces: Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches
             capture sidecars. A capturing portable server in another namespace is warned
             (`captureNotMonitored`): its lost records and 5xx would not be alarmed. Default: ``None`` (not

@@ -53,25 +53,41 @@ ACCESS_STRING = "on ~budget:* -@all +get +incrby +decrby +expire +evalsha +eval 
 
 
 @dataclass(frozen=True, kw_only=True)
-class UsageStoreProps(Props):
-    """:class:`UsageStore`'s properties."""
+class UsageStoreOptions(Props):
+    """The budget store's properties a config file can set (``usageStore`` in the app's)."""
 
     CONSTRUCT: ClassVar[str] = "UsageStore"
+
+    max_data_gb: int = prop(1, doc="The most data the cache may hold (`cacheUsageLimits.dataStorage`, GB): "
+                                   "counters need kilobytes; the bill's minimum is 100 MB whatever this is.")
+    max_ecpu_per_second: int = prop(5000, doc="The most ECPUs per second (`cacheUsageLimits.ecpuPerSecond`, 1,000 "
+                                              "to 15,000,000): a lease call is a few ECPUs; this bounds a runaway "
+                                              "client's bill.")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if not 1 <= self.max_data_gb <= 5000:
+            problems.add("UsageStore.MaxDataOutOfRange", at.at("max_data_gb"), "must be from 1 to 5000 (GB)",
+                         str(self.max_data_gb))
+        if not 1000 <= self.max_ecpu_per_second <= 15_000_000:
+            problems.add("UsageStore.MaxEcpuOutOfRange", at.at("max_ecpu_per_second"),
+                         "must be from 1000 to 15000000", str(self.max_ecpu_per_second))
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageStoreProps(UsageStoreOptions):
+    """:class:`UsageStore`'s properties: its options, and what only Python code passes."""
 
     vpc: ec2.IVpc = prop(config=False, doc="The cluster VPC.")
     clients: Sequence[ec2.ISecurityGroup] = prop(
         config=False,
         doc="The security groups whose members may connect on 6379: the nodes' (on EKS, the cluster security group, "
             "which the VPC CNI puts on the pods too). No CIDR is admitted.")
-    cache_name: str = prop(doc="The serverless cache's name (lowercase, at most 40 characters); also names its "
-                               "user and user group, and is what the sidecars sign their tokens for.")
+    cache_name: str = prop(config=False,
+                           doc="The serverless cache's name (lowercase, at most 40 characters); also names its user "
+                               "and user group, and is what the sidecars sign their tokens for. The app's: "
+                               "`<project>-usage`.")
     subnets: Sequence[ec2.ISubnet] | None = prop(None, config=False, default_doc="the VPC's private subnets",
                                                  doc="Where the cache's endpoints are.")
-    max_data_gb: int = prop(1, doc="The most data the cache may hold (`cacheUsageLimits.dataStorage`, GB): "
-                                   "counters need kilobytes; the bill's minimum is 100 MB whatever this is.")
-    max_ecpu_per_second: int = prop(5000, doc="The most ECPUs per second (`cacheUsageLimits.ecpuPerSecond`, 1,000 "
-                                              "to 15,000,000): a lease call is a few ECPUs; this bounds a runaway "
-                                              "client's bill.")
     encryption_key: kms.IKey | None = prop(None, config=False, default_doc="an AWS owned key",
                                            doc="A customer managed key for the data at rest (counters, no prompts).")
 
@@ -80,12 +96,7 @@ class UsageStoreProps(Props):
             problems.add("UsageStore.CacheNameInvalid", at.at("cache_name"),
                          "must be 1 to 40 lowercase letters, digits or single hyphens, a letter first, no hyphen "
                          "last", self.cache_name)
-        if not 1 <= self.max_data_gb <= 5000:
-            problems.add("UsageStore.MaxDataOutOfRange", at.at("max_data_gb"), "must be from 1 to 5000 (GB)",
-                         str(self.max_data_gb))
-        if not 1000 <= self.max_ecpu_per_second <= 15_000_000:
-            problems.add("UsageStore.MaxEcpuOutOfRange", at.at("max_ecpu_per_second"),
-                         "must be from 1000 to 15000000", str(self.max_ecpu_per_second))
+        super().check(problems, at)
         if not list(self.clients):
             problems.add("UsageStore.NoClients", at.at("clients"),
                          "needs the security group of the nodes the sidecars run on (nothing could connect)")
@@ -118,16 +129,17 @@ class UsageStore(Construct):
     ) -> None:
         """Create the construct. Its properties (:class:`UsageStoreProps`, kept as ``self.props``):
 
-        :param vpc: The cluster VPC. Default: required.
-        :param clients: The security groups whose members may connect on 6379: the nodes' (on EKS, the cluster
-            security group, which the VPC CNI puts on the pods too). No CIDR is admitted. Default: required.
-        :param cache_name: The serverless cache's name (lowercase, at most 40 characters); also names its user
-            and user group, and is what the sidecars sign their tokens for. Default: required.
-        :param subnets: Where the cache's endpoints are. Default: ``None`` (the VPC's private subnets).
         :param max_data_gb: The most data the cache may hold (`cacheUsageLimits.dataStorage`, GB): counters need
             kilobytes; the bill's minimum is 100 MB whatever this is. Default: ``1``.
         :param max_ecpu_per_second: The most ECPUs per second (`cacheUsageLimits.ecpuPerSecond`, 1,000 to
             15,000,000): a lease call is a few ECPUs; this bounds a runaway client's bill. Default: ``5000``.
+        :param vpc: The cluster VPC. Default: required.
+        :param clients: The security groups whose members may connect on 6379: the nodes' (on EKS, the cluster
+            security group, which the VPC CNI puts on the pods too). No CIDR is admitted. Default: required.
+        :param cache_name: The serverless cache's name (lowercase, at most 40 characters); also names its user
+            and user group, and is what the sidecars sign their tokens for. The app's: `<project>-usage`.
+            Default: required.
+        :param subnets: Where the cache's endpoints are. Default: ``None`` (the VPC's private subnets).
         :param encryption_key: A customer managed key for the data at rest (counters, no prompts). Default:
             ``None`` (an AWS owned key).
         """
