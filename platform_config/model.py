@@ -490,11 +490,11 @@ class PlatformConfig:
         return tuple(tier for tier in ("sme", "pod", "alb") if tier in tiers)
 
     @property
-    @property
     def usage_store_name(self) -> str:
         """The budget store's serverless cache (``UsageStore``), created when a server uses it."""
         return f"{self.project}-usage"
 
+    @property
     def platform_context(self) -> PlatformContext:
         """What the workloads need to know about this platform."""
         sync = self.hugging_face_sync

@@ -152,7 +152,7 @@ class UsageStore(Construct):
         self.port = DEFAULT_STORE_PORT
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
-            description=f"{cache_name}: the budget store, reachable on {self.port} from the cluster's nodes only")
+            description=f"{cache_name}: the budget store, reachable on {self.port} from the cluster nodes only")
         for index, client in enumerate(props.clients):
             self.security_group.add_ingress_rule(
                 client, ec2.Port.tcp(self.port),
@@ -170,8 +170,7 @@ class UsageStore(Construct):
         self.user_group = elasticache.CfnUserGroup(
             self, "UserGroup", engine=ENGINE, user_group_id=cache_name,
             user_ids=[self.default_user.user_id, self.user.user_id])
-        self.user_group.add_dependency(self.user)
-        self.user_group.add_dependency(self.default_user)
+        self.user_group.node.add_dependency(self.user, self.default_user)
         subnet_ids = [subnet.subnet_id for subnet in subnets] if subnets is not None else \
             vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids
         self.cache = elasticache.CfnServerlessCache(
@@ -186,7 +185,7 @@ class UsageStore(Construct):
                 data_storage=elasticache.CfnServerlessCache.DataStorageProperty(unit="GB", maximum=max_data_gb),
                 ecpu_per_second=elasticache.CfnServerlessCache.ECPUPerSecondProperty(maximum=max_ecpu_per_second)),
         )
-        self.cache.add_dependency(self.user_group)
+        self.cache.node.add_dependency(self.user_group)
         self.endpoint: str = self.cache.attr_endpoint_address
         self.cache_arn: str = self.cache.attr_arn
         # The user's ARN from its deterministic id (what elasticache:Connect names; equal to the user's attr_arn).
