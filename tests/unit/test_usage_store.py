@@ -5,6 +5,7 @@ sidecars that use it get its address, and their own roles, no other, may connect
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import cdk8s
@@ -32,6 +33,7 @@ from hyperpod_inference_iac.charts import (
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.foundation.platform_values import PlatformValues
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
+from tests.security.gate import cloudformation_findings
 from tests.unit.test_inference_workloads import _stack as cluster_stack
 from tests.unit.test_inference_workloads import _statements_of
 
@@ -218,3 +220,13 @@ def test_cdk_nag_finds_nothing_unacknowledged_on_the_store() -> None:
     store, _ = _store(stack)
     report = AwsSolutionsChecks(stack.node.root).validate_scope(store)
     assert [(v.rule_name, v.violating_resources) for v in report.violations] == []
+
+
+@pytest.mark.slow
+def test_checkov_finds_nothing_on_the_store(tmp_path: Path) -> None:
+    app = App(outdir=str(tmp_path))
+    stack = Stack(app, "S", env=Environment(account=ACCOUNT, region="us-west-2"))
+    _store(stack)
+    findings, summary = cloudformation_findings(sorted(Path(app.synth().directory).glob("*.template.json")))
+    assert summary["parsing_errors"] == 0 and summary["passed"] > 0
+    assert [f for f in findings if "/Store/" in f.location] == []
