@@ -99,6 +99,10 @@ def make_limiter(usage: UsageSettings) -> Limiter | None:
         credentials = None
         if usage.store_iam_user and usage.store_iam_cache:
             credentials = ElastiCacheIamAuth(usage.store_iam_user, usage.store_iam_cache)
+            try:  # the first token now, at start (botocore may call STS): not inside the first request's wait
+                credentials.token()
+            except Exception as error:  # (the store's first call signs again; its failure is counted there)
+                log.warning("could not sign the budget store's IAM token yet (%s: %s)", type(error).__name__, error)
         store = RedisTokenStore(usage.store_url, usage.store_timeout_seconds, credentials=credentials,
                                 ca_file=store_ca_file())
     if store is None:

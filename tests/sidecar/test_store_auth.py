@@ -183,3 +183,21 @@ def test_iam_authentication_needs_both_names_and_tls() -> None:
 def _no_real_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     yield
+
+
+def test_the_sidecar_signs_its_first_token_at_start_not_in_a_requests_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capture_sidecar.service import make_limiter
+
+    _session(monkeypatch)
+    settings = load_settings({"UPSTREAM_URL": "http://127.0.0.1:8000", "CAPTURE_S3_URI": "s3://b/p/",
+                              "CALLER_LIMITS": '{"*":{"tokensPerDay":10}}',
+                              "LIMITS_STORE_URL": "rediss://demo.serverless.euw1.cache.amazonaws.com:6379",
+                              "LIMITS_STORE_IAM_USER": USER, "LIMITS_STORE_IAM_CACHE": CACHE})
+    limiter = make_limiter(settings.usage)
+    assert limiter is not None and isinstance(limiter.store, RedisTokenStore)
+    provider = limiter.store.client.connection_pool.connection_kwargs["credential_provider"]
+    assert isinstance(provider, ElastiCacheIamAuth) and provider.tokens_signed == 1
+    kwargs = limiter.store.client.connection_pool.connection_kwargs
+    # Verification is redis-py's default (certificate required, host name checked): never turned off here.
+    assert "ssl_cert_reqs" not in kwargs and "ssl_check_hostname" not in kwargs and kwargs["ssl_ca_certs"]
+    asyncio.run(limiter.store.close())
