@@ -115,7 +115,7 @@ from hyperpod_inference_iac.charts.routing import (
     L2CacheSpec,
     RoutingStrategy,
 )
-from hyperpod_inference_iac.charts.usage_limits import CallerLimit, UsageLimits
+from hyperpod_inference_iac.charts.usage_limits import CallerLimit, UsageLimits, UsageStoreRef
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig, ModelWeightsCacheSpec
 
 __all__ = [
@@ -199,6 +199,7 @@ __all__ = [
     "SecretKeyRef",
     "TlsConfig",
     "UsageLimits",
+    "UsageStoreRef",
     "WeightsCache",
     "Worker",
     "WorkerProbes",

@@ -54,6 +54,7 @@ from hyperpod_inference_iac.charts.model_source import ModelSourceType, SecretKe
 from hyperpod_inference_iac.charts.nvme_cache import NvmeModelCache
 from hyperpod_inference_iac.charts.pod_credentials import ContainerCredentials, CredentialScope
 from hyperpod_inference_iac.charts.portable_server import API_KEY_SECRET_KEY, PortableModelServer, capture_prefix_hash
+from hyperpod_inference_iac.charts.usage_limits import UsageStoreRef
 from hyperpod_inference_iac.charts.weights_cache import ModelWeightsCacheConfig
 from hyperpod_inference_iac.foundation.instance_store import families_with_nvme, has_instance_store_nvme
 from hyperpod_inference_iac.foundation.operator_versions import DEFAULT_ADDON_VERSION, missing_features, unplaced_field
@@ -126,6 +127,10 @@ class PlatformContext:
         cannot carry tolerations yet (their field's path is not documented: docs/operator-versions.md), and so is a
         model whose instance types no group has (its pods would stay Pending).
         @default none: not checked
+    :param usage_store: the platform's budget store (an ElastiCache Serverless cache for Valkey that
+        :class:`~hyperpod_inference_iac.UsageStore` creates): a portable server whose ``usageLimits`` hold token
+        budgets and name no ``storeUrl`` of their own uses it, its sidecar authenticating with an IAM token as the
+        store's user. @default none: such limits need a ``storeUrl`` (``UsageLimits.NoStore``)
     :param key_paths: how problems name this context's own fields (``operator_addon_version``, ``vpc_cidr``): a
         config loader passes its file's keys (the app: ``operator.addonVersion``). @default
         ``PlatformContext.<field>``, for a context built in Python
@@ -148,6 +153,7 @@ class PlatformContext:
     vpc_cidr: str | None = None
     region: str | None = None
     node_groups: tuple[NodeGroupPlacement, ...] = ()
+    usage_store: UsageStoreRef | None = None
     key_paths: KeyPaths = dataclasses.field(default_factory=lambda: KeyPaths("PlatformContext"), compare=False,
                                             repr=False)
 
@@ -272,7 +278,9 @@ class PortableWorkload:
     ``capture``/``capture_key``: where its sidecar writes (None: no capture), with ``capture_identity`` the sidecar's
     role (write there only). The model server holds no role. ``vpc_cidr``: where its metrics port is open to.
     ``certificate``: the TLS listener's certificate and ``source_ranges`` who may connect (hostname only).
-    ``api_key``: the synced Secret holding its key. ``region``: where its containers' SDKs call STS."""
+    ``api_key``: the synced Secret holding its key. ``region``: where its containers' SDKs call STS.
+    ``usage_store``: the platform's budget store its sidecar shares budgets through (None: none, or the server's own
+    ``usageLimits.storeUrl``); its sidecar's role (``capture_identity``) is the one granted to connect."""
 
     path: str
     server: PortableModelServer
@@ -287,6 +295,7 @@ class PortableWorkload:
     api_key: SecretKeyRef | None = None
     region: str | None = None
     namespace: str = ""
+    usage_store: UsageStoreRef | None = None
 
     @property
     def name(self) -> str:
@@ -373,6 +382,12 @@ class WorkloadPlan:
     def workloads(self) -> tuple[ModelWorkload | PortableWorkload, ...]:
         """The models, then the portable servers."""
         return (*self.models, *self.portable)
+
+    @property
+    def usage_store_users(self) -> tuple[PortableWorkload, ...]:
+        """The portable servers whose sidecars share budgets through the platform's store (``context.usage_store``):
+        the platform creates the store when there is one."""
+        return tuple(workload for workload in self.portable if workload.usage_store is not None)
 
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
@@ -777,6 +792,9 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         server = dataclasses.replace(server, data_capture=_wire_capture(context, server.data_capture,
                                                                          tiers=("model_pod",)))
     server.validate(path, problems)
+    limits = server.usage_limits
+    if limits is not None:
+        limits.check_store(join_path(path, "usageLimits"), problems, platform_store=context.usage_store is not None)
     _check_hostname(context, server, path, problems)
     _check_vpc_cidr(context, server, path, problems)
     # Two roles, one per container that needs AWS, each with its own token audience; the model server gets none.
@@ -807,7 +825,9 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         source_ranges=tuple(source_ranges) if has_hostname else (),
         api_key=SecretKeyRef(name=api_key_secret_name(server.name), key=API_KEY_SECRET_KEY)
         if server.api_key_enabled else None,
-        region=context.region, namespace=namespace)
+        region=context.region, namespace=namespace,
+        usage_store=context.usage_store if sidecar is not None and limits is not None and limits.needs_store
+        and limits.store_url is None else None)
 
 
 def api_key_secret_name(server_name: str) -> str:

@@ -402,8 +402,12 @@ class PortableModelServerChart(cdk8s.Chart):
             env_values["STREAM_USAGE"] = kplus.EnvValue.from_value("off")
         if self.server.usage_limits is not None:
             prefix = f"budget:{self.workload.namespace}/{self.server.name}:"
+            # The platform's store (when the limits name none): its address is a deploy-time value.
+            store = self.workload.usage_store
+            endpoint = (store, self._values.get(PlatformValue.USAGE_STORE_ENDPOINT)) if store is not None else None
             env_values.update({name: kplus.EnvValue.from_value(value) for name, value in
-                               usage_limits_environment(self.server.usage_limits, key_prefix=prefix).items()})
+                               usage_limits_environment(self.server.usage_limits, key_prefix=prefix,
+                                                        store=endpoint).items()})
         if self._api_key is not None:  # checked on every request, whatever its path
             env_values["API_KEYS_FILE"] = kplus.EnvValue.from_value(f"{API_KEYS_MOUNT_PATH}/{API_KEYS_FILE_SECRET_KEY}")
         scratch = kplus.Volume.from_empty_dir(self, "capture-scratch", "capture-scratch")
@@ -507,9 +511,11 @@ class PortableModelServerChart(cdk8s.Chart):
         # ApiObject's Python props take no body: the spec is its first patch.
         egress = [aws_api_egress(self.workload.vpc_cidr)]
         limits = self.server.usage_limits
-        if self.capturing and limits is not None and limits.store_url is not None:
+        store = self.workload.usage_store
+        if self.capturing and limits is not None and (limits.store_url is not None or store is not None):
             # The budget store (ElastiCache in the VPC): its port, inside the VPC only.
-            egress.append({"to": [{"ipBlock": {"cidr": self.workload.vpc_cidr}}], "ports": [tcp(limits.store_port)]})
+            port = limits.store_port if limits.store_url is not None or store is None else store.port
+            egress.append({"to": [{"ipBlock": {"cidr": self.workload.vpc_cidr}}], "ports": [tcp(port)]})
         policy.add_json_patch(cdk8s.JsonPatch.add("/spec", {
             "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress,
             "egress": egress}))

@@ -105,11 +105,21 @@ class UsageLimits(SpecBlock):
             elif self.alert_percents.index(percent) != index:
                 problems.add("UsageLimits.AlertPercentsInvalid", join_path(percents_at, index),
                              "each percent is listed once", percent)
-        if self.callers and any(caller.limits().keys() - {"concurrentRequestsPerReplica"} for caller in self.callers) \
-                and self.store_url is None:
+
+    @property
+    def needs_store(self) -> bool:
+        """Whether these limits hold token budgets, which the replicas share through a store (concurrency limits are
+        per replica)."""
+        return any(caller.limits().keys() - {"concurrentRequestsPerReplica"} for caller in self.callers)
+
+    def check_store(self, path: str, problems: Problems, *, platform_store: bool) -> None:
+        """``UsageLimits.NoStore``: token budgets without a store, neither ``storeUrl`` nor the platform's
+        (``platform_store``: the plan's context names one, :class:`UsageStoreRef`)."""
+        if self.needs_store and self.store_url is None and not platform_store:
             problems.add("UsageLimits.NoStore", join_path(path, "storeUrl"),
                          "token budgets need the store the replicas share (an ElastiCache for Valkey endpoint, "
-                         "rediss://...): without it each replica would grant the whole budget")
+                         "rediss://..., or the platform's: PlatformContext.usage_store, which the app creates): "
+                         "without it each replica would grant the whole budget")
 
     @property
     def store_port(self) -> int:
@@ -117,8 +127,32 @@ class UsageLimits(SpecBlock):
         return int(match.group(1)) if match else DEFAULT_STORE_PORT
 
 
-def usage_limits_environment(limits: UsageLimits, *, key_prefix: str) -> dict[str, str]:
-    """The sidecar's settings for these limits (its CALLER_LIMITS and the store's)."""
+@dataclasses.dataclass(frozen=True)
+class UsageStoreRef:
+    """The platform's budget store as a workload plan names it (``PlatformContext.usage_store``): the serverless
+    cache and the ElastiCache user the sidecars authenticate as with an IAM token (both names known before deploy),
+    and its port; its address is a deploy-time value (``PlatformValue.USAGE_STORE_ENDPOINT``).
+    :class:`~hyperpod_inference_iac.UsageStore` creates it (its ``ref``)."""
+
+    cache_name: str
+    user_id: str
+    port: int = DEFAULT_STORE_PORT
+
+    @classmethod
+    def of_cache(cls, cache_name: str) -> UsageStoreRef:
+        """The store of the cache ``cache_name`` as ``UsageStore`` names its parts (its user ``<cache>-sidecar``)."""
+        return cls(cache_name=cache_name, user_id=f"{cache_name}-sidecar"[:40])
+
+    def environment(self, endpoint: str) -> dict[str, str]:
+        """The sidecar's settings to reach it: TLS (``rediss://``, verified), IAM authentication as ``user_id``."""
+        return {"LIMITS_STORE_URL": f"rediss://{endpoint}:{self.port}", "LIMITS_STORE_IAM_USER": self.user_id,
+                "LIMITS_STORE_IAM_CACHE": self.cache_name}
+
+
+def usage_limits_environment(limits: UsageLimits, *, key_prefix: str,
+                             store: tuple[UsageStoreRef, str] | None = None) -> dict[str, str]:
+    """The sidecar's settings for these limits (its CALLER_LIMITS and the store's). ``store``: the platform's store
+    and its address, for limits without a ``store_url`` of their own."""
     env = {"USAGE_RECORDS": str(limits.usage_records)}
     if limits.callers:
         document = {caller.caller_id: caller.limits() for caller in limits.callers}
@@ -128,4 +162,7 @@ def usage_limits_environment(limits: UsageLimits, *, key_prefix: str) -> dict[st
         env["BUDGET_ALERT_PERCENTS"] = ",".join(str(percent) for percent in sorted(limits.alert_percents))
     if limits.store_url is not None:
         env["LIMITS_STORE_URL"] = limits.store_url
+    elif store is not None:
+        ref, endpoint = store
+        env.update(ref.environment(endpoint))
     return env

@@ -249,6 +249,7 @@ from hyperpod_inference_iac.serving.inference_workloads import (
     warn_gateway,
     warn_workload,
 )
+from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreOptions, UsageStoreProps
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
@@ -363,6 +364,9 @@ __all__ = [
     "SyncedCaller",
     "TableReader",
     "TaintEffect",
+    "UsageStore",
+    "UsageStoreOptions",
+    "UsageStoreProps",
     "VpcFlowLogs",
     "WatchedModel",
     "WorkloadIdentity",

@@ -31,6 +31,7 @@ from hyperpod_inference_iac import (
     LogRetentionOptions,
     RiskWarnings,
     SecretsOptions,
+    UsageStoreOptions,
     WorkloadOwner,
     check_certificate_alarms,
     check_region,
@@ -159,6 +160,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
         gateways=tuple(_gateways(root)),
+        usage_store=_usage_store(root),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
@@ -177,6 +179,11 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         context = dataclasses.replace(context, endpoint_domains=None)
     plan = plan_workloads(context, models=config.models, portable=config.portable, gateways=config.gateways,
                           problems=problems)
+    if config.usage_store is not None and not plan.usage_store_users:
+        problems.add("UsageStore.Unused", "usageStore",
+                     "configures the budget store the platform creates for portable servers whose usageLimits name "
+                     "no storeUrl, and no server uses it (each gives its own storeUrl, or none has token budgets): "
+                     "remove usageStore, or the storeUrl of the servers that should use the platform's store")
     problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))
@@ -255,6 +262,17 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
                                                     for path in reported))
     return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables, sidecar_image=sidecar_image)
+
+
+def _usage_store(root: Section) -> UsageStoreOptions | None:
+    """``usageStore:`` (optional): the options of the budget store (UsageStore) the cluster stack creates when a
+    portable server's token budgets name no ``storeUrl``."""
+    if not root.has("usageStore"):
+        return None
+    section = root.section("usageStore")
+    options = read_props(UsageStoreOptions, section)
+    section.finish()
+    return options
 
 
 def _workload_owner(section: Section) -> WorkloadOwner:

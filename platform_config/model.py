@@ -38,13 +38,20 @@ from hyperpod_inference_iac import (
     S3Location,
     SecretsOptions,
     SecretSync,
+    UsageStoreOptions,
     WatchedModel,
     WorkloadOwner,
     api_key_sync,
     engine_of_image,
     external_dns_releases,
 )
-from hyperpod_inference_iac.charts import ModelDeployment, PlatformContext, PortableDeployment, WorkloadPlan
+from hyperpod_inference_iac.charts import (
+    ModelDeployment,
+    PlatformContext,
+    PortableDeployment,
+    UsageStoreRef,
+    WorkloadPlan,
+)
 from hyperpod_inference_iac.charts.gateway import InferenceGateway
 from hyperpod_inference_iac.foundation.patterns import (
     ACM_CERTIFICATE_ARN,
@@ -282,6 +289,9 @@ class PlatformConfig:
     portable: tuple[PortableDeployment, ...] = ()
     gateways: tuple[InferenceGateway, ...] = ()
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    # ``usageStore:``: the settings of the budget store the cluster stack creates (None: the section is not given,
+    # the defaults apply when a store is created).
+    usage_store: UsageStoreOptions | None = None
     acknowledged_warnings: tuple[AcknowledgedWarning, ...] = ()
     # ``costs``: the cost per team (GpuCost: the node-hour sampler and the prices); None: no sampler.
     costs: GpuCostOptions | None = None
@@ -495,6 +505,11 @@ class PlatformConfig:
         return tuple(tier for tier in ("sme", "pod", "alb") if tier in tiers)
 
     @property
+    def usage_store_name(self) -> str:
+        """The budget store's serverless cache (``UsageStore``), created when a server uses it."""
+        return f"{self.project}-usage"
+
+    @property
     def platform_context(self) -> PlatformContext:
         """What the workloads need to know about this platform."""
         sync = self.hugging_face_sync
@@ -512,6 +527,8 @@ class PlatformConfig:
             vpc_cidr=self.vpc.cidr if isinstance(self.vpc, NewVpc) else self.vpc.vpc_cidr,
             region=self.environment.region,
             node_groups=tuple(group.placement() for group in self.hyperpod.instance_groups),
+            # The budget store the cluster stack creates when a portable server's token budgets name no storeUrl.
+            usage_store=UsageStoreRef.of_cache(self.usage_store_name),
             # Problems the plan finds in these name this file's keys (a Python caller sees PlatformContext's fields).
             key_paths=KeyPaths("", {"operator_addon_version": "operator.addonVersion", "vpc_cidr": (
                 "network.newVpc.cidr" if isinstance(self.vpc, NewVpc) else "network.existingVpc.vpcCidr")}),

@@ -43,6 +43,8 @@ from hyperpod_inference_iac import (
     PlatformVpc,
     RotationAcceptance,
     SecretsKey,
+    UsageStore,
+    UsageStoreOptions,
     WorkloadOwner,
     add_api_key_alarms,
     deploy_time_availability_zones,
@@ -140,6 +142,12 @@ class ClusterStack(Stack):
             self, "ExternalDns", cluster=eks_cluster, hosted_zones=[domain.hosted_zone], owner_id=dns.owner_id,
             namespaces=dns.namespaces, hostnames=dns.hostnames, role_name=dns.role_name,
         ) if dns is not None else None
+        # The budget store, when a portable server's token budgets name no storeUrl of their own: reachable from the
+        # cluster's nodes only (the cluster security group; the NetworkPolicy narrows it to those sidecars).
+        self.usage_store = UsageStore(
+            self, "UsageStore", vpc=self.vpc, clients=[eks_cluster.cluster_security_group],
+            cache_name=config.usage_store_name, **(config.usage_store or UsageStoreOptions()).kwargs(),
+        ) if plan.usage_store_users else None
         self.workloads = InferenceWorkloads(
             self, "Workloads", cluster=eks_cluster, plan=plan, capture_bucket=storage.capture_bucket,
             capture_key=storage.key, tls_bucket=storage.tls_bucket, certificate=domain.certificate,
@@ -153,7 +161,7 @@ class ClusterStack(Stack):
             external_dns=self.external_dns,
             secret_sync=self.hugging_face_token.manifest,
             namespace_labels={"app.kubernetes.io/managed-by": config.project},
-            monitored_namespaces=config.monitored_namespaces,
+            monitored_namespaces=config.monitored_namespaces, usage_store=self.usage_store,
         )
         # The token sync's objects live in the workloads' namespace.
         self.hugging_face_token.manifest.node.add_dependency(self.workloads.namespace_manifest)
@@ -174,6 +182,8 @@ class ClusterStack(Stack):
             "HuggingFaceTokenSecretArn": self.hugging_face_token.secret.secret_arn,
             "HuggingFaceTokenKubernetesSecret": f"{sync.namespace}/{sync.kubernetes_secret_name}",
         }
+        if self.usage_store is not None:  # (GitOps manifests read it from the outputs file)
+            outputs[PlatformValue.USAGE_STORE_ENDPOINT.output_name] = self.usage_store.endpoint
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
 

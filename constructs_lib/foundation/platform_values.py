@@ -32,6 +32,7 @@ class PlatformValue(enum.Enum):
     CERTIFICATE_ARN = "CertificateArn"
     HOSTED_ZONE_ID = "HostedZoneId"
     SIDECAR_IMAGE = "CaptureSidecarImageUri"
+    USAGE_STORE_ENDPOINT = "UsageStoreEndpoint"  # the budget store's address (UsageStore), known after deploy
 
     @property
     def output_name(self) -> str:

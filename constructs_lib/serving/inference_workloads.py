@@ -85,6 +85,7 @@ from hyperpod_inference_iac.security.workload_identity import (
     IdentityBinding,
     WorkloadIdentity,
 )
+from hyperpod_inference_iac.serving.usage_store import UsageStore
 
 SIDECAR_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", ".pytest_cache", "__init__.py"]
 SIDECAR_IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64  # the GPU nodes are x86_64
@@ -196,6 +197,12 @@ class InferenceWorkloadsProps(Props):
                                           doc="Waited for by models whose Hugging Face source reads a token Secret.")
     namespace_labels: Mapping[str, str] | None = prop(None, config=False, default_doc="none",
                                                       doc="Labels of the namespace.")
+    usage_store: UsageStore | None = prop(
+        None, config=False, default_doc="none",
+        doc="The platform's budget store ([UsageStore](usage-store.md)), when the plan's context names one "
+            "(`PlatformContext.usage_store`, the same `ref`): its address reaches the sidecars that use it "
+            "(`PlatformValue.USAGE_STORE_ENDPOINT`) and each of those sidecars' own roles, no other, is granted "
+            "`elasticache:Connect` on it.")
     monitored_namespaces: Sequence[str] | None = prop(
         None, config=False, default_doc="not checked",
         doc="Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches capture sidecars. A capturing "
@@ -203,7 +210,9 @@ class InferenceWorkloadsProps(Props):
             "not be alarmed.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
-        """A container-scoped identity needs IRSA (each problem at the identity's role name)."""
+        """A container-scoped identity needs IRSA (each problem at the identity's role name); the plan's budget
+        store is the one given."""
+        self._check_usage_store(problems, at)
         binding = self.binding
         if binding in IdentityBinding._value2member_map_ and IdentityBinding(binding) is IdentityBinding.IRSA:
             return
@@ -214,6 +223,17 @@ class InferenceWorkloadsProps(Props):
                          f"the {identity.scope.value} of {identity.service_account} has a role of its own, which only "
                          "IRSA can give one container of a pod (EKS Pod Identity gives every container, the model "
                          "server among them, the same role): use IdentityBinding.IRSA", str(binding))
+
+    def _check_usage_store(self, problems: Problems, at: KeyPaths) -> None:
+        users = self.plan.usage_store_users
+        if users and self.usage_store is None:
+            problems.add("InferenceWorkloads.UsageStoreMissing", at.at("usage_store"),
+                         f"the plan's portable servers {', '.join(w.name for w in users)} share budgets through the "
+                         "platform's store (PlatformContext.usage_store): pass the UsageStore that creates it")
+        elif users and self.usage_store is not None and self.plan.context.usage_store != self.usage_store.ref:
+            problems.add("InferenceWorkloads.UsageStoreMismatch", at.at("usage_store"),
+                         f"is the store {self.usage_store.ref.cache_name}, but the plan's sidecars were planned for "
+                         f"{self.plan.context.usage_store}: build the plan's context with usage_store=store.ref")
 
 
 class InferenceWorkloads(Construct):
@@ -253,6 +273,7 @@ class InferenceWorkloads(Construct):
         external_dns: IConstruct | None = InferenceWorkloadsProps.external_dns,
         secret_sync: IConstruct | None = InferenceWorkloadsProps.secret_sync,
         namespace_labels: Mapping[str, str] | None = InferenceWorkloadsProps.namespace_labels,
+        usage_store: UsageStore | None = InferenceWorkloadsProps.usage_store,
         monitored_namespaces: Sequence[str] | None = InferenceWorkloadsProps.monitored_namespaces,
     ) -> None:
         """Create the construct. Its properties (:class:`InferenceWorkloadsProps`, kept as ``self.props``):
@@ -285,6 +306,10 @@ class InferenceWorkloads(Construct):
         :param secret_sync: Waited for by models whose Hugging Face source reads a token Secret. Default:
             ``None`` (none).
         :param namespace_labels: Labels of the namespace. Default: ``None`` (none).
+        :param usage_store: The platform's budget store ([UsageStore](usage-store.md)), when the plan's context
+            names one (`PlatformContext.usage_store`, the same `ref`): its address reaches the sidecars that use
+            it (`PlatformValue.USAGE_STORE_ENDPOINT`) and each of those sidecars' own roles, no other, is
+            granted `elasticache:Connect` on it. Default: ``None`` (none).
         :param monitored_namespaces: Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches
             capture sidecars. A capturing portable server in another namespace is warned
             (`captureNotMonitored`): its lost records and 5xx would not be alarmed. Default: ``None`` (not
@@ -296,7 +321,7 @@ class InferenceWorkloads(Construct):
             certificate=certificate, hosted_zone=hosted_zone, known_values=known_values, sidecar_image=sidecar_image,
             apply_workloads=apply_workloads, binding=binding, depends_on=listed(depends_on),
             external_dns=external_dns, secret_sync=secret_sync, namespace_labels=namespace_labels,
-            monitored_namespaces=listed(monitored_namespaces))
+            usage_store=usage_store, monitored_namespaces=listed(monitored_namespaces))
         props.raise_if_invalid(f"InferenceWorkloads {self.node.path}")
         agree(self, workloads_part(f"InferenceWorkloads {self.node.path}", props))
         stack = Stack.of(self)
@@ -314,7 +339,8 @@ class InferenceWorkloads(Construct):
                               (PlatformValue.TLS_BUCKET, tls_bucket and tls_bucket.bucket_name),
                               (PlatformValue.CERTIFICATE_ARN, certificate and certificate.certificate_arn),
                               (PlatformValue.HOSTED_ZONE_ID, hosted_zone and hosted_zone.hosted_zone_id),
-                              (PlatformValue.SIDECAR_IMAGE, sidecar_image)):
+                              (PlatformValue.SIDECAR_IMAGE, sidecar_image),
+                              (PlatformValue.USAGE_STORE_ENDPOINT, usage_store and usage_store.endpoint)):
             if source:
                 from_objects[value] = source
         self.values = PlatformValues(dict(known_values or {})).merged(from_objects)
@@ -324,6 +350,10 @@ class InferenceWorkloads(Construct):
             register_token_audiences(self, cluster, sorted({i.audience for i in container_scoped}))
         self.identities = {identity.role_name: self._identity(cluster, identity, binding)
                            for identity in plan.identities}
+        # The budget store: each sidecar that uses it may connect, with its own role (no other role of the plan).
+        for store_user in plan.usage_store_users if usage_store is not None else ():
+            assert usage_store is not None and store_user.capture_identity is not None  # (the plan: a user captures)
+            usage_store.grant_connect(self.identities[store_user.capture_identity.role_name].role)
         app = cdk8s.App()
         rendered = render_workloads(app, plan, self.values, namespace_labels=namespace_labels)
         if rendered.waiting:

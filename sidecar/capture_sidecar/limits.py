@@ -36,7 +36,7 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger("capture_sidecar.limits")
 
@@ -164,15 +164,23 @@ class RedisTokenStore:
     """ElastiCache for Valkey (or any Redis-protocol server) through redis-py's asyncio client; TLS with
     ``rediss://``. One script call per lease, one DECRBY per unused lease given back."""
 
-    def __init__(self, url: str, timeout_seconds: float) -> None:
+    def __init__(
+        self, url: str, timeout_seconds: float, *, credentials: Any = None, ca_file: str | None = None
+    ) -> None:
+        """``credentials``: a redis-py credential provider (``store_auth.ElastiCacheIamAuth``: an IAM token per
+        connection). ``ca_file``: the CA bundle a ``rediss://`` server's certificate is verified against (its host
+        name too: redis-py's defaults, never turned off here); None: the system's."""
         import redis.asyncio as aioredis  # only with a store configured
 
+        tls: dict[str, Any] = {"ssl_ca_certs": ca_file} if ca_file and url.startswith("rediss://") else {}
         self.client = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,
             retry_on_timeout=False,
             health_check_interval=0,
+            credential_provider=credentials,
+            **tls,
         )
         self.script = self.client.register_script(_TAKE_SCRIPT)
         self.round_trips = 0

@@ -19,6 +19,7 @@ from .proxy import CaptureProxy, ClientConnection, MemoryBudget
 from .records import ContentTypeEncodings
 from .s3_writer import S3Writer, Spool
 from .settings import Settings, UsageSettings
+from .store_auth import ElastiCacheIamAuth, store_ca_file
 from .uploader import CaptureUploader
 
 log = logging.getLogger("capture_sidecar")
@@ -93,7 +94,17 @@ def make_limiter(usage: UsageSettings) -> Limiter | None:
     replica enforces the limits alone."""
     if not usage.limits:
         return None
-    store = RedisTokenStore(usage.store_url, usage.store_timeout_seconds) if usage.store_url else None
+    store = None
+    if usage.store_url:
+        credentials = None
+        if usage.store_iam_user and usage.store_iam_cache:
+            credentials = ElastiCacheIamAuth(usage.store_iam_user, usage.store_iam_cache)
+            try:  # the first token now, at start (botocore may call STS): not inside the first request's wait
+                credentials.token()
+            except Exception as error:  # (the store's first call signs again; its failure is counted there)
+                log.warning("could not sign the budget store's IAM token yet (%s: %s)", type(error).__name__, error)
+        store = RedisTokenStore(usage.store_url, usage.store_timeout_seconds, credentials=credentials,
+                                ca_file=store_ca_file())
     if store is None:
         log.warning("CALLER_LIMITS without LIMITS_STORE_URL: each replica enforces the limits on its own")
     return Limiter(

@@ -148,6 +148,9 @@ class UsageSettings:
     records_for_every_exchange: bool = False
     limits: Mapping[str, CallerLimits] = field(default_factory=dict)
     store_url: str | None = field(default=None, repr=False)  # may hold a password
+    # IAM authentication to the store (ElastiCache): the user the sidecar's role signs a token for, and the cache.
+    store_iam_user: str | None = None
+    store_iam_cache: str | None = None
     store_failure: str = FAIL_OPEN
     store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
     key_prefix: str = DEFAULT_LIMITS_KEY_PREFIX
@@ -488,6 +491,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     return settings
 
 
+def _check_elasticache_id(value: str) -> str | None:
+    """An ElastiCache user id or serverless cache name as ElastiCache stores them."""
+    if re.fullmatch(r"[a-z][a-z0-9-]{0,39}", value):
+        return None
+    return "must be an ElastiCache id: 1-40 of a-z, 0-9 and -, a letter first"
+
+
 def _read_usage(reader: _Reader) -> UsageSettings:
     raw_paths = reader.text("USAGE_PATHS", ",".join(sorted(DEFAULT_USAGE_PATHS)), _check_paths) or ""
     stream_usage = reader.text(
@@ -510,7 +520,20 @@ def _read_usage(reader: _Reader) -> UsageSettings:
             )
         ),
     )
+    iam_user = reader.text("LIMITS_STORE_IAM_USER", None, _check_elasticache_id)
+    iam_cache = reader.text("LIMITS_STORE_IAM_CACHE", None, _check_elasticache_id)
+    if (iam_user is None) != (iam_cache is None):
+        reader.problems.append(
+            "LIMITS_STORE_IAM_USER and LIMITS_STORE_IAM_CACHE: give both (IAM authentication) or neither"
+        )
+    if iam_user is not None and not (store_url or "").startswith("rediss://"):
+        reader.problems.append(
+            "LIMITS_STORE_IAM_USER: IAM authentication needs LIMITS_STORE_URL=rediss://... (the token is a "
+            "credential: never sent without TLS)"
+        )
     return UsageSettings(
+        store_iam_user=iam_user,
+        store_iam_cache=iam_cache,
         usage_paths=frozenset(path.strip() for path in raw_paths.split(",") if path.strip()) or DEFAULT_USAGE_PATHS,
         request_stream_usage=stream_usage != "off",
         records_for_every_exchange=records == "all",

@@ -58,6 +58,12 @@ NOT_FROM_CONFIG: dict[str, str] = {
                                 "(Config.TooFewItems)",
     "CaptureAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
     "GpuCost.NoCluster": "the app gives the sampler `cluster.name`, `hyperpod.clusterName` and the cluster's ARN",
+    # The budget store (issue 29): the app creates it exactly when the plan has servers that use it, names it
+    # `<project>-usage` (the plan's UsageStoreRef from the same name), and admits the cluster security group.
+    "InferenceWorkloads.UsageStoreMissing": "the app creates the store whenever the plan has servers that use it",
+    "InferenceWorkloads.UsageStoreMismatch": "the app plans and creates the store from one name, `<project>-usage`",
+    "UsageStore.CacheNameInvalid": "the app names the cache `<project>-usage`",
+    "UsageStore.NoClients": "the app admits the EKS cluster security group",
     "CaptureStorage.BadPrefix": "`capture.prefix` is judged by one rule (s3_access.key_prefix_fault) for both "
                                 "constructs, reported once with the pipeline's code (CapturePipeline.InvalidPrefix)",
     "CapturePipeline.OverlappingPrefixes": "an overlap of `capture.prefix` with the outputs is reported once, as "
@@ -140,8 +146,18 @@ def _sidecar_first_chunk(data: dict[str, Any]) -> None:
     data.setdefault("alarms", {}).setdefault("sidecar", {})["firstChunkP99"] = {"threshold": 7}
 
 
+def _platform_store(**options: Any) -> Callable[[dict[str, Any]], None]:
+    """The default server with a token budget and no storeUrl (it uses the platform's store), and ``usageStore``."""
+    def change(data: dict[str, Any]) -> None:
+        data["portable"][0]["usageLimits"] = {"callers": [{"callerId": "team-a", "tokensPerDay": 1000}]}
+        data["usageStore"] = options
+    return change
+
+
 # (code, key path, change): the codes tests/unit/test_config.py's cases do not exercise.
 CASES = [
+    ("UsageStore.MaxDataOutOfRange", "usageStore.maxDataGb", _platform_store(maxDataGb=0)),
+    ("UsageStore.MaxEcpuOutOfRange", "usageStore.maxEcpuPerSecond", _platform_store(maxEcpuPerSecond=999)),
     ("HyperPodCluster.NoHealthAgentImage", "environment.region", _set("environment.region", "ca-central-1")),
     ("GpuNodeGroup.BadName", "cluster.gpuNodeGroups[0].name", _group(name="GPU_1")),
     ("GpuNodeGroup.NoInstanceTypes", "cluster.gpuNodeGroups[0].instanceTypes", _group(instanceTypes=[])),
