@@ -593,8 +593,8 @@ class CaptureStorage(Construct):
             grantee=grantee, actions=["s3:ListBucketVersions"], resource_arns=[bucket],
             conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in (*rewritten, results)]}})
         for prefix in rewritten:
-            grant_object_reads(grantee, bucket_arn=bucket, prefix=prefix, actions=("s3:GetObject", "s3:GetObjectVersion"),
-                               list_bucket=False)
+            grant_object_reads(grantee, bucket_arn=bucket, prefix=prefix,
+                               actions=("s3:GetObject", "s3:GetObjectVersion"), list_bucket=False)
             grant_object_writes(grantee, bucket_arn=bucket, prefix=prefix, actions=("s3:PutObject",))
             grant_object_deletes(grantee, bucket, prefix)
         grant_object_deletes(grantee, bucket, results)
