@@ -101,7 +101,8 @@ def erase(both: Pipeline, catalog: Any, database: str, *extra: str) -> list[dict
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("builtins.print", lambda *a, **k: None)
         status = capture_tables.main(["delete", "--database", database, "--bucket", pipeline.bucket, "--caller-id",
-                                      "team-a", *extra], catalog_factory=lambda args: catalog, clients=recording(puts))
+                                      "team-a", "--no-trail", *extra], catalog_factory=lambda args: catalog,
+                                     clients=recording(puts))
     assert status == 0
     return [put for put in puts if put["Key"].startswith("audit/")]
 

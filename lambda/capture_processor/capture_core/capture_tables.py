@@ -302,6 +302,12 @@ def _run(argv: Sequence[str] | None, catalog_factory: Callable[[argparse.Namespa
         report = verify_trail(clients("s3"), args.trail_bucket, args.trail_prefix)
         print(json.dumps(report))
         return 0 if report["intact"] else 1
+    if args.command in ("delete", "expire") and not args.trail_bucket and not args.no_trail:
+        # An erasure or a retention run off the trail is one an auditor cannot see was complete: chained by
+        # default, left out only when asked (nothing is written before this check).
+        print(f"capture_tables: {args.command} needs --trail-bucket (the audit bucket: the record becomes a link of "
+              "the hash-chained trail), or --no-trail to write the record to the capture bucket only", file=sys.stderr)
+        return 2
     catalog = (catalog_factory or _glue_catalog)(args)
     kinds = [args.table_kind] if getattr(args, "table_kind", None) else list(SPECS)
     names = {"capture": args.capture_table, "alb": args.alb_table}
@@ -420,10 +426,14 @@ def _parser() -> argparse.ArgumentParser:
     trail = argparse.ArgumentParser(add_help=False)
     trail.add_argument("--trail-bucket", help="the audit bucket (Object Lock) whose hash-chained trail gets the record")
     trail.add_argument("--trail-prefix", default=TRAIL_PREFIX)
+    chain = argparse.ArgumentParser(add_help=False)
+    chain.add_argument("--no-trail", action="store_true",
+                       help="write the audit record to the capture bucket only, not into the trail (without it, "
+                            "delete and expire need --trail-bucket)")
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", parents=[common], help="create the tables when missing")
     create.add_argument("--prefix", default=WAREHOUSE_PREFIX, help="the tables' key prefix in the bucket")
-    delete = commands.add_parser("delete", parents=[common, trail],
+    delete = commands.add_parser("delete", parents=[common, trail, chain],
                                  help="erase rows everywhere: tables and their snapshots, curated/, quarantine/, the "
                                       "raw objects, athena-results/; register the erasure")
     verify = commands.add_parser("verify", parents=[common],
@@ -440,7 +450,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--athena-results-prefix", default="athena-results/")
     delete.add_argument("--reason", default="", help="why (a ticket, a request id): kept in the audit record")
     for command in (delete, expire := commands.add_parser(
-            "expire", parents=[common, trail], help="retention: delete rows older than N days")):
+            "expire", parents=[common, trail, chain], help="retention: delete rows older than N days")):
         command.add_argument("--kms-key-id", help="the capture key's ARN (or alias ARN): the register and the audit "
                                                   "records name it (SSE-KMS), whatever the bucket's default "
                                                   "encryption (SSE-S3 when it accepts ALB access logs)")
