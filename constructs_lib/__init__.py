@@ -29,6 +29,11 @@ of
 the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.foundation.nag`).
 """
 
+from hyperpod_inference_iac.capture.capture_eraser import (
+    CaptureEraser,
+    CaptureEraserOptions,
+    CaptureEraserProps,
+)
 from hyperpod_inference_iac.capture.capture_pipeline import (
     DEFAULT_REDACTION_RULES,
     CapturePipeline,
@@ -270,6 +275,9 @@ __all__ = [
     "CaptureAlarms",
     "CaptureAlarmsOptions",
     "CaptureAlarmsProps",
+    "CaptureEraser",
+    "CaptureEraserOptions",
+    "CaptureEraserProps",
     "CapturePipeline",
     "CapturePipelineOptions",
     "CapturePipelineProps",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperpod_inference_iac import (
+    CaptureEraserOptions,
     CapturePipelineOptions,
     CaptureStorageOptions,
     CaptureTablesOptions,
@@ -248,6 +249,9 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         snapshot_retention_days=retention if SNAPSHOT_RETENTION_DAYS[0] <= (
             retention := storage.noncurrent_version_retention_days) <= SNAPSHOT_RETENTION_DAYS[1]
         else CaptureTablesOptions.snapshot_retention_days)
+    # Who may assume the erasure role (none: no role; an erasure needs the break-glass role).
+    eraser = read_props(CaptureEraserOptions, section, role_name=f"{project}-capture-eraser", check_with={
+        "account": None if problems.has_at_or_below("environment.account") else environment.account})
     # A prebuilt sidecar image by digest (a tag could move under the running pods): no Docker at deploy time.
     sidecar_image = section.string(
         "sidecarImage", pattern=SIDECAR_IMAGE_BY_DIGEST,
@@ -261,7 +265,7 @@ def _capture(section: Section, environment: Environment, project: str) -> Captur
         reported = [part for problem in problems for part in problem.path.split(", ")]
         problems.extend(p for p in batch if not any(_at_or_below(part, path) for part in p.path.split(", ")
                                                     for path in reported))
-    return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables, sidecar_image=sidecar_image)
+    return CapturePolicy(storage=storage, pipeline=pipeline, tables=tables, eraser=eraser, sidecar_image=sidecar_image)
 
 
 def _usage_store(root: Section) -> UsageStoreOptions | None:

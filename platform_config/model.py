@@ -16,6 +16,7 @@ from hyperpod_inference_iac import (
     AlarmNotifyOptions,
     AlarmTopicOptions,
     CaptureAlarmsOptions,
+    CaptureEraserOptions,
     CapturePipelineOptions,
     CaptureSidecarMetricsOptions,
     CaptureStorageOptions,
@@ -136,6 +137,8 @@ class CapturePolicy:
     storage: CaptureStorageOptions = field(default_factory=CaptureStorageOptions)
     pipeline: CapturePipelineOptions = field(default_factory=CapturePipelineOptions)
     tables: CaptureTablesOptions = field(default_factory=CaptureTablesOptions)
+    # ``capture.eraserPrincipals``: the erasure role (CaptureEraser) and who may assume it; none: no role.
+    eraser: CaptureEraserOptions = field(default_factory=CaptureEraserOptions)
     # ``capture.sidecarImage``: a prebuilt capture sidecar image by digest, used instead of the image asset (no Docker
     # at deploy time); None builds the asset.
     sidecar_image: str | None = None

@@ -11,6 +11,7 @@ from constructs import Construct
 from hyperpod_inference_iac import (
     AlarmTopic,
     CaptureAlarms,
+    CaptureEraser,
     CapturePipeline,
     CaptureStorage,
     CaptureTables,
@@ -44,6 +45,13 @@ class StorageStack(Stack):
         # by column through Lake Formation, and the Athena workgroups with the named queries.
         self.tables = CaptureTables(self, "CaptureTables", pipeline=self.pipeline, audit_trail=storage,
                                     **capture.tables.kwargs())
+        # The erasure role (capture_table_ops delete, verify, expire, verify-trail), when the config names who may
+        # assume it: exactly what the command calls (docs/capture-processor.md#erasure-everywhere-and-verify).
+        self.eraser: CaptureEraser | None = None
+        if capture.eraser.eraser_principals:
+            self.eraser = CaptureEraser(self, "CaptureEraser", storage=storage, tables=self.tables,
+                                        **capture.eraser.kwargs())
+            CfnOutput(self, "CaptureEraserRoleArn", value=self.eraser.role.role_arn)
         alarms = config.alarms
         self.alarm_topic: AlarmTopic | None = None
         self.capture_alarms: CaptureAlarms | None = None

@@ -62,6 +62,7 @@ from hyperpod_inference_iac.security.s3_access import (
     SAME_ACCOUNT,
     admit_objects,
     grant_key_through_s3,
+    grant_object_deletes,
     grant_object_reads,
     grant_object_writes,
     key_prefix_fault,
@@ -75,6 +76,10 @@ NONCURRENT_RETENTION_DAYS = (1, 365)
 AUDIT_LOCK_DAYS = (1, 36500)
 AUDIT_LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
 AUDIT_TRAIL_PREFIX = "trail/"  # capture_core.trail.TRAIL_PREFIX (a test keeps them equal)
+# What an erasure writes in the capture bucket (capture_core.erasure and capture_tables; a test keeps them equal).
+ERASURE_REGISTER_PREFIX = "audit/erasure-register/"
+ERASURE_RECORDS_PREFIX = "audit/erasures/"
+TABLE_DELETIONS_PREFIX = "audit/table-deletions/"
 DEFAULT_CAPTURE_PREFIX = "data-capture/"
 DEFAULT_CURATED_PREFIX = "curated/"
 DEFAULT_QUARANTINE_PREFIX = "quarantine/"
@@ -564,6 +569,46 @@ class CaptureStorage(Construct):
                                    resource_arns=[self.audit_bucket_arn],
                                    conditions={"StringLike": {"s3:prefix": [AUDIT_TRAIL_PREFIX.rstrip("/"),
                                                                             f"{AUDIT_TRAIL_PREFIX}*"]}})
+
+    def grant_erase(self, grantee: iam.IGrantable) -> None:
+        """What ``python -m hyperpod_inference_iac.capture_table_ops delete|verify|expire|verify-trail`` calls in these
+        buckets (docs/capture-processor.md#erasure-everywhere-and-verify), and nothing else; the tables' part
+        (``curated-iceberg/``, the catalog, Lake Formation) is ``CaptureTables.grant_erase``.
+
+        - the raw captures, ``curated/`` and ``quarantine/``: list every version, read each version, write the
+          rewrite, delete versions by id (``s3:DeleteObjectVersion``; no plain delete, which would only add a
+          delete marker);
+        - ``athena-results/``: list versions and delete them (results are deleted whole, never read);
+        - ``audit/erasure-register/`` (write, read), ``audit/erasures/`` and ``audit/table-deletions/`` (write);
+        - the capture key through S3 for exactly those prefixes (the register and the records name it);
+        - the audit bucket's trail: append (``grant_append_audit_trail``) and read each link's lock
+          (``s3:GetObjectRetention``, ``s3:GetObjectLegalHold``: S3 returns a link's Object Lock mode only to a
+          caller allowed them). No delete there, no retention or legal-hold change, no governance bypass.
+
+        Every grant is also an entry of the buckets' allowlists and the key policy for those prefixes."""
+        bucket, key = self.capture_bucket_arn, self.key
+        rewritten = (self.capture_prefix, self.curated_prefix, self.quarantine_prefix)
+        results = self.props.query_results_prefix
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["s3:ListBucketVersions"], resource_arns=[bucket],
+            conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in (*rewritten, results)]}})
+        for prefix in rewritten:
+            grant_object_reads(grantee, bucket_arn=bucket, prefix=prefix,
+                               actions=("s3:GetObject", "s3:GetObjectVersion"), list_bucket=False)
+            grant_object_writes(grantee, bucket_arn=bucket, prefix=prefix, actions=("s3:PutObject",))
+            grant_object_deletes(grantee, bucket, prefix)
+        grant_object_deletes(grantee, bucket, results)
+        grant_object_writes(grantee, bucket_arn=bucket, prefix=ERASURE_REGISTER_PREFIX, actions=("s3:PutObject",))
+        grant_object_reads(grantee, bucket_arn=bucket, prefix=ERASURE_REGISTER_PREFIX, list_bucket=False)
+        for prefix in (ERASURE_RECORDS_PREFIX, TABLE_DELETIONS_PREFIX):
+            grant_object_writes(grantee, bucket_arn=bucket, prefix=prefix, actions=("s3:PutObject",))
+        # The key for those prefixes only (grant_object_writes' own key statement is for the bucket: replaced here
+        # by none, the writes above pass key=None).
+        grant_key_through_s3(grantee, key, KMS_WRITE_ACTIONS, bucket, prefixes=(
+            *rewritten, ERASURE_REGISTER_PREFIX, ERASURE_RECORDS_PREFIX, TABLE_DELETIONS_PREFIX))
+        self.grant_append_audit_trail(grantee)
+        grant_object_reads(grantee, bucket_arn=self.audit_bucket_arn, prefix=AUDIT_TRAIL_PREFIX,
+                           actions=("s3:GetObjectRetention", "s3:GetObjectLegalHold"), list_bucket=False)
 
     def _admit_reader(self, arn: str, prefixes: Sequence[str]) -> None:
         for prefix in prefixes:

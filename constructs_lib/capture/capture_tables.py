@@ -599,6 +599,29 @@ class CaptureTables(Construct):
         }
 
     # -- grants ---------------------------------------------------------------------------------------------------
+    def grant_erase(self, role: iam.IRole) -> None:
+        """The tables' part of what ``capture_table_ops delete|verify|expire`` calls (the buckets' part is
+        ``CaptureStorage.grant_erase``): the catalog calls pyiceberg makes (``glue:GetDatabase``, ``glue:GetTable``,
+        ``glue:UpdateTable``) on this database and its two tables only; the objects under the tables' prefix (read,
+        write the rewritten files and metadata, delete: pyiceberg drops replaced metadata files, the erasure every
+        version of the files only expired snapshots held), every version listed and read (``verify``); the key
+        through S3 for that prefix; and Lake Formation's ALTER, DELETE, DESCRIBE, INSERT, SELECT on both tables and
+        DESCRIBE on the database, as the processor has (full Lake Formation mode governs the catalog calls)."""
+        prefix, bucket = self.props.iceberg_prefix, self._bucket_arn
+        self._grant_prefix(role, prefix, delete=True)
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:GetObjectVersion", "s3:DeleteObjectVersion"],
+                                   resource_arns=[objects_arn(bucket, prefix)], conditions=SAME_ACCOUNT)
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:ListBucketVersions"], resource_arns=[bucket],
+                                   conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}})
+        stack = Stack.of(self)
+        arn = f"arn:{stack.partition}:glue:{stack.region}:{stack.account}"
+        iam.Grant.add_to_principal(grantee=role, actions=list(CATALOG_ACTIONS), resource_arns=[
+            f"{arn}:catalog", f"{arn}:database/{self.props.database_name}",
+            *(f"{arn}:table/{self.props.database_name}/{name}" for name in self.tables)])
+        label = "Eraser" + hashlib.sha256(role.node.path.encode()).hexdigest()[:8].upper()
+        for grant in self._writer_grants(label, role.role_arn):
+            grant.node.add_dependency(self.location)
+
     def _schedule_retention(self, pipeline: CapturePipeline, bucket: s3.IBucket, days: int) -> None:
         """The capture policy's retention as a table operation, daily: the processor deletes the older rows,
         expires the snapshots that hold them and writes one audit record per table (it may put those, nothing

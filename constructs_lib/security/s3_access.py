@@ -116,6 +116,16 @@ def grant_object_writes(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str
     return grant
 
 
+def grant_object_deletes(grantee: iam.IGrantable, bucket_arn: str, prefix: str,
+                         actions: Sequence[str] = ("s3:DeleteObjectVersion",)) -> iam.Grant:
+    """Delete objects under ``prefix`` (by default: versions by id, what an erasure does in a versioned bucket)."""
+    grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(actions),
+                                       resource_arns=[objects_arn(bucket_arn, prefix)], conditions=SAME_ACCOUNT)
+    _acknowledge_prefix_wildcard(grantee, objects_arn(bucket_arn, prefix), whole_bucket=not prefix)
+    admit_objects(grantee, bucket_arn, ObjectAccess.DELETE, prefix)
+    return grant
+
+
 def grant_object_reads(grantee: iam.IGrantable, *, bucket_arn: str, prefix: str = "", key: kms.IKey | None = None,
                        actions: Sequence[str] = OBJECT_READ_ACTIONS, list_bucket: bool = True,
                        decrypt_under_prefix_only: bool = False) -> iam.Grant:

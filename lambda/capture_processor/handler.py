@@ -85,7 +85,9 @@ def _retention(request: dict[str, Any], settings: Settings, s3: Any) -> None:
     requested_by = boto3.client("sts").get_caller_identity()["Arn"]
     tables = {"capture": settings.iceberg.capture_table, "alb": settings.iceberg.alb_table}
     for report in apply_retention(catalog_for(settings.iceberg, endpoint, region), settings.iceberg.database, tables,
-                                  bucket, days, requested_by, s3, trail_bucket=os.environ.get("AUDIT_TRAIL_BUCKET")):
+                                  bucket, days, requested_by, s3, trail_bucket=os.environ.get("AUDIT_TRAIL_BUCKET"),
+                                  # the records name the capture key (OUTPUT_KMS_KEY_ID), as every output does
+                                  put_arguments=settings.upload_arguments):
         log("INFO", "retention applied", **report)
 
 

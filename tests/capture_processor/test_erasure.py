@@ -21,8 +21,12 @@ RAW = f"data-capture/h/pod/{DAY}/10/"
 
 
 def cli(tables: Any, *argv: str) -> tuple[int, list[dict[str, Any]]]:
+    """The command, in process (``delete`` without ``--trail-bucket`` runs with ``--no-trail``: the trail has tests
+    of its own, test_trail.py)."""
     from capture_core import capture_tables
 
+    if argv[0] in ("delete", "expire") and "--trail-bucket" not in argv:
+        argv = (*argv, "--no-trail")
     printed: list[dict[str, Any]] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("builtins.print", lambda text, **kw: None if kw.get("file") else printed.append(json.loads(text)))
@@ -185,3 +189,18 @@ def test_a_second_erasure_reaches_the_rows_a_first_erasure_rewrote(
     for caller in ("team-a", "team-b"):
         status, [after] = cli(catalog, "verify", *common, "--caller-id", caller)
         assert status == 0 and after["remaining"] == 0
+
+
+def test_an_erasure_off_the_trail_is_refused_unless_asked_for(
+    both: Pipeline, catalog: Any, database: str  # noqa: F811
+) -> None:
+    """``delete`` without ``--trail-bucket`` (and without ``--no-trail``) writes nothing and says why."""
+    from capture_core import capture_tables
+
+    pipeline = both
+    assert pipeline.run(pipeline.put(f"{RAW}x.jsonl", capture_lines("x", ["team-a"]))) == {"batchItemFailures": []}
+    for command in (["delete", "--caller-id", "team-a"], ["expire", "--older-than-days", "1"]):
+        status = capture_tables.main([*command, "--database", database, "--bucket", pipeline.bucket],
+                                     catalog_factory=lambda args: catalog)
+        assert status == 2
+    assert pipeline.keys("audit/") == [] and "team-a" in [row["caller_id"] for row in pipeline.rows("curated/")]

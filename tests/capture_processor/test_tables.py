@@ -330,6 +330,27 @@ def test_the_lifecycle_never_expires_the_tables_files(template: dict[str, Any]) 
     assert purge["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7 and "ExpirationInDays" not in purge
 
 
+def test_retention_covers_every_place_an_erasure_covers() -> None:
+    """Scheduled retention does the same per place: every place the erasure command covers by default is expired by
+    the lifecycle (with its noncurrent versions), or is the tables' prefix, whose rows the daily run deletes."""
+    from capture_core.erasure import Places
+
+    stack, tables = build((), tables_layer_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:tables:1",
+                          row_retention_days=30)
+    template = Template.from_stack(stack).to_json()
+    bucket = next(r for k, r in of_type(template, "AWS::S3::Bucket").items() if k.startswith("StorageCaptureBucket"))
+    expiring = {r["Prefix"]: r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+                if "ExpirationInDays" in r}
+    places = Places()
+    assert set(expiring) == {places.curated, places.quarantine, *places.raw, places.athena_results}
+    assert all(rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7 for rule in expiring.values())
+    assert places.iceberg == tables.props.iceberg_prefix
+    [rule] = of_type(template, "AWS::Events::Rule").values()
+    [target] = rule["Properties"]["Targets"]
+    request = json.loads(target["Input"])["captureTablesRetention"]
+    assert request == {"olderThanDays": 30, "bucket": BUCKET}
+
+
 # ---- the perimeter: what the bucket and key policies let each principal do ------------------------------------
 
 
@@ -459,6 +480,37 @@ def test_the_audit_trail_prefix_is_the_runtime_s() -> None:
     from hyperpod_inference_iac.capture.capture_storage import AUDIT_TRAIL_PREFIX
 
     assert AUDIT_TRAIL_PREFIX == TRAIL_PREFIX
+
+
+def test_the_erasure_prefixes_are_the_runtime_s() -> None:
+    from capture_core.capture_tables import AUDIT_PREFIX
+    from capture_core.erasure import ERASURE_AUDIT_PREFIX, REGISTER_PREFIX
+    from hyperpod_inference_iac.capture.capture_storage import (
+        ERASURE_RECORDS_PREFIX,
+        ERASURE_REGISTER_PREFIX,
+        TABLE_DELETIONS_PREFIX,
+    )
+    from hyperpod_inference_iac.capture.capture_tables import AUDIT_PREFIX as TABLES_AUDIT_PREFIX
+
+    assert (ERASURE_REGISTER_PREFIX, ERASURE_RECORDS_PREFIX) == (REGISTER_PREFIX, ERASURE_AUDIT_PREFIX)
+    assert TABLE_DELETIONS_PREFIX == AUDIT_PREFIX == TABLES_AUDIT_PREFIX
+
+
+def test_the_erasure_role_names_its_principals_of_this_account() -> None:
+    from hyperpod_inference_iac import CaptureEraser
+
+    for principals, code in (([], "CaptureEraser.NoPrincipals"), (["privacy"], "CaptureEraser.BadPrincipalArn"),
+                             (["arn:aws:iam::444455556666:role/privacy"], "CaptureEraser.PrincipalOtherAccount")):
+        stack, tables = build()
+        with pytest.raises(ConfigError) as caught:
+            CaptureEraser(stack, "Eraser", storage=tables.props.audit_trail or _storage(stack), tables=tables,
+                          eraser_principals=principals)
+        assert code in str(caught.value), caught.value
+
+
+def _storage(stack: Stack) -> CaptureStorage:
+    found = [child for child in stack.node.children if isinstance(child, CaptureStorage)]
+    return found[0]
 
 
 def test_a_bad_audit_lock_is_refused() -> None:

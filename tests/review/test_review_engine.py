@@ -507,3 +507,27 @@ def test_a_usage_reader_s_column_list_gaining_a_column_broadens() -> None:
     assert group == "data_governance" and broadens and text.endswith("(columns gained: tool_args)")
     ((_, _, text, broadens),) = grant_review("~", column_grant(), listed)
     assert not broadens and "(any other column)" in text and "columns gained" not in text
+
+
+# ---- the erasure role (capture.eraserPrincipals) --------------------------------------------------------------
+
+PRIVACY = f"arn:aws:iam::{ACCOUNT}:role/privacy-officers"
+
+
+def eraser_role(*principals: str) -> dict[str, Any]:
+    trust = doc({"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"AWS": list(principals)}})
+    return {"Resources": {"Eraser1234ABCD": resource("AWS::IAM::Role", "Storage/CaptureEraser/Role", {
+        "RoleName": "llm-platform-capture-eraser", "MaxSessionDuration": 3600, "AssumeRolePolicyDocument": trust})}}
+
+
+def test_the_erasure_role_and_each_principal_added_to_it_broaden() -> None:
+    empty: dict[str, Any] = {"Resources": {}}
+    found = reviewed("+", "Eraser1234ABCD", empty, eraser_role(PRIVACY), "AssumeRolePolicyDocument")
+    assert found and all(group == "identity" for group, *_ in found) and any(b for *_, b in found), found
+    assert any(PRIVACY in text for _, _, text, _ in found), found
+    more = reviewed("~", "Eraser1234ABCD", eraser_role(PRIVACY), eraser_role(PRIVACY, NEWCOMER),
+                    "AssumeRolePolicyDocument")
+    assert more and all(b for *_, b in more) and any(NEWCOMER in text for _, _, text, _ in more), more
+    fewer = reviewed("~", "Eraser1234ABCD", eraser_role(PRIVACY, NEWCOMER), eraser_role(PRIVACY),
+                     "AssumeRolePolicyDocument")
+    assert fewer and not any(b for *_, b in fewer), fewer

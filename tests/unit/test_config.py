@@ -282,6 +282,11 @@ CASES = [
     # Issue 17: a break-glass role of another account; an explicit "" where a key has a default.
     ("CaptureStorage.BreakGlassOtherAccount", "capture.breakGlassRoleArns[0]",
      _set("capture.breakGlassRoleArns", ["arn:aws:iam::444455556666:role/incident-response"])),
+    # Issue 27: the erasure role's principals.
+    ("CaptureEraser.BadPrincipalArn", "capture.eraserPrincipals[0]", _set("capture.eraserPrincipals", ["privacy"])),
+    ("CaptureEraser.PrincipalOtherAccount", "capture.eraserPrincipals[0]",
+     _set("capture.eraserPrincipals", ["arn:aws:iam::444455556666:role/privacy-officers"])),
+    ("Config.WrongType", "capture.eraserPrincipals", _set("capture.eraserPrincipals", "arn:aws:iam::1:role/x")),
     ("Config.EmptyString", "cluster.kubernetesVersion", _set("cluster.kubernetesVersion", "")),
     ("Config.EmptyString", "operator.inferenceNamespace", _set("operator.inferenceNamespace", "")),
     ("Config.EmptyString", "cluster.name", _set("cluster.name", "")),

@@ -43,6 +43,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
 from capture_core import alb_format, capture_format
+from capture_core.erasure import sse_kms
 from capture_core.predicates import PredicateError, parse_terms
 
 WAREHOUSE_PREFIX = "curated-iceberg/"
@@ -212,21 +213,24 @@ def retention_predicate(spec: TableSpec, older_than_days: int, now: datetime) ->
     return LessThan(spec.time_column, cutoff.isoformat()), text  # type: ignore[call-arg, arg-type]
 
 
-def write_audit(s3: Any, bucket: str, record: DeletionRecord, prefix: str = AUDIT_PREFIX) -> str:
-    """One JSON object per deletion; the key sorts by time."""
+def write_audit(s3: Any, bucket: str, record: DeletionRecord, prefix: str = AUDIT_PREFIX, *,
+                put_arguments: Mapping[str, Any] | None = None) -> str:
+    """One JSON object per deletion; the key sorts by time. ``put_arguments``: the SSE-KMS headers naming the
+    capture key (:func:`capture_core.erasure.sse_kms`)."""
     key = f"{prefix}{record.started_at.replace(':', '')}-{record.table}-{uuid.uuid4().hex[:8]}.json"
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(asdict(record), indent=2).encode(),
-                  ContentType="application/json")
+                  ContentType="application/json", **(put_arguments or {}))
     return key
 
 
 def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], bucket: str, older_than_days: int,
                     requested_by: str, s3: Any, now: datetime | None = None, *, trail_bucket: str | None = None,
-                    ) -> list[dict[str, Any]]:
+                    put_arguments: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The capture policy's retention as a table operation (the scheduled run and ``expire`` alike): in each table
     (``tables``: kind -> name), the rows older than ``older_than_days`` whole days are deleted, the snapshots that
     still hold them expired, and one audit record written per table. What each table reported, for the log.
-    ``trail_bucket``: each record is also a link of the audit trail there, and so is the tables' manifest after."""
+    ``trail_bucket``: each record is also a link of the audit trail there, and so is the tables' manifest after.
+    ``put_arguments``: the records' SSE-KMS headers (the processor's ``OUTPUT_KMS_KEY_ID``)."""
     now = now or datetime.now(UTC)
     reports = []
     for kind, name in tables.items():
@@ -236,7 +240,7 @@ def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], 
                                 reason=f"retention: older than {older_than_days} days")
         delete_rows(table, predicate, record)
         record.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
-        key = write_audit(s3, bucket, record)
+        key = write_audit(s3, bucket, record, put_arguments=put_arguments)
         reports.append({"table": name, "rows_deleted": record.rows_deleted,
                         "expired_snapshots": len(record.expired_snapshot_ids), "audit": f"s3://{bucket}/{key}"})
         if trail_bucket:
@@ -251,8 +255,39 @@ def apply_retention(catalog: Catalog, database: str, tables: Mapping[str, str], 
     return reports
 
 
+# The IAM action of each call the commands make (named when AWS refuses one: the grants are
+# CaptureStorage.grant_erase and CaptureTables.grant_erase).
+_ACTIONS = {
+    "ListObjectVersions": "s3:ListBucketVersions", "ListObjectsV2": "s3:ListBucket",
+    "GetObject": "s3:GetObject (s3:GetObjectVersion for a version)", "HeadObject": "s3:GetObject "
+    "(s3:GetObjectVersion for a version; s3:GetObjectRetention and s3:GetObjectLegalHold to see a lock)",
+    "PutObject": "s3:PutObject", "DeleteObject": "s3:DeleteObject (s3:DeleteObjectVersion for a version)",
+    "GetTable": "glue:GetTable", "UpdateTable": "glue:UpdateTable", "GetDatabase": "glue:GetDatabase",
+    "CreateTable": "glue:CreateTable",
+}
+
+
 def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argparse.Namespace], Catalog] | None = None,
          clients: Callable[[str], Any] | None = None) -> int:
+    """The command line; exit status 0, 1 (``verify``/``verify-trail``: something remains, or the chain is broken),
+    2 (a usage error) or 3 (AWS refused a call: the call, its IAM action and AWS's message, no traceback)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return _run(argv, catalog_factory, clients)
+    except ClientError as error:
+        operation = error.operation_name
+        code = error.response.get("Error", {}).get("Code", "")
+        print(f"capture_tables: AWS refused {operation} ({code}; IAM action {_ACTIONS.get(operation, '?')}): "
+              f"{error.response.get('Error', {}).get('Message', '')}", file=sys.stderr)
+        return 3
+    except PermissionError as error:  # pyarrow's S3 file system (pyiceberg's table files)
+        print(f"capture_tables: AWS refused a table file operation: {error}", file=sys.stderr)
+        return 3
+
+
+def _run(argv: Sequence[str] | None, catalog_factory: Callable[[argparse.Namespace], Catalog] | None,
+         clients: Callable[[str], Any] | None) -> int:
     import boto3
 
     args = _parser().parse_args(argv)
@@ -267,6 +302,12 @@ def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argpar
         report = verify_trail(clients("s3"), args.trail_bucket, args.trail_prefix)
         print(json.dumps(report))
         return 0 if report["intact"] else 1
+    if args.command in ("delete", "expire") and not args.trail_bucket and not args.no_trail:
+        # An erasure or a retention run off the trail is one an auditor cannot see was complete: chained by
+        # default, left out only when asked (nothing is written before this check).
+        print(f"capture_tables: {args.command} needs --trail-bucket (the audit bucket: the record becomes a link of "
+              "the hash-chained trail), or --no-trail to write the record to the capture bucket only", file=sys.stderr)
+        return 2
     catalog = (catalog_factory or _glue_catalog)(args)
     kinds = [args.table_kind] if getattr(args, "table_kind", None) else list(SPECS)
     names = {"capture": args.capture_table, "alb": args.alb_table}
@@ -287,7 +328,7 @@ def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argpar
         record = DeletionRecord(names[kind], text, requested_by, now.isoformat(timespec="seconds"), reason=reason)
         delete_rows(table, predicate, record, purge_unreferenced=args.purge_unreferenced)
         record.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
-        key = write_audit(s3, args.bucket, record)
+        key = write_audit(s3, args.bucket, record, put_arguments=sse_kms(args.kms_key_id))
         _append_trail(clients, args, "retention", record)
         print(json.dumps({"table": record.table, "rows_deleted": record.rows_deleted,
                           "deletion_snapshot_id": record.deletion_snapshot_id,
@@ -328,8 +369,10 @@ def _erase_or_verify(args: argparse.Namespace, catalog: Catalog, tables: list[st
         print(json.dumps({"erasure_id": entry.erasure_id, "predicate": entry.predicate, "remaining": remaining,
                           "places": report}))
         return 0 if remaining == 0 else 1
-    record = erasing.erase_everywhere(s3, args.bucket, catalog, args.database, tables, entry, places)
-    key = erasing.write_record(s3, args.bucket, record)
+    arguments = erasing.sse_kms(args.kms_key_id)
+    record = erasing.erase_everywhere(s3, args.bucket, catalog, args.database, tables, entry, places,
+                                      put_arguments=arguments)
+    key = erasing.write_record(s3, args.bucket, record, put_arguments=arguments)
     _append_trail(clients, args, "erasure", record)
     for table in record.tables:
         if table["applies"]:
@@ -383,10 +426,14 @@ def _parser() -> argparse.ArgumentParser:
     trail = argparse.ArgumentParser(add_help=False)
     trail.add_argument("--trail-bucket", help="the audit bucket (Object Lock) whose hash-chained trail gets the record")
     trail.add_argument("--trail-prefix", default=TRAIL_PREFIX)
+    chain = argparse.ArgumentParser(add_help=False)
+    chain.add_argument("--no-trail", action="store_true",
+                       help="write the audit record to the capture bucket only, not into the trail (without it, "
+                            "delete and expire need --trail-bucket)")
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", parents=[common], help="create the tables when missing")
     create.add_argument("--prefix", default=WAREHOUSE_PREFIX, help="the tables' key prefix in the bucket")
-    delete = commands.add_parser("delete", parents=[common, trail],
+    delete = commands.add_parser("delete", parents=[common, trail, chain],
                                  help="erase rows everywhere: tables and their snapshots, curated/, quarantine/, the "
                                       "raw objects, athena-results/; register the erasure")
     verify = commands.add_parser("verify", parents=[common],
@@ -402,7 +449,11 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--raw-prefix", action="append", help="a capture prefix (repeat; default data-capture/)")
         command.add_argument("--athena-results-prefix", default="athena-results/")
     delete.add_argument("--reason", default="", help="why (a ticket, a request id): kept in the audit record")
-    expire = commands.add_parser("expire", parents=[common, trail], help="retention: delete rows older than N days")
+    for command in (delete, expire := commands.add_parser(
+            "expire", parents=[common, trail, chain], help="retention: delete rows older than N days")):
+        command.add_argument("--kms-key-id", help="the capture key's ARN (or alias ARN): the register and the audit "
+                                                  "records name it (SSE-KMS), whatever the bucket's default "
+                                                  "encryption (SSE-S3 when it accepts ALB access logs)")
     expire.add_argument("--older-than-days", type=int, required=True)
     expire.add_argument("--purge-unreferenced", action="store_true",
                         help="delete the data files no snapshot references now (else the orphan file optimizer)")

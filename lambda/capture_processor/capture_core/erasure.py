@@ -444,11 +444,22 @@ def verify_objects(s3: Any, bucket: str, erasure: Erasure, places: Places,
 # ---- the register ---------------------------------------------------------------------------------------------
 
 
-def register(s3: Any, bucket: str, erasure: Erasure, prefix: str = REGISTER_PREFIX) -> str:
+def register(s3: Any, bucket: str, erasure: Erasure, prefix: str = REGISTER_PREFIX, *,
+             put_arguments: Mapping[str, Any] | None = None) -> str:
+    """The entry, as ``<prefix><id>.json``; ``put_arguments``: the SSE-KMS headers naming the capture key (the
+    entry names the erased caller: personal data, under the capture key like the rows, whatever the bucket's
+    default encryption; :func:`sse_kms`)."""
     key = f"{prefix}{erasure.erasure_id}.json"
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(asdict(erasure), indent=2).encode(),
-                  ContentType="application/json")
+                  ContentType="application/json", **(put_arguments or {}))
     return key
+
+
+def sse_kms(key_id: str | None) -> dict[str, str]:
+    """The PutObject arguments that name ``key_id`` (SSE-KMS), or none (the bucket's default encryption). A bucket
+    that accepts ALB access logs has SSE-S3 as its default, and its policy refuses every other write that does not
+    name the capture key (``CaptureStorage``, ``load_balancer_logs``): the register and the audit records name it."""
+    return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
 
 
 class DeletionRegister:
@@ -556,9 +567,11 @@ class ErasureRecord:
         return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
 
 
-def write_record(s3: Any, bucket: str, record: ErasureRecord, prefix: str = ERASURE_AUDIT_PREFIX) -> str:
+def write_record(s3: Any, bucket: str, record: ErasureRecord, prefix: str = ERASURE_AUDIT_PREFIX, *,
+                 put_arguments: Mapping[str, Any] | None = None) -> str:
     key = f"{prefix}{record.erasure_id}.json"
-    s3.put_object(Bucket=bucket, Key=key, Body=record.to_json(), ContentType="application/json")
+    s3.put_object(Bucket=bucket, Key=key, Body=record.to_json(), ContentType="application/json",
+                  **(put_arguments or {}))
     return key
 
 
@@ -571,14 +584,16 @@ def _split(path: str) -> tuple[str, str]:
 
 
 def erase_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: Iterable[str],
-                     erasure: Erasure, places: Places) -> ErasureRecord:
-    """The register entry first, then the tables (a table without a column the predicate names is left alone),
-    then every object place; the record of every object touched (not written here: :func:`write_record`)."""
+                     erasure: Erasure, places: Places, *, put_arguments: Mapping[str, Any] | None = None
+                     ) -> ErasureRecord:
+    """The register entry first (written with ``put_arguments``), then the tables (a table without a column the
+    predicate names is left alone), then every object place; the record of every object touched (not written here:
+    :func:`write_record`)."""
     from capture_core.capture_tables import DeletionRecord, delete_rows, parse_predicate
 
     record = ErasureRecord(erasure.erasure_id, erasure.predicate, erasure.requested_by, erasure.reason,
                            erasure.erased_before)
-    record.register_key = register(s3, bucket, erasure)
+    record.register_key = register(s3, bucket, erasure, put_arguments=put_arguments)
     for name in tables:
         table = catalog.load_table((database, name))
         try:
