@@ -617,9 +617,9 @@ class CaptureTables(Construct):
         arn = f"arn:{stack.partition}:glue:{stack.region}:{stack.account}"
         iam.Grant.add_to_principal(grantee=role, actions=list(CATALOG_ACTIONS), resource_arns=[
             f"{arn}:catalog", f"{arn}:database/{self.props.database_name}",
-            *(f"{arn}:table/{self.props.database_name}/{name}" for name in self.tables)])
+            *(f"{arn}:table/{self.props.database_name}/{name}" for name in PROCESSOR_TABLES)])
         label = "Eraser" + hashlib.sha256(role.node.path.encode()).hexdigest()[:8].upper()
-        for grant in self._writer_grants(label, role.role_arn):
+        for grant in self._writer_grants(label, role.role_arn, PROCESSOR_TABLES):
             grant.node.add_dependency(self.location)
 
     def _schedule_retention(self, pipeline: CapturePipeline, bucket: s3.IBucket, days: int) -> None:
