@@ -50,9 +50,11 @@ from hyperpod_inference_iac.capture.capture_tables import (
 )
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
+    ModelWorkload,
     PlatformContext,
     PortableDeployment,
     PortableModelServer,
+    PortableWorkload,
     WorkloadPlan,
     plan_workloads,
 )
@@ -200,7 +202,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
         warn_certificate_alarms(warnings, at.block("certificate"), **alarms.certificate.kwargs())
         # (days_to_expiry None: that alarm is off, and so is its warning)
     plan = config.workloads
-    for workload in (*plan.models, *plan.portable):
+    workloads: list[ModelWorkload | PortableWorkload] = [*plan.models, *plan.portable]
+    for workload in workloads:
         # (the app builds the sidecar image: never named by a movable tag)
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     for gateway in config.workloads.gateways:
@@ -290,6 +293,7 @@ def _vpc(section: Section) -> NewVpc | ExistingVpc:
     section.finish()
     if existing is not None and create is not None:
         problems.add("Network.BothVpcKinds", section.path, "give either newVpc or existingVpc, not both")
+    kind: type[NewVpc | ExistingVpc]
     name, kind, block = ("existingVpc", ExistingVpc, existing) if existing is not None else \
         ("newVpc", NewVpc, create or Section({}, section.at("newVpc"), problems))
     at = KeyPaths(section.path, {field: key if field in _BESIDE_THE_VPC_KIND else f"{name}.{key}"

@@ -138,9 +138,8 @@ class Section:
         return Section(None if value is _MISSING else value, self.at(key), self.problems)
 
     def optional_section(self, key: str) -> Section | None:
-        return self.section(key) if self.has(key) and self.data[key] is not None else self._skip(key)
-
-    def _skip(self, key: str) -> None:
+        if self.has(key) and self.data[key] is not None:
+            return self.section(key)
         self._read.add(key)
         return None
 
@@ -237,7 +236,7 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
         values[name] = _read_field(section, key, hints[name], field, name in allow_empty)
         if len(section.problems) != before:
             failed.append(section.at(key))
-    return dataclasses.replace(base, **values, **given) if base is not None else cls(**values, **given)
+    return base.replace(**values, **given) if base is not None else cls(**values, **given)
 
 
 def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
@@ -258,7 +257,7 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
     if not section.has(key) or section.data[key] is None:
         if not _required(field):
             section.raw(key)
-            return default  # type: ignore[no-any-return]
+            return default if isinstance(default, cls) else None
         section.section(key, required=True)  # (reported: a block is required here)
         failed.append(section.at(key))
         return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])  # (stand-ins, not reported)
@@ -276,10 +275,19 @@ def _required(field: dataclasses.Field[Any]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
+def _default(field: dataclasses.Field[Any]) -> Any:
+    """A field's default (None for a required one): of the field's declared type, which only the field knows."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
 def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
     required = _required(field)
-    default = None if required else field.default
+    default = _default(field)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     origin = typing.get_origin(hint)
@@ -299,12 +307,13 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         count = section.integer(key, required=required)
         return default if count is None else _DURATION_UNITS[unit](max(count, 0))
     if hint is str:
-        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
-        return "" if value is None and required else value
+        text = section.string(key, required=required, default=default, allow_empty=allow_empty)
+        return "" if text is None and required else text
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         # (the default as the file writes it: an empty value's message names it)
-        text = section.string(key, required=required, default=None if default is None else str(default))
-        return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
+        member = section.string(key, required=required, default=None if default is None else str(default))
+        # (the class's rule reports a value that is no member)
+        return hint(member) if member is not None and member in hint._value2member_map_ else member
     if origin in (tuple, Sequence):
         items = section.string_list(key, required=required)
         if not section.has(key) and not required:
