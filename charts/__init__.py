@@ -32,12 +32,12 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
     TlsConfig,
 )
 from hyperpod_inference_iac.charts.gateway import (
+    ConfigMapRef,
     InferenceGateway,
     JwtAuthentication,
     PlannedGateway,
     RequiredClaim,
     SchedulerOptions,
-    parse_gateway,
 )
 from hyperpod_inference_iac.charts.inference_chart import (
     InferenceChart,
@@ -126,6 +126,7 @@ __all__ = [
     "CaptureContentTypeHeader",
     "CaptureMode",
     "CloudWatchTrigger",
+    "ConfigMapRef",
     "CustomCertificateConfig",
     "DataCapture",
     "DnsConfig",
@@ -201,7 +202,6 @@ __all__ = [
     "capture_environment",
     "capture_prefix_hash",
     "namespace_security",
-    "parse_gateway",
     "parse_model",
     "parse_models",
     "plan_workloads",

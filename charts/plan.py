@@ -870,7 +870,11 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
     by_name: dict[str, tuple[str, InferenceGateway]] = {}
     for index, gateway in enumerate(gateways):
         path = join_path("gateways", index)
-        gateway.check(path, problems)
+        # The gateway's own rules, under a config file's keys. A gateway read from one was checked as it was read:
+        # a key whose value could not be read holds a stand-in there, already a problem, not judged again.
+        found = Problems()
+        gateway.check(found, InferenceGateway.key_paths(path))
+        problems.extend([p for p in found if not problems.has_at_or_below(p.path)])
         if gateway.name in by_name:
             problems.add("Gateway.NameDuplicate", join_path(path, "name"),
                          f"another gateway ({by_name[gateway.name][0]}) has this name", gateway.name)

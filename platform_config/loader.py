@@ -58,10 +58,6 @@ from hyperpod_inference_iac.charts import (
     WorkloadPlan,
     plan_workloads,
 )
-from hyperpod_inference_iac.charts.gateway import (
-    InferenceGateway,
-    parse_gateway,
-)
 from hyperpod_inference_iac.charts.inference_chart import (
     ENTRY_SHORTCUTS,
     parse_model,
@@ -82,6 +78,7 @@ from hyperpod_inference_iac.serving.endpoint_domain import (
     check_endpoint_certificate,
 )
 from platform_config.document import read_document
+from platform_config.gateways import read_gateways
 from platform_config.model import (
     AcknowledgedWarning,
     AlarmsConfig,
@@ -158,7 +155,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         domain=_domain(root.section("domain", required=True), environment),
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
-        gateways=tuple(_gateways(root)),
+        gateways=tuple(read_gateways(root)),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
     )
@@ -413,16 +410,6 @@ def _models(root: Section) -> list[ModelDeployment]:
         deployments.append(ModelDeployment(workload, endpoint_domain=shortcuts["endpointDomain"], path=path,
                                            namespace=shortcuts["namespace"], gateway=shortcuts["gateway"]))
     return deployments
-
-
-def _gateways(root: Section) -> list[InferenceGateway]:
-    """The ``gateways:`` section: Inference Gateways the models opt into with ``gateway: <name>`` (docs/gateway.md)."""
-    gateways = []
-    for path, entry in root.items("gateways"):
-        gateway = parse_gateway(entry, path, root.problems)
-        if gateway is not None:
-            gateways.append(gateway)
-    return gateways
 
 
 def _portable(root: Section) -> list[PortableDeployment]:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, item_props
+from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, entry_props, item_props
 from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -167,6 +167,43 @@ class Section:
             out.append(item)
         return out
 
+    def entries(self, key: str) -> list[tuple[str, str, Any]]:
+        """The entries of a mapping by name, each with its key path, e.g. ``("qwen3-8b", "schedulers.qwen3-8b",
+        {...})``; a key that is no string is a problem (a YAML number or boolean as a name: quote it)."""
+        value = self._get(key, False, None)
+        if value is _MISSING:
+            return []
+        if not isinstance(value, Mapping):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of names to mappings", value), value)
+            return []
+        found = []
+        for name, item in value.items():
+            if not isinstance(name, str):
+                self.problems.add(WRONG_TYPE, join_path(self.at(key), str(name)),
+                                  wrong_type("a string (a key)", name, "quote it in YAML"), name)
+                continue
+            found.append((name, join_path(self.at(key), name), item))
+        return found
+
+    def number_map(self, key: str) -> dict[str, int]:
+        """A mapping of strings to integers (not booleans); each value of another type a problem at its own key."""
+        value = self._get(key, False, None)
+        if value is _MISSING:
+            return {}
+        if not isinstance(value, Mapping):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of strings to integers", value), value)
+            return {}
+        found: dict[str, int] = {}
+        for name, item in value.items():
+            at = join_path(self.at(key), str(name))
+            if not isinstance(name, str):
+                self.problems.add(WRONG_TYPE, at, wrong_type("a string (a key)", name, "quote it in YAML"), name)
+            elif isinstance(item, bool) or not isinstance(item, int):
+                self.problems.add(WRONG_TYPE, at, wrong_type("an integer", item), item)
+            else:
+                found[name] = item
+        return found
+
     def string_map(self, key: str) -> dict[str, str]:
         value = self._get(key, False, None)
         if value is _MISSING:
@@ -190,7 +227,8 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, al
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
-    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported. A
+    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported, and so
+    is a mapping of props by name (``Mapping[str, SchedulerOptions]``: each name's block at ``<key>.<name>``). A
     field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
     block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also takes
     ``enabled: false``, which makes it None.
@@ -232,6 +270,13 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
             continue
         if (block := block_props(hints[name])) is not None:
             values[name] = _read_block(block, section, key, hints[name], field, failed)
+            continue
+        if (entry := entry_props(hints[name])) is not None:
+            named = section.entries(key)
+            if len(section.problems) != before:  # not a mapping, or a name that is no string
+                failed.append(section.at(key))
+            values[name] = {entry_name: _read_entry(entry, path, data, section.problems, failed)
+                            for entry_name, path, data in named} if section.has(key) else _default(field)
             continue
         values[name] = _read_field(section, key, hints[name], field, name in allow_empty)
         if len(section.problems) != before:
@@ -323,5 +368,8 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
                  if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
         return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
     if origin is not None and issubclass(origin, Mapping):
-        return section.string_map(key) if section.has(key) else default
+        if not section.has(key):
+            section.raw(key)
+            return default
+        return section.number_map(key) if typing.get_args(hint)[1:] == (int,) else section.string_map(key)
     raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")
