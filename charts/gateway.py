@@ -72,6 +72,10 @@ CALLER_CLAIM = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 _UNAUTHENTICATED_REASON = re.compile(r"\S.{19,}", re.DOTALL)
 
 
+def _either(values: Sequence[str]) -> str:
+    return " or ".join(f"`{value}`" for value in values)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RequiredClaim(Props):
     """A claim a token must carry (``gateways[].jwt.requiredClaims[]``, the kind's ``requiredClaims[]``)."""
@@ -80,8 +84,8 @@ class RequiredClaim(Props):
 
     name: str = prop(doc="The claim's name (`scope`, `groups`, a custom claim).")
     values: tuple[str, ...] = prop(doc="The values accepted: 1 to 128, each of 1 to 1024 characters.")
-    value_type: str = prop("String", doc=f"How the claim's value is compared: {' or '.join(CLAIM_VALUE_TYPES)} "
-                                         "(a list of values, such as space-separated scopes).")
+    value_type: str = prop("String", doc=f"How the claim's value is compared: {_either(CLAIM_VALUE_TYPES)} (a list "
+                                         "of values, such as space-separated scopes).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         if self.value_type not in CLAIM_VALUE_TYPES:
@@ -106,10 +110,10 @@ class JwtAuthentication(Props):
     issuer: str = prop(doc="The OIDC issuer, an `https://` URL: the gateway checks it against each token's `iss`.")
     jwks_uri: str = prop(doc="Where the issuer publishes its signing keys, an `https://` URL (`remoteJWKS.uri`).")
     audiences: tuple[str, ...] = prop((), doc=f"The `aud` values accepted (at most {MAX_AUDIENCES}, none with a "
-                                              "`,`). At least one of these or `required_claims`.")
+                                              "`,`). At least one of these or the required claims.")
     required_claims: tuple[RequiredClaim, ...] = prop(
         (), doc=f"Claims a token must carry, each a `RequiredClaim` (at most {MAX_REQUIRED_CLAIMS}). At least one of "
-                "these or `audiences`, so a token the issuer minted for another application is refused.")
+                "these or the audiences, so a token the issuer minted for another application is refused.")
     provider_name: str = prop("platform", doc="The provider's name in the resource.")
     caller_claim: str = prop("sub", doc="The claim that identifies the caller, 1 to 128 letters, digits and "
                                         "`_.:/-`: its value is the capture records' `caller_id` where the request "
@@ -180,13 +184,13 @@ class SchedulerOptions(Props):
 
     CONSTRUCT: ClassVar[str] = "Gateway"
 
-    scheduler: str = prop("llm-d", doc=f"The endpoint picker: {' or '.join(SCHEDULERS)}.")
+    scheduler: str = prop("llm-d", doc=f"The endpoint picker: {_either(SCHEDULERS)}.")
     engine_type: str | None = prop(None, default_doc="read from the worker image (required when it cannot be)",
-                                   doc=f"The model server's engine: {' or '.join(ENGINES)}.")
+                                   doc=f"The model server's engine: {_either(ENGINES)}.")
     weights: Mapping[str, int] | None = prop(
         None, default_doc="the scheduler's own",
         doc=f"Scorer weights, whole numbers of at least 0, by scorer: {', '.join(f'`{k}`' for k in WEIGHT_KEYS)} "
-            "(`lru` with llm-d only). Not with `config_map`.")
+            "(`lru` with llm-d only). Not with a ConfigMap reference.")
     config_map: ConfigMapRef | None = prop(None, key="configMapRef", default_doc="none",
                                            doc="A `ConfigMapRef` to the scheduler's plugin configuration, instead of "
                                                "`weights`.")
@@ -239,19 +243,19 @@ class InferenceGateway(Props):
     name: str = prop(doc="The `InferenceGatewayConfig`'s name, a DNS-1123 label of at most 63 characters, which "
                          "models name in their `gateway`.")
     endpoint_domain: str | None = prop(
-        None, default_doc="none: required",
+        None, default_doc="required",
         doc="The name clients call, one of the platform certificate's names (its ACM ARN is the gateway's TLS "
             "certificate; cert-manager auto-issue is not offered).")
     jwt: JwtAuthentication | None = prop(
-        None, default_doc="none: required unless `unauthenticated_reason`",
+        None, default_doc="required unless an unauthenticated reason is given",
         doc="The token issuer, a `JwtAuthentication`: without it the gateway accepts every request that reaches it.")
     unauthenticated_reason: str | None = prop(
-        None, default_doc="none: JWT required",
+        None, default_doc="a token required",
         doc="Why this gateway may accept requests without a token, at least 20 characters (warned at every synth).")
     namespace: str | None = prop(None, default_doc="the platform's",
                                  doc="Where it lives, a DNS-1123 label; every model behind it must live there too.")
     bbr_replicas: int = prop(2, doc=f"Body-based router replicas, 1 to {MAX_REPLICAS}.")
-    max_request_body_bytes: int | None = prop(None, default_doc="the kind's (256 MiB)",
+    max_request_body_bytes: int | None = prop(None, default_doc="the kind's, 256 MiB",
                                               doc=f"The largest request body the router reads, 1 to "
                                                   f"{MAX_BODY_BYTES} bytes.")
     metrics: bool = prop(True, doc="The OpenTelemetry collector sidecar in the router's and pickers' pods.")

@@ -308,8 +308,11 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
         return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])  # (stand-ins, not reported)
     before = len(section.problems)
     block = section.section(key)
-    if len(section.problems) != before:  # not a mapping
-        failed.append(section.at(key))
+    if len(section.problems) != before:  # not a mapping (reported): its default, or stand-ins whose keys are not
+        failed.append(section.at(key))  # reported missing (one mistake, one problem)
+        if isinstance(default, cls) or optional:
+            return default if isinstance(default, cls) else None
+        return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])
     enabled = block.boolean("enabled", default=True) if optional else True
     props = _read_props(cls, block, {}, failed, base=default if isinstance(default, cls) else None)
     block.finish()

@@ -5,7 +5,7 @@ A page marks the table with ``<!-- props:<ClassName> -->`` and ``<!-- /props -->
 :func:`hyperpod_inference_iac.foundation.props.props_table` of that class. A config page marks a config file's
 view of one with ``<!-- config:<ClassName> <key path> -->``
 (:func:`~hyperpod_inference_iac.foundation.props.config_table`), optionally ``leave_out=<key>,<key>`` for keys
-the file places elsewhere. The classes are the library's and those of the app's config model
+the file places elsewhere. The classes are the library's (its charts' included) and those of the app's config model
 (``platform_config.model``: a construct's options with the app's own keys).
 
 Each exported construct with a ``PROPS`` class gets its ``__init__`` docstring written in its source file: one
@@ -24,6 +24,7 @@ import textwrap
 from pathlib import Path
 
 import hyperpod_inference_iac
+import hyperpod_inference_iac.charts as charts
 import platform_config.model as platform_model
 from hyperpod_inference_iac.foundation.props import Props, config_table, default_text, info_of, props_table
 
@@ -33,10 +34,11 @@ BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>[^\s
 
 
 def props_classes() -> dict[str, type[Props]]:
-    """Every props class the library exports, and those of the app's config model, by name."""
-    return {name: value for module in (hyperpod_inference_iac, platform_model) for name in module.__all__
+    """Every props class the library exports (its charts' too: the gateway's), and those of the app's config model,
+    by name."""
+    return {name: value for module in (hyperpod_inference_iac, charts, platform_model) for name in module.__all__
             if isinstance(value := getattr(module, name), type) and issubclass(value, Props)
-            and (module is hyperpod_inference_iac or value.__module__ == module.__name__)}  # (the model's own)
+            and (module is not platform_model or value.__module__ == module.__name__)}  # (the model's own)
 
 
 def render(text: str, classes: dict[str, type[Props]]) -> str:
