@@ -868,6 +868,7 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
                    problems: Problems) -> tuple[PlannedGateway, ...]:
     """Each gateway with the models that opted into it, and the rules between them (the developer guide's)."""
     by_name: dict[str, tuple[str, InferenceGateway]] = {}
+    unnamed = False
     for index, gateway in enumerate(gateways):
         path = join_path("gateways", index)
         # The gateway's own rules, under a config file's keys. A gateway read from one was checked as it was read:
@@ -875,6 +876,9 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
         found = Problems()
         gateway.check(found, InferenceGateway.key_paths(path))
         problems.extend([p for p in found if not problems.has_at_or_below(p.path)])
+        if not gateway.name:  # (no name, a problem already: the models that name it cannot be told from a typo)
+            unnamed = True
+            continue
         if gateway.name in by_name:
             problems.add("Gateway.NameDuplicate", join_path(path, "name"),
                          f"another gateway ({by_name[gateway.name][0]}) has this name", gateway.name)
@@ -904,6 +908,8 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
         at = join_path(model.path, "gateway")
         found = by_name.get(model.gateway)
         if found is None:
+            if unnamed:
+                continue
             problems.add("Gateway.Unknown", at, f"must name one of the platform's gateways ("
                          f"{', '.join(by_name) or 'none: add one under gateways'})", model.gateway)
             continue

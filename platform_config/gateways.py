@@ -24,16 +24,15 @@ from platform_config.reader import Section, read_props
 
 def read_gateway(data: Any, path: str, problems: Problems) -> InferenceGateway | None:
     """One ``gateways:`` entry at ``path`` (``gateways[0]``), every problem into ``problems``; None when it is no
-    mapping or has no name it could read (the plan names a gateway by its name: there would be nothing to plan; a
-    name the rules refuse is still planned, so the models that name it are not told it is unknown)."""
+    mapping. A key that could not be read holds a stand-in (a name that could not be read: ``""``, which the plan
+    leaves unplanned, without telling the models that name a gateway that it is unknown)."""
     if not isinstance(data, Mapping):
         problems.add(WRONG_TYPE, path, wrong_type("a mapping", data), data)
         return None
     section = Section(data, path, problems)
     gateway = read_props(InferenceGateway, section)
     section.finish()
-    name = data.get("name")
-    return gateway if isinstance(name, str) and name else None
+    return gateway
 
 
 def read_gateways(root: Section) -> list[InferenceGateway]:

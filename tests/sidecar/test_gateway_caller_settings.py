@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from capture_sidecar.jwt_settings import ClaimRule
 from capture_sidecar.settings import load_settings
-from platform_config.gateways import read_gateway
 from hyperpod_inference_iac.foundation.validation import Problems
+from platform_config.gateways import read_gateway
 
 GATEWAY = {
     "name": "models",

@@ -644,6 +644,9 @@ def test_the_string_keys_with_a_default_are_the_documented_ones() -> None:
     assert sorted(key for key, default in STRING_KEYS.items() if default is not None) == [
         "capture.auditLockMode", "capture.prefix", "capture.tableReaders[0].columns", "cluster.endpointAccess",
         "cluster.gpuNodeGroups[0].localStorageStrategy", "cluster.kubernetesVersion", "cluster.systemInstanceType",
+        # (the gateway's, read through its props since issue 30)
+        "gateways[0].jwt.callerClaim", "gateways[0].jwt.providerName", "gateways[0].jwt.requiredClaims[0].valueType",
+        "gateways[0].schedulers.qwen3-8b.scheduler",
         "hyperpod.instanceGroups[0].capacityType",
         "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace",
         "workloads.owner"]

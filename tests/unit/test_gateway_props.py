@@ -73,7 +73,7 @@ def test_one_mistake_is_one_problem_at_its_key(entry: Any, expected: list[tuple[
 
 def test_every_mistake_of_an_entry_in_one_run_even_without_its_name() -> None:
     gateway, problems = _read({"endpointDomain": "Models", "bbrReplicas": 0, "jwt": {"issuer": "http://idp"}})
-    assert gateway is None  # (no name: nothing for the plan to plan)
+    assert gateway is not None and gateway.name == ""  # (a stand-in: the plan leaves it out)
     assert sorted(problems) == sorted([
         ("Config.MissingKey", f"{AT}.name"), ("Gateway.EndpointDomainInvalid", f"{AT}.endpointDomain"),
         ("Gateway.ReplicasOutOfRange", f"{AT}.bbrReplicas"), ("Config.MissingKey", f"{AT}.jwt.jwksUri"),
@@ -86,6 +86,16 @@ def test_the_plan_does_not_judge_again_what_could_not_be_read() -> None:
     problems = _plan(_with(jwt=_jwt(issuer=None)))
     assert [(p.code, p.path) for p in problems if p.path.startswith(f"{AT}.jwt")] == [
         ("Config.MissingKey", f"{AT}.jwt.issuer")]
+
+
+@pytest.mark.parametrize("name", [None, "", 7])
+def test_a_gateway_whose_name_cannot_be_read_is_one_problem_and_the_next_keeps_its_index(name: Any) -> None:
+    """Its models are not told their gateway is unknown; the next gateway's problems stay at gateways[1]."""
+    first = _with(name=name)  # (None: left out)
+    problems = _plan([first, _with(name="others", bbrReplicas=0)], behind={0: "models", 2: "others"})
+    assert [(p.code, p.path) for p in problems] == [
+        ("Config.MissingKey" if name is None else "Config.EmptyString" if name == "" else "Config.WrongType",
+         f"{AT}.name"), ("Gateway.ReplicasOutOfRange", "gateways[1].bbrReplicas")]
 
 
 def test_a_python_consumer_gets_the_rules_by_its_property_names() -> None:
