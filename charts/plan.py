@@ -873,9 +873,9 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
         path = join_path("gateways", index)
         # The gateway's own rules, under a config file's keys. A gateway read from one was checked as it was read:
         # a key whose value could not be read holds a stand-in there, already a problem, not judged again.
-        found = Problems()
-        gateway.check(found, InferenceGateway.key_paths(path))
-        problems.extend([p for p in found if not problems.has_at_or_below(p.path)])
+        own = Problems()
+        gateway.check(own, InferenceGateway.key_paths(path))
+        problems.extend([problem for problem in own if not problems.has_at_or_below(problem.path)])
         if not gateway.name:  # (no name, a problem already: the models that name it cannot be told from a typo)
             unnamed = True
             continue
