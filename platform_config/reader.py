@@ -285,7 +285,11 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
 
 
 def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
+    before = len(problems)
     entry = Section(data, path, problems)
+    if len(problems) != before:  # not a mapping (reported): stand-ins, whose keys are not also reported missing
+        failed.append(path)
+        return _read_props(cls, Section({}, path, Problems()), {}, [])
     props = _read_props(cls, entry, {}, failed)
     entry.finish()
     return props

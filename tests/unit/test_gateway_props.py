@@ -61,6 +61,7 @@ def test_an_entry_is_read_into_the_props_with_their_defaults() -> None:
     (_with(jwt=_jwt(providerName="")), [("Config.EmptyString", f"{AT}.jwt.providerName")]),
     (_with(jwt=_jwt(callerClaim="")), [("Config.EmptyString", f"{AT}.jwt.callerClaim")]),
     (_with(jwt=_jwt(audiences=["ok", 7])), [("Config.WrongType", f"{AT}.jwt.audiences[1]")]),
+    (_with(jwt=_jwt(requiredClaims=["scope"])), [("Config.WrongType", f"{AT}.jwt.requiredClaims[0]")]),
     (_with(jwt=_jwt(requiredClaims=[{"name": "scope"}])), [("Config.MissingKey",
                                                             f"{AT}.jwt.requiredClaims[0].values")]),
     (_with(jwt=_jwt(requiredClaims=[{"name": "scope", "values": ["x"], "typo": 1}])),
