@@ -108,7 +108,7 @@ wheel: $(VENV)/.installed
 lint: setup
 	$(BIN)/ruff check .
 
-## typecheck: mypy, strict, over the library and its runtime code (make test runs it too: tests/unit/test_types.py).
+## typecheck: mypy, strict, over the library, its runtime code and the app (make test runs it too: tests/unit/test_types.py).
 typecheck: setup
 	$(BIN)/python -m tools.typecheck
 

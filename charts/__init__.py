@@ -32,12 +32,12 @@ from hyperpod_inference_iac.charts.endpoint_blocks import (
     TlsConfig,
 )
 from hyperpod_inference_iac.charts.gateway import (
+    ConfigMapRef,
     InferenceGateway,
     JwtAuthentication,
     PlannedGateway,
     RequiredClaim,
     SchedulerOptions,
-    parse_gateway,
 )
 from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
 from hyperpod_inference_iac.charts.gateway_entry_chart import GatewayEntryChart, entry_environment
@@ -131,6 +131,7 @@ __all__ = [
     "CaptureContentTypeHeader",
     "CaptureMode",
     "CloudWatchTrigger",
+    "ConfigMapRef",
     "CustomCertificateConfig",
     "DataCapture",
     "DnsConfig",
@@ -211,7 +212,6 @@ __all__ = [
     "capture_prefix_hash",
     "entry_environment",
     "namespace_security",
-    "parse_gateway",
     "parse_model",
     "parse_models",
     "plan_workloads",

@@ -35,23 +35,15 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
 from hyperpod_inference_iac.charts.network_policies import GATEWAY_POD_LABEL, OPERATOR_NAMESPACE
 from hyperpod_inference_iac.foundation.operator_versions import INFERENCE_GATEWAY, missing_features
 from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DOMAIN_NAME
 from hyperpod_inference_iac.foundation.platform_values import PlatformValue
-from hyperpod_inference_iac.foundation.validation import (
-    MISSING_KEY,
-    REQUIRED,
-    UNKNOWN_KEY,
-    WRONG_TYPE,
-    Problems,
-    join_path,
-    unknown_key,
-    wrong_type,
-)
+from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.validation import PROPS, REQUIRED, KeyPaths, Problems
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1alpha1"
 KIND = "InferenceGatewayConfig"
@@ -81,37 +73,77 @@ CALLER_CLAIM = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 _UNAUTHENTICATED_REASON = re.compile(r"\S.{19,}", re.DOTALL)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RequiredClaim:
-    """A claim a token must carry (``auth.jwt.provider.requiredClaims[]``)."""
+def _either(values: Sequence[str]) -> str:
+    return " or ".join(f"`{value}`" for value in values)
 
-    name: str
-    values: tuple[str, ...]
-    value_type: str = "String"
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequiredClaim(Props):
+    """A claim a token must carry (``gateways[].jwt.requiredClaims[]``, the kind's ``requiredClaims[]``)."""
+
+    CONSTRUCT: ClassVar[str] = "Gateway"
+
+    name: str = prop(doc="The claim's name (`scope`, `groups`, a custom claim).")
+    values: tuple[str, ...] = prop(doc="The values accepted: 1 to 128, each of 1 to 1024 characters.")
+    value_type: str = prop("String", doc=f"How the claim's value is compared: {_either(CLAIM_VALUE_TYPES)} (a list "
+                                         "of values, such as space-separated scopes).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if self.value_type not in CLAIM_VALUE_TYPES:
+            problems.add("Gateway.ClaimTypeInvalid", at.at("value_type"),
+                         f"must be one of {', '.join(CLAIM_VALUE_TYPES)}", self.value_type)
+        if not self.name:
+            problems.add("Gateway.ClaimInvalid", at.at("name"), REQUIRED)
+        if not 1 <= len(self.values) <= 128 or any(not 1 <= len(v) <= 1024 for v in self.values):
+            problems.add("Gateway.ClaimInvalid", at.at("values"),
+                         "must hold 1 to 128 values of 1 to 1024 characters each", list(self.values))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "valueType": self.value_type, "values": list(self.values)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class JwtAuthentication:
-    """``spec.auth.jwt.provider``: who issues the tokens the gateway accepts.
+class JwtAuthentication(Props):
+    """``spec.auth.jwt.provider``: who issues the tokens the gateway accepts (``gateways[].jwt``)."""
 
-    :param issuer: the OIDC issuer (HTTPS); the gateway checks it against each token's ``iss``.
-    :param jwks_uri: where its signing keys are published (HTTPS, ``remoteJWKS.uri``).
-    :param audiences: ``aud`` values accepted (at most 8).
-    :param required_claims: claims a token must carry (at most 16). At least one of these or ``audiences``.
-    :param provider_name: the provider's name in the resource. @default ``platform``
-    :param caller_claim: the claim that identifies the caller (its value is the capture records' ``caller_id``
-        where the request path carries the token: docs/gateway.md). @default ``sub``
-    """
+    CONSTRUCT: ClassVar[str] = "Gateway"
 
-    issuer: str
-    jwks_uri: str
-    audiences: tuple[str, ...] = ()
-    required_claims: tuple[RequiredClaim, ...] = ()
-    provider_name: str = "platform"
-    caller_claim: str = "sub"
+    issuer: str = prop(doc="The OIDC issuer, an `https://` URL: the gateway checks it against each token's `iss`.")
+    jwks_uri: str = prop(doc="Where the issuer publishes its signing keys, an `https://` URL (`remoteJWKS.uri`).")
+    audiences: tuple[str, ...] = prop((), doc=f"The `aud` values accepted (at most {MAX_AUDIENCES}, none with a "
+                                              "`,`). At least one of these or the required claims.")
+    required_claims: tuple[RequiredClaim, ...] = prop(
+        (), doc=f"Claims a token must carry, each a `RequiredClaim` (at most {MAX_REQUIRED_CLAIMS}). At least one of "
+                "these or the audiences, so a token the issuer minted for another application is refused.")
+    provider_name: str = prop("platform", doc="The provider's name in the resource.")
+    caller_claim: str = prop("sub", doc="The claim that identifies the caller, 1 to 128 letters, digits and "
+                                        "`_.:/-`: its value is the capture records' `caller_id` where the request "
+                                        "path carries the token (docs/gateway.md).")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        for name, value in (("issuer", self.issuer), ("jwks_uri", self.jwks_uri)):
+            if not _HTTPS_URL.match(value):
+                problems.add("Gateway.JwtUrlInvalid", at.at(name), "must be an https:// URL", value)
+        if not CALLER_CLAIM.fullmatch(self.caller_claim):
+            problems.add("Gateway.CallerClaimInvalid", at.at("caller_claim"),
+                         "must be a claim name of 1 to 128 letters, digits and '_.:/-' (the claim whose value is "
+                         "recorded as caller_id)", self.caller_claim)
+        if any("," in audience for audience in self.audiences):
+            problems.add("Gateway.AudienceInvalid", at.at("audiences"),
+                         "an audience may not contain ',' (the capture sidecar reads them as a comma list)",
+                         list(self.audiences))
+        if not self.audiences and not self.required_claims:
+            problems.add("Gateway.JwtUnbound", at.at(),
+                         "needs audiences or requiredClaims (or both): otherwise any token of the issuer is accepted, "
+                         "including those minted for other applications")
+        if len(self.audiences) > MAX_AUDIENCES:
+            problems.add("Gateway.TooManyAudiences", at.at("audiences"), f"at most {MAX_AUDIENCES}",
+                         len(self.audiences))
+        if len(self.required_claims) > MAX_REQUIRED_CLAIMS:
+            problems.add("Gateway.TooManyClaims", at.at("required_claims"), f"at most {MAX_REQUIRED_CLAIMS}",
+                         len(self.required_claims))
+        for index, claim in enumerate(self.required_claims):
+            claim.check(problems, at.child("required_claims", index))
 
     def to_dict(self) -> dict[str, Any]:
         provider: dict[str, Any] = {"name": self.provider_name, "issuer": self.issuer,
@@ -137,163 +169,147 @@ class JwtAuthentication:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SchedulerOptions:
-    """How one model's requests are spread over its pods (``spec.schedulers[]``, the platform's part of it).
+class ConfigMapRef(Props):
+    """A ConfigMap holding a scheduler's plugin configuration (``gateways[].schedulers.<model>.configMapRef``)."""
 
-    :param scheduler: ``llm-d`` or ``epp``. @default ``llm-d``
-    :param engine_type: ``vllm`` or ``sglang``. @default read from the worker image (required when it cannot be)
-    :param weights: scorer weights (``queue``, ``kvCache``, ``prefix``, ``lru`` (llm-d only), ``loraAffinity``,
-        ``runningRequests``, ``predictedLatency``). @default the scheduler's own
-    :param config_map: ``(name, key)`` of a ConfigMap with the scheduler's plugin configuration, instead of
-        ``weights``. @default none
-    :param replicas: endpoint picker replicas (more than one elects a leader). @default 2
-    :param lora_adapters: LoRA adapter names served by the model. @default none
-    :param route_timeout: the route's timeout as a Gateway API duration (``0s`` disables). @default the gateway's
-    """
+    CONSTRUCT: ClassVar[str] = "Gateway"
 
-    scheduler: str = "llm-d"
-    engine_type: str | None = None
-    weights: Mapping[str, int] | None = None
-    config_map: tuple[str, str] | None = None
-    replicas: int = 2
-    lora_adapters: tuple[str, ...] = ()
-    route_timeout: str | None = None
+    name: str = prop(doc="The ConfigMap's name, in the gateway's namespace.")
+    key: str = prop("default-plugins.yaml", doc="The key of the ConfigMap that holds the configuration.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferenceGateway:
-    """One gateway of the platform: its name, who may call it, its TLS name and how each model is scheduled.
+class SchedulerOptions(Props):
+    """How one model's requests are spread over its pods (``spec.schedulers[]``, the platform's part of it;
+    ``gateways[].schedulers.<model>``)."""
 
-    :param name: the ``InferenceGatewayConfig``'s name, which models name in their ``gateway``.
-    :param endpoint_domain: the name clients call; one of the platform certificate's names (its ACM ARN is the
-        gateway's TLS certificate).
-    :param jwt: the token issuer; required unless ``unauthenticated_reason`` says why not.
-    :param unauthenticated_reason: why this gateway may accept requests without a token (at least 20 characters;
-        warned at every synth). @default none: JWT required
-    :param namespace: where it lives; every model behind it must live there too. @default the platform's
-    :param bbr_replicas: body-based router replicas. @default 2
-    :param max_request_body_bytes: the largest request body BBR reads. @default the kind's (256 MiB)
-    :param metrics: the OpenTelemetry collector sidecar in BBR and EPP pods. @default True
-    :param schedulers: per model name, how its requests are scheduled. @default llm-d with its own weights
-    :param entry: the platform's capture entry in front of it (records the caller, enforces per-caller limits:
-        :class:`~hyperpod_inference_iac.charts.gateway_entry.GatewayEntryOptions`). @default none
-    """
+    CONSTRUCT: ClassVar[str] = "Gateway"
 
-    name: str
-    endpoint_domain: str | None = None
-    jwt: JwtAuthentication | None = None
-    unauthenticated_reason: str | None = None
-    namespace: str | None = None
-    bbr_replicas: int = 2
-    max_request_body_bytes: int | None = None
-    metrics: bool = True
-    schedulers: Mapping[str, SchedulerOptions] = dataclasses.field(default_factory=dict)
-    entry: GatewayEntryOptions | None = None
+    scheduler: str = prop("llm-d", doc=f"The endpoint picker: {_either(SCHEDULERS)}.")
+    engine_type: str | None = prop(None, default_doc="read from the worker image (required when it cannot be)",
+                                   doc=f"The model server's engine: {_either(ENGINES)}.")
+    weights: Mapping[str, int] | None = prop(
+        None, default_doc="the scheduler's own",
+        doc=f"Scorer weights, whole numbers of at least 0, by scorer: {', '.join(f'`{k}`' for k in WEIGHT_KEYS)} "
+            "(`lru` with llm-d only). Not with a ConfigMap reference.")
+    config_map: ConfigMapRef | None = prop(None, key="configMapRef", default_doc="none",
+                                           doc="A `ConfigMapRef` to the scheduler's plugin configuration, instead of "
+                                               "`weights`.")
+    replicas: int = prop(2, doc=f"Endpoint picker replicas, 1 to {MAX_REPLICAS} (more than one elects a leader).")
+    lora_adapters: tuple[str, ...] = prop((), doc="LoRA adapter names the model serves (at most 50, each of 1 to 253 "
+                                                  "characters).")
+    route_timeout: str | None = prop(None, default_doc="the gateway's",
+                                     doc="The route's timeout as a Gateway API duration (`300s`, `5m`, `1h30m`; "
+                                         "`0s` disables it).")
 
-    def check(self, path: str, problems: Problems) -> None:
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        if self.scheduler not in SCHEDULERS:
+            problems.add("Gateway.SchedulerInvalid", at.at("scheduler"), f"must be one of {', '.join(SCHEDULERS)}",
+                         self.scheduler)
+        if self.engine_type is not None and self.engine_type not in ENGINES:
+            problems.add("Gateway.EngineInvalid", at.at("engine_type"), f"must be one of {', '.join(ENGINES)}",
+                         self.engine_type)
+        if self.weights is not None and self.config_map is not None:
+            problems.add("Gateway.WeightsAndConfigMap", at.at("config_map"),
+                         "give weights or configMapRef, not both (the kind refuses both)")
+        for key, weight in (self.weights or {}).items():
+            if key not in WEIGHT_KEYS:
+                problems.add("Gateway.WeightUnknown", at.at("weights", key),
+                             f"must be one of {', '.join(WEIGHT_KEYS)}", key)
+            elif weight < 0:
+                problems.add("Gateway.WeightInvalid", at.at("weights", key), "must be a whole number of at least 0",
+                             weight)
+        if "lru" in (self.weights or {}) and self.scheduler != "llm-d":
+            problems.add("Gateway.LruNeedsLlmD", at.at("weights", "lru"),
+                         "the lru scorer exists only in the llm-d scheduler: remove it or use scheduler: llm-d")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            problems.add("Gateway.ReplicasOutOfRange", at.at("replicas"), f"must be from 1 to {MAX_REPLICAS}",
+                         self.replicas)
+        if len(self.lora_adapters) > 50 or any(not 1 <= len(a) <= 253 for a in self.lora_adapters):
+            problems.add("Gateway.LoraAdaptersInvalid", at.at("lora_adapters"),
+                         "at most 50 names of 1 to 253 characters", list(self.lora_adapters))
+        if self.route_timeout is not None and not ROUTE_TIMEOUT.match(self.route_timeout):
+            problems.add("Gateway.RouteTimeoutInvalid", at.at("route_timeout"),
+                         "must be a Gateway API duration such as 300s, 5m or 1h30m (0s disables it)",
+                         self.route_timeout)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferenceGateway(Props):
+    """One gateway of the platform: its name, who may call it, its TLS name and how each model is scheduled
+    (``gateways[]``). Its rules are checked by :meth:`check`; those between it and its models are the plan's."""
+
+    CONSTRUCT: ClassVar[str] = "Gateway"
+
+    name: str = prop(doc="The `InferenceGatewayConfig`'s name, a DNS-1123 label of at most 63 characters, which "
+                         "models name in their `gateway`.")
+    endpoint_domain: str | None = prop(
+        None, default_doc="required",
+        doc="The name clients call, one of the platform certificate's names (its ACM ARN is the gateway's TLS "
+            "certificate; cert-manager auto-issue is not offered).")
+    jwt: JwtAuthentication | None = prop(
+        None, default_doc="required unless an unauthenticated reason is given",
+        doc="The token issuer, a `JwtAuthentication`: without it the gateway accepts every request that reaches it.")
+    unauthenticated_reason: str | None = prop(
+        None, default_doc="a token required",
+        doc="Why this gateway may accept requests without a token, at least 20 characters (warned at every synth).")
+    namespace: str | None = prop(None, default_doc="the platform's",
+                                 doc="Where it lives, a DNS-1123 label; every model behind it must live there too.")
+    bbr_replicas: int = prop(2, doc=f"Body-based router replicas, 1 to {MAX_REPLICAS}.")
+    max_request_body_bytes: int | None = prop(None, default_doc="the kind's, 256 MiB",
+                                              doc=f"The largest request body the router reads, 1 to "
+                                                  f"{MAX_BODY_BYTES} bytes.")
+    metrics: bool = prop(True, doc="The OpenTelemetry collector sidecar in the router's and pickers' pods.")
+    schedulers: Mapping[str, SchedulerOptions] = prop(
+        default_factory=dict, default_doc="llm-d with its own weights, for each model",
+        doc="How each model's requests are scheduled, a `SchedulerOptions` by model name (a model of the gateway).")
+    entry: GatewayEntryOptions | None = prop(
+        None, default_doc="none: gateway traffic records no caller",
+        doc="The platform's capture entry in front of the gateway, a `GatewayEntryOptions`: it records the verified "
+            "token's caller and enforces per-caller limits (docs/gateway.md, \"The capture entry\").")
+
+    def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """The gateway's own rules (those between it and its models are the plan's)."""
         if not DNS1123_LABEL.match(self.name) or len(self.name) > 63:
-            problems.add("Gateway.NameInvalid", join_path(path, "name"),
-                         "must be a DNS-1123 label of at most 63 characters", self.name)
+            problems.add("Gateway.NameInvalid", at.at("name"), "must be a DNS-1123 label of at most 63 characters",
+                         self.name)
         if self.namespace is not None and (not DNS1123_LABEL.match(self.namespace) or len(self.namespace) > 63):
-            problems.add("Gateway.NamespaceInvalid", join_path(path, "namespace"),
+            problems.add("Gateway.NamespaceInvalid", at.at("namespace"),
                          "must be a DNS-1123 label of at most 63 characters", self.namespace)
         if self.endpoint_domain is None:
-            problems.add("Gateway.EndpointDomainMissing", join_path(path, "endpointDomain"),
+            problems.add("Gateway.EndpointDomainMissing", at.at("endpoint_domain"),
                          "is required: the gateway serves TLS with the platform certificate, for one of its names "
                          "(cert-manager auto-issue is not offered: its role could import any certificate into ACM)")
         elif not DOMAIN_NAME.match(self.endpoint_domain):
-            problems.add("Gateway.EndpointDomainInvalid", join_path(path, "endpointDomain"),
+            problems.add("Gateway.EndpointDomainInvalid", at.at("endpoint_domain"),
                          "must be a lowercase DNS name such as models.inference.example.com", self.endpoint_domain)
-        self._check_auth(path, problems)
+        self._check_auth(problems, at)
         if not 1 <= self.bbr_replicas <= MAX_REPLICAS:
-            problems.add("Gateway.ReplicasOutOfRange", join_path(path, "bbrReplicas"),
-                         f"must be from 1 to {MAX_REPLICAS}", self.bbr_replicas)
+            problems.add("Gateway.ReplicasOutOfRange", at.at("bbr_replicas"), f"must be from 1 to {MAX_REPLICAS}",
+                         self.bbr_replicas)
         if self.max_request_body_bytes is not None and not 1 <= self.max_request_body_bytes <= MAX_BODY_BYTES:
-            problems.add("Gateway.BodyLimitOutOfRange", join_path(path, "maxRequestBodyBytes"),
+            problems.add("Gateway.BodyLimitOutOfRange", at.at("max_request_body_bytes"),
                          f"must be from 1 to {MAX_BODY_BYTES} (256 MiB, the kind's maximum)",
                          self.max_request_body_bytes)
         for model, options in self.schedulers.items():
-            _check_scheduler(options, join_path(join_path(path, "schedulers"), model), problems)
+            options.check(problems, at.child("schedulers", model))
 
-    def _check_auth(self, path: str, problems: Problems) -> None:
+    def _check_auth(self, problems: Problems, at: KeyPaths) -> None:
         if self.jwt is None:
             if self.unauthenticated_reason is None:
-                problems.add("Gateway.Unauthenticated", join_path(path, "jwt"),
+                problems.add("Gateway.Unauthenticated", at.at("jwt"),
                              "is required: without it the gateway accepts every request that reaches it. Give the "
                              "token issuer (issuer, jwksUri, audiences or requiredClaims), or, for a gateway that "
                              "must stay open, unauthenticatedReason saying why (it is still warned at every synth)")
             elif not _UNAUTHENTICATED_REASON.fullmatch(self.unauthenticated_reason):
-                problems.add("Gateway.ReasonTooShort", join_path(path, "unauthenticatedReason"),
+                problems.add("Gateway.ReasonTooShort", at.at("unauthenticated_reason"),
                              "must say why the gateway may accept unauthenticated requests (at least 20 characters)",
                              self.unauthenticated_reason)
             return
         if self.unauthenticated_reason is not None:
-            problems.add("Gateway.AuthConflict", join_path(path, "unauthenticatedReason"),
+            problems.add("Gateway.AuthConflict", at.at("unauthenticated_reason"),
                          "the gateway has a JWT provider: remove unauthenticatedReason (or jwt)")
-        jwt, at = self.jwt, join_path(path, "jwt")
-        for key, value in (("issuer", jwt.issuer), ("jwksUri", jwt.jwks_uri)):
-            if not _HTTPS_URL.match(value):
-                problems.add("Gateway.JwtUrlInvalid", join_path(at, key), "must be an https:// URL", value)
-        if not CALLER_CLAIM.fullmatch(jwt.caller_claim):
-            problems.add("Gateway.CallerClaimInvalid", join_path(at, "callerClaim"),
-                         "must be a claim name of 1 to 128 letters, digits and '_.:/-' (the claim whose value is "
-                         "recorded as caller_id)", jwt.caller_claim)
-        if any("," in audience for audience in jwt.audiences):
-            problems.add("Gateway.AudienceInvalid", join_path(at, "audiences"),
-                         "an audience may not contain ',' (the capture sidecar reads them as a comma list)",
-                         list(jwt.audiences))
-        if not jwt.audiences and not jwt.required_claims:
-            problems.add("Gateway.JwtUnbound", at,
-                         "needs audiences or requiredClaims (or both): otherwise any token of the issuer is accepted, "
-                         "including those minted for other applications")
-        if len(jwt.audiences) > MAX_AUDIENCES:
-            problems.add("Gateway.TooManyAudiences", join_path(at, "audiences"), f"at most {MAX_AUDIENCES}",
-                         len(jwt.audiences))
-        if len(jwt.required_claims) > MAX_REQUIRED_CLAIMS:
-            problems.add("Gateway.TooManyClaims", join_path(at, "requiredClaims"), f"at most {MAX_REQUIRED_CLAIMS}",
-                         len(jwt.required_claims))
-        for index, claim in enumerate(jwt.required_claims):
-            claim_at = join_path(join_path(at, "requiredClaims"), index)
-            if claim.value_type not in CLAIM_VALUE_TYPES:
-                problems.add("Gateway.ClaimTypeInvalid", join_path(claim_at, "valueType"),
-                             f"must be one of {', '.join(CLAIM_VALUE_TYPES)}", claim.value_type)
-            if not claim.name:
-                problems.add("Gateway.ClaimInvalid", join_path(claim_at, "name"), REQUIRED)
-            if not 1 <= len(claim.values) <= 128 or any(not 1 <= len(v) <= 1024 for v in claim.values):
-                problems.add("Gateway.ClaimInvalid", join_path(claim_at, "values"),
-                             "must hold 1 to 128 values of 1 to 1024 characters each", list(claim.values))
-
-
-def _check_scheduler(options: SchedulerOptions, at: str, problems: Problems) -> None:
-    if options.scheduler not in SCHEDULERS:
-        problems.add("Gateway.SchedulerInvalid", join_path(at, "scheduler"), f"must be one of {', '.join(SCHEDULERS)}",
-                     options.scheduler)
-    if options.engine_type is not None and options.engine_type not in ENGINES:
-        problems.add("Gateway.EngineInvalid", join_path(at, "engineType"), f"must be one of {', '.join(ENGINES)}",
-                     options.engine_type)
-    if options.weights is not None and options.config_map is not None:
-        problems.add("Gateway.WeightsAndConfigMap", join_path(at, "configMapRef"),
-                     "give weights or configMapRef, not both (the kind refuses both)")
-    for key, weight in (options.weights or {}).items():
-        if key not in WEIGHT_KEYS:
-            problems.add("Gateway.WeightUnknown", join_path(join_path(at, "weights"), key),
-                         f"must be one of {', '.join(WEIGHT_KEYS)}", key)
-        elif isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
-            problems.add("Gateway.WeightInvalid", join_path(join_path(at, "weights"), key),
-                         "must be a whole number of at least 0", weight)
-    if "lru" in (options.weights or {}) and options.scheduler != "llm-d":
-        problems.add("Gateway.LruNeedsLlmD", join_path(join_path(at, "weights"), "lru"),
-                     "the lru scorer exists only in the llm-d scheduler: remove it or use scheduler: llm-d")
-    if not 1 <= options.replicas <= MAX_REPLICAS:
-        problems.add("Gateway.ReplicasOutOfRange", join_path(at, "replicas"), f"must be from 1 to {MAX_REPLICAS}",
-                     options.replicas)
-    if len(options.lora_adapters) > 50 or any(not 1 <= len(a) <= 253 for a in options.lora_adapters):
-        problems.add("Gateway.LoraAdaptersInvalid", join_path(at, "loraAdapters"),
-                     "at most 50 names of 1 to 253 characters", list(options.lora_adapters))
-    if options.route_timeout is not None and not ROUTE_TIMEOUT.match(options.route_timeout):
-        problems.add("Gateway.RouteTimeoutInvalid", join_path(at, "routeTimeout"),
-                     "must be a Gateway API duration such as 300s, 5m or 1h30m (0s disables it)", options.route_timeout)
+        self.jwt.check(problems, at.block("jwt"))
 
 
 # -- the models behind a gateway ----------------------------------------------------------------------
@@ -322,7 +338,7 @@ class GatewayModel:
         if self.options.weights is not None:
             entry["weights"] = dict(self.options.weights)
         if self.options.config_map is not None:
-            entry["configMapRef"] = {"name": self.options.config_map[0], "key": self.options.config_map[1]}
+            entry["configMapRef"] = {"name": self.options.config_map.name, "key": self.options.config_map.key}
         if self.options.lora_adapters:
             entry["loraAdapters"] = list(self.options.lora_adapters)
         if self.options.route_timeout is not None:
@@ -404,132 +420,13 @@ def gateway_available(addon_version: str | None) -> bool:
     return addon_version is None or not any(missing_features(KIND, {}, addon_version))
 
 
-# -- reading a gateways: entry ---------------------------------------------------------------------------
-_GATEWAY_KEYS = ("name", "endpointDomain", "jwt", "unauthenticatedReason", "namespace", "bbrReplicas",
-                 "maxRequestBodyBytes", "metrics", "schedulers", "entry")  # (entry: the loader reads it)
-_JWT_KEYS = ("issuer", "jwksUri", "audiences", "requiredClaims", "providerName", "callerClaim")
-_CLAIM_KEYS = ("name", "values", "valueType")
-_SCHEDULER_KEYS = ("scheduler", "engineType", "weights", "configMapRef", "replicas", "loraAdapters", "routeTimeout")
-
-
-class _Reader:
-    def __init__(self, data: Mapping[str, Any], path: str, problems: Problems, known: Sequence[str]) -> None:
-        self.data, self.path, self.problems = data, path, problems
-        for key in data:
-            if key not in known:
-                problems.add(UNKNOWN_KEY, join_path(path, str(key)), unknown_key(known), data[key])
-
-    def get(self, key: str, kind: type | tuple[type, ...], expected: str, *, required: bool = False) -> Any:
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                self.problems.add(MISSING_KEY, join_path(self.path, key), REQUIRED)
-            return None
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            self.problems.add(WRONG_TYPE, join_path(self.path, key), wrong_type(expected, value), value)
-            return None
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self.get(key, list, "a list of strings")
-        if value is None:
-            return ()
-        if not all(isinstance(item, str) for item in value):
-            self.problems.add(WRONG_TYPE, join_path(self.path, key), wrong_type("a list of strings", value), value)
-            return ()
-        return tuple(value)
-
-
-def _mapping(data: Any, path: str, problems: Problems) -> Mapping[str, Any] | None:
-    if not isinstance(data, Mapping):
-        problems.add(WRONG_TYPE, path, wrong_type("a mapping", data), data)
-        return None
-    return data
-
-
-def parse_gateway(data: Any, path: str, problems: Problems) -> InferenceGateway | None:
-    """One ``gateways:`` entry (shape and types; the values are the plan's to check)."""
-    entry = _mapping(data, path, problems)
-    if entry is None:
-        return None
-    read = _Reader(entry, path, problems, _GATEWAY_KEYS)
-    name = read.get("name", str, "a string", required=True)
-    jwt = None
-    if (jwt_data := read.get("jwt", Mapping, "a mapping")) is not None:
-        jwt = _parse_jwt(jwt_data, join_path(path, "jwt"), problems)
-    schedulers: dict[str, SchedulerOptions] = {}
-    for model, options in (read.get("schedulers", Mapping, "a mapping of model name to options") or {}).items():
-        parsed = _parse_scheduler(options, join_path(join_path(path, "schedulers"), str(model)), problems)
-        if parsed is not None:
-            schedulers[str(model)] = parsed
-    if name is None:
-        return None
-    values: dict[str, Any] = {
-        "endpoint_domain": read.get("endpointDomain", str, "a string"),
-        "unauthenticated_reason": read.get("unauthenticatedReason", str, "a string"),
-        "namespace": read.get("namespace", str, "a string"),
-        "bbr_replicas": read.get("bbrReplicas", int, "an integer"),
-        "max_request_body_bytes": read.get("maxRequestBodyBytes", int, "an integer"),
-        "metrics": read.get("metrics", bool, "true or false"),
-    }
-    return InferenceGateway(name=name, jwt=jwt, schedulers=schedulers,
-                            **{key: value for key, value in values.items()
-                               if value is not None or key in ("endpoint_domain", "unauthenticated_reason",
-                                                               "namespace", "max_request_body_bytes")})
-
-
-def _parse_jwt(data: Mapping[str, Any], path: str, problems: Problems) -> JwtAuthentication | None:
-    read = _Reader(data, path, problems, _JWT_KEYS)
-    issuer = read.get("issuer", str, "a string", required=True)
-    jwks_uri = read.get("jwksUri", str, "a string", required=True)
-    claims = []
-    for index, item in enumerate(read.get("requiredClaims", list, "a list of claims") or ()):
-        claim_path = join_path(join_path(path, "requiredClaims"), index)
-        claim = _mapping(item, claim_path, problems)
-        if claim is None:
-            continue
-        claim_read = _Reader(claim, claim_path, problems, _CLAIM_KEYS)
-        claim_name = claim_read.get("name", str, "a string", required=True)
-        value_type = claim_read.get("valueType", str, "a string") or "String"
-        if claim_name is not None:
-            claims.append(RequiredClaim(name=claim_name, values=claim_read.strings("values"), value_type=value_type))
-    if issuer is None or jwks_uri is None:
-        return None
-    return JwtAuthentication(issuer=issuer, jwks_uri=jwks_uri, audiences=read.strings("audiences"),
-                             required_claims=tuple(claims),
-                             provider_name=read.get("providerName", str, "a string") or "platform",
-                             caller_claim=read.get("callerClaim", str, "a string") or "sub")
-
-
-def _parse_scheduler(data: Any, path: str, problems: Problems) -> SchedulerOptions | None:
-    entry = _mapping(data, path, problems)
-    if entry is None:
-        return None
-    read = _Reader(entry, path, problems, _SCHEDULER_KEYS)
-    config_map = None
-    if (ref := read.get("configMapRef", Mapping, "a mapping with name (and key)")) is not None:
-        ref_name = ref.get("name")
-        if not isinstance(ref_name, str):
-            problems.add(MISSING_KEY, join_path(join_path(path, "configMapRef"), "name"), REQUIRED)
-        else:
-            config_map = (ref_name, str(ref.get("key") or "default-plugins.yaml"))
-    return SchedulerOptions(
-        scheduler=read.get("scheduler", str, "a string") or "llm-d",
-        engine_type=read.get("engineType", str, "a string"),
-        weights=read.get("weights", Mapping, "a mapping of scorer to weight"),
-        config_map=config_map,
-        replicas=read.get("replicas", int, "an integer") or 2,
-        lora_adapters=read.strings("loraAdapters"),
-        route_timeout=read.get("routeTimeout", str, "a string"),
-    )
-
-
 __all__ = [
     "API_VERSION",
     "CONTROLLER_NAMESPACE",
     "CONTROLLER_SERVICE_ACCOUNT",
     "GATEWAY_MINIMUM_ADDON",
     "KIND",
+    "ConfigMapRef",
     "GatewayModel",
     "InferenceGateway",
     "JwtAuthentication",
@@ -539,5 +436,4 @@ __all__ = [
     "check_engine_version",
     "engine_of_image",
     "gateway_available",
-    "parse_gateway",
 ]

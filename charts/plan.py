@@ -951,9 +951,17 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
                    problems: Problems) -> tuple[PlannedGateway, ...]:
     """Each gateway with the models that opted into it, and the rules between them (the developer guide's)."""
     by_name: dict[str, tuple[str, InferenceGateway]] = {}
+    unnamed = False
     for index, gateway in enumerate(gateways):
         path = join_path("gateways", index)
-        gateway.check(path, problems)
+        # The gateway's own rules, under a config file's keys. A gateway read from one was checked as it was read:
+        # a key whose value could not be read holds a stand-in there, already a problem, not judged again.
+        own = Problems()
+        gateway.check(own, InferenceGateway.key_paths(path))
+        problems.extend([problem for problem in own if not problems.has_at_or_below(problem.path)])
+        if not gateway.name:  # (no name, a problem already: the models that name it cannot be told from a typo)
+            unnamed = True
+            continue
         if gateway.name in by_name:
             problems.add("Gateway.NameDuplicate", join_path(path, "name"),
                          f"another gateway ({by_name[gateway.name][0]}) has this name", gateway.name)
@@ -983,6 +991,8 @@ def _plan_gateways(context: PlatformContext, gateways: Sequence[InferenceGateway
         at = join_path(model.path, "gateway")
         found = by_name.get(model.gateway)
         if found is None:
+            if unnamed:
+                continue
             problems.add("Gateway.Unknown", at, f"must name one of the platform's gateways ("
                          f"{', '.join(by_name) or 'none: add one under gateways'})", model.gateway)
             continue

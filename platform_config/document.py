@@ -26,13 +26,21 @@ bounded here, and the constructor is ``SafeConstructor`` (plain data only).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError
-from yaml.events import AliasEvent, MappingEndEvent, ScalarEvent, SequenceEndEvent
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.events import (
+    AliasEvent,
+    CollectionStartEvent,
+    Event,
+    MappingEndEvent,
+    NodeEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+)
+from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems, join_path
 
@@ -74,8 +82,22 @@ class _Refused(yaml.MarkedYAMLError):
         self.code = code
 
 
+_Collection = TypeVar("_Collection", bound=CollectionNode)
+
+
 class _BoundedComposer(Composer):
-    """PyYAML's composer without anchors and aliases, with a depth bound, noting keys given twice."""
+    """PyYAML's composer without anchors and aliases, with a depth bound, noting keys given twice.
+
+    A mixin, as PyYAML's own ``Composer`` is: the loader class it is mixed into brings the parser's events, the
+    resolver's tags and the constructor's objects; their signatures are stated here for the type checker. The
+    overrides take any ``anchor`` (this composer refuses anchors before any is composed: it is always None)."""
+
+    if TYPE_CHECKING:  # (the parser's, the resolver's and the constructor's, as ConfigLoader mixes them in)
+        def get_event(self) -> Any: ...  # (an Event whose kind the caller has checked: Parser's stub says no more)
+        def peek_event(self) -> Event: ...
+        def check_event(self, *choices: type[Event]) -> bool: ...
+        def resolve(self, kind: type[Node], value: str | None, implicit: bool) -> str: ...
+        def construct_object(self, node: Node, deep: bool = False) -> Any: ...
 
     def compose_document(self) -> Node:
         self._depth = 0
@@ -88,13 +110,15 @@ class _BoundedComposer(Composer):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         event = self.peek_event()
-        if isinstance(event, AliasEvent) or event.anchor is not None:
-            found = f"alias *{event.anchor}" if isinstance(event, AliasEvent) else f"anchor &{event.anchor}"
+        anchor = event.anchor if isinstance(event, NodeEvent) else None
+        if anchor is not None:
+            found = f"alias *{anchor}" if isinstance(event, AliasEvent) else f"anchor &{anchor}"
             raise _Refused(ALIAS_NOT_ALLOWED, f"has the YAML {found}: anchors and aliases are not allowed in a "
                            "config file (an alias can repeat a node a billion times); write the value out where it "
                            "is used", event.start_mark)
         if isinstance(event, ScalarEvent):
-            return self.compose_scalar_node(None)
+            # (typeshed's stub types the anchor as a dict; PyYAML takes the event's anchor, a str or None)
+            return self.compose_scalar_node(None)  # type: ignore[arg-type]
         if self._depth >= MAX_DEPTH:
             raise _Refused(TOO_DEEP, _TOO_DEEP, event.start_mark)
         self._depth += 1
@@ -105,16 +129,17 @@ class _BoundedComposer(Composer):
         finally:
             self._depth -= 1
 
-    def _start(self, kind: type[Node]) -> Any:
+    def _start(self, kind: type[_Collection]) -> _Collection:
         """The collection node of the start event next (its tag resolved as PyYAML's composer does)."""
-        start = self.get_event()
+        start: CollectionStartEvent = self.get_event()
         tag = start.tag
         if tag is None or tag == "!":
             tag = self.resolve(kind, None, start.implicit)
-        return kind(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        # (libyaml's parser marks events with its own Mark class; typeshed's nodes name only PyYAML's)
+        return kind(tag, [], start.start_mark, None, flow_style=start.flow_style)  # type: ignore[arg-type]
 
-    def compose_sequence_node(self, anchor: str | None) -> SequenceNode:
-        node: SequenceNode = self._start(SequenceNode)
+    def compose_sequence_node(self, anchor: object) -> SequenceNode:
+        node = self._start(SequenceNode)
         while not self.check_event(SequenceEndEvent):
             self._check_items(node)
             self._path.append(len(node.value))
@@ -123,8 +148,8 @@ class _BoundedComposer(Composer):
         node.end_mark = self.get_event().end_mark
         return node
 
-    def compose_mapping_node(self, anchor: str | None) -> MappingNode:
-        node: MappingNode = self._start(MappingNode)
+    def compose_mapping_node(self, anchor: object) -> MappingNode:
+        node = self._start(MappingNode)
         lines: dict[Any, int] = {}
         while not self.check_event(MappingEndEvent):
             self._check_items(node)
@@ -151,7 +176,7 @@ class _BoundedComposer(Composer):
         """A scalar key as the mapping will hold it (``true`` and ``yes`` are one key), or None."""
         if not isinstance(key, ScalarNode) or key.tag == _MERGE_TAG:
             return None
-        value = self.construct_object(key)  # type: ignore[attr-defined]  # (the constructor caches it)
+        value = self.construct_object(key)  # (the constructor caches it)
         try:
             hash(value)
         except TypeError:
@@ -168,7 +193,7 @@ class _BoundedComposer(Composer):
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's scanner and parser where available
 
 
-class ConfigLoader(_BoundedComposer, _Base):  # type: ignore[misc,valid-type]
+class ConfigLoader(_BoundedComposer, _Base):  # type: ignore[misc]  # (_Base: libyaml's loader or PyYAML's)
     """Plain data (``SafeConstructor``), bounded depth, no aliases, duplicate keys noted (``duplicates``)."""
 
     def __init__(self, stream: str) -> None:

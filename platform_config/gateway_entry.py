@@ -4,14 +4,11 @@ the props class's; ``usageLimits`` is a portable server's block, read by its own
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
-from hyperpod_inference_iac.charts.gateway import InferenceGateway
 from hyperpod_inference_iac.charts.gateway_entry import GatewayEntryOptions
 from hyperpod_inference_iac.charts.usage_limits import UsageLimits
-from hyperpod_inference_iac.foundation.validation import Problems, join_path
+from hyperpod_inference_iac.foundation.validation import Problems
 from platform_config.reader import Section, read_props
 
 
@@ -28,11 +25,4 @@ def read_gateway_entry(data: Any, path: str, problems: Problems) -> GatewayEntry
     return options
 
 
-def with_entry(gateway: InferenceGateway, data: Any, path: str, problems: Problems) -> InferenceGateway:
-    """``gateway`` with the entry its config entry gives (``data``: the ``gateways[i]`` mapping)."""
-    raw = data.get("entry") if isinstance(data, Mapping) else None
-    entry = read_gateway_entry(raw, join_path(path, "entry"), problems)
-    return dataclasses.replace(gateway, entry=entry) if entry is not None else gateway
-
-
-__all__ = ["read_gateway_entry", "with_entry"]
+__all__ = ["read_gateway_entry"]

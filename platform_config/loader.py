@@ -53,15 +53,13 @@ from hyperpod_inference_iac.capture.capture_tables import (
 )
 from hyperpod_inference_iac.charts import (
     ModelDeployment,
+    ModelWorkload,
     PlatformContext,
     PortableDeployment,
     PortableModelServer,
+    PortableWorkload,
     WorkloadPlan,
     plan_workloads,
-)
-from hyperpod_inference_iac.charts.gateway import (
-    InferenceGateway,
-    parse_gateway,
 )
 from hyperpod_inference_iac.charts.inference_chart import (
     ENTRY_SHORTCUTS,
@@ -83,7 +81,7 @@ from hyperpod_inference_iac.serving.endpoint_domain import (
     check_endpoint_certificate,
 )
 from platform_config.document import read_document
-from platform_config.gateway_entry import with_entry
+from platform_config.gateways import read_gateways
 from platform_config.model import (
     AcknowledgedWarning,
     AlarmsConfig,
@@ -160,7 +158,7 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
         domain=_domain(root.section("domain", required=True), environment),
         models=tuple(_models(root)),
         portable=tuple(_portable(root)),
-        gateways=tuple(_gateways(root)),
+        gateways=tuple(read_gateways(root)),
         usage_store=_usage_store(root),
         acknowledged_warnings=tuple(_acknowledged_warnings(root)),
         workloads=_UNPLANNED,  # replaced below, once the platform context (which the file determines) plans them
@@ -211,7 +209,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
         warn_certificate_alarms(warnings, at.block("certificate"), **alarms.certificate.kwargs())
         # (days_to_expiry None: that alarm is off, and so is its warning)
     plan = config.workloads
-    for workload in (*plan.models, *plan.portable):
+    workloads: list[ModelWorkload | PortableWorkload] = [*plan.models, *plan.portable]
+    for workload in workloads:
         # (the app builds the sidecar image: never named by a movable tag)
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     for gateway in config.workloads.gateways:
@@ -333,6 +332,7 @@ def _vpc(section: Section) -> NewVpc | ExistingVpc:
     section.finish()
     if existing is not None and create is not None:
         problems.add("Network.BothVpcKinds", section.path, "give either newVpc or existingVpc, not both")
+    kind: type[NewVpc | ExistingVpc]
     name, kind, block = ("existingVpc", ExistingVpc, existing) if existing is not None else \
         ("newVpc", NewVpc, create or Section({}, section.at("newVpc"), problems))
     at = KeyPaths(section.path, {field: key if field in _BESIDE_THE_VPC_KIND else f"{name}.{key}"
@@ -452,16 +452,6 @@ def _models(root: Section) -> list[ModelDeployment]:
         deployments.append(ModelDeployment(workload, endpoint_domain=shortcuts["endpointDomain"], path=path,
                                            namespace=shortcuts["namespace"], gateway=shortcuts["gateway"]))
     return deployments
-
-
-def _gateways(root: Section) -> list[InferenceGateway]:
-    """The ``gateways:`` section: Inference Gateways the models opt into with ``gateway: <name>`` (docs/gateway.md)."""
-    gateways = []
-    for path, entry in root.items("gateways"):
-        gateway = parse_gateway(entry, path, root.problems)
-        if gateway is not None:
-            gateways.append(with_entry(gateway, entry, path, root.problems))  # (gateways[i].entry)
-    return gateways
 
 
 def _portable(root: Section) -> list[PortableDeployment]:

@@ -47,7 +47,9 @@ from hyperpod_inference_iac import (
     external_dns_releases,
 )
 from hyperpod_inference_iac.charts import (
+    InferenceEndpointConfig,
     ModelDeployment,
+    ModelWeightsCacheConfig,
     PlatformContext,
     PortableDeployment,
     UsageStoreRef,
@@ -446,14 +448,17 @@ class PlatformConfig:
         watched = []
         for deployment in self.models:
             workload = deployment.workload
-            if workload.KIND not in ("InferenceEndpointConfig", "JumpStartModel"):
+            if isinstance(workload, ModelWeightsCacheConfig):
                 continue
-            worker = getattr(getattr(workload, "spec", None), "worker", None)
+            # (a JumpStartModel's server is the hub's: no worker image to read an engine from)
+            worker = workload.spec.worker if isinstance(workload, InferenceEndpointConfig) else None
             engine = engine_of_image(worker.image) if worker is not None else None
-            scaling = getattr(getattr(workload, "spec", None), "auto_scaling_spec", None)
+            scaling = workload.spec.auto_scaling_spec
             watched.append(WatchedModel(
                 name=workload.name, namespace=deployment.namespace or self.operator.namespace, kind=workload.KIND,
-                engine=engine, port=worker.model_invocation_port.container_port if engine is not None else None,
+                engine=engine,
+                port=worker.model_invocation_port.container_port if worker is not None and engine is not None
+                else None,
                 scales_to_zero=scaling is not None and scaling.effective_min == 0))
         if not watched:
             return None
@@ -496,7 +501,8 @@ class PlatformConfig:
         """The capture tiers some workload turns on (``sme``, ``alb``, ``pod``): capture is on for them."""
         tiers: set[str] = set()
         for deployment in self.models:
-            capture = deployment.workload.spec.data_capture
+            workload = deployment.workload
+            capture = None if isinstance(workload, ModelWeightsCacheConfig) else workload.spec.data_capture
             if capture is None:
                 continue
             for tier, block in (("sme", capture.sagemaker_endpoint), ("alb", capture.load_balancer),

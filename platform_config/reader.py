@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, item_props
+from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, entry_props, item_props
 from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -138,9 +138,8 @@ class Section:
         return Section(None if value is _MISSING else value, self.at(key), self.problems)
 
     def optional_section(self, key: str) -> Section | None:
-        return self.section(key) if self.has(key) and self.data[key] is not None else self._skip(key)
-
-    def _skip(self, key: str) -> None:
+        if self.has(key) and self.data[key] is not None:
+            return self.section(key)
         self._read.add(key)
         return None
 
@@ -168,6 +167,43 @@ class Section:
             out.append(item)
         return out
 
+    def entries(self, key: str) -> list[tuple[str, str, Any]]:
+        """The entries of a mapping by name, each with its key path, e.g. ``("qwen3-8b", "schedulers.qwen3-8b",
+        {...})``; a key that is no string is a problem (a YAML number or boolean as a name: quote it)."""
+        value = self._get(key, False, None)
+        if value is _MISSING:
+            return []
+        if not isinstance(value, Mapping):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of names to mappings", value), value)
+            return []
+        found = []
+        for name, item in value.items():
+            if not isinstance(name, str):
+                self.problems.add(WRONG_TYPE, join_path(self.at(key), str(name)),
+                                  wrong_type("a string (a key)", name, "quote it in YAML"), name)
+                continue
+            found.append((name, join_path(self.at(key), name), item))
+        return found
+
+    def number_map(self, key: str) -> dict[str, int]:
+        """A mapping of strings to integers (not booleans); each value of another type a problem at its own key."""
+        value = self._get(key, False, None)
+        if value is _MISSING:
+            return {}
+        if not isinstance(value, Mapping):
+            self.problems.add(WRONG_TYPE, self.at(key), wrong_type("a mapping of strings to integers", value), value)
+            return {}
+        found: dict[str, int] = {}
+        for name, item in value.items():
+            at = join_path(self.at(key), str(name))
+            if not isinstance(name, str):
+                self.problems.add(WRONG_TYPE, at, wrong_type("a string (a key)", name, "quote it in YAML"), name)
+            elif isinstance(item, bool) or not isinstance(item, int):
+                self.problems.add(WRONG_TYPE, at, wrong_type("an integer", item), item)
+            else:
+                found[name] = item
+        return found
+
     def string_map(self, key: str) -> dict[str, str]:
         value = self._get(key, False, None)
         if value is _MISSING:
@@ -191,7 +227,8 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, al
     """A construct's props read from one section of the file, each field at its config key with the type and
     default the props class declares, then checked by the class's own rules under the file's key paths (``at``,
     default the class's keys under the section). ``given``: the fields the app sets itself (not in the file).
-    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported. A
+    A list of props (``Sequence[InstanceGroup]``) is read entry by entry, each entry's unknown keys reported, and so
+    is a mapping of props by name (``Mapping[str, SchedulerOptions]``: each name's block at ``<key>.<name>``). A
     field that holds a block of props (``AlarmSettings | None``) is read from the mapping at its key, each of the
     block's keys over the field's default block (a key left out keeps it); an optional block (``| None``) also takes
     ``enabled: false``, which makes it None.
@@ -234,14 +271,25 @@ def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed
         if (block := block_props(hints[name])) is not None:
             values[name] = _read_block(block, section, key, hints[name], field, failed)
             continue
+        if (entry := entry_props(hints[name])) is not None:
+            named = section.entries(key)
+            if len(section.problems) != before:  # not a mapping, or a name that is no string
+                failed.append(section.at(key))
+            values[name] = {entry_name: _read_entry(entry, path, data, section.problems, failed)
+                            for entry_name, path, data in named} if section.has(key) else _default(field)
+            continue
         values[name] = _read_field(section, key, hints[name], field, name in allow_empty)
         if len(section.problems) != before:
             failed.append(section.at(key))
-    return dataclasses.replace(base, **values, **given) if base is not None else cls(**values, **given)
+    return base.replace(**values, **given) if base is not None else cls(**values, **given)
 
 
 def _read_entry(cls: type[P], path: str, data: Any, problems: Problems, failed: list[str]) -> P:
+    before = len(problems)
     entry = Section(data, path, problems)
+    if len(problems) != before:  # not a mapping (reported): stand-ins, whose keys are not also reported missing
+        failed.append(path)
+        return _read_props(cls, Section({}, path, Problems()), {}, [])
     props = _read_props(cls, entry, {}, failed)
     entry.finish()
     return props
@@ -258,14 +306,17 @@ def _read_block(cls: type[P], section: Section, key: str, hint: Any, field: data
     if not section.has(key) or section.data[key] is None:
         if not _required(field):
             section.raw(key)
-            return default  # type: ignore[no-any-return]
+            return default if isinstance(default, cls) else None
         section.section(key, required=True)  # (reported: a block is required here)
         failed.append(section.at(key))
         return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])  # (stand-ins, not reported)
     before = len(section.problems)
     block = section.section(key)
-    if len(section.problems) != before:  # not a mapping
-        failed.append(section.at(key))
+    if len(section.problems) != before:  # not a mapping (reported): its default, or stand-ins whose keys are not
+        failed.append(section.at(key))  # reported missing (one mistake, one problem)
+        if isinstance(default, cls) or optional:
+            return default if isinstance(default, cls) else None
+        return _read_props(cls, Section({}, section.at(key), Problems()), {}, [])
     enabled = block.boolean("enabled", default=True) if optional else True
     props = _read_props(cls, block, {}, failed, base=default if isinstance(default, cls) else None)
     block.finish()
@@ -276,10 +327,19 @@ def _required(field: dataclasses.Field[Any]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
+def _default(field: dataclasses.Field[Any]) -> Any:
+    """A field's default (None for a required one): of the field's declared type, which only the field knows."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
 def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[Any], allow_empty: bool) -> Any:
     """One field's value by its type; after a problem, its default or a neutral stand-in."""
     required = _required(field)
-    default = None if required else field.default
+    default = _default(field)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     origin = typing.get_origin(hint)
@@ -299,12 +359,13 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
         count = section.integer(key, required=required)
         return default if count is None else _DURATION_UNITS[unit](max(count, 0))
     if hint is str:
-        value = section.string(key, required=required, default=default, allow_empty=allow_empty)
-        return "" if value is None and required else value
+        text = section.string(key, required=required, default=default, allow_empty=allow_empty)
+        return "" if text is None and required else text
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         # (the default as the file writes it: an empty value's message names it)
-        text = section.string(key, required=required, default=None if default is None else str(default))
-        return hint(text) if text in hint._value2member_map_ else text  # the class's rule reports a bad value
+        member = section.string(key, required=required, default=None if default is None else str(default))
+        # (the class's rule reports a value that is no member)
+        return hint(member) if member is not None and member in hint._value2member_map_ else member
     if origin in (tuple, Sequence):
         items = section.string_list(key, required=required)
         if not section.has(key) and not required:
@@ -314,5 +375,8 @@ def _read_field(section: Section, key: str, hint: Any, field: dataclasses.Field[
                  if isinstance(kind, type) and issubclass(kind, enum.StrEnum)]
         return tuple(kinds[0](item) if kinds and item in kinds[0]._value2member_map_ else item for item in items)
     if origin is not None and issubclass(origin, Mapping):
-        return section.string_map(key) if section.has(key) else default
+        if not section.has(key):
+            section.raw(key)
+            return default
+        return section.number_map(key) if typing.get_args(hint)[1:] == (int,) else section.string_map(key)
     raise TypeError(f"read_props cannot read {key} of type {hint!r}: read it in the loader")

@@ -9,6 +9,7 @@ from hyperpod_inference_iac import (
     PlatformValue,
     PlatformValues,
     Prerequisite,
+    SecretSync,
     StagedManifests,
     model_metrics_log_group_name,
     model_metrics_manifests,
@@ -55,7 +56,7 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
                      "HyperPod cluster (docs/reference-parity.md)",
                      f"kubectl -n {HYPERPOD_NAMESPACE} get daemonset {HEALTH_MONITORING_AGENT}"),
     ]
-    supporting = {name: each.manifests(region=env.region, reader_role_arn=config.role_arn(each.reader_role_name))
+    supporting = {name: each.manifests(region=env.region, reader_role_arn=_reader_role_arn(config, each))
                   for name, each in config.secret_syncs.items()}
     agent = config.metrics_agent
     if agent is not None:
@@ -87,3 +88,11 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
         helm_releases=list(config.helm_releases), prerequisites=prerequisites,
         namespace_labels={"app.kubernetes.io/managed-by": config.project}, complete_with=complete_with,
         owner=config.workload_owner)
+
+
+def _reader_role_arn(config: PlatformConfig, sync: SecretSync) -> str:
+    """A sync's reader role as its manifests name it: by its ARN, which only a fixed role name gives before deploy
+    (the app names every reader role: ``PlatformConfig.secret_syncs``)."""
+    if sync.reader_role_name is None:
+        raise ValueError(f"{sync.secrets_manager_name}: the app gives every reader role a name of its own")
+    return config.role_arn(sync.reader_role_name)

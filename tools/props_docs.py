@@ -5,7 +5,7 @@ A page marks the table with ``<!-- props:<ClassName> -->`` and ``<!-- /props -->
 :func:`hyperpod_inference_iac.foundation.props.props_table` of that class. A config page marks a config file's
 view of one with ``<!-- config:<ClassName> <key path> -->``
 (:func:`~hyperpod_inference_iac.foundation.props.config_table`), optionally ``leave_out=<key>,<key>`` for keys
-the file places elsewhere. The classes are the library's and those of the app's config model
+the file places elsewhere. The classes are the library's (its charts' included) and those of the app's config model
 (``platform_config.model``: a construct's options with the app's own keys).
 
 Each exported construct with a ``PROPS`` class gets its ``__init__`` docstring written in its source file: one
@@ -34,7 +34,8 @@ BLOCK = re.compile(r"(<!-- (?P<kind>props|config):(?P<name>\w+)(?: (?P<base>[^\s
 
 
 def props_classes() -> dict[str, type[Props]]:
-    """Every props class the library exports (the charts' too), and those of the app's config model, by name."""
+    """Every props class the library exports (its charts' too: the gateway's), and those of the app's config model,
+    by name."""
     return {name: value for module in (hyperpod_inference_iac, charts, platform_model) for name in module.__all__
             if isinstance(value := getattr(module, name), type) and issubclass(value, Props)
             and (module is not platform_model or value.__module__ == module.__name__)}  # (the model's own)

@@ -13,6 +13,9 @@ The runtime code (the capture processor's and the key rotation's Lambda code, th
 own top-level names: Lambda imports ``handler``, ``capture_core`` and ``rotation`` from its folder, the image runs
 ``python -m capture_sidecar``. Those folders are on ``mypy_path`` and checked under those names; their packages stay
 out of the layout (the same file under two module names would be two different modules to mypy).
+
+The app (``app.py``, ``stacks``, ``platform_config``) runs under its own top-level names from the project's folder,
+where mypy finds them too (the folder it runs in).
 """
 
 from __future__ import annotations

@@ -52,11 +52,14 @@ class PropInfo:
 
 
 def prop(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None, config: bool = True,
-         default_doc: str | None = None) -> Any:
+         default_doc: str | None = None, default_factory: Callable[[], Any] | None = None) -> Any:
     """One property: ``default`` (none: required), ``doc`` (one sentence or two, the reader's view), ``key`` (its
     config key when not the camelCase of its name), ``config=False`` for what only Python code passes (a cluster, a
-    bucket), ``default_doc`` for a default whose value needs words (``None`` meaning "the cluster's subnets")."""
+    bucket), ``default_doc`` for a default whose value needs words (``None`` meaning "the cluster's subnets"),
+    ``default_factory`` instead of ``default`` for an empty mapping (a new one for each props object)."""
     info = PropInfo(doc, "" if not config else key, default_doc)
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata={"prop": info})
     return dataclasses.field(default=default, metadata={"prop": info})
 
 
@@ -99,14 +102,15 @@ class Props:
 
     @classmethod
     def key_names(cls) -> dict[str, str]:
-        """Each config field's key by its name; for a list of props, also each entry's keys as
-        ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props (:func:`block_props`) its
-        keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names every nested key too."""
+        """Each config field's key by its name; for a list of props (or a mapping of props by name), also each
+        entry's keys as ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props
+        (:func:`block_props`) its keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names
+        every nested key too."""
         hints = typing.get_type_hints(cls)
         names: dict[str, str] = {}
         for field in cls.config_fields():
             names[field.name] = config_key(field)  # type: ignore[assignment]
-            if (item := item_props(hints[field.name])) is not None:
+            if (item := item_props(hints[field.name]) or entry_props(hints[field.name])) is not None:
                 names.update({f"{field.name}[].{name}": key for name, key in item.key_names().items()})
             elif (block := block_props(hints[field.name])) is not None:
                 names.update({f"{field.name}.{name}": f"{names[field.name]}.{key}"
@@ -377,12 +381,25 @@ def item_props(hint: Any) -> type[Props] | None:
     return None
 
 
+def entry_props(hint: Any) -> type[Props] | None:
+    """The props class of a mapping of props by name (``Mapping[str, SchedulerOptions]``, optional or not): a config
+    file gives it as a mapping of names to blocks of the class's keys."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is not None and issubclass(origin, Mapping) and len(args) == 2:
+        value = args[1]
+        if isinstance(value, type) and issubclass(value, Props):
+            return value
+    return None
+
+
 def default_text(field: dataclasses.Field[Any], *, config: bool = False) -> str:
     """The default as the docs show it (``config``: as a config file writes it)."""
     info = info_of(field)
     if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
         return "required"
-    value = field.default
+    value = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
     if config and value is None:  # (a key left out: what the default means is all there is to say)
         return info.default_doc or "\N{EN DASH}"
     if isinstance(value, enum.Enum):
@@ -466,5 +483,5 @@ def mapped(values: Mapping[Any, Any] | None) -> Mapping[Any, Any] | None:
     return dict(values) if isinstance(values, Mapping) else values
 
 
-__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "construct_name", "item_props", "listed",
-           "mapped", "prop", "props_table", "type_faults", "types_checked"]
+__all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "construct_name", "entry_props",
+           "item_props", "listed", "mapped", "prop", "props_table", "type_faults", "types_checked"]

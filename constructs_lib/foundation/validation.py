@@ -173,9 +173,10 @@ class KeyPaths:
 
     def child(self, prop: str, *more: str | int, names: Mapping[str, str] | None = None) -> KeyPaths:
         """The paths of a nested block (an instance group, a list entry). Without ``names``, an entry of a list
-        keeps this view's names for it: the ``<prop>[].<name>`` ones (``Props.key_paths`` gives them for a list of
-        props), so a config file's keys stay its keys inside the entry too."""
-        if names is None and more and isinstance(more[0], int):
+        (``more``: its index) or of a mapping by name (its name) keeps this view's names for it: the
+        ``<prop>[].<name>`` ones (``Props.key_paths`` gives them for a list or a mapping of props), so a config
+        file's keys stay its keys inside the entry too."""
+        if names is None and more and isinstance(more[0], int | str):
             prefix = f"{prop}[]."
             names = {key.removeprefix(prefix): value for key, value in self.names.items() if key.startswith(prefix)}
         return KeyPaths(self.at(prop, *more), dict(names or {}))

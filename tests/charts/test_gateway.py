@@ -13,10 +13,10 @@ from hyperpod_inference_iac.charts.gateway import (
     API_VERSION,
     KIND,
     engine_of_image,
-    parse_gateway,
 )
 from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
+from platform_config.gateways import read_gateway
 from tests.charts import samples
 
 GATEWAY_DOMAIN = "models.inference.example.com"
@@ -43,7 +43,7 @@ def _plan(gateway: dict[str, Any] | list[dict[str, Any]] | None = None, *, behin
     deployments = [ModelDeployment(workload, path=path, gateway=chosen.get(int(path[7:-1])))
                    for path, workload in parsed]
     raw = [GATEWAY] if gateway is None else gateway if isinstance(gateway, list) else [gateway]
-    gateways = [g for i, data in enumerate(raw) if (g := parse_gateway(data, f"gateways[{i}]", problems)) is not None]
+    gateways = [g for i, data in enumerate(raw) if (g := read_gateway(data, f"gateways[{i}]", problems)) is not None]
     plan_workloads(samples.context(**{**PLATFORM, **(platform or {})}), models=deployments, gateways=gateways,
                    problems=problems)
     return problems
@@ -160,7 +160,7 @@ def _planned(gateway: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     problems = Problems()
     parsed = parse_models(entries, problems=problems)
     deployments = [ModelDeployment(w, path=p, gateway=BEHIND.get(int(p[7:-1]))) for p, w in parsed]
-    gateways = [parse_gateway(gateway or GATEWAY, "gateways[0]", problems)]
+    gateways = [read_gateway(gateway or GATEWAY, "gateways[0]", problems)]
     plan = plan_workloads(samples.context(**PLATFORM), models=deployments,
                           gateways=[g for g in gateways if g is not None], problems=problems)
     assert not problems, [str(p) for p in problems]
@@ -246,7 +246,7 @@ def test_engine_and_version_are_read_from_the_image(image: str, engine: str | No
 ])
 def test_reading_a_gateways_entry(entry: Any, code: str, path: str) -> None:
     problems = Problems()
-    parse_gateway(entry, "gateways[0]", problems)
+    read_gateway(entry, "gateways[0]", problems)
     assert (code, path) in [(p.code, p.path) for p in problems], [str(p) for p in problems]
 
 
@@ -256,7 +256,7 @@ def test_at_most_one_hundred_models_behind_one_gateway() -> None:
                for i in range(101)]
     problems = Problems()
     deployments = [ModelDeployment(w, path=p, gateway="models") for p, w in parse_models(entries, problems=problems)]
-    gateway = parse_gateway(GATEWAY, "gateways[0]", problems)
+    gateway = read_gateway(GATEWAY, "gateways[0]", problems)
     assert gateway is not None
     plan_workloads(samples.context(**PLATFORM), models=deployments, gateways=[gateway], problems=problems)
     assert [(p.code, p.path) for p in problems if p.code.startswith("Gateway.")] == [

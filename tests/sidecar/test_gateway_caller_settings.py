@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from capture_sidecar.jwt_settings import ClaimRule
 from capture_sidecar.settings import load_settings
-from hyperpod_inference_iac.charts.gateway import parse_gateway
 from hyperpod_inference_iac.foundation.validation import Problems
+from platform_config.gateways import read_gateway
 
 GATEWAY = {
     "name": "models",
@@ -25,7 +25,7 @@ GATEWAY = {
 
 def test_the_sidecar_reads_the_gateways_jwt_back_unchanged() -> None:
     problems = Problems()
-    gateway = parse_gateway(GATEWAY, "gateways[0]", problems)
+    gateway = read_gateway(GATEWAY, "gateways[0]", problems)
     assert gateway is not None and gateway.jwt is not None and not problems.items
     environment = gateway.jwt.capture_environment()
     settings = load_settings({"UPSTREAM_URL": "http://envoy.hyperpod-inference-system:80",
@@ -41,6 +41,6 @@ def test_the_sidecar_reads_the_gateways_jwt_back_unchanged() -> None:
 def test_the_default_caller_claim_is_sub() -> None:
     problems = Problems()
     jwt = {key: value for key, value in GATEWAY["jwt"].items() if key != "callerClaim"}  # type: ignore[attr-defined]
-    gateway = parse_gateway({**GATEWAY, "jwt": jwt}, "gateways[0]", problems)
+    gateway = read_gateway({**GATEWAY, "jwt": jwt}, "gateways[0]", problems)
     assert gateway is not None and gateway.jwt is not None
     assert gateway.jwt.capture_environment()["JWT_CALLER_CLAIM"] == "sub"

@@ -579,16 +579,30 @@ def test_capture_tiers_are_the_tiers_some_workload_turns_on() -> None:
     assert parse_config(data).capture_tiers == ()
 
 
+def test_a_weights_cache_among_the_models_has_no_capture_tier_and_no_metrics() -> None:
+    """A ``ModelWeightsCacheConfig`` serves nothing: no capture, no scrape (the type check found that
+    ``capture_tiers`` read its spec's ``dataCapture``, which it has none of)."""
+    data = json.loads(json.dumps(DEFAULT))
+    data["models"].append(_WEIGHTS_CACHE)
+    config = parse_config(data)
+    assert config.capture_tiers == load_config(REPO / "config" / "default.yaml").capture_tiers
+    agent = config.model_metrics_agent
+    assert agent is None or "llama-weights" not in [model.name for model in agent.models]
+
+
+_WEIGHTS_CACHE = {"kind": "ModelWeightsCacheConfig", "name": "llama-weights", "spec": {
+    "modelSourceConfig": {"modelSourceType": "s3", "modelLocation": "llama-3-1-8b",
+                          "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}},
+    "nodeSelector": {"node.kubernetes.io/instance-type": "ml.g5.8xlarge"}}}
+
+
 def test_dist_readme_checks_the_crd_of_every_kind_the_plan_renders() -> None:
     data = json.loads(json.dumps(DEFAULT))
     assert parse_config(data).workloads.crd_names == [
         "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
         "jumpstartmodels.inference.sagemaker.aws.amazon.com",
         "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"]
-    data["models"].append({"kind": "ModelWeightsCacheConfig", "name": "llama-weights", "spec": {
-        "modelSourceConfig": {"modelSourceType": "s3", "modelLocation": "llama-3-1-8b",
-                              "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}},
-        "nodeSelector": {"node.kubernetes.io/instance-type": "ml.g5.8xlarge"}}})
+    data["models"].append(_WEIGHTS_CACHE)
     assert "modelweightscacheconfigs.inference.sagemaker.aws.amazon.com" in parse_config(data).workloads.crd_names
 
 
@@ -635,6 +649,9 @@ def test_the_string_keys_with_a_default_are_the_documented_ones() -> None:
     assert sorted(key for key, default in STRING_KEYS.items() if default is not None) == [
         "capture.auditLockMode", "capture.prefix", "capture.tableReaders[0].columns", "cluster.endpointAccess",
         "cluster.gpuNodeGroups[0].localStorageStrategy", "cluster.kubernetesVersion", "cluster.systemInstanceType",
+        # (the gateway's, read through its props since issue 30)
+        "gateways[0].jwt.callerClaim", "gateways[0].jwt.providerName", "gateways[0].jwt.requiredClaims[0].valueType",
+        "gateways[0].schedulers.qwen3-8b.scheduler",
         "hyperpod.instanceGroups[0].capacityType",
         "hyperpod.nodeRecovery", "network.newVpc.cidr", "operator.addonVersion", "operator.inferenceNamespace",
         "workloads.owner"]
