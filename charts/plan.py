@@ -1100,6 +1100,9 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
     problems.extend(p for p in found if not problems.has_at_or_below(p.path))
     if options.usage_limits is not None:
         options.usage_limits.validate(join_path(path, "usageLimits"), problems)
+        # The platform's own store (PlatformContext.usage_store) is wired into portable servers only: an entry's
+        # token budgets name their store (storeUrl).
+        options.usage_limits.check_store(join_path(path, "usageLimits"), problems, platform_store=False)
     name, jwt, domain = entry_name(gateway.name), gateway.gateway.jwt, options.endpoint_domain
     if len(gateway.name) > MAX_GATEWAY_NAME_WITH_ENTRY:
         problems.add("GatewayEntry.GatewayNameTooLong", join_path(gateway.path, "name"),

@@ -15,7 +15,6 @@ import cdk8s
 import pytest
 
 from hyperpod_inference_iac.charts import ModelDeployment, parse_models, plan_workloads
-from hyperpod_inference_iac.charts.gateway import parse_gateway
 from hyperpod_inference_iac.charts.gateway_entry_chart import GATEWAY_ENTRY_WORKLOAD, GatewayEntryChart
 from hyperpod_inference_iac.charts.network_policies import WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.plan import WorkloadPlan
@@ -24,7 +23,7 @@ from hyperpod_inference_iac.charts.portable_server import PortableModelServer
 from hyperpod_inference_iac.charts.render import render_workloads, token_holders
 from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues, S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
-from platform_config.gateway_entry import with_entry
+from platform_config.gateways import read_gateway
 from tests.charts import samples
 from tests.support.k8s_schemas import validate_core
 
@@ -54,14 +53,14 @@ LIMITS = {"storeUrl": "rediss://budgets.example.use1.cache.amazonaws.com:6380", 
 
 def _plan(gateway: dict[str, Any] | None = None, *, platform: dict[str, Any] | None = None,
           problems: Problems | None = None, portable: Sequence[PortableModelServer] = ()) -> WorkloadPlan:
-    """The sample models behind one gateway read as the config loader reads it (``with_entry``)."""
+    """The sample models behind one gateway read as the config loader reads it (``read_gateway``)."""
     collected = Problems() if problems is None else problems
     data = GATEWAY if gateway is None else gateway
     parsed = parse_models(samples.model_entries(), problems=collected)
     deployments = [ModelDeployment(w, path=p, gateway=data["name"] if int(p[7:-1]) in BEHIND else None)
                    for p, w in parsed]
-    found = parse_gateway(data, "gateways[0]", collected)
-    gateways = [with_entry(found, data, "gateways[0]", collected)] if found is not None else []
+    found = read_gateway(data, "gateways[0]", collected)
+    gateways = [found] if found is not None else []
     servers = list(portable)
     plan = plan_workloads(samples.context(**{**PLATFORM, **(platform or {})}), models=deployments, gateways=gateways,
                           portable=servers, problems=collected)
