@@ -64,8 +64,13 @@ synth: synth-setup
 	$(BIN)/python -m tools.synth_summary --cdk-out cdk.out --dist dist --config $(CONFIG)
 
 ## test: the whole suite (unit, snapshot, cdk-nag, cfn-lint, schema, Lambda and sidecar against moto).
+# PYTHONDONTWRITEBYTECODE emptied: synth-setup installs without byte-compiling, and with the variable set (some
+# sandboxes and CI images set it) every Python process the suite starts (xdist workers, CLI synths, config checks,
+# sidecars, about 40) compiled the aws-cdk-lib modules it imports again: about 11 s of CPU each (aws_ec2 alone is
+# 7.4 MB of source). Emptied, the first process writes their .pyc and the others read them. (The Lambda and sidecar
+# assets exclude __pycache__, so what is synthesized does not change.)
 test: setup store-server
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 ## store-server: the budget store's tests and benchmark start redis-server (or valkey-server) on loopback themselves;
 # installed from Debian when missing and run as root, else this says what to install (docs/usage-and-budgets.md).
@@ -77,7 +82,7 @@ store-server:
 
 ## test-fast: the inner loop, every test not marked slow: no CDK CLI, no servers, no venv (docs/testing.md).
 test-fast: setup
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow"
 
 ## review: what this change does to the synthesized platform, grouped for a reviewer (docs/review.md).
 # Synthesizes BASE (in a temporary git worktree) and the working tree into temporary directories,
