@@ -160,6 +160,9 @@ return result
 """
 
 
+STORE_CONNECTIONS = 64  # per replica; ElastiCache Serverless takes 65,000 connections
+
+
 class RedisTokenStore:
     """ElastiCache for Valkey (or any Redis-protocol server) through redis-py's asyncio client; TLS with
     ``rediss://``. One script call per lease, one DECRBY per unused lease given back."""
@@ -173,8 +176,14 @@ class RedisTokenStore:
         import redis.asyncio as aioredis  # only with a store configured
 
         tls: dict[str, Any] = {"ssl_ca_certs": ca_file} if ca_file and url.startswith("rediss://") else {}
-        self.client = aioredis.Redis.from_url(
+        # A blocking pool: past STORE_CONNECTIONS calls in flight, a call waits for a connection (within the same
+        # store timeout) instead of failing at once. redis-py's default pool raised MaxConnectionsError past 100,
+        # which the limiter counted as the store unreachable (back-off and the failure mode for every caller):
+        # 1,000 callers of tiny budgets on one replica reached it 47 times (benchmarks/budget_alerts_bench.py).
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=STORE_CONNECTIONS,
+            timeout=timeout_seconds,
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,
             retry_on_timeout=False,
@@ -182,6 +191,7 @@ class RedisTokenStore:
             credential_provider=credentials,
             **tls,
         )
+        self.client = aioredis.Redis(connection_pool=pool)
         self.script = self.client.register_script(_TAKE_SCRIPT)
         self.round_trips = 0
 

@@ -20,6 +20,7 @@ from capture_sidecar.limits import (
     FAIL_OPEN,
     CallerLimits,
     Limiter,
+    STORE_CONNECTIONS,
     RedisTokenStore,
     Refusal,
     Reservation,
@@ -339,3 +340,21 @@ def test_the_store_down_end_to_end_fails_as_configured_and_never_hangs(start_sid
         assert json.loads(results[0].body)["error"]["code"] == "budget_store_unavailable"
         assert metrics['capture_sidecar_requests_refused_total{limit="store"}'] == 3
     assert sidecar.call("POST", CHAT, chat(3, 4), bearer(TEAM_B_KEY)).status == 200  # no limits: no store
+
+
+def test_more_calls_in_flight_than_the_pool_holds_wait_for_a_connection_and_none_fails(store_url: str) -> None:
+    """Past ``STORE_CONNECTIONS`` calls at once on one replica (many callers needing a slice at the same moment), a
+    call waits for a connection within the store timeout; redis-py's default pool failed them at once
+    (``MaxConnectionsError``), which the limiter read as the store unreachable."""
+    calls = STORE_CONNECTIONS * 3
+
+    async def many() -> list[int]:
+        store = RedisTokenStore(store_url, 30.0)  # (a safety bound, far above what the calls take)
+        try:
+            results = await asyncio.gather(*(store.take(f"budget:test/pool:{{caller-{i}}}:tokensPerDay:d1", 10, 100, 60)
+                                              for i in range(calls)))
+            return [grant for grant, _ in results]
+        finally:
+            await store.close()
+
+    assert asyncio.run(many()) == [10] * calls

@@ -113,11 +113,11 @@ def test_the_sidecar_connects_over_verified_tls_with_its_token_and_its_user_may_
         async def sidecar_calls() -> tuple[int, int]:
             store = RedisTokenStore(url, 2.0, credentials=auth, ca_file=tls_files.ca_file)
             try:
-                first = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
-                second = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
+                first, _ = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
+                second, _ = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
                 await store.give_back("budget:ns/server:{team-a}:tokensPerDay:d20261205", 100)
                 await store.client.script_flush()  # a cache restarted: the script is loaded again (SCRIPT LOAD)
-                third = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 500, 1000, 60)
+                third, _ = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 500, 1000, 60)
                 return first + second, third
             finally:
                 await store.close()
