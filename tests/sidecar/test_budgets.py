@@ -18,9 +18,9 @@ import pytest
 from capture_sidecar.limits import (
     FAIL_CLOSED,
     FAIL_OPEN,
+    STORE_CONNECTIONS,
     CallerLimits,
     Limiter,
-    STORE_CONNECTIONS,
     RedisTokenStore,
     Refusal,
     Reservation,
