@@ -29,6 +29,7 @@ from hyperpod_inference_iac.foundation.platform_values import S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from tests.charts import samples
 from tests.charts.test_gateway import GATEWAY_CASES
+from tests.charts.test_gateway_entry import ENTRY_CASES
 from tests.charts.test_usage_limits import USAGE_LIMITS_CASES
 
 DELETE = object()
@@ -869,7 +870,9 @@ def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> No
     emitted = set().union(*(_codes_in(p) for p in (_ROOT / "charts").glob("*.py")))
     cases = MODEL_CASES + CHART_CASES + PORTABLE_CASES + PLAN_CASES + NODE_AFFINITY_CASES + PORTABLE_PLATFORM_CASES
     cases += GATEWAY_CASES  # (tests/charts/test_gateway.py)
+    cases += ENTRY_CASES  # (tests/charts/test_gateway_entry.py)
     tested = {case[0] for case in cases} | {"ServiceAccount.Shared", "Plan.RoleNameCollision", "Model.NamespaceInvalid",
+                                             "GatewayEntry.NameTaken",  # (test_gateway_entry: a portable server of its name)
                                              "Gateway.TooManyModels"}  # (test_gateway: one hundred and one models)
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()

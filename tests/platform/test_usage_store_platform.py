@@ -23,7 +23,7 @@ from tests.support.synth import REPO
 
 DEFAULT = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
 SERVER = "qwen3-8b-portable"
-LIMITS = {"callers": [{"callerId": "team-a", "tokensPerDay": 20_000_000}]}
+LIMITS = {"callers": [{"callerId": "team-b", "tokensPerDay": 20_000_000}]}
 
 
 def _data(**usage_limits: Any) -> dict[str, Any]:

@@ -154,10 +154,10 @@ STORE = "rediss://budgets.example.cache.amazonaws.com:6379"
 
 def test_the_levels_come_from_the_servers_with_a_day_or_month_budget() -> None:
     config = parse_config(_portable_limits({"storeUrl": STORE, "alertPercents": [50, 90, 100],
-                                            "callers": [{"callerId": "team-a", "tokensPerDay": 1000}]}))
+                                            "callers": [{"callerId": "team-b", "tokensPerDay": 1000}]}))
     assert config.metrics_agent is not None and config.metrics_agent.budget_alert_percents == (50, 90, 100)
     minute_only = parse_config(_portable_limits({"storeUrl": STORE,
-                                                 "callers": [{"callerId": "team-a", "tokensPerMinute": 1000}]}))
+                                                 "callers": [{"callerId": "team-b", "tokensPerMinute": 1000}]}))
     assert minute_only.metrics_agent is not None and minute_only.metrics_agent.budget_alert_percents == ()
     assert parse_config(_with(lambda data: None)).metrics_agent.budget_alert_percents == ()  # type: ignore[union-attr]
 
@@ -165,7 +165,7 @@ def test_the_levels_come_from_the_servers_with_a_day_or_month_budget() -> None:
 def test_a_bad_level_in_the_config_is_refused_with_its_key_path() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(_portable_limits({"storeUrl": STORE, "alertPercents": [80, 120],
-                                       "callers": [{"callerId": "team-a", "tokensPerDay": 1000}]}))
+                                       "callers": [{"callerId": "team-b", "tokensPerDay": 1000}]}))
     assert [(p.code, p.path) for p in caught.value.problems] == [
         ("UsageLimits.AlertPercentsInvalid", "portable[0].usageLimits.alertPercents[1]")]
 
