@@ -27,7 +27,7 @@ from tests.capture_processor.transcripts import sidecar_record
 from tests.support.policy_eval import Request, decision
 from tests.support.rehearsal import MotoServer, Rehearsal, RoleSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("erasure-grant")]  # one moto world, built once (module scope)
 
 ACCOUNT, REGION = "111122223333", "us-west-2"
 BUCKET, AUDIT = "capture-erasure-grant", "capture-audit-erasure-grant"
