@@ -12,7 +12,8 @@ and branch rule the repository settings enforce) gets a session; a pull request,
 job without the environment, or a fork does not. The session lasts at most one hour and may do one
 thing: assume the four roles of the CDK bootstrap stack (deploy, file publishing, image publishing,
 lookup) of the named account and regions. CloudFormation then deploys with the bootstrap's execution
-role; this role itself can create, read or change nothing.
+role; this role itself can create or change nothing, and reads only what the preflight reads (its
+``PreflightPolicy``, unless ``preflight=False``).
 
 The token's issuer is GitHub's OIDC provider ``token.actions.githubusercontent.com``: an account has at
 most one, so a second stack (or another tool) that already created it passes its ARN instead.
@@ -208,6 +209,11 @@ class GitHubDeployRole(Construct):
             stack).
         :param role_name: Fixed role name, so the ARN (the workflow's `DEPLOY_ROLE_ARN` variable) is known
             before deploy. Default: ``None`` (generated).
+        :param preflight: Attach the preflight's read-only [PreflightPolicy](preflight-policy.md), so the deploy
+            job can run `python -m hyperpod_inference_iac.preflight` with this role: `True` creates one with the
+            bootstrap version and the account reads (this stack's region); pass your own `PreflightPolicy` to
+            add the scoped reads of the cluster, hosted zone, certificate, layer and sidecar repository; `False`
+            attaches none. Default: ``True`` (a PreflightPolicy of the account reads and the bootstrap version).
         """
         super().__init__(scope, id)
         self.props = props = GitHubDeployRoleProps(
