@@ -50,6 +50,7 @@ from hyperpod_inference_iac.foundation.agreement import (
 )
 from hyperpod_inference_iac.foundation.cdk_types import (
     ClusterLike,
+    check_cluster_attributes,
 )
 from hyperpod_inference_iac.foundation.nag import (
     acknowledge,
@@ -162,8 +163,10 @@ class InferenceOperatorOptions(Props):
 class InferenceOperatorProps(InferenceOperatorOptions):
     """:class:`InferenceOperator`'s properties: its options, and what only Python code passes."""
 
-    cluster: eks.Cluster = prop(doc="The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles).",
-                                config=False)
+    cluster: ClusterLike = prop(
+        config=False, doc="The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles): an `eks.Cluster` or "
+                          "an imported `eks.ICluster` given its `open_id_connect_provider` "
+                          "(`InferenceOperator.NoOidcProvider`). The add-ons need no kubectl provider.")
     hyperpod_cluster_arn: str = prop(doc="The HyperPod cluster the operator deploys onto.", config=False)
     tls_bucket: s3.IBucket = prop(
         config=False, doc="The operator's TLS certificate output bucket. Its name must start with `hyperpod-tls` "
@@ -212,6 +215,8 @@ class InferenceOperatorProps(InferenceOperatorOptions):
             f"({GATEWAY_MINIMUM_ADDON} or newer).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        check_cluster_attributes(problems, at, self.cluster,
+                                 {"open_id_connect_provider": "InferenceOperator.NoOidcProvider"})
         _check_execution_role_name(problems, at, self.execution_role_name)
         super().check(problems, at)
         if self.inference_gateway:
@@ -265,7 +270,7 @@ class InferenceOperator(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: ClusterLike,
         hyperpod_cluster_arn: str,
         tls_bucket: s3.IBucket,
         tls_bucket_key: kms.IKey | None = InferenceOperatorProps.tls_bucket_key,
@@ -293,8 +298,9 @@ class InferenceOperator(Construct):
             release). Default: ``'v1.4.0-eksbuild.1'`` (``DEFAULT_ADDON_VERSION``, operator 3.3).
         :param enable_custom_service_accounts: The add-on's `enableCustomServiceAccounts`: workloads may run
             under their own labelled service accounts. Default: ``False``.
-        :param cluster: The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles). Default:
-            required.
+        :param cluster: The `aws_eks_v2` cluster, with its OIDC provider (for the IRSA roles): an `eks.Cluster`
+            or an imported `eks.ICluster` given its `open_id_connect_provider`
+            (`InferenceOperator.NoOidcProvider`). The add-ons need no kubectl provider. Default: required.
         :param hyperpod_cluster_arn: The HyperPod cluster the operator deploys onto. Default: required.
         :param tls_bucket: The operator's TLS certificate output bucket. Its name must start with `hyperpod-tls`
             (the AWS-managed policy covers only those; not checked here, [CaptureStorage](capture-storage.md)
@@ -465,7 +471,7 @@ class InferenceOperator(Construct):
                 resources=[w.arn(partition=stack.partition, account=stack.account)
                            for w in metrics.prometheus_workspaces]))
 
-    def _gated_model_role(self, cluster: eks.Cluster, namespaces: Sequence[str]) -> iam.Role:
+    def _gated_model_role(self, cluster: ClusterLike, namespaces: Sequence[str]) -> iam.Role:
         """The role the operator's JumpStart pods download gated models with. Trust and permission as the AWS
         setup guide and its managed policy ``AmazonSageMakerHyperPodGatedModelAccess`` (v3) give them, narrowed:
         the JumpStart service accounts of the given namespaces only (the guide trusts every namespace), SageMaker
@@ -493,7 +499,7 @@ class InferenceOperator(Construct):
             self, f"{hub}:hub/SageMakerPublicHub", f"{hub}:hub-content/SageMakerPublicHub/*/*"))
         return role
 
-    def _irsa_role(self, cluster: eks.Cluster, id: str, service_account: str,
+    def _irsa_role(self, cluster: ClusterLike, id: str, service_account: str,
                    statements: list[iam.PolicyStatement]) -> iam.Role:
         role = iam.Role(
             self, id,

@@ -12,7 +12,8 @@ and branch rule the repository settings enforce) gets a session; a pull request,
 job without the environment, or a fork does not. The session lasts at most one hour and may do one
 thing: assume the four roles of the CDK bootstrap stack (deploy, file publishing, image publishing,
 lookup) of the named account and regions. CloudFormation then deploys with the bootstrap's execution
-role; this role itself can create, read or change nothing.
+role; this role itself can create or change nothing, and reads only what the preflight reads (its
+``PreflightPolicy``, unless ``preflight=False``).
 
 The token's issuer is GitHub's OIDC provider ``token.actions.githubusercontent.com``: an account has at
 most one, so a second stack (or another tool) that already created it passes its ARN instead.
@@ -38,6 +39,7 @@ from hyperpod_inference_iac.foundation.patterns import (
 )
 from hyperpod_inference_iac.foundation.props import Props, listed, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.security.preflight_policy import PreflightPolicy
 
 __all__ = [
     "CDK_BOOTSTRAP_ROLES",
@@ -107,6 +109,12 @@ class GitHubDeployRoleProps(Props):
     role_name: str | None = prop(None, config=False, default_doc="generated",
                                  doc="Fixed role name, so the ARN (the workflow's `DEPLOY_ROLE_ARN` variable) is known "
                                      "before deploy.")
+    preflight: bool | PreflightPolicy = prop(
+        True, config=False, default_doc="a PreflightPolicy of the account reads and the bootstrap version",
+        doc="Attach the preflight's read-only [PreflightPolicy](preflight-policy.md), so the deploy job can run "
+            "`python -m hyperpod_inference_iac.preflight` with this role: `True` creates one with the bootstrap "
+            "version and the account reads (this stack's region); pass your own `PreflightPolicy` to add the scoped "
+            "reads of the cluster, hosted zone, certificate, layer and sidecar repository; `False` attaches none.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         # A subject is compared character for character when STS checks the token, so it must be known now:
@@ -159,11 +167,12 @@ class GitHubDeployRole(Construct):
     Properties: :class:`GitHubDeployRoleProps` (each with its type, default and meaning); ``props`` keeps them.
 
     Attributes: ``role`` (the :class:`aws_iam.Role`), ``provider`` (the :class:`aws_iam.IOidcProvider`),
-    ``role_arn`` (deterministic when ``role_name`` is given), ``subject`` (the one trusted ``sub`` claim)
-    and ``bootstrap_role_arns`` (what the role may assume).
+    ``role_arn`` (deterministic when ``role_name`` is given), ``subject`` (the one trusted ``sub`` claim),
+    ``bootstrap_role_arns`` (what the role may assume) and ``preflight_policy`` (the attached
+    :class:`PreflightPolicy`, or ``None``).
 
-    Grants: none beyond ``sts:AssumeRole`` on the bootstrap roles, each ARN named in full; the role's
-    sessions last at most one hour.
+    Grants: ``sts:AssumeRole`` on the bootstrap roles, each ARN named in full, and (with ``preflight``, the default)
+    the preflight's read-only ``preflight_policy``; the role's sessions last at most one hour.
     """
 
     PROPS: ClassVar[type[Props]] = GitHubDeployRoleProps
@@ -181,6 +190,7 @@ class GitHubDeployRole(Construct):
         regions: Sequence[str] | None = GitHubDeployRoleProps.regions,
         provider_arn: str | None = GitHubDeployRoleProps.provider_arn,
         role_name: str | None = GitHubDeployRoleProps.role_name,
+        preflight: bool | PreflightPolicy = GitHubDeployRoleProps.preflight,
     ) -> None:
         """Create the construct. Its properties (:class:`GitHubDeployRoleProps`, kept as ``self.props``):
 
@@ -199,11 +209,17 @@ class GitHubDeployRole(Construct):
             stack).
         :param role_name: Fixed role name, so the ARN (the workflow's `DEPLOY_ROLE_ARN` variable) is known
             before deploy. Default: ``None`` (generated).
+        :param preflight: Attach the preflight's read-only [PreflightPolicy](preflight-policy.md), so the deploy
+            job can run `python -m hyperpod_inference_iac.preflight` with this role: `True` creates one with the
+            bootstrap version and the account reads (this stack's region); pass your own `PreflightPolicy` to
+            add the scoped reads of the cluster, hosted zone, certificate, layer and sidecar repository; `False`
+            attaches none. Default: ``True`` (a PreflightPolicy of the account reads and the bootstrap version).
         """
         super().__init__(scope, id)
         self.props = props = GitHubDeployRoleProps(
             owner=owner, repository=repository, environment=environment, qualifier=qualifier, account=account,
-            regions=None if regions is None else listed(regions), provider_arn=provider_arn, role_name=role_name)
+            regions=None if regions is None else listed(regions), provider_arn=provider_arn, role_name=role_name,
+            preflight=preflight)
         props.raise_if_invalid(f"GitHubDeployRole {self.node.path}")
         stack = Stack.of(self)
         owner, repository, environment, qualifier = props.owner, props.repository, props.environment, props.qualifier
@@ -237,3 +253,8 @@ class GitHubDeployRole(Construct):
         )
         self.role_arn = iam_role_arn(stack.partition, stack.account, role_name) if role_name \
             else self.role.role_arn
+        self.preflight_policy: PreflightPolicy | None = None
+        if props.preflight is not False:
+            self.preflight_policy = props.preflight if isinstance(props.preflight, PreflightPolicy) \
+                else PreflightPolicy(self, "Preflight", bootstrap_qualifier=qualifier)
+            self.preflight_policy.policy.attach_to_role(self.role)

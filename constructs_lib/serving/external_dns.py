@@ -32,6 +32,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_route53 as route53
 from constructs import Construct
 
+from hyperpod_inference_iac.foundation.cdk_types import (
+    ClusterLike,
+    check_cluster_attributes,
+)
 from hyperpod_inference_iac.foundation.helm import (
     HelmRelease,
 )
@@ -99,8 +103,11 @@ class ExternalDnsProps(Props):
 
     CONSTRUCT: ClassVar[str] = "ExternalDns"
 
-    cluster: eks.Cluster = prop(doc="The `aws_eks_v2` cluster to install it in (with its OIDC provider).",
-                                config=False)
+    cluster: ClusterLike = prop(
+        config=False, doc="The `aws_eks_v2` cluster to install it in: an `eks.Cluster` (with a kubectl provider) or "
+                          "an imported `eks.ICluster` given its `open_id_connect_provider` (for the IRSA role, "
+                          "`ExternalDns.NoOidcProvider`) and `kubectl_provider` (for the Helm releases, "
+                          "`ExternalDns.NoKubectlProvider`).")
     hosted_zones: Sequence[route53.IHostedZone] = prop(
         config=False, doc="The zones whose records it may change, and only these (at least one). Each zone must know "
                           "its name (`HostedZone.from_hosted_zone_attributes`, not `from_hosted_zone_id`): the name "
@@ -118,6 +125,8 @@ class ExternalDnsProps(Props):
                                  default_doc="generated")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
+        check_cluster_attributes(problems, at, self.cluster, {"open_id_connect_provider": "ExternalDns.NoOidcProvider",
+                                                              "kubectl_provider": "ExternalDns.NoKubectlProvider"})
         _check_external_dns(problems, at, namespaces=self.namespaces, hostnames=self.hostnames,
                             zone_names=[zone.zone_name for zone in self.hosted_zones],
                             zone_count=len(self.hosted_zones))
@@ -212,12 +221,15 @@ class ExternalDns(Construct):
 
     PROPS: ClassVar[type[Props]] = ExternalDnsProps
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, hosted_zones: Sequence[route53.IHostedZone],
+    def __init__(self, scope: Construct, id: str, *, cluster: ClusterLike, hosted_zones: Sequence[route53.IHostedZone],
                  owner_id: str, namespaces: Sequence[str], hostnames: Sequence[str] | None = ExternalDnsProps.hostnames,
                  role_name: str | None = ExternalDnsProps.role_name) -> None:
         """Create the construct. Its properties (:class:`ExternalDnsProps`, kept as ``self.props``):
 
-        :param cluster: The `aws_eks_v2` cluster to install it in (with its OIDC provider). Default: required.
+        :param cluster: The `aws_eks_v2` cluster to install it in: an `eks.Cluster` (with a kubectl provider) or
+            an imported `eks.ICluster` given its `open_id_connect_provider` (for the IRSA role,
+            `ExternalDns.NoOidcProvider`) and `kubectl_provider` (for the Helm releases,
+            `ExternalDns.NoKubectlProvider`). Default: required.
         :param hosted_zones: The zones whose records it may change, and only these (at least one). Each zone
             must know its name (`HostedZone.from_hosted_zone_attributes`, not `from_hosted_zone_id`): the name
             becomes a `domainFilters` entry. Default: required.

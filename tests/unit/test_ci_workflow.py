@@ -127,7 +127,7 @@ def test_deploy_installs_only_hash_checked_packages_before_it_has_credentials() 
     assert "make setup" not in text and "make " not in text  # `make setup` resolves without hashes
     install = next(i for i, s in enumerate(steps) if "--require-hashes" in str(s.get("run", "")))
     run = " ".join(steps[install]["run"].replace("\\\n", " ").split())
-    assert "pip install --disable-pip-version-check --require-hashes --no-deps --only-binary :all: " \
+    assert "pip install --disable-pip-version-check --require-hashes --only-binary :all: " \
            "-r requirements/deploy.lock" in run
     assert "pip install --disable-pip-version-check --no-deps --no-build-isolation -e ." in run
     assert "npm ci " in run and "--ignore-scripts" in run and "npm install" not in run
@@ -135,3 +135,24 @@ def test_deploy_installs_only_hash_checked_packages_before_it_has_credentials() 
                        if str(s.get("uses", "")).startswith("aws-actions/configure-aws-credentials@"))
     assert install < credentials, "install before credentials exist: no package code runs with them"
     assert (REPO / "requirements" / "deploy.lock").is_file()
+
+
+def test_deploy_installs_the_lock_in_dependency_order_then_the_project() -> None:
+    """pip installs a package after its dependencies only when it resolves them: with ``--no-deps`` the order is
+    pip's, and aws-cdk.cloud-assembly-schema's ``aws_cdk/cloud_assembly_schema/`` could land over aws-cdk-lib's
+    (jsii then read Annotations' MetadataEntry as an unknown interface). Hash-checked all the same: with
+    ``--require-hashes`` a dependency missing from the lock is refused, not fetched."""
+    (install,) = [s for s in _steps("deploy") if "requirements/deploy.lock" in str(s.get("run", ""))]
+    commands = [" ".join(c.split()) for c in install["run"].replace("\\\n", " ").splitlines() if "pip " in c]
+    lock = next(i for i, c in enumerate(commands) if "-r requirements/deploy.lock" in c)
+    project = next(i for i, c in enumerate(commands) if c.endswith(" -e ."))
+    check = next(i for i, c in enumerate(commands) if "pip check" in c)
+    assert "--require-hashes" in commands[lock] and "--only-binary :all:" in commands[lock]
+    assert "--no-deps" not in commands[lock], "the lock is installed in dependency order"
+    assert "--force-reinstall" not in " ".join(commands[lock + 1:])  # nothing reinstalled over it afterwards
+    assert lock < project < check
+    assert "--no-deps" in commands[project]  # the project's dependencies are the lock's, already installed
+    lock_text = (REPO / "requirements" / "deploy.lock").read_text()
+    for package in ("aws-cdk-lib==", "aws-cdk-cloud-assembly-schema=="):  # both in the lock, each with its hash
+        block = lock_text.split(package, 1)[1].split("\n\n", 1)[0]
+        assert "--hash=sha256:" in block.split("# via", 1)[0], package

@@ -108,6 +108,9 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "HyperPodCluster.NoVpc": "the app passes the cluster's VPC",
     "HyperPodCluster.DependenciesRequired": "a Python-only property (`install_dependencies`); the app installs them",
     "HyperPodCluster.NoKubectlProvider": "the app's InferenceCluster always has a kubectl provider",
+    "InferenceOperator.NoOidcProvider": "the app's cluster is an InferenceCluster (created: its OIDC provider exists)",
+    "ExternalDns.NoOidcProvider": "the app's cluster is an InferenceCluster (created: its OIDC provider exists)",
+    "ExternalDns.NoKubectlProvider": "the app's InferenceCluster always has a kubectl provider",
     "HyperPodCluster.SecurityGroups": "the app passes the cluster's security group",
     "InferenceCluster.BadDeployerRoleArn": "a Python-only property (`deployer_role_arns`); the app uses the "
                                            "synthesizer's deploy role",

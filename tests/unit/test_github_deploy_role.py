@@ -11,6 +11,7 @@ from aws_cdk import App, Aws, Environment, Stack
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
+from hyperpod_inference_iac import PreflightPolicy
 from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problems
 
 # Imported by name: the main package's __init__ exports it once merged; the module is the source either way.
@@ -33,7 +34,7 @@ def _resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def built() -> tuple[Stack, Any, dict[str, Any]]:
     stack = _stack()
     role = GitHubDeployRole(stack, "GitHub", owner="octo-org", repository="hyperpod-platform",
-                            role_name="platform-github-deploy")
+                            role_name="platform-github-deploy", preflight=False)
     return stack, role, Template.from_stack(stack).to_json()
 
 
@@ -186,3 +187,46 @@ def test_cdk_nag_clean(provider_arn: str | None) -> None:
     GitHubDeployRole(stack, "GitHub", owner="octo-org", repository="platform", provider_arn=provider_arn)
     report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
     assert [(v.rule_name, [r.resource_name for r in v.violating_resources]) for v in report.violations] == []
+
+
+def _allowed_actions(template: dict[str, Any]) -> set[str]:
+    """Every action the managed policies attached to the one role allow."""
+    (role_id,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"]
+    actions: set[str] = set()
+    for policy in _resources(template, "AWS::IAM::ManagedPolicy"):
+        if {"Ref": role_id} in policy["Properties"].get("Roles", []):
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                assert statement["Effect"] == "Allow"
+                found = statement["Action"]
+                actions |= {found} if isinstance(found, str) else set(found)
+    return actions
+
+
+def test_with_its_preflight_policy_the_role_may_make_every_call_the_preflight_makes() -> None:
+    from tests.unit.test_preflight_policy import CALLS, FULL  # the preflight's calls, each stubbed in its tests
+    stack = _stack()
+    policy = PreflightPolicy(stack, "Preflight", **FULL)
+    role = GitHubDeployRole(stack, "GitHub", owner="octo-org", repository="platform", preflight=policy)
+    assert role.preflight_policy is policy
+    assert set(CALLS.values()) <= _allowed_actions(Template.from_stack(stack).to_json())
+
+
+def test_by_default_the_role_may_read_what_the_preflight_reads_of_every_account() -> None:
+    from tests.unit.test_preflight_policy import CALLS
+    stack = _stack()
+    role = GitHubDeployRole(stack, "GitHub", owner="octo-org", repository="platform", qualifier="abc123")
+    template = Template.from_stack(stack).to_json()
+    scoped = {"lambda:GetLayerVersion", "route53:GetHostedZone", "acm:DescribeCertificate", "eks:DescribeCluster",
+              "ecr:DescribeImages"}  # granted only for the resources a PreflightPolicy names
+    assert set(CALLS.values()) - scoped <= _allowed_actions(template)
+    assert role.preflight_policy is not None
+    assert "/cdk-bootstrap/abc123/version" in json.dumps(template)
+    report = AwsSolutionsChecks(stack.node.root).validate_scope(stack)
+    assert [v.rule_name for v in report.violations] == []
+
+
+def test_preflight_off_attaches_nothing() -> None:
+    stack = _stack()
+    role = GitHubDeployRole(stack, "GitHub", owner="octo-org", repository="platform", preflight=False)
+    assert role.preflight_policy is None
+    assert not _resources(Template.from_stack(stack).to_json(), "AWS::IAM::ManagedPolicy")

@@ -19,6 +19,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_route53 as route53
 from aws_cdk import aws_s3 as s3
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 import hyperpod_inference_iac
@@ -301,10 +302,10 @@ def _hyperpod_taint(stack: Stack) -> None:
 
 
 def _created_cluster(stack: Stack) -> eks.Cluster:
-    """A cluster created here: what InferenceOperator and ExternalDns declare (an imported one is their
-    ``WrongType``)."""
+    """A cluster created here, with its kubectl provider (ExternalDns installs Helm releases through it)."""
     return eks.Cluster(stack, "Eks", version=eks.KubernetesVersion.V1_34, default_capacity=0,
-                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP)
+                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                       kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV34Layer(stack, "L")))
 
 
 def _inference_operator(stack: Stack) -> None:
