@@ -407,7 +407,8 @@ def _glue_catalog(args: argparse.Namespace) -> Catalog:
 
     settings = IcebergSettings(args.database, args.capture_table, args.alb_table, args.catalog_id)
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return GlueCatalog("glue", **catalog_properties(settings, os.environ.get("AWS_ENDPOINT_URL"), region))
+    return GlueCatalog("glue", **catalog_properties(settings, os.environ.get("AWS_ENDPOINT_URL"), region,
+                                                    getattr(args, "kms_key_id", None)))
 
 
 def _parser() -> argparse.ArgumentParser:
