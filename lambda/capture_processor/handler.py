@@ -38,7 +38,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     sink = None
     if settings.iceberg is not None:  # the rows of the whole batch go to the Iceberg tables in one commit each
         endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
-        sink = IcebergSink(catalog_for(settings.iceberg, endpoint, region, settings.output_kms_key_id), settings.iceberg)
+        catalog = catalog_for(settings.iceberg, endpoint, region, settings.output_kms_key_id)  # (names the key)
+        sink = IcebergSink(catalog, settings.iceberg)
     failures = []
     registers = Registers(s3)  # the erasures to apply (capture_core.erasure), read once per invocation and bucket
     for message in event.get("Records", []):

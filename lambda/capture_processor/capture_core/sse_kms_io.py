@@ -24,19 +24,22 @@ from types import TracebackType
 from typing import IO, Any
 from urllib.parse import urlparse
 
-from pyiceberg.io import S3_ENDPOINT, S3_REGION, S3_SSE_KMS_KEY_ID, InputFile, OutputFile, OutputStream
+from pyiceberg.io import S3_ENDPOINT, S3_REGION, S3_SSE_KMS_KEY_ID, FileIO, InputFile, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.typedef import EMPTY_DICT, Properties
 
 # What is kept in memory before the spool moves to /tmp (the transfer manager's part size, 8 MiB, is the same).
 SPOOL_BYTES = 8 * 1024 * 1024
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 
 
-class SseKmsFileIO(PyArrowFileIO):
-    """``PyArrowFileIO`` whose S3 writes carry the SSE-KMS headers of ``s3.sse-kms-key-id`` (module docstring)."""
+class SseKmsFileIO(FileIO):
+    """pyiceberg's ``PyArrowFileIO``, but its S3 writes carry the SSE-KMS headers of ``s3.sse-kms-key-id`` (module
+    docstring): reads, existence checks and deletes are the PyArrow file IO's."""
 
-    def __init__(self, properties: dict[str, str] | None = None) -> None:
-        super().__init__(properties or {})
+    def __init__(self, properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties)
+        self.plain = PyArrowFileIO(properties)
         self._client: Any = None
 
     def s3_client(self) -> Any:
@@ -48,16 +51,22 @@ class SseKmsFileIO(PyArrowFileIO):
                                         region_name=self.properties.get(S3_REGION))
         return self._client
 
+    def new_input(self, location: str) -> InputFile:
+        return self.plain.new_input(location)
+
     def new_output(self, location: str) -> OutputFile:
         key_id = self.properties.get(S3_SSE_KMS_KEY_ID)
         parsed = urlparse(location)
         if not key_id or parsed.scheme not in S3_SCHEMES:
-            return super().new_output(location)
+            return self.plain.new_output(location)
         return SseKmsOutputFile(location, parsed.netloc, parsed.path.lstrip("/"), key_id, self,
-                                super().new_output(location))
+                                self.plain.new_output(location))
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.plain.delete(location.location if isinstance(location, SseKmsOutputFile) else location)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
+        state = dict(self.__dict__)
         state["_client"] = None  # a boto3 client does not pickle; made again on first use
         return state
 
@@ -69,7 +78,7 @@ class SseKmsOutputFile(OutputFile):
                  plain: OutputFile) -> None:
         super().__init__(location)
         self.bucket, self.key, self.key_id = bucket, key, key_id
-        self._io, self._plain = io, plain
+        self.io, self._plain = io, plain
 
     def __len__(self) -> int:
         return len(self._plain)
@@ -123,7 +132,7 @@ class SseKmsUpload(OutputStream):
         try:
             self._spool.seek(0)
             target = self._target
-            target._io.s3_client().upload_fileobj(  # noqa: SLF001 (the file IO's own client)
+            target.io.s3_client().upload_fileobj(
                 self._spool, target.bucket, target.key,
                 ExtraArgs={"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": target.key_id})
         finally:
