@@ -111,3 +111,27 @@ def test_a_write_that_fails_uploads_nothing(both: Pipeline, moto_key: str) -> No
     assert io.new_input(location).open().read() == b"PAR1" * 10
     with pytest.raises(FileExistsError):
         io.new_output(location).create()
+
+
+def test_a_pipeline_without_the_key_on_a_bucket_accepting_alb_logs_is_refused() -> None:
+    """Its outputs and the tables' files would carry no key, and the bucket refuses them all: one error, at synth."""
+    from aws_cdk import App, Environment, Stack
+
+    from hyperpod_inference_iac import CapturePipeline, CaptureStorage
+    from hyperpod_inference_iac.foundation.validation import ConfigError
+    from tests.unit.test_data_perimeter import ACCOUNT, REGION
+
+    for load_balancer_logs in (True, False):
+        stack = Stack(App(), "Storage", env=Environment(account=ACCOUNT, region=REGION))
+        storage = CaptureStorage(stack, "Storage", capture_bucket_name="captures-key-required",
+                                 load_balancer_logs=load_balancer_logs)
+
+        def pipeline() -> CapturePipeline:
+            return CapturePipeline(stack, "Pipeline", bucket=storage.capture_bucket, encryption_key=None,  # noqa: B023
+                                   capture_prefixes=[storage.capture_prefix],  # noqa: B023
+                                   pandas_layer_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:pandas:1")
+        if load_balancer_logs:
+            with pytest.raises(ConfigError, match=r"\[CapturePipeline.KeyRequired\] encryption_key: must be the "):
+                pipeline()
+        else:  # the bucket's default is the key: writes without headers land under it
+            pipeline()
