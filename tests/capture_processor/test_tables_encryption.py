@@ -135,3 +135,25 @@ def test_a_pipeline_without_the_key_on_a_bucket_accepting_alb_logs_is_refused() 
                 pipeline()
         else:  # the bucket's default is the key: writes without headers land under it
             pipeline()
+
+
+def test_a_file_past_the_spool_goes_up_in_parts_under_the_key(
+    both: Pipeline, moto_key: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from capture_core.sse_kms_io import SPOOL_BYTES, SseKmsFileIO
+
+    puts: list[dict[str, Any]] = []
+    monkeypatch.setattr(boto3, "client", recording_writes(puts))
+    io = SseKmsFileIO({"s3.sse-kms-key-id": moto_key, "s3.endpoint": both.s3.meta.endpoint_url,
+                       "s3.region": "us-east-1"})
+    location = f"s3://{both.bucket}/{TABLES}t/data/large.parquet"
+    body = bytes(range(256)) * (SPOOL_BYTES // 256 + 4096)  # past the spool and the transfer threshold
+    with io.new_output(location).create() as stream:
+        for start in range(0, len(body), 1 << 20):
+            stream.write(body[start:start + (1 << 20)])
+    [created] = puts
+    assert (created["ServerSideEncryption"], created["SSEKMSKeyId"]) == ("aws:kms", moto_key)
+    assert "UploadId" not in created and "Body" not in created  # CreateMultipartUpload: the parts follow
+    head = both.s3.head_object(Bucket=both.bucket, Key=f"{TABLES}t/data/large.parquet")
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"], head["ContentLength"]) == ("aws:kms", moto_key,
+                                                                                         len(body))
