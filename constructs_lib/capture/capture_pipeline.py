@@ -62,6 +62,7 @@ from hyperpod_inference_iac.foundation.validation import (
     is_unresolved,
 )
 from hyperpod_inference_iac.security.data_perimeter import (
+    bucket_guard,
     how_to_name,
 )
 from hyperpod_inference_iac.security.s3_access import (
@@ -461,6 +462,13 @@ class CapturePipeline(Construct):
             problems.add("CapturePipeline.BucketInOtherStack", "bucket",
                          "must belong to the same stack as the pipeline (or be imported into it, e.g. "
                          "Bucket.from_bucket_name)", "another stack")
+        guard = bucket_guard(self, bucket.bucket_arn)
+        if encryption_key is None and guard is not None and guard.requires_named_key:
+            # Its default is SSE-S3 (it accepts ALB access logs): every write must name the capture key, the
+            # Parquet layout's, the quarantine's and the Iceberg tables' (OUTPUT_KMS_KEY_ID) included.
+            problems.add("CapturePipeline.KeyRequired", "encryption_key",
+                         "must be the capture key: the bucket accepts ALB access logs (SSE-S3 default) and refuses "
+                         "every write that does not name its key", "None")
         problems.raise_if_any(f"CapturePipeline {self.node.path}")
         agree(self, PipelinePart(construct=f"CapturePipeline {self.node.path}", capture_bucket=bucket,
                                  capture_prefixes=tuple(props.capture_prefixes)))

@@ -192,6 +192,11 @@ class BucketGuard:
         self._key_ids = tuple(key_ids)
         self._key_requirement = requirement
 
+    @property
+    def requires_named_key(self) -> bool:
+        """Every write must name one of the key ids (``KeyRequirement.EXPLICIT``: the default is SSE-S3)."""
+        return bool(self._key_ids) and self._key_requirement is KeyRequirement.EXPLICIT
+
     # -- rendering ----------------------------------------------------------------------------------
     def statements(self) -> list[iam.PolicyStatement]:
         objects = f"{self.bucket.bucket_arn}/*"

@@ -38,7 +38,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     sink = None
     if settings.iceberg is not None:  # the rows of the whole batch go to the Iceberg tables in one commit each
         endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
-        sink = IcebergSink(catalog_for(settings.iceberg, endpoint, region), settings.iceberg)
+        catalog = catalog_for(settings.iceberg, endpoint, region, settings.output_kms_key_id)  # (names the key)
+        sink = IcebergSink(catalog, settings.iceberg)
     failures = []
     registers = Registers(s3)  # the erasures to apply (capture_core.erasure), read once per invocation and bucket
     for message in event.get("Records", []):
@@ -84,7 +85,8 @@ def _retention(request: dict[str, Any], settings: Settings, s3: Any) -> None:
     endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION")
     requested_by = boto3.client("sts").get_caller_identity()["Arn"]
     tables = {"capture": settings.iceberg.capture_table, "alb": settings.iceberg.alb_table}
-    for report in apply_retention(catalog_for(settings.iceberg, endpoint, region), settings.iceberg.database, tables,
+    for report in apply_retention(catalog_for(settings.iceberg, endpoint, region, settings.output_kms_key_id),
+                                  settings.iceberg.database, tables,
                                   bucket, days, requested_by, s3, trail_bucket=os.environ.get("AUDIT_TRAIL_BUCKET"),
                                   # the records name the capture key (OUTPUT_KMS_KEY_ID), as every output does
                                   put_arguments=settings.upload_arguments):

@@ -96,6 +96,7 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "CapturePipeline.MemoryOutOfRange": "the app keeps the construct's memory size",
     "CapturePipeline.NoCapturePrefixes": "the app passes `[capture.prefix]`",
     "CapturePipeline.BucketInOtherStack": "the app builds the pipeline with the storage in one stack",
+    "CapturePipeline.KeyRequired": "the app passes the capture storage's key",
     "ExternalDns.BadHostname": "the app passes the plan's hostnames (checked as Portable.HostnameInvalid)",
     "ExternalDns.BadNamespace": "the app passes the plan's namespaces (checked by the plan)",
     "ExternalDns.DuplicateNamespace": "the app passes the plan's namespaces, each once",

@@ -407,7 +407,8 @@ def _glue_catalog(args: argparse.Namespace) -> Catalog:
 
     settings = IcebergSettings(args.database, args.capture_table, args.alb_table, args.catalog_id)
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return GlueCatalog("glue", **catalog_properties(settings, os.environ.get("AWS_ENDPOINT_URL"), region))
+    return GlueCatalog("glue", **catalog_properties(settings, os.environ.get("AWS_ENDPOINT_URL"), region,
+                                                    getattr(args, "kms_key_id", None)))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -451,9 +452,10 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("--reason", default="", help="why (a ticket, a request id): kept in the audit record")
     for command in (delete, expire := commands.add_parser(
             "expire", parents=[common, trail, chain], help="retention: delete rows older than N days")):
-        command.add_argument("--kms-key-id", help="the capture key's ARN (or alias ARN): the register and the audit "
-                                                  "records name it (SSE-KMS), whatever the bucket's default "
-                                                  "encryption (SSE-S3 when it accepts ALB access logs)")
+        command.add_argument("--kms-key-id", help="the capture key's ARN (or alias ARN): the register, the audit "
+                                                  "records and the tables' rewrites name it (SSE-KMS), whatever the "
+                                                  "bucket's default encryption (SSE-S3 when it accepts ALB access "
+                                                  "logs)")
     expire.add_argument("--older-than-days", type=int, required=True)
     expire.add_argument("--purge-unreferenced", action="store_true",
                         help="delete the data files no snapshot references now (else the orphan file optimizer)")

@@ -68,10 +68,16 @@ class CommitOutcome:
     rows: int = 0
 
 
-def catalog_properties(settings: IcebergSettings, endpoint_url: str | None, region: str | None) -> dict[str, str]:
-    """pyiceberg's Glue catalog with PyArrow's S3 file IO. Objects are written without SSE headers: the capture
-    bucket's default encryption (its KMS key) applies, which its policy admits (data_perimeter.KeyRequirement)."""
+def catalog_properties(settings: IcebergSettings, endpoint_url: str | None, region: str | None,
+                       kms_key_id: str | None = None) -> dict[str, str]:
+    """pyiceberg's Glue catalog. With ``kms_key_id`` (the processor's ``OUTPUT_KMS_KEY_ID``, the eraser's
+    ``--kms-key-id``), every object the tables' writes put names that key (:mod:`capture_core.sse_kms_io`): the
+    capture bucket's policy requires it where its default is SSE-S3 (ALB access logs accepted). Without it,
+    PyArrow's S3 file IO writes without SSE headers: the bucket's default encryption (the capture key) applies."""
     properties = {"type": "glue", "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    if kms_key_id:
+        properties["py-io-impl"] = "capture_core.sse_kms_io.SseKmsFileIO"
+        properties["s3.sse-kms-key-id"] = kms_key_id
     if settings.catalog_id:
         properties["glue.id"] = settings.catalog_id
     if region:
@@ -82,15 +88,17 @@ def catalog_properties(settings: IcebergSettings, endpoint_url: str | None, regi
 
 
 @lru_cache(maxsize=4)
-def _catalog(settings: IcebergSettings, endpoint_url: str | None, region: str | None) -> Catalog:
+def _catalog(settings: IcebergSettings, endpoint_url: str | None, region: str | None,
+             kms_key_id: str | None) -> Catalog:
     from pyiceberg.catalog.glue import GlueCatalog
 
-    return GlueCatalog("glue", **catalog_properties(settings, endpoint_url, region))
+    return GlueCatalog("glue", **catalog_properties(settings, endpoint_url, region, kms_key_id))
 
 
-def catalog_for(settings: IcebergSettings, endpoint_url: str | None, region: str | None) -> Catalog:
+def catalog_for(settings: IcebergSettings, endpoint_url: str | None, region: str | None,
+                kms_key_id: str | None = None) -> Catalog:
     """One catalog (and boto3 client) per warm container and settings."""
-    return _catalog(settings, endpoint_url, region)
+    return _catalog(settings, endpoint_url, region, kms_key_id)
 
 
 def committed_sources(table: Table, objects: Iterable[PendingObject]) -> set[str]:
