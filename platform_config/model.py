@@ -89,7 +89,8 @@ class MetricsAgentPlan:
     cluster_name: str
     role_name: str
     models: tuple[str, ...]
-    # The budget alert levels of the portable servers with a day or month token budget (their alertPercents).
+    # The budget alert levels of the portable servers and gateway entries with a day or month token budget (their
+    # usageLimits.alertPercents).
     budget_alert_percents: tuple[int, ...] = ()
 
 
@@ -433,9 +434,10 @@ class PlatformConfig:
                                 role_name=self.sidecar_metrics_role_name,
                                 models=tuple(p.name for p in plan.portable if p.capture is not None),
                                 budget_alert_percents=tuple(sorted({
-                                    percent for p in plan.portable if (limits := p.server.usage_limits) is not None
-                                    and any(caller.tokens_per_day or caller.tokens_per_month
-                                            for caller in limits.callers)
+                                    percent for limits in (*(p.server.usage_limits for p in plan.portable),
+                                                           *(e.options.usage_limits for e in plan.entries))
+                                    if limits is not None and any(caller.tokens_per_day or caller.tokens_per_month
+                                                                  for caller in limits.callers)
                                     for percent in limits.alert_percents})))
 
     @property

@@ -42,6 +42,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.charts.gateway_entry_chart import GATEWAY_ENTRY_WORKLOAD
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
@@ -213,8 +214,9 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
              "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME}},
         ],
-        # Out: the sidecars' metrics ports in this namespace.
-        egress=[{"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}}],
+        # Out: the sidecars' metrics ports in this namespace: the portable servers' and the gateway entries'.
+        egress=[{"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}},
+                        {"podSelector": {"matchLabels": {WORKLOAD_LABEL: GATEWAY_ENTRY_WORKLOAD}}}],
                  "ports": [{"protocol": "TCP", "port": SIDECAR_METRICS_PORT}]}])
 
 
