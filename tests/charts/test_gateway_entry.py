@@ -22,8 +22,7 @@ from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
 from hyperpod_inference_iac.charts.portable_server import PortableModelServer
 from hyperpod_inference_iac.charts.render import render_workloads, token_holders
 from hyperpod_inference_iac.charts.usage_limits import UsageStoreRef
-from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy
-from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues, S3Location
+from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from platform_config.gateways import read_gateway
 from tests.charts import samples

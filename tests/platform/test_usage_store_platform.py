@@ -105,8 +105,9 @@ def test_a_usage_store_section_nothing_uses_and_a_bad_size_are_each_one_error() 
     assert parse_config(data).usage_store is not None
 
 
-# -- a gateway entry's budgets (gateways[i].entry.usageLimits): the same store, the same grant, the same alarms ----------
-ENTRY_BUDGETS = {"callers": [{"callerId": "team-a", "tokensPerMonth": 50_000_000}], "alertPercents": [80, 100]}
+# -- a gateway entry's budgets (gateways[i].entry.usageLimits): the same store, grant and alarms ---------------
+ENTRY_BUDGETS = {"callers": [{"callerId": "team-a", "tokensPerMonth": 50_000_000}],
+                 "alertPercents": [80, 100]}
 
 
 def _entry_data() -> dict[str, Any]:
