@@ -228,7 +228,7 @@ class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
     construct's own options)."""
 
     cloud_watch_agent: bool = prop(True, doc="Scrape the capture sidecars' `/metrics` into CloudWatch (only when a "
-                                             "portable server captures); `false`: neither the agent nor the sidecar "
+                                             "portable server captures or a gateway has an entry); `false`: neither the agent nor the sidecar "
                                              "alarms.")
 
 
@@ -426,7 +426,8 @@ class PlatformConfig:
 
     @property
     def metrics_agent(self) -> MetricsAgentPlan | None:
-        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures."""
+        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures or some
+        gateway has an entry (``needs_sidecar_image``)."""
         plan = self.workloads
         if not (self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent) or not plan.needs_sidecar_image:
             return None
