@@ -228,8 +228,8 @@ class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
     construct's own options)."""
 
     cloud_watch_agent: bool = prop(True, doc="Scrape the capture sidecars' `/metrics` into CloudWatch (only when a "
-                                             "portable server captures or a gateway has an entry); `false`: neither the agent nor the sidecar "
-                                             "alarms.")
+                                             "portable server captures or a gateway has an entry); `false`: neither "
+                                             "the agent nor the sidecar alarms.")
 
 
 @dataclass(frozen=True, kw_only=True)
