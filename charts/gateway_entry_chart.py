@@ -32,12 +32,14 @@ GATEWAY_ENTRY_WORKLOAD = "gateway-entry"  # its pods' WORKLOAD_LABEL
 TERMINATION_GRACE_SECONDS = 120
 
 
-def entry_environment(entry: PlannedGatewayEntry, capture_s3_uri: str, kms_key_id: str | None) -> dict[str, str]:
+def entry_environment(entry: PlannedGatewayEntry, capture_s3_uri: str, kms_key_id: str | None,
+                      store_endpoint: str | None = None) -> dict[str, str]:
     """The entry's capture sidecar environment but its credentials: a portable sidecar's capture settings
     (:func:`~hyperpod_inference_iac.charts.portable.capture_environment`) with the entry's sampling and body bound,
     the gateway as upstream (HTTPS, verified), the gateway's own JWT settings and the entry's limits.
     ``capture_s3_uri`` and ``kms_key_id`` are the planned ``capture`` and ``capture_key`` resolved: what its role may
-    write with."""
+    write with. ``store_endpoint``: the address of the platform's budget store, when the plan gives the entry that
+    store (``entry.usage_store``)."""
     options = entry.options
     capture = ModelPodCapture(enabled=True, initial_sampling_percentage=options.sampling_percentage)
     env = capture_environment(capture, capture_s3_uri, kms_key_id,
@@ -46,7 +48,9 @@ def entry_environment(entry: PlannedGatewayEntry, capture_s3_uri: str, kms_key_i
     env["UPSTREAM_URL"] = entry.upstream_url
     env.update(entry.jwt_environment)
     if options.usage_limits is not None:
-        env.update(usage_limits_environment(options.usage_limits, key_prefix=entry.limits_key_prefix))
+        store = entry.usage_store
+        endpoint = (store, store_endpoint) if store is not None and store_endpoint is not None else None
+        env.update(usage_limits_environment(options.usage_limits, key_prefix=entry.limits_key_prefix, store=endpoint))
     return env
 
 
@@ -69,7 +73,9 @@ class GatewayEntryChart(cdk8s.Chart):
         self._labels = labels
         capture_uri = values.resolve(entry.capture.uri(values))
         key = values.resolve(entry.capture_key) if entry.capture_key is not None else None
-        env = entry_environment(entry, capture_uri, key)
+        # The platform's budget store (when the plan gives the entry that store): its address is a deploy-time value.
+        store_endpoint = values.get(PlatformValue.USAGE_STORE_ENDPOINT) if entry.usage_store is not None else None
+        env = entry_environment(entry, capture_uri, key, store_endpoint)
         certificate = values.resolve(entry.certificate)
         image = values.get(PlatformValue.SIDECAR_IMAGE)
         self.service_account = kplus.ServiceAccount(
@@ -128,7 +134,8 @@ class GatewayEntryChart(cdk8s.Chart):
         addresses; in-cluster clients, scrapers and the kubelet are in the VPC too). Out: HTTPS to every address but
         the link-local range, the VPC's included, since the gateway's load balancer is internal (its addresses are
         the VPC's and change) and the issuer's JWKS host, S3 and STS are wherever they are: NetworkPolicy names
-        addresses, not hosts. The budget store's port, in the VPC only, when the limits have one."""
+        addresses, not hosts. The budget store's port, in the VPC only, when the limits have one (their ``storeUrl``,
+        or the platform's store the plan gives them)."""
         entry = self.entry
         vpc = {"ipBlock": {"cidr": entry.vpc_cidr}}
         ingress = [{"from": [vpc], "ports": [tcp(SIDECAR_LISTEN_PORT), tcp(SIDECAR_METRICS_PORT)]}]
@@ -136,6 +143,8 @@ class GatewayEntryChart(cdk8s.Chart):
         limits = entry.options.usage_limits
         if limits is not None and limits.store_url is not None:
             egress.append({"to": [vpc], "ports": [tcp(limits.store_port)]})
+        elif entry.usage_store is not None:
+            egress.append({"to": [vpc], "ports": [tcp(entry.usage_store.port)]})
         policy = cdk8s.ApiObject(self, "network-policy", api_version="networking.k8s.io/v1", kind="NetworkPolicy",
                                  metadata={"name": entry.name, "namespace": namespace, "labels": labels})
         policy.add_json_patch(cdk8s.JsonPatch.add("/spec", {

@@ -326,7 +326,9 @@ class PlannedGatewayEntry:
     name and namespace, its options, the gateway it forwards to (``upstream_url``), the JWT settings it verifies with
     (the gateway's), where it captures (``capture``, ``capture_key``) and the role that may write there
     (``identity``, the capture sidecar's token audience), the VPC its network policy admits, the certificate of its
-    load balancer and who may connect to it, and the region its SDK calls STS in."""
+    load balancer and who may connect to it, and the region its SDK calls STS in. ``usage_store``: the platform's
+    budget store its replicas share budgets through, as a portable server's sidecar (None: none, or the limits' own
+    ``storeUrl``); its role (``identity``) is the one granted to connect."""
 
     path: str
     gateway: str
@@ -341,10 +343,17 @@ class PlannedGatewayEntry:
     certificate: str | PlatformValue = PlatformValue.CERTIFICATE_ARN
     source_ranges: tuple[str, ...] = ()
     region: str | None = None
+    usage_store: UsageStoreRef | None = None
 
     @property
     def name(self) -> str:
         return entry_name(self.gateway)
+
+    @property
+    def capture_identity(self) -> IdentityPlan:
+        """The role its capture sidecar runs with (``identity``), as a portable server's ``capture_identity``: the one
+        that may connect to the budget store."""
+        return self.identity
 
     @property
     def chart_id(self) -> str:
@@ -384,10 +393,12 @@ class WorkloadPlan:
         return (*self.models, *self.portable)
 
     @property
-    def usage_store_users(self) -> tuple[PortableWorkload, ...]:
-        """The portable servers whose sidecars share budgets through the platform's store (``context.usage_store``):
-        the platform creates the store when there is one."""
-        return tuple(workload for workload in self.portable if workload.usage_store is not None)
+    def usage_store_users(self) -> tuple[PortableWorkload | PlannedGatewayEntry, ...]:
+        """The portable servers, then the gateway entries, whose capture sidecars share budgets through the
+        platform's store (``context.usage_store``): the platform creates the store when there is one, and each one's
+        ``capture_identity`` may connect to it."""
+        return (*(workload for workload in self.portable if workload.usage_store is not None),
+                *(entry for entry in self.entries if entry.usage_store is not None))
 
     @property
     def identities(self) -> tuple[IdentityPlan, ...]:
@@ -1100,9 +1111,9 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
     problems.extend(p for p in found if not problems.has_at_or_below(p.path))
     if options.usage_limits is not None:
         options.usage_limits.validate(join_path(path, "usageLimits"), problems)
-        # The platform's own store (PlatformContext.usage_store) is wired into portable servers only: an entry's
-        # token budgets name their store (storeUrl).
-        options.usage_limits.check_store(join_path(path, "usageLimits"), problems, platform_store=False)
+        # Token budgets without a storeUrl share the platform's store, as a portable server's (usage_store below).
+        options.usage_limits.check_store(join_path(path, "usageLimits"), problems,
+                                         platform_store=context.usage_store is not None)
     name, jwt, domain = entry_name(gateway.name), gateway.gateway.jwt, options.endpoint_domain
     if len(gateway.name) > MAX_GATEWAY_NAME_WITH_ENTRY:
         problems.add("GatewayEntry.GatewayNameTooLong", join_path(gateway.path, "name"),
@@ -1134,11 +1145,14 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
                             (ObjectAccess(capture, write=True, purpose="captures (gateway entry)", key=key),),
                             CredentialScope.CAPTURE_SIDECAR, gateway.namespace)
     source_ranges = options.allowed_source_ranges or (context.vpc_cidr,)
+    limits = options.usage_limits
     return PlannedGatewayEntry(
         path=path, gateway=gateway.name, namespace=gateway.namespace, options=options,
         upstream_url=f"https://{gateway.gateway.endpoint_domain}", jwt_environment=jwt.capture_environment(),
         capture=capture, capture_key=key, identity=identity, vpc_cidr=context.vpc_cidr,
-        source_ranges=tuple(source_ranges), region=context.region)
+        source_ranges=tuple(source_ranges), region=context.region,
+        usage_store=context.usage_store if limits is not None and limits.needs_store and limits.store_url is None
+        else None)
 
 
 def _check_entry_domain(context: PlatformContext, gateway: PlannedGateway, domain: str, at: str,

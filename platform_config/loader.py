@@ -180,9 +180,10 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
                           problems=problems)
     if config.usage_store is not None and not plan.usage_store_users:
         problems.add("UsageStore.Unused", "usageStore",
-                     "configures the budget store the platform creates for portable servers whose usageLimits name "
-                     "no storeUrl, and no server uses it (each gives its own storeUrl, or none has token budgets): "
-                     "remove usageStore, or the storeUrl of the servers that should use the platform's store")
+                     "configures the budget store the platform creates for portable servers and gateway entries "
+                     "whose usageLimits name no storeUrl, and none uses it (each gives its own storeUrl, or none has "
+                     "token budgets): remove usageStore, or the storeUrl of those that should use the platform's "
+                     "store")
     problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))

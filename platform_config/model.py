@@ -89,7 +89,8 @@ class MetricsAgentPlan:
     cluster_name: str
     role_name: str
     models: tuple[str, ...]
-    # The budget alert levels of the portable servers with a day or month token budget (their alertPercents).
+    # The budget alert levels of the portable servers and gateway entries with a day or month token budget (their
+    # usageLimits.alertPercents).
     budget_alert_percents: tuple[int, ...] = ()
 
 
@@ -227,8 +228,8 @@ class SidecarAlarmsConfig(CaptureSidecarMetricsOptions):
     construct's own options)."""
 
     cloud_watch_agent: bool = prop(True, doc="Scrape the capture sidecars' `/metrics` into CloudWatch (only when a "
-                                             "portable server captures); `false`: neither the agent nor the sidecar "
-                                             "alarms.")
+                                             "portable server captures or a gateway has an entry); `false`: neither "
+                                             "the agent nor the sidecar alarms.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,7 +426,8 @@ class PlatformConfig:
 
     @property
     def metrics_agent(self) -> MetricsAgentPlan | None:
-        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures."""
+        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures or some
+        gateway has an entry (``needs_sidecar_image``)."""
         plan = self.workloads
         if not (self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent) or not plan.needs_sidecar_image:
             return None
@@ -433,9 +435,10 @@ class PlatformConfig:
                                 role_name=self.sidecar_metrics_role_name,
                                 models=tuple(p.name for p in plan.portable if p.capture is not None),
                                 budget_alert_percents=tuple(sorted({
-                                    percent for p in plan.portable if (limits := p.server.usage_limits) is not None
-                                    and any(caller.tokens_per_day or caller.tokens_per_month
-                                            for caller in limits.callers)
+                                    percent for limits in (*(p.server.usage_limits for p in plan.portable),
+                                                           *(e.options.usage_limits for e in plan.entries))
+                                    if limits is not None and any(caller.tokens_per_day or caller.tokens_per_month
+                                                                  for caller in limits.callers)
                                     for percent in limits.alert_percents})))
 
     @property

@@ -42,6 +42,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
+from hyperpod_inference_iac.charts.gateway_entry_chart import GATEWAY_ENTRY_WORKLOAD
 from hyperpod_inference_iac.charts.network_policies import HTTPS, LINK_LOCAL, WORKLOAD_LABEL
 from hyperpod_inference_iac.charts.portable import PORTABLE_WORKLOAD, SIDECAR_METRICS_PORT
 from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
@@ -213,8 +214,9 @@ def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str,
              "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME}},
         ],
-        # Out: the sidecars' metrics ports in this namespace.
-        egress=[{"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}}],
+        # Out: the sidecars' metrics ports in this namespace: the portable servers' and the gateway entries'.
+        egress=[{"to": [{"podSelector": {"matchLabels": {WORKLOAD_LABEL: PORTABLE_WORKLOAD}}},
+                        {"podSelector": {"matchLabels": {WORKLOAD_LABEL: GATEWAY_ENTRY_WORKLOAD}}}],
                  "ports": [{"protocol": "TCP", "port": SIDECAR_METRICS_PORT}]}])
 
 
@@ -398,8 +400,8 @@ class CaptureSidecarMetricsOptions(Props):
     budget_threshold: AlarmSettings | None = alarm_prop(
         BUDGET_THRESHOLD, threshold=(0, 1e9), unit="budget crossings per period, all callers of the namespace",
         doc="Per level of `budget_alert_percents`: callers whose day or month token budget (a portable server's "
-            "`usageLimits`) passed that percent, each crossing counted once across replicas; one metric and one "
-            "alarm per level, whatever the number of callers (who: the saved Logs Insights query).")
+            "or a gateway entry's `usageLimits`) passed that percent, each crossing counted once across replicas; "
+            "one metric and one alarm per level, whatever the number of callers (who: the saved Logs Insights query).")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         code = "CaptureSidecarMetrics"
@@ -439,8 +441,8 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
     budget_alert_percents: Sequence[int] = prop(
         (), config=False,
         doc="The levels (percent of a budget) the sidecars report (their `BUDGET_ALERT_PERCENTS`, each portable "
-            "server's `usageLimits.alertPercents`), each getting a `budget_threshold` alarm; empty: no budget alarm "
-            "and no saved query.")
+            "server's and gateway entry's `usageLimits.alertPercents`), each getting a `budget_threshold` alarm; "
+            "empty: no budget alarm and no saved query.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """Every rule (``cluster_name`` and ``namespace`` None: not checked, for a loader whose other sections
@@ -544,10 +546,10 @@ class CaptureSidecarMetrics(Construct):
             0.5, 1, 2, 5, 10, 20, 30, 60. Threshold: seconds (0 to 1,000,000,000). Default: threshold 5, 2 of 3
             x 5 min.
         :param budget_threshold: Per level of `budget_alert_percents`: callers whose day or month token budget
-            (a portable server's `usageLimits`) passed that percent, each crossing counted once across replicas;
-            one metric and one alarm per level, whatever the number of callers (who: the saved Logs Insights
-            query). Threshold: budget crossings per period, all callers of the namespace (0 to 1,000,000,000).
-            Default: threshold 0, 1 of 1 x 5 min.
+            (a portable server's or a gateway entry's `usageLimits`) passed that percent, each crossing counted
+            once across replicas; one metric and one alarm per level, whatever the number of callers (who: the
+            saved Logs Insights query). Threshold: budget crossings per period, all callers of the namespace (0
+            to 1,000,000,000). Default: threshold 0, 1 of 1 x 5 min.
         :param cluster: The cluster the sidecars run in (an `eks.Cluster` or `eks.ICluster`; its kubectl
             provider applies the agent). Default: required.
         :param namespace: The namespace of the sidecars (the agent runs there and may only see its pods).
@@ -566,8 +568,8 @@ class CaptureSidecarMetrics(Construct):
             two per-model alarms. Default: ``()``.
         :param depends_on: What must exist first (the namespace's manifest). Default: ``()``.
         :param budget_alert_percents: The levels (percent of a budget) the sidecars report (their
-            `BUDGET_ALERT_PERCENTS`, each portable server's `usageLimits.alertPercents`), each getting a
-            `budget_threshold` alarm; empty: no budget alarm and no saved query. Default: ``()``.
+            `BUDGET_ALERT_PERCENTS`, each portable server's and gateway entry's `usageLimits.alertPercents`),
+            each getting a `budget_threshold` alarm; empty: no budget alarm and no saved query. Default: ``()``.
         """
         super().__init__(scope, id)
         stack = Stack.of(self)

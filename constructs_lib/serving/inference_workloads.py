@@ -228,7 +228,7 @@ class InferenceWorkloadsProps(Props):
         users = self.plan.usage_store_users
         if users and self.usage_store is None:
             problems.add("InferenceWorkloads.UsageStoreMissing", at.at("usage_store"),
-                         f"the plan's portable servers {', '.join(w.name for w in users)} share budgets through the "
+                         f"the plan's sidecars {', '.join(w.name for w in users)} share budgets through the "
                          "platform's store (PlatformContext.usage_store): pass the UsageStore that creates it")
         elif users and self.usage_store is not None and self.plan.context.usage_store != self.usage_store.ref:
             problems.add("InferenceWorkloads.UsageStoreMismatch", at.at("usage_store"),
@@ -352,7 +352,8 @@ class InferenceWorkloads(Construct):
                            for identity in plan.identities}
         # The budget store: each sidecar that uses it may connect, with its own role (no other role of the plan).
         for store_user in plan.usage_store_users if usage_store is not None else ():
-            assert usage_store is not None and store_user.capture_identity is not None  # (the plan: a user captures)
+            # (the plan: a portable user captures; an entry always does)
+            assert usage_store is not None and store_user.capture_identity is not None
             usage_store.grant_connect(self.identities[store_user.capture_identity.role_name].role)
         app = cdk8s.App()
         rendered = render_workloads(app, plan, self.values, namespace_labels=namespace_labels)

@@ -21,7 +21,8 @@ from hyperpod_inference_iac.charts.plan import WorkloadPlan
 from hyperpod_inference_iac.charts.pod_credentials import CredentialScope
 from hyperpod_inference_iac.charts.portable_server import PortableModelServer
 from hyperpod_inference_iac.charts.render import render_workloads, token_holders
-from hyperpod_inference_iac.foundation.platform_values import PlatformValue, PlatformValues, S3Location
+from hyperpod_inference_iac.charts.usage_limits import UsageStoreRef
+from hyperpod_inference_iac.foundation.platform_values import AwaitingDeploy, PlatformValue, PlatformValues, S3Location
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
 from platform_config.gateways import read_gateway
 from tests.charts import samples
@@ -75,9 +76,9 @@ def _with_entry(**changes: Any) -> dict[str, Any]:
     return gateway
 
 
-def _manifests(plan: WorkloadPlan) -> dict[str, dict[str, Any]]:
+def _manifests(plan: WorkloadPlan, values: PlatformValues = VALUES) -> dict[str, dict[str, Any]]:
     (entry,) = plan.entries
-    chart = GatewayEntryChart(cdk8s.App(), entry.chart_id, entry=entry, values=VALUES)
+    chart = GatewayEntryChart(cdk8s.App(), entry.chart_id, entry=entry, values=values)
     return {manifest["kind"] + ("/metrics" if manifest["metadata"]["name"].endswith("-metrics") else ""): manifest
             for manifest in chart.to_json()}
 
@@ -215,6 +216,48 @@ def test_limits_are_enforced_by_the_entry_and_reach_their_store() -> None:
     assert manifests["Deployment"]["spec"]["replicas"] == 3
     assert {"to": [{"ipBlock": {"cidr": samples.VPC_CIDR}}], "ports": [{"protocol": "TCP", "port": 6380}]} \
         in manifests["NetworkPolicy"]["spec"]["egress"]
+
+
+STORE = UsageStoreRef.of_cache("demo-usage")
+STORE_ENDPOINT = "demo-usage-abc123.serverless.use1.cache.amazonaws.com"
+BUDGETS = {"callers": [{"callerId": "alice.example.com", "tokensPerDay": 5000}, {"callerId": "*", "tokensPerMonth": 9}],
+           "alertPercents": [50, 100]}
+
+
+def test_budgets_without_a_store_url_use_the_platforms_store_as_a_portable_servers_do() -> None:
+    plan = _plan(_with_entry(usageLimits=BUDGETS), platform={"usage_store": STORE})
+    (entry,) = plan.entries
+    assert entry.usage_store == STORE and plan.usage_store_users == (entry,)
+    assert entry.capture_identity == entry.identity  # (the role granted elasticache:Connect: the entry's own)
+    manifests = _manifests(plan, VALUES.merged({PlatformValue.USAGE_STORE_ENDPOINT: STORE_ENDPOINT}))
+    (container,) = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = _env(container)
+    assert env["LIMITS_STORE_URL"] == f"rediss://{STORE_ENDPOINT}:6379"
+    assert (env["LIMITS_STORE_IAM_USER"], env["LIMITS_STORE_IAM_CACHE"]) == (STORE.user_id, "demo-usage")
+    assert env["LIMITS_KEY_PREFIX"] == f"budget:{samples.NAMESPACE}/models-entry:"
+    assert env["BUDGET_ALERT_PERCENTS"] == "50,100"
+    assert env["AWS_REGION"] == samples.REGION  # (the region the IAM token is signed for)
+    # Out: the store's port, inside the VPC only, besides HTTPS.
+    assert manifests["NetworkPolicy"]["spec"]["egress"][1:] == [
+        {"to": [{"ipBlock": {"cidr": samples.VPC_CIDR}}], "ports": [{"protocol": "TCP", "port": 6379}]}]
+
+
+def test_the_entry_waits_for_the_stores_address() -> None:
+    plan = _plan(_with_entry(usageLimits=BUDGETS), platform={"usage_store": STORE})
+    with pytest.raises(AwaitingDeploy) as raised:
+        _manifests(plan)
+    assert PlatformValue.USAGE_STORE_ENDPOINT in raised.value.missing
+
+
+@pytest.mark.parametrize("limits", [
+    LIMITS,  # (its own storeUrl)
+    {"callers": [{"callerId": "*", "concurrentRequestsPerReplica": 4}]},  # (per replica: no store)
+])
+def test_limits_with_their_own_store_or_without_budgets_do_not_use_the_platforms(limits: dict[str, Any]) -> None:
+    plan = _plan(_with_entry(usageLimits=limits), platform={"usage_store": STORE})
+    assert plan.entries[0].usage_store is None and plan.usage_store_users == ()
+    env = _env(_manifests(plan)["Deployment"]["spec"]["template"]["spec"]["containers"][0])
+    assert "LIMITS_STORE_IAM_USER" not in env and env.get("LIMITS_STORE_URL") == limits.get("storeUrl")
 
 
 def test_the_entry_renders_with_the_plan_and_waits_for_the_certificate() -> None:

@@ -426,7 +426,8 @@ def test_the_agent_is_applied_with_a_namespaced_role_and_pinned_image(
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": agent}}, "policyTypes": ["Ingress", "Egress"],
         "ingress": [],
         "egress": [
-            {"to": [{"podSelector": {"matchLabels": {"hyperpod-inference-iac/workload": "portable-model-server"}}}],
+            {"to": [{"podSelector": {"matchLabels": {"hyperpod-inference-iac/workload": "portable-model-server"}}},
+                    {"podSelector": {"matchLabels": {"hyperpod-inference-iac/workload": "gateway-entry"}}}],
              "ports": [{"protocol": "TCP", "port": 9090}]},
             {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}],
              "ports": [{"protocol": "TCP", "port": 443}]}]}

@@ -1,7 +1,7 @@
 """Budget alarms (docs/usage-and-budgets.md#3-alarms-before-a-budget-runs-out): one metric and one alarm per level on
 the platform's topic whatever the number of callers, the caller never a dimension (a field of the agent's log
 events, named by a saved Logs Insights query and the dashboard's table), the names and labels the sidecar exposes,
-the levels from each portable server's usageLimits, and their rules with key paths."""
+the levels from each portable server's and gateway entry's usageLimits, and their rules with key paths."""
 
 from __future__ import annotations
 
@@ -160,6 +160,16 @@ def test_the_levels_come_from_the_servers_with_a_day_or_month_budget() -> None:
                                                  "callers": [{"callerId": "team-b", "tokensPerMinute": 1000}]}))
     assert minute_only.metrics_agent is not None and minute_only.metrics_agent.budget_alert_percents == ()
     assert parse_config(_with(lambda data: None)).metrics_agent.budget_alert_percents == ()  # type: ignore[union-attr]
+
+
+def test_a_gateway_entrys_levels_join_the_servers() -> None:
+    def change(data: dict[str, Any]) -> None:
+        data["gateways"][0]["entry"]["usageLimits"] = {
+            "alertPercents": [50, 100], "callers": [{"callerId": "team-a", "tokensPerMonth": 1000}]}
+    config = parse_config(_with(change))  # (the entry's budgets alone: the platform's store, the alarms' levels)
+    assert config.metrics_agent is not None and config.metrics_agent.budget_alert_percents == (50, 100)
+    (entry,) = config.workloads.entries
+    assert entry.namespace == config.metrics_agent.namespace  # (the agent scrapes the entry's sidecars)
 
 
 def test_a_bad_level_in_the_config_is_refused_with_its_key_path() -> None:

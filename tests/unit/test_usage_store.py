@@ -1,6 +1,6 @@
 """UsageStore, the budget store (ElastiCache Serverless for Valkey): its network path (the nodes' security group on
 6379 only), TLS and IAM authentication, its size and snapshot settings, and its agreement with the plan: the
-sidecars that use it get its address, and their own roles, no other, may connect to it."""
+sidecars that use it (a gateway entry's too) get its address, and their own roles, no other, may connect to it."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ from hyperpod_inference_iac.charts import (
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.foundation.platform_values import PlatformValues
 from hyperpod_inference_iac.foundation.validation import ConfigError, Problems
+from tests.charts.test_gateway_entry import BUDGETS, STORE, _with_entry
+from tests.charts.test_gateway_entry import _plan as entry_plan
 from tests.security.gate import cloudformation_findings
 from tests.unit.test_inference_workloads import _stack as cluster_stack
 from tests.unit.test_inference_workloads import _statements_of
@@ -230,3 +232,13 @@ def test_checkov_finds_nothing_on_the_store(tmp_path: Path) -> None:
     findings, summary = cloudformation_findings(sorted(Path(app.synth().directory).glob("*.template.json")))
     assert summary["parsing_errors"] == 0 and summary["passed"] > 0
     assert [f for f in findings if "/Store/" in f.location] == []
+
+
+def test_a_plan_whose_only_store_user_is_a_gateway_entry_refuses_to_build_without_the_store() -> None:
+    plan = entry_plan(_with_entry(usageLimits=BUDGETS), platform={"usage_store": STORE})
+    assert [user.name for user in plan.usage_store_users] == ["models-entry"]
+    stack, cluster = cluster_stack()
+    with pytest.raises(ConfigError, match=r"\[InferenceWorkloads.UsageStoreMissing\] usage_store: the plan's sidecars "
+                                          r"models-entry share budgets"):
+        InferenceWorkloads(stack, "W", cluster=cluster, plan=plan, sidecar_image="r/s:1",
+                           capture_bucket=s3.Bucket.from_bucket_name(stack, "B", "captures"))
