@@ -872,7 +872,7 @@ def test_every_code_in_the_charts_has_a_test_here_and_a_line_in_the_docs() -> No
     cases += GATEWAY_CASES  # (tests/charts/test_gateway.py)
     cases += ENTRY_CASES  # (tests/charts/test_gateway_entry.py)
     tested = {case[0] for case in cases} | {"ServiceAccount.Shared", "Plan.RoleNameCollision", "Model.NamespaceInvalid",
-                                             "GatewayEntry.NameTaken",  # (test_gateway_entry: a portable server of its name)
+                                             "GatewayEntry.NameTaken",  # (test_gateway_entry: a server of its name)
                                              "Gateway.TooManyModels"}  # (test_gateway: one hundred and one models)
     assert emitted - tested == set()
     documented = (_ROOT / "docs" / "charts.md").read_text()

@@ -58,9 +58,9 @@ NOT_FROM_CONFIG: dict[str, str] = {
                                 "(Config.TooFewItems)",
     "CaptureAlarms.BadNamePrefix": "the app prefixes alarm names with `project`",
     "GpuCost.NoCluster": "the app gives the sampler `cluster.name`, `hyperpod.clusterName` and the cluster's ARN",
-    "CaptureEraser.NoPrincipals": "the app creates the erasure role only when `capture.eraserPrincipals` names one",
-    "CaptureSidecarMetrics.BadBudgetPercent": "the config's `usageLimits.alertPercents` are refused first, at their key "
-                                              "(`UsageLimits.AlertPercentsInvalid`)",
+    "CaptureEraser.NoPrincipals": "the app creates the erasure role only when `capture.eraserPrincipals` has one",
+    "CaptureSidecarMetrics.BadBudgetPercent": "the config's `usageLimits.alertPercents` are refused first, at "
+                                              "their key (`UsageLimits.AlertPercentsInvalid`)",
     # The budget store (issue 29): the app creates it exactly when the plan has servers that use it, names it
     # `<project>-usage` (the plan's UsageStoreRef from the same name), and admits the cluster security group.
     "InferenceWorkloads.UsageStoreMissing": "the app creates the store whenever the plan has servers that use it",
