@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from capture_core import capture_format, fast_json, processor
+from capture_core import capture_format, fast_json, openai_format, processor
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
 from capture_core.records import ChunkContext
@@ -50,6 +50,11 @@ def hostile_object() -> bytes:
         lines.append(record(f"vllm-{pieces}", side(transcripts.chat_request("go")), side(stream, "text/event-stream")))
         sglang = transcripts.sglang_chat(split(answer, pieces))
         lines.append(record(f"sglang-{pieces}", None, side(b64(sglang), "text/event-stream", "BASE64")))
+        escaped = 'say "' + SECRETS["email"] + '" \\ été\n' + " ".join(SECRETS.values())  # \", \\, \n, \u00e9
+        compact = transcripts.vllm_chat(split(escaped, pieces * 3)).replace("é", "\\u00e9")
+        lines.append(record(f"vllm-escaped-{pieces}", None, side(b64(compact), "text/event-stream", "BASE64")))
+        completion = transcripts.vllm_completion(split(answer, pieces * 2))
+        lines.append(record(f"completion-{pieces}", None, side(completion, "text/event-stream")))
     lines += [
         record("tgi", None, side(transcripts.tgi_chat(split("call " + SECRETS["phone"], 4)), "text/event-stream")),
         record("latin1", side(b64("carte 4111 1111 1111 1111, é", "iso-8859-1"), "text/plain; charset=ISO-8859-1",
@@ -84,6 +89,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fast_json, "FAST", False)
     monkeypatch.setattr(gc, "disable", lambda: None)
     monkeypatch.setattr(capture_format, "PREFILTER", False)
+    monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

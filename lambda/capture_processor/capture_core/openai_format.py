@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +81,128 @@ def sse_events(text: str) -> list[str]:
 
 def reassemble(events: list[str]) -> dict[str, Any]:
     """The non-streamed equivalent of an OpenAI-compatible or TGI stream; NotReassembled otherwise."""
+    if TEMPLATE_MERGE and (merged := _template_merged(events)) is not None:
+        return merged
     chunks = _parsed_events(events)
     if not chunks:
         raise NotReassembled("no events")
     if any(isinstance(chunk.get("token"), dict) for chunk in chunks):
         return _tgi_generate(chunks)
     return _openai(chunks)
+
+
+# The speed switch of the template merge (off in the differential test's plain path).
+TEMPLATE_MERGE = True
+# Where one piece of text sits in the common event: a chat delta of `content` alone, or a completion's `text`.
+_PIECE = re.compile(r'"(?:content|text)":\s*"((?:[^"\\\x00-\x1f]|\\.)*)"')
+_PLAIN_PIECE_FIELDS = frozenset(("index", "delta", "text", "logprobs", "finish_reason", "stop_reason", "matched_stop"))
+
+
+class _Run:
+    """Consecutive events that are the template's bytes but for their piece of text: the pieces, in order."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+
+def _template_merge_parts(events: list[str]) -> tuple[str, str, dict[str, Any]] | None:
+    """The common event of the stream as the text before its piece, the text after it, and its object with an
+    empty piece; None when the stream's middle event is not one (another shape: the plain merge does it)."""
+    sample = events[len(events) // 2]
+    match = _PIECE.search(sample)
+    if match is None:
+        return None
+    before, after = sample[: match.start(1)], sample[match.end(1) :]
+    try:
+        template = json.loads(before + after)
+        marked = json.loads(before + "q" + after)
+    except ValueError:
+        return None
+    if not (isinstance(template, dict) and isinstance(marked, dict)):
+        return None
+    if "error" in template or "token" in template or template.get("usage") is not None:
+        return None
+    entries = template.get("choices")
+    if not (isinstance(entries, list) and len(entries) == 1 and isinstance(entries[0], dict)):
+        return None
+    entry = entries[0]
+    index = entry.get("index", 0)
+    if not (entry.keys() <= _PLAIN_PIECE_FIELDS and type(index) is int and 0 <= index < MAX_CHOICES):
+        return None
+    if any(entry.get(name) is not None for name in ("logprobs", "finish_reason", "stop_reason", "matched_stop")):
+        return None
+    if "delta" in entry:  # a chat chunk: the delta's content (its other fields null), which the marker shows sits there
+        delta = entry["delta"]
+        if not (type(delta) is dict and delta.get("content") == "" and "text" not in entry):
+            return None
+        if any(value is not None for name, value in delta.items() if name != "content"):
+            return None
+        if marked != _with_piece(template, "content", "q"):
+            return None
+    elif (
+        template.get("object") == "chat.completion.chunk"
+        or entry.get("text") != ""
+        or marked != _with_piece(template, "text", "q")
+    ):
+        return None
+    return before, after, template
+
+
+def _with_piece(template: dict[str, Any], name: str, piece: str) -> dict[str, Any]:
+    entry = dict(template["choices"][0])
+    if name == "content":
+        entry["delta"] = {**entry["delta"], "content": piece}
+    else:
+        entry["text"] = piece
+    return {**template, "choices": [entry]}
+
+
+def _template_merged(events: list[str]) -> dict[str, Any] | None:
+    """The plain merge's result without an object per event for the stream's common events: those that are the
+    template's bytes but for their piece contribute the piece alone (decoded by `json` only when it has an escape);
+    the other events are parsed and merged as the plain path does. None where this does not apply."""
+    until = next((index for index, data in enumerate(events) if data.strip() == "[DONE]"), len(events))
+    events = events[:until]
+    if len(events) < 3:
+        return None
+    parts = _template_merge_parts(events)
+    if parts is None:
+        return None
+    before, after, template = parts
+    start, end = len(before), -len(after)
+    least = len(before) + len(after)
+    chunks: list[dict[str, Any] | _Run] = []
+    run: list[str] | None = None
+    last = len(events) - 1
+    for position, data in enumerate(events):
+        if len(data) >= least and data.startswith(before) and data.endswith(after):
+            piece: Any = data[start:end]
+            if "\\" in piece or '"' in piece or not piece.isprintable():  # escapes, or what JSON refuses raw
+                try:
+                    piece = json.loads('"' + piece + '"')
+                except ValueError:
+                    piece = None  # not one string: the event is parsed (and refused or merged) as the plain path does
+            if type(piece) is str:
+                if run is None:
+                    run = []
+                    chunks.append(_Run(run))
+                run.append(piece)
+                continue
+        run = None
+        try:
+            chunk = fast_json.loads(data)
+        except (ValueError, RecursionError):
+            if position == last:
+                break
+            raise NotReassembled("an event's data is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise NotReassembled("an event's data is not a JSON object")
+        chunks.append(chunk)
+    if any(type(chunk) is dict and isinstance(chunk.get("token"), dict) for chunk in chunks):
+        return None  # a TGI stream after all: the plain path
+    return _openai(chunks, template)
 
 
 def _parsed_events(events: list[str]) -> list[dict[str, Any]]:
@@ -136,12 +253,16 @@ class _Choice:
         return {"index": self.index, "message": message, **self.rest}
 
 
-def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def _openai(chunks: Sequence[dict[str, Any] | _Run], template: dict[str, Any] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {}
     choices: dict[int, _Choice] = {}
     chat = None
     heads = ["id", "created", "model", "system_fingerprint"]  # those not taken yet, each from its first chunk
-    for chunk in chunks:
+    for item in chunks:
+        # A run of the template merge: the template once (what every event of the run does but for the piece,
+        # and doing it again changes nothing), its pieces where its one piece would go.
+        pieces = item.pieces if type(item) is _Run else None
+        chunk: dict[str, Any] = template if pieces is not None and template is not None else item  # type: ignore[assignment]
         if "error" in chunk and "choices" not in chunk:
             result["error"] = chunk["error"]  # vLLM reports a failure mid-stream as an event
             continue
@@ -172,7 +293,9 @@ def _openai(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
                     raise NotReassembled("a choice index is not a small integer")
                 choice = choices[index] = _Choice(index, is_chat)
-            if is_chat:
+            if pieces is not None:  # a run: the template's delta is its content, its other fields null
+                choice.fields.setdefault("text" if not is_chat else "content", []).extend(pieces)
+            elif is_chat:
                 if type(delta) is dict and len(delta) == 1 and type(content := delta.get("content")) is str:
                     fields = choice.fields  # the common delta, one piece of content: _merge_delta's result, inline
                     if "content" in fields:
