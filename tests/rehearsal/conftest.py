@@ -33,6 +33,7 @@ from tests.support.rehearsal import (
     split_s3_uri,
 )
 from tests.support.synth import REPO, Assembly, default_assembly
+from tests.support.waiting import eventually
 
 HERE = Path(__file__).parent
 # Seconds each shared piece took, printed at the end of the run. Under xdist the worker writes them to a file in
@@ -242,13 +243,12 @@ def fill_one_batch(sidecar: Sidecar, batch_size: int, *, max_requests: int = 500
                 break
     finally:
         connection.close()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    def tried() -> bool:
         samples = sidecar.metrics()
-        if samples['capture_sidecar_uploads_total{result="ok"}'] + samples[
-                'capture_sidecar_uploads_total{result="failed"}'] >= 1:
-            break
-        time.sleep(0.05)
+        return samples['capture_sidecar_uploads_total{result="ok"}'] + samples[
+            'capture_sidecar_uploads_total{result="failed"}'] >= 1
+
+    eventually(tried)  # (the callers assert what the upload did)
     return sent
 
 

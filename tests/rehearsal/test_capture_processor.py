@@ -92,7 +92,7 @@ def processed(rehearsal: Rehearsal, assembly: Assembly, processor: FunctionRunti
     # against resource "*": moto/sqs/responses.py, _determine_resource reads a QueueUrl the call does not have).
     queue_url = rehearsal.created.queues[queue_arn]
     answers, logs, seen = [], [], set()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a safety timeout, not an expectation
     while not expected <= seen and time.monotonic() < deadline:
         messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
                                        AttributeNames=["All"]).get("Messages", [])

@@ -6,7 +6,6 @@ templates'."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 
 from tests.support.rehearsal import Credentials, Rehearsal
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.xdist_group("rehearsal"), pytest.mark.slow]
 
@@ -132,9 +132,8 @@ def test_trust_policies_are_checked_only_for_aws_principals_and_break_on_service
                            if "Service" in json.dumps(spec.trust))
     with pytest.raises(ResponseParserError, match="500 Internal Server Error"):  # an HTML error page, not XML
         sts.assume_role(RoleArn=service_trusted, RoleSessionName="probe")
-    deadline = time.monotonic() + 5  # the server writes the traceback after the response
-    while "is not iterable" not in rehearsal.server.log_path.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The server writes the traceback after the response.
+    eventually(lambda: "is not iterable" in rehearsal.server.log_path.read_text())
     assert "TypeError: argument of type 'NoneType' is not iterable" in rehearsal.server.log_path.read_text()
 
 

@@ -30,6 +30,7 @@ from tests.capture_processor.test_llm_traffic import ANSWER
 from tests.capture_processor.transcripts import split
 from tests.sidecar.conftest import free_loopback_port, read_records
 from tests.sidecar.test_capture_to_curated import _curate
+from tests.support.waiting import eventually
 
 ISSUER = "https://idp.example.com/oauth2/llm-platform"
 AUDIENCE = "llm-platform-inference"
@@ -134,10 +135,8 @@ def _jwt_env(jwks: str, **overrides: str) -> dict[str, str]:
 
 def _wait_for_keys(sidecar: Any) -> None:
     """Until the sidecar fetched the JWKS (a 503 before: no keys to check a token with yet)."""
-    deadline = time.monotonic() + 30  # a safety timeout
-    while sidecar.call("GET", "/v1/models", None, {"Authorization": f"Bearer {token()}"}).status == 503:
-        assert time.monotonic() < deadline, sidecar.log()
-        time.sleep(0.05)
+    assert eventually(lambda: sidecar.call("GET", "/v1/models", None,
+                                           {"Authorization": f"Bearer {token()}"}).status != 503), sidecar.log()
 
 
 def test_gateway_traffic_is_recorded_with_the_tokens_subject(
@@ -296,9 +295,7 @@ def test_a_key_the_issuer_rotates_in_is_fetched_on_its_first_token(start_sidecar
         server.keys = [_jwk(OTHER_KEY, "test-key-2")]
         rotated = {"Authorization": f"Bearer {token(key=OTHER_KEY, kid='test-key-2')}"}
         assert sidecar.call("POST", "/echo", b"{}", rotated).status == 401
-        deadline = time.monotonic() + 60  # a safety timeout
-        while (status := sidecar.call("POST", "/echo", b"{}", rotated).status) == 401:
-            assert time.monotonic() < deadline, sidecar.log()
-            time.sleep(0.2)
-        assert status == 200
+        assert eventually(lambda: sidecar.call("POST", "/echo", b"{}", rotated).status != 401, interval=0.2), \
+            sidecar.log()
+        assert sidecar.call("POST", "/echo", b"{}", rotated).status == 200
         assert sidecar.call("POST", "/echo", b"{}", {"Authorization": f"Bearer {token()}"}).status == 401

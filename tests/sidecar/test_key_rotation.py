@@ -23,6 +23,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.support.rotation import rotation, rotation_function, stages, synced_api_keys
+from tests.support.waiting import eventually
 
 from .conftest import Sidecar, read_records
 
@@ -57,16 +58,6 @@ class MountedSecret:
 def status(sidecar: Sidecar, key: str) -> int:
     return sidecar.call("POST", "/v1/completions", b"{}", {"Authorization": f"Bearer {key}",
                                                             "Content-Type": "application/json"}).status
-
-
-def eventually(condition: Callable[[], bool], safety_timeout: float = 60.0) -> bool:
-    """Whether ``condition`` holds within the safety timeout (a bound on the wait, not an expectation)."""
-    deadline = time.monotonic() + safety_timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def wait_for(sidecar: Sidecar, key: str, wanted: int) -> None:
