@@ -837,8 +837,8 @@ def _plan_portable(context: PlatformContext, entry: PortableDeployment, problems
         api_key=SecretKeyRef(name=api_key_secret_name(server.name), key=API_KEY_SECRET_KEY)
         if server.api_key_enabled else None,
         region=context.region, namespace=namespace,
-        usage_store=context.usage_store if sidecar is not None and limits is not None and limits.needs_store
-        and limits.store_url is None else None)
+        usage_store=limits.uses_platform_store(context.usage_store) if sidecar is not None and limits is not None
+        else None)
 
 
 def api_key_secret_name(server_name: str) -> str:
@@ -1151,8 +1151,7 @@ def _plan_gateway_entry(context: PlatformContext, gateway: PlannedGateway, optio
         upstream_url=f"https://{gateway.gateway.endpoint_domain}", jwt_environment=jwt.capture_environment(),
         capture=capture, capture_key=key, identity=identity, vpc_cidr=context.vpc_cidr,
         source_ranges=tuple(source_ranges), region=context.region,
-        usage_store=context.usage_store if limits is not None and limits.needs_store and limits.store_url is None
-        else None)
+        usage_store=limits.uses_platform_store(context.usage_store) if limits is not None else None)
 
 
 def _check_entry_domain(context: PlatformContext, gateway: PlannedGateway, domain: str, at: str,

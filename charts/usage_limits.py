@@ -112,6 +112,11 @@ class UsageLimits(SpecBlock):
         per replica)."""
         return any(caller.limits().keys() - {"concurrentRequestsPerReplica"} for caller in self.callers)
 
+    def uses_platform_store(self, store: UsageStoreRef | None) -> UsageStoreRef | None:
+        """The platform's store (``PlatformContext.usage_store``) when these limits share it: token budgets and no
+        ``storeUrl`` of their own (a portable server's sidecar and a gateway entry alike)."""
+        return store if self.needs_store and self.store_url is None else None
+
     def check_store(self, path: str, problems: Problems, *, platform_store: bool) -> None:
         """``UsageLimits.NoStore``: token budgets without a store, neither ``storeUrl`` nor the platform's
         (``platform_store``: the plan's context names one, :class:`UsageStoreRef`)."""
