@@ -22,7 +22,14 @@ Checks, in order (``docs/deploying.md`` says what each one guards):
   (``dryRun=All&fieldValidation=Strict``) accepts every operator custom resource of ``dist/`` (not applicable before
   the cluster exists);
 * ``sidecar-image``: the prebuilt capture sidecar image exists in ECR by its digest, or Docker is available to build
-  the image asset.
+  the image asset;
+* ``prices``: each configured price of the cost per team (``costs.instancePrices``, a group's ``usdPerNodeHour``) of
+  an EC2 node group's instance type lies between a quarter of its on-demand Linux list price in the region and that
+  price (AWS Price List Query API, ``pricing:GetProducts`` in us-east-1): no discount makes a price higher than on
+  demand, and none goes below a quarter of it (the deepest Savings Plan, EC2 Instance, is up to 72 % off), so a
+  figure outside is a typo, another region's price or a per-GPU price. HyperPod instance groups' ``ml.`` prices are
+  listed, not compared: the Price List's attributes for HyperPod cluster instances are not verified here
+  (docs/usage-and-budgets.md, "Prices").
 
 The Kubernetes client is ``urllib`` with the cluster's CA and an EKS bearer token (a presigned
 ``sts:GetCallerIdentity``, as ``aws eks get-token`` makes): the preflight needs two requests of the API, which do not
@@ -138,6 +145,18 @@ class InstanceNeed:
 
 
 @dataclasses.dataclass(frozen=True)
+class PriceNeed:
+    """A price of the cost per team (:class:`~hyperpod_inference_iac.GpuCost`): ``usd_per_node_hour`` for
+    ``instance_type`` as ``group`` is priced, ``ec2`` (an EKS node group) or ``sagemaker`` (a HyperPod instance
+    group)."""
+
+    service: str
+    instance_type: str
+    usd_per_node_hour: float
+    group: str
+
+
+@dataclasses.dataclass(frozen=True)
 class PreflightPlan:
     """What the deploy will ask of the account: the preflight's input (the app writes it into ``cdk.out/`` as
     ``preflight-plan.json``; a consumer of the library builds one). ``None`` or empty: that check does not apply."""
@@ -163,6 +182,7 @@ class PreflightPlan:
     manifests: tuple[Mapping[str, Any], ...] = ()
     sidecar_image: str | None = None
     needs_sidecar_image: bool = False
+    prices: tuple[PriceNeed, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
@@ -172,6 +192,7 @@ class PreflightPlan:
         data = json.loads(text)
         data["bootstrap"] = tuple(BootstrapNeed(**item) for item in data.get("bootstrap", ()))
         data["instances"] = tuple(InstanceNeed(**item) for item in data.get("instances", ()))
+        data["prices"] = tuple(PriceNeed(**item) for item in data.get("prices", ()))
         for key in ("certificate_names", "manifests", "lake_formation_principals"):
             data[key] = tuple(data.get(key, ()))
         return cls(**data)
@@ -257,16 +278,18 @@ def _is_no_credentials(error: BaseException) -> bool:
 
 
 class _Aws:
-    """Clients of one session and region, made once each."""
+    """Clients of one session and region, made once each (``region``: another region for a global API's endpoint,
+    the Price List's)."""
 
     def __init__(self, session: SessionLike, region: str) -> None:
         self.session, self.region = session, region
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
 
-    def __call__(self, service: str) -> Any:
-        if service not in self._clients:
-            self._clients[service] = self.session.client(service, region_name=self.region)
-        return self._clients[service]
+    def __call__(self, service: str, region: str | None = None) -> Any:
+        key = (service, region or self.region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, region_name=key[1])
+        return self._clients[key]
 
 
 Check = Callable[[PreflightPlan, _Aws], CheckResult]
@@ -420,6 +443,60 @@ def check_hyperpod_quotas(plan: PreflightPlan, aws: _Aws) -> CheckResult:
                     "request an increase (aws service-quotas request-service-quota-increase --service-code sagemaker "
                     "--quota-code <code> --desired-value <count>), or choose an instance type offered for HyperPod "
                     "in the region")
+
+
+# The Price List Query API's endpoint (also in eu-central-1 and ap-south-1; one is enough), and the share of the list
+# price below which no discount goes: EC2 Instance Savings Plans, the deepest, are "up to 72 %" off.
+PRICE_LIST_REGION = "us-east-1"
+LOWEST_SHARE_OF_LIST = 0.25
+
+
+def ec2_list_price(aws: _Aws, instance_type: str, region: str) -> float | None:
+    """The on-demand hourly USD price of a Linux, shared-tenancy ``instance_type`` in ``region`` by the AWS Price
+    List, or ``None`` when the list has none (the filters docs/usage-and-budgets.md gives for the CLI)."""
+    filters = [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in (
+        ("instanceType", instance_type), ("regionCode", region), ("operatingSystem", "Linux"),
+        ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+    prices = []
+    for item in aws("pricing", PRICE_LIST_REGION).get_products(ServiceCode="AmazonEC2", Filters=filters,
+                                                              MaxResults=10)["PriceList"]:
+        product = json.loads(item) if isinstance(item, str) else item
+        for term in product.get("terms", {}).get("OnDemand", {}).values():
+            for dimension in term.get("priceDimensions", {}).values():
+                usd = dimension.get("pricePerUnit", {}).get("USD")
+                if usd is not None and float(usd) > 0:
+                    prices.append(float(usd))
+    return max(prices) if prices else None
+
+
+def check_prices(plan: PreflightPlan, aws: _Aws) -> CheckResult:
+    name = "prices"
+    if not plan.prices:
+        return CheckResult(name, Outcome.NOT_APPLICABLE, "no cost per team configured (costs:)")
+    problems, found = [], []
+    for need in sorted(plan.prices, key=lambda need: (need.service, need.instance_type, need.group)):
+        price = need.usd_per_node_hour
+        if need.service != "ec2" or "," in need.instance_type:
+            why = "HyperPod" if need.service != "ec2" else "the group's own price for several types"
+            found.append(f"{need.group} ({need.instance_type}): {price:g} USD/h, not compared ({why})")
+            continue
+        listed = ec2_list_price(aws, need.instance_type, plan.region)
+        if listed is None:
+            problems.append(f"{need.group}: the Price List has no on-demand Linux price for {need.instance_type} in "
+                            f"{plan.region} (is the type offered there?)")
+            continue
+        share = price / listed
+        found.append(f"{need.group} ({need.instance_type}): {price:g} USD/h, {share:.0%} of the list's {listed:g}")
+        if price > listed * 1.005:
+            problems.append(f"{need.group}: {price:g} USD/h for {need.instance_type} is above its on-demand list "
+                            f"price in {plan.region}, {listed:g} (no discount makes a price higher)")
+        elif share < LOWEST_SHARE_OF_LIST:
+            problems.append(f"{need.group}: {price:g} USD/h for {need.instance_type} is {share:.0%} of its on-demand "
+                            f"list price in {plan.region}, {listed:g}: below any Savings Plan (a per-GPU price, or "
+                            "another type's?)")
+    return _verdict(name, problems, found,
+                    "correct costs.instancePrices (or the group's usdPerNodeHour): your price per node-hour in the "
+                    "platform's region, net of your discounts (docs/usage-and-budgets.md, \"Prices\")")
 
 
 def check_hosted_zone(plan: PreflightPlan, aws: _Aws) -> CheckResult:
@@ -810,6 +887,7 @@ def run_preflight(plan: PreflightPlan, session: SessionLike, *, docker: Callable
         ("crd-fields", "eks:DescribeCluster", lambda: check_crd_fields(plan, aws, cluster_api)),
         ("dry-run", "eks:DescribeCluster", lambda: check_dry_run(plan, aws, cluster_api)),
         ("sidecar-image", "ecr:DescribeImages", lambda: check_sidecar_image(plan, aws, docker)),
+        ("prices", "pricing:GetProducts", lambda: check_prices(plan, aws)),
     ]
     results = []
     for name, action, check in checks:
@@ -898,10 +976,12 @@ __all__ = [
     "Outcome",
     "PreflightPlan",
     "PreflightReport",
+    "PriceNeed",
     "ProseField",
     "bootstrap_needs",
     "covers",
     "deploy_time_placeholders",
+    "ec2_list_price",
     "ec2_quota_of",
     "eks_token",
     "main",

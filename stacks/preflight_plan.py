@@ -10,7 +10,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 
 from hyperpod_inference_iac.cluster.inference_operator import OPERATOR_ADDON
-from hyperpod_inference_iac.preflight import InstanceNeed, PreflightPlan, deploy_time_placeholders
+from hyperpod_inference_iac.preflight import InstanceNeed, PreflightPlan, PriceNeed, deploy_time_placeholders
 from platform_config import PlatformConfig
 from stacks.platform import Platform
 
@@ -28,6 +28,26 @@ def _node_groups(platform: Platform) -> tuple[InstanceNeed, ...]:
         maximum = scaling.get("maxSize")
         if types and isinstance(types[0], str) and isinstance(maximum, int):
             needs.append(InstanceNeed("ec2", types[0], maximum, child.node.path))
+    return tuple(needs)
+
+
+def _prices(platform: Platform) -> tuple[PriceNeed, ...]:
+    """Each price the cost sampler is given, as it reads them (GpuCost's settings): a configured instance price per
+    group that uses the type, or the group's own price (several types of an own-priced group: not comparable to one
+    list price, named together)."""
+    gpu_cost = platform.cluster.gpu_cost
+    if gpu_cost is None:
+        return ()
+    settings = gpu_cost.settings
+    needs = []
+    for group in settings["groups"]:
+        service = "ec2" if group["kind"] == "eks-nodegroup" else "sagemaker"
+        types = sorted(set(group["instanceTypes"]))
+        if group["usdPerNodeHour"] is not None:
+            needs.append(PriceNeed(service, ",".join(types), float(group["usdPerNodeHour"]), group["group"]))
+        else:
+            needs += [PriceNeed(service, t, float(settings["prices"][t]), group["group"])
+                      for t in types if t in settings["prices"]]
     return tuple(needs)
 
 
@@ -51,4 +71,5 @@ def preflight_plan(config: PlatformConfig, platform: Platform) -> PreflightPlan:
         addon_name=OPERATOR_ADDON, addon_version=config.operator.addon_version, addon_configuration=configuration,
         sidecar_image=config.capture.sidecar_image,
         needs_sidecar_image=config.workloads.needs_sidecar_image or config.model_metrics_agent is not None,
+        prices=_prices(platform),
     )

@@ -170,7 +170,8 @@ REASONS: dict[str, tuple[str, str]] = {
         "AwsSolutions-IAM5",
         "The preflight's reads that IAM gives no resource type (lakeformation:GetDataLakeSettings, the service "
         "quotas, ec2:DescribeInstanceTypes, eks:DescribeAddonVersions/DescribeAddonConfiguration) on '*', held to "
-        "the platform's region (aws:RequestedRegion); every read with a resource type names its one resource.",
+        "the platform's region (aws:RequestedRegion), and pricing:GetProducts (public list prices) held to the Price "
+        "List's endpoint region; every read with a resource type names its one resource.",
     ),
 }
 

@@ -22,6 +22,7 @@ from hyperpod_inference_iac.foundation.props import Props, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 DEFAULT_QUALIFIER = "hnb659fds"
+PRICE_LIST_REGION = "us-east-1"  # (hyperpod_inference_iac.preflight's, where the prices check calls the Price List)
 # Actions without a resource type: held to the platform's region instead.
 UNSCOPED_READS = ("lakeformation:GetDataLakeSettings", "servicequotas:GetServiceQuota",
                   "servicequotas:ListServiceQuotas", "ec2:DescribeInstanceTypes", "eks:DescribeAddonVersions",
@@ -101,6 +102,10 @@ class PreflightPolicy(Construct):
             iam.PolicyStatement(sid="BootstrapVersion", actions=["ssm:GetParameter"], resources=[
                 f"arn:{stack.partition}:ssm:{here}:parameter/cdk-bootstrap/{props.bootstrap_qualifier}/version"]),
             iam.PolicyStatement(sid="AccountReads", actions=list(UNSCOPED_READS), resources=["*"], conditions=region),
+            # The public Price List (the `prices` check): its Query API answers in us-east-1 only among the regions
+            # the preflight uses, and has no resource type; it reads list prices, nothing of the account.
+            iam.PolicyStatement(sid="PriceList", actions=["pricing:GetProducts"], resources=["*"],
+                                conditions={"StringEquals": {"aws:RequestedRegion": PRICE_LIST_REGION}}),
         ]
         scoped = [
             ("TablesLayer", "lambda:GetLayerVersion", props.tables_layer_arn),

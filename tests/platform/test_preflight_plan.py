@@ -14,7 +14,7 @@ from hyperpod_inference_iac.charts.crd_schema import PLURALS, SCHEMA_VERSIONS, c
 from hyperpod_inference_iac.cluster.prose_fields import addon_rows
 from hyperpod_inference_iac.preflight import PLAN_FILE, Outcome, PreflightPlan, run_preflight
 from tests.support.synth import Assembly
-from tests.unit.test_preflight import ACCOUNT, KubeStandIn, StubSession
+from tests.unit.test_preflight import ACCOUNT, KubeStandIn, StubSession, _list_price
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,12 @@ def test_the_plan_holds_every_node_group_at_its_maximum_and_every_hyperpod_group
     assert ("ec2", "m6i.large", 4) in by_service  # the system nodes
     assert ("ec2", "g6e.12xlarge", 4) in by_service  # config/default.yaml's GPU group, maxSize 4
     assert ("sagemaker", "ml.g5.12xlarge", 2) in by_service
+
+
+def test_the_plan_holds_the_prices_the_cost_sampler_is_given(plan: PreflightPlan) -> None:
+    """config/default.yaml's costs: the g6e node group by its instance price, the HyperPod group by its own."""
+    assert {(p.service, p.instance_type, p.usd_per_node_hour, p.group) for p in plan.prices} == {
+        ("ec2", "g6e.12xlarge", 10.49, "gpu-g6e"), ("sagemaker", "ml.g5.12xlarge", 7.09, "inference-g5")}
 
 
 def test_every_addon_key_the_platform_sets_is_a_prose_row(plan: PreflightPlan) -> None:
@@ -92,6 +98,7 @@ def _account(session: StubSession, plan: PreflightPlan, endpoint: str) -> None:
     eks.add_response("describe_addon_configuration", {
         "configurationSchema": json.dumps(_schema_of(plan.addon_configuration or {}))})
     eks.add_response("describe_cluster", {"cluster": {"endpoint": endpoint, "certificateAuthority": {"data": ""}}})
+    _list_price(session, "g6e.12xlarge", "10.4926000000")
 
 
 def _cluster(schema: Any) -> KubeStandIn:

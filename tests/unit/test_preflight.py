@@ -28,6 +28,7 @@ from hyperpod_inference_iac.preflight import (
     KubeApi,
     Outcome,
     PreflightPlan,
+    PriceNeed,
     _Aws,
     _Cluster,
     bootstrap_needs,
@@ -41,6 +42,7 @@ from hyperpod_inference_iac.preflight import (
     check_hosted_zone,
     check_hyperpod_quotas,
     check_lake_formation_admin,
+    check_prices,
     check_sidecar_image,
     check_tables_layer,
     covers,
@@ -78,6 +80,7 @@ class StubSession:
                                      region_name=REGION)
         self.clients: dict[str, Any] = {}
         self.stubs: dict[str, Stubber] = {}
+        self.regions: dict[str, str | None] = {}  # the region each client was asked for
 
     def stub(self, service: str) -> Stubber:
         if service not in self.stubs:
@@ -88,6 +91,7 @@ class StubSession:
 
     def client(self, service_name: str, region_name: str | None = None) -> Any:
         self.stub(service_name)
+        self.regions[service_name] = region_name
         return self.clients[service_name]
 
     def get_credentials(self) -> Any:
@@ -590,7 +594,7 @@ def test_every_check_is_not_applicable_for_an_empty_plan(aws: tuple[StubSession,
     session.caller()
     report = run_preflight(plan(), session)
     assert {r.outcome for r in report.results} == {Outcome.NOT_APPLICABLE} and report.exit_code == 0
-    assert len(report.results) == 12
+    assert len(report.results) == 13
 
 
 def test_access_denied_fails_that_check_with_the_policy_to_attach(aws: tuple[StubSession, _Aws]) -> None:
@@ -683,3 +687,69 @@ def test_an_unexpected_answer_fails_that_check_only(aws: tuple[StubSession, _Aws
     assert report.of("addon-version").outcome is Outcome.FAIL and "offered: none" in report.of("addon-version").detail
     configuration = report.of("addon-configuration")
     assert configuration.outcome is Outcome.FAIL and "could not check: JSONDecodeError" in configuration.detail
+
+
+# --- prices --------------------------------------------------------------------------------------------------------
+
+def _list_price(session: StubSession, instance_type: str, *usd: str) -> None:
+    products = [json.dumps({"product": {"attributes": {"instanceType": instance_type, "regionCode": REGION}},
+                            "terms": {"OnDemand": {f"SKU{i}.TERM": {"priceDimensions": {f"SKU{i}.DIM": {
+                                "unit": "Hrs", "pricePerUnit": {"USD": price}}}}}}}) for i, price in enumerate(usd)]
+    filters = [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in (
+        ("instanceType", instance_type), ("regionCode", REGION), ("operatingSystem", "Linux"), ("tenancy", "Shared"),
+        ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+    session.stub("pricing").add_response("get_products", {"PriceList": products, "FormatVersion": "aws_v1"},
+                                         {"ServiceCode": "AmazonEC2", "Filters": filters, "MaxResults": 10})
+
+
+PRICES = (PriceNeed("ec2", "g6e.12xlarge", 10.49, "gpu-g6e"), PriceNeed("sagemaker", "ml.g5.12xlarge", 7.09,
+                                                                         "inference-g5"))
+
+
+def test_prices_pass_between_a_quarter_of_the_list_price_and_the_list_price(aws: tuple[StubSession, _Aws]) -> None:
+    session, client = aws
+    _list_price(session, "g6e.12xlarge", "10.4926000000")
+    result = check_prices(plan(prices=PRICES), client)
+    assert result.outcome is Outcome.PASS, result.line()
+    assert "gpu-g6e (g6e.12xlarge): 10.49 USD/h, 100% of the list's 10.4926" in result.detail
+    assert "inference-g5 (ml.g5.12xlarge): 7.09 USD/h, not compared (HyperPod)" in result.detail
+    assert session.regions["pricing"] == "us-east-1"  # the Price List's endpoint, whatever the platform's region
+
+
+def test_prices_fail_above_the_list_price_below_a_quarter_of_it_and_for_an_unlisted_type(
+        aws: tuple[StubSession, _Aws]) -> None:
+    session, client = aws
+    _list_price(session, "g6e.12xlarge", "10.4926000000")
+    _list_price(session, "g6e.48xlarge", "30.1311000000")
+    _list_price(session, "p9.48xlarge")
+    needs = (PriceNeed("ec2", "g6e.12xlarge", 13.5, "too-dear"), PriceNeed("ec2", "g6e.48xlarge", 3.77, "per-gpu"),
+             PriceNeed("ec2", "p9.48xlarge", 50.0, "unlisted"))
+    result = check_prices(plan(prices=needs), client)
+    assert result.outcome is Outcome.FAIL
+    assert "too-dear: 13.5 USD/h for g6e.12xlarge is above its on-demand list price in" in result.detail
+    assert "per-gpu: 3.77 USD/h for g6e.48xlarge is 13% of its on-demand list price" in result.detail
+    assert "unlisted: the Price List has no on-demand Linux price for p9.48xlarge" in result.detail
+    assert "costs.instancePrices" in result.fix
+
+
+def test_prices_do_not_apply_without_a_cost_per_team_and_round_trip_through_the_plan_file(
+        aws: tuple[StubSession, _Aws]) -> None:
+    assert check_prices(plan(), aws[1]).outcome is Outcome.NOT_APPLICABLE
+    with_prices = plan(prices=PRICES)
+    assert PreflightPlan.from_json(with_prices.to_json()) == with_prices
+
+
+def test_the_price_list_is_asked_in_us_east_1_under_a_policy_held_to_it() -> None:
+    from aws_cdk import App, Stack
+
+    from hyperpod_inference_iac import PreflightPolicy
+    from hyperpod_inference_iac.preflight import PRICE_LIST_REGION
+    from hyperpod_inference_iac.security import preflight_policy
+
+    assert preflight_policy.PRICE_LIST_REGION == PRICE_LIST_REGION == "us-east-1"
+    stack = Stack(App(), "S", env={"account": ACCOUNT, "region": "eu-west-1"})
+    policy = PreflightPolicy(stack, "Preflight")
+    document = stack.resolve(policy.policy.document.to_json())
+    (statement,) = [s for s in document["Statement"] if s.get("Sid") == "PriceList"]
+    assert statement == {"Sid": "PriceList", "Effect": "Allow", "Action": "pricing:GetProducts", "Resource": "*",
+                         "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}}

@@ -63,7 +63,10 @@ def test_it_only_reads() -> None:
 def test_a_wildcard_only_where_iam_has_no_resource_type_and_held_to_the_region() -> None:
     for statement in _statements(**FULL):
         if statement["Resource"] == "*":
-            assert statement["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-west-2"}}
+            # The platform's region; the public Price List's reads, its endpoint's region (and nothing else there)
+            region = "us-east-1" if statement["Sid"] == "PriceList" else "us-west-2"
+            assert statement["Condition"] == {"StringEquals": {"aws:RequestedRegion": region}}
+            assert statement["Sid"] != "PriceList" or _actions(statement) == ["pricing:GetProducts"]
             assert not {"ssm:GetParameter", "lambda:GetLayerVersion", "route53:GetHostedZone",
                         "acm:DescribeCertificate", "eks:DescribeCluster", "ecr:DescribeImages"} & set(
                 _actions(statement))
@@ -74,7 +77,7 @@ def test_a_wildcard_only_where_iam_has_no_resource_type_and_held_to_the_region()
 
 def test_a_resource_not_given_is_granted_nothing() -> None:
     sids = {statement["Sid"] for statement in _statements()}
-    assert sids == {"BootstrapVersion", "AccountReads"}
+    assert sids == {"BootstrapVersion", "AccountReads", "PriceList"}
 
 
 def test_a_bad_qualifier_is_one_coded_error() -> None:
