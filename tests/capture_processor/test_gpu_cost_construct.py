@@ -152,7 +152,7 @@ def test_the_sampler_gets_every_group_with_its_models_and_prices_and_runs_hourly
         templates: tuple[dict[str, Any], dict[str, Any]]) -> None:
     _, cluster = templates
     (function,) = [r for r in of_type(cluster, "AWS::Lambda::Function").values()
-                   if r["Properties"].get("Handler") == "sampler.handler"]
+                   if r["Properties"].get("Handler") == "node_hours_sampler.handler"]
     env = function["Properties"]["Environment"]["Variables"]
     assert json.loads(env["COST_GROUPS"]) == [
         {"kind": "eks-nodegroup", "cluster": "llm-platform", "group": "gpu-g6e", "instanceTypes": ["g6e.12xlarge"],
