@@ -1,5 +1,5 @@
-"""The node-hour sampler (lambda/capture_processor/node_hours_sampler.py): it counts every group through the real boto3 clients
-(stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit ``gpu_node_hours`` as
+"""The node-hour sampler (lambda/capture_processor/node_hours_sampler.py): it counts every group through the real
+boto3 clients (stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit ``gpu_node_hours`` as
 CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
 
 from __future__ import annotations
