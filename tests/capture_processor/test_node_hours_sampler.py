@@ -1,6 +1,6 @@
 """The node-hour sampler (lambda/capture_processor/node_hours_sampler.py): it counts every group through the real
-boto3 clients (stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit ``gpu_node_hours`` as
-CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
+boto3 clients (stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit
+``gpu_node_hours`` as CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import node_hours_sampler as sampler  # (the processor's folder is on sys.path: tests/capture_processor/conftest.py)
 import pytest
 from botocore.stub import Stubber
 
-import node_hours_sampler as sampler  # (the processor's folder is on sys.path: tests/capture_processor/conftest.py)
 from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_COLUMNS, iceberg_schema
 
 NOW = datetime(2026, 12, 1, 10, 5, 7, tzinfo=UTC)
