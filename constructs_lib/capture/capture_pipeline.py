@@ -356,6 +356,21 @@ class CapturePipelineProps(CapturePipelineOptions):
         doc="The function's code.")
 
 
+def processor_code() -> lambda_.Code:
+    """The capture processor's code asset (``hyperpod_inference_iac.capture_processor``): the processor's handler
+    and GpuCost's sampler (``node_hours_sampler``) ship in it, so a stack with both uploads it once (one hash)."""
+    return lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.capture_processor")),
+                                   exclude=["**/__pycache__", "**/*.pyc", "__init__.py"])
+
+
+def output_key_environment(encryption_key: kms.IKey | None) -> dict[str, str]:
+    """The one rule for whether a writer of the capture bucket names the capture key (``OUTPUT_KMS_KEY_ID``), for
+    the processor and every other writer of its tables (GpuCost's sampler): with the pipeline's key, every write
+    names it (a bucket whose default is SSE-S3, as with ALB access logs, refuses any other); without a key, none
+    does (the bucket's default encryption applies)."""
+    return {"OUTPUT_KMS_KEY_ID": encryption_key.key_arn} if encryption_key is not None else {}
+
+
 def check_capture_pipeline(problems: Problems, at: KeyPaths = PROPS, *, region: str, **options: Any) -> None:
     """:meth:`CapturePipelineOptions.check` of these options (kept for callers of 0.2.0)."""
     CapturePipelineOptions(**options).check(problems, at, region=region)
@@ -523,9 +538,7 @@ class CapturePipeline(Construct):
             runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             handler="handler.handler",
-            code=props.code or lambda_.Code.from_asset(
-                str(package_dir("hyperpod_inference_iac.capture_processor")),
-                exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
+            code=props.code or processor_code(),
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer", self.pandas_layer_arn)],
             memory_size=props.memory_size,
             timeout=FUNCTION_TIMEOUT,
@@ -546,7 +559,7 @@ class CapturePipeline(Construct):
                 "METRICS_PIPELINE": self.metrics_pipeline,
                 # Outputs name the key explicitly: a bucket whose default is SSE-S3 (ALB access logs) still
                 # gets curated data under the capture key, and its policy refuses writes that do not.
-                **({"OUTPUT_KMS_KEY_ID": props.encryption_key.key_arn} if props.encryption_key is not None else {}),
+                **output_key_environment(props.encryption_key),
             },
             description="Capture post-processing: S3 capture objects to curated Parquet (redacted)",
         )

@@ -22,9 +22,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from hyperpod_inference_iac.capture.capture_pipeline import LAMBDA_RUNTIME
+from hyperpod_inference_iac.capture.capture_pipeline import LAMBDA_RUNTIME, output_key_environment, processor_code
 from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_TABLE, CaptureTables
-from hyperpod_inference_iac.foundation._package_data import package_dir
 from hyperpod_inference_iac.foundation.nag import acknowledge, resource_evidence
 from hyperpod_inference_iac.foundation.props import Props, listed, mapped, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
@@ -273,10 +272,10 @@ class GpuCost(Construct):
         assert tables.props.tables_layer_arn is not None  # (checked)
         self.function = lambda_.Function(
             self, "Function", runtime=LAMBDA_RUNTIME, architecture=lambda_.Architecture.ARM_64,
-            handler="sampler.handler", role=role, log_group=log_group, memory_size=512,
+            handler="node_hours_sampler.handler", role=role, log_group=log_group, memory_size=512,
             timeout=Duration.minutes(2), reserved_concurrent_executions=1,  # (one commit at a time)
-            code=lambda_.Code.from_asset(str(package_dir("hyperpod_inference_iac.node_hours")),
-                                         exclude=["**/__pycache__", "**/*.pyc", "__init__.py"]),
+            # The processor's asset (one upload): the sampler commits through the processor's catalog and file IO.
+            code=processor_code(),
             # pyarrow from the AWS SDK for pandas layer, pyiceberg from the tables' layer: the processor's two
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, "PandasLayer",
                                                                 tables.props.pipeline.pandas_layer_arn),
@@ -286,7 +285,10 @@ class GpuCost(Construct):
                 "COST_GROUPS": json.dumps(settings["groups"], sort_keys=True, separators=(",", ":")),
                 "INSTANCE_PRICES": json.dumps(settings["prices"], sort_keys=True, separators=(",", ":")),
                 "ICEBERG_CATALOG_ID": stack.account, "ICEBERG_DATABASE": tables.props.database_name,
-                "ICEBERG_TABLE": NODE_HOURS_TABLE, "DEPLOYMENT_HASH": settings_hash},
+                "ICEBERG_TABLE": NODE_HOURS_TABLE, "DEPLOYMENT_HASH": settings_hash,
+                # Its writes name the capture key exactly when the processor's do (the same pipeline's key):
+                # with ALB access logs accepted the bucket refuses any write that does not.
+                **output_key_environment(tables.props.pipeline.props.encryption_key)},
             description="GPU node-hours per group, hourly, for the cost per team (docs/usage-and-budgets.md)")
         acknowledge(self.function, "capture-tables-layer-runtime")
         self.rule = events.Rule(self, "Hourly", schedule=events.Schedule.cron(minute=SAMPLE_MINUTE),

@@ -152,7 +152,7 @@ def test_the_sampler_gets_every_group_with_its_models_and_prices_and_runs_hourly
         templates: tuple[dict[str, Any], dict[str, Any]]) -> None:
     _, cluster = templates
     (function,) = [r for r in of_type(cluster, "AWS::Lambda::Function").values()
-                   if r["Properties"].get("Handler") == "sampler.handler"]
+                   if r["Properties"].get("Handler") == "node_hours_sampler.handler"]
     env = function["Properties"]["Environment"]["Variables"]
     assert json.loads(env["COST_GROUPS"]) == [
         {"kind": "eks-nodegroup", "cluster": "llm-platform", "group": "gpu-g6e", "instanceTypes": ["g6e.12xlarge"],
@@ -221,3 +221,71 @@ def test_cdk_nag_finds_nothing_unacknowledged() -> None:
     app, _, cluster_stack, _ = build()
     report = AwsSolutionsChecks(app).validate_scope(cluster_stack)
     assert [v.rule_name for v in report.violations] == []
+
+
+def _function(template: dict[str, Any], handler: str) -> dict[str, Any]:
+    (function,) = [r["Properties"] for r in of_type(template, "AWS::Lambda::Function").values()
+                   if r["Properties"].get("Handler") == handler]
+    return function
+
+
+def _imported(value: Any, exporter: dict[str, Any]) -> Any:
+    """A cross-stack reference as the exporting stack's own value (``Fn::ImportValue`` of one of its outputs)."""
+    if isinstance(value, dict) and "Fn::ImportValue" in value:
+        return next(output["Value"] for output in exporter["Outputs"].values()
+                    if output.get("Export", {}).get("Name") == value["Fn::ImportValue"])
+    return value
+
+
+def test_the_sampler_names_the_processors_key_and_ships_in_the_processors_asset(
+        templates: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """One rule decides whether a writer of the tables names the capture key (``output_key_environment``): the
+    sampler's ``OUTPUT_KMS_KEY_ID`` is the processor's (the storage stack's key, imported), and its code is the
+    processor's asset (one hash: one upload), whose ``node_hours_sampler`` commits through the processor's file IO."""
+    storage, cluster = templates
+    processor, sampler = _function(storage, "handler.handler"), _function(cluster, "node_hours_sampler.handler")
+    key = processor["Environment"]["Variables"]["OUTPUT_KMS_KEY_ID"]
+    assert key == {"Fn::GetAtt": [next(iter(of_type(storage, "AWS::KMS::Key"))), "Arn"]}
+    assert _imported(sampler["Environment"]["Variables"]["OUTPUT_KMS_KEY_ID"], storage) == key
+    assert sampler["Code"]["S3Key"] == processor["Code"]["S3Key"]
+
+
+def test_the_samplers_role_uses_the_key_through_s3_for_its_table_only_as_the_processor_does(
+        templates: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """What S3 asks of a writer naming the key (GenerateDataKey for a put, Decrypt for a multipart upload's parts),
+    with the processor's conditions (through S3 in the region, this account, the objects' ARN as the encryption
+    context), narrowed to the sampler's table: one grant rule (``CaptureTables.grant_table_writer``)."""
+    storage, cluster = templates
+    (sampler,) = [s for s in policy_of(cluster, "GpuCostRole") if any(str(a).startswith("kms:")
+                                                                      for a in _list(s["Action"]))]
+    processor = [s for s in _resolve(policy_of(storage, "PipelineRole"), storage["Resources"])
+                 if any(str(a).startswith("kms:") for a in _list(s["Action"]))]
+    assert sorted(_list(sampler["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    assert _imported(sampler["Resource"], storage) == {"Fn::GetAtt": [next(iter(of_type(storage, "AWS::KMS::Key"))),
+                                                                      "Arn"]}
+    assert sampler["Condition"]["StringEquals"] == {"kms:ViaService": f"s3.{REGION}.amazonaws.com",
+                                                    "aws:ResourceAccount": "${aws:PrincipalAccount}"}
+    assert sampler["Condition"]["StringLike"] == {
+        "kms:EncryptionContext:aws:s3:arn": [f"arn:aws:s3:::{BUCKET}/curated-iceberg/gpu_node_hours/*"]}
+    assert any(s["Condition"]["StringEquals"] == sampler["Condition"]["StringEquals"]
+               and s["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
+               == [f"arn:aws:s3:::{BUCKET}/curated-iceberg/*"] for s in processor), processor
+
+
+def test_without_the_key_neither_the_processor_nor_the_sampler_names_one() -> None:
+    """A pipeline given no key (a bucket whose default encryption is SSE-KMS with S3's own key): the processor
+    writes without SSE headers, and so does the sampler (pyarrow's plain file IO: the bucket's default applies)."""
+    from aws_cdk import aws_s3
+
+    stack = Stack(App(), "S", env=Environment(account=ACCOUNT, region=REGION))
+    bucket = aws_s3.Bucket(stack, "Captures", bucket_name=BUCKET, encryption=aws_s3.BucketEncryption.KMS_MANAGED,
+                           enforce_ssl=True)
+    pipeline = CapturePipeline(stack, "Pipeline", bucket=bucket, encryption_key=None)
+    tables = CaptureTables(stack, "Tables", pipeline=pipeline, tables_layer_arn=LAYER)
+    GpuCost(stack, "Cost", tables=tables, instance_prices=PRICES[:1], eks_cluster_name="c",
+            node_groups={"gpu-g6e": ["g6e.12xlarge"]})
+    template = Template.from_stack(stack).to_json()
+    for handler in ("handler.handler", "node_hours_sampler.handler"):
+        assert "OUTPUT_KMS_KEY_ID" not in _function(template, handler)["Environment"]["Variables"], handler
+    assert not [s for s in policy_of(template, "CostRole") if any(str(a).startswith("kms:")
+                                                                  for a in _list(s["Action"]))]

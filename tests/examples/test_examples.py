@@ -30,6 +30,7 @@ PACKAGE_DATA = (
     "hyperpod_inference_iac/cluster/hyperpod_lifecycle/on_create.sh",
     "hyperpod_inference_iac/capture_processor/handler.py",
     "hyperpod_inference_iac/capture_processor/capture_core/processor.py",
+    "hyperpod_inference_iac/capture_processor/node_hours_sampler.py",  # (GpuCost's sampler, in the same asset)
     "hyperpod_inference_iac/sidecar/Dockerfile",
     "hyperpod_inference_iac/sidecar/capture_sidecar/proxy.py",
     "hyperpod_inference_iac/charts/crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml",

@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
 }
 TOP = 5  # the package root and its command modules (capture_table_ops, weights_manifest, preflight, ...)
 # deployed code: its own top-level names at run time
-RUNTIME = {"capture_processor", "api_key_rotation", "node_hours", "sidecar"}
+RUNTIME = {"capture_processor", "api_key_rotation", "sidecar"}
 FORBIDDEN_AT_RUNTIME = ("aws_cdk", "constructs", "cdk8s", "cdk8s_plus_34", "jsii", PACKAGE)
 
 

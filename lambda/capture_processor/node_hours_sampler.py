@@ -1,6 +1,13 @@
 """The GPU node-hour sampler (GpuCost, issue 29.4): once an hour, count the nodes of every EKS node group and HyperPod
 instance group the platform prices, and append one row per group to the Iceberg table ``gpu_node_hours``.
 
+It ships in the capture processor's code asset (one asset, one upload: GpuCost's handler is
+``node_hours_sampler.handler``) and writes the table through the processor's own catalog
+(:func:`capture_core.iceberg_sink.catalog_for`): with ``OUTPUT_KMS_KEY_ID`` every object of its commits (data file,
+manifest, manifest list, table metadata) names the capture key (:mod:`capture_core.sse_kms_io`), which the capture
+bucket's policy requires where its default is SSE-S3 (ALB access logs accepted); without it, the bucket's default
+encryption applies. GpuCost sets the variable exactly when the processor's is set (the same pipeline's key).
+
 Runs in Lambda with boto3, pyiceberg (the capture tables' layer) and pyarrow (the AWS SDK for pandas layer), both
 imported when a row is written (the counting is testable without them). Settings (GpuCost renders them from the
 config):
@@ -9,6 +16,8 @@ config):
   "instanceTypes": [...], "models": [...], "usdPerNodeHour": null|float}``
 - ``INSTANCE_PRICES``: JSON object, instance type -> USD per node-hour (``costs.instancePrices``)
 - ``ICEBERG_CATALOG_ID``, ``ICEBERG_DATABASE``, ``ICEBERG_TABLE``, ``DEPLOYMENT_HASH``
+- ``OUTPUT_KMS_KEY_ID`` (optional): the capture key's ARN, named by every write (as the processor's variable of the
+  same name); ``AWS_ENDPOINT_URL`` (tests only: moto on loopback)
 
 A node group's count is its desired size (``eks:DescribeNodegroup``: what EKS is asked to run, and bills for once
 launched); an instance group's is its nodes as ``sagemaker:ListClusterNodes`` lists them (any status: HyperPod bills
@@ -108,15 +117,14 @@ def append(table: Any, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _glue_table() -> Any:
-    from pyiceberg.catalog.glue import GlueCatalog
+    """The table, through the processor's Glue catalog: the same file IO rule as its appends (the key, or none)."""
+    from capture_core.iceberg_sink import catalog_for
+    from capture_core.settings import IcebergSettings
 
-    region = os.environ.get("AWS_REGION")
-    properties = {"type": "glue", "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
-                  "glue.id": os.environ["ICEBERG_CATALOG_ID"]}
-    if region:
-        properties["glue.region"] = properties["s3.region"] = region
-    catalog = GlueCatalog("glue", **properties)
-    return catalog.load_table((os.environ["ICEBERG_DATABASE"], os.environ["ICEBERG_TABLE"]))
+    settings = IcebergSettings(os.environ["ICEBERG_DATABASE"], catalog_id=os.environ.get("ICEBERG_CATALOG_ID") or None)
+    catalog = catalog_for(settings, os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION"),
+                          os.environ.get("OUTPUT_KMS_KEY_ID") or None)
+    return catalog.load_table((settings.database, os.environ["ICEBERG_TABLE"]))
 
 
 def handler(event: Mapping[str, Any], context: Any, *, clients: Callable[[str], Any] | None = None,

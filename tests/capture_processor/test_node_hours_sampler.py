@@ -1,6 +1,6 @@
-"""The node-hour sampler (lambda/node_hours/sampler.py): it counts every group through the real boto3 clients
-(stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit ``gpu_node_hours`` as
-CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
+"""The node-hour sampler (lambda/capture_processor/node_hours_sampler.py): it counts every group through the real
+boto3 clients (stubbed responses: the request shapes are botocore's), prices it, and appends rows that fit
+``gpu_node_hours`` as CloudFormation creates it (pyiceberg's SQL catalog on a temporary folder stands in for Glue)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import node_hours_sampler as sampler  # (the processor's folder is on sys.path: tests/capture_processor/conftest.py)
 import pytest
 from botocore.stub import Stubber
 
 from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_COLUMNS, iceberg_schema
-from hyperpod_inference_iac.node_hours import sampler
 
 NOW = datetime(2026, 12, 1, 10, 5, 7, tzinfo=UTC)
 GROUPS = [
