@@ -116,8 +116,8 @@ def test_budget_alarms_of_a_level_removed_or_silenced_broaden(alarm_templates: t
     [removed] = [line for line in lines if line[1].endswith("sidecar-budget-80-percent")]
     assert removed[0] == "alarms" and removed[3] is True and gate(template_review(both, top)) == 1
     assert removed[2] == ("removed: no alarm when a caller crosses 80 % of a day or month token budget "
-                          "(ContainerInsights/Prometheus/capture_sidecar_budget_alerts_total Sum GreaterThanThreshold 0 "
-                          "over 1 x 300 s, actions: ${Topic85E630E2})")
+                          "(ContainerInsights/Prometheus/capture_sidecar_budget_alerts_total Sum GreaterThanThreshold "
+                          "0 over 1 x 300 s, actions: ${Topic85E630E2})")
     [added] = [line for line in lines_of(top, both) if line[1].endswith("sidecar-budget-80-percent")]
     assert added[2].startswith("new: budget alert level 80 %: ") and added[3] is False
     # Its actions removed (the alarm stays, tells nobody): a weakening; a threshold tuned is an alarm change.
@@ -280,21 +280,21 @@ def test_the_cdk_diff_reports_them_and_the_review_reads_them(tmp_path: Path,
     base = {"Resources": both["Resources"] | sampler()["Resources"]}
     cheaper = (InstancePrice(instance_type="p5.48xlarge", usd_per_node_hour=55.04), PRICES[1])
     head = {"Resources": top["Resources"] | sampler(instance_prices=cheaper)["Resources"]}
-    review, diff = review_of(tmp_path, base, head)
+    review, _ = review_of(tmp_path, base, head)
     found = said(review)
     assert (GROUP, "price of p5.48xlarge", "98.32 → 55.04 USD per node-hour", False) in found
     assert any(line[1].endswith("sidecar-budget-80-percent") and line[3] for line in found)
     assert gate(review) == 1
 
 
-# ---- helpers: a change between two templates, as the CDK's diff reports it --------------------------------------------
+# ---- helpers: a change between two templates, as the CDK's diff reports it ---------------------------------------
 
 
 @pytest.fixture(scope="module")
 def alarm_templates() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The budget alarms at 80 % and 100 %; at 100 % only; at both with the 100 % alarm's actions removed."""
-    from tests.unit.test_budget_alarms import _metrics
     from tests.unit.test_alarms import _cluster_stack
+    from tests.unit.test_budget_alarms import _metrics
 
     def synth(percents: list[int]) -> dict[str, Any]:
         stack, cluster = _cluster_stack()

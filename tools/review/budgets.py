@@ -158,7 +158,8 @@ def setting_change(var: str, old: Any, new: Any, has_limits: bool = True) -> Sai
         return (GROUP, change("caller id from the JWT claim", old, new)
                 + (" (callers named in usageLimits may no longer match; counters start again)" if has_limits
                    else ""), has_limits and old is not MISSING)
-    words = {"LIMITS_STORE_IAM_USER": ("budget store IAM user", ""), "LIMITS_STORE_IAM_CACHE": ("budget store cache", ""),
+    words = {"LIMITS_STORE_IAM_USER": ("budget store IAM user", ""),
+             "LIMITS_STORE_IAM_CACHE": ("budget store cache", ""),
              "LIMITS_STORE_TIMEOUT_SECONDS": ("budget store timeout", " s"),
              "STREAM_USAGE": ("streams asked for their usage", ""), "USAGE_PATHS": ("metered paths", ""),
              "TOKEN_ESTIMATE_BYTES_PER_TOKEN": ("token estimate bytes per token", ""),

@@ -20,7 +20,7 @@ import yaml
 
 from tools.review import budgets
 from tools.review.flat import changed, collapse, flatten, render, whole_item
-from tools.review.model import MISSING, Line, change, increases, listing, number, short
+from tools.review.model import MISSING, Line, change, increases, listing, short
 from tools.review.rules import Rules
 
 Key = tuple[str, str, str]  # kind, namespace, name
