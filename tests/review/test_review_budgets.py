@@ -86,6 +86,7 @@ def test_a_budget_alert_level_removed_broadens_and_one_added_does_not() -> None:
     text = render.text(weaker)
     assert "budgets and costs (2)" in text
     assert f"! {SERVER}: budget alert for team-a at 80 % of tokensPerDay removed [broadens]" in text
+    assert "### budgets and costs (2)" in render.markdown(weaker)
 
 
 def test_a_callers_budget_removed_takes_its_alerts_with_it_and_a_new_one_brings_them() -> None:

@@ -1,7 +1,8 @@
 """Kubernetes objects of two synths, compared by kind, namespace and name, field by field, and read for
 what a reviewer asks: capture tiers, sampling and payload caps (data governance); images, service
 accounts and their roles, replicas, autoscaling and model sources (workloads); Service type, load
-balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS).
+balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS); the capture
+sidecar's budgets, their alerts and its usage settings (budgets and costs, in words by ``budgets.py``).
 
 The objects come from ``dist/`` (``*.k8s.yaml``; ``helm/*.yaml`` as Helm releases) and from the
 cluster stack's kubectl manifests and Helm charts, which the app renders from the same plan; a change
