@@ -126,6 +126,15 @@ def test_budget_alarms_of_a_level_removed_or_silenced_broaden(alarm_templates: t
         ("alarms", "alarm probe-sidecar-budget-100-percent", "alarm actions ${Topic85E630E2} (removed): the 100 % "
          "budget alert no longer notifies ${Topic85E630E2}", True)]
     assert lines_of(silent, both)[0][3] is False
+    moved, tuned = copy.deepcopy(both), copy.deepcopy(both)
+    for template, change in ((moved, {"AlarmActions": ["arn:aws:sns:us-east-1:111122223333:elsewhere"]}),
+                             (tuned, {"Threshold": 3})):
+        for resource in template["Resources"].values():
+            if resource["Properties"].get("AlarmName") == "probe-sidecar-budget-100-percent":
+                resource["Properties"].update(change)
+    [(_, _, text, broadens)] = lines_of(both, moved)
+    assert broadens and text.endswith("the 100 % budget alert no longer notifies ${Topic85E630E2}"), text
+    assert lines_of(both, tuned) == [("alarms", "alarm probe-sidecar-budget-100-percent", "threshold 0 → 3", False)]
 
 
 # ---- 2. prices and cost groups ----------------------------------------------------------------------------------
