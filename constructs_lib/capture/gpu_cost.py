@@ -282,8 +282,7 @@ class GpuCost(Construct):
                     lambda_.LayerVersion.from_layer_version_arn(self, "TablesLayer",
                                                                 tables.props.tables_layer_arn)],
             environment={
-                "COST_GROUPS": json.dumps(settings["groups"], sort_keys=True, separators=(",", ":")),
-                "INSTANCE_PRICES": json.dumps(settings["prices"], sort_keys=True, separators=(",", ":")),
+                **cost_environment(settings),
                 "ICEBERG_CATALOG_ID": stack.account, "ICEBERG_DATABASE": tables.props.database_name,
                 "ICEBERG_TABLE": NODE_HOURS_TABLE, "DEPLOYMENT_HASH": settings_hash,
                 # Its writes name the capture key exactly when the processor's do (the same pipeline's key):
@@ -312,3 +311,9 @@ def cost_settings(props: GpuCostProps) -> dict[str, Any]:
                        "models": list(entry.models) if entry is not None else [],
                        "usdPerNodeHour": entry.usd_per_node_hour if entry is not None else None})
     return {"groups": groups, "prices": {p.instance_type: p.usd_per_node_hour for p in props.instance_prices}}
+
+
+def cost_environment(settings: dict[str, Any]) -> dict[str, str]:
+    """The sampler's ``COST_GROUPS`` and ``INSTANCE_PRICES`` (what `make review` reads as prices and cost groups)."""
+    return {"COST_GROUPS": json.dumps(settings["groups"], sort_keys=True, separators=(",", ":")),
+            "INSTANCE_PRICES": json.dumps(settings["prices"], sort_keys=True, separators=(",", ":"))}

@@ -113,7 +113,7 @@ def test_a_raised_or_removed_limit_is_broadening_and_a_lowered_one_is_not() -> N
         return usage_limits_environment(limits, key_prefix="p:")["CALLER_LIMITS"]
 
     group, _, text, broadens = review_env("CALLER_LIMITS", before, after(raised))
-    assert (group, broadens) == ("data_governance", True) and "team-a tokensPerDay 20000000 → 40000000" in text
+    assert (group, broadens) == ("budgets_costs", True) and "team-a tokensPerDay 20000000 → 40000000" in text
     assert review_env("CALLER_LIMITS", before, after(lowered))[3] is False
     assert review_env("CALLER_LIMITS", before, after(unlimited))[3] is True  # no per-minute limit any more
     assert review_env("LIMITS_STORE_FAILURE", "closed", "open")[3] is True
@@ -133,5 +133,5 @@ def test_the_review_engine_reads_a_raised_budget_in_the_sidecars_deployment_as_b
             {"team-a": {"tokensPerDay": 5000}})
 
     assert lines(deployment, edited(deployment, raise_budget)) == [
-        ("data_governance", "qwen/capture-sidecar", "caller limits: team-a tokensPerDay 1000 → 5000", True)]
+        ("budgets_costs", "qwen/capture-sidecar", "caller limits: team-a tokensPerDay 1000 → 5000", True)]
     assert lines(edited(deployment, raise_budget), deployment)[0][3] is False

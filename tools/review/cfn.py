@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tools.review import k8s
+from tools.review import budgets, k8s
 from tools.review.cdkdiff import ResourceChange, StackDiff
 from tools.review.flat import changed, flatten, render, whole_item
 from tools.review.model import MISSING, Line, change, increases, listing, short
@@ -436,6 +436,36 @@ def _processor_prefixes(m, old, new, r):
     return r.line("data_governance", f"capture processor {r.name}", change(m["v"], _t(r.old, old), _t(r.new, new)))
 
 
+# budgets and costs ------------------------------------------------------------------------------------------
+
+@rule(r"^AWS::Lambda::Function$", r"^Environment\.Variables\.(?P<v>INSTANCE_PRICES|COST_GROUPS)$")
+def _cost_settings(m, old, new, r):
+    """The GpuCost sampler's prices and groups: every team's reported cost changes (not what anyone may use)."""
+    if m["v"] == "INSTANCE_PRICES":
+        found = budgets.prices_change(_t(r.old, old), _t(r.new, new))
+    else:
+        found = budgets.cost_groups_change(_t(r.old, old), _t(r.new, new))
+    return [r.line(budgets.GROUP, subject, text) for subject, text in found]
+
+
+@rule(r"^AWS::Lambda::Function$", r"^Environment\.Variables\.DEPLOYMENT_HASH$")
+def _cost_settings_hash(m, old, new, r):
+    """The sampler's hash of its settings (a new one redeploys it): said by the settings' own lines."""
+    if "COST_GROUPS" in (r.value("new", "Environment", "Variables") or r.value("old", "Environment", "Variables")
+                         or {}):
+        return None
+    return r.line("other", f"{_kind(r.type)} {r.template.path(r.id)}",
+                  change("Environment.Variables.DEPLOYMENT_HASH", old, new))
+
+
+@rule(r"^AWS::ElastiCache::ServerlessCache$", r"^(?P<f>CacheUsageLimits\.\w+\.\w+|SnapshotRetentionLimit)$")
+def _store_limits(m, old, new, r):
+    """The usage store's caps: what a runaway client could cost (docs/usage-and-budgets.md)."""
+    name = r.value("new", "ServerlessCacheName") if r.new_props else r.value("old", "ServerlessCacheName")
+    return r.line(budgets.GROUP, f"cache {r.template.text(name) if name is not MISSING else r.name}",
+                  budgets.store_change(m["f"], old, new))
+
+
 # workloads --------------------------------------------------------------------------------------------------
 
 @rule(r"^AWS::EKS::Nodegroup$", r"^(?P<f>ScalingConfig\.\w+|InstanceTypes|AmiType|ReleaseVersion|Version|"
@@ -498,7 +528,13 @@ def _alarm(m, old, new, r):
     words, unit = _ALARM_WORDS.get(field, (field + m["rest"], ""))
     if field == "Dimensions":
         words = f"dimension {m['rest'].strip('.[]').replace('].Value', '')}"
-    return r.line("alarms", f"alarm {r.name}", change(words, _t(r.old, old), _t(r.new, new), unit))
+    text = change(words, _t(r.old, old), _t(r.new, new), unit)
+    level = budgets.budget_alarm_level(r.old_props)
+    lost = budgets.budget_alarm_weakened(level, field, _t(r.old, old), _t(r.new, new)) if level else None
+    if lost:
+        # A budget alert reaches nobody it reached (docs/usage-and-budgets.md, section 3): a weakening.
+        return r.line("alarms", f"alarm {r.name}", f"{text}: {lost}", True)
+    return r.line("alarms", f"alarm {r.name}", text)
 
 
 @rule(r"^AWS::SNS::Subscription$", r"^(?P<f>Protocol|Endpoint|TopicArn|FilterPolicy.*|RawMessageDelivery)$")
@@ -553,7 +589,13 @@ def _whole_resource_line(r: Resource) -> Line:
     verb = {"+": "new", "-": "removed"}.get(r.change.op, "changed")
     side = "new" if verb == "new" else "old"
     if r.type in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
-        return r.line("alarms", f"alarm {r.name}", f"{verb}: {_alarm_summary(r, side)}")
+        level = budgets.budget_alarm_level(r.old_props if side == "old" else r.new_props)
+        if level is not None and verb == "removed":
+            # A level gone: no alarm when a caller crosses it (a weakening: broadening for the gate).
+            return r.line("alarms", f"alarm {r.name}", f"removed: no alarm when a caller crosses {level} % of a day "
+                          f"or month token budget ({_alarm_summary(r, side)})", True)
+        what = f"budget alert level {level} %: " if level is not None else ""
+        return r.line("alarms", f"alarm {r.name}", f"{verb}: {what}{_alarm_summary(r, side)}")
     if r.type == "AWS::SNS::Subscription":
         template = r.new if side == "new" else r.old
         topic = template.text(r.value(side, "TopicArn"))

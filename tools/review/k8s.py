@@ -1,7 +1,8 @@
 """Kubernetes objects of two synths, compared by kind, namespace and name, field by field, and read for
 what a reviewer asks: capture tiers, sampling and payload caps (data governance); images, service
 accounts and their roles, replicas, autoscaling and model sources (workloads); Service type, load
-balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS).
+balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS); the capture
+sidecar's budgets, their alerts and its usage settings (budgets and costs, in words by ``budgets.py``).
 
 The objects come from ``dist/`` (``*.k8s.yaml``; ``helm/*.yaml`` as Helm releases) and from the
 cluster stack's kubectl manifests and Helm charts, which the app renders from the same plan; a change
@@ -18,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from tools.review import budgets
 from tools.review.flat import changed, collapse, flatten, render, whole_item
-from tools.review.model import MISSING, Line, change, increases, listing, number, short
+from tools.review.model import MISSING, Line, change, increases, listing, short
 from tools.review.rules import Rules
 
 Key = tuple[str, str, str]  # kind, namespace, name
@@ -113,7 +115,9 @@ class Context:
         return any(render(candidate).startswith(path) for candidate in flat)
 
 
-Handler = Callable[[re.Match[str], Any, Any, Context], "tuple[str, str, str, bool] | None"]
+Said = tuple[str, str, str, bool]  # group, subject, text, broadens
+# A handler says one thing or several (a list: the budget settings read together), or None: not its field.
+Handler = Callable[[re.Match[str], Any, Any, Context], "Said | list[Said] | None"]
 _RULES: Rules[Handler] = Rules()
 
 
@@ -226,47 +230,38 @@ def _sidecar_env(m, old, new, ctx):
     return ("data_governance", subject, change(var.lower().replace("_", " "), old, new), False)
 
 
-def _caller_limits(value: Any) -> dict[tuple[str, str], float]:
-    """CALLER_LIMITS as (caller, limit) -> value; absent or unreadable: no limit at all."""
-    try:
-        document = json.loads(value) if isinstance(value, str) else {}
-    except ValueError:
-        document = {}
-    if not isinstance(document, dict):
-        return {}
-    found = {(str(caller), str(kind)): number(amount) for caller, limits in document.items()
-             if isinstance(limits, dict) for kind, amount in limits.items()}
-    return {key: amount for key, amount in found.items() if amount is not None}
-
-
-def _amount(value: float) -> str:
-    return "none" if value == float("inf") else (str(int(value)) if value == int(value) else str(value))
-
-
 def caller_limits_change(var: str, old: Any, new: Any, subject: str = "") -> tuple[str, str, str, bool]:
-    """A change of the capture sidecar's per-caller limits (docs/usage-and-budgets.md): a limit raised or gone, or the
-    store's failure mode turned open, lets callers use more than before (broadening)."""
-    old = MISSING if old is None else old
-    new = MISSING if new is None else new
-    if var == "LIMITS_STORE_FAILURE":
-        return ("data_governance", subject, change("budget store down means", old, new),
-                new != "closed" and old == "closed")
-    if var == "LIMITS_STORE_URL":
-        return ("data_governance", subject, change("budget store", old, new), new is MISSING and old is not MISSING)
-    before, after = _caller_limits(old), _caller_limits(new)
-    unlimited = float("inf")
-    words, broadens = [], False
-    for caller, kind in sorted(set(before) | set(after)):
-        was, now = before.get((caller, kind), unlimited), after.get((caller, kind), unlimited)
-        if was != now:
-            words.append(f"{caller} {kind} {_amount(was)} → {_amount(now)}")
-            broadens = broadens or now > was
-    return ("data_governance", subject, "caller limits: " + (listing(words) or "unchanged"), broadens)
+    """A change of the capture sidecar's per-caller limits or their store (docs/usage-and-budgets.md): a limit raised
+    or gone, or the store's failure mode turned open, lets callers use more than before (broadening)."""
+    group, text, broadens = (budgets.caller_limits_words(old, new) if var == "CALLER_LIMITS"
+                             else budgets.setting_change(var, old, new))
+    return (group, subject, text, broadens)
 
 
-@rule(POD_OWNERS, _CONTAINER + r"\.env\[(?P<var>CALLER_LIMITS|LIMITS_STORE_FAILURE|LIMITS_STORE_URL)\]\.value$")
-def _limits_env(m, old, new, ctx):
-    return caller_limits_change(m["var"], old, new, f"{ctx.name}/{m['c']}")
+_USAGE_VARS = "|".join(budgets.SIDECAR_VARS)
+
+
+@rule(POD_OWNERS, _CONTAINER + rf"\.env\[(?P<var>{_USAGE_VARS})\]\.value$")
+def _usage_env(m, old, new, ctx):
+    """The sidecar's budgets and their alerts, read together: the alerts are each day or month budget's levels, so a
+    change of either CALLER_LIMITS or BUDGET_ALERT_PERCENTS is read as the alerts gained and lost (once: by the
+    levels' line when both changed)."""
+    subject, var = f"{ctx.name}/{m['c']}", m["var"]
+    prefix = m.string[: m.start("var")]
+
+    def both(name: str) -> tuple[Any, Any]:
+        path = f"{prefix}{name}].value"
+        return ctx.get("old", path), ctx.get("new", path)
+
+    limits, percents = both("CALLER_LIMITS"), both("BUDGET_ALERT_PERCENTS")
+    said: list[tuple[str, str, bool]] = []
+    if var == "CALLER_LIMITS":
+        said.append(budgets.caller_limits_words(old, new))
+    elif var != "BUDGET_ALERT_PERCENTS":
+        said.append(budgets.setting_change(var, old, new, has_limits=limits[1] is not MISSING))
+    if var == "BUDGET_ALERT_PERCENTS" or (var == "CALLER_LIMITS" and percents[0] == percents[1]):
+        said += budgets.alerts_change(limits[0], limits[1], percents[0], percents[1])
+    return [(group, subject, text, broadens) for group, text, broadens in said]
 
 
 # A caller's lines in a synced keys file's template (``SecretSync``): ``<caller>:{{ ... }}``.
@@ -602,12 +597,10 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
         explained: list[tuple[tuple[str, ...], Any, Any, Line]] = []
         for path, was, now in changed(flat_old, flat_new):
             text = render(path)
-            line = _apply_rules(key, text, was, now, ctx, places)
-            if line is _SUPPRESSED:
-                continue
-            if line is not None:
-                explained.append((path, was, now, line))
-            elif before is not None and after is not None:
+            found = _apply_rules(key, text, was, now, ctx, places)
+            if found:
+                explained += [(path, was, now, line) for line in found]
+            elif found is None and before is not None and after is not None:
                 whole = whole_item(path, flat_old, flat_new)
                 if whole is not None:
                     item = render(whole)
@@ -622,17 +615,21 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
     return lines
 
 
-def _apply_rules(key: Key, path: str, old: Any, new: Any, ctx: Context, places: tuple[str, ...]) -> Line | None:
+def _apply_rules(key: Key, path: str, old: Any, new: Any, ctx: Context, places: tuple[str, ...]
+                 ) -> list[Line] | None:
+    """The lines of the first rule that reads this field ([]: read, nothing to say), or None: no rule reads it."""
     for match, handler in _RULES.matching(key[0], path):
         found = handler(match, old, new, ctx)
         if found is None:
             continue
-        group, subject, text, broadens = found
         if ctx.new_obj is None:
-            return _SUPPRESSED  # a removed object is one line
-        if ctx.old_obj is None and handler not in _DESCRIBE_NEW and not (broadens and handler not in _SAID_BY_NEW):
-            return _SUPPRESSED  # of a new object, what identifies it and what broadens; not its whole spec
-        return Line(group, subject, text, bool(broadens), places)
+            return []  # a removed object is one line
+        lines = []
+        for group, subject, text, broadens in found if isinstance(found, list) else [found]:
+            if ctx.old_obj is None and handler not in _DESCRIBE_NEW and not (broadens and handler not in _SAID_BY_NEW):
+                continue  # of a new object, what identifies it and what broadens; not its whole spec
+            lines.append(Line(group, subject, text, bool(broadens), places))
+        return lines
     return None
 
 
@@ -641,4 +638,3 @@ _DESCRIBE_NEW = {_container_image, _image, _model_source, _jumpstart_model, _mod
                  _source_ranges, _rbac_rules}
 # Already said by the object's own line ("new: type LoadBalancer, ports ...").
 _SAID_BY_NEW = {_service_type, _service_port, _sa_role, _service_account, _rbac_binding}
-_SUPPRESSED = Line("other", "", "")

@@ -14,6 +14,7 @@ GROUPS: dict[str, str] = {
     "exposure": "exposure",
     "dns_tls": "DNS and TLS",
     "data_governance": "data governance",
+    "budgets_costs": "budgets and costs",
     "workloads": "workloads",
     "alarms": "alarms",
     "other": "everything else",

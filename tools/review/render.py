@@ -17,9 +17,9 @@ def _headline(review: Review) -> str:
                 "CloudFormation templates and dist/ manifests.")
     broadening = len(review.broadening)
     return (f"{len(review.lines)} change(s) from {review.base} to the {review.head}; "
-            f"{broadening} broaden access or data collection." if broadening else
-            f"{len(review.lines)} change(s) from {review.base} to the {review.head}; none broadens access or "
-            "data collection.")
+            f"{broadening} broaden access, data collection or budgets." if broadening else
+            f"{len(review.lines)} change(s) from {review.base} to the {review.head}; none broadens access, "
+            "data collection or budgets.")
 
 
 def _shown(group: str, lines: list[Line]) -> tuple[list[Line], int]:
@@ -43,7 +43,8 @@ def text(review: Review, cdk_diff: bool = False) -> str:
             out.append(f"    … and {left} more (--format json lists them all)")
     if review.lines:
         out.append("")
-        out.append("! = broadens access or data collection. Places: --format json; the CDK's own diff: --cdk-diff.")
+        out.append("! = broadens access, data collection or budgets. Places: --format json; the CDK's own diff: "
+                   "--cdk-diff.")
     if cdk_diff:
         for stack, info in review.cdk.items():
             out.append("")
