@@ -31,6 +31,7 @@ from capture_sidecar.metrics import SidecarMetrics
 from capture_sidecar.settings import SettingsError, load_settings
 from tests.support.redis_server import redis_server
 from tests.support.s3server import free_loopback_port
+from tests.support.waiting import STORE_SAFETY_TIMEOUT
 
 from .test_budgets import CHAT, MONDAY_NOON, TEAM_A_KEY, TEAM_B_KEY, bearer, chat, limited_env
 
@@ -51,10 +52,10 @@ def replicas_on(url: str, limits: dict[str, CallerLimits], count: int, prefix: s
     replicas = [
         Limiter(
             limits,
-            store=RedisTokenStore(url, 1.0),
+            store=RedisTokenStore(url, STORE_SAFETY_TIMEOUT),
             key_prefix=prefix,
             fail_mode=FAIL_CLOSED,
-            store_timeout_seconds=1.0,
+            store_timeout_seconds=STORE_SAFETY_TIMEOUT,
             on_crossing=reported.append,
             **options,
         )
@@ -141,7 +142,7 @@ def test_concurrent_requests_of_many_callers_across_three_replicas_give_one_repo
 
 def test_the_grant_script_reports_a_level_once_even_after_tokens_go_back(store_url: str) -> None:
     async def scenario() -> list[tuple[int, list[int]]]:
-        store = RedisTokenStore(store_url, 1.0)
+        store = RedisTokenStore(store_url, STORE_SAFETY_TIMEOUT)
         key = "script:{team-a}:tokensPerDay:d20261207"
         alerts = [(f"{key}:alert80", 80), (f"{key}:alert100", 100)]
         replies = [await store.take(key, 79, 100, 60, alerts), await store.take(key, 1, 100, 60, alerts)]
@@ -220,10 +221,10 @@ def test_a_failing_report_never_fails_the_grant(store_url: str) -> None:
     async def scenario() -> Limiter:
         replica = Limiter(
             {"team-a": CallerLimits(tokens_per_day=10)},
-            store=RedisTokenStore(store_url, 1.0),
+            store=RedisTokenStore(store_url, STORE_SAFETY_TIMEOUT),
             key_prefix="broken:",
             fail_mode=FAIL_CLOSED,
-            store_timeout_seconds=1.0,
+            store_timeout_seconds=STORE_SAFETY_TIMEOUT,
             on_crossing=broken,
         )
         assert isinstance(await decide(replica, "team-a", 10), Reservation)

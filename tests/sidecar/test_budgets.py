@@ -30,6 +30,7 @@ from capture_sidecar.settings import SettingsError, load_settings
 from capture_sidecar.stream_usage import estimate_tokens
 from tests.support.redis_server import redis_server
 from tests.support.s3server import free_loopback_port
+from tests.support.waiting import SIDECAR_STORE_SAFETY_TIMEOUT, STORE_SAFETY_TIMEOUT
 
 from .conftest import read_records
 
@@ -105,14 +106,14 @@ def test_windows_end_at_the_minute_midnight_and_the_first_of_the_month_utc() -> 
 
 def test_replicas_sharing_the_store_never_hand_out_more_than_the_budget(store_url: str) -> None:
     async def scenario() -> tuple[int, int, int]:
-        stores = [RedisTokenStore(store_url, 1.0) for _ in range(3)]
+        stores = [RedisTokenStore(store_url, STORE_SAFETY_TIMEOUT) for _ in range(3)]
         replicas = [
             Limiter(
                 {"team-a": CallerLimits(tokens_per_day=30_000)},
                 store=store,
                 key_prefix="share:",
                 fail_mode=FAIL_CLOSED,
-                store_timeout_seconds=1.0,
+                store_timeout_seconds=STORE_SAFETY_TIMEOUT,
             )
             for store in stores
         ]
@@ -236,6 +237,7 @@ def limited_env(tmp_path: Path, store: str, limits: dict[str, dict[str, int]], *
         "CALLER_LIMITS": json.dumps(limits),
         "LIMITS_STORE_URL": store,
         "LIMITS_KEY_PREFIX": f"test-{tmp_path.name}:",
+        "LIMITS_STORE_TIMEOUT_SECONDS": SIDECAR_STORE_SAFETY_TIMEOUT,  # (a test of the store down sets its own)
         **more,
     }
 

@@ -29,6 +29,7 @@ from tests.sidecar.test_capture_to_curated import _curate
 from tests.sidecar.test_jwt_caller import AUDIENCE, ISSUER, REQUIRED, SUBJECTS, _wait_for_keys, token
 from tests.sidecar.test_jwt_caller import jwks_uri as jwks_uri  # (the module's JWKS server fixture)
 from tests.support.redis_server import redis_server
+from tests.support.waiting import SIDECAR_STORE_SAFETY_TIMEOUT
 
 # The test issuer's gateway (its JWKS URI is HTTPS as the plan requires; the process gets the loopback one).
 ENTRY_GATEWAY: dict[str, Any] = {
@@ -57,6 +58,7 @@ def entry_environment(gateway: dict[str, Any], *, upstream: str, jwks: str, tmp_
     if store is not None:
         assert rendered["LIMITS_STORE_URL"].startswith("rediss://")
         env["LIMITS_STORE_URL"] = store
+        env["LIMITS_STORE_TIMEOUT_SECONDS"] = SIDECAR_STORE_SAFETY_TIMEOUT  # (a loaded machine's loopback call)
     return env
 
 

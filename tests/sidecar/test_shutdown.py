@@ -23,10 +23,9 @@ def test_sigterm_flushes_buffered_records_and_exits_zero(start_sidecar, s3) -> N
         assert sidecar.call(*COMPLETION).status == 200
     assert sidecar.metrics()["capture_sidecar_queue_depth"] == 7
 
-    started = time.monotonic()
+    # Neither trigger fires before terminate()'s safety timeout (60 s) either: that the seven records are there once
+    # the process has exited is what shows the shutdown flushed them (no duration is asserted: issue 30).
     assert sidecar.terminate() == 0
-    assert time.monotonic() - started < 5
-
     assert len(read_records(s3, sidecar.prefix, expected=7, timeout=1)) == 7
 
 
@@ -65,9 +64,9 @@ def test_records_that_cannot_be_flushed_in_the_grace_period_are_reported(start_s
         for _ in range(3):
             sidecar.call(*COMPLETION)
 
-        started = time.monotonic()
+        # The silent S3 never answers and botocore's own timeouts (60 s, retried) outlast terminate()'s safety
+        # timeout: an exit at all, with the log line below, is the grace period ending it.
         assert sidecar.terminate() == 0
-        assert time.monotonic() - started < 3
 
     assert "3 captured records not written before the grace period ended" in sidecar.log()
 

@@ -25,6 +25,7 @@ from capture_sidecar.settings import SettingsError, load_settings
 from capture_sidecar.store_auth import TOKEN_REUSE_SECONDS, ElastiCacheIamAuth
 from hyperpod_inference_iac.serving.usage_store import ACCESS_STRING
 from tests.support.redis_server import ServerTls, redis_server
+from tests.support.waiting import STORE_SAFETY_TIMEOUT
 
 USER = "demo-usage-sidecar"
 CACHE = "demo-usage"
@@ -111,7 +112,7 @@ def test_the_sidecar_connects_over_verified_tls_with_its_token_and_its_user_may_
     user_rule = f"{USER} {ACCESS_STRING} >{token}"  # the access string UsageStore gives the user
     with redis_server(tls=tls_files, users=["default off", user_rule]) as url:
         async def sidecar_calls() -> tuple[int, int]:
-            store = RedisTokenStore(url, 2.0, credentials=auth, ca_file=tls_files.ca_file)
+            store = RedisTokenStore(url, STORE_SAFETY_TIMEOUT, credentials=auth, ca_file=tls_files.ca_file)
             try:
                 first, _ = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
                 second, _ = await store.take("budget:ns/server:{team-a}:tokensPerDay:d20261205", 700, 1000, 60)
@@ -150,7 +151,7 @@ def test_a_store_whose_certificate_is_not_trusted_or_not_its_name_is_not_spoken_
 
     def take(url: str, ca_file: str | None) -> None:
         async def call() -> None:
-            store = RedisTokenStore(url, 2.0, credentials=auth, ca_file=ca_file)
+            store = RedisTokenStore(url, STORE_SAFETY_TIMEOUT, credentials=auth, ca_file=ca_file)
             try:
                 await store.take("budget:k", 1, 10, 60)
             finally:

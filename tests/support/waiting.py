@@ -6,6 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+# A reachable budget store's calls, bounded generously: on a machine whose cores are busy elsewhere a loopback call can
+# take seconds, and a test that meant "the store answers" must not turn into "the store is down". (The sidecar's own
+# setting, LIMITS_STORE_TIMEOUT_SECONDS, is at most 5 s: its tests that reach a store set that maximum.)
+STORE_SAFETY_TIMEOUT = 30.0
+SIDECAR_STORE_SAFETY_TIMEOUT = "5"
+
 
 def eventually(condition: Callable[[], bool], safety_timeout: float = 60.0, interval: float = 0.05) -> bool:
     """Whether ``condition`` holds within the safety timeout."""
