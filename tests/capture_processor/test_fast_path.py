@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from capture_core import capture_format, fast_json, openai_format, processor
+from capture_core import capture_format, fast_json, openai_format, processor, redaction
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
 from capture_core.records import ChunkContext
@@ -90,6 +90,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gc, "disable", lambda: None)
     monkeypatch.setattr(capture_format, "PREFILTER", False)
     monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

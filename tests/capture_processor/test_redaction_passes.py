@@ -1,0 +1,94 @@
+"""The redactor's passes (issue 27, third speed step) change no output. The candidate scan is one RE2 match pass over
+the column; the per-document budget (MAX_CANDIDATES_PER_DOCUMENT) is counted only for documents whose matched rows
+are long enough to exceed it, since no match is shorter than its rule's `least_chars` and matches do not overlap
+(`redaction.BUDGET_BY_LENGTH`, off in the plain path). These tests try to break that bound: every rule's least
+width, documents one candidate either side of the budget, a document long enough to be counted that stays under it,
+documents whose candidates are spread over many pieces, and multi-byte text, each through both paths."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pytest
+
+from capture_core import redaction
+from capture_core.redaction import (
+    DEFAULT_RULES,
+    MAX_CANDIDATES_PER_DOCUMENT,
+    OVER_BUDGET_MARKER,
+    RULES,
+    Redactor,
+)
+
+
+def _least_width(pattern: str) -> int:
+    parser = re._parser  # type: ignore[attr-defined]  # CPython's own parse of the pattern: (least, most) width
+    least: int = parser.parse(pattern, re.ASCII).getwidth()[0]
+    return least
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_each_rule_declares_its_least_width(name: str) -> None:
+    assert RULES[name].least_chars == _least_width(RULES[name].pattern) >= 1
+
+
+def test_a_redactor_bounds_by_its_shortest_rule() -> None:
+    assert Redactor(DEFAULT_RULES).least_chars == 6 == _least_width(Redactor(DEFAULT_RULES).any_rule)
+    assert Redactor([*DEFAULT_RULES, "ip_address"]).least_chars == 3  # "1::" is an IPv6 address
+    assert Redactor(["aws_secret_key", "us_ssn"]).least_chars == 11
+    assert Redactor(["email"]).redact_text("a@b.co") == "[REDACTED:email]"  # the bound is a real match's length
+
+
+def _documents() -> tuple[list[str], list[int]]:
+    emails = [f"u{index}@e.co" for index in range(MAX_CANDIDATES_PER_DOCUMENT + 1)]
+    pieces: list[str] = []
+    owners: list[int] = []
+
+    def add(owner: int, *texts: str) -> None:
+        pieces.extend(texts)
+        owners.extend([owner] * len(texts))
+
+    add(0, " ".join(emails))  # one over the budget, in one piece
+    add(1, " ".join(emails[:-1]))  # exactly the budget: long enough to be counted, not over
+    half = len(emails) // 2
+    add(2, " ".join(emails[:half]), "clean text", " ".join(emails[half:]))  # one over, across pieces
+    add(3, "x" * 400_000 + " bob@example.com " + "y" * 10)  # long enough to be counted, one candidate
+    add(4, "é" * 200_000 + " 415-555-0100 " + "ü" * 10)  # multi-byte: more bytes than characters
+    add(5, "nothing here", "mail carol@example.org")  # short documents: never counted
+    add(6, " ".join(f"{index:03d}-45-6789" for index in range(100, 999)) * 60)  # SSNs: 53,940 of them
+    # IPv6 "1::", 3 characters, when that rule is on: 60,000 of them in 299,998 bytes, which a bound of 6 characters
+    # (the default rules' shortest match) would take for too short to exceed the budget.
+    add(7, "  ".join(f"{index % 9 + 1}::" for index in range(MAX_CANDIDATES_PER_DOCUMENT + 10_000)))
+    return pieces, owners
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+@pytest.mark.parametrize("rules", [DEFAULT_RULES, (*DEFAULT_RULES, "ip_address")])
+def test_the_budget_is_decided_alike_with_and_without_the_length_bound(
+    by_length: bool, rules: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pieces, owners = _documents()
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", by_length)
+    redactor = Redactor(rules)
+    redacted, hits, over = redactor.redact_owned(pa.array(pieces, pa.string()), owners)
+    expected = {0, 2, 6} if "ip_address" not in rules else {0, 2, 6, 7}
+    assert over == expected
+    assert redactor.over_budget == len(expected)
+    texts = redacted.to_pylist()
+    for row, owner in enumerate(owners):
+        if owner in over and pieces[row] != "clean text":  # the rows with a candidate are replaced whole
+            assert texts[row] == OVER_BUDGET_MARKER
+    assert "bob@example.com" not in texts[owners.index(3)] and hits[owners.index(3)] == {"email"}
+    assert "415-555-0100" not in texts[owners.index(4)] and hits[owners.index(4)] == {"phone"}
+    assert texts[owners.index(5) + 1] == "mail [REDACTED:email]" and texts[owners.index(5)] == "nothing here"
+
+
+@pytest.mark.parametrize("rules", [DEFAULT_RULES, (*DEFAULT_RULES, "ip_address")])
+def test_both_paths_give_the_same_column(rules: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    pieces, owners = _documents()
+    fast = Redactor(rules).redact_owned(pa.array(pieces, pa.string()), owners)
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
+    plain = Redactor(rules).redact_owned(pa.array(pieces, pa.string()), owners)
+    assert fast[0].to_pylist() == plain[0].to_pylist()
+    assert fast[1:] == plain[1:]
