@@ -91,7 +91,7 @@ def decode_side(data: str | None, encoding: str | None, content_type: str | None
 
 def _stream(text: str, truncated: bool, note: str | None) -> DecodedSide:
     try:
-        response = openai_format.reassemble(openai_format.sse_events(text))
+        response = openai_format.reassemble_stream(text)
     except openai_format.NotReassembled:
         # Kept as captured and redacted event by event (the data of each event is JSON text).
         return DecodedSide(text, as_json=True, streamed=True, note=note, probe="".join(string_values(text)))
