@@ -12,7 +12,8 @@ import re
 import pyarrow as pa
 import pytest
 
-from capture_core import redaction
+from capture_core import documents, redaction
+from capture_core.documents import DocumentBatch
 from capture_core.redaction import (
     DEFAULT_RULES,
     MAX_CANDIDATES_PER_DOCUMENT,
@@ -92,3 +93,36 @@ def test_both_paths_give_the_same_column(rules: tuple[str, ...], monkeypatch: py
     plain = Redactor(rules).redact_owned(pa.array(pieces, pa.string()), owners)
     assert fast[0].to_pylist() == plain[0].to_pylist()
     assert fast[1:] == plain[1:]
+
+
+def _batch_results(rules: tuple[str, ...]) -> list[tuple[str, set[str], bool]]:
+    emails = " ".join(f"u{index}@e.co" for index in range(MAX_CANDIDATES_PER_DOCUMENT + 1))
+    texts: list[tuple[str, bool]] = [
+        ("plain, mail bob@example.com", False),  # no escapes: one piece, planned before the scan
+        ("plain, nothing", False),
+        ('{"messages": [{"content": "line\\nmail carol@example.org\\n"}]}', True),  # escaped, flagged
+        ('{"messages": [{"content": "line\\nno secret here at all\\n"}]}', True),  # escaped, not flagged
+        ('{"a": "caf\\u00e9 \\u0041KIAIOSFODNN7EXAMPLE", "b": "long enough text"}', True),  # \\u: planned anyway
+        ('{"k": "x\\n' + emails + '"}', True),  # escaped, over the budget
+        (emails, False),  # plain, over the budget
+        ('Here: {"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEv\\n-----END PRIVATE KEY-----"} ok', False),
+        ('{"tool": "{\\"note\\": \\"aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\\"}"}', True),
+        ("plain, call 415-555-0100 and 1::", False),
+    ]
+    batch = DocumentBatch(Redactor(rules))
+    ids = [batch.add(text, as_json=as_json) for text, as_json in texts]
+    batch.redact()
+    return [(*batch.result(document), batch.over_budget(document)) for document in ids]
+
+
+@pytest.mark.parametrize("rules", [DEFAULT_RULES, (*DEFAULT_RULES, "ip_address")])
+def test_one_shared_scan_gives_what_two_scans_give(rules: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """documents.SHARED_SCAN: the escaped documents' scan takes the pieces planned before it along, and the pieces
+    planned after it are all matched rule by rule; the results are those of a scan each."""
+    shared = _batch_results(rules)
+    monkeypatch.setattr(documents, "SHARED_SCAN", False)
+    assert shared == _batch_results(rules)
+    assert [over for _, _, over in shared] == [False] * 5 + [True, True] + [False] * 3
+    assert "bob@example.com" not in shared[0][0] and "carol@example.org" not in shared[2][0]
+    assert "AKIA" not in shared[4][0] and "MIIEv" not in shared[7][0] and "wJalr" not in shared[8][0]
+    assert shared[1] == ("plain, nothing", set(), False) and shared[3][1] == set()

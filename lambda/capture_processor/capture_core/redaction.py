@@ -280,17 +280,21 @@ class Redactor:
         return redacted, hits
 
     def redact_owned(
-        self, texts: pa.Array, owners: Sequence[int] | None = None
+        self, texts: pa.Array, owners: Sequence[int] | None = None, may_match: pa.Array | None = None
     ) -> tuple[pa.Array, dict[int, set[str]], set[int]]:
         """`redact_column` where rows belong to documents (`owners[row]`, by default each row its own): the
         budget counts a document's candidates over all its rows. Returns the owners over the budget too; their
-        rows are replaced whole by OVER_BUDGET_MARKER, never read value by value (bounded work per record)."""
+        rows that may match are replaced whole by OVER_BUDGET_MARKER, never read value by value (bounded work per
+        record). `may_match`: the rows that may hold a match, when the caller's own scan knows them (a superset of
+        those that do: each rule is matched again row by row), else one scan here finds them."""
         hits: dict[int, set[str]] = {}
         if not self.rules or len(texts) == 0:
             return texts, hits, set()
         # A match pass, not a count (a count finds where each match ends: about twice the time); the counts of the
         # budget are taken only where the lengths say it may be exceeded (_over_budget).
-        needs_work = pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
+        if may_match is None:
+            may_match = pc.match_substring_regex(texts, self.any_rule)
+        needs_work = pc.fill_null(may_match, False)
         if not pc.any(needs_work).as_py():
             return texts, hits, set()
         row_ids = pc.indices_nonzero(needs_work).to_pylist()
