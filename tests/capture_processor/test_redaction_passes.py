@@ -7,7 +7,9 @@ documents whose candidates are spread over many pieces, and multi-byte text, eac
 
 from __future__ import annotations
 
+import random
 import re
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -126,3 +128,43 @@ def test_one_shared_scan_gives_what_two_scans_give(rules: tuple[str, ...], monke
     assert "bob@example.com" not in shared[0][0] and "carol@example.org" not in shared[2][0]
     assert "AKIA" not in shared[4][0] and "MIIEv" not in shared[7][0] and "wJalr" not in shared[8][0]
     assert shared[1] == ("plain, nothing", set(), False) and shared[3][1] == set()
+
+
+def _reference_plan(batch: DocumentBatch, text: str, depth: int) -> Any:
+    """The plan as the finditer loop before the split wrote it: the reference the split must equal."""
+    node = documents._Node()
+
+    def gap(part: str) -> None:
+        if part:
+            node.parts.append(batch._piece(part) if len(part) >= documents.MIN_GAP else part)
+
+    position = 0
+    for match in documents._LITERAL.finditer(text):
+        gap(text[position : match.start()])
+        body = match[1]
+        position = match.end()
+        if len(body) < documents.MIN_GAP:
+            node.parts.append(match[0])
+            continue
+        value = documents.decode_literal(body)
+        if depth < documents.MAX_DEPTH and documents.holds_escaped_json(value):
+            planned: Any = _reference_plan(batch, value, depth + 1)
+        else:
+            planned = batch._piece(value)
+        node.parts.append(documents._Literal(body, planned, bool(match[2])))
+    gap(text[position:])
+    return node
+
+
+def test_the_split_plan_equals_the_finditer_plan() -> None:
+    """DocumentBatch._plan_json cuts a document with one re.split call; seeded documents of literals, escapes,
+    nested JSON, cut literals and stray quotes give the same pieces, owners and plan as the loop over matches."""
+    fragments = ['"', '\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d", " ", ":", ",", "{", "}", "[", "]", "abc", "mail",
+                 "bob@example.com", '{\\"k\\": \\"v\\\\n x\\"}', '"long enough value"', '"ab"', "é", "\n", "\\"]
+    rng = random.Random(2708)
+    for _ in range(400):
+        text = "".join(rng.choices(fragments, k=rng.randint(0, 40)))
+        split_batch, loop_batch = DocumentBatch(Redactor(DEFAULT_RULES)), DocumentBatch(Redactor(DEFAULT_RULES))
+        split_batch._owner = loop_batch._owner = 3
+        assert split_batch._plan_json(text, 1) == _reference_plan(loop_batch, text, 1), text
+        assert split_batch._pieces == loop_batch._pieces and split_batch._owners == loop_batch._owners, text

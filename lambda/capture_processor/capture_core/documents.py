@@ -99,7 +99,7 @@ class _Node:
     parts: list[str | int | _Literal] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Literal:
     body: str  # as written, without quotes
     value: _Node | int  # the decoded value: one piece, or split again when it is JSON itself
@@ -214,21 +214,31 @@ class DocumentBatch:
 
     def _plan_json(self, text: str, depth: int) -> _Node:
         node = _Node()
-        position = 0
-        for match in _LITERAL.finditer(text):
-            self._gap(node, text[position : match.start()])
-            body = match[1]
-            position = match.end()
+        parts = node.parts
+        pieces, owners, owner = self._pieces, self._owners, self._owner  # _piece, inline: a call per literal costs
+        # One split in C: the gaps and each literal's body and closing quote, [gap, body, close, gap, ..., gap].
+        tokens = _LITERAL.split(text)
+        self._gap(node, tokens[0])
+        for index in range(1, len(tokens), 3):
+            body = tokens[index]
             if len(body) < MIN_GAP:  # a key or a short value: decodes to fewer characters than any match has
-                node.parts.append(match[0])
-                continue
-            value = decode_literal(body)
-            if depth < MAX_DEPTH and holds_escaped_json(value):
-                planned: _Node | int = self._plan_json(value, depth + 1)
+                parts.append('"' + body + tokens[index + 1])  # the literal as written
             else:
-                planned = self._piece(value)
-            node.parts.append(_Literal(body, planned, bool(match[2])))
-        self._gap(node, text[position:])
+                value = decode_literal(body)
+                if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
+                    planned: _Node | int = self._plan_json(value, depth + 1)
+                else:
+                    planned = len(pieces)
+                    pieces.append(value)
+                    owners.append(owner)
+                parts.append(_Literal(body, planned, bool(tokens[index + 1])))
+            gap = tokens[index + 2]
+            if len(gap) >= MIN_GAP:  # text between literals, redacted as it is
+                parts.append(len(pieces))
+                pieces.append(gap)
+                owners.append(owner)
+            elif gap:
+                parts.append(gap)
         return node
 
     def _gap(self, node: _Node, gap: str) -> None:
