@@ -314,18 +314,24 @@ def _has_done(events: list[str]) -> bool:
 def _middle_pieces(middle: str, separator: str) -> list[str] | None:
     """The decoded pieces of the common events between two separators, as one string; None when an event there is
     not a common one or a piece is not decoded alike whole and cut (see _split_merged)."""
-    # Every separator holds one blank line at the same place and every blank line is between two events, so as many
-    # separators (not overlapping) as blank lines means each event here is the template's bytes but for its piece.
-    if middle.count("\n") != 2 * middle.count(separator):  # an event that is not the template's: one by one
-        return None
-    # Then each event is `before` + piece + `after`, cut at its blank line with a short needle: str.replace and
-    # str.split restart their search for a long needle (the separator) at every occurrence, three times the time.
+    # The events are cut at their blank lines with a short needle (str.replace and str.split restart their search for
+    # a long needle, the separator, at every occurrence: three times the time). Each separator holds one `\n\ndata: `
+    # and separators do not overlap (counted in C, one search), so as many separators as cuts means every cut is
+    # between the template's `after` and `before`: each event is `before` + piece + `after`, unless a piece holds a
+    # line break (an event `data:` without the space, not cut there), which the check on `joined` sends back.
     after, before = separator.split("\n\ndata: ", 1)
+    events = (before + middle + after).split("\n\ndata: ")
+    if len(events) - 1 != middle.count(separator):  # an event that is not the template's: one by one
+        return None
     start, end = len(before), len(after)
-    joined = "".join([event[start : len(event) - end] for event in (before + middle + after).split("\n\ndata: ")])
+    joined = "".join([event[start : len(event) - end] for event in events])
+    if "\n" in joined:
+        return None
     if "\\" not in joined and '"' not in joined and joined.isprintable():
         return [joined]
-    if "\\u" in joined or ("\\" + separator) in middle or middle.endswith("\\"):
+    # A piece that ends with a backslash (`after` and a blank line follow it: they stand only between events) would
+    # join an escape with the next piece.
+    if "\\u" in joined or ("\\" + after + "\n\n") in middle or middle.endswith("\\"):
         return None
     try:
         decoded = json.loads('"' + joined + '"')
