@@ -30,6 +30,7 @@ def main() -> None:
 
     sys.path.insert(0, str(BENCHMARKS))
     import capture_processor_bench as bench
+
     from capture_core import openai_format
 
     bench.STREAMED = True
