@@ -83,6 +83,9 @@ _WORDS = [
 
 # --------------------------------------------------------------------------- input generation
 STREAMED = True  # --no-streams: every response non-streamed (the mix of the figures before issue 16)
+# --plant-every K: secrets only in one record of K (the default mix plants one in 45% of the requests, far more than
+# real chat traffic is likely to hold; K=10 gives 4.5%).
+PLANT_EVERY = 1
 
 def _sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
@@ -116,11 +119,12 @@ def capture_record(rng: random.Random, index: int) -> str:
     the start of a line; 25% of the responses are streamed (a vLLM event stream, BASE64, a chunk
     per token) and 25% are BASE64 JSON; every record names its caller, as the sidecar writes it."""
     user = _text(rng, (1, 3), (2, 4))
-    if index % 5 == 0:
+    slot = index // PLANT_EVERY if index % PLANT_EVERY == 0 else -1  # the record's index when PLANT_EVERY is 1
+    if slot % 5 == 0 and slot >= 0:
         user += f"\nReach me at user{index}.name@example{index % 7}.com."
-    if index % 5 == 1:
+    if slot % 5 == 1:
         user += f" Call +1 (415) 555-{index % 10000:04d} after five."
-    if index % 20 == 3:
+    if slot % 20 == 3:
         user += "\nUse hf_" + "a1B2c3D4e5" * 4 + " with Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijkl"
     request = {
         "model": "llama",
@@ -339,11 +343,15 @@ def main() -> None:
     parser.add_argument(
         "--no-streams", action="store_true", help="no streamed responses (each stream is ~13x its answer in bytes)"
     )
+    parser.add_argument(
+        "--plant-every", type=int, default=1, help="secrets in one record of K only (default 1: 45%% of requests)"
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of the process instead of wall time")
     args = parser.parse_args()
-    global STREAMED, CLOCK
+    global STREAMED, CLOCK, PLANT_EVERY
     STREAMED = not args.no_streams
+    PLANT_EVERY = args.plant_every
     if args.cpu_time:
         CLOCK = time.process_time
 

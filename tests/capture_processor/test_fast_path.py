@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from capture_core import capture_format, fast_json, openai_format, processor
+from capture_core import capture_format, documents, fast_json, openai_format, processor, redaction
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
 from capture_core.records import ChunkContext
@@ -55,6 +55,13 @@ def hostile_object() -> bytes:
         lines.append(record(f"vllm-escaped-{pieces}", None, side(b64(compact), "text/event-stream", "BASE64")))
         completion = transcripts.vllm_completion(split(answer, pieces * 2))
         lines.append(record(f"completion-{pieces}", None, side(completion, "text/event-stream")))
+    # Long streams whose middle the split merge decodes in one call (escapes, quotes, a secret across 60 deltas), and
+    # one whose middle holds a \u escape and a tool call (event by event there).
+    long_answer = 'He said "' + SECRETS["email"] + '"\n\tthen \\ ' + " ".join(SECRETS.values()) + " end"
+    lines.append(record("split-long", None, side(b64(transcripts.vllm_chat(split(long_answer * 2, 60))),
+                                                 "text/event-stream", "BASE64")))
+    mixed = transcripts.vllm_chat(split("café " + long_answer, 40), tool_args=split(json.dumps({"to": "x@y.org"}), 3))
+    lines.append(record("split-mixed", None, side(mixed.replace("é", "\\u00e9"), "text/event-stream")))
     lines += [
         record("tgi", None, side(transcripts.tgi_chat(split("call " + SECRETS["phone"], 4)), "text/event-stream")),
         record("latin1", side(b64("carte 4111 1111 1111 1111, é", "iso-8859-1"), "text/plain; charset=ISO-8859-1",
@@ -89,7 +96,10 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fast_json, "FAST", False)
     monkeypatch.setattr(gc, "disable", lambda: None)
     monkeypatch.setattr(capture_format, "PREFILTER", False)
-    monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
+    monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)  # and with it the split merge (STREAM_SPLIT)
+    monkeypatch.setattr(openai_format, "STREAM_SPLIT", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
+    monkeypatch.setattr(documents, "SHARED_SCAN", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from capture_core import openai_format
-from capture_core.openai_format import NotReassembled, reassemble, sse_events
+from capture_core.openai_format import NotReassembled, reassemble, reassemble_stream, sse_events
 from tests.capture_processor import transcripts
 from tests.capture_processor.transcripts import SECRETS, split
 
@@ -116,24 +116,115 @@ STREAMS: dict[str, str] = {
     "no events": "",
     "short": sse([chat("a"), chat("b")]),
     "only content": sse([chat(t) for t in "abcdef"]),
+    # The split merge (openai_format.STREAM_SPLIT) cuts the stream's text at the separator between common events:
+    # what it must not join, decode or drop differently.
+    "split: a long common run": common([f"p{n} " for n in range(200)]),
+    "split: escapes in every piece": common([f"a\n{n}\t\"q\" \\ " for n in range(60)]),
+    "split: a \\u escape across two pieces": sse([raw_piece("a"), raw_piece("b\\u00"), raw_piece("e9c"),
+                                                  *[raw_piece(f"x{n}") for n in range(8)], raw_piece("z")]),
+    "split: a surrogate pair across two pieces": sse([raw_piece("a"), raw_piece("\\ud83d"), raw_piece("\\ude00"),
+                                                    *[raw_piece(f"x{n}") for n in range(8)], raw_piece("z")]),
+    "split: a backslash escape across two pieces": sse([raw_piece("a"), raw_piece("b\\"), raw_piece("nc"),
+                                                      *[raw_piece(f"x{n}") for n in range(8)], raw_piece("z")]),
+    "split: an escaped backslash at a piece's end": sse([raw_piece("a"), raw_piece("b\\\\"), raw_piece("nc"),
+                                                       *[raw_piece(f"x{n}") for n in range(8)], raw_piece("z")]),
+    "split: a raw control character mid-run": sse([raw_piece(f"x{n}") for n in range(6)] + [raw_piece("a\x01b")]
+                                                 + [raw_piece(f"y{n}") for n in range(6)]),
+    "split: a quote that adds a key mid-run": sse([raw_piece(f"x{n}") for n in range(6)]
+                                                 + [raw_piece('a","content":"b')]
+                                                 + [raw_piece(f"y{n}") for n in range(6)]),
+    "split: done mid-run": sse([raw_piece(f"x{n}") for n in range(6)] + ["[DONE]"]
+                               + [raw_piece(f"y{n}") for n in range(6)]),
+    "split: done with spaces mid-run": sse([raw_piece(f"x{n}") for n in range(6)] + ["  [DONE] "]
+                                           + [raw_piece(f"y{n}") for n in range(6)]),
+    "split: done early": sse([raw_piece("a"), "[DONE]"] + [raw_piece(f"y{n}") for n in range(9)]),
+    "split: [DONE] as a piece": common(["[DONE]", " [DONE]", "x"] * 4),
+    "split: a role chunk mid-run": sse([raw_piece(f"x{n}") for n in range(6)]
+                                       + [HEAD | {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+                                       + [raw_piece(f"y{n}") for n in range(6)]),
+    "split: an event without the space after data:": sse([raw_piece(f"x{n}") for n in range(12)]).replace(
+        "data: " + raw_piece("x4"), "data:" + raw_piece("x4")),
+    "split: an event with two spaces after data:": sse([raw_piece(f"x{n}") for n in range(12)]).replace(
+        "data: " + raw_piece("x4"), "data:  " + raw_piece("x4")),
+    "split: empty pieces": common(["", "a", "", "", "b", ""] * 5),
+    "split: pieces that hold the template's text": common(['"},"logprobs":null', "delta", '{"content":"', "x"] * 4),
+    "split: no trailing blank line": common(PLAIN).removesuffix("\n\n"),
+    "split: one trailing newline": common(PLAIN).removesuffix("\n"),
+    "split: three newlines": common(PLAIN).replace("\n\n", "\n\n\n", 3),
+    "split: a line break inside an event": common(PLAIN).replace("piece 3", "piece\n3"),
+    "split: the last event cut": common(PLAIN).removesuffix("data: [DONE]\n\n")[:-30],
+    "split: two common events, then others": sse([raw_piece("a"), raw_piece("b"), chat("c", usage={"x": 1}),
+                                                  chat("d", usage={"x": 2}), chat("e", usage={"x": 3})]),
+    "split: short events between": sse([raw_piece("a"), raw_piece("b"), "{}", raw_piece("c"), "{}", raw_piece("d"),
+                                        raw_piece("e")]),
 }
 
 
 def outcome(stream: str) -> Any:
+    """What the processor does with a stream's text (`reassemble_stream`: the split merge, else the per-event
+    template merge, else the plain merge, as the switches say)."""
     try:
-        result = reassemble(sse_events(stream))
+        result = reassemble_stream(stream)
     except NotReassembled:
         return "NotReassembled"
     return json.dumps(result, ensure_ascii=False)  # the text the processor writes: values and key order
 
 
+def plain(stream: str) -> Any:
+    try:
+        result = reassemble(sse_events(stream))
+    except NotReassembled:
+        return "NotReassembled"
+    return json.dumps(result, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("split_merge", [True, False])
 @pytest.mark.parametrize("name", list(STREAMS))
-def test_the_template_merge_gives_the_plain_merges_result(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_template_merge_gives_the_plain_merges_result(
+    name: str, split_merge: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stream = STREAMS[name]
-    assert openai_format.TEMPLATE_MERGE
+    assert openai_format.TEMPLATE_MERGE and openai_format.STREAM_SPLIT
+    monkeypatch.setattr(openai_format, "STREAM_SPLIT", split_merge)
     fast = outcome(stream)
     monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
-    assert fast == outcome(stream)
+    assert fast == outcome(stream) == plain(stream)
+
+
+def test_the_split_merge_takes_the_common_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: the common streams take the split merge, with their middle decoded in one piece or event by
+    event where it must be."""
+    taken: list[bool] = []
+    bulk: list[bool] = []
+    split_merged: Callable[[str], dict[str, Any] | None] = openai_format._split_merged
+    middle_pieces: Callable[[str, str], list[str] | None] = openai_format._middle_pieces
+
+    def spy(text: str) -> dict[str, Any] | None:
+        result = split_merged(text)
+        taken.append(result is not None)
+        return result
+
+    def spy_middle(middle: str, separator: str) -> list[str] | None:
+        result = middle_pieces(middle, separator)
+        bulk.append(result is not None)
+        return result
+
+    monkeypatch.setattr(openai_format, "_split_merged", spy)
+    monkeypatch.setattr(openai_format, "_middle_pieces", spy_middle)
+    for name, in_one in (("common", True), ("secret across deltas", True), ("split: a long common run", True),
+                         ("split: escapes in every piece", True), ("common, raw other charsets", True),
+                         ("completion", True), ("split: empty pieces", True), ("common, ascii escapes", False),
+                         ("split: a role chunk mid-run", False), ("split: an event without the space after data:",
+                         False), ("split: pieces that hold the template's text", True)):
+        taken.clear()
+        bulk.clear()
+        outcome(STREAMS[name])
+        assert taken == [True] and bulk == [in_one], name
+    for name in ("split: done early", "split: done mid-run", "split: a line break inside an event",
+                 "split: three newlines", "no events", "crlf and comments", "tgi"):
+        taken.clear()
+        outcome(STREAMS[name])
+        assert taken in ([False], []), name
 
 
 def test_the_template_merge_takes_the_common_streams(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,6 +238,7 @@ def test_the_template_merge_takes_the_common_streams(monkeypatch: pytest.MonkeyP
         return result
 
     monkeypatch.setattr(openai_format, "_template_merged", spy)
+    monkeypatch.setattr(openai_format, "STREAM_SPLIT", False)  # the per-event path (the split merge: the next test)
     for name in ("common", "common, spaces after separators", "secret across deltas", "secret after escapes",
                  "escapes as written", "a quote that adds a key", "completion", "sglang with reasoning",
                  "common, ascii escapes", "common, raw other charsets", "two choices interleaved"):
@@ -174,3 +266,27 @@ def test_random_pieces_as_written_give_the_plain_merges_result(monkeypatch: pyte
     monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
     assert fast == [outcome(stream) for stream in streams]
     assert 50 < sum(result != "NotReassembled" for result in fast) < 300  # both outcomes are exercised
+
+
+def test_random_long_runs_give_the_plain_merges_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long runs of common events (the split merge's middle), now and then one piece that is not plain text, one
+    event of another shape, or a `[DONE]`, seeded."""
+    fragments = ["a", " ", "b c", "\\n", "\\t", '\\"', "\\\\", "é", "日", "😀", "\u2028", "\\u00e9", "@example.com"]
+    rare = ["\\", '"', "\\ud83d", "\x01", '","content":"', "\\u12"]
+    others = ['{"choices":[{"index":0,"delta":{"role":"assistant"}}]}', "[DONE]", "{}", '{"usage":{"x":1}}']
+    rng = random.Random(2707)
+    streams = []
+    for _ in range(150):
+        events: list[str] = []
+        for _ in range(rng.randint(3, 40)):
+            roll = rng.random()
+            if roll < 0.03:
+                events.append(rng.choice(others))
+            else:
+                pool = fragments + rare if roll < 0.08 else fragments
+                events.append(raw_piece("".join(rng.choices(pool, k=rng.randint(0, 3)))))
+        streams.append(sse([raw_piece("head"), *events, raw_piece("tail")]))
+    fast = [outcome(stream) for stream in streams]
+    monkeypatch.setattr(openai_format, "TEMPLATE_MERGE", False)
+    assert fast == [outcome(stream) for stream in streams] == [plain(stream) for stream in streams]
+    assert 20 < sum(result != "NotReassembled" for result in fast) < 150  # both outcomes are exercised

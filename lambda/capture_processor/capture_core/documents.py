@@ -30,6 +30,8 @@ from capture_core import fast_json
 from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
 
 MAX_DEPTH = 4
+# The speed switch of the one combined scan per batch (off in the differential test's plain path: two scans).
+SHARED_SCAN = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -97,7 +99,7 @@ class _Node:
     parts: list[str | int | _Literal] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Literal:
     body: str  # as written, without quotes
     value: _Node | int  # the decoded value: one piece, or split again when it is JSON itself
@@ -130,10 +132,11 @@ class DocumentBatch:
         return len(self._documents) - 1
 
     def redact(self) -> None:
-        self._plan_escaped()
+        may_match = self._plan_escaped()
         if self._pieces:
-            redacted, self._hits, self._over = self._redactor.redact_owned(pa.array(self._pieces, pa.string()),
-                                                                           self._owners)
+            redacted, self._hits, self._over = self._redactor.redact_owned(
+                pa.array(self._pieces, pa.string()), self._owners, may_match
+            )
             self._redacted = redacted.to_pylist() if self._hits or self._over else self._pieces
         else:
             self._redacted = []
@@ -143,24 +146,35 @@ class DocumentBatch:
         for piece, rules in self._hits.items():
             self._document_rules.setdefault(self._owners[piece], set()).update(rules)
 
-    def _plan_escaped(self) -> None:
+    def _plan_escaped(self) -> pa.Array | None:
         """Most JSON documents have escapes (every line break is one) and nothing to redact. One RE2
         pass over them with the two-character escapes decoded finds those that may: its text equals
         the decoded values but for the quotes between them, which no rule matches across, so it never
-        misses a match. Documents with \\u escapes, which it cannot decode, are planned regardless."""
+        misses a match. Documents with \\u escapes, which it cannot decode, are planned regardless.
+
+        The same pass (SHARED_SCAN) takes the pieces already planned (documents without escapes) along, so that the
+        combined pattern is compiled and warmed once per chunk, not twice: returned, the rows of the pieces that may
+        match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
-            return
+            return None
         # A \\u escape is found by Python's substring search (C, no Arrow pass); only the other documents go to RE2.
         unicode: list[int] = []
         others: list[int] = []
         for document in self._escaped:
             (unicode if "\\u" in self._documents[document][0] else others).append(document)
         flagged = set(unicode)
+        planned = len(self._pieces)
+        pieces_may_match: pa.Array | None = None
         if others:
             texts = pa.array([self._documents[document][0] for document in others], pa.string())
             decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
             decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
+            if SHARED_SCAN and planned:
+                decoded = pa.concat_arrays([decoded, pa.array(self._pieces, pa.string())])
             matched = pc.fill_null(pc.match_substring_regex(decoded, self._redactor.any_rule), False)
+            if SHARED_SCAN and planned:
+                pieces_may_match = matched.slice(len(others))
+                matched = matched.slice(0, len(others))
             flagged.update(others[position] for position in pc.indices_nonzero(matched).to_pylist())
         for document in self._escaped:  # in the order they were added, as one pass over all of them gave
             if document not in flagged:
@@ -171,6 +185,9 @@ class DocumentBatch:
                 continue
             self._owner = document
             self._documents[document] = (text, self._plan_json(text, 1))
+        if pieces_may_match is None:
+            return None
+        return pa.concat_arrays([pieces_may_match, pa.array([True] * (len(self._pieces) - planned), pa.bool_())])
 
     def over_budget(self, document: int) -> bool:
         """True when the document held more candidate matches than the budget and was replaced whole."""
@@ -197,21 +214,31 @@ class DocumentBatch:
 
     def _plan_json(self, text: str, depth: int) -> _Node:
         node = _Node()
-        position = 0
-        for match in _LITERAL.finditer(text):
-            self._gap(node, text[position : match.start()])
-            body = match[1]
-            position = match.end()
+        parts = node.parts
+        pieces, owners, owner = self._pieces, self._owners, self._owner  # _piece, inline: a call per literal costs
+        # One split in C: the gaps and each literal's body and closing quote, [gap, body, close, gap, ..., gap].
+        tokens = _LITERAL.split(text)
+        self._gap(node, tokens[0])
+        for index in range(1, len(tokens), 3):
+            body = tokens[index]
             if len(body) < MIN_GAP:  # a key or a short value: decodes to fewer characters than any match has
-                node.parts.append(match[0])
-                continue
-            value = decode_literal(body)
-            if depth < MAX_DEPTH and holds_escaped_json(value):
-                planned: _Node | int = self._plan_json(value, depth + 1)
+                parts.append('"' + body + tokens[index + 1])  # the literal as written
             else:
-                planned = self._piece(value)
-            node.parts.append(_Literal(body, planned, bool(match[2])))
-        self._gap(node, text[position:])
+                value = decode_literal(body)
+                if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
+                    planned: _Node | int = self._plan_json(value, depth + 1)
+                else:
+                    planned = len(pieces)
+                    pieces.append(value)
+                    owners.append(owner)
+                parts.append(_Literal(body, planned, bool(tokens[index + 1])))
+            gap = tokens[index + 2]
+            if len(gap) >= MIN_GAP:  # text between literals, redacted as it is
+                parts.append(len(pieces))
+                pieces.append(gap)
+                owners.append(owner)
+            elif gap:
+                parts.append(gap)
         return node
 
     def _gap(self, node: _Node, gap: str) -> None:
