@@ -144,14 +144,14 @@ def test_a_hand_edited_expression_fails_closed(base: Objects) -> None:
     validation["expression"] = validation["expression"].replace("request.namespace ==", "true || request.namespace ==",
                                                                 1)
     on_policy = _on_policy(_lines(base, head))
-    assert ("identity", k8s._UNREADABLE, True) in on_policy
+    assert ("identity", k8s.UNREADABLE_TOKEN_POLICY, True) in on_policy
     assert any("validations" in text for _, text, _ in on_policy)  # the raw change, as before
 
 
 def test_a_policy_without_its_holders_annotation_fails_closed(base: Objects) -> None:
     head = copy.deepcopy(base)
     del head[POLICY_KEY]["metadata"]["annotations"]
-    assert ("identity", k8s._UNREADABLE, True) in _on_policy(_lines(base, head))
+    assert ("identity", k8s.UNREADABLE_TOKEN_POLICY, True) in _on_policy(_lines(base, head))
 
 
 def test_the_policy_removed_broadens(base: Objects) -> None:

@@ -594,7 +594,7 @@ _OBJECT_GROUP = {"NetworkPolicy": "exposure", "Service": "exposure", "Ingress": 
 # ---- the token-audience admission policy, by its holders ------------------------------------------------------
 
 HolderKey = tuple[str, str, str, str, str]  # namespace, service account, audience, container name, workload
-_UNREADABLE = ("its expression is not the one token_audience_policy makes of its holders annotation ("
+UNREADABLE_TOKEN_POLICY = ("its expression is not the one token_audience_policy makes of its holders annotation ("
                f"{HOLDERS_ANNOTATION}: absent, edited by hand, or another generator): the change cannot be read "
                "by holder, so it counts as broadening")
 
@@ -689,7 +689,7 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
             if read is not None:
                 lines += read
                 continue
-            lines.append(Line("identity", label(key), _UNREADABLE, True, places))
+            lines.append(Line("identity", label(key), UNREADABLE_TOKEN_POLICY, True, places))
         flat_old = flatten(before) if before is not None else {}
         flat_new = flatten(after) if after is not None else {}
         ctx = Context(key, before, after, flat_old, flat_new,
