@@ -112,17 +112,18 @@ def token_holders(plan: WorkloadPlan, rendered: RenderedWorkloads) -> list[Token
         if kubernetes is not None:
             pod = {"serviceAccountName": kubernetes.service_account_name, "volumes": list(kubernetes.volumes or ()),
                    "initContainers": list(kubernetes.init_containers or ())}
-            holders += holders_of_pod(model.namespace or plan.context.namespace, pod)
+            holders += holders_of_pod(model.namespace or plan.context.namespace, pod, model.name)
     for chart_id, item in rendered.workloads.items():
         if isinstance(item, PortableWorkload):
             for manifest in rendered.charts[chart_id].to_json():
                 if manifest["kind"] == "Deployment":
                     holders += holders_of_pod(item.namespace or plan.context.namespace,
-                                              manifest["spec"]["template"]["spec"])
+                                              manifest["spec"]["template"]["spec"], manifest["metadata"]["name"])
     for chart_id, entry in rendered.entries.items():
         for manifest in rendered.charts[chart_id].to_json():
             if manifest["kind"] == "Deployment":
-                holders += holders_of_pod(entry.namespace, manifest["spec"]["template"]["spec"])
+                holders += holders_of_pod(entry.namespace, manifest["spec"]["template"]["spec"],
+                                          manifest["metadata"]["name"])
     return holders
 
 

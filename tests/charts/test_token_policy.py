@@ -15,7 +15,13 @@ import pytest
 
 from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY
 from hyperpod_inference_iac.charts.render import render_workloads
-from hyperpod_inference_iac.charts.token_policy import TOKEN_AUDIENCE_POLICY
+from hyperpod_inference_iac.charts.token_policy import (
+    HOLDERS_ANNOTATION,
+    TOKEN_AUDIENCE_POLICY,
+    TokenHolder,
+    holders_of_annotation,
+    token_audience_policy,
+)
 from tests.charts import samples
 from tests.charts.test_admission_policy import Policy, _objects, _plan
 
@@ -148,3 +154,28 @@ def test_both_policies_keep_to_what_the_api_server_s_typed_cel_compiles(rendered
         for expression in expressions:
             assert "== {" not in expression and "c.all(k," not in expression
             assert "containers + variables.ephemeral" not in expression
+
+
+def test_the_policy_names_its_holders_from_the_same_source_as_its_expression(rendered: dict[str, Any]) -> None:
+    """The holders annotation (read by ``make review``) is what the expression is made of: the policy the library
+    makes of the annotation's holders is the rendered policy, annotation included; each holder names its workload."""
+    policy = rendered["policy"]
+    holders = holders_of_annotation(policy["metadata"]["annotations"][HOLDERS_ANNOTATION])
+    assert token_audience_policy(holders)[0] == {k: policy[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+    assert {(h.container["name"], h.audience) for h in holders} >= {
+        ("capture-sidecar", SIDECAR_AUDIENCE), (_container(rendered["operator"], "nvme-weights-loader")["name"],
+                                                "hyperpod-inference-iac/weights-loader")}
+    assert all(h.workload for h in holders)
+    assert token_audience_policy(list(reversed(holders))) == token_audience_policy(holders)
+
+
+def test_a_container_planned_twice_is_one_term() -> None:
+    sidecar = {"name": "capture-sidecar", "image": "example.invalid/sidecar:1"}
+    one = TokenHolder.of(namespace="n", service_account="s", audience=SIDECAR_AUDIENCE, container=sidecar,
+                         workload="a")
+    two = TokenHolder.of(namespace="n", service_account="s", audience=SIDECAR_AUDIENCE, container=sidecar,
+                         workload="b")
+    expression = token_audience_policy([one, two])[0]["spec"]["validations"][0]["expression"]
+    assert expression == token_audience_policy([one])[0]["spec"]["validations"][0]["expression"]
+    assert [h.workload for h in holders_of_annotation(
+        token_audience_policy([two, one])[0]["metadata"]["annotations"][HOLDERS_ANNOTATION])] == ["a", "b"]

@@ -2,7 +2,8 @@
 what a reviewer asks: capture tiers, sampling and payload caps (data governance); images, service
 accounts and their roles, replicas, autoscaling and model sources (workloads); Service type, load
 balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS); the capture
-sidecar's budgets, their alerts and its usage settings (budgets and costs, in words by ``budgets.py``).
+sidecar's budgets, their alerts and its usage settings (budgets and costs, in words by ``budgets.py``); the
+token-audience admission policy by its holders, and admission policy bindings (identity).
 
 The objects come from ``dist/`` (``*.k8s.yaml``; ``helm/*.yaml`` as Helm releases) and from the
 cluster stack's kubectl manifests and Helm charts, which the app renders from the same plan; a change
@@ -19,6 +20,13 @@ from typing import Any
 
 import yaml
 
+from hyperpod_inference_iac.charts.token_policy import (
+    HOLDERS_ANNOTATION,
+    TOKEN_AUDIENCE_POLICY,
+    TokenHolder,
+    holders_of_annotation,
+    token_audience_policy,
+)
 from tools.review import budgets
 from tools.review.flat import changed, collapse, flatten, render, whole_item
 from tools.review.model import MISSING, Line, change, increases, listing, short
@@ -30,6 +38,8 @@ POD_OWNERS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"}
 PRUNE_LABEL = "aws.cdk.eks/prune-"
 BINDINGS = {"RoleBinding", "ClusterRoleBinding"}
 RBAC = {"Role", "ClusterRole"} | BINDINGS
+ADMISSION_POLICY = "ValidatingAdmissionPolicy"
+ADMISSION_BINDING = "ValidatingAdmissionPolicyBinding"
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -477,6 +487,19 @@ def _rbac_binding(m, old, new, ctx):
     return ("identity", label(ctx.key), change(m["f"], old, new), True)
 
 
+@rule({ADMISSION_BINDING}, r"^spec\.(?P<f>.+)$")
+def _admission_binding(m, old, new, ctx):
+    """An admission policy's binding: losing ``Deny`` (to ``Warn``/``Audit`` only) lets the pods it refused run; any
+    other change (another policy, other namespaces, parameters) is not read here, so it counts as broadening."""
+    field = m["f"]
+    if field == "validationActions":
+        def actions(value: Any) -> set[str]:
+            return {str(item) for item in value} if isinstance(value, list) else set()
+        return ("identity", label(ctx.key), change("validationActions", old, new),
+                "Deny" in actions(old) and "Deny" not in actions(new))
+    return ("identity", label(ctx.key), change(field, old, new), ctx.old_obj is not None)
+
+
 @rule(OPERATOR_KINDS, r"^spec\.loadBalancer\.(?P<f>.+)$")
 def _operator_lb(m, old, new, ctx):
     return ("exposure", ctx.name, change(f"load balancer {m['f']}", old, new), False)
@@ -568,6 +591,89 @@ _OBJECT_GROUP = {"NetworkPolicy": "exposure", "Service": "exposure", "Ingress": 
                  "Namespace": "other", "ConfigMap": "other"} | dict.fromkeys(RBAC, "identity")
 
 
+# ---- the token-audience admission policy, by its holders ------------------------------------------------------
+
+HolderKey = tuple[str, str, str, str, str]  # namespace, service account, audience, container name, workload
+UNREADABLE_TOKEN_POLICY = ("its expression is not the one token_audience_policy makes of its holders annotation ("
+               f"{HOLDERS_ANNOTATION}: absent, edited by hand, or another generator): the change cannot be read "
+               "by holder, so it counts as broadening")
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def is_token_policy(key: Key, obj: dict[str, Any] | None) -> bool:
+    """The library's token-audience policy: by its name, or any admission policy carrying the holders annotation."""
+    return key[0] == ADMISSION_POLICY and (key[2] == TOKEN_AUDIENCE_POLICY or (
+        obj is not None and HOLDERS_ANNOTATION in _annotations(obj)))
+
+
+def policy_holders(obj: dict[str, Any]) -> dict[HolderKey, set[str]] | None:
+    """The holders of a token-audience policy (key -> its containers as JSON), read from its annotation and trusted
+    only when its spec is exactly what :func:`token_audience_policy` makes of them; None: it cannot be read so."""
+    value = _annotations(obj).get(HOLDERS_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    try:
+        holders = holders_of_annotation(value)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if obj.get("spec") != token_audience_policy(holders)[0]["spec"]:
+        return None
+    found: dict[HolderKey, set[str]] = {}
+    for holder in holders:
+        found.setdefault(_holder_key(holder), set()).add(holder.container_json)
+    return found
+
+
+def _holder_key(holder: TokenHolder) -> HolderKey:
+    return (holder.namespace, holder.service_account, holder.audience, str(holder.container.get("name", "?")),
+            holder.workload)
+
+
+def _holder_words(key: HolderKey) -> str:
+    namespace, account, audience, container, workload = key
+    return f"{namespace}/{account}, audience {audience}, container {container}" + (
+        f" of {workload}" if workload else "")
+
+
+def token_policy_lines(key: Key, before: dict[str, Any] | None, after: dict[str, Any] | None,
+                       places: tuple[str, ...]) -> list[Line] | None:
+    """The token-audience policy read by its holders (docs/review.md): a holder added broadens, one removed narrows,
+    one whose container changed follows its workload (one neutral line); None when a side cannot be read so."""
+    old = policy_holders(before) if before is not None else {}
+    new = policy_holders(after) if after is not None else {}
+    if old is None or new is None:
+        return None
+    subject = label(key)
+    if after is None:
+        return [Line("identity", subject, "removed: a platform token may be projected into any pod (no admission "
+                     "check of its container)", True, places)]
+    lines = []
+    if before is None:
+        lines.append(Line("identity", subject, f"new: a platform token only into its {len(new)} planned holder(s)",
+                          False, places))
+    for gained in sorted(set(new) - set(old)):
+        lines.append(Line("identity", subject, f"token holder added: {_holder_words(gained)} (one more place a "
+                          "platform token may be projected)", True, places))
+    for lost in sorted(set(old) - set(new)):
+        lines.append(Line("identity", subject, f"token holder removed: {_holder_words(lost)}", False, places))
+    for kept in sorted(set(old) & set(new)):
+        if old[kept] != new[kept]:
+            workload = kept[4] or "its workload"
+            lines.append(Line("workloads", subject, f"token holder {_holder_words(kept)}: follows {workload}'s "
+                              f"container change (read on {workload}'s own lines)", False, places))
+    # Anything else of the object (labels, other annotations) as any object's.
+    rest = [{**obj, "spec": None, "metadata": {**(obj.get("metadata") or {}), "annotations": {
+        name: value for name, value in _annotations(obj).items() if name != HOLDERS_ANNOTATION}}}
+        for obj in (before, after) if obj is not None]
+    if before is not None:
+        lines += diff_objects({key: rest[0]}, {key: rest[1]}, lambda _: places)
+    return lines
+
+
 def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
                  where: Callable[[Key], tuple[str, ...]]) -> list[Line]:
     """Lines for every object added, removed or changed between two sets of objects."""
@@ -578,6 +684,12 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
         if before == after:
             continue
         places = where(key)
+        if is_token_policy(key, before) or is_token_policy(key, after):
+            read = token_policy_lines(key, before, after, places)
+            if read is not None:
+                lines += read
+                continue
+            lines.append(Line("identity", label(key), UNREADABLE_TOKEN_POLICY, True, places))
         flat_old = flatten(before) if before is not None else {}
         flat_new = flatten(after) if after is not None else {}
         ctx = Context(key, before, after, flat_old, flat_new,
@@ -589,7 +701,8 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
             summary = _summary(obj)
             if ctx.first_policy:
                 verb, summary = "new (the namespace had no policy: restricts the pods it selects)", ""
-            broadens = (after is None and key[0] == "NetworkPolicy") or (after is not None and key[0] in BINDINGS) or (
+            broadens = (after is None and key[0] in ("NetworkPolicy", ADMISSION_POLICY, ADMISSION_BINDING)) or (
+                after is not None and key[0] in BINDINGS) or (
                 after is not None and key[0] == "Service" and _EXPOSING.get(str((obj.get("spec") or {}).get(
                     "type")), 0) > 0)
             lines.append(Line(group, label(key), f"{verb}{': ' + summary if summary else ''}", broadens, places))
