@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.review.test_review import git
 from tests.support.synth import REPO, VENV_BIN
 from tools.review.__main__ import main
 from tools.review.synth import Receipt, tools, working_tree
@@ -40,11 +41,8 @@ app.synth()
 '''
 
 
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.com",
-           "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.com"}
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+def rev(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", ref).strip()
 
 
 def library(repo: Path, greeting: str, days: int) -> None:
@@ -83,10 +81,10 @@ def test_a_base_is_checked_out_and_synthesized_with_its_own_library(toy: Path, t
     # Each side left its receipt: the base of the parent commit's tree, the head of the working tree's.
     base = Receipt.read(tmp_path / "kept" / "base" / "receipt.json")
     head = Receipt.read(tmp_path / "kept" / "head" / "receipt.json")
-    assert base.tree == git(toy, "rev-parse", "HEAD~1^{tree}") and head.tree == git(toy, "rev-parse", "HEAD^{tree}")
+    assert base.tree == rev(toy, "HEAD~1^{tree}") and head.tree == rev(toy, "HEAD^{tree}")
     assert base.config == head.config == "toy.yaml" and base.tools == head.tools == tools(REPO)
     # The base worktree is gone, and nothing was written into the repository.
-    assert git(toy, "worktree", "list").count("\n") == 0
+    assert git(toy, "worktree", "list").count("\n") == 1
     assert git(toy, "status", "--porcelain") == ""
 
 
@@ -115,12 +113,12 @@ def test_a_receipt_of_other_sources_is_refused(toy: Path, tmp_path: Path,
                    "--keep", str(tmp_path / "kept")])
     error = capsys.readouterr().err
     assert status == 2, error
-    assert f"--base-synth {receipt} is not a synth of the base {git(toy, 'rev-parse', 'HEAD~1')[:12]}" in error
-    assert f"tree: {git(toy, 'rev-parse', 'HEAD^{tree}')!r}" in error  # the head's: would hide the change
+    assert f"--base-synth {receipt} is not a synth of the base {rev(toy, 'HEAD~1')[:12]}" in error
+    assert f"tree: {rev(toy, 'HEAD^{tree}')!r}" in error  # the head's: would hide the change
     assert "config: 'config/other.yaml', the review's: 'toy.yaml'" in error and "/elsewhere/.venv" in error
     assert not (tmp_path / "kept" / "head").exists()  # nothing synthesized
 
-    Receipt(tmp_path / "cdk.out", tmp_path / "dist", "toy.yaml", git(toy, "rev-parse", "HEAD~1^{tree}"),
+    Receipt(tmp_path / "cdk.out", tmp_path / "dist", "toy.yaml", rev(toy, "HEAD~1^{tree}"),
             tools(toy), "").write(receipt)
     (tmp_path / "cdk.out" / "manifest.json").unlink()
     assert main(["--repo", str(toy), "--base", "HEAD~1", "--config", "toy.yaml", "--base-synth", str(receipt)]) == 2

@@ -7,11 +7,12 @@ install maps ``hyperpod_inference_iac`` to this working tree's folders, so each 
 ``hyperpod_inference_iac`` package laid out from its own ``pyproject.toml`` (the same folder-to-package
 mapping the editable install and the wheel use) and put first on ``PYTHONPATH``.
 
-A synthesized side can be reused instead of synthesized again (``--base-synth``, for tests and CI): every synth
-this module makes writes a *receipt* beside it (``receipt.json``: the git tree it was made from, the config path,
-the assembly and dist/ folders, the synth's output), and a receipt is accepted as the base only when its tree is
-the base commit's tree and its config and tools are the review's. Two synths of the same sources and config are
-byte-identical (tests/platform/test_quality_gates.py), so the reused side is what the synth would make."""
+A synthesized side can be reused instead of synthesized again (``--base-synth``, for tests and CI): with
+``--keep``, each synth this module makes writes a *receipt* beside it (``receipt.json``: the git tree it was made
+from, the config path, the assembly and dist/ folders, the synth's output), and a receipt is accepted as the base
+only when its tree is the base commit's tree and its config and tools are the review's. Two synths of the same
+sources and config are byte-identical (tests/platform/test_quality_gates.py), so the reused side is what the synth
+would make."""
 
 from __future__ import annotations
 
@@ -94,11 +95,11 @@ class Side:
     dist: Path  # dist/ of this side
 
 
-def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict[str, str]:
-    """``cdk synth`` of one side into its own directories, offline, with the side's own library, and its receipt
-    (``receipt_path(side)``). Returns the dist/ files the app left out until stack outputs exist (file -> the
-    outputs it needs)."""
-    tree = working_tree(side.source)
+def synthesize(side: Side, tools_root: Path, config: str, scratch: Path, receipt: bool = False) -> dict[str, str]:
+    """``cdk synth`` of one side into its own directories, offline, with the side's own library, and with
+    ``receipt`` its receipt (``receipt_path(side)``). Returns the dist/ files the app left out until stack outputs
+    exist (file -> the outputs it needs)."""
+    tree = working_tree(side.source) if receipt else ""
     library = scratch / f"{side.label}-library"
     env = cli_env()
     env["PATH"] = f"{tools_root / '.venv' / 'bin'}:{tools_root / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
@@ -118,8 +119,9 @@ def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict
     if result.returncode != 0:
         raise ReviewError(f"synthesizing the {side.label} ({side.source}) failed with status {result.returncode}:\n"
                           f"{(result.stdout + result.stderr)[-4000:]}")
-    Receipt(side.assembly, side.dist, config, tree, tools(tools_root), result.stdout + result.stderr).write(
-        receipt_path(side))
+    if receipt:
+        Receipt(side.assembly, side.dist, config, tree, tools(tools_root), result.stdout + result.stderr).write(
+            receipt_path(side))
     return waiting_files(result.stdout + result.stderr)
 
 
@@ -128,14 +130,17 @@ def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict
 
 def working_tree(repo: Path) -> str:
     """The git tree id of ``repo``'s files as they are (uncommitted changes and new files included, ignored files
-    not): what ``git add --all && git write-tree`` would give, computed in a temporary index (the repository's own
-    index is not touched)."""
+    not): what ``git add --all && git write-tree`` would give, computed in a temporary index and a temporary object
+    folder (the repository's own index and objects are read, never written)."""
     index = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    objects = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
     with tempfile.TemporaryDirectory(prefix="review-index-") as temporary:
         scratch_index = Path(temporary) / "index"
         if index.is_file():
             shutil.copyfile(index, scratch_index)  # its stat cache: only changed files are read
-        env = {**os.environ, "GIT_INDEX_FILE": str(scratch_index)}
+        (Path(temporary) / "objects").mkdir()
+        env = {**os.environ, "GIT_INDEX_FILE": str(scratch_index), "GIT_OBJECT_DIRECTORY": str(Path(temporary) /
+               "objects"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": objects}
         for args in (["add", "--all"], ["write-tree"]):
             result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
                                     check=False)
@@ -219,15 +224,15 @@ class Synths:
 
 
 def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: Path, parallel: bool = True,
-                           base_synth: Path | None = None) -> Synths:
-    """Both sides synthesized into ``scratch`` (each with its receipt); with ``base_synth`` (a receipt), only the
-    head, the base being the receipt's synth."""
+                           base_synth: Path | None = None, receipts: bool = False) -> Synths:
+    """Both sides synthesized into ``scratch`` (with ``receipts``, each with its receipt: ``--keep``); with
+    ``base_synth`` (a receipt), only the head, the base being the receipt's synth."""
     if base_synth is not None:
         base, base_waiting = prepared_base(repo, base_commit, config, base_synth)
         head = Side("head", repo, scratch / "head" / "cdk.out", scratch / "head" / "dist")
         changed = [name for name in DEPENDENCY_FILES if _at(repo, base_commit, name) != _read(repo / name)]
         synths = Synths(base=base, head=head, base_commit=base_commit, worktree=None, dependency_changes=changed)
-        synths.waiting = {"base": base_waiting, "head": synthesize(head, repo, config, scratch)}
+        synths.waiting = {"base": base_waiting, "head": synthesize(head, repo, config, scratch, receipts)}
         return synths
     worktree = scratch / "base-checkout"
     git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), base_commit)
@@ -242,10 +247,10 @@ def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: P
     sides = (synths.base, synths.head)
     if parallel:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {side.label: pool.submit(synthesize, side, repo, config, scratch) for side in sides}
+            futures = {side.label: pool.submit(synthesize, side, repo, config, scratch, receipts) for side in sides}
             synths.waiting = {label: future.result() for label, future in futures.items()}
     else:
-        synths.waiting = {side.label: synthesize(side, repo, config, scratch) for side in sides}
+        synths.waiting = {side.label: synthesize(side, repo, config, scratch, receipts) for side in sides}
     return synths
 
 
