@@ -22,22 +22,26 @@ from tools.review.__main__ import main
 from tools.review.synth import Receipt, tools, working_tree
 
 APP = '''\
+import json
+import os
 from pathlib import Path
-
-import aws_cdk as cdk
-from aws_cdk import aws_sqs as sqs
 
 import toylib  # only from the library the review lays out for this side (lib/ is not on sys.path)
 
-app = cdk.App()
-dist = Path(app.node.try_get_context("dist"))
+# A cloud assembly written by hand (no aws-cdk-lib to load: seconds less per side), as the CDK CLI reads one.
+out = Path(os.environ["CDK_OUTDIR"])
+context = json.loads(os.environ.get("CDK_CONTEXT_JSON", "{}"))
+dist = Path(context["dist"])
 dist.mkdir(parents=True, exist_ok=True)
 (dist / "toy.k8s.yaml").write_text(
     "apiVersion: v1\\nkind: ConfigMap\\nmetadata: {name: toy, namespace: default}\\n"
     f"data: {{greeting: {toylib.GREETING}}}\\n")
-stack = cdk.Stack(app, "toy")
-sqs.Queue(stack, "Queue", retention_period=cdk.Duration.days(toylib.DAYS))
-app.synth()
+queue = {"Type": "AWS::SQS::Queue", "Properties": {"MessageRetentionPeriod": toylib.DAYS * 86400},
+         "Metadata": {"aws:cdk:path": "toy/Queue/Resource"}}
+(out / "toy.template.json").write_text(json.dumps({"Resources": {"Queue4A7E3555": queue}}))
+(out / "manifest.json").write_text(json.dumps({"version": "55.0.0", "artifacts": {"toy": {
+    "type": "aws:cloudformation:stack", "environment": "aws://unknown-account/unknown-region",
+    "properties": {"templateFile": "toy.template.json", "validateOnSynth": False}, "displayName": "toy"}}}))
 '''
 
 
@@ -72,7 +76,6 @@ def toy(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("review")
 def test_a_base_is_checked_out_and_synthesized_with_its_own_library(toy: Path, tmp_path: Path) -> None:
     found = run_review(toy, tmp_path / "kept")
     greeting = [line for line in found["lines"] if "greeting" in line["text"]]
