@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_a_base_is_checked_out_and_synthesized_with_its_own_library(toy: Path, t
     assert git(toy, "status", "--porcelain") == ""
 
 
-def run_review(repo: Path, keep: Path) -> dict[str, object]:
+def run_review(repo: Path, keep: Path) -> dict[str, Any]:
     result = subprocess.run(
         [str(VENV_BIN / "python"), "-m", "tools.review", "--base", "HEAD~1", "--config", "toy.yaml",
          "--format", "json", "--keep", str(keep)],
@@ -99,7 +100,7 @@ def run_review(repo: Path, keep: Path) -> dict[str, object]:
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr
-    found: dict[str, object] = json.loads(result.stdout)
+    found: dict[str, Any] = json.loads(result.stdout)
     return found
 
 

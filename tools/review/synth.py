@@ -141,12 +141,14 @@ def working_tree(repo: Path) -> str:
         (Path(temporary) / "objects").mkdir()
         env = {**os.environ, "GIT_INDEX_FILE": str(scratch_index), "GIT_OBJECT_DIRECTORY": str(Path(temporary) /
                "objects"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": objects}
+        outputs = []
         for args in (["add", "--all"], ["write-tree"]):
             result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
                                     check=False)
             if result.returncode != 0:
                 raise ReviewError(f"git {' '.join(args)} in {repo}: {result.stderr.strip()}")
-    return result.stdout.strip()
+            outputs.append(result.stdout.strip())
+    return outputs[-1]
 
 
 def tools(tools_root: Path) -> dict[str, str]:
