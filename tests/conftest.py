@@ -62,7 +62,8 @@ def is_slow(item: pytest.Item) -> bool:
 
 # Fixtures built once per run (tests/support/shared.py) and the folders whose tests need them: the xdist controller
 # starts building them as soon as a worker has collected such a test.
-SHARED_BUILDS = {"assembly": ("tests/platform/", "tests/rehearsal/"), "consumer": ("tests/examples/",)}
+SHARED_BUILDS = {"assembly": ("tests/platform/", "tests/rehearsal/", "tests/review/test_review.py"),
+                 "consumer": ("tests/examples/",)}
 
 
 def run_order(item: pytest.Item) -> int:

@@ -45,6 +45,14 @@ def lambda_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="session")
+def erasure_storage_policies() -> dict[str, Any]:
+    """tests/capture_processor/test_audit_encryption.py's synthesized policies, once per worker: read only."""
+    from tests.capture_processor.test_audit_encryption import synthesized_policies
+
+    return synthesized_policies()
+
+
 @pytest.fixture
 def bucket(s3: Any) -> str:
     name = f"capture-{uuid.uuid4().hex[:12]}"

@@ -30,8 +30,17 @@ ERASER = f"arn:aws:iam::{ACCOUNT}:role/capture-eraser"
 SSE, KEY_ID = "s3:x-amz-server-side-encryption", "s3:x-amz-server-side-encryption-aws-kms-key-id"
 
 
-@pytest.fixture(scope="module")
-def policies() -> dict[str, Any]:
+@pytest.fixture
+def policies(erasure_storage_policies: dict[str, Any]) -> dict[str, Any]:
+    """The synthesized policies, built once per worker (tests/capture_processor/conftest.py: this module's and
+    tests/capture_processor/test_tables_encryption.py's tests read the same; a module-scoped fixture imported into
+    another module is built once per module)."""
+    return erasure_storage_policies
+
+
+def synthesized_policies() -> dict[str, Any]:
+    """The capture and audit bucket policies of a small stack, the capture key's ARN, the audit bucket and the
+    processor's role, with an eraser role granted ``grant_erase`` of the storage and the tables."""
     app = App()
     stack = Stack(app, "Storage", env=Environment(account=ACCOUNT, region=REGION))
     storage = CaptureStorage(stack, "Storage", capture_bucket_name=BUCKET, audit_bucket_name=AUDIT,

@@ -2,8 +2,15 @@
 
 The first adds a capture reader and raises a sampling percentage: both must show, each under its group,
 marked as broadening, and ``--fail-on broadening`` must exit 1. The second changes comments only (in
-the config and in the app's code): the summary must be empty and the gate must pass. Four synths in
-all (base and head of each run, two at a time), in one xdist group."""
+the config and in the app's code): the summary must be empty and the gate must pass.
+
+Two synths of the platform in all, each review synthesizing only its changed side: the first review's base is
+the project as it is, which the run's shared synth (tests/support/synth.py) already is, so it is passed as
+``--base-synth`` (its receipt: the tool refuses it unless it is of the base commit's tree, config and tools; two
+synths of the same sources are byte-identical, tests/platform/test_quality_gates.py); the second review's base is
+the first one's head, kept with ``--keep``. The tool's own checkout of a base (a git worktree with its own library)
+is reviewed on a small app of its own (test_a_base_is_checked_out_and_synthesized_with_its_own_library), and a
+receipt of other sources is refused (test_a_receipt_of_other_sources_is_refused)."""
 
 from __future__ import annotations
 
@@ -11,12 +18,13 @@ import json
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.synth import REPO, VENV_BIN
+from tests.support.synth import REPO, VENV_BIN, default_assembly, default_receipt
 from tools.review import render
 from tools.review.model import Review
 
@@ -49,6 +57,12 @@ def review(repo: Path, *args: str) -> tuple[int, dict[str, Any], str]:
 
 
 @pytest.fixture(scope="module")
+def assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's shared synth of this checkout's platform (built once per run), by its receipt."""
+    return default_receipt(default_assembly(tmp_path_factory).directory)
+
+
+@pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository holding this project's files as they are now (tracked and new ones), one commit."""
     repo = tmp_path_factory.mktemp("project")
@@ -59,22 +73,33 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if source.is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, repo / name)
-    for name in (".venv", "node_modules"):  # the installed tools, shared (ignored by the copy's .gitignore)
-        (repo / name).symlink_to(REPO / name)
     git(repo, "init", "--quiet", "--initial-branch=main")
+    # The installed tools, shared: links, which .gitignore's ".venv/" (a folder) does not ignore; the
+    # repository's own exclude file does, so the commit holds this checkout's files and nothing else.
+    (repo / ".git" / "info" / "exclude").write_text("/.venv\n/node_modules\n")
+    for name in (".venv", "node_modules"):
+        (repo / name).symlink_to(REPO / name)
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "-m", "the project as it is")
     return repo
 
 
-def test_a_new_reader_and_more_sampling_show_as_broadening_and_comments_show_nothing(project: Path) -> None:
+def test_a_new_reader_and_more_sampling_show_as_broadening_and_comments_show_nothing(
+        project: Path, assembly: Path, tmp_path: Path) -> None:
+    shared = json.loads(assembly.read_text())
+    if shared["tree"] == git(project, "rev-parse", "HEAD^{tree}").strip():
+        base = ["--base-synth", str(assembly)]
+    else:  # the checkout changed between the shared synth and the copy (a file written meanwhile): synthesize it
+        warnings.warn("tests/review: the shared synth is of other sources than the project copy; the review "
+                      "synthesizes its base", stacklevel=1)
+        base = []
     edit(project, CONFIG, "    - arn:aws:iam::111122223333:role/ml-analysts\n",
          f"    - arn:aws:iam::111122223333:role/ml-analysts\n    - {READER}\n")
     edit(project, CONFIG, "          initialSamplingPercentage: 5\n          bufferConfig: {batchSize: 50",
          "          initialSamplingPercentage: 100\n          bufferConfig: {batchSize: 50")
     git(project, "commit", "--quiet", "--all", "-m", "a capture reader; sample every request of mistral-7b's pods")
 
-    status, found, log = review(project, "--fail-on", "broadening")
+    status, found, log = review(project, "--fail-on", "broadening", "--keep", str(tmp_path / "first"), *base)
     assert status == 1, log  # the gate: something broadens
     lines = found["lines"]
     sampling = [line for line in lines if line["subject"] == "mistral-7b/modelPod"]
@@ -103,7 +128,9 @@ def test_a_new_reader_and_more_sampling_show_as_broadening_and_comments_show_not
     edit(project, "stacks/platform.py", '"""The whole platform', '# (a comment only)\n"""The whole platform')
     git(project, "commit", "--quiet", "--all", "-m", "comments only")
 
-    status, found, log = review(project, "--fail-on", "broadening")
+    # Its base is the first review's head: the same commit, synthesized then (the receipt says so, or is refused).
+    status, found, log = review(project, "--fail-on", "broadening", "--base-synth",
+                                str(tmp_path / "first" / "head" / "receipt.json"))
     assert status == 0, log
     assert found["lines"] == [] and found["broadening"] == 0
     assert all(stack["changes"] == 0 and not stack["broadening"] for stack in found["cdk"].values())

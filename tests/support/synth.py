@@ -38,7 +38,10 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cdk_synth(outdir: Path, config: str | Path = "config/default.yaml", context: dict[str, str] | None = None,
+DEFAULT_CONFIG = "config/default.yaml"
+
+
+def run_cdk_synth(outdir: Path, config: str | Path = DEFAULT_CONFIG, context: dict[str, str] | None = None,
                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``cdk synth`` into ``outdir``; the app writes its Kubernetes manifests to ``outdir/dist``. ``env``: variables
     set on top of ``cli_env()``."""
@@ -66,12 +69,22 @@ def build_default_platform(outdir: Path) -> None:
     editable install points at another checkout (git worktrees sharing one venv): ``checkout_import_path`` comes
     first on PYTHONPATH."""
     from tests.support.rehearsal import checkout_import_path
+    from tools.review.synth import Receipt, tools, working_tree
 
     shim = checkout_import_path(REPO, outdir.with_name(f"{outdir.name}.import-path"))
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))}
+    tree = working_tree(REPO)
     result = run_cdk_synth(outdir, env=env)
     assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
     outdir.with_name(f"{outdir.name}.fingerprint.json").write_text(json.dumps(fingerprint(outdir), indent=1))
+    Receipt(outdir, outdir / "dist", DEFAULT_CONFIG, tree, tools(REPO), result.stdout + result.stderr).write(
+        default_receipt(outdir))
+
+
+def default_receipt(directory: Path) -> Path:
+    """The shared synth's receipt for ``make review``'s ``--base-synth`` (tools/review/synth.py): its sources'
+    git tree (this checkout's files as they are, uncommitted ones included), config and tools, beside it."""
+    return directory.with_name(f"{directory.name}.receipt.json")
 
 
 def fingerprint(directory: Path) -> dict[str, str]:

@@ -5,6 +5,7 @@ sidecars that use it (a gateway entry's too) get its address, and their own role
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +66,24 @@ def _plan(*servers: PortableModelServer, store: UsageStoreRef | None, problems: 
                           problems=problems)
 
 
-def test_the_cache_is_valkey_in_private_subnets_tls_only_without_snapshots_and_small() -> None:
+@dataclass(frozen=True)
+class Built:
+    stack: Stack
+    store: UsageStore
+    nodes: ec2.ISecurityGroup
+    template: Template
+
+
+@pytest.fixture(scope="module")
+def built() -> Built:
+    """The store with its defaults in a stack of its own, built once for the tests below that only read it."""
     stack = Stack(App(), "S", env=Environment(account=ACCOUNT, region="us-west-2"))
-    store, _ = _store(stack)
-    template = Template.from_stack(stack)
+    store, nodes = _store(stack)
+    return Built(stack, store, nodes, Template.from_stack(stack))
+
+
+def test_the_cache_is_valkey_in_private_subnets_tls_only_without_snapshots_and_small(built: Built) -> None:
+    stack, store, template = built.stack, built.store, built.template
     (cache,) = template.find_resources("AWS::ElastiCache::ServerlessCache").values()
     props = cache["Properties"]
     assert (props["Engine"], props["ServerlessCacheName"], props["MajorEngineVersion"]) == ("valkey", CACHE, "8")
@@ -83,10 +98,8 @@ def test_the_cache_is_valkey_in_private_subnets_tls_only_without_snapshots_and_s
     assert "TransitEncryptionEnabled" not in props
 
 
-def test_only_the_nodes_security_group_reaches_the_cache_and_only_on_6379() -> None:
-    stack = Stack(App(), "S", env=Environment(account=ACCOUNT, region="us-west-2"))
-    store, nodes = _store(stack)
-    template = Template.from_stack(stack)
+def test_only_the_nodes_security_group_reaches_the_cache_and_only_on_6379(built: Built) -> None:
+    stack, store, nodes, template = built.stack, built.store, built.nodes, built.template
     group = template.to_json()["Resources"][stack.get_logical_id(store.security_group.node.default_child)]
     ingress = group["Properties"].get("SecurityGroupIngress", [])
     standalone = [r["Properties"] for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()]
@@ -101,10 +114,9 @@ def test_only_the_nodes_security_group_reaches_the_cache_and_only_on_6379() -> N
     assert all(r.get("CidrIp") == "255.255.255.255/32" for r in egress)
 
 
-def test_the_sidecar_user_authenticates_with_iam_and_an_unauthenticated_connection_can_do_nothing() -> None:
-    stack = Stack(App(), "S", env=Environment(account=ACCOUNT, region="us-west-2"))
-    store, _ = _store(stack)
-    template = Template.from_stack(stack)
+def test_the_sidecar_user_authenticates_with_iam_and_an_unauthenticated_connection_can_do_nothing(
+        built: Built) -> None:
+    store, template = built.store, built.template
     users = {u["Properties"]["UserName"]: u["Properties"]
              for u in template.find_resources("AWS::ElastiCache::User").values()}
     sidecar = users[f"{CACHE}-sidecar"]

@@ -39,9 +39,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=env("REVIEW_FAIL_ON") or "never", help="exit 1 when a line broadens (or on any change)")
     parser.add_argument("--output", default=env("REVIEW_OUTPUT", ""), help="also write the review to this file")
     parser.add_argument("--cdk-diff", action="store_true", help="text format: append the CDK's own diff per stack")
-    parser.add_argument("--keep", default="", help="synthesize into this directory and keep it (default: a "
-                        "temporary directory, removed after the run)")
+    parser.add_argument("--keep", default="", help="synthesize into this directory and keep it, with a receipt "
+                        "per side for --base-synth (default: a temporary directory, removed after the run)")
     parser.add_argument("--sequential", action="store_true", help="synthesize base and head one after the other")
+    parser.add_argument("--base-synth", default=env("REVIEW_BASE_SYNTH", ""),
+                        help="reuse this synth of the base instead of checking it out and synthesizing it: the "
+                        "receipt.json a review's --keep folder holds beside each side's cdk.out; refused unless it is "
+                        "of the base commit's tree, with the same config and tools (for tests and CI)")
     parser.add_argument("--repo", default=".", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -58,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             scratch = Path(args.keep).resolve() if args.keep else Path(temporary)
             scratch.mkdir(parents=True, exist_ok=True)
             try:
-                synths = prepare_and_synthesize(repo, commit, args.config, scratch, parallel=not args.sequential)
+                synths = prepare_and_synthesize(repo, commit, args.config, scratch, parallel=not args.sequential,
+                                                base_synth=Path(args.base_synth).resolve() if args.base_synth else None,
+                                                receipts=bool(args.keep))
                 worktree = synths.worktree
                 synthesized = time.monotonic()
                 review = compare(synths.base.assembly, synths.head.assembly, synths.base.dist, synths.head.dist,

@@ -5,15 +5,24 @@ run). Each side runs its own ``app.py`` and ``cdk.json`` with this checkout's in
 venv's Python and Node.js, the pinned CDK CLI) and **its own copy of the library**: the editable
 install maps ``hyperpod_inference_iac`` to this working tree's folders, so each side gets a
 ``hyperpod_inference_iac`` package laid out from its own ``pyproject.toml`` (the same folder-to-package
-mapping the editable install and the wheel use) and put first on ``PYTHONPATH``."""
+mapping the editable install and the wheel use) and put first on ``PYTHONPATH``.
+
+A synthesized side can be reused instead of synthesized again (``--base-synth``, for tests and CI): with
+``--keep``, each synth this module makes writes a *receipt* beside it (``receipt.json``: the git tree it was made
+from, the config path, the assembly and dist/ folders, the synth's output), and a receipt is accepted as the base
+only when its tree is the base commit's tree and its config and tools are the review's. Two synths of the same
+sources and config are byte-identical (tests/platform/test_quality_gates.py), so the reused side is what the synth
+would make."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,9 +95,11 @@ class Side:
     dist: Path  # dist/ of this side
 
 
-def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict[str, str]:
-    """``cdk synth`` of one side into its own directories, offline, with the side's own library.
-    Returns the dist/ files the app left out until stack outputs exist (file -> the outputs it needs)."""
+def synthesize(side: Side, tools_root: Path, config: str, scratch: Path, receipt: bool = False) -> dict[str, str]:
+    """``cdk synth`` of one side into its own directories, offline, with the side's own library, and with
+    ``receipt`` its receipt (``receipt_path(side)``). Returns the dist/ files the app left out until stack outputs
+    exist (file -> the outputs it needs)."""
+    tree = working_tree(side.source) if receipt else ""
     library = scratch / f"{side.label}-library"
     env = cli_env()
     env["PATH"] = f"{tools_root / '.venv' / 'bin'}:{tools_root / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
@@ -108,7 +119,86 @@ def synthesize(side: Side, tools_root: Path, config: str, scratch: Path) -> dict
     if result.returncode != 0:
         raise ReviewError(f"synthesizing the {side.label} ({side.source}) failed with status {result.returncode}:\n"
                           f"{(result.stdout + result.stderr)[-4000:]}")
+    if receipt:
+        Receipt(side.assembly, side.dist, config, tree, tools(tools_root), result.stdout + result.stderr).write(
+            receipt_path(side))
     return waiting_files(result.stdout + result.stderr)
+
+
+# ------------------------------------------------------------------------------------------------- receipts
+
+
+def working_tree(repo: Path) -> str:
+    """The git tree id of ``repo``'s files as they are (uncommitted changes and new files included, ignored files
+    not): what ``git add --all && git write-tree`` would give, computed in a temporary index and a temporary object
+    folder (the repository's own index and objects are read, never written)."""
+    index = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    objects = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+    with tempfile.TemporaryDirectory(prefix="review-index-") as temporary:
+        scratch_index = Path(temporary) / "index"
+        if index.is_file():
+            shutil.copyfile(index, scratch_index)  # its stat cache: only changed files are read
+        (Path(temporary) / "objects").mkdir()
+        env = {**os.environ, "GIT_INDEX_FILE": str(scratch_index), "GIT_OBJECT_DIRECTORY": str(Path(temporary) /
+               "objects"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": objects}
+        outputs = []
+        for args in (["add", "--all"], ["write-tree"]):
+            result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
+                                    check=False)
+            if result.returncode != 0:
+                raise ReviewError(f"git {' '.join(args)} in {repo}: {result.stderr.strip()}")
+            outputs.append(result.stdout.strip())
+    return outputs[-1]
+
+
+def tools(tools_root: Path) -> dict[str, str]:
+    """What else decides a synth: the venv and the CDK CLI it ran with (their real paths)."""
+    return {name: str((tools_root / name).resolve()) for name in (".venv", "node_modules")}
+
+
+def receipt_path(side: Side) -> Path:
+    return side.assembly.parent / "receipt.json"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What a synth was made of and where it is: ``python -m tools.review --base-synth <receipt.json>`` reuses it."""
+
+    assembly: Path  # the cloud assembly (cdk.out)
+    dist: Path  # the app's dist/
+    config: str  # the config path given to the app
+    tree: str  # git tree id of the sources synthesized (``working_tree``)
+    tools: dict[str, str]  # ``tools(...)`` of the synth
+    output: str  # the synth's stdout and stderr (which dist/ files wait for stack outputs)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps({"assembly": str(self.assembly), "dist": str(self.dist), "config": self.config,
+                                    "tree": self.tree, "tools": self.tools, "output": self.output}, indent=1))
+
+    @classmethod
+    def read(cls, path: Path) -> Receipt:
+        try:
+            data = json.loads(path.read_text())
+            return cls(Path(data["assembly"]), Path(data["dist"]), str(data["config"]), str(data["tree"]),
+                       dict(data["tools"]), str(data["output"]))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ReviewError(f"--base-synth {path}: not a synth receipt ({error})") from error
+
+
+def prepared_base(repo: Path, base_commit: str, config: str, receipt_file: Path) -> tuple[Side, dict[str, str]]:
+    """The base side from a receipt, and the dist/ files it left waiting; a ReviewError unless the receipt is of the
+    base commit's tree, with the same config and tools, and its folders are there."""
+    receipt = Receipt.read(receipt_file)
+    base_tree = git(repo, "rev-parse", "--verify", "--quiet", f"{base_commit}^{{tree}}")
+    mismatches = [f"{what}: {mine!r}, the review's: {theirs!r}" for what, mine, theirs in (
+        ("tree", receipt.tree, base_tree), ("config", receipt.config, config),
+        ("tools", receipt.tools, tools(repo))) if mine != theirs]
+    if not (receipt.assembly / "manifest.json").is_file():
+        mismatches.append(f"no cloud assembly at {receipt.assembly}")
+    if mismatches:
+        raise ReviewError(f"--base-synth {receipt_file} is not a synth of the base {base_commit[:12]} "
+                          f"({'; '.join(mismatches)})")
+    return Side("base", receipt_file.parent, receipt.assembly, receipt.dist), waiting_files(receipt.output)
 
 
 # app.py: "dist/: model-qwen3-8b waits for values that exist only after `cdk deploy` (CertificateArn, ...)"
@@ -135,7 +225,17 @@ class Synths:
     waiting: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: Path, parallel: bool = True) -> Synths:
+def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: Path, parallel: bool = True,
+                           base_synth: Path | None = None, receipts: bool = False) -> Synths:
+    """Both sides synthesized into ``scratch`` (with ``receipts``, each with its receipt: ``--keep``); with
+    ``base_synth`` (a receipt), only the head, the base being the receipt's synth."""
+    if base_synth is not None:
+        base, base_waiting = prepared_base(repo, base_commit, config, base_synth)
+        head = Side("head", repo, scratch / "head" / "cdk.out", scratch / "head" / "dist")
+        changed = [name for name in DEPENDENCY_FILES if _at(repo, base_commit, name) != _read(repo / name)]
+        synths = Synths(base=base, head=head, base_commit=base_commit, worktree=None, dependency_changes=changed)
+        synths.waiting = {"base": base_waiting, "head": synthesize(head, repo, config, scratch, receipts)}
+        return synths
     worktree = scratch / "base-checkout"
     git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), base_commit)
     synths = Synths(
@@ -149,10 +249,10 @@ def prepare_and_synthesize(repo: Path, base_commit: str, config: str, scratch: P
     sides = (synths.base, synths.head)
     if parallel:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {side.label: pool.submit(synthesize, side, repo, config, scratch) for side in sides}
+            futures = {side.label: pool.submit(synthesize, side, repo, config, scratch, receipts) for side in sides}
             synths.waiting = {label: future.result() for label, future in futures.items()}
     else:
-        synths.waiting = {side.label: synthesize(side, repo, config, scratch) for side in sides}
+        synths.waiting = {side.label: synthesize(side, repo, config, scratch, receipts) for side in sides}
     return synths
 
 
@@ -172,3 +272,9 @@ def remove_worktree(repo: Path, worktree: Path | None) -> None:
 
 def _read(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
+
+
+def _at(repo: Path, commit: str, name: str) -> bytes | None:
+    """The file ``name`` as ``commit`` holds it, None when it has none."""
+    result = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{name}"], capture_output=True, check=False)
+    return result.stdout if result.returncode == 0 else None
