@@ -1,23 +1,31 @@
 """The library as another team gets it: the wheel built from this repository, installed into a fresh
-virtual environment outside it, and every consumer app in examples/ synthesized with the real CDK CLI.
+virtual environment outside it, and every consumer app in examples/ synthesized with it.
 
 Each example is synthesized twice: with its cdk.json as ``cdk init`` writes it, and with the ``context``
 block removed (no feature flag of any app), the second time under cdk-nag's AWS Solutions pack, the way
 a consumer who runs cdk-nag would. Findings on the library's constructs must all be acknowledged by
 the library; only the example's own resources (its VPC, its cluster, its own role) may be reported.
+
+All fourteen synths run in one Python process of the consumer venv (synth_driver.py: one jsii kernel, one import
+of aws-cdk-lib and the library), each as the CDK CLI runs an app; once per test run, shared with
+test_feature_flags.py (tests/support/consumer.py). One example (``CONTROL``) is synthesized by the real CLI too,
+both variants, and what the CLI writes must be what the driver wrote: the context the CLI passes, the manifest,
+the staged assets, the validation report, and nothing left behind by the examples synthesized before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import shutil
+import re
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.consumer import Consumer, consumer_for
+from tests.support.consumer import CONTROL, VARIANTS, Consumer, ExamplesSynth, copy_example, example_names
 from tests.support.synth import REPO
 
 pytestmark = pytest.mark.slow
@@ -48,12 +56,6 @@ OWN_RESOURCES = {
 }
 
 
-@pytest.fixture(scope="session")
-def consumer(tmp_path_factory: pytest.TempPathFactory) -> Consumer:
-    """One wheel and one venv per test run, whichever worker asks first (tests/support/consumer.py)."""
-    return consumer_for(tmp_path_factory)
-
-
 def test_the_wheel_ships_the_library_and_its_package_data_only(consumer: Consumer) -> None:
     names = zipfile.ZipFile(consumer.wheel).namelist()
     assert [n for n in PACKAGE_DATA if n not in names] == []
@@ -78,7 +80,7 @@ def test_the_installed_library_finds_its_package_data_outside_the_repository(con
         assert Path(line).is_dir() and str(REPO) not in line, line
 
 
-def _synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subprocess.CompletedProcess[str]:
+def _cli_synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subprocess.CompletedProcess[str]:
     command = [str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet", "--no-notices", "-o", str(outdir)]
     if app:
         command += ["--app", " ".join(app)]
@@ -86,28 +88,125 @@ def _synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subproc
                           check=False)
 
 
-@pytest.mark.parametrize("example", sorted(OWN_RESOURCES))
-def test_example_synthesizes_with_the_installed_wheel(consumer: Consumer, example: str, tmp_path: Path) -> None:
-    folder = tmp_path / example
-    shutil.copytree(EXAMPLES / example, folder, ignore=shutil.ignore_patterns("cdk.out", "__pycache__"))
-    result = _synth(consumer, folder, tmp_path / "with-context")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert list((tmp_path / "with-context").glob("*.template.json"))
-    manifest = json.loads((tmp_path / "with-context" / "manifest.json").read_text())
-    assert "missing" not in manifest, "the example needed an account lookup"
+def _plugins(outdir: Path) -> list[str]:
+    """The validation plugins that reported (aws-cdk-lib writes the report, empty, without any)."""
+    report = json.loads((outdir / "validation-report.json").read_text())
+    return [plugin["pluginName"] for plugin in report["pluginReports"]]
 
-    cdk_json = json.loads((folder / "cdk.json").read_text())
+
+def _violations(outdir: Path) -> list[tuple[str, str]]:
+    report = json.loads((outdir / "validation-report.json").read_text())
+    return [(v["ruleName"], c["constructPath"]) for plugin in report["pluginReports"]
+            for v in plugin["violations"] for c in v["violatingConstructs"]]
+
+
+@pytest.mark.parametrize("example", sorted(OWN_RESOURCES))
+def test_example_synthesizes_with_the_installed_wheel(examples_synth: ExamplesSynth, example: str) -> None:
+    assert sorted(OWN_RESOURCES) == sorted(example_names()), "each example says which resources are its own"
+    with_context = examples_synth.outdir(example, "with-context")
+    assert list(with_context.glob("*.template.json"))
+    manifest = json.loads((with_context / "manifest.json").read_text())
+    assert "missing" not in manifest, "the example needed an account lookup"
+    assert _plugins(with_context) == [], "cdk-nag ran on an app that does not add it"
+
+    cdk_json = json.loads((EXAMPLES / example / "cdk.json").read_text())
     assert cdk_json["context"], "the example keeps the cdk.json cdk init writes"
-    del cdk_json["context"]
-    (folder / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
-    nagged = _synth(consumer, folder, tmp_path / "without-context", "python3", str(NAG_APP), "app.py")
-    report = json.loads((tmp_path / "without-context" / "validation-report.json").read_text())
-    violations = [(v["ruleName"], c["constructPath"]) for plugin in report["pluginReports"]
-                  for v in plugin["violations"] for c in v["violatingConstructs"]]
-    stack_ids = {p.name.removesuffix(".template.json") for p in (tmp_path / "without-context").glob("*.template.json")}
+    without_context = examples_synth.outdir(example, "without-context")
+    assert "context" not in json.loads((without_context.parent / "app" / "cdk.json").read_text())
+    assert _plugins(without_context) == ["AwsSolutions"]
+    violations = _violations(without_context)
+    stack_ids = {p.name.removesuffix(".template.json") for p in without_context.glob("*.template.json")}
     own = tuple(f"{stack}/{resource}/" for stack in stack_ids for resource in OWN_RESOURCES[example])
     library = [(rule, path) for rule, path in violations if not path.startswith(own)]
     assert library == [], json.dumps(library, indent=1)
     if own:  # cdk-nag did judge: the example's own VPC and cluster have findings of their own
         assert violations
-    assert nagged.returncode == 0 or violations, nagged.stderr[-3000:]
+
+
+# The jsii kernel unpacks aws-cdk-lib into a new temporary folder per process; the stack traces of warnings in
+# <stack>.metadata.json name it, so two CLI synths of one app differ there too.
+_KERNEL_DIR = re.compile(rb"/jsii-kernel-[A-Za-z0-9]+/")
+# What the CLI's process writes besides the app's cloud assembly: performance counters, written by a synth slower
+# than aws-cdk-lib's threshold (a machine under load), for the CLI's telemetry.
+_CLI_SIDE_FILES = {"performance-counters.json"}
+
+
+def _assembly_digest(outdir: Path) -> dict[str, str]:
+    """Every file of a cloud assembly with the SHA-256 of its bytes, the kernel's folder masked."""
+    return {str(p.relative_to(outdir)): hashlib.sha256(_KERNEL_DIR.sub(b"/jsii-kernel-X/", p.read_bytes())).hexdigest()
+            for p in sorted(outdir.rglob("*")) if p.is_file() and p.name not in _CLI_SIDE_FILES}
+
+
+def test_the_real_cli_writes_what_the_driver_wrote(consumer: Consumer, examples_synth: ExamplesSynth,
+                                                   tmp_path: Path) -> None:
+    """``cdk synth`` of ``CONTROL``, both variants (the second through nag_app.py, as a consumer runs cdk-nag): the
+    CLI exits as it should and writes, file for file and byte for byte, the cloud assembly the driver wrote for it
+    after synthesizing every other example in the same process."""
+    jobs = json.loads((examples_synth.root / "jobs.json").read_text())
+    assert [job["name"] for job in jobs][-2:] == [f"{CONTROL} ({variant})" for variant in VARIANTS]
+    for variant, nag in VARIANTS.items():
+        folder = copy_example(CONTROL, tmp_path / variant / "app", with_context=not nag)
+        outdir = tmp_path / variant / "cdk.out"
+        result = _cli_synth(consumer, folder, outdir, *(("python3", str(NAG_APP), "app.py") if nag else ()))
+        if nag:  # the CLI reports the example's own findings and exits 1
+            assert result.returncode == 0 or _violations(outdir), result.stderr[-3000:]
+        else:
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        cli, driver = _assembly_digest(outdir), _assembly_digest(examples_synth.outdir(CONTROL, variant))
+        assert sorted(cli) == sorted(driver), variant
+        assert [name for name in cli if cli[name] != driver[name]] == [], variant
+
+
+# Apps for the driver's own test: each job's failure is its own, and nothing of one job reaches the next.
+_BROKEN_APPS = {
+    "raises": "raise ValueError('broken on purpose')\n",
+    "exits": "import sys\nsys.exit(3)\n",
+    "makes-no-app": "print('no App here')\n",
+}
+_SMALL_APP = """import json, os
+import aws_cdk
+from aws_cdk import aws_s3 as s3
+app = aws_cdk.App()
+stack = aws_cdk.Stack(app, "Small")
+s3.CfnBucket(stack, "Bucket")  # no encryption, no logging, no TLS policy: cdk-nag has findings
+seen = {"marker": app.node.try_get_context("marker"), "outdir": os.environ["CDK_OUTDIR"], "cwd": os.getcwd()}
+open(os.path.join(os.environ["CDK_OUTDIR"], "..", "seen.json"), "w").write(json.dumps(seen))
+app.synth()
+"""
+
+
+def _app(folder: Path, script: str, context: dict[str, object] | None = None, command: str = "python3 app.py") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "app.py").write_text(script)
+    (folder / "cdk.json").write_text(json.dumps({"app": command, **({"context": context} if context else {})}))
+    return folder
+
+
+def test_the_driver_reports_each_apps_failure_under_its_name_and_leaks_nothing(tmp_path: Path) -> None:
+    """Three broken apps and one with an app command the driver does not run, then the same small app twice: with
+    a context value under cdk-nag, then without either. Each broken one fails alone with its own error; each
+    small one gets its own outdir, context and working directory, and cdk-nag only where asked. (Run with this
+    repository's venv: the driver needs aws-cdk-lib and cdk-nag, not the wheel.)"""
+    folders = {name: _app(tmp_path / name / "app", script) for name, script in _BROKEN_APPS.items()}
+    folders["node-app"] = _app(tmp_path / "node-app" / "app", "", command="node app.js")
+    folders["nagged"] = _app(tmp_path / "nagged" / "app", _SMALL_APP, context={"marker": "first"})
+    folders["plain"] = _app(tmp_path / "plain" / "app", _SMALL_APP)
+    jobs = [{"name": name, "folder": str(folder), "outdir": str(folder.parent / "cdk.out"), "nag": name == "nagged"}
+            for name, folder in folders.items()]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    subprocess.run([sys.executable, str(Path(__file__).with_name("synth_driver.py")), str(tmp_path / "jobs.json")],
+                   cwd=tmp_path, check=True, capture_output=True, text=True, timeout=600)
+    results = {job["name"]: json.loads(Path(f"{job['outdir']}.result.json").read_text()) for job in jobs}
+    assert results["raises"]["ok"] is False and "ValueError: broken on purpose" in results["raises"]["error"]
+    assert results["exits"]["ok"] is False and "SystemExit: 3" in results["exits"]["error"]
+    assert results["makes-no-app"]["ok"] is False and "wrote no cloud assembly" in results["makes-no-app"]["error"]
+    assert results["node-app"]["ok"] is False and "'node app.js'" in results["node-app"]["error"]
+    for name in ("nagged", "plain"):
+        assert results[name] == {"name": name, "ok": True}
+        seen = json.loads((folders[name].parent / "seen.json").read_text())
+        outdir = str(folders[name].parent / "cdk.out")
+        assert seen == {"marker": "first" if name == "nagged" else None, "outdir": outdir, "cwd": str(folders[name])}
+        assert (folders[name].parent / "cdk.out" / "Small.template.json").is_file()
+    assert _plugins(folders["nagged"].parent / "cdk.out") == ["AwsSolutions"]
+    assert _violations(folders["nagged"].parent / "cdk.out")
+    assert _plugins(folders["plain"].parent / "cdk.out") == []
