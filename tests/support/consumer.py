@@ -77,9 +77,10 @@ def consumer_for(factory: pytest.TempPathFactory) -> Consumer:
 SYNTH_NAME = "examples-synth"  # its folder in the run's base temp folder
 EXAMPLES = REPO / "examples"
 DRIVER = REPO / "tests" / "examples" / "synth_driver.py"
-# The example kept on the real CLI: the one the CLI has the most to do for (six staged assets, two of them zip
-# files, the most resources, findings of its own under cdk-nag, so a non-zero exit of ``cdk synth``). The driver
-# synthesizes it last, after the twelve other synths, so anything one app leaves behind in the process shows there.
+# The example kept on the real CLI: the one the CLI has the most to do for (seven staged assets with its cdk.json,
+# eight without, two of them zip files; the most resources, 91 against 7-42; findings of its own under cdk-nag, so a
+# non-zero exit of ``cdk synth``). The driver synthesizes it last, after the twelve other synths, so that anything
+# one app leaves behind in the process shows in the comparison with the CLI's output.
 CONTROL = "hyperpod-operator"
 # Each variant's folder and whether it runs under cdk-nag (tests/examples/nag_app.py).
 VARIANTS = {"with-context": False, "without-context": True}
