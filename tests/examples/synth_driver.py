@@ -5,7 +5,10 @@ is a list of jobs ``{"name", "folder", "outdir", "nag"}``: for each, in order, t
 does for an app and what ``python3 app.py`` (cdk.json's ``app``) does in the child the CLI starts:
 
 - the context: cdk.json's ``context`` (and cdk.context.json's, if any) with the keys the CLI adds from its settings
-  (``CLI_CONTEXT``), in ``CDK_CONTEXT_JSON``; ``CDK_OUTDIR`` and the other variables the CLI sets (``cli_env``);
+  (``CLI_CONTEXT``), and the output folder: the CLI passes them in ``CDK_CONTEXT_JSON`` and ``CDK_OUTDIR``, which
+  aws-cdk-lib reads in the jsii kernel; the kernel is one Node.js process for all jobs and keeps the environment it
+  started with, so each App the job makes gets them through its constructor instead, with the precedence
+  aws-cdk-lib gives them (``as_the_cli_runs``); they are in ``os.environ`` too, for app code that reads them;
 - the app: cdk.json's ``app`` must be ``python3 <script>`` (anything else is reported as this job's failure); the
   script runs with ``runpy`` as ``__main__``, in the job's folder, with ``sys.argv`` and ``sys.path[0]`` as
   ``python3 <script>`` gives them;
@@ -16,7 +19,9 @@ Each job writes ``<outdir>.result.json``: ``{"ok": true}`` or ``{"ok": false, "e
 failure never stops the next, and the driver exits 0 whenever it could run the jobs at all (each test reads its own
 job's result and fails with its error, by name). Between jobs the process is put back as it was: the environment,
 the working directory, ``sys.argv``, ``sys.path``, the modules the app imported from its own folder, and
-``aws_cdk.App.synth`` (patched only for a ``nag`` job). Each App is a new construct tree; what could still leak
+``aws_cdk.App`` (replaced for the job; its ``synth`` patched only for a ``nag`` job). Each App the job made is
+synthesized once more at its end, as the CLI's ``autoSynth`` does when the app's process ends (a no-op after the
+app's own ``app.synth()``). Each App is a new construct tree; what could still leak
 (an Aspect, a context value, a module-level cache) is what tests/examples/test_examples.py's control looks for, by
 comparing this process's output for one example with what the real CLI writes for it.
 
@@ -46,7 +51,8 @@ CLI_CONTEXT: dict[str, Any] = {
     "aws:cdk:bundling-stacks": ["**"],
     "@aws-cdk/core:failSynthOnValidationErrors": False,
 }
-# The CLI's version and the cloud assembly schema version it reads, as it passes them to the app.
+# The CLI's version and the cloud assembly schema version it reads, as it passes them to the app (test_examples.py
+# checks that node_modules holds this CLI: another one may pass other context and variables).
 CLI_VERSION = "2.1148.1"
 CLI_ASM_VERSION = "55.0.0"
 # The region the CLI passes when no profile or configuration names one (the tests run with none).

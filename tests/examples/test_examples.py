@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.examples.synth_driver import CLI_VERSION
 from tests.support.consumer import CONTROL, VARIANTS, Consumer, ExamplesSynth, copy_example, example_names
 from tests.support.synth import REPO
 
@@ -135,6 +136,13 @@ def _assembly_digest(outdir: Path) -> dict[str, str]:
     """Every file of a cloud assembly with the SHA-256 of its bytes, the kernel's folder masked."""
     return {str(p.relative_to(outdir)): hashlib.sha256(_KERNEL_DIR.sub(b"/jsii-kernel-X/", p.read_bytes())).hexdigest()
             for p in sorted(outdir.rglob("*")) if p.is_file() and p.name not in _CLI_SIDE_FILES}
+
+
+def test_the_driver_does_what_this_cli_does() -> None:
+    """synth_driver.py gives each app the context and variables of the CDK CLI in node_modules, read from its source
+    (@aws-cdk/toolkit-lib's contextFromSettings); a new CLI may give others: read them again, then change this."""
+    cli = json.loads((REPO / "node_modules" / "aws-cdk" / "package.json").read_text())
+    assert cli["version"] == CLI_VERSION
 
 
 def test_the_real_cli_writes_what_the_driver_wrote(consumer: Consumer, examples_synth: ExamplesSynth,
