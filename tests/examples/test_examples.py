@@ -19,14 +19,22 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.examples.synth_driver import CLI_VERSION
-from tests.support.consumer import CONTROL, VARIANTS, Consumer, ExamplesSynth, copy_example, example_names
+from tests.support.consumer import (
+    CONTROL,
+    DRIVER_CHECKS,
+    DRIVER_CHECKS_FOLDER,
+    VARIANTS,
+    Consumer,
+    ExamplesSynth,
+    copy_example,
+    example_names,
+)
 from tests.support.synth import REPO
 
 pytestmark = pytest.mark.slow
@@ -151,6 +159,7 @@ def test_the_real_cli_writes_what_the_driver_wrote(consumer: Consumer, examples_
     CLI exits as it should and writes, file for file and byte for byte, the cloud assembly the driver wrote for it
     after synthesizing every other example in the same process."""
     jobs = json.loads((examples_synth.root / "jobs.json").read_text())
+    assert [job["name"] for job in jobs][:len(DRIVER_CHECKS)] == [f"check: {name}" for name in DRIVER_CHECKS]
     assert [job["name"] for job in jobs][-2:] == [f"{CONTROL} ({variant})" for variant in VARIANTS]
     for variant, nag in VARIANTS.items():
         folder = copy_example(CONTROL, tmp_path / variant / "app", with_context=not nag)
@@ -165,56 +174,24 @@ def test_the_real_cli_writes_what_the_driver_wrote(consumer: Consumer, examples_
         assert [name for name in cli if cli[name] != driver[name]] == [], variant
 
 
-# Apps for the driver's own test: each job's failure is its own, and nothing of one job reaches the next.
-_BROKEN_APPS = {
-    "raises": "raise ValueError('broken on purpose')\n",
-    "exits": "import sys\nsys.exit(3)\n",
-    "makes-no-app": "print('no App here')\n",
-}
-_SMALL_APP = """import json, os
-import aws_cdk
-from aws_cdk import aws_s3 as s3
-app = aws_cdk.App()
-stack = aws_cdk.Stack(app, "Small")
-s3.CfnBucket(stack, "Bucket")  # no encryption, no logging, no TLS policy: cdk-nag has findings
-seen = {"marker": app.node.try_get_context("marker"), "outdir": os.environ["CDK_OUTDIR"], "cwd": os.getcwd()}
-open(os.path.join(os.environ["CDK_OUTDIR"], "..", "seen.json"), "w").write(json.dumps(seen))
-app.synth()
-"""
-
-
-def _app(folder: Path, script: str, context: dict[str, object] | None = None, command: str = "python3 app.py") -> Path:
-    folder.mkdir(parents=True)
-    (folder / "app.py").write_text(script)
-    (folder / "cdk.json").write_text(json.dumps({"app": command, **({"context": context} if context else {})}))
-    return folder
-
-
-def test_the_driver_reports_each_apps_failure_under_its_name_and_leaks_nothing(tmp_path: Path) -> None:
-    """Three broken apps and one with an app command the driver does not run, then the same small app twice: with
-    a context value under cdk-nag, then without either. Each broken one fails alone with its own error; each
-    small one gets its own outdir, context and working directory, and cdk-nag only where asked. (Run with this
-    repository's venv: the driver needs aws-cdk-lib and cdk-nag, not the wheel.)"""
-    folders = {name: _app(tmp_path / name / "app", script) for name, script in _BROKEN_APPS.items()}
-    folders["node-app"] = _app(tmp_path / "node-app" / "app", "", command="node app.js")
-    folders["nagged"] = _app(tmp_path / "nagged" / "app", _SMALL_APP, context={"marker": "first"})
-    folders["plain"] = _app(tmp_path / "plain" / "app", _SMALL_APP)
-    jobs = [{"name": name, "folder": str(folder), "outdir": str(folder.parent / "cdk.out"), "nag": name == "nagged"}
-            for name, folder in folders.items()]
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    subprocess.run([sys.executable, str(Path(__file__).with_name("synth_driver.py")), str(tmp_path / "jobs.json")],
-                   cwd=tmp_path, check=True, capture_output=True, text=True, timeout=600)
-    results = {job["name"]: json.loads(Path(f"{job['outdir']}.result.json").read_text()) for job in jobs}
+def test_the_driver_reports_each_apps_failure_under_its_name_and_leaks_nothing(examples_synth: ExamplesSynth) -> None:
+    """The driver's own checks, run before the examples in the same process (tests/support/consumer.py,
+    ``DRIVER_CHECKS``): three broken apps and one with an app command the driver does not run, then the same small
+    app twice, with a context value under cdk-nag, then without either. Each broken one fails alone with its own
+    error (and the examples after them synthesize); each small one gets its own outdir, context and working
+    directory, and cdk-nag only where asked."""
+    root = examples_synth.root / DRIVER_CHECKS_FOLDER
+    results = {name: json.loads((root / name / "cdk.out.result.json").read_text()) for name in DRIVER_CHECKS}
     assert results["raises"]["ok"] is False and "ValueError: broken on purpose" in results["raises"]["error"]
     assert results["exits"]["ok"] is False and "SystemExit: 3" in results["exits"]["error"]
     assert results["makes-no-app"]["ok"] is False and "wrote no cloud assembly" in results["makes-no-app"]["error"]
     assert results["node-app"]["ok"] is False and "'node app.js'" in results["node-app"]["error"]
     for name in ("nagged", "plain"):
-        assert results[name] == {"name": name, "ok": True}
-        seen = json.loads((folders[name].parent / "seen.json").read_text())
-        outdir = str(folders[name].parent / "cdk.out")
-        assert seen == {"marker": "first" if name == "nagged" else None, "outdir": outdir, "cwd": str(folders[name])}
-        assert (folders[name].parent / "cdk.out" / "Small.template.json").is_file()
-    assert _plugins(folders["nagged"].parent / "cdk.out") == ["AwsSolutions"]
-    assert _violations(folders["nagged"].parent / "cdk.out")
-    assert "AwsSolutions" not in _plugins(folders["plain"].parent / "cdk.out")
+        assert results[name] == {"name": f"check: {name}", "ok": True}
+        seen = json.loads((root / name / "seen.json").read_text())
+        marker = "first" if name == "nagged" else None
+        assert seen == {"marker": marker, "outdir": str(root / name / "cdk.out"), "cwd": str(root / name / "app")}
+        assert (root / name / "cdk.out" / "Small.template.json").is_file()
+    assert _plugins(root / "nagged" / "cdk.out") == ["AwsSolutions"]
+    assert _violations(root / "nagged" / "cdk.out")
+    assert "AwsSolutions" not in _plugins(root / "plain" / "cdk.out")

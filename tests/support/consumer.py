@@ -103,12 +103,48 @@ def copy_example(name: str, folder: Path, with_context: bool) -> Path:
     return folder
 
 
+# The driver's own checks (tests/examples/test_examples.py), run first, before the examples, in the same process:
+# name -> (app.py, cdk.json's context, cdk.json's app command, under cdk-nag). Each broken app's failure must stay
+# its own; the small app twice, with a context value under cdk-nag and then without either, must find only its own
+# outdir, context and working directory (seen.json beside its outdir), and cdk-nag only where asked.
+DRIVER_CHECKS_FOLDER = "driver-checks"
+_SMALL_APP = """import json, os
+import aws_cdk
+from aws_cdk import aws_s3 as s3
+app = aws_cdk.App()
+stack = aws_cdk.Stack(app, "Small")
+s3.CfnBucket(stack, "Bucket")  # no encryption, no logging, no TLS policy: cdk-nag has findings
+seen = {"marker": app.node.try_get_context("marker"), "outdir": os.environ["CDK_OUTDIR"], "cwd": os.getcwd()}
+open(os.path.join(os.environ["CDK_OUTDIR"], "..", "seen.json"), "w").write(json.dumps(seen))
+app.synth()
+"""
+DRIVER_CHECKS: dict[str, tuple[str, dict[str, Any], str, bool]] = {
+    "raises": ("raise ValueError('broken on purpose')\n", {}, "python3 app.py", False),
+    "exits": ("import sys\nsys.exit(3)\n", {}, "python3 app.py", False),
+    "makes-no-app": ("print('no App here')\n", {}, "python3 app.py", False),
+    "node-app": ("", {}, "node app.js", False),
+    "nagged": (_SMALL_APP, {"marker": "first"}, "python3 app.py", True),
+    "plain": (_SMALL_APP, {}, "python3 app.py", False),
+}
+
+
+def driver_check_jobs(root: Path) -> list[dict[str, Any]]:
+    jobs = []
+    for name, (script, context, command, nag) in DRIVER_CHECKS.items():
+        app = root / name / "app"
+        app.mkdir(parents=True)
+        (app / "app.py").write_text(script)
+        (app / "cdk.json").write_text(json.dumps({"app": command, **({"context": context} if context else {})}))
+        jobs.append({"name": f"check: {name}", "folder": str(app), "outdir": str(app.parent / "cdk.out"), "nag": nag})
+    return jobs
+
+
 def build_examples_synth(factory: pytest.TempPathFactory, root: Path) -> None:
     """Every example in both variants, by one run of the driver with the consumer venv's Python. A job that fails
     is recorded in its own result (``ExamplesSynth.outdir`` fails with it); only a driver that could not run its
     jobs at all fails the build."""
     consumer = consumer_for(factory)
-    jobs = []
+    jobs = driver_check_jobs(root / DRIVER_CHECKS_FOLDER)
     for name in example_names():
         for variant, nag in VARIANTS.items():
             app = copy_example(name, root / name / variant / "app", with_context=not nag)
