@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,8 +71,8 @@ def cli_part(consumer: Consumer, root: Path, names: list[str]) -> float:
             command = [str(CDK), "synth", "--quiet", "--no-notices", "-o", str(folder.parent / "cdk.out")]
             if nag:
                 command += ["--app", f"python3 {NAG_APP} app.py"]
-            total += measured(f"CLI synth {name} ({variant})", lambda c=command, f=folder: subprocess.run(
-                c, cwd=f, env=consumer.env(), capture_output=True, check=False))
+            total += measured(f"CLI synth {name} ({variant})", partial(
+                subprocess.run, command, cwd=folder, env=consumer.env(), capture_output=True, check=False))
     print(f"{'CLI synths in all':<48} {total:7.1f} s CPU")
     return total
 
@@ -122,9 +123,11 @@ def flags_part(root: Path) -> None:
     """The feature-flag test's in-process synths of the examples, as it did them before issue 30 (each example twice
     in this repository's venv): the process that does them less the one that does the platform's alone."""
     names = example_names()
-    run = lambda *targets: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", FLAGS, str(root / "-".join(targets)[:40]), *targets], cwd=REPO, check=True,
-        env={**cli_env(), "PYTHONDONTWRITEBYTECODE": ""}, capture_output=True)
+
+    def run(*targets: str) -> None:
+        subprocess.run([sys.executable, "-c", FLAGS, str(root / "-".join(targets)[:40]), *targets], cwd=REPO,
+                       check=True, env={**cli_env(), "PYTHONDONTWRITEBYTECODE": ""}, capture_output=True)
+
     platform = measured("flags: the platform twice, in-process", lambda: run("platform"))
     everything = measured("flags: the platform and the examples twice each", lambda: run("platform", *names))
     print(f"{'flags: the examples twice each (difference)':<48} {everything - platform:7.1f} s CPU")

@@ -99,7 +99,7 @@ def cdk_nag_on() -> Iterator[None]:
 
     synth = aws_cdk.App.synth
 
-    def synth_with_nag(self: aws_cdk.App, *args: object, **kwargs: object) -> object:
+    def synth_with_nag(self: aws_cdk.App, *args: Any, **kwargs: Any) -> Any:
         aws_cdk.Validations.of(self).add_plugins(AwsSolutionsChecks(self))
         return synth(self, *args, **kwargs)
 
