@@ -63,7 +63,7 @@ def is_slow(item: pytest.Item) -> bool:
 # Fixtures built once per run (tests/support/shared.py) and the folders whose tests need them: the xdist controller
 # starts building them as soon as a worker has collected such a test.
 SHARED_BUILDS = {"assembly": ("tests/platform/", "tests/rehearsal/", "tests/review/test_review.py"),
-                 "consumer": ("tests/examples/",)}
+                 "consumer": ("tests/examples/",), "examples_synth": ("tests/examples/",)}
 
 
 def run_order(item: pytest.Item) -> int:
@@ -93,12 +93,15 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     """In the xdist controller: start the shared builds the collected tests need."""
-    from tests.support.consumer import NAME, build_consumer
+    from functools import partial
+
+    from tests.support.consumer import NAME, SYNTH_NAME, build_consumer, build_examples_synth
     from tests.support.shared import prefetch
     from tests.support.synth import DEFAULT_PLATFORM, build_default_platform
 
     factory = node.config._tmp_path_factory  # type: ignore[attr-defined]
-    builds = {"assembly": (DEFAULT_PLATFORM, build_default_platform), "consumer": (NAME, build_consumer)}
+    builds = {"assembly": (DEFAULT_PLATFORM, build_default_platform), "consumer": (NAME, build_consumer),
+              "examples_synth": (SYNTH_NAME, partial(build_examples_synth, factory))}
     for fixture, folders in SHARED_BUILDS.items():
         if any(nodeid.startswith(folders) for nodeid in ids):
             prefetch(factory, *builds[fixture])

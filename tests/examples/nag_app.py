@@ -1,21 +1,13 @@
 """Run a consumer's CDK app with cdk-nag's AWS Solutions pack added to its App, the way a consumer who
-runs cdk-nag would: ``cdk synth --app "python3 nag_app.py app.py"``. Findings go to the validation report."""
+runs cdk-nag would: ``cdk synth --app "python3 nag_app.py app.py"``. Findings go to the validation report.
+The same patch as tests/examples/synth_driver.py's in-process synths (``cdk_nag_on``)."""
 
 from __future__ import annotations
 
 import runpy
 import sys
 
-import aws_cdk
-from cdk_nag import AwsSolutionsChecks
+from synth_driver import cdk_nag_on  # this file's folder is first on sys.path, as for any script
 
-_synth = aws_cdk.App.synth
-
-
-def _synth_with_nag(self: aws_cdk.App, *args: object, **kwargs: object) -> object:
-    aws_cdk.Validations.of(self).add_plugins(AwsSolutionsChecks(self))
-    return _synth(self, *args, **kwargs)
-
-
-aws_cdk.App.synth = _synth_with_nag  # type: ignore[method-assign]
-runpy.run_path(sys.argv[1], run_name="__main__")
+with cdk_nag_on():
+    runpy.run_path(sys.argv[1], run_name="__main__")

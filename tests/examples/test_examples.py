@@ -1,23 +1,40 @@
 """The library as another team gets it: the wheel built from this repository, installed into a fresh
-virtual environment outside it, and every consumer app in examples/ synthesized with the real CDK CLI.
+virtual environment outside it, and every consumer app in examples/ synthesized with it.
 
 Each example is synthesized twice: with its cdk.json as ``cdk init`` writes it, and with the ``context``
 block removed (no feature flag of any app), the second time under cdk-nag's AWS Solutions pack, the way
 a consumer who runs cdk-nag would. Findings on the library's constructs must all be acknowledged by
 the library; only the example's own resources (its VPC, its cluster, its own role) may be reported.
+
+All fourteen synths run in one Python process of the consumer venv (synth_driver.py: one jsii kernel, one import
+of aws-cdk-lib and the library), each as the CDK CLI runs an app; once per test run, shared with
+test_feature_flags.py (tests/support/consumer.py). One example (``CONTROL``) is synthesized by the real CLI too,
+both variants, and what the CLI writes must be what the driver wrote: the context the CLI passes, the manifest,
+the staged assets, the validation report, and nothing left behind by the examples synthesized before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import shutil
+import re
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.consumer import Consumer, consumer_for
+from tests.examples.synth_driver import CLI_VERSION
+from tests.support.consumer import (
+    CONTROL,
+    DRIVER_CHECKS,
+    DRIVER_CHECKS_FOLDER,
+    VARIANTS,
+    Consumer,
+    ExamplesSynth,
+    copy_example,
+    example_names,
+)
 from tests.support.synth import REPO
 
 pytestmark = pytest.mark.slow
@@ -49,12 +66,6 @@ OWN_RESOURCES = {
 }
 
 
-@pytest.fixture(scope="session")
-def consumer(tmp_path_factory: pytest.TempPathFactory) -> Consumer:
-    """One wheel and one venv per test run, whichever worker asks first (tests/support/consumer.py)."""
-    return consumer_for(tmp_path_factory)
-
-
 def test_the_wheel_ships_the_library_and_its_package_data_only(consumer: Consumer) -> None:
     names = zipfile.ZipFile(consumer.wheel).namelist()
     assert [n for n in PACKAGE_DATA if n not in names] == []
@@ -79,7 +90,7 @@ def test_the_installed_library_finds_its_package_data_outside_the_repository(con
         assert Path(line).is_dir() and str(REPO) not in line, line
 
 
-def _synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subprocess.CompletedProcess[str]:
+def _cli_synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subprocess.CompletedProcess[str]:
     command = [str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet", "--no-notices", "-o", str(outdir)]
     if app:
         command += ["--app", " ".join(app)]
@@ -87,28 +98,101 @@ def _synth(consumer: Consumer, folder: Path, outdir: Path, *app: str) -> subproc
                           check=False)
 
 
-@pytest.mark.parametrize("example", sorted(OWN_RESOURCES))
-def test_example_synthesizes_with_the_installed_wheel(consumer: Consumer, example: str, tmp_path: Path) -> None:
-    folder = tmp_path / example
-    shutil.copytree(EXAMPLES / example, folder, ignore=shutil.ignore_patterns("cdk.out", "__pycache__"))
-    result = _synth(consumer, folder, tmp_path / "with-context")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert list((tmp_path / "with-context").glob("*.template.json"))
-    manifest = json.loads((tmp_path / "with-context" / "manifest.json").read_text())
-    assert "missing" not in manifest, "the example needed an account lookup"
+def _plugins(outdir: Path) -> list[str]:
+    """The validation plugins that found something (aws-cdk-lib writes the report, empty, when none did; its own
+    "Construct Annotations" reports the library's warnings where the project's feature flags ask for it)."""
+    report = json.loads((outdir / "validation-report.json").read_text())
+    return [plugin["pluginName"] for plugin in report["pluginReports"]]
 
-    cdk_json = json.loads((folder / "cdk.json").read_text())
+
+def _violations(outdir: Path) -> list[tuple[str, str]]:
+    report = json.loads((outdir / "validation-report.json").read_text())
+    return [(v["ruleName"], c["constructPath"]) for plugin in report["pluginReports"]
+            for v in plugin["violations"] for c in v["violatingConstructs"]]
+
+
+@pytest.mark.parametrize("example", sorted(OWN_RESOURCES))
+def test_example_synthesizes_with_the_installed_wheel(examples_synth: ExamplesSynth, example: str) -> None:
+    assert sorted(OWN_RESOURCES) == sorted(example_names()), "each example says which resources are its own"
+    with_context = examples_synth.outdir(example, "with-context")
+    assert list(with_context.glob("*.template.json"))
+    manifest = json.loads((with_context / "manifest.json").read_text())
+    assert "missing" not in manifest, "the example needed an account lookup"
+    assert "AwsSolutions" not in _plugins(with_context), "cdk-nag ran on an app that does not add it"
+
+    cdk_json = json.loads((EXAMPLES / example / "cdk.json").read_text())
     assert cdk_json["context"], "the example keeps the cdk.json cdk init writes"
-    del cdk_json["context"]
-    (folder / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
-    nagged = _synth(consumer, folder, tmp_path / "without-context", "python3", str(NAG_APP), "app.py")
-    report = json.loads((tmp_path / "without-context" / "validation-report.json").read_text())
-    violations = [(v["ruleName"], c["constructPath"]) for plugin in report["pluginReports"]
-                  for v in plugin["violations"] for c in v["violatingConstructs"]]
-    stack_ids = {p.name.removesuffix(".template.json") for p in (tmp_path / "without-context").glob("*.template.json")}
+    without_context = examples_synth.outdir(example, "without-context")
+    assert "context" not in json.loads((without_context.parent / "app" / "cdk.json").read_text())
+    violations = _violations(without_context)
+    stack_ids = {p.name.removesuffix(".template.json") for p in without_context.glob("*.template.json")}
     own = tuple(f"{stack}/{resource}/" for stack in stack_ids for resource in OWN_RESOURCES[example])
     library = [(rule, path) for rule, path in violations if not path.startswith(own)]
     assert library == [], json.dumps(library, indent=1)
     if own:  # cdk-nag did judge: the example's own VPC and cluster have findings of their own
         assert violations
-    assert nagged.returncode == 0 or violations, nagged.stderr[-3000:]
+
+
+# The jsii kernel unpacks aws-cdk-lib into a new temporary folder per process; the stack traces of warnings in
+# <stack>.metadata.json name it, so two CLI synths of one app differ there too.
+_KERNEL_DIR = re.compile(rb"/jsii-kernel-[A-Za-z0-9]+/")
+# What the CLI's process writes besides the app's cloud assembly: performance counters, written by a synth slower
+# than aws-cdk-lib's threshold (a machine under load), for the CLI's telemetry.
+_CLI_SIDE_FILES = {"performance-counters.json"}
+
+
+def _assembly_digest(outdir: Path) -> dict[str, str]:
+    """Every file of a cloud assembly with the SHA-256 of its bytes, the kernel's folder masked."""
+    return {str(p.relative_to(outdir)): hashlib.sha256(_KERNEL_DIR.sub(b"/jsii-kernel-X/", p.read_bytes())).hexdigest()
+            for p in sorted(outdir.rglob("*")) if p.is_file() and p.name not in _CLI_SIDE_FILES}
+
+
+def test_the_driver_does_what_this_cli_does() -> None:
+    """synth_driver.py gives each app the context and variables of the CDK CLI in node_modules, read from its source
+    (@aws-cdk/toolkit-lib's contextFromSettings); a new CLI may give others: read them again, then change this."""
+    cli = json.loads((REPO / "node_modules" / "aws-cdk" / "package.json").read_text())
+    assert cli["version"] == CLI_VERSION
+
+
+def test_the_real_cli_writes_what_the_driver_wrote(consumer: Consumer, examples_synth: ExamplesSynth,
+                                                   tmp_path: Path) -> None:
+    """``cdk synth`` of ``CONTROL``, both variants (the second through nag_app.py, as a consumer runs cdk-nag): the
+    CLI exits as it should and writes, file for file and byte for byte, the cloud assembly the driver wrote for it
+    after synthesizing every other example in the same process."""
+    jobs = json.loads((examples_synth.root / "jobs.json").read_text())
+    assert [job["name"] for job in jobs][:len(DRIVER_CHECKS)] == [f"check: {name}" for name in DRIVER_CHECKS]
+    assert [job["name"] for job in jobs][-2:] == [f"{CONTROL} ({variant})" for variant in VARIANTS]
+    for variant, nag in VARIANTS.items():
+        folder = copy_example(CONTROL, tmp_path / variant / "app", with_context=not nag)
+        outdir = tmp_path / variant / "cdk.out"
+        result = _cli_synth(consumer, folder, outdir, *(("python3", str(NAG_APP), "app.py") if nag else ()))
+        if nag:  # the CLI reports the example's own findings and exits 1
+            assert result.returncode == 0 or _violations(outdir), result.stderr[-3000:]
+        else:
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        cli, driver = _assembly_digest(outdir), _assembly_digest(examples_synth.outdir(CONTROL, variant))
+        assert sorted(cli) == sorted(driver), variant
+        assert [name for name in cli if cli[name] != driver[name]] == [], variant
+
+
+def test_the_driver_reports_each_apps_failure_under_its_name_and_leaks_nothing(examples_synth: ExamplesSynth) -> None:
+    """The driver's own checks, run before the examples in the same process (tests/support/consumer.py,
+    ``DRIVER_CHECKS``): three broken apps and one with an app command the driver does not run, then the same small
+    app twice, with a context value under cdk-nag, then without either. Each broken one fails alone with its own
+    error (and the examples after them synthesize); each small one gets its own outdir, context and working
+    directory, and cdk-nag only where asked."""
+    root = examples_synth.root / DRIVER_CHECKS_FOLDER
+    results = {name: json.loads((root / name / "cdk.out.result.json").read_text()) for name in DRIVER_CHECKS}
+    assert results["raises"]["ok"] is False and "ValueError: broken on purpose" in results["raises"]["error"]
+    assert results["exits"]["ok"] is False and "SystemExit: 3" in results["exits"]["error"]
+    assert results["makes-no-app"]["ok"] is False and "wrote no cloud assembly" in results["makes-no-app"]["error"]
+    assert results["node-app"]["ok"] is False and "'node app.js'" in results["node-app"]["error"]
+    for name in ("nagged", "plain"):
+        assert results[name] == {"name": f"check: {name}", "ok": True}
+        seen = json.loads((root / name / "seen.json").read_text())
+        marker = "first" if name == "nagged" else None
+        assert seen == {"marker": marker, "outdir": str(root / name / "cdk.out"), "cwd": str(root / name / "app")}
+        assert (root / name / "cdk.out" / "Small.template.json").is_file()
+    assert _plugins(root / "nagged" / "cdk.out") == ["AwsSolutions"]
+    assert _violations(root / "nagged" / "cdk.out")
+    assert "AwsSolutions" not in _plugins(root / "plain" / "cdk.out")

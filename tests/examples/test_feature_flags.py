@@ -1,28 +1,33 @@
 """No feature flag dependence: every example and the platform app render the same security-relevant statements
 with no context at all as with the project's cdk.json context (its feature flags).
 
-Each app is synthesized in this process twice, ``App(context={})`` and ``App(context=<cdk.json's context>)`` (the
-examples through their own ``app.py``, with ``aws_cdk.App`` handing them the context; the platform through
-``build_platform``, as app.py does), and :func:`~tests.support.security_view.security_view` of each template is
-compared: IAM statements and trust policies, bucket, key and other resource policies with their log delivery
-statements, encryption, public access blocks, security group rules, the cluster's endpoint and OIDC provider.
+Each app is synthesized twice, with no context and with the project's cdk.json context, and
+:func:`~tests.support.security_view.security_view` of each template is compared. The examples are those
+tests/examples/test_examples.py synthesizes once per run with the installed wheel (tests/support/consumer.py: the
+wheel holds this checkout's library, built from a copy of its sources): each example's cdk.json holds the project's
+context, and its copy without the ``context`` block gets only what the CDK CLI adds to every app's context
+(``CLI_CONTEXT``: construct paths, asset metadata, version reporting; no feature flag), and cdk-nag, which reads the
+construct tree and writes nothing into the templates (it adds no Aspect unless asked to write its suppressions). The
+platform is synthesized in this process, ``App(context={})`` and ``App(context=<cdk.json's context>)``, through
+``build_platform`` as app.py does. What is compared: IAM statements and trust policies, bucket, key and other
+resource policies with their log delivery statements, encryption, public access blocks, security group rules, the
+cluster's endpoint and OIDC provider.
 What the flags may still change is how a statement is written (the partition as a token or a literal, statements
-merged by ``@aws-cdk/aws-iam:minimizePolicies``), never what it allows. tests/test_examples.py synthesizes the same
-examples from the built wheel with the real CLI, with and without the context, under cdk-nag.
+merged by ``@aws-cdk/aws-iam:minimizePolicies``), never what it allows.
 """
 
 from __future__ import annotations
 
 import json
-import runpy
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aws_cdk
 import pytest
 
+from tests.examples.synth_driver import CLI_CONTEXT, app_context
+from tests.support.consumer import ExamplesSynth, example_names
 from tests.support.security_view import normalise, security_view, statement_atoms
 from tests.support.synth import REPO
 
@@ -40,36 +45,8 @@ PATHS = {"aws:cdk:enable-path-metadata": True}
 Templates = dict[str, dict[str, Any]]
 
 
-@contextmanager
-def _app_with_context(context: dict[str, Any], outdir: Path) -> Iterator[list[aws_cdk.App]]:
-    """``aws_cdk.App`` for the code run meanwhile, with ``context`` (an app's own context wins) and ``outdir``."""
-    original = aws_cdk.App
-    apps: list[aws_cdk.App] = []
-
-    class App(original):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["context"] = {**context, **(kwargs.get("context") or {}), **PATHS}
-            kwargs["outdir"] = str(outdir / str(len(apps)))
-            super().__init__(*args, **kwargs)
-            apps.append(self)
-
-    aws_cdk.App = App  # type: ignore[misc]
-    try:
-        yield apps
-    finally:
-        aws_cdk.App = original  # type: ignore[misc]
-
-
 def _templates(app: aws_cdk.App) -> Templates:
     return {stack.stack_name: stack.template for stack in app.synth().stacks}
-
-
-def synth_example(name: str, context: dict[str, Any], outdir: Path) -> Templates:
-    """Run ``examples/<name>/app.py`` (its ``app.synth()`` included) with ``context``."""
-    with _app_with_context(context, outdir) as apps:
-        runpy.run_path(str(EXAMPLES / name / "app.py"), run_name="__main__")
-    (app,) = apps
-    return _templates(app)
 
 
 def synth_platform(context: dict[str, Any], outdir: Path) -> Templates:
@@ -97,25 +74,33 @@ def _differences(without: dict[str, Any], with_flags: dict[str, Any]) -> list[st
     return lines
 
 
-TARGETS: dict[str, Callable[[dict[str, Any], Path], Templates]] = {
-    **{p.name: (lambda context, outdir, name=p.name: synth_example(name, context, outdir))
-       for p in sorted(EXAMPLES.iterdir()) if (p / "app.py").is_file()},
-    "platform": synth_platform,
-}
+TARGETS = [*example_names(), "platform"]
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Templates]:
+def synthesized(examples_synth: ExamplesSynth, tmp_path_factory: pytest.TempPathFactory
+                ) -> Callable[[str, bool], Templates]:
     """``synthesized(target, flags)``: the target's templates with the project's context (``flags``) or none; each
-    synthesized once per module."""
-    cache: dict[tuple[str, bool], Templates] = {}
+    synthesized once per run (the examples, shared with test_examples.py) or per module (the platform)."""
+    cache: dict[bool, Templates] = {}
 
     def get(target: str, flags: bool) -> Templates:
-        if (target, flags) not in cache:
-            outdir = tmp_path_factory.mktemp(f"{target}-{'with' if flags else 'without'}-flags")
-            cache[target, flags] = TARGETS[target](dict(PROJECT_CONTEXT) if flags else {}, outdir)
-        return cache[target, flags]
+        if target != "platform":
+            variant = "with-context" if flags else "without-context"
+            context = app_context(examples_synth.outdir(target, variant).parent / "app")
+            assert context == ({**PROJECT_CONTEXT, **CLI_CONTEXT} if flags else CLI_CONTEXT), target
+            return examples_synth.templates(target, variant)
+        if flags not in cache:
+            outdir = tmp_path_factory.mktemp(f"platform-{'with' if flags else 'without'}-flags")
+            cache[flags] = synth_platform(dict(PROJECT_CONTEXT) if flags else {}, outdir)
+        return cache[flags]
     return get
+
+
+def test_what_the_cli_adds_to_every_apps_context_is_no_feature_flag() -> None:
+    """The examples' synths without the project's context still have ``CLI_CONTEXT``: none of it is a flag the
+    project sets, so "without" means without any."""
+    assert set(CLI_CONTEXT) & set(PROJECT_CONTEXT) == set()
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
