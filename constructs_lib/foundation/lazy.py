@@ -22,17 +22,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def exported_modules(source: str) -> dict[str, str]:
-    """Public name -> the module it comes from, read from the ``from m import a, b`` statements under the
-    module-level ``if TYPE_CHECKING:`` of ``source`` (a package root's text)."""
-    found: dict[str, str] = {}
+def exported_modules(source: str) -> dict[str, tuple[str, str]]:
+    """Public name -> (the module it comes from, its name there), read from the ``from m import a, b as c``
+    statements under the module-level ``if TYPE_CHECKING:`` of ``source`` (a package root's text)."""
+    found: dict[str, tuple[str, str]] = {}
     for node in ast.parse(source).body:
         if not (isinstance(node, ast.If) and _is_type_checking(node.test)):
             continue
         for statement in node.body:
             if isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
                 for alias in statement.names:
-                    found[alias.asname or alias.name] = statement.module
+                    found[alias.asname or alias.name] = (statement.module, alias.name)
     return found
 
 
@@ -66,7 +66,7 @@ def lazy_exports(
     def __getattr__(attribute: str) -> Any:
         origin = origins.get(attribute)
         if origin is not None:
-            value = getattr(importlib.import_module(origin), attribute)
+            value = getattr(importlib.import_module(origin[0]), origin[1])
             if on_resolve is not None:
                 on_resolve(value)
             namespace[attribute] = value

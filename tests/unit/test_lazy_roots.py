@@ -1,0 +1,125 @@
+"""The package roots are lazy (PEP 562, foundation/lazy.py): the command modules start without the CDK, and every
+public name still resolves, for ``import *``, ``dir()`` and the type checker alike (issue 30, item 2).
+
+The import check runs in a fresh interpreter (this one has long loaded the CDK); no test here measures time:
+the figures are in docs/testing.md with their commands.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from types import ModuleType
+
+import pytest
+
+import hyperpod_inference_iac
+import hyperpod_inference_iac.charts
+from hyperpod_inference_iac.foundation.lazy import exported_modules
+
+ROOTS = [hyperpod_inference_iac, hyperpod_inference_iac.charts]
+CDK_MODULES = ("aws_cdk", "jsii", "cdk8s", "cdk8s_plus_", "cdk_nag", "constructs")
+
+# One interpreter, three snapshots of what is loaded: after each command module, then after one public name of
+# the root (the control: the check can see the CDK when it is there).
+PROBE = textwrap.dedent("""
+    import json, sys
+    PREFIXES = {prefixes!r}
+    def cdk():
+        return sorted(m for m in sys.modules if m.split(".")[0].startswith(PREFIXES))
+    seen = {{}}
+    import hyperpod_inference_iac.charts.crd_schema
+    seen["charts.crd_schema"] = cdk()
+    import hyperpod_inference_iac.preflight
+    seen["preflight"] = cdk()
+    import hyperpod_inference_iac.capture_table_ops
+    seen["capture_table_ops"] = cdk()
+    import hyperpod_inference_iac
+    hyperpod_inference_iac.CaptureStorage
+    seen["CaptureStorage"] = cdk()
+    print(json.dumps(seen))
+""").format(prefixes=CDK_MODULES)
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=True)
+    seen: dict[str, list[str]] = json.loads(result.stdout.splitlines()[-1])
+    return seen
+
+
+@pytest.mark.parametrize("module", ["charts.crd_schema", "preflight", "capture_table_ops"])
+def test_the_command_modules_load_no_cdk(loaded: dict[str, list[str]], module: str) -> None:
+    assert loaded[module] == [], f"hyperpod_inference_iac.{module} loads {loaded[module][:8]}"
+
+
+def test_control_a_construct_of_the_root_loads_the_cdk(loaded: dict[str, list[str]]) -> None:
+    assert {"aws_cdk", "jsii", "constructs"} <= set(loaded["CaptureStorage"])
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=lambda m: m.__name__)
+def test_all_names_the_type_checking_block_and_nothing_else(root: ModuleType) -> None:
+    """``__all__`` (what ``import *`` and mypy read) and the ``TYPE_CHECKING`` imports (where the lazy map comes
+    from) are the same names: a name added to one only fails here, not in a consumer's import."""
+    assert root.__spec__ is not None and root.__spec__.loader is not None
+    source = root.__spec__.loader.get_source(root.__name__)  # type: ignore[attr-defined]
+    origins = exported_modules(source)
+    assert sorted(origins) == sorted(root.__all__)
+    assert len(root.__all__) == len(set(root.__all__))
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=lambda m: m.__name__)
+def test_every_public_name_resolves_and_is_listed(root: ModuleType) -> None:
+    listed = set(dir(root))
+    for name in root.__all__:
+        value = getattr(root, name)
+        assert name in listed
+        defined_in = getattr(value, "__module__", None)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert defined_in is not None and defined_in.startswith(root.__name__.split(".")[0]), name
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=lambda m: m.__name__)
+def test_import_star_gives_every_public_name(root: ModuleType) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {root.__name__} import *", namespace)
+    assert set(root.__all__) <= set(namespace)
+    assert all(namespace[name] is getattr(root, name) for name in root.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'CaptureStorag'"):
+        hyperpod_inference_iac.CaptureStorag  # noqa: B018 (the access under test)
+    assert not hasattr(hyperpod_inference_iac.charts, "_private")
+
+
+def test_version_and_submodules_as_with_eager_imports() -> None:
+    assert isinstance(hyperpod_inference_iac.__version__, str) and hyperpod_inference_iac.__version__[0].isdigit()
+    assert getattr(hyperpod_inference_iac, "serving").__name__ == "hyperpod_inference_iac.serving"  # noqa: B009
+
+
+def test_a_construct_resolved_from_the_root_has_its_real_signature() -> None:
+    """``_show_real_signature`` runs when the root first resolves a class (tests/unit/test_consumer_docs.py checks
+    each construct's parameters)."""
+    parameters = inspect.signature(hyperpod_inference_iac.CaptureTables).parameters
+    assert "kwargs" not in parameters and list(parameters)[:2] == ["scope", "id"]
+
+
+def test_exported_modules_reads_only_the_type_checking_block() -> None:
+    source = textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        import typing
+        from pkg.eager import not_exported
+        if TYPE_CHECKING:
+            from pkg.a import One, two
+            from pkg.b import Three as Four
+        if typing.TYPE_CHECKING:
+            from pkg.c import five
+        if OTHER:
+            from pkg.d import six
+    """)
+    assert exported_modules(source) == {
+        "One": ("pkg.a", "One"), "two": ("pkg.a", "two"), "Four": ("pkg.b", "Three"), "five": ("pkg.c", "five")}
