@@ -16,11 +16,10 @@ The stack output that carries each value is named after it (:attr:`PlatformValue
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from aws_cdk import Token
 
 
 class PlatformValue(enum.Enum):
@@ -145,6 +144,10 @@ class PlatformValues:
         return node
 
     def holds_tokens(self) -> bool:
+        if "aws_cdk" not in sys.modules:  # no value is a token before aws-cdk-lib is imported
+            return False
+        from aws_cdk import Token
+
         return any(Token.is_unresolved(value) for value in self.known.values())
 
 

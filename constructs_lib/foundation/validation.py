@@ -16,11 +16,10 @@ once, under the name the reader wrote.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from aws_cdk import Token
 
 from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
@@ -195,7 +194,13 @@ def is_unresolved(value: Any) -> bool:
     """True for a value CloudFormation resolves at deploy time (a CDK token, as a string, a number or a
     list): such values are checked by the service, not here. Plain values are never tokens."""
     # The CDK's own check decides; the cheap tests before it only skip the jsii round trip for values
-    # that cannot hold a token at all (an int never encodes one: Token.as_number gives a float).
+    # that cannot hold a token at all (an int never encodes one: Token.as_number gives a float). No value is a
+    # token before aws-cdk-lib is imported, so a process that never loads it (the preflight, the weights manifest)
+    # does not load it here either.
+    if "aws_cdk" not in sys.modules:
+        return False
+    from aws_cdk import Token
+
     if isinstance(value, str):
         return "Token[" in value and Token.is_unresolved(value)
     if isinstance(value, float):

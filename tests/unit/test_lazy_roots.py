@@ -40,10 +40,11 @@ def loaded_after(*statements: str) -> list[str]:
 
 
 @pytest.mark.slow  # (a Python process each)
-@pytest.mark.parametrize("module", ["preflight", "capture_table_ops", "charts.crd_schema"])
+@pytest.mark.parametrize("module", ["preflight", "capture_table_ops", "weights_manifest", "charts.crd_schema"])
 def test_the_command_modules_load_no_cdk(module: str) -> None:
-    """preflight reaches the charts' CRD schemas through ``cluster.prose_fields``: with eager roots that was all of
-    cdk8s and, through the package root, aws-cdk-lib, cdk-nag and the jsii kernel."""
+    """preflight reaches the charts' CRD schemas through ``cluster.prose_fields``, weights_manifest the NVMe cache's
+    chart module: with eager roots that was all of cdk8s and, through the package root, aws-cdk-lib, cdk-nag and the
+    jsii kernel; the foundation's token checks import aws-cdk-lib only once something else has."""
     loaded = loaded_after(f"import hyperpod_inference_iac.{module}")
     assert loaded == [], f"hyperpod_inference_iac.{module} loads {loaded[:8]}"
 
