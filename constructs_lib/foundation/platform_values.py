@@ -16,7 +16,6 @@ The stack output that carries each value is named after it (:attr:`PlatformValue
 from __future__ import annotations
 
 import enum
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -144,11 +143,13 @@ class PlatformValues:
         return node
 
     def holds_tokens(self) -> bool:
-        if "aws_cdk" not in sys.modules:  # no value is a token before aws-cdk-lib is imported
+        # a token's text has "Token[" in it: aws-cdk-lib decides, imported only when one may be there
+        candidates = [value for value in self.known.values() if "Token[" in value]
+        if not candidates:
             return False
         from aws_cdk import Token
 
-        return any(Token.is_unresolved(value) for value in self.known.values())
+        return any(Token.is_unresolved(value) for value in candidates)
 
 
 def is_platform_value(value: Any) -> bool:
