@@ -120,3 +120,13 @@ def test_exported_modules_reads_only_the_type_checking_block() -> None:
     """)
     assert exported_modules(source) == {
         "One": ("pkg.a", "One"), "two": ("pkg.a", "two"), "Four": ("pkg.b", "Three"), "five": ("pkg.c", "five")}
+
+
+@pytest.mark.slow
+def test_the_token_check_loads_the_cdk_only_for_what_may_be_a_token() -> None:
+    """``is_unresolved`` of plain values leaves aws-cdk-lib unloaded; a string that looks like a token is still judged
+    by aws-cdk-lib (imported then), as a config value written as ``${Token[...]}`` always was."""
+    check = "from hyperpod_inference_iac.foundation.validation import is_unresolved as u"
+    plain = f"{check}; assert not (u('abc') or u(1.5) or u(['a', 2.0]) or u(3))"
+    assert loaded_after(plain) == []
+    assert "aws_cdk" in loaded_after(f"{check}; assert u('${{Token[TOKEN.1]}}') and u(['#{{Token[TOKEN.2]}}'])")
