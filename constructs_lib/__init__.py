@@ -29,232 +29,241 @@ of
 the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.foundation.nag`).
 """
 
-from hyperpod_inference_iac.capture.capture_eraser import (
-    CaptureEraser,
-    CaptureEraserOptions,
-    CaptureEraserProps,
-)
-from hyperpod_inference_iac.capture.capture_pipeline import (
-    DEFAULT_REDACTION_RULES,
-    CapturePipeline,
-    CapturePipelineOptions,
-    CapturePipelineProps,
-    RedactionRule,
-    check_capture_pipeline,
-    warn_capture_pipeline,
-)
-from hyperpod_inference_iac.capture.capture_storage import (
-    CaptureStorage,
-    CaptureStorageOptions,
-    CaptureStorageProps,
-    check_capture_storage,
-    warn_capture_storage,
-)
-from hyperpod_inference_iac.capture.capture_tables import (
-    CaptureTables,
-    CaptureTablesOptions,
-    CaptureTablesProps,
-    ColumnAccess,
-    TableReader,
-    warn_capture_tables,
-)
-from hyperpod_inference_iac.capture.gpu_cost import (
-    CostGroup,
-    GpuCost,
-    GpuCostOptions,
-    GpuCostProps,
-    InstancePrice,
-)
-from hyperpod_inference_iac.cluster.eks_cluster import (
-    KUBECTL_LAYERS,
-    NVIDIA_DEVICE_PLUGIN,
-    ClusterEndpointAccess,
-    InferenceCluster,
-    InferenceClusterOptions,
-    InferenceClusterProps,
-    check_inference_cluster,
-    warn_inference_cluster,
-)
-from hyperpod_inference_iac.cluster.gpu_nodegroup import (
-    GpuNodeGroup,
-    GpuNodeGroupOptions,
-    GpuNodeGroupProps,
-    LocalStorageStrategy,
-    check_gpu_node_group,
-)
-from hyperpod_inference_iac.cluster.hyperpod_cluster import (
-    CapacityType,
-    DeepHealthCheck,
-    HyperPodCluster,
-    HyperPodClusterOptions,
-    HyperPodClusterProps,
-    InstanceGroup,
-    KubernetesTaint,
-    NodeRecovery,
-    TaintEffect,
-    check_hyperpod_cluster,
-    warn_hyperpod_cluster,
-)
-from hyperpod_inference_iac.cluster.inference_operator import (
-    InferenceOperator,
-    InferenceOperatorOptions,
-    InferenceOperatorProps,
-    check_inference_operator,
-)
-from hyperpod_inference_iac.cluster.network import (
-    ExistingVpcOptions,
-    ExistingVpcProps,
-    FlowLogTraffic,
-    PlatformVpc,
-    PlatformVpcOptions,
-    PlatformVpcProps,
-    VpcFlowLogs,
-    add_flow_logs,
-    check_existing_vpc,
-    check_platform_vpc,
-    deploy_time_availability_zones,
-    existing_vpc,
-)
-from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster
-from hyperpod_inference_iac.foundation.helm import HelmRelease
-from hyperpod_inference_iac.foundation.log_retention import (
-    LambdaLogRetention,
-    LambdaLogRetentionProps,
-    LogRetentionOptions,
-    check_log_retention,
-    retention_from_days,
-)
-from hyperpod_inference_iac.foundation.platform_values import (
-    AwaitingDeploy,
-    PlatformValue,
-    PlatformValues,
-    S3Location,
-    S3Uri,
-)
-from hyperpod_inference_iac.foundation.regions import check_region
-from hyperpod_inference_iac.foundation.risks import WARNINGS, RiskWarning, RiskWarnings
-from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
-from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
-from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
+from typing import TYPE_CHECKING, Any
+
+from hyperpod_inference_iac.foundation.lazy import lazy_exports
 from hyperpod_inference_iac.foundation.version import library_version
-from hyperpod_inference_iac.observability.alarm_topic import (
-    AlarmTopic,
-    AlarmTopicOptions,
-    AlarmTopicProps,
-    check_alarm_topic,
-    warn_alarm_topic,
-)
-from hyperpod_inference_iac.observability.alarms import (
-    AlarmNotifyOptions,
-    AlarmSettings,
-    AlarmWiringProps,
-    alarm_table,
-    describe_alarms,
-)
-from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms
-from hyperpod_inference_iac.observability.capture_alarms import (
-    CaptureAlarms,
-    CaptureAlarmsOptions,
-    CaptureAlarmsProps,
-    check_capture_alarms,
-)
-from hyperpod_inference_iac.observability.certificate_alarms import (
-    CertificateAlarms,
-    CertificateAlarmsOptions,
-    CertificateAlarmsProps,
-    check_certificate_alarms,
-    warn_certificate_alarms,
-)
-from hyperpod_inference_iac.observability.model_metrics import (
-    Engine,
-    ModelServingMetrics,
-    ModelServingMetricsOptions,
-    ModelServingMetricsProps,
-    WatchedModel,
-    engine_of_image,
-    model_metrics_log_group_name,
-    model_metrics_manifests,
-    operator_metrics_spec,
-)
-from hyperpod_inference_iac.observability.platform_dashboard import (
-    PlatformDashboard,
-    PlatformDashboardProps,
-    check_platform_dashboard,
-)
-from hyperpod_inference_iac.observability.sidecar_metrics import (
-    CaptureSidecarMetrics,
-    CaptureSidecarMetricsOptions,
-    CaptureSidecarMetricsProps,
-    check_capture_sidecar_metrics,
-    sidecar_metrics_log_group_name,
-    sidecar_metrics_manifests,
-)
-from hyperpod_inference_iac.security.github_deploy_role import (
-    GitHubDeployRole,
-    GitHubDeployRoleProps,
-    check_github_deploy_role,
-)
-from hyperpod_inference_iac.security.preflight_policy import PreflightPolicy, PreflightPolicyProps
-from hyperpod_inference_iac.security.s3_access import (
-    bucket_arn,
-    grant_key_through_s3,
-    grant_object_reads,
-    grant_object_writes,
-    kms_through_s3,
-)
-from hyperpod_inference_iac.security.secrets_key import (
-    SecretsKey,
-    SecretsKeyGuard,
-    SecretsKeyProps,
-    grant_secret_read,
-    kms_through_secrets_manager,
-    secrets_key_guard,
-)
-from hyperpod_inference_iac.security.workload_identity import (
-    IdentityBinding,
-    WorkloadIdentity,
-    WorkloadIdentityProps,
-    check_workload_identity,
-)
-from hyperpod_inference_iac.serving.api_keys import (
-    ApiKeySync,
-    ApiKeySyncProps,
-    RotationAcceptance,
-    SecretsOptions,
-    api_key_sync,
-    check_api_key_rotation,
-)
-from hyperpod_inference_iac.serving.endpoint_domain import (
-    EndpointDomain,
-    EndpointDomainOptions,
-    EndpointDomainProps,
-    check_endpoint_domain,
-)
-from hyperpod_inference_iac.serving.external_dns import (
-    ExternalDns,
-    ExternalDnsProps,
-    check_external_dns,
-    external_dns_release,
-    external_dns_releases,
-)
-from hyperpod_inference_iac.serving.gitops import Prerequisite, StagedManifests, WorkloadOwner, stage_manifests
-from hyperpod_inference_iac.serving.hugging_face_token import (
-    EXTERNAL_SECRETS,
-    HuggingFaceTokenSync,
-    HuggingFaceTokenSyncProps,
-    SecretSync,
-    SyncedCaller,
-)
-from hyperpod_inference_iac.serving.inference_workloads import (
-    InferenceWorkloads,
-    InferenceWorkloadsProps,
-    sidecar_image_hash,
-    sidecar_image_reference,
-    sidecar_image_uri,
-    warn_gateway,
-    warn_workload,
-)
-from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreOptions, UsageStoreProps
+
+# The public names, imported on first use (foundation/lazy.py reads this block: it is the one list of where each
+# name comes from); importing a command module (preflight, capture_table_ops) loads no CDK.
+if TYPE_CHECKING:
+    from hyperpod_inference_iac.capture.capture_eraser import (
+        CaptureEraser,
+        CaptureEraserOptions,
+        CaptureEraserProps,
+    )
+    from hyperpod_inference_iac.capture.capture_pipeline import (
+        DEFAULT_REDACTION_RULES,
+        CapturePipeline,
+        CapturePipelineOptions,
+        CapturePipelineProps,
+        RedactionRule,
+        check_capture_pipeline,
+        warn_capture_pipeline,
+    )
+    from hyperpod_inference_iac.capture.capture_storage import (
+        CaptureStorage,
+        CaptureStorageOptions,
+        CaptureStorageProps,
+        check_capture_storage,
+        warn_capture_storage,
+    )
+    from hyperpod_inference_iac.capture.capture_tables import (
+        CaptureTables,
+        CaptureTablesOptions,
+        CaptureTablesProps,
+        ColumnAccess,
+        TableReader,
+        warn_capture_tables,
+    )
+    from hyperpod_inference_iac.capture.gpu_cost import (
+        CostGroup,
+        GpuCost,
+        GpuCostOptions,
+        GpuCostProps,
+        InstancePrice,
+    )
+    from hyperpod_inference_iac.cluster.eks_cluster import (
+        KUBECTL_LAYERS,
+        NVIDIA_DEVICE_PLUGIN,
+        ClusterEndpointAccess,
+        InferenceCluster,
+        InferenceClusterOptions,
+        InferenceClusterProps,
+        check_inference_cluster,
+        warn_inference_cluster,
+    )
+    from hyperpod_inference_iac.cluster.gpu_nodegroup import (
+        GpuNodeGroup,
+        GpuNodeGroupOptions,
+        GpuNodeGroupProps,
+        LocalStorageStrategy,
+        check_gpu_node_group,
+    )
+    from hyperpod_inference_iac.cluster.hyperpod_cluster import (
+        CapacityType,
+        DeepHealthCheck,
+        HyperPodCluster,
+        HyperPodClusterOptions,
+        HyperPodClusterProps,
+        InstanceGroup,
+        KubernetesTaint,
+        NodeRecovery,
+        TaintEffect,
+        check_hyperpod_cluster,
+        warn_hyperpod_cluster,
+    )
+    from hyperpod_inference_iac.cluster.inference_operator import (
+        InferenceOperator,
+        InferenceOperatorOptions,
+        InferenceOperatorProps,
+        check_inference_operator,
+    )
+    from hyperpod_inference_iac.cluster.network import (
+        ExistingVpcOptions,
+        ExistingVpcProps,
+        FlowLogTraffic,
+        PlatformVpc,
+        PlatformVpcOptions,
+        PlatformVpcProps,
+        VpcFlowLogs,
+        add_flow_logs,
+        check_existing_vpc,
+        check_platform_vpc,
+        deploy_time_availability_zones,
+        existing_vpc,
+    )
+    from hyperpod_inference_iac.foundation.cdk_types import ClusterLike, as_icluster
+    from hyperpod_inference_iac.foundation.helm import HelmRelease
+    from hyperpod_inference_iac.foundation.log_retention import (
+        LambdaLogRetention,
+        LambdaLogRetentionProps,
+        LogRetentionOptions,
+        check_log_retention,
+        retention_from_days,
+    )
+    from hyperpod_inference_iac.foundation.platform_values import (
+        AwaitingDeploy,
+        PlatformValue,
+        PlatformValues,
+        S3Location,
+        S3Uri,
+    )
+    from hyperpod_inference_iac.foundation.regions import check_region
+    from hyperpod_inference_iac.foundation.risks import WARNINGS, RiskWarning, RiskWarnings
+    from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
+    from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
+    from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
+    from hyperpod_inference_iac.observability.alarm_topic import (
+        AlarmTopic,
+        AlarmTopicOptions,
+        AlarmTopicProps,
+        check_alarm_topic,
+        warn_alarm_topic,
+    )
+    from hyperpod_inference_iac.observability.alarms import (
+        AlarmNotifyOptions,
+        AlarmSettings,
+        AlarmWiringProps,
+        alarm_table,
+        describe_alarms,
+    )
+    from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms
+    from hyperpod_inference_iac.observability.capture_alarms import (
+        CaptureAlarms,
+        CaptureAlarmsOptions,
+        CaptureAlarmsProps,
+        check_capture_alarms,
+    )
+    from hyperpod_inference_iac.observability.certificate_alarms import (
+        CertificateAlarms,
+        CertificateAlarmsOptions,
+        CertificateAlarmsProps,
+        check_certificate_alarms,
+        warn_certificate_alarms,
+    )
+    from hyperpod_inference_iac.observability.model_metrics import (
+        Engine,
+        ModelServingMetrics,
+        ModelServingMetricsOptions,
+        ModelServingMetricsProps,
+        WatchedModel,
+        engine_of_image,
+        model_metrics_log_group_name,
+        model_metrics_manifests,
+        operator_metrics_spec,
+    )
+    from hyperpod_inference_iac.observability.platform_dashboard import (
+        PlatformDashboard,
+        PlatformDashboardProps,
+        check_platform_dashboard,
+    )
+    from hyperpod_inference_iac.observability.sidecar_metrics import (
+        CaptureSidecarMetrics,
+        CaptureSidecarMetricsOptions,
+        CaptureSidecarMetricsProps,
+        check_capture_sidecar_metrics,
+        sidecar_metrics_log_group_name,
+        sidecar_metrics_manifests,
+    )
+    from hyperpod_inference_iac.security.github_deploy_role import (
+        GitHubDeployRole,
+        GitHubDeployRoleProps,
+        check_github_deploy_role,
+    )
+    from hyperpod_inference_iac.security.preflight_policy import PreflightPolicy, PreflightPolicyProps
+    from hyperpod_inference_iac.security.s3_access import (
+        bucket_arn,
+        grant_key_through_s3,
+        grant_object_reads,
+        grant_object_writes,
+        kms_through_s3,
+    )
+    from hyperpod_inference_iac.security.secrets_key import (
+        SecretsKey,
+        SecretsKeyGuard,
+        SecretsKeyProps,
+        grant_secret_read,
+        kms_through_secrets_manager,
+        secrets_key_guard,
+    )
+    from hyperpod_inference_iac.security.workload_identity import (
+        IdentityBinding,
+        WorkloadIdentity,
+        WorkloadIdentityProps,
+        check_workload_identity,
+    )
+    from hyperpod_inference_iac.serving.api_keys import (
+        ApiKeySync,
+        ApiKeySyncProps,
+        RotationAcceptance,
+        SecretsOptions,
+        api_key_sync,
+        check_api_key_rotation,
+    )
+    from hyperpod_inference_iac.serving.endpoint_domain import (
+        EndpointDomain,
+        EndpointDomainOptions,
+        EndpointDomainProps,
+        check_endpoint_domain,
+    )
+    from hyperpod_inference_iac.serving.external_dns import (
+        ExternalDns,
+        ExternalDnsProps,
+        check_external_dns,
+        external_dns_release,
+        external_dns_releases,
+    )
+    from hyperpod_inference_iac.serving.gitops import Prerequisite, StagedManifests, WorkloadOwner, stage_manifests
+    from hyperpod_inference_iac.serving.hugging_face_token import (
+        EXTERNAL_SECRETS,
+        HuggingFaceTokenSync,
+        HuggingFaceTokenSyncProps,
+        SecretSync,
+        SyncedCaller,
+    )
+    from hyperpod_inference_iac.serving.inference_workloads import (
+        InferenceWorkloads,
+        InferenceWorkloadsProps,
+        sidecar_image_hash,
+        sidecar_image_reference,
+        sidecar_image_uri,
+        warn_gateway,
+        warn_workload,
+    )
+    from hyperpod_inference_iac.serving.usage_store import UsageStore, UsageStoreOptions, UsageStoreProps
+
+    __version__: str
 
 __all__ = [
     "DEFAULT_REDACTION_RULES",
@@ -443,26 +452,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    """``__version__``: RELEASE or RELEASE.devN, computed on first access (foundation/version.py)."""
-    if name == "__version__":
-        return library_version()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def _show_real_signatures() -> None:
-    """Give each construct class the signature of its constructor. jsii's metaclass defines ``__call__``, so
-    ``inspect.signature(CaptureStorage)`` (what ``help()`` prints) was ``(*args, **kwargs)``; with
-    ``__signature__`` set it is ``(scope, id, *, capture_prefix='data-capture/', ...)``, the keyword properties
+def _show_real_signature(value: Any) -> None:
+    """Give a construct class the signature of its constructor (when the root first resolves it). jsii's metaclass
+    defines ``__call__``, so ``inspect.signature(CaptureStorage)`` (what ``help()`` prints) was ``(*args, **kwargs)``;
+    with ``__signature__`` set it is ``(scope, id, *, capture_prefix='data-capture/', ...)``, the keyword properties
     with their defaults (tests/unit/test_props.py)."""
     import inspect
 
-    for name in __all__:
-        value = globals()[name]
-        if isinstance(value, type) and "__init__" in vars(value) and hasattr(value, "PROPS"):
-            signature = inspect.signature(vars(value)["__init__"])
-            value.__signature__ = signature.replace(  # type: ignore[attr-defined]  # (read by inspect, not typed)
-                parameters=list(signature.parameters.values())[1:])  # without self
+    if isinstance(value, type) and "__init__" in vars(value) and hasattr(value, "PROPS"):
+        signature = inspect.signature(vars(value)["__init__"])
+        value.__signature__ = signature.replace(  # type: ignore[attr-defined]  # (read by inspect, not typed)
+            parameters=list(signature.parameters.values())[1:])  # without self
 
 
-_show_real_signatures()
+if not TYPE_CHECKING:
+    # ``__version__``: RELEASE or RELEASE.devN, computed on each access (foundation/version.py)
+    __getattr__, __dir__ = lazy_exports(
+        __name__, globals(), on_resolve=_show_real_signature, computed={"__version__": library_version})

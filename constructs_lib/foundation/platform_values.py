@@ -20,8 +20,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Token
-
 
 class PlatformValue(enum.Enum):
     """A value of the platform that a workload manifest refers to."""
@@ -145,7 +143,13 @@ class PlatformValues:
         return node
 
     def holds_tokens(self) -> bool:
-        return any(Token.is_unresolved(value) for value in self.known.values())
+        # a token's text has "Token[" in it: aws-cdk-lib decides, imported only when one may be there
+        candidates = [value for value in self.known.values() if "Token[" in value]
+        if not candidates:
+            return False
+        from aws_cdk import Token
+
+        return any(Token.is_unresolved(value) for value in candidates)
 
 
 def is_platform_value(value: Any) -> bool:

@@ -16,13 +16,15 @@ once, under the name the reader wrote.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from aws_cdk import Token
+from typing import TYPE_CHECKING, Any
 
 from hyperpod_inference_iac.foundation.patterns import DNS1123_LABEL, DNS1123_SUBDOMAIN
+
+if TYPE_CHECKING:
+    from aws_cdk import Token
 
 __all__ = [
     "DNS1123_LABEL",
@@ -194,15 +196,25 @@ class KeyPaths:
 def is_unresolved(value: Any) -> bool:
     """True for a value CloudFormation resolves at deploy time (a CDK token, as a string, a number or a
     list): such values are checked by the service, not here. Plain values are never tokens."""
-    # The CDK's own check decides; the cheap tests before it only skip the jsii round trip for values
-    # that cannot hold a token at all (an int never encodes one: Token.as_number gives a float).
+    # The CDK's own check decides; the cheap tests before it skip the jsii round trip (and the import of
+    # aws-cdk-lib, in a process that has none: the preflight, the weights manifest) for values that cannot hold a
+    # token: a string without "Token[" in it, an int (Token.as_number gives a float), and a number or a list
+    # before aws-cdk-lib is imported (only the CDK makes their encodings).
     if isinstance(value, str):
-        return "Token[" in value and Token.is_unresolved(value)
+        return "Token[" in value and _token().is_unresolved(value)
+    cdk_loaded = "aws_cdk" in sys.modules
     if isinstance(value, float):
-        return Token.is_unresolved(value)
+        return cdk_loaded and _token().is_unresolved(value)
     if isinstance(value, list):
-        return Token.is_unresolved(value) or any(is_unresolved(item) for item in value)
+        encoded = cdk_loaded or any(isinstance(item, str) and "Token[" in item for item in value)
+        return (encoded and _token().is_unresolved(value)) or any(is_unresolved(item) for item in value)
     return False
+
+
+def _token() -> type[Token]:
+    from aws_cdk import Token
+
+    return Token
 
 
 PROPS = KeyPaths()
