@@ -65,6 +65,7 @@ cd /nvme-model
 MANIFEST=SHA256SUMS
 SOURCE="${MODEL_SOURCE_S3_URI%/}"
 WORK=$(mktemp -d /tmp/loader.XXXXXX)
+trap 'rm -rf -- "$WORK"' EXIT  # the scratch goes with the script, whatever its end
 REFERENCE="$WORK/reference.sha256"
 LOADER_UID=$(id -u)
 declare -A LISTED=()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -127,9 +128,82 @@ def _glue_table() -> Any:
     return catalog.load_table((settings.database, os.environ["ICEBERG_TABLE"]))
 
 
+class SamplerSettingsError(ValueError):
+    """The sampler's environment is wrong (GpuCost renders it, so this is a hand edit or a stale function)."""
+
+
+_KINDS = (EKS_NODEGROUP, HYPERPOD_GROUP)
+
+
+def settings_problems(environ: Mapping[str, str], *, reads_glue: bool = True) -> list[str]:
+    """Every problem of the sampler's environment, each naming its variable, what is allowed and what it got (one
+    run reports them all, before any node is counted or any row written)."""
+    problems: list[str] = []
+    groups: Any = _json_setting(environ, "COST_GROUPS", None, problems)
+    if groups is not None:
+        if not isinstance(groups, list):
+            problems.append(f"COST_GROUPS must be a JSON list of groups, got {type(groups).__name__}")
+        else:
+            for index, group in enumerate(groups):
+                where = f"COST_GROUPS[{index}]"
+                if not isinstance(group, dict):
+                    problems.append(f"{where} must be an object, got {type(group).__name__}")
+                    continue
+                if group.get("kind") not in _KINDS:
+                    problems.append(f"{where}.kind must be one of {', '.join(_KINDS)}, got {group.get('kind')!r}")
+                for key in ("cluster", "group"):
+                    if not isinstance(group.get(key), str) or not group.get(key):
+                        problems.append(f"{where}.{key} must be a non-empty string, got {group.get(key)!r}")
+                price = group.get("usdPerNodeHour")
+                if price is not None and not _price(price):
+                    problems.append(f"{where}.usdPerNodeHour must be null or a positive number, got {price!r}")
+    prices: Any = _json_setting(environ, "INSTANCE_PRICES", {}, problems)
+    if not isinstance(prices, dict):
+        problems.append(f"INSTANCE_PRICES must be a JSON object of instance type -> USD, got {type(prices).__name__}")
+    else:
+        problems += [f"INSTANCE_PRICES[{name!r}] must be a positive number, got {value!r}"
+                     for name, value in prices.items() if not _price(value)]
+    key_id = environ.get("OUTPUT_KMS_KEY_ID") or None
+    if key_id is not None and not _kms_key_arn().match(key_id):
+        problems.append(f"OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN, got {key_id!r}")
+    if reads_glue:
+        problems += [f"{name} must be set (the Glue database and table of gpu_node_hours)"
+                     for name in ("ICEBERG_DATABASE", "ICEBERG_TABLE") if not environ.get(name)]
+    return problems
+
+
+def _kms_key_arn() -> re.Pattern[str]:
+    """The processor's own rule for the key, imported only when a key is named (capture_core.settings loads
+    pyarrow, which the counting does not need)."""
+    from capture_core.settings import KMS_KEY_ARN
+
+    return KMS_KEY_ARN
+
+
+def _price(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _json_setting(environ: Mapping[str, str], name: str, default: Any, problems: list[str]) -> Any:
+    raw = environ.get(name)
+    if raw is None:
+        if default is None:
+            problems.append(f"{name} must be set")
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        problems.append(f"{name} must be JSON: {error}")
+        return default
+
+
 def handler(event: Mapping[str, Any], context: Any, *, clients: Callable[[str], Any] | None = None,
             table: Callable[[], Any] = _glue_table) -> dict[str, Any]:
-    """The hourly run (EventBridge): count, then append."""
+    """The hourly run (EventBridge): check the settings (all problems in one error), count, then append."""
+    problems = settings_problems(os.environ, reads_glue=table is _glue_table)
+    if problems:
+        raise SamplerSettingsError("GPU node-hour sampler configuration is invalid:\n"
+                                   + "\n".join(f"  - {problem}" for problem in problems))
     if clients is None:
         import boto3
 

@@ -65,6 +65,7 @@ DEFAULT_USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 # A request that finds its lease empty waits this long for the store at most (ElastiCache answers in ~1 ms in the
 # VPC); then the failure mode decides.
 DEFAULT_STORE_TIMEOUT_SECONDS = 0.1
+MAX_STORE_TIMEOUT_SECONDS = 5.0  # LIMITS_STORE_TIMEOUT_SECONDS at most (a request waits on the store no longer)
 DEFAULT_LIMITS_KEY_PREFIX = "budget:"
 # The reservation's prompt estimate: body bytes over this (an upper bound of the tokens for the usual tokenizers).
 DEFAULT_BYTES_PER_TOKEN = 2.0
@@ -540,7 +541,8 @@ def _read_usage(reader: _Reader) -> UsageSettings:
         limits=_read_caller_limits(reader),
         store_url=store_url,
         store_failure=failure or FAIL_OPEN,
-        store_timeout_seconds=reader.number("LIMITS_STORE_TIMEOUT_SECONDS", DEFAULT_STORE_TIMEOUT_SECONDS, 0.005, 5),
+        store_timeout_seconds=reader.number("LIMITS_STORE_TIMEOUT_SECONDS", DEFAULT_STORE_TIMEOUT_SECONDS, 0.005,
+                                            MAX_STORE_TIMEOUT_SECONDS),
         key_prefix=reader.text(
             "LIMITS_KEY_PREFIX",
             DEFAULT_LIMITS_KEY_PREFIX,

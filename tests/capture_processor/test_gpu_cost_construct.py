@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import node_hours_sampler  # (the processor's folder is on sys.path: tests/capture_processor/conftest.py)
 import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Template
@@ -161,6 +162,8 @@ def test_the_sampler_gets_every_group_with_its_models_and_prices_and_runs_hourly
          "instanceTypes": ["ml.g5.12xlarge"], "models": [], "usdPerNodeHour": None}]
     assert json.loads(env["INSTANCE_PRICES"]) == {"g6e.12xlarge": 10.49, "ml.g5.12xlarge": 7.09}
     assert env["ICEBERG_TABLE"] == "gpu_node_hours" and env["ICEBERG_DATABASE"] == "inference_capture_iceberg"
+    # what the sampler checks before it counts (a key imported from the storage stack is a token here)
+    assert node_hours_sampler.settings_problems({k: v for k, v in env.items() if isinstance(v, str)}) == []
     # pyarrow (the AWS SDK for pandas layer, the processor's) and pyiceberg (the tables' layer)
     assert function["Properties"]["Layers"] == [
         f"arn:aws:lambda:{REGION}:336392948345:layer:AWSSDKPandas-Python313-Arm64:15", LAYER]

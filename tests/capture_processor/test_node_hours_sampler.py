@@ -106,3 +106,55 @@ def test_the_rows_append_to_the_table_cloudformation_creates(tmp_path: Path, mon
     assert sorted((r["group_name"], r["nodes"], r["usd_per_node_hour"]) for r in read) == [
         ("gpu-g6e", 3, 10.49), ("gpu-gone", 0, 10.49), ("inference-g5", 2, 7.09), ("reserved", 1, 4.5)]
     assert {tuple(r["models"]) for r in read} >= {("Qwen/Qwen3-8B",), ()}
+
+
+def test_every_wrong_setting_is_named_in_one_error_before_anything_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-edited function (GpuCost renders these): all the problems at once, each naming its variable, and no
+    API call or write before them."""
+    monkeypatch.setenv("COST_GROUPS", json.dumps([{"kind": "ec2", "cluster": "", "group": "g",
+                                                   "usdPerNodeHour": -1}, "gpu-g6e"]))
+    monkeypatch.setenv("INSTANCE_PRICES", json.dumps({"g6e.xlarge": "1.86", "p5.48xlarge": True}))
+    monkeypatch.setenv("OUTPUT_KMS_KEY_ID", "alias/capture")  # a name, not the ARN every put must carry
+    monkeypatch.delenv("ICEBERG_DATABASE", raising=False)
+    monkeypatch.delenv("ICEBERG_TABLE", raising=False)
+
+    def no_client(service: str) -> Any:
+        raise AssertionError(f"{service} called before the settings were checked")
+
+    with pytest.raises(sampler.SamplerSettingsError) as raised:
+        sampler.handler({}, None, clients=no_client)
+    assert str(raised.value).splitlines()[1:] == [
+        "  - COST_GROUPS[0].kind must be one of eks-nodegroup, hyperpod-instance-group, got 'ec2'",
+        "  - COST_GROUPS[0].cluster must be a non-empty string, got ''",
+        "  - COST_GROUPS[0].usdPerNodeHour must be null or a positive number, got -1",
+        "  - COST_GROUPS[1] must be an object, got str",
+        "  - INSTANCE_PRICES['g6e.xlarge'] must be a positive number, got '1.86'",
+        "  - INSTANCE_PRICES['p5.48xlarge'] must be a positive number, got True",
+        "  - OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN, got 'alias/capture'",
+        "  - ICEBERG_DATABASE must be set (the Glue database and table of gpu_node_hours)",
+        "  - ICEBERG_TABLE must be set (the Glue database and table of gpu_node_hours)",
+    ]
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), [
+    ("COST_GROUPS", None, "COST_GROUPS must be set"),
+    ("COST_GROUPS", "[{", "COST_GROUPS must be JSON: "),
+    ("COST_GROUPS", "{}", "COST_GROUPS must be a JSON list of groups, got dict"),
+    ("INSTANCE_PRICES", "[]", "INSTANCE_PRICES must be a JSON object of instance type -> USD, got list"),
+])
+def test_a_missing_or_malformed_document_is_named(name: str, value: str | None, problem: str) -> None:
+    environ = {"COST_GROUPS": json.dumps(GROUPS), "INSTANCE_PRICES": json.dumps(PRICES)}
+    if value is None:
+        del environ[name]
+    else:
+        environ[name] = value
+    [found] = sampler.settings_problems(environ, reads_glue=False)
+    assert found.startswith(problem)
+
+
+def test_the_rendered_settings_have_no_problem() -> None:
+    """What GpuCost renders (tests/capture_processor/test_gpu_cost_construct.py checks the rendering) passes."""
+    environ = {"COST_GROUPS": json.dumps(GROUPS), "INSTANCE_PRICES": json.dumps(PRICES), "ICEBERG_DATABASE": "d",
+               "ICEBERG_TABLE": "gpu_node_hours",
+               "OUTPUT_KMS_KEY_ID": "arn:aws:kms:us-west-2:111122223333:key/1a2b3c4d-0000-1111-2222-333344445555"}
+    assert sampler.settings_problems(environ) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -144,12 +145,13 @@ def loader(tmp_path: Path) -> Loader:
 def test_a_cold_node_gets_exactly_the_published_files(loader: Loader) -> None:
     result = loader.run()
     assert result.returncode == 0, result.stderr
-    assert loader.aws_calls() == [f"s3 cp {SOURCE_URI}{WEIGHTS_MANIFEST} {next(loader.tmp_path.glob('scratch/*'))}"
-                                  "/reference.sha256 --only-show-errors --no-progress",
-                                  f"s3 sync {SOURCE_URI} . --exclude {WEIGHTS_MANIFEST} --only-show-errors "
-                                  "--no-progress"]
+    fetch, sync = loader.aws_calls()
+    assert re.fullmatch(f"s3 cp {re.escape(SOURCE_URI + WEIGHTS_MANIFEST)} {re.escape(str(loader.tmp_path))}"
+                        r"/scratch/loader\.\w{6}/reference\.sha256 --only-show-errors --no-progress", fetch), fetch
+    assert sync == f"s3 sync {SOURCE_URI} . --exclude {WEIGHTS_MANIFEST} --only-show-errors --no-progress"
     # Nothing of the loader's own on the node: no manifest, no marker to forge.
     assert loader.copy() == WEIGHTS
+    assert not any((loader.tmp_path / "scratch").iterdir())  # its scratch (the reference, the parts) went with it
 
 
 def test_a_matching_copy_is_used_without_a_sync(loader: Loader) -> None:
@@ -358,6 +360,7 @@ def test_a_failed_download_fails_the_pod(loader: Loader) -> None:
     result = loader.run(aws_fails=True)
     assert result.returncode != 0
     assert loader.copy() == {}
+    assert not any((loader.tmp_path / "scratch").iterdir())  # a failed run leaves no scratch behind either
 
 
 def test_the_container_runs_that_script_read_only_with_the_loader_s_own_credentials() -> None:

@@ -26,7 +26,7 @@ from capture_sidecar.limits import (
     Reservation,
     window_of,
 )
-from capture_sidecar.settings import SettingsError, load_settings
+from capture_sidecar.settings import MAX_STORE_TIMEOUT_SECONDS, SettingsError, load_settings
 from capture_sidecar.stream_usage import estimate_tokens
 from tests.support.redis_server import redis_server
 from tests.support.s3server import free_loopback_port
@@ -342,6 +342,15 @@ def test_the_store_down_end_to_end_fails_as_configured_and_never_hangs(start_sid
         assert json.loads(results[0].body)["error"]["code"] == "budget_store_unavailable"
         assert metrics['capture_sidecar_requests_refused_total{limit="store"}'] == 3
     assert sidecar.call("POST", CHAT, chat(3, 4), bearer(TEAM_B_KEY)).status == 200  # no limits: no store
+
+
+def test_the_tests_safety_timeout_for_a_sidecar_s_store_is_the_setting_s_maximum() -> None:
+    """The sidecar's tests that reach a store set LIMITS_STORE_TIMEOUT_SECONDS to its maximum (a loaded machine's
+    loopback call can take seconds); a lowered maximum must move that value with it, or those sidecars refuse it."""
+    assert float(SIDECAR_STORE_SAFETY_TIMEOUT) == MAX_STORE_TIMEOUT_SECONDS
+    assert load_settings({"LIMITS_STORE_TIMEOUT_SECONDS": SIDECAR_STORE_SAFETY_TIMEOUT,
+                          "LIMITS_STORE_URL": "redis://127.0.0.1:6379", "UPSTREAM_URL": "http://127.0.0.1:8000",
+                          "CAPTURE_S3_URI": "s3://b/captures/pod/"}).usage.store_timeout_seconds == 5.0
 
 
 def test_more_calls_in_flight_than_the_pool_holds_wait_for_a_connection_and_none_fails(store_url: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 # take seconds, and a test that meant "the store answers" must not turn into "the store is down". (The sidecar's own
 # setting, LIMITS_STORE_TIMEOUT_SECONDS, is at most 5 s: its tests that reach a store set that maximum.)
 STORE_SAFETY_TIMEOUT = 30.0
-SIDECAR_STORE_SAFETY_TIMEOUT = "5"
+SIDECAR_STORE_SAFETY_TIMEOUT = "5"  # capture_sidecar.settings.MAX_STORE_TIMEOUT_SECONDS (tests/sidecar/test_budgets.py)
 
 
 def eventually(condition: Callable[[], bool], safety_timeout: float = 60.0, interval: float = 0.05) -> bool:

@@ -34,7 +34,7 @@ DEFAULT_MAX_COMMIT_BYTES = 256 << 20
 _GLUE_NAME = re.compile(r"^[a-z0-9_]{1,255}$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # A key ARN or alias ARN: what the bucket policy compares the SSE-KMS header with.
-_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key/[A-Za-z0-9-]+|alias/[A-Za-z0-9/_-]+)$")
+KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key/[A-Za-z0-9-]+|alias/[A-Za-z0-9/_-]+)$")
 
 
 class ConfigurationError(ValueError):
@@ -121,7 +121,7 @@ class Settings:
         rules, rule_problems = _parse_redaction_rules(environ.get("REDACT", DEFAULT_REDACT))
         problems += rule_problems
         key_id = environ.get("OUTPUT_KMS_KEY_ID") or None
-        if key_id is not None and not _KMS_KEY_ARN.match(key_id):
+        if key_id is not None and not KMS_KEY_ARN.match(key_id):
             problems.append(f"OUTPUT_KMS_KEY_ID must be a KMS key ARN or alias ARN, got {key_id!r}")
         max_object_bytes = _whole_number(
             environ, "MAX_OBJECT_BYTES", DEFAULT_MAX_OBJECT_BYTES, MAX_OBJECT_BYTES_RANGE, problems, " of bytes"
