@@ -92,14 +92,17 @@ def main() -> None:
             outcome = "ok" if result["result"] == {"batchItemFailures": []} else f"FAILED {result['result']}"
             curated = s3.list_objects_v2(Bucket="bench", Prefix="curated/").get("KeyCount", 0)
             quarantine = s3.list_objects_v2(Bucket="bench", Prefix="quarantine/").get("Contents", [])
-            lines = sum(
-                s3.get_object(Bucket="bench", Key=item["Key"])["Body"].read().count(b"\n") for item in quarantine
-            )
+            entries = [
+                json.loads(line)
+                for item in quarantine
+                for line in s3.get_object(Bucket="bench", Key=item["Key"])["Body"].read().splitlines()
+            ]
+            lines = sum(entry.get("count", 1) for entry in entries)  # an entry of a run stands for `count` lines
             size = len(body) / MIB
             print(
                 f"{name:14} {size:6.1f} {result['peak_kib'] / 1024:13.0f} {result['seconds']:8.2f} "
                 f"{result['seconds'] / size:6.2f} {result['cpu_seconds']:6.2f} {result['cpu_seconds'] / size:9.2f}  "
-                f"{curated} curated files, {lines} quarantined, {outcome}"
+                f"{curated} curated files, {lines} quarantined in {len(entries)} entries, {outcome}"
             )
             for prefix in ("curated/", "quarantine/"):
                 for item in s3.list_objects_v2(Bucket="bench", Prefix=prefix).get("Contents", []):

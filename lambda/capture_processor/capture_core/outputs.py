@@ -195,10 +195,10 @@ class QuarantineFile:
             self._file = self.path.open("w", encoding="utf-8")
         runs.sort(key=_first_line)
         for start in range(0, len(runs), _ENTRIES_PER_WRITE):  # bounded memory: a few MB at a time
-            batch = runs[start : start + _ENTRIES_PER_WRITE]
-            self._file.write("".join(run.entry(self._head) for run in batch))
-            self.entries += len(batch)
-            self.lines += sum(run.count for run in batch)
+            entries = [entry for run in runs[start : start + _ENTRIES_PER_WRITE] for entry in run.entries(self._head)]
+            self._file.write("".join(entries))
+            self.entries += len(entries)
+        self.lines += sum(run.count for run in runs)
 
     @staticmethod
     def _tail(reason: str, raw: str) -> str:
@@ -246,14 +246,22 @@ class _Run:
             else:
                 ranges.append([number, number])
 
-    def entry(self, head: str) -> str:
-        """As json.dumps(entry, ensure_ascii=False) writes it. One line: `line_number` alone (the format of every
-        entry before runs); a run: its first line as `line_number`, then `line_ranges` and `count`."""
-        first = self.ranges[0][0]
+    def entries(self, head: str) -> list[str]:
+        """As json.dumps(entry, ensure_ascii=False) writes them: one entry per MAX_RANGES_PER_ENTRY ranges. One line:
+        `line_number` alone (the format of every entry before runs); a run: its first line as `line_number`, then
+        `line_ranges` and `count`."""
         if self.count == 1:
-            return f'{head}"line_number": {first}, {self.tail}'
-        ranges = ", ".join([f"[{start}, {end}]" for start, end in self.ranges])
-        return f'{head}"line_number": {first}, "line_ranges": [{ranges}], "count": {self.count}, {self.tail}'
+            return [f'{head}"line_number": {self.ranges[0][0]}, {self.tail}']
+        entries = []
+        for start in range(0, len(self.ranges), MAX_RANGES_PER_ENTRY):
+            ranges = self.ranges[start : start + MAX_RANGES_PER_ENTRY]
+            count = sum(last - first + 1 for first, last in ranges) if len(ranges) < len(self.ranges) else self.count
+            if count == 1:
+                entries.append(f'{head}"line_number": {ranges[0][0]}, {self.tail}')
+                continue
+            text = ", ".join([f"[{first}, {last}]" for first, last in ranges])
+            entries.append(f'{head}"line_number": {ranges[0][0]}, "line_ranges": [{text}], "count": {count}, {self.tail}')
+        return entries
 
 
 def _first_line(run: _Run) -> int:
