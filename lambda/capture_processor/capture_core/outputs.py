@@ -260,7 +260,8 @@ class _Run:
                 entries.append(f'{head}"line_number": {ranges[0][0]}, {self.tail}')
                 continue
             text = ", ".join([f"[{first}, {last}]" for first, last in ranges])
-            entries.append(f'{head}"line_number": {ranges[0][0]}, "line_ranges": [{text}], "count": {count}, {self.tail}')
+            entries.append(f'{head}"line_number": {ranges[0][0]}, "line_ranges": [{text}], "count": {count}, '
+                           f"{self.tail}")
         return entries
 
 
