@@ -250,8 +250,6 @@ class _Run:
         """As json.dumps(entry, ensure_ascii=False) writes them: one entry per MAX_RANGES_PER_ENTRY ranges. One line:
         `line_number` alone (the format of every entry before runs); a run: its first line as `line_number`, then
         `line_ranges` and `count`."""
-        if self.count == 1:
-            return [f'{head}"line_number": {self.ranges[0][0]}, {self.tail}']
         entries = []
         for start in range(0, len(self.ranges), MAX_RANGES_PER_ENTRY):
             ranges = self.ranges[start : start + MAX_RANGES_PER_ENTRY]
