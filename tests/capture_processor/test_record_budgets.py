@@ -5,7 +5,7 @@
 - a document with more candidate matches than the budget is not read value by value: the field is replaced
   whole and the row flagged (`redaction_rules` and `decode_error` say so);
 - a document too fragmented to split (more string literals than the budget) is replaced whole the same way;
-- many tiny rejected lines are quarantined in batches, every one of them with its own entry.
+- many tiny rejected lines are quarantined as one run: one entry naming every line (test_quarantine_runs.py).
 
 Time and memory are measured in benchmarks/capture_processor_hostile_bench.py, not asserted here.
 """
