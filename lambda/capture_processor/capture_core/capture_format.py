@@ -159,7 +159,7 @@ def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedRun], bytes
         return early, data, None
     # The lines as one Arrow array, walked in C++: no Python object per line, and no hash of a line that names
     # `captureData` (every line of an ordinary chunk, found near its start); each distinct other line judged once.
-    lines = pc.split_pattern(pa.array([data], pa.binary()), pattern=b"\n").values
+    lines = pc.split_pattern(_as_binary_array(data), pattern=b"\n").values
     others = lines.filter(pc.invert(pc.match_substring(lines, b"captureData")))
     if not len(others):
         return early, data, None
@@ -181,6 +181,13 @@ def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedRun], bytes
     kept_mask = pc.and_not(pc.invert(pc.match_substring_regex(lines, r"^[ \t\n\r\x0b\x0c]*$")), flags)
     kept = pc.indices_nonzero(kept_mask).to_pylist()
     return early, b"\n".join(lines.filter(kept_mask).to_pylist()) + b"\n", kept
+
+
+def _as_binary_array(data: bytes) -> pa.Array:
+    """`data` as an Arrow array of one value, without a copy (the lines split from it are the one copy, as
+    `bytes.split` made)."""
+    offsets = pa.array([0, len(data)], pa.int64()).buffers()[1]
+    return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
 def _prefilter_verdict(line: bytes) -> bool:
