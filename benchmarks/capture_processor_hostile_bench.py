@@ -9,6 +9,11 @@ Objects (each between ordinary records, whose rows must land):
 - `match-budget`: one 8 MiB JSON request (the sidecar's bound, uncompressed) of e-mail addresses;
 - `tiny-lines`: 200,000 lines of `{}`.
 Goals (issue 27): the gzip body under 256 MiB peak RSS; the tiny lines within a second per MiB of input.
+
+    .venv/bin/python benchmarks/capture_processor_hostile_bench.py --convert tiny-lines
+
+converts one of the objects in process instead (`convert_stream`, no S3), five times after a warm-up, and prints
+the CPU seconds of each run: the conversion without the handler's fixed costs (boto3, the upload).
 """
 
 from __future__ import annotations
@@ -60,7 +65,44 @@ def objects() -> dict[str, bytes]:
     }
 
 
+def convert_in_process(name: str, runs: int = 5) -> None:
+    import contextlib
+    import io
+    import time
+    from datetime import UTC, datetime
+
+    from capture_core.outputs import QuarantineSource
+    from capture_core.processor import convert_stream
+    from capture_core.records import ChunkContext
+    from capture_core.redaction import DEFAULT_RULES, Redactor
+    from capture_core.routing import Tier
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        data = objects()[name]
+    context = ChunkContext("h/sme/2026/11/30/10/x.jsonl", "h", None, datetime(2026, 11, 30, 10, tzinfo=UTC))
+
+    def once() -> tuple[int, int, int]:
+        with tempfile.TemporaryDirectory() as directory:
+            conversion = convert_stream(io.BytesIO(data), Tier.SME, context, Redactor(DEFAULT_RULES), Path(directory),
+                                        QuarantineSource("b", "k", "v"))
+            quarantine = conversion.quarantine
+            return conversion.records, getattr(quarantine, "lines", quarantine.entries), quarantine.entries
+
+    once()
+    seconds = []
+    for _ in range(runs):
+        started = time.process_time()
+        records, lines, entries = once()
+        seconds.append(time.process_time() - started)
+    print(f"{name}: {len(data) / MIB:.2f} MiB, {records} rows, {lines} lines quarantined in {entries} entries; "
+          f"CPU s per conversion: {' '.join(f'{value:.3f}' for value in seconds)}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--convert"]:
+        convert_in_process(sys.argv[2])
+        return
     import boto3
 
     from tests.support.s3server import moto_server
