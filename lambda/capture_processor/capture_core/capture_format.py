@@ -166,7 +166,7 @@ def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedRun], bytes
     rejected_lines = [line for line in pc.unique(others).to_pylist() if _prefilter_verdict(line)]
     if not rejected_lines:
         return early, data, None
-    rejected_set = pa.array(rejected_lines, pa.binary())
+    rejected_set = pa.array(rejected_lines, pa.large_binary())
     flags = pc.is_in(lines, value_set=rejected_set)
     numbers = pc.add(pc.indices_nonzero(flags), first_line).to_pylist()
     if len(rejected_lines) == 1:  # one line repeated (200,000 lines of `{}`): one run, no loop
