@@ -139,7 +139,7 @@ def parse_capture_chunk(data: bytes, first_line: int, context: ChunkContext, red
             lines = lines.subset(kept.to_pylist())
             raw = raw.take(kept)
     table, row_rejections = _curate(raw, context, redactor, lines)
-    # In any order: the quarantine orders the lines of a run, and its entries by line (outputs.QuarantineFile).
+    # In any order: the quarantine groups equal lines into runs and sorts each run's lines (outputs.QuarantineFile).
     return ParsedChunk(table, (*early, *rejected, *row_rejections), {})
 
 
