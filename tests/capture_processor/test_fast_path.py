@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from capture_core import capture_format, documents, fast_json, openai_format, processor, redaction
+from capture_core.erasure import quarantine_entry_line_numbers, quarantine_entry_lines
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
 from capture_core.records import ChunkContext
@@ -180,6 +181,8 @@ def test_the_prefilter_gives_the_plain_paths_output(
     events = sorted(str(row["event_id"]) for row in fast_rows)
     assert events == ["None", "escaped-key", "good-0", "good-0", "good-1", "good-2", "good-3"], events
     quarantined = [json.loads(line) for line in fast_quarantine.splitlines()]
-    assert len(quarantined) == data.count(b"\n") + 1 - len(events) - 1  # every other line but the blank one
-    assert [entry["line_number"] for entry in quarantined] == sorted(entry["line_number"] for entry in quarantined)
+    named = [number for entry in quarantined for number in quarantine_entry_line_numbers(entry)]
+    assert len(named) == len(set(named)) == data.count(b"\n") + 1 - len(events) - 1  # every other line but the blank
+    assert sum(map(quarantine_entry_lines, quarantined)) == len(named)
+    assert any(entry["raw"] == "{}" and entry["count"] > 300 for entry in quarantined)  # the `{}` lines as runs
     assert "b@example.com" not in fast_quarantine and "@example.com" not in json.dumps(fast_rows, default=str)

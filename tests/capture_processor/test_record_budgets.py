@@ -5,7 +5,7 @@
 - a document with more candidate matches than the budget is not read value by value: the field is replaced
   whole and the row flagged (`redaction_rules` and `decode_error` say so);
 - a document too fragmented to split (more string literals than the budget) is replaced whole the same way;
-- many tiny rejected lines are quarantined in batches, every one of them with its own entry.
+- many tiny rejected lines are quarantined as one run: one entry naming every line (test_quarantine_runs.py).
 
 Time and memory are measured in benchmarks/capture_processor_hostile_bench.py, not asserted here.
 """
@@ -105,17 +105,17 @@ def test_a_document_too_fragmented_to_split_is_replaced_whole(
     assert rows["other"]["redaction_rules"] == ["email"]
 
 
-def test_many_tiny_rejected_lines_each_get_their_entry_and_the_good_rows_land(pipeline: Pipeline) -> None:
+def test_many_tiny_rejected_lines_are_one_run_entry_and_the_good_rows_land(pipeline: Pipeline) -> None:
     tiny = ["{}"] * 20_000
     lines = [good("first"), *tiny, '{"mail": "alice.smith@example.com"}', good("last")]
 
     rows = run(pipeline, *lines)
 
     assert set(rows) == {"first", "last"}
-    entries = pipeline.quarantine()
-    assert len(entries) == 20_001
-    assert [entry["line_number"] for entry in entries] == list(range(2, 20_003))
-    assert entries[-1]["raw"] == '{"mail": "[REDACTED:email]"}'
-    assert {entry["reason"] for entry in entries[:-1]} == {
+    run_entry, single = pipeline.quarantine()
+    assert (run_entry["line_number"], run_entry["line_ranges"], run_entry["count"]) == (2, [[2, 20_001]], 20_000)
+    assert run_entry["raw"] == "{}" and run_entry["reason"] == single["reason"] == (
         "not a capture record: no captureData.endpointInput or endpointOutput object"
-    }
+    )
+    assert single["line_number"] == 20_002 and "count" not in single and "line_ranges" not in single
+    assert single["raw"] == '{"mail": "[REDACTED:email]"}'

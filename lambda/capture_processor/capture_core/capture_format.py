@@ -8,12 +8,9 @@ one quarantine entry and the good lines of the chunk still land.
 
 from __future__ import annotations
 
-import heapq
 import io
-import itertools
 import json
 import math
-import operator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +26,7 @@ from capture_core.records import (
     ChunkContext,
     ParsedChunk,
     RejectedLine,
+    RejectedRun,
     constant_column,
     fill_missing_times,
     parse_iso_time,
@@ -140,36 +138,56 @@ def parse_capture_chunk(data: bytes, first_line: int, context: ChunkContext, red
             kept = pc.indices_nonzero(is_capture)
             lines = lines.subset(kept.to_pylist())
             raw = raw.take(kept)
-    if early:  # in line order, as if the pre-filtered lines had been read with the others
-        rejected = list(heapq.merge(early, rejected, key=_LINE_NUMBER)) if rejected else early
     table, row_rejections = _curate(raw, context, redactor, lines)
-    return ParsedChunk(table, (*rejected, *row_rejections), {})
+    # In any order: the quarantine groups equal lines into runs and sorts each run's lines (outputs.QuarantineFile).
+    return ParsedChunk(table, (*early, *rejected, *row_rejections), {})
 
 
 # Every capture record names `captureData` or (a metered exchange's usage record) `usageSource`, as written or with a
 # `\` escape in the key: a line with neither name and no backslash cannot be one.
-_LINE_NUMBER = operator.attrgetter("line_number")
 PREFILTER = True  # False: every line goes to the reader (the plain path of the differential test)
 
 
-def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedLine], bytes, list[int] | None]:
+def _prefiltered(data: bytes, first_line: int) -> tuple[list[RejectedRun], bytes, list[int] | None]:
     """JSON objects that cannot be capture records, rejected before Arrow builds a row for each (200,000 lines of
-    `{}` cost a row, a rejection by row and a line lookup each), with the reason both paths give them; the other
-    lines as one text for the reader, and their line numbers (None when no line was taken out: `data` as it is).
-    The output is the same as without the pre-filter (tests/capture_processor/test_fast_path.py)."""
-    early: list[RejectedLine] = []
+    `{}` cost a row, a rejection by row and a line lookup each), with the reason both paths give them, as one run per
+    distinct line; the other lines as one text for the reader, and their line numbers (None when no line was taken
+    out: `data` as it is). The output is the same as without the pre-filter
+    (tests/capture_processor/test_fast_path.py)."""
+    early: list[RejectedRun] = []
     if not PREFILTER:
         return early, data, None
-    split = data.split(b"\n")
-    # Each distinct line judged once (a hash per line in C), then the lines sorted in two comprehensions.
-    verdicts = {line: _prefilter_verdict(line) for line in dict.fromkeys(split)}
-    if not any(verdicts.values()):
+    # The lines as one Arrow array, walked in C++: no Python object per line, and no hash of a line that names
+    # `captureData` (every line of an ordinary chunk, found near its start); each distinct other line judged once.
+    lines = pc.split_pattern(_as_binary_array(data), pattern=b"\n").values
+    others = lines.filter(pc.invert(pc.match_substring(lines, b"captureData")))
+    if not len(others):
         return early, data, None
-    flags = list(map(verdicts.__getitem__, split))  # the lines walked by C iterators, not Python loops
-    numbers = itertools.compress(itertools.count(first_line), flags)
-    early = list(map(RejectedLine, numbers, itertools.repeat(NOT_A_CAPTURE_RECORD), itertools.compress(split, flags)))
-    kept = [index for index in itertools.compress(itertools.count(), map(operator.not_, flags)) if split[index].strip()]
-    return early, b"\n".join([split[index] for index in kept]) + b"\n", kept
+    rejected_lines = [line for line in pc.unique(others).to_pylist() if _prefilter_verdict(line)]
+    if not rejected_lines:
+        return early, data, None
+    rejected_set = pa.array(rejected_lines, pa.large_binary())
+    flags = pc.is_in(lines, value_set=rejected_set)
+    numbers = pc.add(pc.indices_nonzero(flags), first_line).to_pylist()
+    if len(rejected_lines) == 1:  # one line repeated (200,000 lines of `{}`): one run, no loop
+        early = [RejectedRun(numbers, NOT_A_CAPTURE_RECORD, rejected_lines[0])]
+    else:
+        runs: list[list[int]] = [[] for _ in rejected_lines]
+        for number, which in zip(numbers, pc.index_in(lines.filter(flags), value_set=rejected_set).to_pylist(),
+                                 strict=True):
+            runs[which].append(number)
+        early = [RejectedRun(run, NOT_A_CAPTURE_RECORD, line) for line, run in zip(rejected_lines, runs, strict=True)]
+    # Arrow's reader skips blank lines (bytes.strip()'s whitespace only), so its rows are the other kept lines.
+    kept_mask = pc.and_not(pc.invert(pc.match_substring_regex(lines, r"^[ \t\n\r\x0b\x0c]*$")), flags)
+    kept = pc.indices_nonzero(kept_mask).to_pylist()
+    return early, b"\n".join(lines.filter(kept_mask).to_pylist()) + b"\n", kept
+
+
+def _as_binary_array(data: bytes) -> pa.Array:
+    """`data` as an Arrow array of one value, without a copy (the lines split from it are the one copy, as
+    `bytes.split` made)."""
+    offsets = pa.array([0, len(data)], pa.int64()).buffers()[1]
+    return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
 def _prefilter_verdict(line: bytes) -> bool:

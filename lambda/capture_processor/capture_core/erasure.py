@@ -272,42 +272,61 @@ def parquet_reader(terms: Sequence[Term], before: datetime | None = None) -> Rea
 
 
 def lines_reader(matcher: LineMatcher, *, quarantine: bool) -> Reader:
-    """Capture JSON Lines (plain or gzip) or quarantine entries (the captured line in ``raw``)."""
+    """Capture JSON Lines (plain or gzip) or quarantine entries (the captured line in ``raw``); the count is of
+    captured lines (a quarantine entry of a run stands for ``count`` of them)."""
     def read(file: IO[bytes], key: str) -> tuple[int, Callable[[IO[bytes]], bool]]:
         zipped = file.read(2) == GZIP_MAGIC
         file.seek(0)
         source: IO[bytes] = gzip.GzipFile(fileobj=file) if zipped else file  # type: ignore[assignment]
-        dropped: list[int] = []
+        dropped: dict[int, int] = {}  # line of the object -> captured lines it holds
         for number, raw in enumerate(source):
-            if _line_matches(matcher, raw, key, quarantine):
-                dropped.append(number)
+            if lines := _line_matches(matcher, raw, key, quarantine):
+                dropped[number] = lines
 
         def rewrite(out: IO[bytes]) -> bool:
             file.seek(0)
             reader: IO[bytes] = gzip.GzipFile(fileobj=file) if zipped else file  # type: ignore[assignment]
             writer: IO[bytes] = gzip.GzipFile(fileobj=out, mode="wb", mtime=0) if zipped else out  # type: ignore[assignment]
-            skip, kept = set(dropped), 0
+            kept = 0
             for number, raw in enumerate(reader):
-                if number not in skip:
+                if number not in dropped:
                     writer.write(raw)
                     kept += 1
             if zipped:
                 writer.close()
             return kept > 0
-        return len(dropped), rewrite
+        return sum(dropped.values()), rewrite
     return read
 
 
-def _line_matches(matcher: LineMatcher, raw: bytes, key: str, quarantine: bool) -> bool:
+def _line_matches(matcher: LineMatcher, raw: bytes, key: str, quarantine: bool) -> int:
+    """How many captured lines ``raw`` holds that match: 0 or 1 for a capture line, a quarantine entry's count."""
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     if not text:
-        return False
+        return 0
     if quarantine:
         entry = _json_object(text)
         if not isinstance(entry, dict):
-            return False
-        return matcher.matches(str(entry.get("raw") or ""), str(entry.get("source_key") or ""))
-    return matcher.matches(text, key)
+            return 0
+        matched = matcher.matches(str(entry.get("raw") or ""), str(entry.get("source_key") or ""))
+        return quarantine_entry_lines(entry) if matched else 0
+    return int(matcher.matches(text, key))
+
+
+def quarantine_entry_lines(entry: Mapping[str, Any]) -> int:
+    """The captured lines a quarantine entry stands for: its ``count`` (a run of equal lines), else one (an entry
+    of one line, and every entry written before runs)."""
+    count = entry.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
+def quarantine_entry_line_numbers(entry: Mapping[str, Any]) -> list[int]:
+    """Every line number a quarantine entry names: its ``line_ranges`` (``[first, last]``, inclusive), else its
+    ``line_number``."""
+    ranges = entry.get("line_ranges")
+    if isinstance(ranges, list):
+        return [number for first, last in ranges for number in range(first, last + 1)]
+    return [entry["line_number"]]
 
 
 def erase_place(s3: Any, bucket: str, prefix: str, read: Reader, *, erasure_id: str,
@@ -512,24 +531,26 @@ class DeletionRegister:
             pq.write_table(kept, path, compression="zstd")
         return dropped
 
-    def scrub_quarantine(self, path: Path) -> tuple[int, int]:
+    def scrub_quarantine(self, path: Path) -> tuple[int, int, int]:
         """Rewrites a local quarantine file without the entries an erasure covers (every entry is of an object
         being processed now, so from before any erasure's time only when its lines are: the time bound is the
-        line's ``eventMetadata.inferenceTime`` when it has one). (entries kept, dropped)."""
+        line's ``eventMetadata.inferenceTime`` when it has one). An entry of a run holds equal lines: they match
+        together. (entries kept, lines they hold, lines dropped)."""
         if not path.exists():
-            return 0, 0
-        kept_lines, dropped = [], 0
+            return 0, 0, 0
+        kept_lines, kept, dropped = [], 0, 0
         with path.open(encoding="utf-8") as file:
             for line in file:
                 entry = json.loads(line)
                 raw, key = str(entry.get("raw") or ""), str(entry.get("source_key") or "")
                 if any(LineMatcher(e.terms(), e.before).matches(raw, key) for e in self.erasures):
-                    dropped += 1
+                    dropped += quarantine_entry_lines(entry)
                 else:
                     kept_lines.append(line)
+                    kept += quarantine_entry_lines(entry)
         if dropped:
             path.write_text("".join(kept_lines), encoding="utf-8")
-        return len(kept_lines), dropped
+        return len(kept_lines), kept, dropped
 
 
 def _line_before(raw: str, before: datetime) -> bool:
@@ -652,15 +673,15 @@ def verify_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables:
 
 def scrub_conversion(register: DeletionRegister, conversion: Any, tier: Tier) -> int:
     """A converted object's local outputs without what the register's erasures cover (before any upload or
-    commit); how many rows and quarantine entries were dropped."""
+    commit); how many rows and quarantined lines were dropped."""
     kind = "alb" if tier == Tier.ALB else "capture"
     dropped = 0
     for file in conversion.partition_files:
         dropped += register.scrub_parquet(file.path, kind)
-    kept, entries = register.scrub_quarantine(conversion.quarantine.path)
-    if entries:
-        conversion.quarantine.entries = kept
-    return dropped + entries
+    entries, lines, dropped_lines = register.scrub_quarantine(conversion.quarantine.path)
+    if dropped_lines:
+        conversion.quarantine.entries, conversion.quarantine.lines = entries, lines
+    return dropped + dropped_lines
 
 
 class Registers:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import groupby, islice
-from operator import attrgetter, itemgetter
+from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
@@ -21,15 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from capture_core.records import RejectedLine
+from capture_core.records import RejectedRun, Rejection
 
 _json_string: Callable[[str], str] = json.encoder.encode_basestring
 _REASON = attrgetter("reason")
-_LINE_NUMBER = attrgetter("line_number")
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _MICROS_PER_HOUR = 3_600_000_000
 QUARANTINE_RAW_LIMIT = 1 << 20  # bytes of a rejected line kept; the source object keeps the rest
 _ENTRIES_PER_WRITE = 4096
+MAX_RANGES_PER_ENTRY = 4096  # line ranges in one quarantine entry; a run with more goes on in the next entry
 ROW_GROUP_ROWS = 50_000
 # Arrow bytes buffered across all partitions before they are written: sets the row group size
 # of a one-hour object, and is the main memory cost after the chunks in flight.
@@ -145,50 +144,61 @@ class QuarantineSource:
 
 
 class QuarantineFile:
-    """JSON Lines, one entry per rejected line: where it came from, why, and its (redacted) text."""
+    """JSON Lines: one entry per run of rejected lines with the same reason and text (one line, or 200,000 lines of
+    `{}`): where they came from, why, their (redacted) text once, and every line number (docs/capture-processor.md,
+    "Quarantine")."""
 
     def __init__(self, path: Path, source: QuarantineSource) -> None:
         self.path = path
-        self.entries = 0
+        self.entries = 0  # entries written
+        self.lines = 0  # rejected lines they stand for (the QuarantinedLines metric)
         source_fields = {"source_bucket": source.bucket, "source_key": source.key, "source_version": source.version}
         self._head = json.dumps(source_fields, ensure_ascii=False)[:-1] + ", "
         self._file: IO[str] | None = None
+        self._open: dict[str, _Run] = {}  # runs the last call added to, by their entry's tail
 
-    def add(self, rejected: RejectedLine, redact: Callable[[str], str]) -> None:
+    def add(self, rejected: Rejection, redact: Callable[[str], str]) -> None:
         # Redacted like the curated columns (raw readers only read it, but it should leak no more),
         # and redacted whole before the cut, so the cut cannot split a value out of a rule's reach.
         self.add_redacted(rejected, redact(rejected.raw.decode("utf-8", errors="replace")))
 
-    def add_redacted(self, rejected: RejectedLine, raw: str) -> None:
+    def add_redacted(self, rejected: Rejection, raw: str) -> None:
         """`raw` is the line decoded as UTF-8 (invalid bytes as U+FFFD) and redacted whole."""
         self.add_many_redacted([rejected], [raw])
 
-    def add_many_redacted(self, rejected: Sequence[RejectedLine], raws: Sequence[str]) -> None:
-        """Entries as json.dumps(entry, ensure_ascii=False) writes them, written at once: the constant head encoded
-        once, each distinct reason and text once (one chunk can reject 200,000 lines of `{}`)."""
+    def add_many_redacted(self, rejected: Sequence[Rejection], raws: Sequence[str]) -> None:
+        """One chunk's rejections, each with its text (decoded as UTF-8, invalid bytes as U+FFFD, redacted whole).
+        The lines of equal reason and text (as the entry writes it: cut at QUARANTINE_RAW_LIMIT) are one run, whatever
+        lies between them; a run goes on into the next call (the next chunk) when that one rejects such lines too,
+        and is written when it ends, at `close`, or once it holds MAX_RANGES_PER_ENTRY ranges (an entry stays a few
+        hundred KiB however the lines are spread). Entries come in the order their runs end."""
         if not rejected:
+            return
+        tails = {key: self._tail(*key) for key in dict.fromkeys(zip(map(_REASON, rejected), raws, strict=True))}
+        groups: dict[str, list[Sequence[int]]] = {}
+        for item, raw in zip(rejected, raws, strict=True):
+            numbers = item.line_numbers if isinstance(item, RejectedRun) else (item.line_number,)
+            groups.setdefault(tails[item.reason, raw], []).append(numbers)
+        self._write([self._open.pop(tail) for tail in [tail for tail in self._open if tail not in groups]])
+        full: list[_Run] = []
+        for tail, parts in groups.items():
+            run = self._open.get(tail) or self._open.setdefault(tail, _Run(tail))
+            run.extend(parts[0] if len(parts) == 1 else sorted(chain.from_iterable(parts)))
+            if len(run.ranges) >= MAX_RANGES_PER_ENTRY:
+                full.append(self._open.pop(tail))
+        self._write(full)
+
+    def _write(self, runs: list[_Run]) -> None:
+        if not runs:
             return
         if self._file is None:
             self._file = self.path.open("w", encoding="utf-8")
-        # Each run of lines with the same reason and text is one join of their numbers (200,000 lines of `{}`): the
-        # text before and after the number built once per distinct (reason, text), the lines walked by C iterators.
-        parts = {
-            key: (f'{self._head}"line_number": ', f", {self._tail(*key)}")
-            for key in dict.fromkeys(zip(map(_REASON, rejected), raws, strict=True))
-        }
-        keys = zip(map(_REASON, rejected), raws, strict=True)
-        numbers = map(str, map(int, map(_LINE_NUMBER, rejected)))
-        for key, run in groupby(zip(keys, numbers, strict=True), key=_FIRST):
-            before, after = parts[key]
-            glue = after + before
-            run_numbers = map(_SECOND, run)
-            while part := list(islice(run_numbers, _ENTRIES_PER_WRITE)):  # bounded memory: a few MB at a time
-                self._write(before + glue.join(part) + after, len(part))
-
-    def _write(self, entries: str, count: int) -> None:
-        assert self._file is not None
-        self._file.write(entries)
-        self.entries += count
+        runs.sort(key=_first_line)
+        for start in range(0, len(runs), _ENTRIES_PER_WRITE):  # bounded memory: a few MB at a time
+            entries = [entry for run in runs[start : start + _ENTRIES_PER_WRITE] for entry in run.entries(self._head)]
+            self._file.write("".join(entries))
+            self.entries += len(entries)
+        self.lines += sum(run.count for run in runs)
 
     @staticmethod
     def _tail(reason: str, raw: str) -> str:
@@ -199,5 +209,59 @@ class QuarantineFile:
         return f'"reason": {_json_string(reason)}, "raw_truncated": {flag}, "raw": {_json_string(raw)}}}\n'
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        try:
+            self._write(list(self._open.values()))
+            self._open.clear()
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+
+class _Run:
+    """Lines of one reason and text: their numbers as ranges, and the entry's text after the numbers."""
+
+    __slots__ = ("count", "ranges", "tail")
+
+    def __init__(self, tail: str) -> None:
+        self.tail = tail
+        self.ranges: list[list[int]] = []  # [first, last], inclusive, ascending, disjoint and not adjacent
+        self.count = 0
+
+    def extend(self, numbers: Sequence[int]) -> None:
+        """`numbers`: strictly ascending, after every line already in the run."""
+        if not numbers:
+            return
+        ranges = self.ranges
+        self.count += len(numbers)
+        first, last = numbers[0], numbers[-1]
+        if last - first == len(numbers) - 1:  # one block of consecutive lines (200,000 lines of `{}`): no loop
+            if ranges and ranges[-1][1] + 1 == first:
+                ranges[-1][1] = last
+            else:
+                ranges.append([first, last])
+            return
+        for number in numbers:
+            if ranges and ranges[-1][1] + 1 == number:
+                ranges[-1][1] = number
+            else:
+                ranges.append([number, number])
+
+    def entries(self, head: str) -> list[str]:
+        """As json.dumps(entry, ensure_ascii=False) writes them: one entry per MAX_RANGES_PER_ENTRY ranges. One line:
+        `line_number` alone (the format of every entry before runs); a run: its first line as `line_number`, then
+        `line_ranges` and `count`."""
+        entries = []
+        for start in range(0, len(self.ranges), MAX_RANGES_PER_ENTRY):
+            ranges = self.ranges[start : start + MAX_RANGES_PER_ENTRY]
+            count = sum(last - first + 1 for first, last in ranges) if len(ranges) < len(self.ranges) else self.count
+            if count == 1:
+                entries.append(f'{head}"line_number": {ranges[0][0]}, {self.tail}')
+                continue
+            text = ", ".join([f"[{first}, {last}]" for first, last in ranges])
+            entries.append(f'{head}"line_number": {ranges[0][0]}, "line_ranges": [{text}], "count": {count}, '
+                           f"{self.tail}")
+        return entries
+
+
+def _first_line(run: _Run) -> int:
+    return run.ranges[0][0]

@@ -35,7 +35,7 @@ from capture_core.outputs import (
     QuarantineFile,
     QuarantineSource,
 )
-from capture_core.records import ChunkContext, ParsedChunk, RejectedLine
+from capture_core.records import ChunkContext, ParsedChunk, RejectedLine, Rejection
 from capture_core.redaction import Redactor
 from capture_core.routing import Tier, route_object
 from capture_core.s3_events import S3ObjectRef
@@ -86,7 +86,7 @@ class ObjectReport:
     redactions: dict[str, int] = field(default_factory=dict)
     parser_counts: Counter[str] = field(default_factory=Counter)
     over_limit: bool = False
-    erased: int = 0  # rows and quarantine entries an erasure of the register covers
+    erased: int = 0  # rows and quarantined lines an erasure of the register covers
     over_budget_fields: int = 0
 
     def metrics(self) -> dict[str, int]:
@@ -189,7 +189,7 @@ def process_object(
             _add_to_sink(sink, settings, route.tier, message_id, file_id, ref.key, response["LastModified"],
                          conversion)
         report.output_keys = _upload_outputs(s3, settings, ref.bucket, route.tier, file_id, conversion)
-    report.records, report.quarantined = conversion.records, conversion.quarantine.entries
+    report.records, report.quarantined = conversion.records, conversion.quarantine.lines
     report.bytes_read, report.bytes_decoded = conversion.bytes_read, conversion.bytes_decoded
     report.redactions, report.parser_counts = conversion.redactions, conversion.parser_counts
     report.over_limit = conversion.over_limit
@@ -303,9 +303,9 @@ def _quarantine(conversion: Conversion, redactor: Redactor, rejected: RejectedLi
     _quarantine_all(conversion, redactor, (rejected,))
 
 
-def _quarantine_all(conversion: Conversion, redactor: Redactor, rejected: Sequence[RejectedLine]) -> None:
-    """The rejected lines of a chunk, redacted in one batch (string by string when quoted): one RE2 pass for all
-    of them, not one per line (200,000 lines of `{}` took 281 s one by one)."""
+def _quarantine_all(conversion: Conversion, redactor: Redactor, rejected: Sequence[Rejection]) -> None:
+    """The rejected lines (and runs of equal lines) of a chunk, redacted in one batch (string by string when quoted):
+    one RE2 pass for all of them, not one per line (200,000 lines of `{}` took 281 s one by one)."""
     if not rejected:
         return
     batch = DocumentBatch(redactor)

@@ -18,6 +18,18 @@ class RejectedLine(NamedTuple):
     raw: bytes
 
 
+class RejectedRun(NamedTuple):
+    """Equal lines rejected for one reason: one object for all of them (a chunk of 200,000 lines of `{}` is one
+    run), carried to the quarantine, where it is one entry naming its lines (outputs.QuarantineFile)."""
+
+    line_numbers: list[int]  # ascending, 1-based
+    reason: str
+    raw: bytes
+
+
+Rejection = RejectedLine | RejectedRun
+
+
 @dataclass(frozen=True)
 class ChunkContext:
     """Facts about the source object that rows carry or fall back on."""
@@ -31,7 +43,7 @@ class ChunkContext:
 @dataclass(frozen=True)
 class ParsedChunk:
     table: pa.Table  # curated schema of the tier; `time` column never null
-    rejected: tuple[RejectedLine, ...]
+    rejected: tuple[Rejection, ...]
     counters: dict[str, int]  # parser-specific counts, e.g. ALB lines with newer trailing fields
 
 
