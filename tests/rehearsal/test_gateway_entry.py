@@ -253,7 +253,7 @@ def test_the_processor_under_its_role_records_the_subject_as_caller_id(
     assert answer == {"batchItemFailures": []}, log
     s3 = rehearsal.client("s3")
     listed = s3.list_objects_v2(Bucket=entry_run.bucket, Prefix=processor.environment["OUTPUT_PREFIX"])
-    rows = [row for item in listed.get("Contents", [])
+    rows = [row for item in listed.get("Contents", []) if item["Key"].endswith(".parquet")
             for row in pq.read_table(io.BytesIO(
                 s3.get_object(Bucket=entry_run.bucket, Key=item["Key"])["Body"].read())).to_pylist()
             if row["source_key"].startswith(entry_run.prefix)]
