@@ -217,6 +217,7 @@ def test_the_batch_lands_under_the_manifests_capture_uri(entry_run: EntryRun) ->
 def test_the_objects_are_encrypted_with_the_manifests_key(entry_run: EntryRun, rehearsal: Rehearsal) -> None:
     s3 = rehearsal.client("s3")
     kms_key_id = entry_run.runtime.env["KMS_KEY_ID"]
+    assert entry_run.keys, entry_run.log
     for key in entry_run.keys:
         head = s3.head_object(Bucket=entry_run.bucket, Key=key)
         assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", kms_key_id)
