@@ -175,8 +175,8 @@ def volume_folders(mount_paths: list[str], root: Path) -> dict[str, Path]:
 
 def capture_sidecars(assembly: Assembly) -> list[ContainerRuntime]:
     """Every container the manifests configure to capture to S3 with an API key or none (the portable servers'
-    capture sidecars; a gateway's capture entry, in JWT mode, is rehearsed end to end by
-    tests/sidecar/test_gateway_entry_e2e.py with the env its chart renders)."""
+    capture sidecars). A gateway's capture entry (the sidecar in JWT mode) is rehearsed by test_gateway_entry.py,
+    under its own role with the rendered manifest's environment and real tokens (``gateway_entries`` there)."""
     found = [runtime for runtime in container_runtimes(assembly.manifests)
              if "CAPTURE_S3_URI" in runtime.env and "JWT_ISSUER" not in runtime.env]
     assert found, "the manifests configure no capture sidecar: nothing to rehearse"

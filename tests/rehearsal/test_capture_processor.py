@@ -130,8 +130,11 @@ def test_curated_rows_are_written_under_its_role_and_redacted(
     curated = keys(rehearsal, bucket, processor.environment["OUTPUT_PREFIX"])
     assert curated and all(key.endswith(".parquet") for key in curated)
     s3 = rehearsal.client("s3")
+    # The portable sidecar's rows (the seeded object is in its prefix): the gateway entry's objects announce
+    # themselves to the same queue and are curated too when test_gateway_entry.py ran first.
     rows = [row for key in curated
-            for row in pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read())).to_pylist()]
+            for row in pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read())).to_pylist()
+            if row["source_key"].startswith(sidecar_batch.prefix)]
     assert len(rows) == sidecar_batch.records + 1  # the sidecar's records and the seeded object's good line
     assert {row["source_key"] for row in rows} == processed["expected"]
     assert all("jane.doe@example.com" not in (row["input_text"] or "") for row in rows)
