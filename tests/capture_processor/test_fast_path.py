@@ -100,6 +100,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(openai_format, "STREAM_SPLIT", False)
     monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
     monkeypatch.setattr(documents, "SHARED_SCAN", False)
+    monkeypatch.setattr(redaction, "COMPILED_RULES", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

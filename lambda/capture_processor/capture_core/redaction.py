@@ -24,11 +24,19 @@ from __future__ import annotations
 import ipaddress
 import re
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+try:  # google-re2: RE2 itself, compiled once per Redactor (see "Issue 27, fifth step" in docs/capture-processor.md)
+    import re2 as _google_re2
+except ImportError:  # pragma: no cover - the layer ships it; without it every rule pass is an Arrow call
+    _google_re2 = None
 
 Validator = Callable[[re.Match[str]], bool]
 
@@ -258,6 +266,10 @@ class Redactor:
         self._counts_lock = threading.Lock()  # chunks are redacted on several threads
         self._re2 = tuple(_re2(rule.pattern) for rule in self.rules)
         self._python = tuple(_python_regex(rule.pattern) for rule in self.rules)
+        # The rules compiled once (bytes patterns, UTF-8, as pyarrow compiles them on every call), for COMPILED_RULES.
+        self._compiled: tuple[Any, ...] | None = (
+            tuple(_google_re2.compile(pattern.encode()) for pattern in self._re2) if _google_re2 is not None else None
+        )
         self.any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
         self.least_chars = min((rule.least_chars for rule in self.rules), default=1)  # of any match of any rule
         self.over_budget = 0  # documents replaced whole: more candidates than MAX_CANDIDATES_PER_DOCUMENT
@@ -334,6 +346,11 @@ class Redactor:
         self, texts: pa.Array, needs_work: pa.Array, row_ids: list[int], hits: dict[int, set[str]]
     ) -> tuple[pa.Array, dict[int, set[str]]]:
         candidates = pc.filter(texts, needs_work)
+        if COMPILED_RULES and self._compiled is not None:
+            redacted = self._redacted_compiled(candidates.to_pylist(), row_ids, hits)
+            if redacted is None:
+                return texts, hits
+            return pc.replace_with_mask(texts, needs_work, pa.array(redacted, pa.string())), hits
         escaped = pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py()
         if escaped:
             candidates = pa.array([_escape_sentinels(text) for text in candidates.to_pylist()], pa.string())
@@ -367,6 +384,41 @@ class Redactor:
                 self.counts[name] += count
         return pc.replace_with_mask(texts, needs_work, candidates), hits
 
+    def _redacted_compiled(
+        self, rows: list[str], row_ids: list[int], hits: dict[int, set[str]]
+    ) -> list[str] | None:
+        """`_redacted_rows` with the rules compiled once: each rule's pass is one search of the candidates joined by a
+        separator no rule crosses (`_marked`), not an Arrow call that compiles the rule again. None: nothing
+        replaced."""
+        assert self._compiled is not None
+        joined = "".join(rows)
+        escaped = any(sentinel in joined for sentinel in _SENTINEL_ESCAPES)
+        if escaped:
+            rows = [_escape_sentinels(text) for text in rows]
+        encoded = [text.encode() for text in rows]
+        found: dict[str, int] = {}
+        for rule, compiled, python in zip(self.rules, self._compiled, self._python, strict=True):
+            positions: Sequence[int] = range(len(rows))
+            for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
+                changed = []
+                for position, text in _marked(compiled, encoded, positions):
+                    redacted, replaced = _confirmed(python, rule, text)
+                    if replaced:
+                        rows[position] = redacted
+                        encoded[position] = redacted.encode()
+                        changed.append(position)
+                        found[rule.name] = found.get(rule.name, 0) + replaced
+                        hits.setdefault(row_ids[position], set()).add(rule.name)
+                if not changed:
+                    break
+                positions = changed  # only where a neighbour may now be free
+        if not found:
+            return None
+        with self._counts_lock:
+            for name, count in found.items():
+                self.counts[name] += count
+        return [_restore_sentinels(text) for text in rows] if escaped else rows
+
     def redact_texts(self, texts: list[str]) -> tuple[list[str], dict[int, set[str]]]:
         """The same for a Python list (the pieces of decoded documents)."""
         if not self.rules or not texts:
@@ -386,6 +438,47 @@ _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARK = _OPEN + "\\0" + _CLOSE
 _SENTINELS = "[\ue000-\ue002]"
 MAX_PASSES = 3
+# The speed switch of the rules compiled once (google-re2; off in the differential test's plain path: an Arrow match
+# pass and replace pass per rule, each compiling the rule again).
+COMPILED_RULES = True
+# Between two candidates in the text one compiled rule searches: two private-use characters, each a boundary to every
+# rule (no rule matches one; each `^`/`$` of a rule stands beside a class its negation of which takes one). A match
+# at the start or end of a candidate takes one of them as its boundary character where the candidate alone gives `^`
+# or `$`, never more than one, so a match never reaches into a neighbour, and the search after a match starts where
+# the next candidate alone would start.
+_JOINT = "\ue006\ue006".encode()
+_HALF_JOINT = len(_JOINT) // 2
+_OPEN_BYTES, _CLOSE_BYTES = _OPEN.encode(), _CLOSE.encode()
+
+
+def _marked(compiled: Any, encoded: list[bytes], positions: Sequence[int]) -> list[tuple[int, str]]:
+    """Each of the candidates at `positions` (UTF-8) where `compiled` matches, as `replace_substring_regex(..., _MARK)`
+    marks it: one search over them joined by _JOINT, each match cut back to its candidate (a boundary character that is
+    part of the joint is the `^` or `$` the candidate alone would match)."""
+    parts = [encoded[position] for position in positions]
+    joined = _JOINT.join(parts)
+    starts = list(accumulate((len(part) + len(_JOINT) for part in parts), initial=0))
+    out: list[tuple[int, str]] = []
+    current = -1
+    pieces: list[bytes] = []
+    last = 0
+    part = b""
+    for match in compiled.finditer(joined):
+        begin, end = match.span()
+        index = bisect_right(starts, begin + _HALF_JOINT) - 1  # a match that starts in the joint takes its second half
+        if index != current:
+            if current >= 0:
+                pieces.append(part[last:])
+                out.append((positions[current], b"".join(pieces).decode()))
+            current, part, pieces, last = index, parts[index], [], 0
+        base = starts[index]
+        begin, end = max(begin - base, 0), min(end - base, len(part))
+        pieces += (part[last:begin], _OPEN_BYTES, part[begin:end], _CLOSE_BYTES)
+        last = end
+    if current >= 0:
+        pieces.append(part[last:])
+        out.append((positions[current], b"".join(pieces).decode()))
+    return out
 # A text that holds the sentinels itself (private-use characters, rare but legal) has them escaped while it is
 # marked, each as a pair that starts with U+E002, and restored after: no rule matches a private-use character,
 # and each is a boundary to all of them, so a pair stands where one character stood.
