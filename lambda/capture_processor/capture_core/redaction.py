@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 try:  # google-re2: RE2 itself, compiled once per Redactor (see "Issue 27, fifth step" in docs/capture-processor.md)
-    import re2 as _google_re2
+    import re2 as _google_re2  # type: ignore[import-untyped]  # no type information
 except ImportError:  # pragma: no cover - the layer ships it; without it every rule pass is an Arrow call
     _google_re2 = None
 
@@ -361,10 +361,10 @@ class Redactor:
     ) -> tuple[pa.Array, dict[int, set[str]]]:
         candidates = pc.filter(texts, needs_work)
         if COMPILED_RULES and self._compiled is not None:
-            redacted = self._redacted_compiled(candidates.to_pylist(), row_ids, hits)
-            if redacted is None:
+            compiled_rows = self._redacted_compiled(candidates.to_pylist(), row_ids, hits)
+            if compiled_rows is None:
                 return texts, hits
-            return pc.replace_with_mask(texts, needs_work, pa.array(redacted, pa.string())), hits
+            return pc.replace_with_mask(texts, needs_work, pa.array(compiled_rows, pa.string())), hits
         escaped = pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py()
         if escaped:
             candidates = pa.array([_escape_sentinels(text) for text in candidates.to_pylist()], pa.string())
@@ -398,9 +398,7 @@ class Redactor:
                 self.counts[name] += count
         return pc.replace_with_mask(texts, needs_work, candidates), hits
 
-    def _redacted_compiled(
-        self, rows: list[str], row_ids: list[int], hits: dict[int, set[str]]
-    ) -> list[str] | None:
+    def _redacted_compiled(self, rows: list[str], row_ids: list[int], hits: dict[int, set[str]]) -> list[str] | None:
         """`_redacted_rows` with the rules compiled once: each rule's pass is one search of the candidates joined by a
         separator no rule crosses (`_marked`), not an Arrow call that compiles the rule again. None: nothing
         replaced."""
@@ -510,6 +508,8 @@ def _marked(compiled: Any, encoded: list[bytes], positions: Sequence[int]) -> li
         pieces.append(part[last:])
         out.append((positions[current], b"".join(pieces).decode()))
     return out
+
+
 # A text that holds the sentinels itself (private-use characters, rare but legal) has them escaped while it is
 # marked, each as a pair that starts with U+E002, and restored after: no rule matches a private-use character,
 # and each is a boundary to all of them, so a pair stands where one character stood.
