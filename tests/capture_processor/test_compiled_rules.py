@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import random
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -170,3 +171,98 @@ def test_base64_payloads_decode_alike_with_and_without_pybase64(
     fast = outcome()
     monkeypatch.setattr(payloads, "FAST_BASE64", False)
     assert outcome() == fast
+
+
+_PARSER: Any = re._parser  # type: ignore[attr-defined]  # CPython's own parse of a pattern
+_C: Any = re._constants  # type: ignore[attr-defined]
+
+
+def _char_set(item: tuple[Any, Any], ignore_case: bool) -> set[str] | None:
+    """The characters one parsed item can match, when it matches exactly one character from a known set."""
+    op, arg = item
+    if op is _C.LITERAL:
+        return None if ignore_case else {chr(arg)}
+    if op is _C.IN:
+        chars: set[str] = set()
+        for inner, value in arg:
+            if inner is _C.LITERAL and not ignore_case:
+                chars.add(chr(value))
+            elif inner is _C.RANGE and not ignore_case:
+                chars.update(chr(code) for code in range(value[0], value[1] + 1))
+            elif inner is _C.CATEGORY and value is _C.CATEGORY_DIGIT:
+                chars.update("0123456789")  # ASCII \d (RE2's, and Python's in ASCII mode)
+            else:
+                return None  # a negated set, another category: unknown
+        return chars
+    return None
+
+
+def _always_holds(items: list[Any], needs: tuple[str, ...], ignore_case: bool = False) -> bool:
+    """True when every match of the parsed sequence `items` holds one of `needs`: one of its items always matches one
+    character that is a need (the needs are single characters), or a run of its literals spells a need, or a group,
+    a branch (every alternative) or a repeat at least once does so itself."""
+    run = ""
+    for op, arg in items:
+        if op is _C.LITERAL and not ignore_case:
+            run += chr(arg)
+            if any(need in run for need in needs):
+                return True
+        else:
+            run = ""
+        chars = _char_set((op, arg), ignore_case)
+        if chars is not None and chars <= set(needs):
+            return True
+        if _inner_holds(op, arg, needs, ignore_case):
+            return True
+    return False
+
+
+def _inner_holds(op: Any, arg: Any, needs: tuple[str, ...], ignore_case: bool) -> bool:
+    if op is _C.SUBPATTERN:
+        _, add_flags, _, pattern = arg
+        return _always_holds(list(pattern), needs, ignore_case or bool(add_flags & _C.SRE_FLAG_IGNORECASE))
+    if op is _C.BRANCH:
+        return all(_always_holds(list(branch), needs, ignore_case) for branch in arg[1])
+    if op in (_C.MAX_REPEAT, _C.MIN_REPEAT):
+        return bool(arg[0] >= 1 and _always_holds(list(arg[2]), needs, ignore_case))
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(name for name, rule in RULES.items() if rule.needs))
+def test_every_match_of_a_rule_holds_one_of_its_needs(name: str) -> None:
+    rule = RULES[name]
+    assert _always_holds(list(_PARSER.parse(rule.pattern, re.ASCII)), rule.needs)
+    assert all(len(need) == 1 for need in rule.needs) or len(rule.needs) == 1  # what the proof reads
+
+
+def test_the_proof_refuses_what_does_not_hold() -> None:
+    def holds(pattern: str, needs: tuple[str, ...]) -> bool:
+        return _always_holds(list(_PARSER.parse(pattern, re.ASCII)), needs)
+
+    assert holds(r"a@b", ("@",)) and holds(r"x\d", tuple("0123456789")) and holds(r"(?:a|b\d)+c", ("a", "1", "c"))
+    assert not holds(r"a@?b", ("@",))  # optional
+    assert not holds(r"(?:@|b)", ("@",))  # one alternative without it
+    assert not holds(r"(?i:bearer)", ("bearer",))  # case-insensitive: other spellings match
+    assert not holds(r"[^a]", ("b",)) and not holds(r"\w", tuple("0123456789")) and not holds(r"a*@{0,3}", ("@",))
+    assert not holds(r"-----BEG", ("-----BEGIN",))
+    for name, rule in RULES.items():
+        if not rule.needs:
+            assert not holds(rule.pattern, ("@",)), name  # the rules without needs indeed have none so simple
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rules_searched_only_where_their_needs_are_redact_alike(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = ["5" * 16, "4111111111111111@x.co", "[REDACTED:email]:1::", "no digits at all", "@", "-----BEGIN"]
+    rows = [*_rows(seed), *extra]
+    column = pa.array(rows, pa.string())
+
+    def redacted() -> tuple[Any, ...]:
+        redactor = Redactor([*DEFAULT_RULES, "ip_address"])
+        texts, hits, over = redactor.redact_owned(column)
+        return texts.to_pylist(), hits, over, redactor.counts
+
+    fast = redacted()
+    monkeypatch.setattr(redaction, "REQUIRED_TEXTS", False)
+    assert redacted() == fast
+    monkeypatch.setattr(redaction, "COMPILED_RULES", False)
+    assert redacted() == fast

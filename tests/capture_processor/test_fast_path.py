@@ -101,6 +101,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
     monkeypatch.setattr(documents, "SHARED_SCAN", False)
     monkeypatch.setattr(redaction, "COMPILED_RULES", False)
+    monkeypatch.setattr(redaction, "REQUIRED_TEXTS", False)
     monkeypatch.setattr(payloads, "FAST_BASE64", False)
 
 

@@ -52,6 +52,9 @@ class RedactionRule:
     # No match of the pattern is shorter (test_redaction_passes reads it from Python's own parse of the pattern):
     # the budget's length bound (Redactor._over_budget) rests on it.
     least_chars: int = 1
+    # Every match holds at least one of these texts (test_compiled_rules proves it from Python's parse of the pattern):
+    # a candidate without any of them is not searched for this rule (REQUIRED_TEXTS). Empty: no such texts.
+    needs: tuple[str, ...] = ()
 
     @property
     def marker(self) -> str:
@@ -230,11 +233,11 @@ _IP_ADDRESS = (
 RULES: dict[str, RedactionRule] = {
     rule.name: rule
     for rule in (
-        RedactionRule("email", _EMAIL, least_chars=6),
+        RedactionRule("email", _EMAIL, least_chars=6, needs=("@",)),
         RedactionRule("phone", _PHONE, _valid_phone, least_chars=7),
         RedactionRule("access_token", _ACCESS_TOKEN, least_chars=15),
         RedactionRule("aws_secret_key", _AWS_SECRET_KEY, _valid_aws_secret, least_chars=40),
-        RedactionRule("private_key", _PRIVATE_KEY, least_chars=26),
+        RedactionRule("private_key", _PRIVATE_KEY, least_chars=26, needs=("-----BEGIN",)),
         RedactionRule("payment_card", _PAYMENT_CARD, _valid_card, least_chars=12),
         RedactionRule("us_ssn", _US_SSN, _valid_ssn, least_chars=11),
         RedactionRule("iban", _IBAN, _valid_iban, least_chars=12),
@@ -409,8 +412,13 @@ class Redactor:
             rows = [_escape_sentinels(text) for text in rows]
         encoded = [text.encode() for text in rows]
         found: dict[str, int] = {}
+        holding: dict[tuple[str, ...], list[int]] = {}  # the candidates that hold one of a rule's needs
         for rule, compiled, python in zip(self.rules, self._compiled, self._python, strict=True):
             positions: Sequence[int] = range(len(rows))
+            if REQUIRED_TEXTS and rule.needs:  # the candidates as they are now: an earlier rule may have changed some
+                if rule.needs not in holding:
+                    holding[rule.needs] = _holding(rows, rule.needs)
+                positions = holding[rule.needs]
             for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
                 changed = []
                 for position, text in _marked(compiled, encoded, positions):
@@ -423,6 +431,7 @@ class Redactor:
                         hits.setdefault(row_ids[position], set()).add(rule.name)
                 if not changed:
                     break
+                holding.clear()
                 positions = changed  # only where a neighbour may now be free
         if not found:
             return None
@@ -453,6 +462,8 @@ MAX_PASSES = 3
 # The speed switch of the rules compiled once (google-re2; off in the differential test's plain path: an Arrow match
 # pass and replace pass per rule, each compiling the rule again).
 COMPILED_RULES = True
+# The speed switch of searching a rule only in the candidates that hold one of its `needs` (off in the plain path).
+REQUIRED_TEXTS = True
 # Between two candidates in the text one compiled rule searches: two private-use characters, each a boundary to every
 # rule (no rule matches one; each `^`/`$` of a rule stands beside a class its negation of which takes one). A match
 # at the start or end of a candidate takes one of them as its boundary character where the candidate alone gives `^`
@@ -463,6 +474,21 @@ _JOINT = _JOINT_TEXT.encode()
 _HALF_JOINT = len(_JOINT) // 2
 _OPEN_BYTES, _CLOSE_BYTES = _OPEN.encode(), _CLOSE.encode()
 _UNANCHORED = _google_re2._Anchor.UNANCHORED if _google_re2 is not None else None
+
+
+def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
+    """The rows that hold one of `needs`, found in the rows joined: after a hit the search goes on at the next row's
+    start, so it costs a search per need and a step per row that holds one, not a call per row."""
+    joined = "".join(rows)
+    starts = list(accumulate((len(text) for text in rows), initial=0))
+    found: set[int] = set()
+    for need in needs:
+        at = joined.find(need)
+        while at >= 0:
+            row = bisect_right(starts, at) - 1
+            found.add(row)
+            at = joined.find(need, starts[row + 1])
+    return sorted(found)
 
 
 def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
