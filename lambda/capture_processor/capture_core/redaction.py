@@ -464,11 +464,12 @@ MAX_PASSES = 3
 COMPILED_RULES = True
 # The speed switch of searching a rule only in the candidates that hold one of its `needs` (off in the plain path).
 REQUIRED_TEXTS = True
-# Between two candidates in the text one compiled rule searches: two private-use characters, each a boundary to every
-# rule (no rule matches one; each `^`/`$` of a rule stands beside a class its negation of which takes one). A match
-# at the start or end of a candidate takes one of them as its boundary character where the candidate alone gives `^`
-# or `$`, never more than one, so a match never reaches into a neighbour, and the search after a match starts where
-# the next candidate alone would start.
+# Between two candidates in the text one compiled rule searches: two private-use characters (U+E006). No rule matches
+# one inside a value; wherever a rule has `^` or `$`, a negated class that takes one such character is the alternative,
+# and `\b` holds beside one as at the text's ends: a match at the start or end of a candidate takes one of the two
+# where the candidate alone gives `^` or `$`, never both, so a match never reaches into a neighbour, and the search
+# after a match restarts where the next candidate alone would start (test_compiled_rules holds every rule to Arrow's
+# own passes on fuzzed rows).
 _JOINT_TEXT = "\ue006\ue006"
 _JOINT = _JOINT_TEXT.encode()
 _HALF_JOINT = len(_JOINT) // 2
@@ -493,8 +494,9 @@ def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
 
 def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
     """`[match.span() for match in compiled.finditer(text)]` for a pattern without capture groups over bytes (or a
-    buffer), in half the time: RE2's own Match called in a loop, without the Match object of each (test_redaction_passes
-    holds it to finditer). No rule matches the empty text, but a step past an empty match keeps the loop finite."""
+    buffer), in half the time: RE2's own Match called in a loop (the binding's internal `_regexp`; google-re2 is pinned,
+    and test_compiled_rules holds this to finditer), without a Match object per match. No rule matches the empty text,
+    but a step past an empty match keeps the loop finite."""
     match = compiled._regexp.Match
     spans: list[tuple[int, int]] = []
     position, end = 0, len(text)
