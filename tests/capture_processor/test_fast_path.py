@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from capture_core import capture_format, documents, fast_json, openai_format, processor, redaction
+from capture_core import capture_format, documents, fast_json, openai_format, payloads, processor, redaction
 from capture_core.erasure import quarantine_entry_line_numbers, quarantine_entry_lines
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
@@ -101,6 +101,9 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(openai_format, "STREAM_SPLIT", False)
     monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", False)
     monkeypatch.setattr(documents, "SHARED_SCAN", False)
+    monkeypatch.setattr(redaction, "COMPILED_RULES", False)
+    monkeypatch.setattr(redaction, "REQUIRED_TEXTS", False)
+    monkeypatch.setattr(payloads, "FAST_BASE64", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -171,7 +171,7 @@ class DocumentBatch:
             decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
             if SHARED_SCAN and planned:
                 decoded = pa.concat_arrays([decoded, pa.array(self._pieces, pa.string())])
-            matched = pc.fill_null(pc.match_substring_regex(decoded, self._redactor.any_rule), False)
+            matched = self._redactor.scan(decoded)
             if SHARED_SCAN and planned:
                 pieces_may_match = matched.slice(len(others))
                 matched = matched.slice(0, len(others))

@@ -24,11 +24,19 @@ from __future__ import annotations
 import ipaddress
 import re
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+try:  # google-re2: RE2 itself, compiled once per Redactor (see "Issue 27, fifth step" in docs/capture-processor.md)
+    import re2 as _google_re2  # type: ignore[import-untyped]  # no type information
+except ImportError:  # pragma: no cover - the layer ships it; without it every rule pass is an Arrow call
+    _google_re2 = None
 
 Validator = Callable[[re.Match[str]], bool]
 
@@ -44,6 +52,9 @@ class RedactionRule:
     # No match of the pattern is shorter (test_redaction_passes reads it from Python's own parse of the pattern):
     # the budget's length bound (Redactor._over_budget) rests on it.
     least_chars: int = 1
+    # Every match holds at least one of these texts (test_compiled_rules proves it from Python's parse of the pattern):
+    # a candidate without any of them is not searched for this rule (REQUIRED_TEXTS). Empty: no such texts.
+    needs: tuple[str, ...] = ()
 
     @property
     def marker(self) -> str:
@@ -222,11 +233,11 @@ _IP_ADDRESS = (
 RULES: dict[str, RedactionRule] = {
     rule.name: rule
     for rule in (
-        RedactionRule("email", _EMAIL, least_chars=6),
+        RedactionRule("email", _EMAIL, least_chars=6, needs=("@",)),
         RedactionRule("phone", _PHONE, _valid_phone, least_chars=7),
         RedactionRule("access_token", _ACCESS_TOKEN, least_chars=15),
         RedactionRule("aws_secret_key", _AWS_SECRET_KEY, _valid_aws_secret, least_chars=40),
-        RedactionRule("private_key", _PRIVATE_KEY, least_chars=26),
+        RedactionRule("private_key", _PRIVATE_KEY, least_chars=26, needs=("-----BEGIN",)),
         RedactionRule("payment_card", _PAYMENT_CARD, _valid_card, least_chars=12),
         RedactionRule("us_ssn", _US_SSN, _valid_ssn, least_chars=11),
         RedactionRule("iban", _IBAN, _valid_iban, least_chars=12),
@@ -258,9 +269,27 @@ class Redactor:
         self._counts_lock = threading.Lock()  # chunks are redacted on several threads
         self._re2 = tuple(_re2(rule.pattern) for rule in self.rules)
         self._python = tuple(_python_regex(rule.pattern) for rule in self.rules)
+        # The rules compiled once (bytes patterns, UTF-8, as pyarrow compiles them on every call), for COMPILED_RULES.
+        self._compiled: tuple[Any, ...] | None = (
+            tuple(_google_re2.compile(pattern.encode()) for pattern in self._re2) if _google_re2 is not None else None
+        )
         self.any_rule = "|".join(f"(?:{pattern})" for pattern in self._re2)
+        self._any = _google_re2.compile(self.any_rule.encode()) if _google_re2 is not None and self.rules else None
         self.least_chars = min((rule.least_chars for rule in self.rules), default=1)  # of any match of any rule
         self.over_budget = 0  # documents replaced whole: more candidates than MAX_CANDIDATES_PER_DOCUMENT
+
+    def scan(self, texts: pa.Array) -> pa.Array:
+        """For each row of `texts` (strings), whether any rule's pattern matches in it (False for a null): what
+        `pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)` gives. With COMPILED_RULES one search of
+        the combined pattern, compiled once, over the rows joined by Arrow (_JOINT between rows)."""
+        if not (COMPILED_RULES and self._any is not None):
+            return pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
+        filled = pc.fill_null(texts, "")
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
+        lengths = pc.binary_length(filled).to_pylist()
+        starts = list(accumulate((length + len(_JOINT) for length in lengths), initial=0))
+        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, joined[0].as_buffer())}
+        return pa.array(_mask(len(filled), list(rows)), pa.bool_())
 
     def count_over_budget(self, documents: int) -> None:
         with self._counts_lock:
@@ -293,7 +322,7 @@ class Redactor:
         # A match pass, not a count (a count finds where each match ends: about twice the time); the counts of the
         # budget are taken only where the lengths say it may be exceeded (_over_budget).
         if may_match is None:
-            may_match = pc.match_substring_regex(texts, self.any_rule)
+            may_match = self.scan(texts)
         needs_work = pc.fill_null(may_match, False)
         if not pc.any(needs_work).as_py():
             return texts, hits, set()
@@ -334,6 +363,11 @@ class Redactor:
         self, texts: pa.Array, needs_work: pa.Array, row_ids: list[int], hits: dict[int, set[str]]
     ) -> tuple[pa.Array, dict[int, set[str]]]:
         candidates = pc.filter(texts, needs_work)
+        if COMPILED_RULES and self._compiled is not None:
+            compiled_rows = self._redacted_compiled(candidates.to_pylist(), row_ids, hits)
+            if compiled_rows is None:
+                return texts, hits
+            return pc.replace_with_mask(texts, needs_work, pa.array(compiled_rows, pa.string())), hits
         escaped = pc.any(pc.match_substring_regex(candidates, _SENTINELS)).as_py()
         if escaped:
             candidates = pa.array([_escape_sentinels(text) for text in candidates.to_pylist()], pa.string())
@@ -367,6 +401,45 @@ class Redactor:
                 self.counts[name] += count
         return pc.replace_with_mask(texts, needs_work, candidates), hits
 
+    def _redacted_compiled(self, rows: list[str], row_ids: list[int], hits: dict[int, set[str]]) -> list[str] | None:
+        """`_redacted_rows` with the rules compiled once: each rule's pass is one search of the candidates joined by a
+        separator no rule crosses (`_marked`), not an Arrow call that compiles the rule again. None: nothing
+        replaced."""
+        assert self._compiled is not None
+        joined = "".join(rows)
+        escaped = any(sentinel in joined for sentinel in _SENTINEL_ESCAPES)
+        if escaped:
+            rows = [_escape_sentinels(text) for text in rows]
+        encoded = [text.encode() for text in rows]
+        found: dict[str, int] = {}
+        holding: dict[tuple[str, ...], list[int]] = {}  # the candidates that hold one of a rule's needs
+        for rule, compiled, python in zip(self.rules, self._compiled, self._python, strict=True):
+            positions: Sequence[int] = range(len(rows))
+            if REQUIRED_TEXTS and rule.needs:  # the candidates as they are now: an earlier rule may have changed some
+                if rule.needs not in holding:
+                    holding[rule.needs] = _holding(rows, rule.needs)
+                positions = holding[rule.needs]
+            for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
+                changed = []
+                for position, text in _marked(compiled, encoded, positions):
+                    redacted, replaced = _confirmed(python, rule, text)
+                    if replaced:
+                        rows[position] = redacted
+                        encoded[position] = redacted.encode()
+                        changed.append(position)
+                        found[rule.name] = found.get(rule.name, 0) + replaced
+                        hits.setdefault(row_ids[position], set()).add(rule.name)
+                if not changed:
+                    break
+                holding.clear()
+                positions = changed  # only where a neighbour may now be free
+        if not found:
+            return None
+        with self._counts_lock:
+            for name, count in found.items():
+                self.counts[name] += count
+        return [_restore_sentinels(text) for text in rows] if escaped else rows
+
     def redact_texts(self, texts: list[str]) -> tuple[list[str], dict[int, set[str]]]:
         """The same for a Python list (the pieces of decoded documents)."""
         if not self.rules or not texts:
@@ -386,6 +459,85 @@ _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARK = _OPEN + "\\0" + _CLOSE
 _SENTINELS = "[\ue000-\ue002]"
 MAX_PASSES = 3
+# The speed switch of the rules compiled once (google-re2; off in the differential test's plain path: an Arrow match
+# pass and replace pass per rule, each compiling the rule again).
+COMPILED_RULES = True
+# The speed switch of searching a rule only in the candidates that hold one of its `needs` (off in the plain path).
+REQUIRED_TEXTS = True
+# Between two candidates in the text one compiled rule searches: two private-use characters (U+E006). No rule matches
+# one inside a value; wherever a rule has `^` or `$`, a negated class that takes one such character is the alternative,
+# and `\b` holds beside one as at the text's ends: a match at the start or end of a candidate takes one of the two
+# where the candidate alone gives `^` or `$`, never both, so a match never reaches into a neighbour, and the search
+# after a match restarts where the next candidate alone would start (test_compiled_rules holds every rule to Arrow's
+# own passes on fuzzed rows).
+_JOINT_TEXT = "\ue006\ue006"
+_JOINT = _JOINT_TEXT.encode()
+_HALF_JOINT = len(_JOINT) // 2
+_OPEN_BYTES, _CLOSE_BYTES = _OPEN.encode(), _CLOSE.encode()
+_UNANCHORED = _google_re2._Anchor.UNANCHORED if _google_re2 is not None else None
+
+
+def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
+    """The rows that hold one of `needs`, found in the rows joined: after a hit the search goes on at the next row's
+    start, so it costs a search per need and a step per row that holds one, not a call per row."""
+    joined = "".join(rows)
+    starts = list(accumulate((len(text) for text in rows), initial=0))
+    found: set[int] = set()
+    for need in needs:
+        at = joined.find(need)
+        while at >= 0:
+            row = bisect_right(starts, at) - 1
+            found.add(row)
+            at = joined.find(need, starts[row + 1])
+    return sorted(found)
+
+
+def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
+    """`[match.span() for match in compiled.finditer(text)]` for a pattern without capture groups over bytes (or a
+    buffer), in half the time: RE2's own Match called in a loop (the binding's internal `_regexp`; google-re2 is pinned,
+    and test_compiled_rules holds this to finditer), without a Match object per match. No rule matches the empty text,
+    but a step past an empty match keeps the loop finite."""
+    match = compiled._regexp.Match
+    spans: list[tuple[int, int]] = []
+    position, end = 0, len(text)
+    while position <= end:
+        span = match(_UNANCHORED, text, position, end)[0]
+        if span[0] < 0:
+            break
+        spans.append(span)
+        position = span[1] if span[1] > span[0] else span[1] + 1
+    return spans
+
+
+def _marked(compiled: Any, encoded: list[bytes], positions: Sequence[int]) -> list[tuple[int, str]]:
+    """Each of the candidates at `positions` (UTF-8) where `compiled` matches, as `replace_substring_regex(..., _MARK)`
+    marks it: one search over them joined by _JOINT, each match cut back to its candidate (a boundary character that is
+    part of the joint is the `^` or `$` the candidate alone would match)."""
+    parts = [encoded[position] for position in positions]
+    joined = _JOINT.join(parts)
+    starts = list(accumulate((len(part) + len(_JOINT) for part in parts), initial=0))
+    out: list[tuple[int, str]] = []
+    current = -1
+    pieces: list[bytes] = []
+    last = 0
+    part = b""
+    for begin, end in _spans(compiled, joined):
+        index = bisect_right(starts, begin + _HALF_JOINT) - 1  # a match that starts in the joint takes its second half
+        if index != current:
+            if current >= 0:
+                pieces.append(part[last:])
+                out.append((positions[current], b"".join(pieces).decode()))
+            current, part, pieces, last = index, parts[index], [], 0
+        base = starts[index]
+        begin, end = max(begin - base, 0), min(end - base, len(part))
+        pieces += (part[last:begin], _OPEN_BYTES, part[begin:end], _CLOSE_BYTES)
+        last = end
+    if current >= 0:
+        pieces.append(part[last:])
+        out.append((positions[current], b"".join(pieces).decode()))
+    return out
+
+
 # A text that holds the sentinels itself (private-use characters, rare but legal) has them escaped while it is
 # marked, each as a pair that starts with U+E002, and restored after: no rule matches a private-use character,
 # and each is a boundary to all of them, so a pair stands where one character stood.
