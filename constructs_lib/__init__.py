@@ -29,7 +29,7 @@ of
 the app it lives in, and acknowledges its own reviewed cdk-nag findings (:mod:`hyperpod_inference_iac.foundation.nag`).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hyperpod_inference_iac.foundation.lazy import lazy_exports
 from hyperpod_inference_iac.foundation.version import library_version
@@ -453,20 +453,7 @@ __all__ = [
 
 
 
-def _show_real_signature(value: Any) -> None:
-    """Give a construct class the signature of its constructor (when the root first resolves it). jsii's metaclass
-    defines ``__call__``, so ``inspect.signature(CaptureStorage)`` (what ``help()`` prints) was ``(*args, **kwargs)``;
-    with ``__signature__`` set it is ``(scope, id, *, capture_prefix='data-capture/', ...)``, the keyword properties
-    with their defaults (tests/unit/test_props.py)."""
-    import inspect
-
-    if isinstance(value, type) and "__init__" in vars(value) and hasattr(value, "PROPS"):
-        signature = inspect.signature(vars(value)["__init__"])
-        value.__signature__ = signature.replace(  # type: ignore[attr-defined]  # (read by inspect, not typed)
-            parameters=list(signature.parameters.values())[1:])  # without self
-
-
 if not TYPE_CHECKING:
     # ``__version__``: RELEASE or RELEASE.devN, computed on each access (foundation/version.py)
     __getattr__, __dir__ = lazy_exports(
-        __name__, globals(), on_resolve=_show_real_signature, computed={"__version__": library_version})
+        __name__, globals(), computed={"__version__": library_version})

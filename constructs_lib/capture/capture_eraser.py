@@ -17,7 +17,7 @@ from constructs import Construct
 from hyperpod_inference_iac.capture.capture_storage import CaptureStorage
 from hyperpod_inference_iac.capture.capture_tables import CaptureTables
 from hyperpod_inference_iac.foundation.patterns import IAM_ROLE_ARN
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 
@@ -59,6 +59,7 @@ class CaptureEraserProps(CaptureEraserOptions):
         doc="The capture tables (the catalog, `curated-iceberg/`, Lake Formation permissions).")
 
 
+@real_signature
 class CaptureEraser(Construct):
     """The erasure role (``role``): trusted by ``eraser_principals`` only (``sts:AssumeRole``, an hour at most),
     granted ``storage.grant_erase`` and ``tables.grant_erase``: every version under the capture prefixes, the

@@ -51,6 +51,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -387,6 +388,7 @@ def warn_capture_pipeline(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
                      "default is every rule but ip_address), or acknowledge that nothing captured needs redacting")
 
 
+@real_signature
 class CapturePipeline(Construct):
     """Post-processes captured inference data into Parquet, with redaction and a quarantine.
 

@@ -36,6 +36,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -292,6 +293,7 @@ def _other_account(arn: str, account: str | None) -> str | None:
     return other if other is not None and other != account else None
 
 
+@real_signature
 class CaptureStorage(Construct):
     """KMS key + capture bucket + TLS certificate bucket + server access log bucket, with the allowlists
     that decide who may read captured prompts.

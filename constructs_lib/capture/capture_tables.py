@@ -56,6 +56,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -342,6 +343,7 @@ def warn_capture_tables(warnings: RiskWarnings, at: KeyPaths = PROPS, *, tables_
                      "(aws lambda publish-layer-version) and give its ARN; until then readers keep today's tables")
 
 
+@real_signature
 class CaptureTables(Construct):
     """The Iceberg tables ``capture_records`` and ``alb_access_logs``, their optimizers, their Lake Formation
     grants and the Athena workgroups with the named queries.

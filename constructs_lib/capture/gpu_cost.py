@@ -25,7 +25,7 @@ from constructs import Construct
 from hyperpod_inference_iac.capture.capture_pipeline import LAMBDA_RUNTIME, output_key_environment, processor_code
 from hyperpod_inference_iac.capture.capture_tables import NODE_HOURS_TABLE, CaptureTables
 from hyperpod_inference_iac.foundation.nag import acknowledge, resource_evidence
-from hyperpod_inference_iac.foundation.props import Props, listed, mapped, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, mapped, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # The most a node-hour may be priced at (USD): the dearest GPU instances are under $120/hour; the ceiling only keeps
@@ -189,6 +189,7 @@ class GpuCostProps(GpuCostOptions):
                          "hyperpod_cluster_name and hyperpod_cluster_arn are required with instance_groups", None)
 
 
+@real_signature
 class GpuCost(Construct):
     """The hourly node-hour sampler of the cost per team and its least-privilege role.
 

@@ -58,6 +58,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -267,6 +268,7 @@ def kubectl_layer_for(scope: Construct, kubernetes_version: str) -> lambda_.ILay
     return layer
 
 
+@real_signature
 class InferenceCluster(Construct):
     """An ``aws_eks_v2`` cluster for inference: private endpoint, no implicit creator admin, secrets
     envelope-encrypted with a customer key, every control-plane log into a log group with a retention,

@@ -64,6 +64,7 @@ from hyperpod_inference_iac.foundation.props import (
     listed,
     mapped,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.validation import (
     PROPS,
@@ -150,6 +151,7 @@ class GpuNodeGroupProps(GpuNodeGroupOptions):
                                                default_doc="the cluster's private subnets")
 
 
+@real_signature
 class GpuNodeGroup(Construct):
     """Managed node group of NVIDIA GPU instances with instance-store NVMe as kubelet/containerd storage.
 

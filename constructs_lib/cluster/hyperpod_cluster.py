@@ -87,6 +87,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -499,6 +500,7 @@ class HyperPodClusterProps(HyperPodClusterOptions):
         return Path(self.lifecycle_scripts) if self.lifecycle_scripts is not None else LIFECYCLE_SCRIPTS_DIR
 
 
+@real_signature
 class HyperPodCluster(Construct):
     """HyperPod cluster on an existing ``aws_eks_v2`` cluster, with its lifecycle scripts, execution
     role and EKS access entry.

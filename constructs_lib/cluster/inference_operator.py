@@ -68,6 +68,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.scaling_metrics import (
     ScalingMetrics,
@@ -250,6 +251,7 @@ def check_inference_operator(problems: Problems, at: KeyPaths = PROPS, *, execut
     InferenceOperatorOptions(addon_version=addon_version).check(problems, at)
 
 
+@real_signature
 class InferenceOperator(Construct):
     """Install the operator and everything it needs on ``cluster``.
 

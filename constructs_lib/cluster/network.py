@@ -37,6 +37,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.validation import (
     PROPS,
@@ -210,6 +211,7 @@ def check_existing_vpc(problems: Problems, at: KeyPaths = PROPS, **options: Any)
     ExistingVpcOptions(**options).check(problems, at)
 
 
+@real_signature
 class PlatformVpc(Construct):
     """A new VPC with a flow log of all traffic and an S3 gateway endpoint.
 

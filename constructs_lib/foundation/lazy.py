@@ -45,15 +45,14 @@ def lazy_exports(
     name: str,
     namespace: dict[str, Any],
     *,
-    on_resolve: Callable[[Any], None] | None = None,
     computed: Mapping[str, Callable[[], Any]] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of the package root ``name`` (whose globals are ``namespace``).
 
-    A re-exported name is imported from its module on first access, passed to ``on_resolve`` (e.g. to give a
-    class its real signature) and stored in ``namespace``, so the next access is a plain global. ``computed``
-    names (``__version__``) are called on every access. Any other name that is a submodule of the package is
-    imported (``pkg.charts`` works after a bare ``import pkg``, as with eager imports)."""
+    A re-exported name is imported from its module on first access and stored in ``namespace``, so the next access
+    is a plain global (a construct class has its real signature from its own module: ``props.real_signature``).
+    ``computed`` names (``__version__``) are called on every access. Any other name that is a submodule of the
+    package is imported (``pkg.charts`` works after a bare ``import pkg``, as with eager imports)."""
     module = sys.modules[name]
     spec = module.__spec__
     loader = spec.loader if spec is not None else None
@@ -67,8 +66,6 @@ def lazy_exports(
         origin = origins.get(attribute)
         if origin is not None:
             value = getattr(importlib.import_module(origin[0]), origin[1])
-            if on_resolve is not None:
-                on_resolve(value)
             namespace[attribute] = value
             return value
         if attribute in extra:

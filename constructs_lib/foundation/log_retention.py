@@ -26,7 +26,7 @@ from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
 from hyperpod_inference_iac.foundation.cdk_types import cfn_child
-from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.props import Props, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 # The retention periods CloudWatch Logs accepts (PutRetentionPolicy, AWS::Logs::LogGroup RetentionInDays).
@@ -126,6 +126,7 @@ class LambdaLogRetentionProps(Props):
                          self.retention)
 
 
+@real_signature
 @jsii.implements(IAspect)
 class LambdaLogRetention:
     """Every ``AWS::Lambda::Function`` under the scope it is added to gets a log group with ``retention``.

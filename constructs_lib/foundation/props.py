@@ -154,6 +154,22 @@ class Props:
         return ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in self.fields())
 
 
+_C = TypeVar("_C", bound=type)
+
+
+def real_signature(cls: _C) -> _C:
+    """A construct class whose signature is its constructor's (what ``help()`` and IDEs show), from the moment its
+    module is imported. jsii's metaclass defines ``__call__``, so ``inspect.signature(CaptureStorage)`` was
+    ``(*args, **kwargs)``; with ``__signature__`` set it is ``(scope, id, *, capture_prefix='data-capture/', ...)``,
+    the keyword properties with their defaults (tests/unit/test_props.py)."""
+    import inspect
+
+    signature = inspect.signature(vars(cls)["__init__"])
+    cls.__signature__ = signature.replace(  # type: ignore[attr-defined]  # (read by inspect, not typed)
+        parameters=list(signature.parameters.values())[1:])  # without self
+    return cls
+
+
 def construct_name(cls: type[Props]) -> str:
     """The construct a props class belongs to, as its problem codes name it: ``CONSTRUCT``, else the class's name
     without ``Props`` or ``Options`` (a block such as ``InstanceGroup`` names itself)."""

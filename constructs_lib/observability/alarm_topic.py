@@ -23,7 +23,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.risks import RiskWarnings
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.security.data_perimeter import KEY_ADMIN_ACTIONS
@@ -113,6 +113,7 @@ def check_alarm_topic(problems: Problems, at: KeyPaths = PROPS, **options: Any) 
     AlarmTopicProps(**options).check(problems, at)
 
 
+@real_signature
 class AlarmTopic(Construct):
     """The topic the alarms notify, its own KMS key, a topic policy that admits CloudWatch alarms of this
     account and region only, and its subscribers.

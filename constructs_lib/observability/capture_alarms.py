@@ -23,7 +23,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from hyperpod_inference_iac.capture.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.observability.alarms import (
@@ -127,6 +127,7 @@ def check_capture_alarms(problems: Problems, at: KeyPaths = PROPS, **options: An
     CaptureAlarmsProps(**{"pipeline": None, **options}).check(problems, at)
 
 
+@real_signature
 class CaptureAlarms(Construct):
     """Alarms on a :class:`~hyperpod_inference_iac.CapturePipeline`, notifying ``topic``.
 

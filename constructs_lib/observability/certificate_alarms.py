@@ -28,6 +28,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     mapped,
     prop,
+    real_signature,
     types_checked,
 )
 from hyperpod_inference_iac.foundation.risks import (
@@ -131,6 +132,7 @@ def warn_certificate_alarms(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
                      "their renewal completes")
 
 
+@real_signature
 class CertificateAlarms(Construct):
     """One ``DaysToExpiry`` alarm per certificate, notifying ``topic``.
 

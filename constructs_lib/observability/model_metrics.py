@@ -80,7 +80,7 @@ from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
 from hyperpod_inference_iac.foundation.patterns import (
     DNS1123_LABEL,
 )
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.observability.alarms import (
@@ -669,6 +669,7 @@ class ModelServingMetricsProps(ModelServingMetricsOptions, AlarmWiringProps):
         ModelServingMetricsOptions.check(self, problems, at)
 
 
+@real_signature
 class ModelServingMetrics(Construct):
     """A CloudWatch agent that scrapes the operator models' servers and a kube-state-metrics that exports their custom
     resources' state, its role and log group, and per model the error-rate, latency and time-to-first-token alarms

@@ -22,7 +22,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from hyperpod_inference_iac.capture.capture_pipeline import FUNCTION_TIMEOUT, CapturePipeline
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.observability.alarms import imported_alarms
 from hyperpod_inference_iac.observability.budget_alarms import BUDGET_ALERTS, budget_crossings_query
@@ -85,6 +85,7 @@ def check_platform_dashboard(problems: Problems, at: KeyPaths = PROPS, **options
     PlatformDashboardProps(**options).check(problems, at)
 
 
+@real_signature
 class PlatformDashboard(Construct):
     """The platform's dashboard (``AWS::CloudWatch::Dashboard``); every part is optional.
 

@@ -54,7 +54,7 @@ from hyperpod_inference_iac.foundation.patterns import (
     PINNED_IMAGE,
     iam_role_arn,
 )
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.observability.alarms import (
@@ -472,6 +472,7 @@ def check_capture_sidecar_metrics(problems: Problems, at: KeyPaths = PROPS, **op
     CaptureSidecarMetricsProps(**{"cluster": None, **options}).check(problems, at)
 
 
+@real_signature
 class CaptureSidecarMetrics(Construct):
     """A CloudWatch agent that scrapes the capture sidecars of one namespace, its role and log group, and
     alarms on lost records, failed uploads, requests refused for memory, the sidecars' series going silent and,

@@ -37,7 +37,7 @@ from hyperpod_inference_iac.foundation.patterns import (
     REGION,
     iam_role_arn,
 )
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.security.preflight_policy import PreflightPolicy
 
@@ -161,6 +161,7 @@ def check_github_deploy_role(problems: Problems, at: KeyPaths = PROPS, **props: 
     GitHubDeployRoleProps(**props).check(problems, at)
 
 
+@real_signature
 class GitHubDeployRole(Construct):
     """A role for ``cdk deploy`` from GitHub Actions, trusted by one repository's one environment only.
 

@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from hyperpod_inference_iac.foundation.nag import acknowledge
-from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.props import Props, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 DEFAULT_QUALIFIER = "hnb659fds"
@@ -58,6 +58,7 @@ class PreflightPolicyProps(Props):
                          "must be 1-10 letters or digits (cdk bootstrap --qualifier)", qualifier)
 
 
+@real_signature
 class PreflightPolicy(Construct):
     """A customer managed policy with the preflight's read-only permissions; attach it to the role that runs
     ``python -m hyperpod_inference_iac.preflight`` (``policy.attach_to_role(role)``).

@@ -54,6 +54,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.security.data_perimeter import (
     _accounts,
@@ -202,6 +203,7 @@ class SecretsKeyProps(Props):
             "key cannot be read.")
 
 
+@real_signature
 class SecretsKey(Construct):
     """A customer managed key for Secrets Manager secrets, with rotation, whose key policy names who may decrypt
     which secret (:class:`SecretsKeyGuard`). Pass ``key`` as the ``encryption_key`` of

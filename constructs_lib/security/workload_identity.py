@@ -33,7 +33,7 @@ from hyperpod_inference_iac.foundation.patterns import (
     IAM_ROLE_NAME_MAX,
     iam_role_arn,
 )
-from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.props import Props, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.security.s3_access import grant_object_reads, grant_object_writes
 
@@ -108,6 +108,7 @@ def check_workload_identity(problems: Problems, at: KeyPaths = PROPS, **props: A
     WorkloadIdentityProps(**{"cluster": None, **props}).check(problems, at)
 
 
+@real_signature
 class WorkloadIdentity(Construct):
     """The identity of one inference workload: a role bound to exactly one service account.
 

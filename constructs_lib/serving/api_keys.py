@@ -46,7 +46,7 @@ from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
 from hyperpod_inference_iac.foundation.log_retention import DEFAULT_RETENTION
 from hyperpod_inference_iac.foundation.nag import acknowledge
 from hyperpod_inference_iac.foundation.patterns import iam_role_arn, iam_role_name
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 from hyperpod_inference_iac.security.secrets_key import (
     default_deployer_role_arns,
@@ -271,6 +271,7 @@ class ApiKeySyncProps(Props):
                         self.sync.refresh_interval_seconds)
 
 
+@real_signature
 class ApiKeySync(Construct):
     """One generated API key in Secrets Manager, readable by its reader and client roles only, synced into the
     namespace.

@@ -24,6 +24,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.validation import (
     PROPS,
@@ -117,6 +118,7 @@ def check_endpoint_certificate(problems: Problems, at: KeyPaths, arn: str | None
                      f"balancers use only certificates of their own region; request or import it in {region}", arn)
 
 
+@real_signature
 class EndpointDomain(Construct):
     """The hosted zone and the certificate of the endpoint names.
 

@@ -55,6 +55,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.validation import (
     PROPS,
@@ -207,6 +208,7 @@ def _zone_filter(zone_id: str | PlatformValue) -> str | Interpolated:
     return f"--zone-id-filter={zone_id}" if isinstance(zone_id, str) else Interpolated("--zone-id-filter={}", zone_id)
 
 
+@real_signature
 class ExternalDns(Construct):
     """ExternalDNS with its own IRSA role, watching ``namespaces`` only and changing only the records of
     ``hostnames`` in ``hosted_zones`` (see the module docstring).

@@ -27,7 +27,7 @@ from hyperpod_inference_iac.foundation.cdk_types import ClusterLike
 from hyperpod_inference_iac.foundation.helm import HelmRelease
 from hyperpod_inference_iac.foundation.nag import acknowledge
 from hyperpod_inference_iac.foundation.patterns import iam_role_arn
-from hyperpod_inference_iac.foundation.props import Props, prop
+from hyperpod_inference_iac.foundation.props import Props, prop, real_signature
 from hyperpod_inference_iac.security.secrets_key import encrypt_secret, grant_secret_read
 from hyperpod_inference_iac.security.workload_identity import service_account_principal
 
@@ -190,6 +190,7 @@ class HuggingFaceTokenSyncProps(Props):
             "warned about (`SecretsKey:unmanagedKeyPolicy`): its policy must allow that itself.")
 
 
+@real_signature
 class HuggingFaceTokenSync(Construct):
     """The Secrets Manager secret (created empty: you put the value), the reader's role and the sync objects.
 

@@ -65,6 +65,7 @@ from hyperpod_inference_iac.foundation.props import (
     Props,
     listed,
     prop,
+    real_signature,
 )
 from hyperpod_inference_iac.foundation.risks import (
     RiskWarnings,
@@ -236,6 +237,7 @@ class InferenceWorkloadsProps(Props):
                          f"{self.plan.context.usage_store}: build the plan's context with usage_store=store.ref")
 
 
+@real_signature
 class InferenceWorkloads(Construct):
     """The workloads of one plan on ``cluster``.
 

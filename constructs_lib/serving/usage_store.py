@@ -35,7 +35,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from hyperpod_inference_iac.charts.usage_limits import DEFAULT_STORE_PORT, UsageStoreRef
-from hyperpod_inference_iac.foundation.props import Props, listed, prop
+from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
 
 #: ElastiCache's rules for a serverless cache name: lowercase letters, digits and single hyphens, a letter first,
@@ -102,6 +102,7 @@ class UsageStoreProps(UsageStoreOptions):
                          "needs the security group of the nodes the sidecars run on (nothing could connect)")
 
 
+@real_signature
 class UsageStore(Construct):
     """An ElastiCache Serverless cache for Valkey that the capture sidecars share budgets through.
 

@@ -99,10 +99,34 @@ def test_version_and_submodules_as_with_eager_imports() -> None:
 
 
 def test_a_construct_resolved_from_the_root_has_its_real_signature() -> None:
-    """``_show_real_signature`` runs when the root first resolves a class (tests/unit/test_consumer_docs.py checks
-    each construct's parameters)."""
+    """``props.real_signature`` gives each construct class its constructor's signature (tests/unit/test_consumer_docs.py
+    checks each construct's parameters)."""
     parameters = inspect.signature(hyperpod_inference_iac.CaptureTables).parameters
     assert "kwargs" not in parameters and list(parameters)[:2] == ["scope", "id"]
+
+
+@pytest.mark.slow  # (a Python process)
+def test_every_construct_has_its_real_signature_from_its_own_module() -> None:
+    """Imported from the module that defines it, before the root ever resolves it (a fresh process): what an IDE or
+    ``help()`` shows a consumer who imports ``hyperpod_inference_iac.capture.capture_tables`` directly."""
+    check = textwrap.dedent("""
+        import importlib, inspect, sys
+        from hyperpod_inference_iac.foundation.lazy import exported_modules
+        root = importlib.util.find_spec("hyperpod_inference_iac")
+        origins = exported_modules(root.loader.get_source("hyperpod_inference_iac"))
+        wrong = []
+        for name, (module, attribute) in sorted(origins.items()):
+            value = getattr(importlib.import_module(module), attribute)
+            if isinstance(value, type) and hasattr(value, "PROPS"):
+                parameters = list(inspect.signature(value).parameters)
+                if "kwargs" in parameters or "args" in parameters:
+                    wrong.append(f"{module}.{attribute}: {parameters}")
+        assert "CaptureTables" not in vars(sys.modules["hyperpod_inference_iac"]), "the root resolved it"
+        print("\\n".join(wrong) or "ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok", result.stdout
 
 
 def test_exported_modules_reads_only_the_type_checking_block() -> None:
