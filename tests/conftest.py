@@ -127,6 +127,15 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection built (the test modules, the libraries, aws-cdk-lib's and cdk8s's Python classes: most of a
+    worker's objects) lives to the end of the run: ``gc.freeze`` leaves it out of every later garbage collection,
+    which then walks only what the tests make (about 1 s of CPU less per process, the final collections included)."""
+    import gc
+
+    gc.freeze()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     """In the xdist controller: start the shared builds the collected tests need."""
