@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import re
 import types
 import typing
@@ -249,10 +248,14 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, al
     return props
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
     """``typing.get_type_hints(cls)`` once per class (it compiles every string annotation each time): read only."""
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
