@@ -83,41 +83,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=run_order)
 
 
-# aws-cdk-lib's built-in CloudFormation validation (a WebAssembly checker started in the jsii kernel at each synth,
-# about half the CPU of a small in-process app's synth) only warns unless the app's context sets
-# VALIDATE_AGAINST_DEFAULT_RULES, as cdk.json does; in-process apps without it print warnings no test reads. So those
-# apps are built without it, and apps given that context (cdk.json's, as tests/unit/test_platform_constructs.py
-# does) keep it and fail on an invalid template as `cdk synth` does. The CLI's synths (tests/platform, the examples)
-# run in processes of their own, untouched: their validation reports are asserted (docs/testing.md).
-VALIDATE_AGAINST_DEFAULT_RULES = "@aws-cdk/core:validateAgainstDefaultRules"
-
-
-def validation_can_fail(kwargs: dict[str, object]) -> bool:
-    """Whether an ``App(**kwargs)``'s built-in CloudFormation validation can fail its synth (not only warn)."""
-    return any(isinstance(context, dict) and bool(context.get(VALIDATE_AGAINST_DEFAULT_RULES))
-               for context in (kwargs.get("context"), kwargs.get("post_cli_context")))
-
-
-def _validate_only_where_it_can_fail() -> None:
-    import aws_cdk
-
-    original = aws_cdk.App.__init__
-    if getattr(original, "validation_can_fail", None):
-        return
-
-    def __init__(self: aws_cdk.App, **kwargs: object) -> None:
-        if kwargs.get("builtin_cloud_formation_validation") is None and not validation_can_fail(kwargs):
-            kwargs["builtin_cloud_formation_validation"] = False
-        original(self, **kwargs)  # type: ignore[arg-type]
-
-    __init__.validation_can_fail = True  # type: ignore[attr-defined]
-    aws_cdk.App.__init__ = __init__  # type: ignore[method-assign]
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if "aws_cdk" in sys.modules:  # imported by the test modules that build apps (their collection did)
-        _validate_only_where_it_can_fail()
+    """In-process apps whose CloudFormation validation could only warn are built without it (once aws-cdk-lib is
+    imported: the test modules that build apps import it at collection): tests/support/cdk_validation.py."""
+    from tests.support.cdk_validation import validate_only_where_it_can_fail
+
+    validate_only_where_it_can_fail()
 
 
 def pytest_configure(config: pytest.Config) -> None:
