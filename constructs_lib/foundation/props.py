@@ -106,7 +106,7 @@ class Props:
         entry's keys as ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props
         (:func:`block_props`) its keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names
         every nested key too."""
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         names: dict[str, str] = {}
         for field in cls.config_fields():
             names[field.name] = config_key(field)  # type: ignore[assignment]
@@ -248,6 +248,8 @@ _HINTS: dict[type[Props], dict[str, Any]] = {}
 
 
 def _hints(cls: type[Props]) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, evaluated once per class (it compiles every string annotation each time): shared,
+    do not change the returned mapping."""
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
@@ -456,7 +458,7 @@ def config_table(cls: type[Props], base: str, *, leave_out: Sequence[str] = ()) 
 
 
 def _config_rows(cls: type[Props], base: str, leave_out: Sequence[str] = ()) -> Iterator[str]:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for field in cls.config_fields():
         if config_key(field) in leave_out:
             continue
