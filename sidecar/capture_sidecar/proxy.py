@@ -168,18 +168,37 @@ _AT_CAPACITY = _plain_response(
 )
 
 
+# A request body buffered whole is small while it stays within this: small bodies may use the budget's headroom.
+SMALL_BODY_BYTES = 256 * 1024
+
+
 class MemoryBudget:
     """Bytes of bodies held in memory: buffered request bodies and every captured byte, from
-    the moment it is kept until its upload ends (MAX_INFLIGHT_BODY_BYTES). Event loop only."""
+    the moment it is kept until its upload ends (MAX_INFLIGHT_BODY_BYTES). Event loop only.
 
-    __slots__ = ("limit", "used")
+    The last eighth of it (``headroom``) is kept for small request bodies (``try_reserve_small``: a buffered body
+    while it is within SMALL_BODY_BYTES, e.g. a metered chat request): large bodies and capture copies
+    (``try_reserve``) stop below it. So a flood of large bodies from one client is refused (503) or loses its
+    capture, while the other clients' ordinary requests are still buffered and served, however the requests
+    interleave (tests/sidecar/test_memory_bounds.py)."""
+
+    __slots__ = ("headroom", "limit", "used")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.headroom = limit // 8
         self.used = 0
 
     def try_reserve(self, size: int) -> bool:
-        if self.used + size > self.limit:
+        """A large body's bytes or a capture copy: within the budget less its headroom."""
+        return self._take(size, self.limit - self.headroom)
+
+    def try_reserve_small(self, size: int) -> bool:
+        """A small request body's bytes: within the whole budget."""
+        return self._take(size, self.limit)
+
+    def _take(self, size: int, ceiling: int) -> bool:
+        if self.used + size > ceiling:
             return False
         self.used += size
         return True
@@ -858,7 +877,9 @@ class ClientConnection(asyncio.Protocol):
             if exchange.input_total > proxy.max_request_body:
                 self._reject(413, "Content Too Large", "request body over MAX_REQUEST_BODY_BYTES")
                 raise _Rejected
-            if not proxy.budget.try_reserve(len(body)):
+            small = exchange.input_total <= SMALL_BODY_BYTES  # (the body so far, this piece included)
+            budget = proxy.budget
+            if not (budget.try_reserve_small(len(body)) if small else budget.try_reserve(len(body))):
                 proxy.metrics.requests_rejected_memory += 1
                 self._reject(
                     503,

@@ -7,6 +7,8 @@ import json
 import threading
 from pathlib import Path
 
+from tests.support.waiting import eventually
+
 from .conftest import Sidecar
 
 MIB = 1024 * 1024
@@ -90,3 +92,65 @@ def test_a_flood_of_large_bodies_stays_under_the_bound_and_normal_requests_pass(
     assert peak - rss_before < INFLIGHT / MIB + 48, f"peak RSS {peak:.0f} MiB, {rss_before:.0f} MiB before"
     assert sidecar.process.poll() is None
     assert sidecar.call("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"}).status == 200
+
+
+def open_chunked_body(port: int, mib: int) -> http.client.HTTPConnection:
+    """A chunked POST whose first `mib` MiB are sent and whose end never is: the sidecar holds what it buffered."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.putrequest("POST", "/sink", skip_accept_encoding=True)
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Transfer-Encoding", "chunked")
+    connection.endheaders()
+    piece = b"x" * MIB
+    try:
+        for _ in range(mib):
+            connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # refused (503) part way: its reservation is already released
+    return connection
+
+
+def test_ordinary_requests_are_served_while_large_bodies_hold_the_budget(start_sidecar) -> None:
+    """The flood first, then the ordinary requests, whatever the machine's timing: large bodies stop at the budget
+    less its headroom (an eighth), which small bodies may still use; a new large body is refused."""
+    sidecar: Sidecar = start_sidecar(
+        MAX_INFLIGHT_BODY_BYTES=str(INFLIGHT), MAX_REQUEST_BODY_BYTES=str(16 * MIB), BATCH_SIZE="1"
+    )
+    ceiling = INFLIGHT - INFLIGHT // 8
+    holders = [open_chunked_body(sidecar.port, 3) for _ in range(12)]  # 36 MiB asked for, 28 MiB may be held
+    try:
+        assert eventually(lambda: sidecar.metrics()["capture_sidecar_inflight_body_bytes"] >= ceiling - MIB)
+        assert sidecar.metrics()["capture_sidecar_requests_rejected_memory_total"] >= 1  # the flood was refused
+        held = sidecar.metrics()["capture_sidecar_inflight_body_bytes"]
+        assert held <= ceiling
+        normal = [sidecar.call("POST", "/v1/completions", b"{}", {"Content-Type": "application/json"})
+                  for _ in range(20)]
+        assert [response.status for response in normal] == [200] * 20
+        prompt = json.dumps({"prompt": "x" * (200 * 1024)}).encode()  # a long prompt is still small
+        assert sidecar.call("POST", "/v1/completions", prompt, {"Content-Type": "application/json"}).status == 200
+        late = open_chunked_body(sidecar.port, 2)  # past SMALL_BODY_BYTES: the large bodies' ceiling applies
+        try:
+            late.send(b"0\r\n\r\n")
+            assert late.getresponse().status == 503
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed before the end was sent: counted below
+        finally:
+            late.close()
+        assert sidecar.metrics()["capture_sidecar_inflight_body_bytes"] <= INFLIGHT
+    finally:
+        for connection in holders:
+            connection.close()
+    assert sidecar.process.poll() is None
+
+
+def test_the_budget_keeps_its_headroom_for_small_bodies() -> None:
+    """The unit: large reservations stop an eighth short of the limit; small ones may take the rest; a control
+    without the small path is refused where the small one is not."""
+    from capture_sidecar.proxy import MemoryBudget
+
+    budget = MemoryBudget(8 * MIB)
+    assert budget.try_reserve(7 * MIB) and not budget.try_reserve(1)
+    assert budget.try_reserve_small(MIB) and budget.used == 8 * MIB
+    assert not budget.try_reserve_small(1)
+    budget.release(MIB)
+    assert not budget.try_reserve(1) and budget.try_reserve_small(1)
