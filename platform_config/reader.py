@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 
 from aws_cdk import Duration
 
-from hyperpod_inference_iac.foundation.props import Props, block_props, config_key, entry_props, item_props
+from hyperpod_inference_iac.foundation.props import (
+    Props,
+    block_props,
+    config_key,
+    entry_props,
+    item_props,
+    type_hints,
+)
 from hyperpod_inference_iac.foundation.validation import (
     MISSING_KEY,
     REQUIRED,
@@ -248,21 +255,11 @@ def read_props(cls: type[P], section: Section, *, at: KeyPaths | None = None, al
     return props
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _type_hints(cls: type) -> dict[str, Any]:
-    """``typing.get_type_hints(cls)`` once per class (it compiles every string annotation each time): read only."""
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
 def _read_props(cls: type[P], section: Section, given: Mapping[str, Any], failed: list[str],
                 allow_empty: Collection[str] = (), base: P | None = None) -> P:
     """The fields of ``cls`` read from ``section`` (defaults: ``base``'s values, else the class's); the key path of
     each that could not be read goes to ``failed``."""
-    hints = _type_hints(cls)
+    hints = type_hints(cls)
     values: dict[str, Any] = {}
     for field in cls.config_fields():
         key, name = config_key(field), field.name

@@ -106,7 +106,7 @@ class Props:
         entry's keys as ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props
         (:func:`block_props`) its keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names
         every nested key too."""
-        hints = _hints(cls)
+        hints = type_hints(cls)
         names: dict[str, str] = {}
         for field in cls.config_fields():
             names[field.name] = config_key(field)  # type: ignore[assignment]
@@ -238,16 +238,16 @@ def _wrong_types(props: Props, problems: Problems, at: KeyPaths) -> list[str]:
 def type_faults(props: Props) -> Iterator[tuple[str, tuple[str | int, ...], str, Any]]:
     """Each value of ``props`` that is not of its declared type: (property, the path inside it, what it must be, the
     value). A number token passes where an int is declared (its value is the service's to judge)."""
-    hints = _hints(type(props))
+    hints = type_hints(type(props))
     for field in dataclasses.fields(props):  # type: ignore[arg-type]
         for parts, expected, value in _faults(getattr(props, field.name), hints[field.name]):
             yield field.name, parts, expected, value
 
 
-_HINTS: dict[type[Props], dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(cls: type[Props]) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, Any]:
     """``typing.get_type_hints(cls)``, evaluated once per class (it compiles every string annotation each time): shared,
     do not change the returned mapping."""
     if cls not in _HINTS:
@@ -354,7 +354,7 @@ def _bare(hint: Any) -> str:
 def _stand_in(props: P, wrong: Sequence[str]) -> P:
     """``props`` with each property of ``wrong`` at its default, or an empty value of its type when it has none (a
     required object, such as a cluster, is kept as given)."""
-    hints = _hints(type(props))
+    hints = type_hints(type(props))
     changes: dict[str, Any] = {}
     for field in dataclasses.fields(props):  # type: ignore[arg-type]
         if field.name not in wrong:
@@ -458,7 +458,7 @@ def config_table(cls: type[Props], base: str, *, leave_out: Sequence[str] = ()) 
 
 
 def _config_rows(cls: type[Props], base: str, leave_out: Sequence[str] = ()) -> Iterator[str]:
-    hints = _hints(cls)
+    hints = type_hints(cls)
     for field in cls.config_fields():
         if config_key(field) in leave_out:
             continue
@@ -502,4 +502,5 @@ def mapped(values: Mapping[Any, Any] | None) -> Mapping[Any, Any] | None:
 
 
 __all__ = ["PropInfo", "Props", "block_props", "config_key", "config_table", "construct_name", "entry_props",
-           "item_props", "listed", "mapped", "prop", "props_table", "type_faults", "types_checked"]
+           "item_props", "listed", "mapped", "prop", "props_table", "real_signature", "type_faults", "type_hints",
+           "types_checked"]

@@ -23,7 +23,7 @@ from capture_core.records import ChunkContext
 from capture_core.redaction import DEFAULT_RULES, Redactor
 from capture_core.routing import Tier
 from tests.capture_processor.conftest import Pipeline
-from tests.capture_processor.test_erasure import RAW, capture_lines, cli
+from tests.capture_processor.test_erasure import RAW, both, capture_lines, cli  # noqa: F401 (both: a fixture)
 from tests.capture_processor.test_iceberg_tables import catalog, database  # noqa: F401 (fixtures)
 from tests.capture_processor.test_record_budgets import good
 
@@ -139,17 +139,10 @@ TEAM_A = json.dumps({"eventMetadata": {"callerId": "team-a", "eventId": "q-a"}, 
 TEAM_B = json.dumps({"eventMetadata": {"callerId": "team-b", "eventId": "q-b"}, "note": "no capture data"})
 
 
-@pytest.fixture
-def versioned(pipeline: Pipeline, catalog: Any, monkeypatch: pytest.MonkeyPatch) -> Pipeline:  # noqa: F811
-    pipeline.s3.put_bucket_versioning(Bucket=pipeline.bucket, VersioningConfiguration={"Status": "Enabled"})
-    monkeypatch.setenv("CURATED_OUTPUT", "both")
-    return pipeline
-
-
 def test_an_erasure_removes_a_run_of_the_callers_lines_and_verify_counts_every_line(
-    versioned: Pipeline, catalog: Any, database: str  # noqa: F811
+    both: Pipeline, catalog: Any, database: str  # noqa: F811
 ) -> None:
-    pipeline = versioned
+    pipeline = both  # (test_erasure's: a versioned bucket, CURATED_OUTPUT=both)
     body = capture_lines("p", ["team-a", "team-b"]) + lines_of(TEAM_A, TEAM_B, TEAM_A, "{}", TEAM_A, TEAM_B)
     key = pipeline.put(f"{RAW}runs.jsonl", body)
     assert pipeline.run(key) == {"batchItemFailures": []}
