@@ -29,6 +29,11 @@ Each cache path has one writer (:class:`CacheWriter`): the loader of its workloa
 namespace, under its service account, exactly as planned (image, command, env, mounts, security context; nothing
 added such as ``args``, ``envFrom``, ``stdin``, ``tty``, ``restartPolicy``), in a pod that does not share its process
 namespace and that no debug container joins. Host paths are allowed per namespace (``request.namespace``).
+
+The policy carries its paths and writers in the annotation :data:`HOST_PATHS_ANNOTATION` (JSON,
+:func:`host_paths_annotation`), written from the same plan as the expression, so a review (``make review``,
+``tools/review/k8s.py``) reads a change of the policy as host paths and writers added, removed or following their
+workload's loader, after checking that the policy is the one :func:`host_path_policy` makes of them.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ POD_SECURITY_EXCEPTION_ANNOTATION = "hyperpod-inference-iac/pod-security-excepti
 HOST_PATH_POLICY = "hyperpod-inference-iac-host-path"
 # The namespace label that binds HOST_PATH_POLICY, with the action its value names.
 HOST_PATH_POLICY_LABEL = "hyperpod-inference-iac/host-path-policy"
+# HOST_PATH_POLICY's host paths and writers, machine-readable (JSON: {"paths": ..., "writers": [...]}).
+HOST_PATHS_ANNOTATION = "hyperpod-inference-iac/host-paths"
 # The upstream baseline level these constants follow: kubernetes/pod-security-admission, policy/check_*.go, as its
 # own test fixtures for the level (test/testdata/baseline/v1.37, vendored in tests/charts/fixtures) exercise it.
 BASELINE_VERSION = "v1.37"
@@ -89,16 +96,40 @@ class CacheWriter:
     service_account: str
     volume: str
     container_json: str
+    workload: str = ""  # the object that plans the pod, for a reader only (the expression does not use it)
 
     @classmethod
     def of(cls, *, host_path: str, namespace: str, service_account: str | None, volume: str,
-           container: Mapping[str, Any]) -> CacheWriter:
-        return cls(host_path, namespace, service_account or "default", volume, json.dumps(container, sort_keys=True))
+           container: Mapping[str, Any], workload: str = "") -> CacheWriter:
+        return cls(host_path, namespace, service_account or "default", volume, json.dumps(container, sort_keys=True),
+                   workload)
 
     @property
     def container(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.container_json)
         return loaded
+
+    @property
+    def sort_key(self) -> tuple[str, str, str, str, str, str]:
+        return (self.host_path, self.namespace, self.service_account, self.volume, self.container_json, self.workload)
+
+    def to_json(self) -> dict[str, Any]:
+        """The writer as an entry of :data:`HOST_PATHS_ANNOTATION`."""
+        entry: dict[str, Any] = {"hostPath": self.host_path, "namespace": self.namespace,
+                                 "serviceAccount": self.service_account, "volume": self.volume,
+                                 "container": self.container}
+        if self.workload:
+            entry["workload"] = self.workload
+        return entry
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> CacheWriter:
+        """An entry of :data:`HOST_PATHS_ANNOTATION` (``KeyError``/``TypeError`` when it is not one)."""
+        if not isinstance(entry.get("container"), Mapping):
+            raise TypeError("container is not an object")
+        return cls.of(host_path=str(entry["hostPath"]), namespace=str(entry["namespace"]),
+                      service_account=str(entry["serviceAccount"]), volume=str(entry["volume"]),
+                      container=entry["container"], workload=str(entry.get("workload", "")))
 
 
 @dataclass(frozen=True)
@@ -335,20 +366,62 @@ def pod_policy(name: str, variables: Sequence[Mapping[str, str]], validations: S
             "metadata": {"name": name}, "spec": spec}
 
 
+HostPaths = list[str] | dict[str, list[str]]  # every namespace's paths, or the paths of each namespace
+
+
+def _ordered_paths(cache_paths: Sequence[str] | Mapping[str, Sequence[str]]) -> HostPaths:
+    if isinstance(cache_paths, Mapping):
+        return {str(namespace): sorted({str(path) for path in paths})
+                for namespace, paths in sorted(cache_paths.items())}
+    return sorted({str(path) for path in cache_paths})
+
+
+def _ordered_writers(writers: Sequence[CacheWriter]) -> list[CacheWriter]:
+    return sorted(set(writers), key=lambda writer: writer.sort_key)
+
+
+def host_paths_annotation(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
+                          writers: Sequence[CacheWriter]) -> str:
+    """The value of :data:`HOST_PATHS_ANNOTATION`: the paths (each namespace's, sorted) and each writer once,
+    sorted, as compact JSON."""
+    return json.dumps({"paths": _ordered_paths(cache_paths),
+                       "writers": [writer.to_json() for writer in _ordered_writers(writers)]},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def host_paths_of_annotation(value: str) -> tuple[HostPaths, list[CacheWriter]]:
+    """The paths and writers an annotation value names (``ValueError``, ``KeyError`` or ``TypeError`` when it names
+    none)."""
+    entry = json.loads(value)
+    if not isinstance(entry, dict) or not isinstance(entry.get("writers"), list):
+        raise TypeError("not an object of paths and writers")
+    paths = entry["paths"]
+    if isinstance(paths, dict):
+        if not all(isinstance(found, list) for found in paths.values()):
+            raise TypeError("a namespace's paths are not a list")
+        return _ordered_paths(paths), [CacheWriter.from_json(writer) for writer in entry["writers"]]
+    if not isinstance(paths, list):
+        raise TypeError("paths are neither a list nor an object of lists")
+    return _ordered_paths(paths), [CacheWriter.from_json(writer) for writer in entry["writers"]]
+
+
 def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
                      writers: Sequence[CacheWriter]) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its two bindings (deny, warn and audit), selecting namespaces by
     :data:`HOST_PATH_POLICY_LABEL`. ``cache_paths``: every host path a planned pod of each namespace may mount (a
     plain list: any namespace); ``writers``: the one planned writer of each path."""
-    if isinstance(cache_paths, Mapping):
-        by_namespace = {namespace: sorted(set(paths)) for namespace, paths in sorted(cache_paths.items())}
+    paths = _ordered_paths(cache_paths)
+    if isinstance(paths, dict):
+        by_namespace = paths
         allowed = f"(request.namespace in {_cel(by_namespace)} ? {_cel(by_namespace)}[request.namespace] : [])"
         every_path = sorted({path for paths in by_namespace.values() for path in paths})
     else:
-        every_path = sorted(set(cache_paths))
+        every_path = paths
         allowed = _cel(every_path)
+    writers = _ordered_writers(writers)
     read_only_mount = "!(m.name in variables.hostVolumeNames) || (has(m.readOnly) && m.readOnly)"
-    writer_terms = " || ".join(_writer_term(w, read_only_mount) for w in writers) or "false"
+    # One term per distinct writer: the same loader planned by two workloads is one term.
+    writer_terms = " || ".join(dict.fromkeys(_writer_term(w, read_only_mount) for w in writers)) or "false"
     writer_names = sorted({w.container["name"] for w in writers})
     validations = [
         *baseline_validations(),
@@ -369,6 +442,7 @@ def host_path_policy(cache_paths: Sequence[str] | Mapping[str, Sequence[str]],
                                               "object.spec.volumes.filter(v, has(v.hostPath)) : []"},
         {"name": "hostVolumeNames", "expression": "variables.hostVolumes.map(v, v.name)"},
     ], validations)
+    policy["metadata"]["annotations"] = {HOST_PATHS_ANNOTATION: host_paths_annotation(paths, writers)}
     bindings = [{
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",

@@ -189,7 +189,7 @@ def _cache_writers(plan: WorkloadPlan) -> list[CacheWriter]:
         writers.append(CacheWriter.of(host_path=cache.host_path(EKS_AL2023_NVME_ROOT),
                                       namespace=portable.namespace or plan.context.namespace,
                                       service_account=portable.service_account, volume=cache.volume_name,
-                                      container=portable.loader_container()))
+                                      container=portable.loader_container(), workload=portable.name))
     for model in plan.models:
         workload = model.workload
         if isinstance(workload, InferenceEndpointConfig) and workload.nvme_cache is not None:
@@ -197,7 +197,8 @@ def _cache_writers(plan: WorkloadPlan) -> list[CacheWriter]:
             writers.append(CacheWriter.of(host_path=cache.host_path(HYPERPOD_NVME_ROOT),
                                           namespace=model.namespace or plan.context.namespace,
                                           service_account=kubernetes.service_account_name if kubernetes else None,
-                                          volume=cache.volume_name, container=cache.init_container()))
+                                          volume=cache.volume_name, container=cache.init_container(),
+                                          workload=model.name))
     return sorted(set(writers), key=lambda w: (w.namespace, w.host_path, w.container_json))
 
 

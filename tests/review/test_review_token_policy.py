@@ -179,3 +179,11 @@ def test_an_unrelated_change_says_nothing_on_the_policy(base: Objects) -> None:
     head = _replan(base, head)
     lines = _lines(base, head)
     assert lines and _on_policy(lines) == []
+
+
+def test_an_unrelated_label_on_the_policy_is_read_as_any_object_s(base: Objects) -> None:
+    """The rest of the policy (its spec and holders set aside) is diffed as any object's, not read as a policy
+    without its annotation."""
+    head = copy.deepcopy(base)
+    head[POLICY_KEY]["metadata"]["labels"] = {"team": "platform"}
+    assert _on_policy(_lines(base, head)) == [("other", "metadata.labels.team: platform (new)", False)]

@@ -3,7 +3,8 @@ what a reviewer asks: capture tiers, sampling and payload caps (data governance)
 accounts and their roles, replicas, autoscaling and model sources (workloads); Service type, load
 balancer scheme and source ranges, network policies (exposure); TLS, DNS names (DNS and TLS); the capture
 sidecar's budgets, their alerts and its usage settings (budgets and costs, in words by ``budgets.py``); the
-token-audience admission policy by its holders, and admission policy bindings (identity).
+token-audience admission policy by its holders, and admission policy bindings (identity); the host-path admission
+policy by its paths and writers (exposure).
 
 The objects come from ``dist/`` (``*.k8s.yaml``; ``helm/*.yaml`` as Helm releases) and from the
 cluster stack's kubectl manifests and Helm charts, which the app renders from the same plan; a change
@@ -13,13 +14,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hyperpod_inference_iac.charts.pod_security import (
+    HOST_PATH_POLICY,
+    HOST_PATHS_ANNOTATION,
+    CacheWriter,
+    HostPaths,
+    host_path_policy,
+    host_paths_of_annotation,
+)
 from hyperpod_inference_iac.charts.token_policy import (
     HOLDERS_ANNOTATION,
     TOKEN_AUDIENCE_POLICY,
@@ -639,6 +648,23 @@ def _holder_words(key: HolderKey) -> str:
         f" of {workload}" if workload else "")
 
 
+def _planned_containers(subject: str, old: Mapping[Any, set[str]], new: Mapping[Any, set[str]],
+                        places: tuple[str, ...], *, group: str, what: str, words: Callable[[Any], str], gained: str,
+                        change: str) -> list[Line]:
+    """The planned containers of a policy read by its annotation (each key -> its containers as JSON; the key's last
+    item the workload): one added broadens, one removed narrows, one whose container changed follows its workload."""
+    lines = [Line(group, subject, f"{what} added: {words(key)} ({gained})", True, places)
+             for key in sorted(set(new) - set(old))]
+    lines += [Line(group, subject, f"{what} removed: {words(key)}", False, places)
+              for key in sorted(set(old) - set(new))]
+    for kept in sorted(set(old) & set(new)):
+        if old[kept] != new[kept]:
+            workload = kept[-1] or "its workload"
+            lines.append(Line("workloads", subject, f"{what} {words(kept)}: follows {workload}'s {change} change "
+                              f"(read on {workload}'s own lines)", False, places))
+    return lines
+
+
 def token_policy_lines(key: Key, before: dict[str, Any] | None, after: dict[str, Any] | None,
                        places: tuple[str, ...]) -> list[Line] | None:
     """The token-audience policy read by its holders (docs/review.md): a holder added broadens, one removed narrows,
@@ -655,28 +681,123 @@ def token_policy_lines(key: Key, before: dict[str, Any] | None, after: dict[str,
     if before is None:
         lines.append(Line("identity", subject, f"new: a platform token only into its {len(new)} planned holder(s)",
                           False, places))
-    for gained in sorted(set(new) - set(old)):
-        lines.append(Line("identity", subject, f"token holder added: {_holder_words(gained)} (one more place a "
-                          "platform token may be projected)", True, places))
-    for lost in sorted(set(old) - set(new)):
-        lines.append(Line("identity", subject, f"token holder removed: {_holder_words(lost)}", False, places))
-    for kept in sorted(set(old) & set(new)):
-        if old[kept] != new[kept]:
-            workload = kept[4] or "its workload"
-            lines.append(Line("workloads", subject, f"token holder {_holder_words(kept)}: follows {workload}'s "
-                              f"container change (read on {workload}'s own lines)", False, places))
-    # Anything else of the object (labels, other annotations) as any object's.
-    rest = [{**obj, "spec": None, "metadata": {**(obj.get("metadata") or {}), "annotations": {
-        name: value for name, value in _annotations(obj).items() if name != HOLDERS_ANNOTATION}}}
-        for obj in (before, after) if obj is not None]
+    lines += _planned_containers(subject, old, new, places, group="identity", what="token holder",
+                                 words=_holder_words, gained="one more place a platform token may be projected",
+                                 change="container")
     if before is not None:
-        lines += diff_objects({key: rest[0]}, {key: rest[1]}, lambda _: places)
+        lines += _rest_of_policy(key, before, after, HOLDERS_ANNOTATION, places)
     return lines
 
 
+# ---- the host-path admission policy, by its paths and writers ----------------------------------------------------
+
+WriterKey = tuple[str, str, str, str, str, str]  # host path, namespace, service account, volume, container, workload
+UNREADABLE_HOST_PATH_POLICY = (
+    "its expression is not the one host_path_policy makes of its host-paths annotation ("
+    f"{HOST_PATHS_ANNOTATION}: absent, edited by hand, or another generator): the change cannot be read by host "
+    "path and writer, so it counts as broadening")
+ANY_NAMESPACE = "*"  # the paths of a policy that allows them in every namespace it binds
+
+
+def is_host_path_policy(key: Key, obj: dict[str, Any] | None) -> bool:
+    """The library's host-path policy: by its name, or any admission policy carrying the host-paths annotation."""
+    return key[0] == ADMISSION_POLICY and (key[2] == HOST_PATH_POLICY or (
+        obj is not None and HOST_PATHS_ANNOTATION in _annotations(obj)))
+
+
+@dataclass(frozen=True)
+class HostPathReading:
+    """A host-path policy read by its annotation: the (namespace, path) pairs allowed, and each writer's container."""
+
+    paths: frozenset[tuple[str, str]]
+    writers: dict[WriterKey, set[str]]
+
+
+def _path_pairs(paths: HostPaths) -> frozenset[tuple[str, str]]:
+    if isinstance(paths, dict):
+        return frozenset((namespace, path) for namespace, found in paths.items() for path in found)
+    return frozenset((ANY_NAMESPACE, path) for path in paths)
+
+
+def _writer_key(writer: CacheWriter) -> WriterKey:
+    return (writer.host_path, writer.namespace, writer.service_account, writer.volume,
+            str(writer.container.get("name", "?")), writer.workload)
+
+
+def read_host_path_policy(obj: dict[str, Any]) -> HostPathReading | None:
+    """The paths and writers of a host-path policy, read from its annotation and trusted only when its spec is exactly
+    what :func:`host_path_policy` makes of them; None: it cannot be read so."""
+    value = _annotations(obj).get(HOST_PATHS_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    try:
+        paths, writers = host_paths_of_annotation(value)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if obj.get("spec") != host_path_policy(paths, writers)[0]["spec"]:
+        return None
+    found: dict[WriterKey, set[str]] = {}
+    for writer in writers:
+        found.setdefault(_writer_key(writer), set()).add(writer.container_json)
+    return HostPathReading(_path_pairs(paths), found)
+
+
+def _path_words(pair: tuple[str, str]) -> str:
+    namespace, path = pair
+    return f"{path} in {'any namespace the policy binds' if namespace == ANY_NAMESPACE else 'namespace ' + namespace}"
+
+
+def _writer_words(key: WriterKey) -> str:
+    path, namespace, account, volume, container, workload = key
+    return (f"{path} by container {container}" + (f" of {workload}" if workload else "")
+            + f" in {namespace}/{account} (volume {volume})")
+
+
+def host_path_policy_lines(key: Key, before: dict[str, Any] | None, after: dict[str, Any] | None,
+                           places: tuple[str, ...]) -> list[Line] | None:
+    """The host-path policy read by its paths and writers (docs/review.md): a path or a writer added broadens, one
+    removed narrows, a writer whose container changed follows its workload (one neutral line); None when a side
+    cannot be read so."""
+    empty = HostPathReading(frozenset(), {})
+    old = read_host_path_policy(before) if before is not None else empty
+    new = read_host_path_policy(after) if after is not None else empty
+    if old is None or new is None:
+        return None
+    subject = label(key)
+    if after is None:
+        return [Line("exposure", subject, "removed: pods of the namespaces it bound may mount any host path, writable "
+                     "(the privileged level's one exception is no longer checked)", True, places)]
+    lines = []
+    if before is None:
+        lines.append(Line("exposure", subject, f"new: host paths only the {len(new.paths)} planned model cache "
+                          f"path(s), written only by their {len(new.writers)} planned loader(s)", False, places))
+    for gained in sorted(new.paths - old.paths):
+        lines.append(Line("exposure", subject, f"host path allowed: {_path_words(gained)} (pods there may mount it "
+                          "read-only)", True, places))
+    for lost in sorted(old.paths - new.paths):
+        lines.append(Line("exposure", subject, f"host path no longer allowed: {_path_words(lost)}", False, places))
+    lines += _planned_containers(subject, old.writers, new.writers, places, group="exposure",
+                                 what="host path writer", words=_writer_words,
+                                 gained="one more container that may write on the node", change="loader")
+    if before is not None:
+        lines += _rest_of_policy(key, before, after, HOST_PATHS_ANNOTATION, places)
+    return lines
+
+
+def _rest_of_policy(key: Key, before: dict[str, Any], after: dict[str, Any], annotation: str,
+                    places: tuple[str, ...]) -> list[Line]:
+    """Anything of a policy read by its annotation but its spec and that annotation (labels, other annotations), as
+    any object's."""
+    rest = [{**obj, "spec": None, "metadata": {**(obj.get("metadata") or {}), "annotations": {
+        name: value for name, value in _annotations(obj).items() if name != annotation}}}
+        for obj in (before, after)]
+    return diff_objects({key: rest[0]}, {key: rest[1]}, lambda _: places, read_policies=False)
+
+
 def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
-                 where: Callable[[Key], tuple[str, ...]]) -> list[Line]:
-    """Lines for every object added, removed or changed between two sets of objects."""
+                 where: Callable[[Key], tuple[str, ...]], *, read_policies: bool = True) -> list[Line]:
+    """Lines for every object added, removed or changed between two sets of objects (``read_policies``: the
+    admission policies of :data:`_READ_POLICIES` by their annotation; off for the rest of such a policy)."""
     lines: list[Line] = []
     policed = {key[1] for key in old if key[0] == "NetworkPolicy"}  # namespaces with policies (Context.first_policy)
     for key in sorted(set(old) | set(new)):
@@ -684,12 +805,15 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
         if before == after:
             continue
         places = where(key)
-        if is_token_policy(key, before) or is_token_policy(key, after):
-            read = token_policy_lines(key, before, after, places)
+        reader = next((r for r in _READ_POLICIES if r[0](key, before) or r[0](key, after)), None) \
+            if read_policies else None
+        if reader is not None:
+            _, read_lines, group, unreadable = reader
+            read = read_lines(key, before, after, places)
             if read is not None:
                 lines += read
                 continue
-            lines.append(Line("identity", label(key), UNREADABLE_TOKEN_POLICY, True, places))
+            lines.append(Line(group, label(key), unreadable, True, places))
         flat_old = flatten(before) if before is not None else {}
         flat_new = flatten(after) if after is not None else {}
         ctx = Context(key, before, after, flat_old, flat_new,
@@ -726,6 +850,16 @@ def diff_objects(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]],
         for words in unexplained:
             lines.append(Line("other", label(key), words, False, places))
     return lines
+
+
+# Admission policies read by their annotation: is it one, its lines (None: a side cannot be read so), the group and
+# the line when a side cannot be read.
+_READ_POLICIES: tuple[tuple[Callable[[Key, dict[str, Any] | None], bool],
+                            Callable[[Key, dict[str, Any] | None, dict[str, Any] | None, tuple[str, ...]],
+                                     list[Line] | None], str, str], ...] = (
+    (is_token_policy, token_policy_lines, "identity", UNREADABLE_TOKEN_POLICY),
+    (is_host_path_policy, host_path_policy_lines, "exposure", UNREADABLE_HOST_PATH_POLICY),
+)
 
 
 def _apply_rules(key: Key, path: str, old: Any, new: Any, ctx: Context, places: tuple[str, ...]
