@@ -258,6 +258,7 @@ if TYPE_CHECKING:
         sidecar_image_hash,
         sidecar_image_reference,
         sidecar_image_uri,
+        warn_entry,
         warn_gateway,
         warn_workload,
     )
@@ -445,6 +446,7 @@ __all__ = [
     "warn_capture_storage",
     "warn_capture_tables",
     "warn_certificate_alarms",
+    "warn_entry",
     "warn_gateway",
     "warn_hyperpod_cluster",
     "warn_inference_cluster",

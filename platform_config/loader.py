@@ -42,6 +42,7 @@ from hyperpod_inference_iac import (
     warn_capture_storage,
     warn_capture_tables,
     warn_certificate_alarms,
+    warn_entry,
     warn_gateway,
     warn_hyperpod_cluster,
     warn_inference_cluster,
@@ -216,6 +217,8 @@ def _warnings(config: PlatformConfig) -> RiskWarnings:
         warn_workload(warnings, workload, monitored_namespaces=config.monitored_namespaces)
     for gateway in config.workloads.gateways:
         warn_gateway(warnings, gateway)
+    for entry in config.workloads.entries:
+        warn_entry(warnings, entry, monitored_namespaces=config.monitored_namespaces)
     return warnings
 
 

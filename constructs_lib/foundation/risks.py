@@ -57,7 +57,8 @@ WARNINGS: Mapping[str, str] = {
     warning_id("InferenceWorkloads:sourceRangeNotPrivate"):
         "InferenceWorkloads: an allowedSourceRanges range outside private address space and the VPC",
     warning_id("InferenceWorkloads:captureNotMonitored"):
-        "InferenceWorkloads: a capturing portable server outside the namespaces a metrics agent watches",
+        "InferenceWorkloads: a capturing portable server or gateway capture entry outside the namespaces a metrics "
+        "agent watches",
     warning_id("InferenceWorkloads:registerTokenAudiences"):
         "InferenceWorkloads: container-scoped identities on an imported cluster, whose OIDC provider must list their "
         "token audiences",

@@ -33,6 +33,7 @@ from hyperpod_inference_iac.charts.plan import (
     IdentityPlan,
     ModelWorkload,
     ObjectAccess,
+    PlannedGatewayEntry,
     PortableWorkload,
     WorkloadPlan,
     check_grantable_key,
@@ -207,8 +208,8 @@ class InferenceWorkloadsProps(Props):
     monitored_namespaces: Sequence[str] | None = prop(
         None, config=False, default_doc="not checked",
         doc="Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches capture sidecars. A capturing "
-            "portable server in another namespace is warned (`captureNotMonitored`): its lost records and 5xx would "
-            "not be alarmed.")
+            "portable server or gateway capture entry in another namespace is warned (`captureNotMonitored`): its "
+            "lost records and 5xx would not be alarmed.")
 
     def check(self, problems: Problems, at: KeyPaths = PROPS) -> None:
         """A container-scoped identity needs IRSA (each problem at the identity's role name); the plan's budget
@@ -313,9 +314,9 @@ class InferenceWorkloads(Construct):
             it (`PlatformValue.USAGE_STORE_ENDPOINT`) and each of those sidecars' own roles, no other, is
             granted `elasticache:Connect` on it. Default: ``None`` (none).
         :param monitored_namespaces: Where a [CaptureSidecarMetrics](capture-sidecar-metrics.md) agent watches
-            capture sidecars. A capturing portable server in another namespace is warned
-            (`captureNotMonitored`): its lost records and 5xx would not be alarmed. Default: ``None`` (not
-            checked).
+            capture sidecars. A capturing portable server or gateway capture entry in another namespace is
+            warned (`captureNotMonitored`): its lost records and 5xx would not be alarmed. Default: ``None``
+            (not checked).
         """
         super().__init__(scope, id)
         self.props = props = InferenceWorkloadsProps(
@@ -383,6 +384,9 @@ class InferenceWorkloads(Construct):
                 if external_dns is not None:
                     manifest.node.add_dependency(external_dns)
                 self.manifests[chart_id] = manifest
+                entry_warnings = RiskWarnings()
+                warn_entry(entry_warnings, entry, monitored_namespaces=monitored_namespaces)
+                entry_warnings.annotate(manifest)
                 continue
             workload = rendered.workloads[chart_id]
             for identity in workload.identities:
@@ -501,6 +505,19 @@ def warn_workload(warnings: RiskWarnings, workload: ModelWorkload | PortableWork
                          "alarmed; run it in a watched namespace, or add a CaptureSidecarMetrics for its namespace")
 
 
+def warn_entry(warnings: RiskWarnings, entry: PlannedGatewayEntry, *,
+               monitored_namespaces: Sequence[str] | None = None) -> None:
+    """A gateway's capture entry (``gateways[i].entry``) in a namespace no capture sidecar metrics agent watches
+    (``monitored_namespaces``; None: not checked): its sidecar's lost records, upload failures and 5xx would not be
+    alarmed, as a portable server's would not be there (``captureNotMonitored``)."""
+    if monitored_namespaces is not None and entry.namespace not in monitored_namespaces:
+        warnings.add("InferenceWorkloads:captureNotMonitored", entry.path,
+                     f"the capture sidecar metrics agent watches {', '.join(monitored_namespaces)} only: lost records, "
+                     f"upload failures and 5xx of gateway {entry.gateway}'s capture entry in {entry.namespace} are "
+                     "not alarmed; run the gateway in a watched namespace, or add a CaptureSidecarMetrics for its "
+                     "namespace")
+
+
 def warn_gateway(warnings: RiskWarnings, gateway: PlannedGateway) -> None:
     """An Inference Gateway that accepts requests without a token (allowed only with a reason, and still said)."""
     if gateway.gateway.jwt is None:
@@ -615,4 +632,5 @@ def _missing_resources(scope: Construct, needs: Mapping[str, Sequence[PlatformVa
 
 
 __all__ = ["AwaitingDeploy", "InferenceWorkloads", "InferenceWorkloadsProps", "sidecar_image_hash",
-           "sidecar_image_reference", "sidecar_image_uri", "warn_gateway", "warn_workload"]
+           "sidecar_image_reference", "sidecar_image_uri", "warn_entry", "warn_gateway",
+           "warn_workload"]

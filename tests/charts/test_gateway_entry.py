@@ -323,3 +323,40 @@ def test_the_entry_cannot_take_a_portable_servers_name() -> None:
     problems = Problems()
     _plan(problems=problems, portable=[server])
     assert ("GatewayEntry.NameTaken", "gateways[0].name") in [(p.code, p.path) for p in problems]
+
+
+def _plan_in(namespace: str) -> WorkloadPlan:
+    """The sample models behind one gateway with an entry, all in ``namespace``."""
+    problems = Problems()
+    parsed = parse_models(samples.model_entries(), problems=problems)
+    deployments = [ModelDeployment(w, path=p, gateway="models", namespace=namespace)
+                   for p, w in parsed if int(p[7:-1]) in BEHIND]
+    found = read_gateway({**GATEWAY, "namespace": namespace}, "gateways[0]", problems)
+    plan = plan_workloads(samples.context(**PLATFORM), models=deployments, gateways=[found] if found else [],
+                          problems=problems)
+    problems.raise_if_any()
+    return plan
+
+
+@pytest.mark.parametrize(("namespace", "monitored", "warned"), [
+    ("team-models", (samples.NAMESPACE,), True),  # the agent watches the platform's namespace only
+    ("team-models", (samples.NAMESPACE, "team-models"), False),
+    (samples.NAMESPACE, (samples.NAMESPACE,), False),
+    ("team-models", None, False),  # no agent: nothing to say (the loader's and the construct's None)
+])
+def test_an_entry_where_no_metrics_agent_looks_is_warned_at_its_key(namespace: str, monitored: tuple[str, ...] | None,
+                                                                   warned: bool) -> None:
+    """As a capturing portable server in another namespace is: its sidecar's lost records and 5xx would be alarmed
+    by no one (the sidecar metrics agent discovers pods of its own namespace only)."""
+    from hyperpod_inference_iac import RiskWarnings, warn_entry
+    from hyperpod_inference_iac.foundation.risks import warning_id
+
+    (entry,) = _plan_in(namespace).entries
+    assert entry.namespace == namespace
+    warnings = RiskWarnings()
+    warn_entry(warnings, entry, monitored_namespaces=monitored)
+    found = [(w.id, w.path) for w in warnings.items]
+    assert found == ([(warning_id("InferenceWorkloads:captureNotMonitored"), "gateways[0].entry")] if warned else [])
+    if warned:
+        (text,) = [w.message for w in warnings.items]
+        assert f"capture entry in {namespace} are not alarmed" in text

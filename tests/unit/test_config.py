@@ -744,7 +744,21 @@ RISKY = [
      _put("alarms.certificate", {"daysToExpiry": {"threshold": 61}})),
     ("InferenceWorkloads:fullSampling", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage",
      _set("models.0.spec.dataCapture.modelPod.initialSamplingPercentage", 100)),
+    ("InferenceWorkloads:captureNotMonitored", "gateways[0].entry", lambda data: _gateway_elsewhere(data)),
 ]
+
+
+def _gateway_elsewhere(data: dict[str, Any]) -> None:
+    """The gateway (with its entry) and the models behind it in a namespace of their own, where the capture sidecar
+    metrics agent (the platform's namespace) does not look (a model that reads the synced Hugging Face token stays in
+    the platform's namespace, off the gateway)."""
+    data["gateways"][0]["namespace"] = "team-models"
+    for model in data["models"]:
+        if model.get("gateway") == data["gateways"][0]["name"]:
+            if "tokenSecretRef" in json.dumps(model):
+                del model["gateway"]
+            else:
+                model["namespace"] = "team-models"
 
 
 def _unacknowledged(data: dict[str, Any]) -> list[tuple[str, str]]:
