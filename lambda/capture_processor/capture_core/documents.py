@@ -50,7 +50,7 @@ def decode_literal(body: str) -> str:
     if "\\" not in body:
         return body
     try:
-        value: str = fast_json.loads(f'"{body}"')  # a JSON string literal
+        value: str = fast_json.loads_unchecked(f'"{body}"')  # a JSON string literal: no number to check
     except ValueError:
         value = _ESCAPE.sub(_unescape, body)
     if "\\u" in body or "\\U" in body:
