@@ -110,6 +110,8 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "REQUIRED_TEXTS", False)
     monkeypatch.setattr(payloads, "FAST_BASE64", False)
     monkeypatch.setattr(payloads, "FACTS_UNCHECKED", False)
+    monkeypatch.setattr(redaction, "SHARED_JOIN", False)
+    monkeypatch.setattr(documents, "ESCAPES_BY_ARROW", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

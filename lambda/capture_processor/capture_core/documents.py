@@ -32,6 +32,9 @@ from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
 MAX_DEPTH = 4
 # The speed switch of the one combined scan per batch (off in the differential test's plain path: two scans).
 SHARED_SCAN = True
+# The speed switch of finding the documents with \\u escapes in one Arrow call over all of them (off in the plain path:
+# a substring search per document in Python).
+ESCAPES_BY_ARROW = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -114,6 +117,7 @@ class DocumentBatch:
         self._pieces: list[str] = []
         self._documents: list[tuple[str, _Node | int | None]] = []  # None: clean, nothing to redact
         self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
+        self._escaped_texts: list[str] = []  # their texts
         self._redacted: list[str] | None = None
         self._hits: dict[int, set[str]] = {}
         self._owners: list[int] = []  # the document of each piece
@@ -125,6 +129,7 @@ class DocumentBatch:
         self._owner = len(self._documents)
         if "\\" in text and (as_json or '"' in text):  # JSON, or a text that may hold some (holds_escaped_json)
             self._escaped.append(len(self._documents))
+            self._escaped_texts.append(text)
             plan: _Node | int | None = None
         else:
             plan = self._piece(text)
@@ -157,16 +162,28 @@ class DocumentBatch:
         match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
             return None
-        # A \\u escape is found by Python's substring search (C, no Arrow pass); only the other documents go to RE2.
-        unicode: list[int] = []
-        others: list[int] = []
-        for document in self._escaped:
-            (unicode if "\\u" in self._documents[document][0] else others).append(document)
-        flagged = set(unicode)
+        # Only the documents without a \\u escape go to RE2: the others are found in one Arrow call
+        # (ESCAPES_BY_ARROW) or by Python's substring search, document by document.
+        flagged: set[int]
+        escaped = _arrow_texts(self._escaped_texts) if ESCAPES_BY_ARROW else None
+        if escaped is not None:
+            has_unicode = pc.match_substring(escaped, "\\u")
+            if pc.any(has_unicode).as_py():
+                flagged = {self._escaped[position] for position in pc.indices_nonzero(has_unicode).to_pylist()}
+                others = [document for document in self._escaped if document not in flagged]
+                texts = pc.filter(escaped, pc.invert(has_unicode))
+            else:
+                flagged, others, texts = set(), self._escaped, escaped
+        else:
+            unicode: list[int] = []
+            others = []
+            for document in self._escaped:
+                (unicode if "\\u" in self._documents[document][0] else others).append(document)
+            flagged = set(unicode)
+            texts = pa.array([self._documents[document][0] for document in others], pa.string())
         planned = len(self._pieces)
         pieces_may_match: pa.Array | None = None
         if others:
-            texts = pa.array([self._documents[document][0] for document in others], pa.string())
             decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
             decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
             if SHARED_SCAN and planned:
@@ -274,6 +291,14 @@ class DocumentBatch:
                 if part.closed:
                     out.append('"')
         return "".join(out)
+
+
+def _arrow_texts(texts: list[str]) -> pa.Array | None:
+    """The texts as an Arrow column; None when one holds what UTF-8 cannot (a lone surrogate)."""
+    try:
+        return pa.array(texts, pa.string())
+    except (UnicodeError, pa.ArrowException):
+        return None
 
 
 def redact_document(redactor: Redactor, text: str, *, as_json: bool) -> str:
