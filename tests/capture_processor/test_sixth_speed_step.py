@@ -1,9 +1,10 @@
 """The sixth speed step (issue 27) changes no output. Each switch is held to the code it replaces on inputs built to
 break it: `redaction.SHARED_JOIN` (the candidates joined once for the rules that search the same ones, until a rule
-changes one) on rows where early rules change candidates that later rules search; `documents.ESCAPES_BY_ARROW` (the
-documents with `\\u` escapes found in one Arrow call) on batches with and without them and with a text Arrow cannot
-hold; `payloads.FACTS_UNCHECKED` (payloads parsed for their facts without fast_json's digit-run check) on responses
-whose numbers orjson and `json` read differently, where the facts read them."""
+changes one) on rows where early rules change candidates that later rules search; `documents.UNICODE_BY_RE2` (the
+documents with `\\u` escapes found by one RE2 search over them all) on batches with and without them, with many
+escapes in one document, and with a text Arrow cannot hold; `payloads.FACTS_UNCHECKED` (payloads parsed for their
+facts without fast_json's digit-run check) on responses whose numbers orjson and `json` read differently, where the
+facts read them."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _documents(seed: int) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
     for index in range(120):
         secret = rng.choice(SECRETS)
-        value = rng.choice(["line\n" + secret, secret + "\tend", "say \"" + secret + "\"", "é " + secret, "plain"])
+        value = rng.choice(["line\n" + secret, secret + "\tend", 'say "' + secret + '"', "é " + secret, "plain"])
         text = json.dumps({"k": value, "n": index}, ensure_ascii=rng.random() < 0.5)  # \u escapes in some
         if rng.random() < 0.1:
             text = text.replace("é", "\\u00e9")
@@ -94,7 +95,7 @@ def _documents(seed: int) -> list[tuple[str, bool]]:
 def test_unicode_escapes_found_by_arrow_plan_alike(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = _documents(seed)
     fast = _batch_results(texts)
-    monkeypatch.setattr(documents, "ESCAPES_BY_ARROW", False)
+    monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
     assert _batch_results(texts) == fast
     assert sum(bool(rules) for _, rules in fast) > 20
 
@@ -104,13 +105,16 @@ def test_unicode_escapes_found_by_arrow_plan_alike(seed: int, monkeypatch: pytes
     [
         [('{"k": "a\\nb"}', True), ('{"k": "x\\ny bob@example.com"}', True)],  # no \u at all
         [('{"k": "\\u0041\\nb"}', True), ('{"k": "\\u00e9 bob@example.com\\n"}', True)],  # every document has one
+        # many in one document, and the shortest
+        [('{"k": "' + "\\u4e2d" * 500 + '\\n a@b.co"}', True), ('{"k": "x\\ny"}', True), ('"\\u"', True)],
+        [('{"k": "\\\\u0041 \\n bob@example.com"}', True), ('{"k": "end\\\\"}', True), ('{"k": "u\\n"}', True)],
     ],
 )
 def test_batches_with_no_or_only_unicode_escapes_plan_alike(
     texts: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = _batch_results(texts)
-    monkeypatch.setattr(documents, "ESCAPES_BY_ARROW", False)
+    monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
     assert _batch_results(texts) == fast
 
 
@@ -119,7 +123,7 @@ def test_a_text_arrow_cannot_hold_takes_the_per_document_path(monkeypatch: pytes
     assert documents._arrow_texts([lone]) is None
     texts = [(lone, True), ('{"k": "\\u0041 bob@example.com\\n"}', True)]
     fast = _batch_results(texts)
-    monkeypatch.setattr(documents, "ESCAPES_BY_ARROW", False)
+    monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
     assert _batch_results(texts) == fast
     assert fast[1][1] == {"email"}
 

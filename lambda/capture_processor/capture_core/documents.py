@@ -27,14 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from capture_core import fast_json
-from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
+from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor, rows_holding_unicode_escape
 
 MAX_DEPTH = 4
 # The speed switch of the one combined scan per batch (off in the differential test's plain path: two scans).
 SHARED_SCAN = True
-# The speed switch of finding the documents with \\u escapes in one Arrow call over all of them (off in the plain path:
+# The speed switch of finding the documents with \\u escapes by one RE2 search over all of them (off in the plain path:
 # a substring search per document in Python).
-ESCAPES_BY_ARROW = True
+UNICODE_BY_RE2 = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -162,16 +162,19 @@ class DocumentBatch:
         match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
             return None
-        # Only the documents without a \\u escape go to RE2: the others are found in one Arrow call
-        # (ESCAPES_BY_ARROW) or by Python's substring search, document by document.
+        # Only the documents without a \\u escape go to the scan: those with one are found by one RE2 search over them
+        # all (UNICODE_BY_RE2), or by Python's substring search, document by document.
         flagged: set[int]
-        escaped = _arrow_texts(self._escaped_texts) if ESCAPES_BY_ARROW else None
-        if escaped is not None:
-            has_unicode = pc.match_substring(escaped, "\\u")
-            if pc.any(has_unicode).as_py():
-                flagged = {self._escaped[position] for position in pc.indices_nonzero(has_unicode).to_pylist()}
+        escaped = _arrow_texts(self._escaped_texts) if UNICODE_BY_RE2 else None
+        unicode_rows = rows_holding_unicode_escape(escaped) if escaped is not None else None
+        if escaped is not None and unicode_rows is not None:
+            if unicode_rows:
+                flagged = {self._escaped[position] for position in unicode_rows}
                 others = [document for document in self._escaped if document not in flagged]
-                texts = pc.filter(escaped, pc.invert(has_unicode))
+                keep = [True] * len(escaped)
+                for position in unicode_rows:
+                    keep[position] = False
+                texts = pc.filter(escaped, pa.array(keep, pa.bool_()))
             else:
                 flagged, others, texts = set(), self._escaped, escaped
         else:
@@ -273,23 +276,25 @@ class DocumentBatch:
 
     def _render(self, plan: _Node | int) -> str:
         assert self._redacted is not None
+        redacted, hits = self._redacted, self._hits
         if isinstance(plan, int):
-            return self._redacted[plan]
+            return redacted[plan]
         out: list[str] = []
+        append = out.append  # a part costs a few attribute reads and calls less this way: rendering is per literal
         for part in plan.parts:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, int):
-                out.append(self._redacted[part])
-            else:
-                out.append('"')
-                if self._changed(part.value):
-                    value = self._render(part.value)
-                    out.append(encode_literal(value))
+            if isinstance(part, _Literal):
+                value = part.value
+                append('"')
+                if (value in hits) if isinstance(value, int) else self._changed(value):
+                    append(encode_literal(self._render(value)))
                 else:
-                    out.append(part.body)
+                    append(part.body)
                 if part.closed:
-                    out.append('"')
+                    append('"')
+            elif isinstance(part, str):
+                append(part)
+            else:
+                append(redacted[part])
         return "".join(out)
 
 

@@ -131,10 +131,12 @@ def _parsed(text: str) -> Any:
 
 def _float_index(value: Any) -> bool:
     """True when a choice of the response has a float `index` (where orjson and json may differ)."""
-    choices = value.get("choices") if isinstance(value, dict) else None
-    return isinstance(choices, list) and any(
-        isinstance(choice, dict) and isinstance(choice.get("index"), float) for choice in choices
-    )
+    choices = value.get("choices") if type(value) is dict else None  # parsed JSON: plain dicts and lists
+    if type(choices) is list:
+        for choice in choices:  # a loop, not a generator: this runs for every payload
+            if type(choice) is dict and type(choice.get("index")) is float:
+                return True
+    return False
 
 
 def _decoded_base64(data: str, content_type: str | None, truncated: bool) -> tuple[str, str | None]:

@@ -504,6 +504,31 @@ def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
     return sorted(found)
 
 
+_UNICODE_ESCAPE = _google_re2.compile(rb"\\u") if _google_re2 is not None else None
+
+
+def rows_holding_unicode_escape(texts: pa.Array) -> list[int] | None:
+    """The rows of `texts` (strings, no nulls) that hold a `\\u`, in order: one RE2 search over the rows joined by
+    Arrow per such row (after a hit the search goes on at the next row), not a call per row. None without google-re2.
+    A `\\u` never spans two rows: the joint holds no backslash."""
+    if _UNICODE_ESCAPE is None:
+        return None
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts), _JOINT_TEXT)
+    buffer = joined[0].as_buffer()
+    starts = list(accumulate(map(add, pc.binary_length(texts).to_pylist(), repeat(len(_JOINT))), initial=0))
+    match = _UNICODE_ESCAPE._regexp.Match
+    rows: list[int] = []
+    position, end = 0, len(buffer)
+    while position < end:
+        begin = match(_UNANCHORED, buffer, position, end)[0][0]
+        if begin < 0:
+            break
+        row = bisect_right(starts, begin) - 1
+        rows.append(row)
+        position = starts[row + 1]
+    return rows
+
+
 def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
     """`[match.span() for match in compiled.finditer(text)]` for a pattern without capture groups over bytes (or a
     buffer), in half the time: RE2's own Match called in a loop (the binding's internal `_regexp`; google-re2 is pinned,
