@@ -111,6 +111,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(payloads, "FAST_BASE64", False)
     monkeypatch.setattr(payloads, "FACTS_UNCHECKED", False)
     monkeypatch.setattr(redaction, "SHARED_JOIN", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
     monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
 
 

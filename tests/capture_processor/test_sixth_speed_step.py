@@ -169,3 +169,23 @@ def test_a_float_index_is_read_again() -> None:
 def test_integers_below_orjsons_range_are_read_by_json(text: str) -> None:
     assert fast_json.loads(text) == json.loads(text)
     assert repr(fast_json.loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+def test_the_budget_summed_by_arrow_finds_the_same_documents(by_length: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three documents: one over the budget only when its rows are summed, one just under, one row on its own over.
+    monkeypatch.setattr(redaction, "MAX_CANDIDATES_PER_DOCUMENT", 20)
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", by_length)
+    many = " ".join(f"u{index}@example.com" for index in range(12))
+    rows = [many, "plain", many, " ".join(["a@b.co"] * 19), "x@y.org", " ".join(["a@b.co"] * 21), many + " " + many]
+    owners = [0, 0, 0, 1, 1, 2, 3]
+
+    def redacted() -> tuple[Any, ...]:
+        redactor = Redactor(DEFAULT_RULES)
+        texts, hits, over = redactor.redact_owned(pa.array(rows, pa.string()), owners)
+        return texts.to_pylist(), hits, over, redactor.counts, redactor.over_budget
+
+    fast = redacted()
+    monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
+    assert redacted() == fast
+    assert fast[2] == {0, 2, 3}
