@@ -189,3 +189,12 @@ def test_the_budget_summed_by_arrow_finds_the_same_documents(by_length: bool, mo
     monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
     assert redacted() == fast
     assert fast[2] == {0, 2, 3}
+
+
+def test_a_literal_is_encoded_as_json_dumps_encodes_it() -> None:
+    rng = random.Random(5)
+    alphabet = ['"', "\\", "/", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "\u2028", "\ud800", "\udfff", "😀", "a", " "]
+    values = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    assert [documents.encode_literal(value) for value in values] == [
+        json.dumps(value, ensure_ascii=False)[1:-1] for value in values
+    ]

@@ -20,7 +20,9 @@ chunk at once.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -44,6 +46,7 @@ MIN_GAP = 6
 
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -79,7 +82,9 @@ def string_values(text: str) -> list[str]:
 
 
 def encode_literal(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)[1:-1]
+    # What json.dumps(value, ensure_ascii=False)[1:-1] gives (JSONEncoder.encode calls this function for a str), without
+    # an encoder object built per call.
+    return _encode_string(value)[1:-1]
 
 
 def looks_like_json(text: str) -> bool:
