@@ -113,6 +113,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "SHARED_JOIN", False)
     monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
     monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
+    monkeypatch.setattr(documents, "SPLICED", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

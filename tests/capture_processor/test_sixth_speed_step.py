@@ -4,7 +4,9 @@ changes one) on rows where early rules change candidates that later rules search
 documents with `\\u` escapes found by one RE2 search over them all) on batches with and without them, with many
 escapes in one document, and with a text Arrow cannot hold; `payloads.FACTS_UNCHECKED` (payloads parsed for their
 facts without fast_json's digit-run check) on responses whose numbers orjson and `json` read differently, where the
-facts read them."""
+facts read them; `redaction.BUDGET_BY_ARROW` (the budget's bytes summed per document by Arrow) on documents either side
+of the budget; `documents.SPLICED` (a document planned as its text and the spans to redact, rendered by copying the
+text between changed spans) on seeded documents of escapes, nested JSON, cut literals, stray quotes and secrets."""
 
 from __future__ import annotations
 
@@ -198,3 +200,55 @@ def test_a_literal_is_encoded_as_json_dumps_encodes_it() -> None:
     assert [documents.encode_literal(value) for value in values] == [
         json.dumps(value, ensure_ascii=False)[1:-1] for value in values
     ]
+
+
+FRAGMENTS = ['"', '\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d", " ", ":", ",", "{", "}", "[", "]", "abc", "mail",
+             "bob@example.com", '{\\"k\\": \\"v\\\\n x\\"}', '"long enough value"', '"ab"', "é", "\n", "\\",
+             '{\\"to\\": \\"carol@example.org\\\\n\\"}', "415-555-0100", "\\nAKIAIOSFODNN7EXAMPLE", "\ue006", "\ue000",
+             '\\\\\\"', '"sk-' + "B" * 24 + '"']  # fmt: skip
+
+
+def _spliced_text(batch: DocumentBatch, node: Any) -> list[tuple[str, Any]]:
+    """Each span's text and what it holds: a piece's text, or a nested plan's spans."""
+    out: list[tuple[str, Any]] = []
+    for start, end, value, literal in node.spans:
+        held = batch._pieces[value] if isinstance(value, int) else _spliced_text(batch, value)
+        out.append((node.text[start:end], held, literal))
+    return out
+
+
+def test_the_spliced_plan_holds_the_pieces_of_the_plan_part_by_part() -> None:
+    rng = random.Random(2706)
+    for _ in range(600):
+        text = "".join(rng.choices(FRAGMENTS, k=rng.randint(0, 40)))
+        spliced, parts = DocumentBatch(Redactor(DEFAULT_RULES)), DocumentBatch(Redactor(DEFAULT_RULES))
+        spliced._owner = parts._owner = 3
+        node = spliced._plan_spliced(text, 1)
+        parts._plan_json(text, 1)
+        assert spliced._pieces == parts._pieces and spliced._owners == parts._owners, text
+        for span_text, held, literal in _spliced_text(spliced, node):  # each span is what its piece was cut from
+            if not literal:
+                assert span_text == held, text
+            elif isinstance(held, str):
+                assert documents.decode_literal(span_text) == held, text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_spliced_documents_render_as_documents_rendered_part_by_part(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(300):
+        text = "".join(rng.choices(FRAGMENTS, k=rng.randint(0, 50)))
+        texts.append((text, rng.random() < 0.8))
+    texts += [
+        (json.dumps({"args": json.dumps({"to": "bob@example.com", "n": "x\ny"}), "k": "a\nb"}), True),  # nested
+        ('{"cut": "mail bob@example.com\\nand more', True),  # cut inside a literal
+        ('{"a": "' + "bob@example.com\\n" * 3 + '", "b": "short", "c": "\\nAKIAIOSFODNN7EXAMPLE"}', True),
+    ]
+    fast = _batch_results(texts)
+    monkeypatch.setattr(documents, "SPLICED", False)
+    assert _batch_results(texts) == fast
+    assert sum(bool(rules) for _, rules in fast) > 30
+    assert "bob@example.com" not in fast[-3][0] and "bob@example.com" not in fast[-2][0]
