@@ -70,6 +70,11 @@ def hostile_object() -> bytes:
         record("cp1252", side(b64("“quote” a@example.com", "cp1252"), "text/plain", "BASE64"), None),
         record("utf16", side(b64("\ufeffIBAN GB82 WEST 1234 5698 7654 32", "utf-16-le"), "text/plain", "BASE64"), None),
         record("bom-json", side("\ufeff" + json.dumps({"k": SECRETS["us_ssn"]})), None),
+        # Integers outside orjson's range where the facts read numbers: the order of the finish reasons, token counts.
+        record("big-index", side(transcripts.chat_request("hi", stream=False)), side(
+            '{"object": "chat.completion", "choices": [{"index": 18446744073709551616, "finish_reason": "length"}, '
+            '{"index": 1, "finish_reason": "stop"}, {"index": -9223372036854775809, "finish_reason": "tool_calls"}], '
+            '"usage": {"prompt_tokens": 99999999999999999999, "completion_tokens": -9223372036854775809}}')),
         record("deep", side("[" * 3000 + '"a@example.com"' + "]" * 3000), None),
         record("unknown-stream", None, side('data: {"x": "alice.smith@exa"}\n\ndata: {"x": "mple.com"}\n\n',
                                             "text/event-stream")),
@@ -104,6 +109,11 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "COMPILED_RULES", False)
     monkeypatch.setattr(redaction, "REQUIRED_TEXTS", False)
     monkeypatch.setattr(payloads, "FAST_BASE64", False)
+    monkeypatch.setattr(payloads, "FACTS_UNCHECKED", False)
+    monkeypatch.setattr(redaction, "SHARED_JOIN", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
+    monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
+    monkeypatch.setattr(documents, "SPLICED", False)
 
 
 def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,7 +136,8 @@ def test_the_fast_path_gives_the_plain_paths_output(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize(
     "text",
     ['{"a":1,"a":2}', "\ufeff{}", "1e400", "NaN", "[1.5e-7,-0,-0.0,0.1]", '"\\ud800"', '"\\ud83d\\ude00"',
-     "123456789012345678901234567890", "[" * 2000 + "]" * 2000, '{"a": "\\u0000\\t"}', "1,2", ""],
+     "123456789012345678901234567890", "-9223372036854775809", "[-9223372036854775808, 18446744073709551615]",
+     "[" * 2000 + "]" * 2000, '{"a": "\\u0000\\t"}', "1,2", ""],
 )
 def test_fast_json_reads_what_json_reads_and_fails_where_it_fails(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def outcome() -> Any:

@@ -441,8 +441,8 @@ def _split_across_events(batch: DocumentBatch, exchange: _Exchange) -> bool:
 
 
 def _side_of(values: list[list[Any]], row: int) -> DecodedSide:
-    data, encoding, content_type, truncated = (column[row] for column in values)
-    return decode_side(data, encoding, content_type, bool(truncated))
+    data, encoding, content_type, truncated = values  # the columns (no generator per row: ~1% of a chunk)
+    return decode_side(data[row], encoding[row], content_type[row], bool(truncated[row]))
 
 
 def _exchange(request: DecodedSide, response: DecodedSide, path: str | None, batch: DocumentBatch) -> _Exchange:

@@ -20,18 +20,26 @@ chunk at once.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from capture_core import fast_json
-from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor
+from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor, rows_holding_unicode_escape
 
 MAX_DEPTH = 4
 # The speed switch of the one combined scan per batch (off in the differential test's plain path: two scans).
 SHARED_SCAN = True
+# The speed switch of planning a document as its text and the spans to redact, rendered by copying the text between
+# changed spans (off in the plain path: every part of the text kept as a part, rendered part by part).
+SPLICED = True
+# The speed switch of finding the documents with \\u escapes by one RE2 search over all of them (off in the plain path:
+# a substring search per document in Python).
+UNICODE_BY_RE2 = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -41,6 +49,7 @@ MIN_GAP = 6
 
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -50,7 +59,7 @@ def decode_literal(body: str) -> str:
     if "\\" not in body:
         return body
     try:
-        value: str = fast_json.loads(f'"{body}"')  # a JSON string literal
+        value: str = fast_json.loads_unchecked(f'"{body}"')  # a JSON string literal: no number to check
     except ValueError:
         value = _ESCAPE.sub(_unescape, body)
     if "\\u" in body or "\\U" in body:
@@ -76,7 +85,9 @@ def string_values(text: str) -> list[str]:
 
 
 def encode_literal(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)[1:-1]
+    # What json.dumps(value, ensure_ascii=False)[1:-1] gives (JSONEncoder.encode calls this function for a str), without
+    # an encoder object built per call.
+    return _encode_string(value)[1:-1]
 
 
 def looks_like_json(text: str) -> bool:
@@ -106,14 +117,28 @@ class _Literal:
     closed: bool  # False: the document was cut inside this literal
 
 
+@dataclass(slots=True)
+class _Spliced:
+    """A document as its text and the spans of it to redact (SPLICED): `(start, end, value, literal)`, where `value`
+    is the index of a piece (or, for a literal, its decoded value split again) and `literal` says the span is a
+    literal's body, re-encoded when its value changed. Rendering copies the text between changed spans only."""
+
+    text: str
+    spans: list[tuple[int, int, _Spliced | int, bool]] = field(default_factory=list)
+
+
+_Plan = _Node | _Spliced | int
+
+
 class DocumentBatch:
     """Documents added one by one, redacted together, read back by the id `add` returned."""
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._pieces: list[str] = []
-        self._documents: list[tuple[str, _Node | int | None]] = []  # None: clean, nothing to redact
+        self._documents: list[tuple[str, _Plan | None]] = []  # None: clean, nothing to redact
         self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
+        self._escaped_texts: list[str] = []  # their texts
         self._redacted: list[str] | None = None
         self._hits: dict[int, set[str]] = {}
         self._owners: list[int] = []  # the document of each piece
@@ -125,7 +150,8 @@ class DocumentBatch:
         self._owner = len(self._documents)
         if "\\" in text and (as_json or '"' in text):  # JSON, or a text that may hold some (holds_escaped_json)
             self._escaped.append(len(self._documents))
-            plan: _Node | int | None = None
+            self._escaped_texts.append(text)
+            plan: _Plan | None = None
         else:
             plan = self._piece(text)
         self._documents.append((text, plan))
@@ -157,16 +183,31 @@ class DocumentBatch:
         match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
             return None
-        # A \\u escape is found by Python's substring search (C, no Arrow pass); only the other documents go to RE2.
-        unicode: list[int] = []
-        others: list[int] = []
-        for document in self._escaped:
-            (unicode if "\\u" in self._documents[document][0] else others).append(document)
-        flagged = set(unicode)
+        # Only the documents without a \\u escape go to the scan: those with one are found by one RE2 search over them
+        # all (UNICODE_BY_RE2), or by Python's substring search, document by document.
+        flagged: set[int]
+        escaped = _arrow_texts(self._escaped_texts) if UNICODE_BY_RE2 else None
+        unicode_rows = rows_holding_unicode_escape(escaped) if escaped is not None else None
+        if escaped is not None and unicode_rows is not None:
+            if unicode_rows:
+                flagged = {self._escaped[position] for position in unicode_rows}
+                others = [document for document in self._escaped if document not in flagged]
+                keep = [True] * len(escaped)
+                for position in unicode_rows:
+                    keep[position] = False
+                texts = pc.filter(escaped, pa.array(keep, pa.bool_()))
+            else:
+                flagged, others, texts = set(), self._escaped, escaped
+        else:
+            unicode: list[int] = []
+            others = []
+            for document in self._escaped:
+                (unicode if "\\u" in self._documents[document][0] else others).append(document)
+            flagged = set(unicode)
+            texts = pa.array([self._documents[document][0] for document in others], pa.string())
         planned = len(self._pieces)
         pieces_may_match: pa.Array | None = None
         if others:
-            texts = pa.array([self._documents[document][0] for document in others], pa.string())
             decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
             decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
             if SHARED_SCAN and planned:
@@ -184,7 +225,7 @@ class DocumentBatch:
                 self._over_planned.add(document)
                 continue
             self._owner = document
-            self._documents[document] = (text, self._plan_json(text, 1))
+            self._documents[document] = (text, self._plan_spliced(text, 1) if SPLICED else self._plan_json(text, 1))
         if pieces_may_match is None:
             return None
         return pa.concat_arrays([pieces_may_match, pa.array([True] * (len(self._pieces) - planned), pa.bool_())])
@@ -205,7 +246,7 @@ class DocumentBatch:
         rules = self._document_rules.get(document)
         if plan is None or rules is None:
             return text, set()
-        return self._render(plan), set(rules)
+        return (self._render_spliced(plan) if isinstance(plan, _Spliced) else self._render(plan)), set(rules)
 
     def _piece(self, text: str) -> int:
         self._pieces.append(text)
@@ -241,6 +282,65 @@ class DocumentBatch:
                 parts.append(gap)
         return node
 
+    def _plan_spliced(self, text: str, depth: int) -> _Spliced:
+        """`_plan_json`'s pieces, each kept with its span of the text instead of every part of the text."""
+        node = _Spliced(text)
+        spans = node.spans
+        pieces, owners, owner = self._pieces, self._owners, self._owner
+        tokens = _LITERAL.split(text)  # [gap, body, close, gap, ..., gap]; each literal's opening quote is left out
+        at = len(tokens[0])
+        if at >= MIN_GAP:
+            spans.append((0, at, len(pieces), False))
+            pieces.append(tokens[0])
+            owners.append(owner)
+        for index in range(1, len(tokens), 3):
+            body = tokens[index]
+            start = at + 1  # past the opening quote
+            at = start + len(body)
+            if len(body) >= MIN_GAP:  # shorter: a key or a short value, kept as written (see _plan_json)
+                value = decode_literal(body)
+                if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
+                    planned: _Spliced | int = self._plan_spliced(value, depth + 1)
+                else:
+                    planned = len(pieces)
+                    pieces.append(value)
+                    owners.append(owner)
+                spans.append((start, at, planned, True))
+            at += len(tokens[index + 1])  # the closing quote, when there is one
+            gap = tokens[index + 2]
+            if len(gap) >= MIN_GAP:
+                spans.append((at, at + len(gap), len(pieces), False))
+                pieces.append(gap)
+                owners.append(owner)
+            at += len(gap)
+        return node
+
+    def _spliced_changed(self, node: _Spliced) -> bool:
+        hits = self._hits
+        return any(
+            (value in hits) if isinstance(value, int) else self._spliced_changed(value) for _, _, value, _ in node.spans
+        )
+
+    def _render_spliced(self, node: _Spliced) -> str:
+        assert self._redacted is not None
+        redacted, hits, text = self._redacted, self._hits, node.text
+        out: list[str] = []
+        last = 0
+        for start, end, value, literal in node.spans:
+            if isinstance(value, int):
+                if value not in hits:
+                    continue
+                rendered = redacted[value]
+            elif self._spliced_changed(value):
+                rendered = self._render_spliced(value)
+            else:
+                continue
+            out.append(text[last:start])
+            out.append(encode_literal(rendered) if literal else rendered)
+            last = end
+        out.append(text[last:])
+        return "".join(out)
+
     def _gap(self, node: _Node, gap: str) -> None:
         if gap:
             node.parts.append(self._piece(gap) if len(gap) >= MIN_GAP else gap)
@@ -256,24 +356,34 @@ class DocumentBatch:
 
     def _render(self, plan: _Node | int) -> str:
         assert self._redacted is not None
+        redacted, hits = self._redacted, self._hits
         if isinstance(plan, int):
-            return self._redacted[plan]
+            return redacted[plan]
         out: list[str] = []
+        append = out.append  # a part costs a few attribute reads and calls less this way: rendering is per literal
         for part in plan.parts:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, int):
-                out.append(self._redacted[part])
-            else:
-                out.append('"')
-                if self._changed(part.value):
-                    value = self._render(part.value)
-                    out.append(encode_literal(value))
+            if isinstance(part, _Literal):
+                value = part.value
+                append('"')
+                if (value in hits) if isinstance(value, int) else self._changed(value):
+                    append(encode_literal(self._render(value)))
                 else:
-                    out.append(part.body)
+                    append(part.body)
                 if part.closed:
-                    out.append('"')
+                    append('"')
+            elif isinstance(part, str):
+                append(part)
+            else:
+                append(redacted[part])
         return "".join(out)
+
+
+def _arrow_texts(texts: list[str]) -> pa.Array | None:
+    """The texts as an Arrow column; None when one holds what UTF-8 cannot (a lone surrogate)."""
+    try:
+        return pa.array(texts, pa.string())
+    except (UnicodeError, pa.ArrowException):
+        return None
 
 
 def redact_document(redactor: Redactor, text: str, *, as_json: bool) -> str:

@@ -5,8 +5,12 @@ Where the two differ, orjson refuses what `json` accepts (NaN and Infinity, numb
 surrogate escapes, bytes that are not UTF-8, nesting past 1,024 levels): anything orjson refuses is parsed again by
 `json`, so every value, and every error, is the stdlib's. One difference orjson does not refuse: an integer past 64
 bits becomes a float there (an int in `json`; the differential test in tests/capture_processor/test_fast_path.py
-found it), so a text with a run of 20 digits or more (any integer past 64 bits has one) is parsed by `json`.
+found it), and so does a negative integer below -2**63 (19 digits: orjson reads signed and unsigned 64-bit integers), so
+a text with a run of 19 digits or more (any integer outside orjson's range has one) is parsed by `json`.
 Without orjson installed (`FAST = False`) the stdlib does all of it.
+
+`loads_unchecked` skips that check (a third of a payload's parse): for callers that read no number where the two
+differ (see `payloads._parsed`).
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ try:
     FAST = True
 except ImportError:  # pragma: no cover - the layer carries it; the fallback keeps the function working without
     FAST = False
-# Integers past 64 bits have 20 digits or more: a text with a run of 20 digits goes to `json`. Found with C loops
-# (encode, translate every digit to "0" and everything else to " ", find 20 zeros), several times faster than a
-# regex or a walk over the parsed values.
+# Integers outside [-2**63, 2**64 - 1] have 19 digits or more (-2**63 - 1 is -9223372036854775809): a text with a run of
+# 19 digits goes to `json`. Found with C loops (encode, translate every digit to "0" and everything else to " ", find
+# 19 zeros), several times faster than a regex or a walk over the parsed values.
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
-_TWENTY_DIGITS = b"0" * 20
+_LONG_DIGIT_RUN = b"0" * 19
 
 
 def loads(text: str | bytes) -> Any:
@@ -36,6 +40,17 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text)
 
 
+def loads_unchecked(text: str | bytes) -> Any:
+    """`loads` without the digit-run check: the stdlib's value but that an integer outside [-2**63, 2**64 - 1] may be
+    a float (orjson's reading of it)."""
+    if FAST:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def _has_long_digit_run(text: str | bytes) -> bool:
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return _TWENTY_DIGITS in data.translate(_DIGITS_AS_ZEROS)
+    return _LONG_DIGIT_RUN in data.translate(_DIGITS_AS_ZEROS)

@@ -27,7 +27,8 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any
 
 import pyarrow as pa
@@ -287,7 +288,7 @@ class Redactor:
         filled = pc.fill_null(texts, "")
         joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
         lengths = pc.binary_length(filled).to_pylist()
-        starts = list(accumulate((length + len(_JOINT) for length in lengths), initial=0))
+        starts = list(accumulate(map(add, lengths, repeat(len(_JOINT))), initial=0))  # in C, no generator
         rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, joined[0].as_buffer())}
         return pa.array(_mask(len(filled), list(rows)), pa.bool_())
 
@@ -346,13 +347,18 @@ class Redactor:
         shorter than `least_chars` characters (as many bytes at least), so a document whose matched rows hold at
         most least_chars * MAX_CANDIDATES_PER_DOCUMENT bytes cannot exceed the budget: only the others are
         counted, with the combined pattern, as the whole column used to be."""
-        lengths = pc.binary_length(pc.filter(texts, needs_work)).to_pylist()
-        per_owner: dict[int, int] = {}
-        for row, length in zip(row_ids, lengths, strict=True):
-            owner = owners[row] if owners is not None else row
-            per_owner[owner] = per_owner.get(owner, 0) + length
+        lengths = pc.binary_length(pc.filter(texts, needs_work))
         bound = self.least_chars * MAX_CANDIDATES_PER_DOCUMENT if BUDGET_BY_LENGTH else -1
-        suspects = {owner for owner, length in per_owner.items() if length > bound}
+        if BUDGET_BY_ARROW:  # the bytes per owner summed by Arrow, not a Python step per row
+            rows_owners = pa.array(row_ids if owners is None else [owners[row] for row in row_ids], pa.int64())
+            sums = pa.table({"owner": rows_owners, "length": lengths}).group_by("owner").aggregate([("length", "sum")])
+            suspects = set(pc.filter(sums["owner"], pc.greater(sums["length_sum"], bound)).to_pylist())
+        else:
+            per_owner: dict[int, int] = {}
+            for row, length in zip(row_ids, lengths.to_pylist(), strict=True):
+                owner = owners[row] if owners is not None else row
+                per_owner[owner] = per_owner.get(owner, 0) + length
+            suspects = {owner for owner, length in per_owner.items() if length > bound}
         if not suspects:
             return set()
         rows = [row for row in row_ids if (owners[row] if owners is not None else row) in suspects]
@@ -413,15 +419,22 @@ class Redactor:
         encoded = [text.encode() for text in rows]
         found: dict[str, int] = {}
         holding: dict[tuple[str, ...], list[int]] = {}  # the candidates that hold one of a rule's needs
+        # The candidates joined for a rule's search, kept for the next rule that searches the same ones (SHARED_JOIN)
+        # until a rule changes one of them.
+        prepared: dict[tuple[str, ...], _Joined] = {}
         for rule, compiled, python in zip(self.rules, self._compiled, self._python, strict=True):
             positions: Sequence[int] = range(len(rows))
-            if REQUIRED_TEXTS and rule.needs:  # the candidates as they are now: an earlier rule may have changed some
-                if rule.needs not in holding:
-                    holding[rule.needs] = _holding(rows, rule.needs)
-                positions = holding[rule.needs]
+            needs = rule.needs if REQUIRED_TEXTS else ()
+            if needs:  # the candidates as they are now: an earlier rule may have changed some
+                if needs not in holding:
+                    holding[needs] = _holding(rows, needs)
+                positions = holding[needs]
+            if SHARED_JOIN and needs not in prepared:
+                prepared[needs] = _join(encoded, positions)
             for _ in range(MAX_PASSES):  # a boundary character two values share is taken by the first
                 changed = []
-                for position, text in _marked(compiled, encoded, positions):
+                # The first pass searches the candidates `prepared` holds; after a change it is empty.
+                for position, text in _marked(compiled, encoded, positions, prepared.get(needs)):
                     redacted, replaced = _confirmed(python, rule, text)
                     if replaced:
                         rows[position] = redacted
@@ -432,6 +445,7 @@ class Redactor:
                 if not changed:
                     break
                 holding.clear()
+                prepared.clear()
                 positions = changed  # only where a neighbour may now be free
         if not found:
             return None
@@ -464,6 +478,9 @@ MAX_PASSES = 3
 COMPILED_RULES = True
 # The speed switch of searching a rule only in the candidates that hold one of its `needs` (off in the plain path).
 REQUIRED_TEXTS = True
+# The speed switch of one join of the candidates for the rules that search the same ones, until one changes a candidate
+# (off in the plain path: a join per rule and pass).
+SHARED_JOIN = True
 # Between two candidates in the text one compiled rule searches: two private-use characters (U+E006). No rule matches
 # one inside a value; wherever a rule has `^` or `$`, a negated class that takes one such character is the alternative,
 # and `\b` holds beside one as at the text's ends: a match at the start or end of a candidate takes one of the two
@@ -481,7 +498,7 @@ def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
     """The rows that hold one of `needs`, found in the rows joined: after a hit the search goes on at the next row's
     start, so it costs a search per need and a step per row that holds one, not a call per row."""
     joined = "".join(rows)
-    starts = list(accumulate((len(text) for text in rows), initial=0))
+    starts = list(accumulate(map(len, rows), initial=0))  # in C, no generator
     found: set[int] = set()
     for need in needs:
         at = joined.find(need)
@@ -490,6 +507,31 @@ def _holding(rows: list[str], needs: tuple[str, ...]) -> list[int]:
             found.add(row)
             at = joined.find(need, starts[row + 1])
     return sorted(found)
+
+
+_UNICODE_ESCAPE = _google_re2.compile(rb"\\u") if _google_re2 is not None else None
+
+
+def rows_holding_unicode_escape(texts: pa.Array) -> list[int] | None:
+    """The rows of `texts` (strings, no nulls) that hold a `\\u`, in order: one RE2 search over the rows joined by
+    Arrow per such row (after a hit the search goes on at the next row), not a call per row. None without google-re2.
+    A `\\u` never spans two rows: the joint holds no backslash."""
+    if _UNICODE_ESCAPE is None:
+        return None
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts), _JOINT_TEXT)
+    buffer = joined[0].as_buffer()
+    starts = list(accumulate(map(add, pc.binary_length(texts).to_pylist(), repeat(len(_JOINT))), initial=0))
+    match = _UNICODE_ESCAPE._regexp.Match
+    rows: list[int] = []
+    position, end = 0, len(buffer)
+    while position < end:
+        begin = match(_UNANCHORED, buffer, position, end)[0][0]
+        if begin < 0:
+            break
+        row = bisect_right(starts, begin) - 1
+        rows.append(row)
+        position = starts[row + 1]
+    return rows
 
 
 def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
@@ -509,13 +551,30 @@ def _spans(compiled: Any, text: Any) -> list[tuple[int, int]]:
     return spans
 
 
-def _marked(compiled: Any, encoded: list[bytes], positions: Sequence[int]) -> list[tuple[int, str]]:
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """Candidates joined by _JOINT for one search, and where each starts in the joined text."""
+
+    parts: list[bytes]
+    joined: bytes
+    starts: list[int]
+
+
+def _join(encoded: list[bytes], positions: Sequence[int]) -> _Joined:
+    parts = [encoded[position] for position in positions]
+    starts = list(accumulate(map(add, map(len, parts), repeat(len(_JOINT))), initial=0))  # in C, no generator
+    return _Joined(parts, _JOINT.join(parts), starts)
+
+
+def _marked(
+    compiled: Any, encoded: list[bytes], positions: Sequence[int], shared: _Joined | None = None
+) -> list[tuple[int, str]]:
     """Each of the candidates at `positions` (UTF-8) where `compiled` matches, as `replace_substring_regex(..., _MARK)`
     marks it: one search over them joined by _JOINT, each match cut back to its candidate (a boundary character that is
-    part of the joint is the `^` or `$` the candidate alone would match)."""
-    parts = [encoded[position] for position in positions]
-    joined = _JOINT.join(parts)
-    starts = list(accumulate((len(part) + len(_JOINT) for part in parts), initial=0))
+    part of the joint is the `^` or `$` the candidate alone would match). `shared`: `_join(encoded, positions)` made
+    for an earlier rule, the candidates unchanged since."""
+    prepared = shared if shared is not None else _join(encoded, positions)
+    parts, joined, starts = prepared.parts, prepared.joined, prepared.starts
     out: list[tuple[int, str]] = []
     current = -1
     pieces: list[bytes] = []
@@ -562,6 +621,8 @@ def _restore_sentinels(text: str) -> str:
 MAX_CANDIDATES_PER_DOCUMENT = 50_000
 # The speed switch of that length bound (off in the differential test's plain path: every matched row is counted).
 BUDGET_BY_LENGTH = True
+# The speed switch of summing those lengths per document with Arrow (off in the plain path: a Python step per row).
+BUDGET_BY_ARROW = True
 OVER_BUDGET = "too_many_matches"
 OVER_BUDGET_MARKER = f"[REDACTED:{OVER_BUDGET}]"
 
