@@ -97,7 +97,7 @@ class ReferenceEvaluator:
     def __init__(self) -> None:
         self._env = celpy.Environment()
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one instance per process (EVALUATORS)
+    @functools.cache  # noqa: B019 - one instance per process (evaluators())
     def program(self, expression: str) -> Any:
         return self._env.program(self._env.compile(expression))
 
@@ -126,8 +126,23 @@ class ReferenceEvaluator:
         return Outcome(matched=True, conditions=conditions, variables=tuple(values), validations=validations)
 
 
+def has_nul(value: Json) -> bool:
+    """Whether a string of ``value`` (a key or a value, at any depth) holds a NUL character."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 class FastEvaluator:
-    """cel-expr-python: Google's cel-cpp, untyped here (every variable ``dyn``), as cel-python is."""
+    """cel-expr-python: Google's cel-cpp, untyped here (every variable ``dyn``), as cel-python is.
+
+    cel-expr-python 0.1.3 reads a Python string as a C string: ``"/opt/dlami/nvme/m\x00"`` becomes
+    ``"/opt/dlami/nvme/m"``, a planned cache path (found by the hostile pods of tests/charts/test_admission_cel.py).
+    A request holding a NUL anywhere is therefore evaluated by the reference instead."""
 
     name = "cel-expr-python"
 
@@ -135,7 +150,7 @@ class FastEvaluator:
         dyn = cel.Type.DYN
         self._env = cel.NewEnv(variables={"object": dyn, "request": dyn, "variables": dyn})
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one instance per process (EVALUATORS)
+    @functools.cache  # noqa: B019 - one instance per process (evaluators())
     def program(self, expression: str) -> Any:
         return self._env.compile(expression)
 
@@ -144,6 +159,8 @@ class FastEvaluator:
         return ERROR if value.type() == cel.Type.ERROR else value.plain_value()
 
     def outcome(self, policy: PolicyText, obj: Json, request: Json) -> Outcome:
+        if has_nul(obj) or has_nul(request):
+            return evaluators()["reference"].outcome(policy, obj, request)
         conditions = tuple(self._value(c, self._env.Activation(data={"object": obj})) for c in policy.conditions)
         if not all(c is True for c in conditions):
             return Outcome(matched=False, conditions=conditions, variables=(), validations=())
@@ -194,7 +211,7 @@ def agreed_outcome(policy: PolicyText, obj: Json, request: Json,
     """The outcome from each evaluator in ``chosen``, which must all be the same."""
     outcomes = {name: evaluators()[name].outcome(policy, obj, request) for name in chosen}
     first, *others = outcomes.values()
-    for name, other in zip(list(outcomes)[1:], others):
+    for name, other in zip(list(outcomes)[1:], others, strict=True):
         if typed(other) != typed(first):
             raise Disagreement(f"{chosen[0]} vs {name} on {obj!r} ({request!r}):\n{first}\n{other}")
     return first

@@ -1,7 +1,8 @@
 """The host-path ValidatingAdmissionPolicy, evaluated as the API server would: its CEL (variables, then each
-validation) run by the evaluators of tests/charts/admission_cel.py (cel-python's reference among them) against the pods the platform renders and against pods an attacker in the namespace
-could create. Where Pod Security must be ``privileged`` (the NVMe cache is a hostPath), this policy is what keeps a
-pod creator from mounting the node, running privileged, or writing the cache with a command of their own."""
+validation) run by tests/charts/admission_cel.py (cel-expr-python, checked against cel-python) against the pods the
+platform renders and against pods an attacker in the namespace could create. Where Pod Security must be
+``privileged`` (the NVMe cache is a hostPath), this policy is what keeps a pod creator from mounting the node, running
+privileged, or writing the cache with a command of their own."""
 
 from __future__ import annotations
 
