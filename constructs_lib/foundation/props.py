@@ -105,7 +105,13 @@ class Props:
         """Each config field's key by its name; for a list of props (or a mapping of props by name), also each
         entry's keys as ``<name>[].<field>`` (:meth:`KeyPaths.child` reads them), and for a block of props
         (:func:`block_props`) its keys as ``<name>.<field>`` (:meth:`KeyPaths.block` reads them), so one view names
-        every nested key too."""
+        every nested key too. Worked out once per class: a config check asks for some classes' 20 times."""
+        if cls not in _KEY_NAMES:
+            _KEY_NAMES[cls] = cls._own_key_names()
+        return dict(_KEY_NAMES[cls])
+
+    @classmethod
+    def _own_key_names(cls) -> dict[str, str]:
         hints = type_hints(cls)
         names: dict[str, str] = {}
         for field in cls.config_fields():
@@ -245,6 +251,7 @@ def type_faults(props: Props) -> Iterator[tuple[str, tuple[str | int, ...], str,
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_KEY_NAMES: dict[type, dict[str, str]] = {}
 
 
 def type_hints(cls: type) -> dict[str, Any]:
@@ -258,8 +265,23 @@ def type_hints(cls: type) -> dict[str, Any]:
 _Fault = tuple[tuple[str | int, ...], str, Any]
 
 
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``typing.get_origin(hint)`` and ``typing.get_args(hint)``, worked out once per hint (a config check asks
+    about 4,000 times)."""
+    try:
+        return _SHAPES[hint]
+    except KeyError:
+        shape = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
+        return shape
+    except TypeError:  # (an unhashable hint)
+        return typing.get_origin(hint), typing.get_args(hint)
+
+
 def _faults(value: Any, hint: Any) -> Iterator[_Fault]:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    origin, args = _shape(hint)
     if hint is Any:
         return
     if origin in (typing.Union, types.UnionType):
@@ -291,9 +313,9 @@ def _faults(value: Any, hint: Any) -> Iterator[_Fault]:
 
 def _kind_matches(value: Any, hint: Any) -> bool:
     """Whether ``value`` is of ``hint``'s own kind (a list for a list of anything): its entries are judged apart."""
-    origin = typing.get_origin(hint)
+    origin, args = _shape(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_kind_matches(value, arm) for arm in typing.get_args(hint))
+        return any(_kind_matches(value, arm) for arm in args)
     if hint is type(None):
         return value is None
     if origin in (tuple, list, Sequence):

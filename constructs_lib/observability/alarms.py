@@ -26,7 +26,7 @@ from constructs import Construct
 
 from hyperpod_inference_iac.foundation.cdk_types import cfn_child
 from hyperpod_inference_iac.foundation.props import Props, prop
-from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved, seconds_of
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 
 # CloudWatch's own limits (PutMetricAlarm): the evaluation range, Period x EvaluationPeriods, may be at most
@@ -75,7 +75,7 @@ class AlarmSettings(Props):
     @property
     def window(self) -> str:
         """``"2 of 3 x 5 min"``: how the alarm reads in a review."""
-        minutes = int(self.period.to_seconds()) // 60
+        minutes = int(seconds_of(self.period)) // 60
         unit = f"{minutes // 1440} d" if minutes % 1440 == 0 else f"{minutes // 60} h" if minutes % 60 == 0 \
             else f"{minutes} min"
         datapoints = self.datapoints_to_alarm or self.evaluation_periods
@@ -125,7 +125,7 @@ def check_alarm_settings(problems: Problems, at: KeyPaths, code: str, prop: str,
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         problems.add(f"{code}.ThresholdOutOfRange", at.at(prop, "threshold"),
                      f"must be a number from {low:g} to {high:g} ({unit})", value)
-    seconds = settings.period.to_seconds()
+    seconds = seconds_of(settings.period)
     period_ok = not is_unresolved(seconds) and seconds >= 60 and seconds % 60 == 0
     if not period_ok:
         problems.add(f"{code}.AlarmPeriod", at.at(prop, "period"), "must be a whole number of minutes, at least 1",

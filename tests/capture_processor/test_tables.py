@@ -51,9 +51,15 @@ def build(readers: tuple[TableReader, ...] = (TableReader(role_arn=FINOPS),
 
 
 @pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
+def default_stack() -> Stack:
+    """The default build, once for the module (its template and its warnings are read, never changed)."""
     stack, _ = build()
-    return Template.from_stack(stack).to_json()
+    return stack
+
+
+@pytest.fixture(scope="module")
+def template(default_stack: Stack) -> dict[str, Any]:
+    return Template.from_stack(default_stack).to_json()
 
 
 def of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -173,9 +179,9 @@ def test_with_the_tables_layer_the_processor_writes_both_layouts() -> None:
     assert warnings == []
 
 
-def test_without_the_tables_layer_the_construct_warns_that_the_tables_are_not_written() -> None:
-    stack, _ = build()
-    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("CaptureTables:notWritten"))
+def test_without_the_tables_layer_the_construct_warns_that_the_tables_are_not_written(default_stack: Stack) -> None:
+    warnings = Annotations.from_stack(default_stack).find_warning(
+        "*", Match.string_like_regexp("CaptureTables:notWritten"))
     assert len(warnings) == 1
 
 
@@ -499,11 +505,12 @@ def test_the_erasure_prefixes_are_the_runtime_s() -> None:
 def test_the_erasure_role_names_its_principals_of_this_account() -> None:
     from hyperpod_inference_iac import CaptureEraser
 
-    for principals, code in (([], "CaptureEraser.NoPrincipals"), (["privacy"], "CaptureEraser.BadPrincipalArn"),
-                             (["arn:aws:iam::444455556666:role/privacy"], "CaptureEraser.PrincipalOtherAccount")):
-        stack, tables = build()
+    stack, tables = build()  # (one stack: each refused eraser is a construct of its own id)
+    for index, (principals, code) in enumerate((
+            ([], "CaptureEraser.NoPrincipals"), (["privacy"], "CaptureEraser.BadPrincipalArn"),
+            (["arn:aws:iam::444455556666:role/privacy"], "CaptureEraser.PrincipalOtherAccount"))):
         with pytest.raises(ConfigError) as caught:
-            CaptureEraser(stack, "Eraser", storage=tables.props.audit_trail or _storage(stack), tables=tables,
+            CaptureEraser(stack, f"Eraser{index}", storage=tables.props.audit_trail or _storage(stack), tables=tables,
                           eraser_principals=principals)
         assert code in str(caught.value), caught.value
 

@@ -1,7 +1,8 @@
 """The host-path ValidatingAdmissionPolicy, evaluated as the API server would: its CEL (variables, then each
-validation) run by cel-python against the pods the platform renders and against pods an attacker in the namespace
-could create. Where Pod Security must be ``privileged`` (the NVMe cache is a hostPath), this policy is what keeps a
-pod creator from mounting the node, running privileged, or writing the cache with a command of their own."""
+validation) run by tests/charts/admission_cel.py (cel-expr-python, checked against cel-python) against the pods the
+platform renders and against pods an attacker in the namespace could create. Where Pod Security must be
+``privileged`` (the NVMe cache is a hostPath), this policy is what keeps a pod creator from mounting the node, running
+privileged, or writing the cache with a command of their own."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import cdk8s
-import celpy
 import pytest
 
 from hyperpod_inference_iac.charts import InferenceEndpointConfig, ModelDeployment, PortableDeployment, plan_workloads
@@ -19,7 +19,7 @@ from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY, HOST_PA
 from hyperpod_inference_iac.charts.portable import PortableModelServerChart
 from hyperpod_inference_iac.charts.render import namespace_objects
 from hyperpod_inference_iac.foundation.validation import Problems
-from tests.charts import samples
+from tests.charts import admission_cel, samples
 
 Pod = dict[str, Any]
 
@@ -40,30 +40,31 @@ def _objects(plan: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 class Policy:
-    """The policy's CEL, compiled once: ``failures(pod)`` are the messages of the validations the pod fails."""
+    """The policy's CEL (compiled once per process, tests/charts/admission_cel.py): ``failures(pod)`` are the messages
+    of the validations the pod fails."""
+
+    prefix = HOST_PATH_POLICY
 
     def __init__(self, policy: dict[str, Any]) -> None:
-        env = celpy.Environment()
-        spec = policy["spec"]
-        self.variables = [(v["name"], env.program(env.compile(v["expression"]))) for v in spec["variables"]]
-        self.validations = [(v["message"], env.program(env.compile(v["expression"]))) for v in spec["validations"]]
+        self.text = admission_cel.PolicyText.of(policy)
+        self.messages = [v["message"] for v in policy["spec"]["validations"]]
 
-    def failures(self, pod: Pod, namespace: str = samples.NAMESPACE) -> list[str]:
+    def outcome(self, pod: Pod, namespace: str = samples.NAMESPACE) -> admission_cel.Outcome:
         """As the API server evaluates a pod created in ``namespace`` (``request.namespace``); every pod it admits has
         ``metadata``."""
-        obj = celpy.json_to_cel({"metadata": {}, **pod})
-        request = celpy.json_to_cel({"namespace": namespace, "operation": "CREATE"})
-        variables: dict[str, Any] = {}
-        for name, program in self.variables:
-            variables[name] = program.evaluate({"object": obj, "request": request,
-                                                "variables": celpy.celtypes.MapType(variables)})
-        activation = {"object": obj, "request": request, "variables": celpy.celtypes.MapType(variables)}
+        return admission_cel.evaluate(self.text, {"metadata": {}, **pod}, {"namespace": namespace,
+                                                                            "operation": "CREATE"})
+
+    def failures(self, pod: Pod, namespace: str = samples.NAMESPACE) -> list[str]:
+        outcome = self.outcome(pod, namespace)
+        assert all(c is True or c is False for c in outcome.conditions), outcome.conditions  # no error either
+        if not outcome.matched:
+            return []
         failed = []
-        for message, program in self.validations:
-            result = program.evaluate(activation)
-            assert isinstance(result, celpy.celtypes.BoolType), f"{message}: {result!r}"  # never an evaluation error
+        for message, result in zip(self.messages, outcome.validations, strict=True):
+            assert result is True or result is False, f"{message}: {result!r}"  # never an evaluation error
             if not result:
-                failed.append(message.removeprefix(f"{HOST_PATH_POLICY}: "))
+                failed.append(message.removeprefix(f"{self.prefix}: "))
         return failed
 
 

@@ -1,7 +1,7 @@
 """The host-path admission policy holds pods to all of Pod Security's baseline level where it stands in for it: the
 upstream package's own fixtures for the level (kubernetes/pod-security-admission, test/testdata/baseline/v1.37,
 vendored in fixtures/ with SOURCES.md), every pass pod admitted and every fail pod refused by the rule of its
-check, the policy's CEL evaluated with cel-python as the API server would."""
+check, the policy's CEL evaluated as the API server would (tests/charts/admission_cel.py)."""
 
 from __future__ import annotations
 

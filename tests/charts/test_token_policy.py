@@ -1,7 +1,8 @@
-"""The token-audience admission policy, evaluated as the API server would (cel-python, as for the host-path policy):
-a pod creator in the namespace cannot project a token of the platform's audiences into anything but the planned
-container, so cannot become the capture writer or the weights loader. Each attack is a pod the kubelet would give a
-token the roles trust (service account and audience); before this policy, every one was admitted."""
+"""The token-audience admission policy, evaluated as the API server would (tests/charts/admission_cel.py, as for
+the host-path policy): a pod creator in the namespace cannot project a token of the platform's audiences into
+anything but the planned container, so cannot become the capture writer or the weights loader. Each attack is a pod
+the kubelet would give a token the roles trust (service account and audience); before this policy, every one was
+admitted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import cdk8s
-import celpy
 import pytest
 
 from hyperpod_inference_iac.charts.pod_security import HOST_PATH_POLICY
@@ -32,20 +32,17 @@ SIDECAR_AUDIENCE = "hyperpod-inference-iac/capture-sidecar"
 class MatchedPolicy(Policy):
     """:class:`Policy` with its ``matchConditions``: a pod none of them matches is not evaluated (admitted)."""
 
-    def __init__(self, policy: dict[str, Any]) -> None:
-        super().__init__(policy)
-        env = celpy.Environment()
-        self.conditions = [env.program(env.compile(c["expression"])) for c in policy["spec"]["matchConditions"]]
-
-    def failures(self, pod: Pod, namespace: str = samples.NAMESPACE) -> list[str]:
-        obj = celpy.json_to_cel({"metadata": {}, **pod})
-        if not all(condition.evaluate({"object": obj}) for condition in self.conditions):
-            return []
-        return [f.removeprefix(f"{TOKEN_AUDIENCE_POLICY}: ") for f in super().failures(pod, namespace)]
+    prefix = TOKEN_AUDIENCE_POLICY
 
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, Any]:
+    return rendered_policy_and_pods()
+
+
+def rendered_policy_and_pods() -> dict[str, Any]:
+    """The token policy and its binding as the platform renders them, and the planned pods (the portable server's
+    with its capture sidecar's token, the operator's with the loader's)."""
     plan = _plan()
     result = render_workloads(cdk8s.Testing.app(), plan, samples.VALUES)
     objects = {(o["kind"], o["metadata"]["name"]): o for o in cdk8s.Testing.synth(result.namespace)}
@@ -143,9 +140,10 @@ def test_the_planned_pod_in_another_namespace_is_refused(policy: MatchedPolicy, 
 
 
 def test_both_policies_keep_to_what_the_api_server_s_typed_cel_compiles(rendered: dict[str, Any]) -> None:
-    """cel-python is untyped; the API server type-checks each expression against the Pod's schema and rejects (and
-    with failurePolicy Fail, denies every pod on) an object compared with a map literal, an iteration over an
-    object's fields, or a list of containers concatenated with one of ephemeral containers (another type)."""
+    """The tests' CEL evaluators are untyped; the API server type-checks each expression against the Pod's schema
+    and rejects (and with failurePolicy Fail, denies every pod on) an object compared with a map literal, an
+    iteration over an object's fields, or a list of containers concatenated with one of ephemeral containers (another
+    type)."""
     host_path = _objects(_plan())[("ValidatingAdmissionPolicy", HOST_PATH_POLICY)]
     for policy in (host_path, rendered["policy"]):
         spec = policy["spec"]
