@@ -247,7 +247,8 @@ class ClusterStack(Stack):
                 # One alarm per budget alert level of the servers' usageLimits (none without a day or month budget).
                 budget_alert_percents=list(agent.budget_alert_percents),
                 depends_on=[self.workloads.namespace_manifest],
-                **{**wiring, "alarm_name_prefix": agent.alarm_name_prefix or wiring["alarm_name_prefix"]},
+                **AlarmWiringArgs(topic=wiring["topic"], alarm_name_prefix=agent.alarm_name_prefix or config.project,
+                                  runbook_url=wiring["runbook_url"], notify_on_ok=wiring["notify_on_ok"]),
                 **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
         # The dashboard's sidecar graphs: the first agent's (the platform namespace's); every agent's alarms are on it.
         self.sidecar_metrics = next(iter(self.sidecar_metrics_agents.values()), None)

@@ -595,6 +595,9 @@ class CaptureSidecarMetrics(Construct):
             the dashboard and dist/ need no token. Default: ``None`` (``cluster.cluster_name``).
         :param role_name: Fixed name of the agent's role, so GitOps manifests can name it. Default: ``None``
             (generated).
+        :param log_group_name: The agent's log group, which the construct creates: a second agent in the same
+            cluster (another namespace) needs a name of its own, `sidecar_metrics_log_group_name(cluster_name,
+            namespace)`. Default: ``None`` (``/aws/containerinsights/<cluster_name>/capture-sidecar``).
         :param log_retention: How long the agent's metric log events are kept (the metrics stay 15 months).
             Default: ``RetentionDays.ONE_MONTH``.
         :param image: The CloudWatch agent image, pinned by tag or digest (`CLOUDWATCH_AGENT_IMAGE`). Default:
