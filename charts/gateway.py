@@ -255,9 +255,9 @@ class InferenceGateway(Props):
         doc="Why this gateway may accept requests without a token, at least 20 characters (warned at every synth).")
     namespace: str | None = prop(None, default_doc="the platform's",
                                  doc="Where it lives, a DNS-1123 label; every model behind it must live there too. "
-                                     "With an `entry`, another namespace than the platform's is warned "
-                                     "(`captureNotMonitored`): the sidecar metrics agent watches the platform's "
-                                     "namespace.")
+                                     "With an `entry` there, the app runs a capture sidecar metrics agent in that "
+                                     "namespace too (a consumer's own agents: `captureNotMonitored` warns a namespace "
+                                     "none watches).")
     bbr_replicas: int = prop(2, doc=f"Body-based router replicas, 1 to {MAX_REPLICAS}.")
     max_request_body_bytes: int | None = prop(None, default_doc="the kind's, 256 MiB",
                                               doc=f"The largest request body the router reads, 1 to "

@@ -132,8 +132,9 @@ def namespace_security_of(plan: WorkloadPlan, namespace: str | None = None) -> N
     @default namespace: the platform's"""
     namespace = namespace or plan.context.namespace
     part = plan.in_namespace(namespace)
-    # Root: every model server image, and the metrics agent, which runs in the platform's namespace.
-    root_pods = bool(part.models or part.portable) or namespace == plan.context.namespace
+    # Root: every model server image, and the capture sidecars' metrics agent, which runs in the platform's namespace
+    # and in every namespace with a capturing sidecar (a portable server's, a gateway entry's).
+    root_pods = bool(part.models or part.portable or part.entries) or namespace == plan.context.namespace
     return namespace_security(host_paths=bool(_cache_paths(part)), operator_pods=bool(part.models),
                               root_pods=root_pods)
 

@@ -45,6 +45,7 @@ from hyperpod_inference_iac import (
     api_key_sync,
     engine_of_image,
     external_dns_releases,
+    sidecar_metrics_log_group_name,
 )
 from hyperpod_inference_iac.charts import (
     InferenceEndpointConfig,
@@ -83,7 +84,10 @@ class ExternalDnsPlan:
 
 @dataclass(frozen=True)
 class MetricsAgentPlan:
-    """The capture sidecars' metrics agent: where it runs, for which cluster, its role, and the models it alarms on."""
+    """One capture sidecars' metrics agent: where it runs (one namespace that holds capturing sidecars), for which
+    cluster, its role, and the models it alarms on. The platform namespace's agent keeps the names it always had;
+    an agent of another namespace gets them suffixed with its namespace (``construct_id``, ``role_name``,
+    ``log_group_name``, ``alarm_name_prefix``, ``dist_name``), so none collides."""
 
     namespace: str
     cluster_name: str
@@ -92,6 +96,10 @@ class MetricsAgentPlan:
     # The budget alert levels of the portable servers and gateway entries with a day or month token budget (their
     # usageLimits.alertPercents).
     budget_alert_percents: tuple[int, ...] = ()
+    log_group_name: str = ""  # (empty: the construct's default, the cluster's)
+    construct_id: str = "CaptureSidecarMetrics"
+    alarm_name_prefix: str = ""  # (empty: the project, as every other alarm of the platform)
+    dist_name: str = "capture-sidecar-metrics"  # its manifests' name in dist/
 
 
 @dataclass(frozen=True)
@@ -372,8 +380,11 @@ class PlatformConfig:
 
     @property
     def monitored_namespaces(self) -> tuple[str, ...] | None:
-        """Where the app's capture sidecar metrics agent watches (its own namespace), or None without one."""
-        return (self.operator.namespace,) if self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent else None
+        """Where the app's capture sidecar metrics agents watch (one in every namespace with a capturing sidecar), or
+        None without them (alarms or the agent off)."""
+        if not (self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent):
+            return None
+        return tuple(agent.namespace for agent in self.metrics_agents)
 
     @property
     def api_key_syncs(self) -> dict[str, SecretSync]:
@@ -425,21 +436,54 @@ class PlatformConfig:
                                role_name=self.external_dns_role_name)
 
     @property
-    def metrics_agent(self) -> MetricsAgentPlan | None:
-        """The capture sidecars' metrics agent, when alarms are on with it and some portable server captures or some
-        gateway has an entry (``needs_sidecar_image``)."""
+    def metrics_agents(self) -> tuple[MetricsAgentPlan, ...]:
+        """The capture sidecars' metrics agents, when alarms are on with them: one per namespace that holds a capturing
+        sidecar (a portable server with capture, a gateway's capture entry), the platform's namespace first (with the
+        names it always had), then the others sorted, each watching its namespace only, alarming on the models and
+        budget levels of that namespace's servers and entries."""
         plan = self.workloads
         if not (self.alarms.enabled and self.alarms.sidecar.cloud_watch_agent) or not plan.needs_sidecar_image:
-            return None
-        return MetricsAgentPlan(namespace=self.operator.namespace, cluster_name=self.cluster.cluster_name,
-                                role_name=self.sidecar_metrics_role_name,
-                                models=tuple(p.name for p in plan.portable if p.capture is not None),
-                                budget_alert_percents=tuple(sorted({
-                                    percent for limits in (*(p.server.usage_limits for p in plan.portable),
-                                                           *(e.options.usage_limits for e in plan.entries))
-                                    if limits is not None and any(caller.tokens_per_day or caller.tokens_per_month
-                                                                  for caller in limits.callers)
-                                    for percent in limits.alert_percents})))
+            return ()
+        home = self.operator.namespace
+        capturing = [p for p in plan.portable if p.capture is not None]
+        namespaces = {p.namespace or home for p in capturing} | {e.namespace or home for e in plan.entries}
+        agents = []
+        for namespace in sorted(namespaces, key=lambda ns: (ns != home, ns)):
+            portable = [p for p in plan.portable if (p.namespace or home) == namespace]
+            entries = [e for e in plan.entries if (e.namespace or home) == namespace]
+            percents = tuple(sorted({
+                percent for limits in (*(p.server.usage_limits for p in portable),
+                                       *(e.options.usage_limits for e in entries))
+                if limits is not None and any(caller.tokens_per_day or caller.tokens_per_month
+                                              for caller in limits.callers)
+                for percent in limits.alert_percents}))
+            models = tuple(p.name for p in portable if p.capture is not None)
+            cluster_name = self.cluster.cluster_name
+            if namespace == home:
+                agents.append(MetricsAgentPlan(namespace=namespace, cluster_name=cluster_name,
+                                               role_name=self.sidecar_metrics_role_name, models=models,
+                                               budget_alert_percents=percents,
+                                               log_group_name=sidecar_metrics_log_group_name(cluster_name),
+                                               alarm_name_prefix=self.project))
+                continue
+            agents.append(MetricsAgentPlan(
+                namespace=namespace, cluster_name=cluster_name, role_name=self.sidecar_metrics_role_name_in(namespace),
+                models=models, budget_alert_percents=percents,
+                log_group_name=sidecar_metrics_log_group_name(cluster_name, namespace),
+                construct_id=f"CaptureSidecarMetrics-{namespace}", alarm_name_prefix=f"{self.project}-{namespace}",
+                dist_name=f"capture-sidecar-metrics-{namespace}"))
+        return tuple(agents)
+
+    @property
+    def metrics_agent(self) -> MetricsAgentPlan | None:
+        """The first of :attr:`metrics_agents`: the platform namespace's when a sidecar captures there (None: no
+        agent)."""
+        agents = self.metrics_agents
+        return agents[0] if agents else None
+
+    def metrics_agent_in(self, namespace: str) -> MetricsAgentPlan | None:
+        """The agent that watches ``namespace`` (None: none does)."""
+        return next((agent for agent in self.metrics_agents if agent.namespace == namespace), None)
 
     @property
     def model_metrics_agent(self) -> ModelMetricsPlan | None:
@@ -497,7 +541,13 @@ class PlatformConfig:
 
     @property
     def sidecar_metrics_role_name(self) -> str:
+        """The platform namespace's capture sidecar metrics agent's role."""
         return f"{self.project}-capture-metrics-agent"
+
+    def sidecar_metrics_role_name_in(self, namespace: str) -> str:
+        """The role of the capture sidecar metrics agent of another namespace: ``{project}-capture-metrics-agent-<ns>``,
+        shortened with a hash past IAM's 64 characters (``iam_role_name``)."""
+        return iam_role_name(f"{self.project}-capture-metrics-agent-{namespace}")
 
     @property
     def capture_tiers(self) -> tuple[str, ...]:

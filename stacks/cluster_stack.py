@@ -199,9 +199,9 @@ class ClusterStack(Stack):
             # (the capture sidecar reads the sync's keys file; a server without one reads its key at start)
             rotation_days = config.secrets.rotation_days_of(reads_keys_file=portable[name].capture is not None)
             # The rotation waits for every sidecar to report the new key where the metrics agent scrapes them.
-            agent = config.metrics_agent
+            agent = config.metrics_agent_in(sync.namespace)
             acceptance = RotationAcceptance(cluster_name=agent.cluster_name, namespace=sync.namespace, workload=name) \
-                if agent is not None and agent.namespace == sync.namespace and rotation_days is not None else None
+                if agent is not None and rotation_days is not None else None
             keys[name] = key = ApiKeySync(
                 self, f"ApiKey-{name}", cluster=eks_cluster, sync=sync,
                 client_role_arns=api_key.client_role_arns if api_key is not None else (),
@@ -234,18 +234,24 @@ class ClusterStack(Stack):
         if alarms.certificate.days_to_expiry is not None:
             self.certificate_alarms = CertificateAlarms(self, "CertificateAlarms", certificates=certificates,
                                                         **wiring, **alarms.certificate.kwargs())
-        agent = config.metrics_agent
-        if agent is not None:
-            self.sidecar_metrics = CaptureSidecarMetrics(
-                self, "CaptureSidecarMetrics", cluster=self.cluster.cluster, namespace=agent.namespace,
-                cluster_name=agent.cluster_name, role_name=agent.role_name,
+        # One agent per namespace with capturing sidecars (config.metrics_agents): the platform namespace's first,
+        # with the ids and names it always had; each watches its own namespace only.
+        self.sidecar_metrics_agents: dict[str, CaptureSidecarMetrics] = {}
+        for agent in config.metrics_agents:
+            self.sidecar_metrics_agents[agent.namespace] = CaptureSidecarMetrics(
+                self, agent.construct_id, cluster=self.cluster.cluster, namespace=agent.namespace,
+                cluster_name=agent.cluster_name, role_name=agent.role_name, log_group_name=agent.log_group_name,
                 log_retention=retention_from_days(config.logging.retention_days),
                 # Each capturing server's sidecar labels its series with the server's name (MODEL_NAME).
                 models=list(agent.models),
                 # One alarm per budget alert level of the servers' usageLimits (none without a day or month budget).
                 budget_alert_percents=list(agent.budget_alert_percents),
-                depends_on=[self.workloads.namespace_manifest], **wiring,
+                depends_on=[self.workloads.namespace_manifest],
+                **AlarmWiringArgs(topic=wiring["topic"], alarm_name_prefix=agent.alarm_name_prefix or config.project,
+                                  runbook_url=wiring["runbook_url"], notify_on_ok=wiring["notify_on_ok"]),
                 **alarms.sidecar.kwargs(CaptureSidecarMetricsOptions))
+        # The dashboard's sidecar graphs: the first agent's (the platform namespace's); every agent's alarms are on it.
+        self.sidecar_metrics = next(iter(self.sidecar_metrics_agents.values()), None)
         models = config.model_metrics_agent
         if models is not None:
             self.model_metrics = ModelServingMetrics(
@@ -261,7 +267,7 @@ class ClusterStack(Stack):
         if alarms.dashboard:
             watched = [*(capture_alarms.alarms.values() if capture_alarms else ()),
                        *(self.certificate_alarms.alarms.values() if self.certificate_alarms else ()),
-                       *(self.sidecar_metrics.alarms.values() if self.sidecar_metrics else ()),
+                       *(alarm for agent in self.sidecar_metrics_agents.values() for alarm in agent.alarms.values()),
                        *(self.model_metrics.alarms.values() if self.model_metrics else ()),
                        *(alarm for key in self.api_keys.values() for alarm in key.alarms.values())]
             self.dashboard = PlatformDashboard(

@@ -14,7 +14,6 @@ from hyperpod_inference_iac import (
     model_metrics_log_group_name,
     model_metrics_manifests,
     sidecar_image_reference,
-    sidecar_metrics_log_group_name,
     sidecar_metrics_manifests,
     stage_manifests,
 )
@@ -58,13 +57,12 @@ def stage_dist(config: PlatformConfig, *, outdir: Path, sidecar_image: str | Non
     ]
     supporting = {name: each.manifests(region=env.region, reader_role_arn=_reader_role_arn(config, each))
                   for name, each in config.secret_syncs.items()}
-    agent = config.metrics_agent
-    if agent is not None:
-        # The same agent the cluster stack applies (CaptureSidecarMetrics), with its fixed role name.
-        supporting["capture-sidecar-metrics"] = sidecar_metrics_manifests(
+    for agent in config.metrics_agents:
+        # The same agents the cluster stack applies (CaptureSidecarMetrics), one per namespace with capturing
+        # sidecars, each with its fixed role name and log group.
+        supporting[agent.dist_name] = sidecar_metrics_manifests(
             namespace=agent.namespace, cluster_name=agent.cluster_name, region=env.region,
-            role_arn=config.role_arn(agent.role_name),
-            log_group_name=sidecar_metrics_log_group_name(agent.cluster_name))
+            role_arn=config.role_arn(agent.role_name), log_group_name=agent.log_group_name)
     models = config.model_metrics_agent
     if models is not None:
         # The same agent and kube-state-metrics the cluster stack applies (ModelServingMetrics).

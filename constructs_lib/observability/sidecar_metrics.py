@@ -131,9 +131,12 @@ def format_bound(bound: float) -> str:
     return f"{bound:g}"
 
 
-def sidecar_metrics_log_group_name(cluster_name: str) -> str:
-    """The agent's log group: beside Container Insights' own groups, apart from its ``prometheus`` group."""
-    return f"/aws/containerinsights/{cluster_name}/capture-sidecar"
+def sidecar_metrics_log_group_name(cluster_name: str, namespace: str | None = None) -> str:
+    """The agent's log group: beside Container Insights' own groups, apart from its ``prometheus`` group. With
+    ``namespace``, the group of an agent in that namespace (``.../capture-sidecar/<namespace>``), for a cluster with
+    more than one agent: each creates its own log group, so no two may share a name."""
+    base = f"/aws/containerinsights/{cluster_name}/capture-sidecar"
+    return f"{base}/{namespace}" if namespace else base
 
 
 def sidecar_metrics_manifests(*, namespace: str, cluster_name: str, region: str, role_arn: str, log_group_name: str,
@@ -344,6 +347,29 @@ def sidecar_metric(name: str, *, cluster_name: str, namespace: str, statistic: s
                              statistic=statistic, period=period, label=label)
 
 
+# A CloudWatch Logs log group name (CreateLogGroup's rule).
+LOG_GROUP_NAME = re.compile(r"^[.\-_/#A-Za-z0-9]{1,512}$")
+
+
+def _refuse_a_second_agent(agent: CaptureSidecarMetrics, log_group_name: str) -> None:
+    """Another agent of this stack on the same namespace of the same cluster (every increase would be sent twice),
+    or with the same log group (both would create it; CloudFormation refuses the second at deploy): one error now,
+    naming the property."""
+    problems = Problems()
+    for other in Stack.of(agent).node.find_all():
+        if other is agent or not isinstance(other, CaptureSidecarMetrics):
+            continue
+        if other.namespace == agent.namespace and other.cluster_name == agent.cluster_name:
+            problems.add("CaptureSidecarMetrics.SecondAgent", PROPS.at("namespace"),
+                         f"is already watched by {other.node.path}: two agents would send every increase twice",
+                         agent.namespace)
+        if not is_unresolved(log_group_name) and other.log_group_name == log_group_name:
+            problems.add("CaptureSidecarMetrics.SharedLogGroup", PROPS.at("log_group_name"),
+                         f"is already the log group of {other.node.path} (each agent creates its own): give this "
+                         "one sidecar_metrics_log_group_name(cluster_name, namespace)", log_group_name)
+    problems.raise_if_any(f"CaptureSidecarMetrics {agent.node.path}")
+
+
 def check_agent_props(props: Any, problems: Problems, at: KeyPaths, code: str) -> None:
     """The rules of a metrics agent construct's ``cluster_name``, ``namespace``, ``role_name``, images (``image`` and
     ``state_image`` when it has one) and ``scrape_interval``, under ``code`` (None: not checked)."""
@@ -427,6 +453,10 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
                                         "name so the dashboard and dist/ need no token.")
     role_name: str | None = prop(None, config=False, default_doc="generated",
                                  doc="Fixed name of the agent's role, so GitOps manifests can name it.")
+    log_group_name: str | None = prop(
+        None, config=False, default_doc="`/aws/containerinsights/<cluster_name>/capture-sidecar`",
+        doc="The agent's log group, which the construct creates: a second agent in the same cluster (another "
+            "namespace) needs a name of its own, `sidecar_metrics_log_group_name(cluster_name, namespace)`.")
     log_retention: logs.RetentionDays = prop(logs.RetentionDays.ONE_MONTH, config=False,
                                              doc="How long the agent's metric log events are kept (the metrics stay 15 "
                                                  "months).")
@@ -450,6 +480,11 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
         code = "CaptureSidecarMetrics"
         check_agent_props(self, problems, at, code)
         AlarmWiringProps.check(self, problems, at)
+        log_group_name = self.log_group_name
+        if log_group_name is not None and not is_unresolved(log_group_name) \
+                and not LOG_GROUP_NAME.match(log_group_name):
+            problems.add(f"{code}.BadLogGroupName", at.at("log_group_name"),
+                         "must be a CloudWatch Logs log group name (1-512 letters, digits and '._-/#')", log_group_name)
         seen: set[str] = set()
         for index, model in enumerate(self.models):
             if not isinstance(model, str) or not MODEL_NAME.match(model) or model in seen:
@@ -498,6 +533,7 @@ class CaptureSidecarMetrics(Construct):
         namespace: str,
         cluster_name: str | None = CaptureSidecarMetricsProps.cluster_name,
         role_name: str | None = CaptureSidecarMetricsProps.role_name,
+        log_group_name: str | None = CaptureSidecarMetricsProps.log_group_name,
         log_retention: logs.RetentionDays = CaptureSidecarMetricsProps.log_retention,
         image: str = CaptureSidecarMetricsProps.image,
         scrape_interval: Duration = CaptureSidecarMetricsProps.scrape_interval,
@@ -559,6 +595,9 @@ class CaptureSidecarMetrics(Construct):
             the dashboard and dist/ need no token. Default: ``None`` (``cluster.cluster_name``).
         :param role_name: Fixed name of the agent's role, so GitOps manifests can name it. Default: ``None``
             (generated).
+        :param log_group_name: The agent's log group, which the construct creates: a second agent in the same
+            cluster (another namespace) needs a name of its own, `sidecar_metrics_log_group_name(cluster_name,
+            namespace)`. Default: ``None`` (``/aws/containerinsights/<cluster_name>/capture-sidecar``).
         :param log_retention: How long the agent's metric log events are kept (the metrics stay 15 months).
             Default: ``RetentionDays.ONE_MONTH``.
         :param image: The CloudWatch agent image, pinned by tag or digest (`CLOUDWATCH_AGENT_IMAGE`). Default:
@@ -576,7 +615,8 @@ class CaptureSidecarMetrics(Construct):
         stack = Stack.of(self)
         self.props = props = CaptureSidecarMetricsProps(
             cluster=cluster, namespace=namespace, cluster_name=cluster_name or cluster.cluster_name,
-            role_name=role_name, log_retention=log_retention, image=image, scrape_interval=scrape_interval,
+            role_name=role_name, log_group_name=log_group_name, log_retention=log_retention, image=image,
+            scrape_interval=scrape_interval,
             topic=topic, alarm_name_prefix=alarm_name_prefix, runbook_url=runbook_url, notify_on_ok=notify_on_ok,
             dropped_records=dropped_records, failed_uploads=failed_uploads, rejected_requests=rejected_requests,
             no_metrics=no_metrics, models=listed(models), server_error_rate=server_error_rate,
@@ -589,17 +629,21 @@ class CaptureSidecarMetrics(Construct):
         self.cluster_name = cluster_name
         self.namespace = namespace
         self.models = tuple(props.models)
-        self.log_group_name = sidecar_metrics_log_group_name(cluster_name)
+        self.log_group_name = log_group_name = props.log_group_name or sidecar_metrics_log_group_name(cluster_name)
+        _refuse_a_second_agent(self, log_group_name)
         self.log_group, self.role, role_arn = cloudwatch_agent_identity(
             self, cluster=props.cluster, namespace=namespace, service_account=AGENT_NAME,
-            log_group_name=sidecar_metrics_log_group_name(cluster_name), retention=props.log_retention,
+            log_group_name=log_group_name, retention=props.log_retention,
             role_name=props.role_name,
             description=f"CloudWatch agent: capture sidecar metrics of {namespace} into one log group")
         objects = sidecar_metrics_manifests(
             namespace=namespace, cluster_name=cluster_name, region=stack.region, role_arn=role_arn,
-            log_group_name=sidecar_metrics_log_group_name(cluster_name), image=props.image,
+            log_group_name=log_group_name, image=props.image,
             scrape_interval_seconds=int(props.scrape_interval.to_seconds()))
-        self.manifest = props.cluster.add_manifest("CaptureSidecarMetrics", *objects)
+        # (the first agent of a cluster keeps the id it always had; another one's names its namespace)
+        first = props.cluster.node.try_find_child("manifest-CaptureSidecarMetrics") is None
+        self.manifest = props.cluster.add_manifest(
+            "CaptureSidecarMetrics" if first else f"CaptureSidecarMetrics-{namespace}", *objects)
         self.manifest.node.add_dependency(self.role)
         for dependency in props.depends_on:
             self.manifest.node.add_dependency(dependency)

@@ -90,6 +90,10 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "CertificateAlarms.BadLabel": "the app labels its one certificate",
     "CertificateAlarms.NoCertificates": "the app always passes the platform certificate",
     "CaptureSidecarMetrics.ScrapeInterval": "the app keeps the agent's default scrape interval",
+    "CaptureSidecarMetrics.BadLogGroupName": "the app names each agent's log group after `cluster.name` and its "
+                                             "namespace (sidecar_metrics_log_group_name)",
+    "CaptureSidecarMetrics.SharedLogGroup": "the app gives each namespace's agent a log group of its own",
+    "CaptureSidecarMetrics.SecondAgent": "the app makes one agent per namespace (PlatformConfig.metrics_agents)",
     "CaptureSidecarMetrics.UnpinnedImage": "the app uses the construct's pinned agent image",
     "CapturePipeline.InvalidDate": "the app keeps the construct's first partition date",
     "CapturePipeline.InvalidGlueName": "the app keeps the construct's Glue database name",

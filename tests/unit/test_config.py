@@ -744,14 +744,14 @@ RISKY = [
      _put("alarms.certificate", {"daysToExpiry": {"threshold": 61}})),
     ("InferenceWorkloads:fullSampling", "models[0].spec.dataCapture.modelPod.initialSamplingPercentage",
      _set("models.0.spec.dataCapture.modelPod.initialSamplingPercentage", 100)),
-    ("InferenceWorkloads:captureNotMonitored", "gateways[0].entry", lambda data: _gateway_elsewhere(data)),
+    # (InferenceWorkloads:captureNotMonitored: the app runs an agent in every capturing namespace, so it never warns it;
+    # warn_entry and warn_workload still do for one agent a consumer builds: tests/charts/test_gateway_entry.py)
 ]
 
 
 def _gateway_elsewhere(data: dict[str, Any]) -> None:
-    """The gateway (with its entry) and the models behind it in a namespace of their own, where the capture sidecar
-    metrics agent (the platform's namespace) does not look (a model that reads the synced Hugging Face token stays in
-    the platform's namespace, off the gateway)."""
+    """The gateway (with its entry) and the models behind it in a namespace of their own (a model that reads the synced
+    Hugging Face token stays in the platform's namespace, off the gateway)."""
     data["gateways"][0]["namespace"] = "team-models"
     for model in data["models"]:
         if model.get("gateway") == data["gateways"][0]["name"]:
@@ -765,6 +765,14 @@ def _unacknowledged(data: dict[str, Any]) -> list[tuple[str, str]]:
     from platform_config.acknowledgments import review_warnings
 
     return [(w.id, w.path) for w in review_warnings(parse_config(data)).unacknowledged]
+
+
+def test_a_capture_entry_in_a_namespace_of_its_own_is_watched_not_warned() -> None:
+    """The app gives the gateway's namespace a capture sidecar metrics agent of its own (captureNotMonitored stays the
+    library's warning for one agent a consumer builds)."""
+    data = _with(_gateway_elsewhere)
+    assert _unacknowledged(data) == []
+    assert parse_config(data).monitored_namespaces == ("inference", "team-models")
 
 
 @pytest.mark.parametrize(("warning", "path", "change"), RISKY, ids=[f"{c[0]}-{c[1]}" for c in RISKY])
