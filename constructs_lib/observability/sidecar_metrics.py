@@ -352,21 +352,30 @@ LOG_GROUP_NAME = re.compile(r"^[.\-_/#A-Za-z0-9]{1,512}$")
 
 
 def _refuse_a_second_agent(agent: CaptureSidecarMetrics, log_group_name: str) -> None:
-    """Another agent of this stack on the same namespace of the same cluster (every increase would be sent twice),
-    or with the same log group (both would create it; CloudFormation refuses the second at deploy): one error now,
-    naming the property."""
+    """Another agent of this app (any stack of it: ours, or a consumer's beside ours) deployed to the same account and
+    region, on the same namespace of the same cluster (every increase would be sent twice), or with the same log group
+    (both would create it; CloudFormation refuses the second at deploy): one error now, naming the property and both
+    construct paths. Stacks whose account or region differ (two environments of one app) share nothing."""
     problems = Problems()
-    for other in Stack.of(agent).node.find_all():
+    stack = Stack.of(agent)
+    where = (stack.account, stack.region)
+    for other in agent.node.root.node.find_all():
         if other is agent or not isinstance(other, CaptureSidecarMetrics):
             continue
-        if other.namespace == agent.namespace and other.cluster_name == agent.cluster_name:
+        other_stack = Stack.of(other)
+        if (other_stack.account, other_stack.region) != where:
+            continue
+        # (getattr: an agent whose construction failed stays in the tree without them)
+        if getattr(other, "namespace", None) == agent.namespace \
+                and getattr(other, "cluster_name", None) == agent.cluster_name:
             problems.add("CaptureSidecarMetrics.SecondAgent", PROPS.at("namespace"),
                          f"is already watched by {other.node.path}: two agents would send every increase twice",
                          agent.namespace)
-        if not is_unresolved(log_group_name) and other.log_group_name == log_group_name:
+        if not is_unresolved(log_group_name) and getattr(other, "log_group_name", None) == log_group_name:
             problems.add("CaptureSidecarMetrics.SharedLogGroup", PROPS.at("log_group_name"),
-                         f"is already the log group of {other.node.path} (each agent creates its own): give this "
-                         "one sidecar_metrics_log_group_name(cluster_name, namespace)", log_group_name)
+                         f"is already the log group of {other.node.path} (each agent creates its own; CloudFormation "
+                         f"would refuse the second at deploy): give {agent.node.path} "
+                         "sidecar_metrics_log_group_name(cluster_name, namespace)", log_group_name)
     problems.raise_if_any(f"CaptureSidecarMetrics {agent.node.path}")
 
 
