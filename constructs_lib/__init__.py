@@ -144,6 +144,7 @@ if TYPE_CHECKING:
     from hyperpod_inference_iac.foundation.scaling_metrics import PrometheusWorkspace, ScalingMetrics
     from hyperpod_inference_iac.foundation.tags import apply_tags, check_tags
     from hyperpod_inference_iac.foundation.validation import ConfigError, KeyPaths, Problem, Problems
+    from hyperpod_inference_iac.observability.alarm_names import PlannedAlarm, check_alarm_names, planned_alarms
     from hyperpod_inference_iac.observability.alarm_topic import (
         AlarmTopic,
         AlarmTopicOptions,
@@ -158,17 +159,19 @@ if TYPE_CHECKING:
         alarm_table,
         describe_alarms,
     )
-    from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms
+    from hyperpod_inference_iac.observability.api_key_alarms import add_api_key_alarms, api_key_alarm_suffixes
     from hyperpod_inference_iac.observability.capture_alarms import (
         CaptureAlarms,
         CaptureAlarmsOptions,
         CaptureAlarmsProps,
+        capture_alarm_suffixes,
         check_capture_alarms,
     )
     from hyperpod_inference_iac.observability.certificate_alarms import (
         CertificateAlarms,
         CertificateAlarmsOptions,
         CertificateAlarmsProps,
+        certificate_alarm_suffixes,
         check_certificate_alarms,
         warn_certificate_alarms,
     )
@@ -179,6 +182,7 @@ if TYPE_CHECKING:
         ModelServingMetricsProps,
         WatchedModel,
         engine_of_image,
+        model_alarm_suffixes,
         model_metrics_log_group_name,
         model_metrics_manifests,
         operator_metrics_spec,
@@ -193,6 +197,7 @@ if TYPE_CHECKING:
         CaptureSidecarMetricsOptions,
         CaptureSidecarMetricsProps,
         check_capture_sidecar_metrics,
+        sidecar_alarm_suffixes,
         sidecar_metrics_log_group_name,
         sidecar_metrics_manifests,
     )
@@ -353,6 +358,7 @@ __all__ = [
     "ModelServingMetricsOptions",
     "ModelServingMetricsProps",
     "NodeRecovery",
+    "PlannedAlarm",
     "PlatformDashboard",
     "PlatformDashboardProps",
     "PlatformValue",
@@ -393,10 +399,14 @@ __all__ = [
     "add_api_key_alarms",
     "add_flow_logs",
     "alarm_table",
+    "api_key_alarm_suffixes",
     "api_key_sync",
     "apply_tags",
     "as_icluster",
     "bucket_arn",
+    "capture_alarm_suffixes",
+    "certificate_alarm_suffixes",
+    "check_alarm_names",
     "check_alarm_topic",
     "check_api_key_rotation",
     "check_capture_alarms",
@@ -430,11 +440,14 @@ __all__ = [
     "grant_secret_read",
     "kms_through_s3",
     "kms_through_secrets_manager",
+    "model_alarm_suffixes",
     "model_metrics_log_group_name",
     "model_metrics_manifests",
     "operator_metrics_spec",
+    "planned_alarms",
     "retention_from_days",
     "secrets_key_guard",
+    "sidecar_alarm_suffixes",
     "sidecar_image_hash",
     "sidecar_image_reference",
     "sidecar_image_uri",

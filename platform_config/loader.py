@@ -81,6 +81,7 @@ from hyperpod_inference_iac.foundation.validation import (
 from hyperpod_inference_iac.serving.endpoint_domain import (
     check_endpoint_certificate,
 )
+from platform_config.alarm_names import check_platform_alarm_names
 from platform_config.document import read_document
 from platform_config.gateways import read_gateways
 from platform_config.model import (
@@ -185,8 +186,11 @@ def parse_config(data: Any, *, source: str = "<config>", problems: Problems | No
                      "whose usageLimits name no storeUrl, and none uses it (each gives its own storeUrl, or none has "
                      "token budgets): remove usageStore, or the storeUrl of those that should use the platform's "
                      "store")
-    problems.raise_if_any(source)
     config = dataclasses.replace(config, workloads=plan)
+    # Every alarm name the stacks will create, from the functions the constructs name them with: two of one name, or
+    # one too long, is refused here (docs/alarms.md#alarm-names).
+    check_platform_alarm_names(config, problems)
+    problems.raise_if_any(source)
     return dataclasses.replace(config, warnings=tuple(_warnings(config)))
 
 

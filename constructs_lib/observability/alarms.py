@@ -27,6 +27,7 @@ from constructs import Construct
 from hyperpod_inference_iac.foundation.cdk_types import cfn_child
 from hyperpod_inference_iac.foundation.props import Props, prop
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved, seconds_of
+from hyperpod_inference_iac.observability.alarm_names import alarm_name
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 
 # CloudWatch's own limits (PutMetricAlarm): the evaluation range, Period x EvaluationPeriods, may be at most
@@ -224,7 +225,7 @@ class AlarmWiring:
     runbook_url: str | None = None
 
     def name(self, suffix: str) -> str:
-        return f"{self.prefix}-{suffix}"
+        return alarm_name(self.prefix, suffix)
 
     def description(self, text: str, anchor: str) -> str:
         where = f"{self.runbook_url}#{anchor}" if self.runbook_url else f"{DEFAULT_RUNBOOK}, section {anchor}"

@@ -5,6 +5,8 @@ part that owns the key imports no alarm code (docs/architecture.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
@@ -19,12 +21,34 @@ from hyperpod_inference_iac.serving.api_keys import (
     SIDECAR_METRICS_NAMESPACE,
     ApiKeySync,
 )
-from hyperpod_inference_iac.serving.hugging_face_token import SyncedCaller
+from hyperpod_inference_iac.serving.hugging_face_token import SecretSync, SyncedCaller
 
 #: The API key alarms' settings (docs/alarms.md, sections ``api-key-*``).
 ROTATION_FAILED = AlarmSettings(threshold=1, period=Duration.minutes(5))
 KEYS_NOT_ACCEPTED = AlarmSettings(threshold=1, period=Duration.minutes(KEY_CHECK_MINUTES), evaluation_periods=2)
 UNAUTHORIZED = AlarmSettings(threshold=50, period=Duration.minutes(5), evaluation_periods=2)
+
+
+def api_key_alarm_suffixes(sync: SecretSync, *, rotated_callers: Sequence[SyncedCaller],
+                           acceptance: bool) -> dict[str, str]:
+    """The alarms :func:`add_api_key_alarms` creates for a key synced by ``sync`` (key, as in the sync's ``alarms``,
+    -> name suffix; the name is ``<alarm_name_prefix>-<suffix>``): none without rotated callers (no rotation),
+    ``api-key-<server>-rotation-failed``, per rotated caller ``api-key-<server>[-<caller>]-rotation-overdue`` and, with
+    ``acceptance``, ``...-keys-not-synced`` (the single key's caller without ``-<caller>``), and with ``acceptance``
+    ``api-key-<server>-unauthorized``. The function names its alarms with it; a loader plans them with it."""
+    if not rotated_callers:
+        return {}
+    server = sync.kubernetes_secret_name.removesuffix("-api-key")
+    suffixes = {"rotation_failed": f"api-key-{server}-rotation-failed"}
+    for caller in rotated_callers:
+        own = caller.secrets_manager_name != sync.secrets_manager_name
+        key, label = (f":{caller.caller_id}", f"{server}-{caller.caller_id}") if own else ("", server)
+        suffixes[f"rotation_overdue{key}"] = f"api-key-{label}-rotation-overdue"
+        if acceptance:
+            suffixes[f"keys_not_synced{key}"] = f"api-key-{label}-keys-not-synced"
+    if acceptance:
+        suffixes["unauthorized"] = f"api-key-{server}-unauthorized"
+    return suffixes
 
 
 def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: AlarmTopic | sns.ITopic | None = None,
@@ -44,10 +68,12 @@ def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: Alarm
         return {}
     server = sync.sync.kubernetes_secret_name.removesuffix("-api-key")
     wiring = AlarmWiring(alarm_name_prefix, topic_actions(topic), notify_on_ok, runbook_url)
+    suffixes = api_key_alarm_suffixes(sync.sync, rotated_callers=sync.rotated_callers,
+                                      acceptance=props.acceptance is not None)
     base = sync.sync.secrets_manager_name
     alarms = {
         "rotation_failed": wiring.alarm(
-            sync, "RotationFailedAlarm", suffix=f"api-key-{server}-rotation-failed",
+            sync, "RotationFailedAlarm", suffix=suffixes["rotation_failed"],
             anchor="api-key-rotation-failed",
             text=f"The rotation function of the API key {base} failed (a rotation step or its check raised): "
                  "the current key stays current and nobody is locked out, but the key is not rotated.",
@@ -56,11 +82,11 @@ def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: Alarm
             missing=cloudwatch.TreatMissingData.NOT_BREACHING),
     }
     for caller in sync.rotated_callers:  # each caller's key: its own check, age and acceptance
-        alarms.update(_caller_alarms(sync, caller, wiring, server))
+        alarms.update(_caller_alarms(sync, caller, wiring, server, suffixes))
     if props.acceptance is not None:
         acceptance = props.acceptance
         alarms["unauthorized"] = wiring.alarm(
-            sync, "UnauthorizedAlarm", suffix=f"api-key-{server}-unauthorized", anchor="api-key-unauthorized",
+            sync, "UnauthorizedAlarm", suffix=suffixes["unauthorized"], anchor="api-key-unauthorized",
             text=f"The capture sidecars of {server} answered many requests 401 (no or a wrong API key).",
             metric=cloudwatch.Metric(
                 namespace=SIDECAR_METRICS_NAMESPACE, metric_name="capture_sidecar_requests_unauthorized_total",
@@ -74,7 +100,7 @@ def add_api_key_alarms(sync: ApiKeySync, *, alarm_name_prefix: str, topic: Alarm
 
 
 def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
-                   server: str) -> dict[str, cloudwatch.Alarm]:
+                   server: str, suffixes: Mapping[str, str]) -> dict[str, cloudwatch.Alarm]:
     """One caller's key: the check that looks at it, ``rotation-overdue`` and, with acceptance, ``keys-not-synced``.
     The single key's keep their names and ids; another caller's carry its id (``rotation_overdue:<caller>``,
     ``<prefix>-api-key-<server>-<caller>-rotation-overdue``)."""
@@ -82,8 +108,7 @@ def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
     assert props.rotation_days is not None
     name = caller.secrets_manager_name
     own = caller.secrets_manager_name != sync.sync.secrets_manager_name
-    key, cid, label = (f":{caller.caller_id}", f"-{caller.caller_id}", f"{server}-{caller.caller_id}") if own \
-        else ("", "", server)
+    key, cid = (f":{caller.caller_id}", f"-{caller.caller_id}") if own else ("", "")
     rule = events.Rule(sync, f"KeyCheck{cid}", schedule=events.Schedule.rate(Duration.minutes(KEY_CHECK_MINUTES)),
                        description=f"Looks at the API key {name} for its alarms (docs/alarms.md)")
     assert sync.rotation_function is not None
@@ -97,7 +122,7 @@ def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
 
     hours = (props.rotation_days + 1) * 24
     alarms = {f"rotation_overdue{key}": wiring.alarm(
-        sync, f"RotationOverdueAlarm{cid}", suffix=f"api-key-{label}-rotation-overdue",
+        sync, f"RotationOverdueAlarm{cid}", suffix=suffixes[f"rotation_overdue{key}"],
         anchor="api-key-rotation-overdue",
         text=f"The API key {name} was last rotated more than {props.rotation_days} days plus a day ago, or its "
              "check stopped reporting.",
@@ -106,7 +131,7 @@ def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
         missing=cloudwatch.TreatMissingData.BREACHING)}
     if props.acceptance is not None:
         alarms[f"keys_not_synced{key}"] = wiring.alarm(
-            sync, f"KeysNotSyncedAlarm{cid}", suffix=f"api-key-{label}-keys-not-synced",
+            sync, f"KeysNotSyncedAlarm{cid}", suffix=suffixes[f"keys_not_synced{key}"],
             anchor="api-key-keys-not-synced",
             text=f"A version of the API key {name} is not accepted by every capture sidecar of {server} for two "
                  "checks: the sync is not Ready, the kubelet does not update the Secret, or the sidecars refuse "
@@ -117,4 +142,4 @@ def _caller_alarms(sync: ApiKeySync, caller: SyncedCaller, wiring: AlarmWiring,
     return alarms
 
 
-__all__ = ["KEYS_NOT_ACCEPTED", "ROTATION_FAILED", "UNAUTHORIZED", "add_api_key_alarms"]
+__all__ = ["KEYS_NOT_ACCEPTED", "ROTATION_FAILED", "UNAUTHORIZED", "add_api_key_alarms", "api_key_alarm_suffixes"]

@@ -17,7 +17,7 @@ Nothing here imports the sidecar (runtime code); the series' names and labels ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -56,9 +56,14 @@ def budget_alarm_name(percent: int) -> str:
     return f"sidecar-budget-{percent}-percent"
 
 
+def budget_alarm_suffixes(percents: Sequence[int]) -> dict[str, str]:
+    """The budget alarms, key ``budget_threshold:<percent>`` -> name suffix, one per level (none without levels)."""
+    return {f"budget_threshold:{percent}": budget_alarm_name(percent) for percent in sorted(set(percents))}
+
+
 def add_budget_alarms(scope: Construct, *, wiring: AlarmWiring, settings: AlarmSettings, percents: Sequence[int],
                       metric: cloudwatch.Metric, namespace: str, log_group: logs.ILogGroup, log_group_name: str,
-                      query_name: str,
+                      query_name: str, suffixes: Mapping[str, str] | None = None,
                       ) -> tuple[dict[str, cloudwatch.Alarm], logs.CfnQueryDefinition]:
     """One alarm per level (``metric`` is the alerts counter of the namespace, without ``percent``: it is added),
     named ``<prefix>-sidecar-budget-<percent>-percent``, and the saved query on the agent's log group. Returns the
@@ -67,12 +72,13 @@ def add_budget_alarms(scope: Construct, *, wiring: AlarmWiring, settings: AlarmS
                                     query_string=budget_crossings_query(), log_group_names=[log_group_name])
     query.node.add_dependency(log_group)
     alarms: dict[str, cloudwatch.Alarm] = {}
+    suffixes = {**budget_alarm_suffixes(percents), **(suffixes or {})}
     for percent in sorted(set(percents)):
         dimensions = {**(metric.dimensions or {}), "percent": str(percent)}
         level = cloudwatch.Metric(namespace=metric.namespace, metric_name=metric.metric_name,
                                   dimensions_map=dimensions, statistic="Sum", period=settings.period)
         alarms[f"budget_threshold:{percent}"] = wiring.alarm(
-            scope, f"BudgetThreshold{percent}", suffix=budget_alarm_name(percent), anchor=ANCHOR,
+            scope, f"BudgetThreshold{percent}", suffix=suffixes[f"budget_threshold:{percent}"], anchor=ANCHOR,
             text=f"A caller of a portable server in {namespace} has used {percent} % of a day or month token budget "
                  f"(usageLimits){' and is now refused (429)' if percent >= 100 else ''}. Who: the Logs Insights "
                  f"query {query_name} (caller, server, limit, window).",
@@ -82,4 +88,5 @@ def add_budget_alarms(scope: Construct, *, wiring: AlarmWiring, settings: AlarmS
 
 
 __all__ = ["BUDGET_ALERTS", "BUDGET_CROSSED", "BUDGET_THRESHOLD", "CROSSED_LABELS", "DEFAULT_BUDGET_PERCENTS",
-           "add_budget_alarms", "budget_crossings_query"]
+           "add_budget_alarms", "budget_alarm_suffixes",
+           "budget_crossings_query"]

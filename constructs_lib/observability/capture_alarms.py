@@ -127,6 +127,27 @@ def check_capture_alarms(problems: Problems, at: KeyPaths = PROPS, **options: An
     CaptureAlarmsProps(**{"pipeline": None, **options}).check(problems, at)
 
 
+# The pipeline's own alarms, then the optional ones, each key with its name suffix (and runbook section).
+PIPELINE_ALARMS = {"dead_letters": "capture-dead-letters", "processor_errors": "capture-processor-errors"}
+OPTIONAL_ALARMS = {"failed_messages": "capture-failed-messages", "throttles": "capture-processor-throttles",
+                   "duration_near_timeout": "capture-duration-near-timeout", "backlog_age": "capture-backlog-age"}
+
+
+def capture_alarm_suffixes(tiers: Sequence[str], options: CaptureAlarmsOptions) -> dict[str, str]:
+    """The alarms :class:`CaptureAlarms` names, key (as in its ``alarms``) -> name suffix (the name is
+    ``<alarm_name_prefix>-<suffix>``), per expected tier ``capture-quarantined-lines-<tier>`` and
+    ``capture-no-curated-output-<tier>``; an alarm whose settings are None is not created. The construct names its
+    alarms with it; a loader plans them with it (docs/alarms.md#alarm-names)."""
+    suffixes = dict(PIPELINE_ALARMS)
+    suffixes.update({key: suffix for key, suffix in OPTIONAL_ALARMS.items() if getattr(options, key) is not None})
+    for tier in (tier for tier in TIERS if tier in tiers):
+        if options.quarantined_lines is not None:
+            suffixes[f"quarantined_lines_{tier}"] = f"capture-quarantined-lines-{tier}"
+        if options.no_curated_output is not None:
+            suffixes[f"no_curated_output_{tier}"] = f"capture-no-curated-output-{tier}"
+    return suffixes
+
+
 @real_signature
 class CaptureAlarms(Construct):
     """Alarms on a :class:`~hyperpod_inference_iac.CapturePipeline`, notifying ``topic``.
@@ -202,29 +223,30 @@ class CaptureAlarms(Construct):
         wiring = AlarmWiring(props.alarm_name_prefix, topic_actions(props.topic), props.notify_on_ok, props.runbook_url)
         above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
         quiet = cloudwatch.TreatMissingData.NOT_BREACHING
+        suffixes = capture_alarm_suffixes(self.expected_tiers, props)
         alarms: dict[str, cloudwatch.Alarm] = {
-            "dead_letters": wiring.adopt(props.pipeline.alarms["dead_letters"], "capture-dead-letters",
+            "dead_letters": wiring.adopt(props.pipeline.alarms["dead_letters"], suffixes["dead_letters"],
                                          anchor="capture-dead-letters"),
-            "processor_errors": wiring.adopt(props.pipeline.alarms["function_errors"], "capture-processor-errors",
+            "processor_errors": wiring.adopt(props.pipeline.alarms["function_errors"], suffixes["processor_errors"],
                                              anchor="capture-processor-errors"),
         }
         if props.failed_messages is not None:
             alarms["failed_messages"] = wiring.alarm(
-                self, "FailedMessages", suffix="capture-failed-messages", anchor="capture-failed-messages",
+                self, "FailedMessages", suffix=suffixes["failed_messages"], anchor="capture-failed-messages",
                 text="The capture processor could not read or write captured objects (S3, KMS or a corrupt "
                      "object); SQS retries them, then moves them to the dead-letter queue.",
                 metric=processor_metric("FailedMessages", pipeline=props.pipeline.metrics_pipeline),
                 settings=props.failed_messages, comparison=above, missing=quiet)
         if props.throttles is not None:
             alarms["throttles"] = wiring.alarm(
-                self, "Throttles", suffix="capture-processor-throttles", anchor="capture-processor-throttles",
+                self, "Throttles", suffix=suffixes["throttles"], anchor="capture-processor-throttles",
                 text="The capture processor is throttled (reserved or account concurrency): captures queue up.",
                 metric=props.pipeline.function.metric_throttles(statistic="Sum"), settings=props.throttles,
                 comparison=above, missing=quiet)
         if props.duration_near_timeout is not None:
             timeout_ms = FUNCTION_TIMEOUT.to_milliseconds()
             alarms["duration_near_timeout"] = wiring.alarm(
-                self, "DurationNearTimeout", suffix="capture-duration-near-timeout",
+                self, "DurationNearTimeout", suffix=suffixes["duration_near_timeout"],
                 anchor="capture-duration-near-timeout",
                 text=f"A capture processor invocation ran longer than {props.duration_near_timeout.threshold:g} % of "
                      "its 15-minute timeout: larger objects will time out, be retried and dead-lettered.",
@@ -233,7 +255,7 @@ class CaptureAlarms(Construct):
                 threshold=timeout_ms * props.duration_near_timeout.threshold / 100)
         if props.backlog_age is not None:
             alarms["backlog_age"] = wiring.alarm(
-                self, "BacklogAge", suffix="capture-backlog-age", anchor="capture-backlog-age",
+                self, "BacklogAge", suffix=suffixes["backlog_age"], anchor="capture-backlog-age",
                 text=f"Capture events have waited more than {props.backlog_age.threshold:g} minutes in the queue: the "
                      "processor falls behind (throttled, failing or too little concurrency).",
                 metric=props.pipeline.queue.metric_approximate_age_of_oldest_message(statistic="Maximum"),
@@ -241,7 +263,7 @@ class CaptureAlarms(Construct):
         for tier in self.expected_tiers:
             if props.quarantined_lines is not None:
                 alarms[f"quarantined_lines_{tier}"] = wiring.alarm(
-                    self, f"QuarantinedLines{tier.capitalize()}", suffix=f"capture-quarantined-lines-{tier}",
+                    self, f"QuarantinedLines{tier.capitalize()}", suffix=suffixes[f"quarantined_lines_{tier}"],
                     anchor="capture-quarantined-lines",
                     text=f"The capture processor quarantined lines of the {tier} tier it could not parse (a format "
                          "change or truncated objects); they are under the quarantine prefix.",
@@ -251,7 +273,7 @@ class CaptureAlarms(Construct):
             if props.no_curated_output is not None:
                 hours = props.no_curated_output.period.to_seconds() * props.no_curated_output.evaluation_periods / 3600
                 alarms[f"no_curated_output_{tier}"] = wiring.alarm(
-                    self, f"NoCuratedOutput{tier.capitalize()}", suffix=f"capture-no-curated-output-{tier}",
+                    self, f"NoCuratedOutput{tier.capitalize()}", suffix=suffixes[f"no_curated_output_{tier}"],
                     anchor="capture-no-curated-output",
                     text=f"No curated {tier} data was written for {hours:g} hours although capture is on for this "
                          "tier: capture stopped upstream, or every object fails or is skipped.",

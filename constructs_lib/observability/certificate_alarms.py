@@ -11,7 +11,7 @@ alarm fires while there is still time (default: below 45 days). The recovery run
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,6 +132,14 @@ def warn_certificate_alarms(warnings: RiskWarnings, at: KeyPaths = PROPS, *,
                      "their renewal completes")
 
 
+def certificate_alarm_suffixes(labels: Sequence[str], options: CertificateAlarmsOptions) -> dict[str, str]:
+    """The alarms :class:`CertificateAlarms` creates, label -> name suffix ``certificate-<label>-days-to-expiry``
+    (none when ``days_to_expiry`` is None). The construct names its alarms with it; a loader plans them with it."""
+    if options.days_to_expiry is None:
+        return {}
+    return {label: f"certificate-{label}-days-to-expiry" for label in labels}
+
+
 @real_signature
 class CertificateAlarms(Construct):
     """One ``DaysToExpiry`` alarm per certificate, notifying ``topic``.
@@ -192,11 +200,12 @@ class CertificateAlarms(Construct):
                              props.runbook_url)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         settings = props.days_to_expiry
+        suffixes = certificate_alarm_suffixes(list(self.certificates), props)
         for label, certificate in self.certificates.items():
             if settings is None:
                 break
             self.alarms[label] = wiring.alarm(
-                self, f"DaysToExpiry-{label}", suffix=f"certificate-{label}-days-to-expiry",
+                self, f"DaysToExpiry-{label}", suffix=suffixes[label],
                 anchor="certificate-days-to-expiry",
                 text=f"The {label} certificate expires in fewer than {settings.threshold:g} days: managed "
                      "renewal failed (missing DNS validation record, certificate not in use, CAA) or it is "

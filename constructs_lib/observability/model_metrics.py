@@ -82,6 +82,7 @@ from hyperpod_inference_iac.foundation.patterns import (
 )
 from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.observability.alarm_names import PlannedAlarm, alarm_name, check_alarm_names
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.observability.alarms import (
     AlarmSettings,
@@ -667,6 +668,30 @@ class ModelServingMetricsProps(ModelServingMetricsOptions, AlarmWiringProps):
             if isinstance(model, WatchedModel):
                 seen.add((model.namespace, model.name))
         ModelServingMetricsOptions.check(self, problems, at)
+        prefix = self.alarm_name_prefix
+        if isinstance(prefix, str) and not is_unresolved(prefix) and not problems.has_at_or_below(at.at("models")):
+            # Two models of one name in two namespaces would give one name (the namespace is not in it).
+            check_alarm_names(problems, [PlannedAlarm(alarm_name(prefix, suffix), at.at("models", index))
+                                         for index, _, suffix in model_alarm_suffixes(list(self.models), self)], code)
+
+
+# The alarms on a model server's own series (a known engine only), and on its custom resource's state.
+ENGINE_ALARMS = ("error_rate", "latency", "time_to_first_token")
+STATE_ALARMS = ("model_failed", "deployment_time_exceeded")
+
+
+def model_alarm_suffixes(models: Sequence[WatchedModel], options: ModelServingMetricsOptions,
+                         ) -> list[tuple[int, str, str]]:
+    """The alarms :class:`ModelServingMetrics` creates, as (index of the model, key, name suffix): per model
+    ``model-<name>-<what>`` (the name is ``<alarm_name_prefix>-<suffix>``; the namespace is not in it), the engine's
+    three only with a known engine; an alarm whose settings are None is not created. The construct names its alarms
+    with it; a loader plans them with it (docs/alarms.md#alarm-names)."""
+    suffixes = []
+    for index, model in enumerate(models):
+        for key in (*(ENGINE_ALARMS if model.engine is not None else ()), *STATE_ALARMS):
+            if getattr(options, key) is not None:
+                suffixes.append((index, key, f"model-{model.name}-{key.replace('_', '-')}"))
+    return suffixes
 
 
 @real_signature
@@ -824,7 +849,8 @@ class ModelServingMetrics(Construct):
         breaching = cloudwatch.TreatMissingData.BREACHING
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         guard = props.min_requests
-        for model in self.models:
+        suffixes = {(index, key): suffix for index, key, suffix in model_alarm_suffixes(self.models, props)}
+        for index, model in enumerate(self.models):
             where = f"Model {model.name} ({model.kind}) in {model.namespace}"
             # Serving data missing from a model that keeps a replica: the relay, the agent or the server is broken.
             silent = quiet if model.scales_to_zero else breaching
@@ -866,7 +892,7 @@ class ModelServingMetrics(Construct):
                 assert settings is not None
                 kebab = key.replace("_", "-")
                 self.alarms[f"{key}:{model.name}"] = wiring.alarm(
-                    self, f"{construct_id}-{model.namespace}-{model.name}", suffix=f"model-{model.name}-{kebab}",
+                    self, f"{construct_id}-{model.namespace}-{model.name}", suffix=suffixes[(index, key)],
                     anchor=f"model-{kebab}", text=text, metric=metric, settings=settings, comparison=comparison,
                     missing=missing, threshold=threshold)
         self.alarm_names = alarm_names(self.alarms)

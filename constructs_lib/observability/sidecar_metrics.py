@@ -56,6 +56,7 @@ from hyperpod_inference_iac.foundation.patterns import (
 )
 from hyperpod_inference_iac.foundation.props import Props, listed, prop, real_signature
 from hyperpod_inference_iac.foundation.validation import PROPS, KeyPaths, Problems, is_unresolved
+from hyperpod_inference_iac.observability.alarm_names import PlannedAlarm, alarm_name, check_alarm_names
 from hyperpod_inference_iac.observability.alarm_topic import AlarmTopic
 from hyperpod_inference_iac.observability.alarms import (
     AlarmSettings,
@@ -70,6 +71,7 @@ from hyperpod_inference_iac.observability.budget_alarms import (
     BUDGET_ALERTS,
     BUDGET_THRESHOLD,
     add_budget_alarms,
+    budget_alarm_suffixes,
 )
 from hyperpod_inference_iac.security.workload_identity import service_account_principal
 
@@ -129,6 +131,28 @@ FIRST_CHUNK_P99 = AlarmSettings(threshold=5, period=Duration.minutes(5), evaluat
 def format_bound(bound: float) -> str:
     """A bucket bound as the sidecar writes its `le` label ("0.025", "5", "+Inf" is not a bound)."""
     return f"{bound:g}"
+
+
+# The alarms on all sidecars of the namespace, and those per model (in this order in ``alarms``).
+SIDECAR_ALARMS = ("dropped_records", "failed_uploads", "rejected_requests", "no_metrics")
+PER_MODEL_ALARMS = ("server_error_rate", "first_chunk_p99")
+
+
+def sidecar_alarm_suffixes(*, models: Sequence[str], budget_alert_percents: Sequence[int],
+                           options: CaptureSidecarMetricsOptions) -> dict[str, str]:
+    """The alarms :class:`CaptureSidecarMetrics` creates, key (as in its ``alarms``) -> name suffix (the name is
+    ``<alarm_name_prefix>-<suffix>``): ``sidecar-<what>``, per model ``sidecar-<model>-<what>`` (a ``/`` of the model
+    becomes ``-``), per budget level ``sidecar-budget-<percent>-percent``; an alarm whose settings are None is not
+    created. The construct names its alarms with it; a loader plans them with it (docs/alarms.md#alarm-names)."""
+    suffixes = {key: "sidecar-" + key.replace("_", "-") for key in SIDECAR_ALARMS if getattr(options, key) is not None}
+    for model in models:
+        plain = model.replace("/", "-")
+        for key in PER_MODEL_ALARMS:
+            if getattr(options, key) is not None:
+                suffixes[f"{key}:{model}"] = f"sidecar-{plain}-{key.replace('_', '-')}"
+    if options.budget_threshold is not None:
+        suffixes.update(budget_alarm_suffixes(budget_alert_percents))
+    return suffixes
 
 
 def sidecar_metrics_log_group_name(cluster_name: str, namespace: str | None = None) -> str:
@@ -508,6 +532,17 @@ class CaptureSidecarMetricsProps(CaptureSidecarMetricsOptions, AlarmWiringProps)
                 problems.add(f"{code}.BadBudgetPercent", at.at("budget_alert_percents", index),
                              "must be a whole percent from 1 to 100, each once", percent)
         CaptureSidecarMetricsOptions.check(self, problems, at)
+        prefix = self.alarm_name_prefix
+        if isinstance(prefix, str) and not is_unresolved(prefix) and not problems.has_at_or_below(at.at("models")) \
+                and not problems.has_at_or_below(at.at("budget_alert_percents")):
+            # Two models one '/' apart ("a/b", "a-b") would give one name; a long prefix and model, one too long.
+            paths = {f"{key}:{model}": at.at("models", index)
+                     for index, model in enumerate(self.models) for key in PER_MODEL_ALARMS}
+            suffixes = sidecar_alarm_suffixes(models=list(self.models),
+                                              budget_alert_percents=list(self.budget_alert_percents), options=self)
+            check_alarm_names(problems, [PlannedAlarm(alarm_name(prefix, suffix),
+                                                      paths.get(key, at.at("alarm_name_prefix")))
+                                         for key, suffix in suffixes.items()], code)
 
 
 def check_capture_sidecar_metrics(problems: Problems, at: KeyPaths = PROPS, **options: Any) -> None:
@@ -680,10 +715,12 @@ class CaptureSidecarMetrics(Construct):
              "hung (the other sidecar alarms cannot fire), or no capture sidecar runs there."),
         ]
         self.alarms: dict[str, cloudwatch.Alarm] = {}
+        suffixes = sidecar_alarm_suffixes(models=self.models, budget_alert_percents=props.budget_alert_percents,
+                                          options=props)
         for key, construct_id, settings, metric, comparison, missing, text in specs:
             if settings is None:
                 continue
-            name = "sidecar-" + key.replace("_", "-")
+            name = suffixes[key]
             self.alarms[key] = wiring.alarm(self, construct_id, suffix=name, anchor=name, text=text, metric=metric,
                                             settings=settings, comparison=comparison, missing=missing)
         # Per model: key, construct id, settings, expression, its inputs, threshold of the expression, meaning.
@@ -712,7 +749,7 @@ class CaptureSidecarMetrics(Construct):
                 math = cloudwatch.MathExpression(expression=expression, using_metrics=inputs, period=settings.period,
                                                  label=f"{kebab} {model}")
                 self.alarms[f"{key}:{model}"] = wiring.alarm(
-                    self, f"{construct_id}-{plain}", suffix=f"sidecar-{plain}-{kebab}", anchor=f"sidecar-{kebab}",
+                    self, f"{construct_id}-{plain}", suffix=suffixes[f"{key}:{model}"], anchor=f"sidecar-{kebab}",
                     text=text, metric=math, settings=settings, comparison=above, missing=quiet, threshold=threshold)
         # Budget alerts: one alarm per level, the saved query that names the callers.
         self.budget_alert_percents = tuple(sorted(props.budget_alert_percents))
@@ -720,7 +757,7 @@ class CaptureSidecarMetrics(Construct):
         if self.budget_alert_percents and props.budget_threshold is not None:
             budget_alarms, self.budget_query = add_budget_alarms(
                 self, wiring=wiring, settings=props.budget_threshold, percents=self.budget_alert_percents,
-                metric=self.metric(BUDGET_ALERTS), namespace=namespace, log_group=self.log_group,
+                metric=self.metric(BUDGET_ALERTS), namespace=namespace, log_group=self.log_group, suffixes=suffixes,
                 log_group_name=self.log_group_name,
                 query_name=f"{props.alarm_name_prefix}/budget-crossings")
             self.alarms.update(budget_alarms)

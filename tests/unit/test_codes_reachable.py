@@ -95,6 +95,15 @@ NOT_FROM_CONFIG: dict[str, str] = {
     "CaptureSidecarMetrics.SharedLogGroup": "the app gives each namespace's agent a log group of its own",
     "CaptureSidecarMetrics.SecondAgent": "the app makes one agent per namespace (PlatformConfig.metrics_agents)",
     "CaptureSidecarMetrics.UnpinnedImage": "the app uses the construct's pinned agent image",
+    "CaptureSidecarMetrics.AlarmNameCollision": "the app's served model names are portable server names (DNS labels, "
+                                                "each once: no two one '/' apart); across agents and families the "
+                                                "config check refuses it first (Config.AlarmNameCollision)",
+    "CaptureSidecarMetrics.AlarmNameTooLong": "the app's names are at most `project` (20), a namespace (63) and a "
+                                              "server name (63) long: under 255 characters",
+    "ModelServingMetrics.AlarmNameCollision": "one operator model name in two namespaces is refused first by the plan "
+                                              "(Model.DuplicateName)",
+    "ModelServingMetrics.AlarmNameTooLong": "the app's model names are DNS labels (63) and the prefix is `project` "
+                                            "(20): under 255 characters",
     "CapturePipeline.InvalidDate": "the app keeps the construct's first partition date",
     "CapturePipeline.InvalidGlueName": "the app keeps the construct's Glue database name",
     "CapturePipeline.MemoryOutOfRange": "the app keeps the construct's memory size",
@@ -322,6 +331,10 @@ def construct_codes() -> set[str]:
     alarms_source = (REPO / "constructs_lib" / "observability" / "alarms.py").read_text()
     for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', alarms_source):
         found |= {f"{caller}.{suffix}" for caller in callers}
+    # alarm_names.py's name check raises under the code of the constructs that call it.
+    names_source = (REPO / "constructs_lib" / "observability" / "alarm_names.py").read_text()
+    for suffix in re.findall(r'\.add\(\s*f"\{code\}\.([A-Z][A-Za-z0-9]+)"', names_source):
+        found |= {f"{caller}.{suffix}" for caller in ("CaptureSidecarMetrics", "ModelServingMetrics")}
     return {code for code in found if not code.startswith("Config.")}
 
 
