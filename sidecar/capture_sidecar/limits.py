@@ -19,7 +19,9 @@ benchmarks/budget_bench.py). Under-admission: slices left on other replicas when
 
 Alerts before a budget runs out: the same script call that grants a slice of a day or month budget tells whether the
 tokens handed out crossed one of ``alert_percents`` of it, and marks each level once per caller, limit and window
-(``SET NX`` inside the script: no round trip of its own, once across every replica). The replica whose grant crossed
+(``INCRBY`` of a marker inside the script, the first to make it 1 marks it: no round trip of its own, once across
+every replica; only the commands the platform store's user may run, ``UsageStore``'s access string, which has no
+``SET``). The replica whose grant crossed
 it counts it (``capture_sidecar_budget_alerts_total``), shows the caller for a while
 (``capture_sidecar_budget_threshold_crossed``) and logs one ``budget_threshold_crossed`` event; nothing waits on
 any of it.
@@ -138,7 +140,8 @@ class TokenStore(Protocol):
 
 # One round trip: what is left, and the grant, atomically (scripts run alone on the server). KEYS[2..] are the alert
 # markers (same hash slot: the caller's {tag}), ARGV[4..] their percents: a level reached by this grant is marked
-# with SET NX (expiring with the counter), and returned only if this call set the marker.
+# by INCRBY 1 (expiring with the counter), and returned only if this call made the marker (it is 1 now). INCRBY, not
+# SET NX: the store's user may not SET (UsageStore's ACCESS_STRING, tests/rehearsal/test_gateway_entry_budgets.py).
 _TAKE_SCRIPT = """
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local limit = tonumber(ARGV[2])
@@ -151,7 +154,8 @@ local after = used + grant
 for i = 2, #KEYS do
   local percent = tonumber(ARGV[i + 2])
   if used * 100 < percent * limit and after * 100 >= percent * limit then
-    if redis.call('SET', KEYS[i], '1', 'NX', 'EX', tonumber(ARGV[3])) then
+    if redis.call('INCRBY', KEYS[i], 1) == 1 then
+      redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3]))
       result[#result + 1] = percent
     end
   end

@@ -226,7 +226,7 @@ class Resolver:
             "AWS::S3::Bucket": "BucketName", "AWS::IAM::Role": "RoleName", "AWS::SQS::Queue": "QueueName",
             "AWS::IAM::ManagedPolicy": "ManagedPolicyName", "AWS::Lambda::Function": "FunctionName",
             "AWS::Logs::LogGroup": "LogGroupName", "AWS::EKS::Cluster": "Name", "AWS::KMS::Alias": "AliasName",
-            "AWS::IAM::Policy": "PolicyName",
+            "AWS::IAM::Policy": "PolicyName", "AWS::ElastiCache::ServerlessCache": "ServerlessCacheName",
         }.get(kind)
         if named_by and named_by in properties:
             return str(self.resolve(stack, properties[named_by]))
@@ -270,6 +270,8 @@ class Resolver:
             return f"arn:{PARTITION}:sns:{region}:{account}:{name}"
         if kind == "AWS::Lambda::Function" and attribute == "Arn":
             return f"arn:{PARTITION}:lambda:{region}:{account}:function:{name}"
+        if kind == "AWS::ElastiCache::ServerlessCache" and attribute == "ARN":  # (the budget store)
+            return f"arn:{PARTITION}:elasticache:{region}:{account}:serverlesscache:{name}"
         if attribute == "Arn":  # any other resource: an ARN of its service that no rehearsed runtime touches
             service, kind_name = kind.split("::")[1].lower(), kind.split("::")[2].lower()
             return f"arn:{PARTITION}:{service}:{region}:{account}:{kind_name}/{name}"
