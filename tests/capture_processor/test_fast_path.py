@@ -112,7 +112,9 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(payloads, "FACTS_UNCHECKED", False)
     monkeypatch.setattr(redaction, "SHARED_JOIN", False)
     monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_TOTAL", False)
     monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
+    monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
     monkeypatch.setattr(documents, "SPLICED", False)
 
 

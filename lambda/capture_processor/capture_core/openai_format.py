@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from capture_core import fast_json
@@ -119,10 +120,10 @@ def _template_of(sample: str) -> tuple[str, str, dict[str, Any]] | None:
     if match is None:
         return None
     before, after = sample[: match.start(1)], sample[match.end(1) :]
-    try:
-        template = json.loads(before + after)
-        marked = json.loads(before + "q" + after)
-    except ValueError:
+    try:  # fast_json: the stdlib's values at orjson's speed (a third of this function's time went to `json`)
+        template = fast_json.loads(before + after)
+        marked = fast_json.loads(before + "q" + after)
+    except (ValueError, RecursionError):
         return None
     if not (isinstance(template, dict) and isinstance(marked, dict)):
         return None
@@ -323,8 +324,9 @@ def _middle_pieces(middle: str, separator: str) -> list[str] | None:
     events = (before + middle + after).split("\n\ndata: ")
     if len(events) - 1 != middle.count(separator):  # an event that is not the template's: one by one
         return None
-    start, end = len(before), len(after)
-    joined = "".join([event[start : len(event) - end] for event in events])
+    # Each event is `before` + piece + `after` (at least their length), so one slice object cuts every event alike: the
+    # pieces are taken by `map` in C, not a Python step per event.
+    joined = "".join(map(itemgetter(slice(len(before), -len(after) if after else None)), events))
     if "\n" in joined:
         return None
     if "\\" not in joined and '"' not in joined and joined.isprintable():

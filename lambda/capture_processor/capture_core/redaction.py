@@ -292,6 +292,20 @@ class Redactor:
         rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, joined[0].as_buffer())}
         return pa.array(_mask(len(filled), list(rows)), pa.bool_())
 
+    def scan_finding_unicode_escapes(self, texts: pa.Array, first: int) -> tuple[pa.Array, list[int]] | None:
+        """`scan(texts)`, and which of the first `first` rows hold a `\\u` (what `rows_holding_unicode_escape` gives for
+        them), both over one join of the rows by Arrow (UNICODE_IN_SCAN): no second join, no filter of the rows. None
+        without google-re2 (the caller takes the separate passes)."""
+        if not (COMPILED_RULES and self._any is not None and _UNICODE_ESCAPE is not None):
+            return None
+        filled = pc.fill_null(texts, "")
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
+        buffer = joined[0].as_buffer()
+        starts = list(accumulate(map(add, pc.binary_length(filled).to_pylist(), repeat(len(_JOINT))), initial=0))
+        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, buffer)}
+        return pa.array(_mask(len(filled), list(rows)), pa.bool_()), _rows_holding_match(_UNICODE_ESCAPE, buffer, starts,
+                                                                                          first)
+
     def count_over_budget(self, documents: int) -> None:
         with self._counts_lock:
             self.over_budget += documents
@@ -347,8 +361,10 @@ class Redactor:
         shorter than `least_chars` characters (as many bytes at least), so a document whose matched rows hold at
         most least_chars * MAX_CANDIDATES_PER_DOCUMENT bytes cannot exceed the budget: only the others are
         counted, with the combined pattern, as the whole column used to be."""
-        lengths = pc.binary_length(pc.filter(texts, needs_work))
         bound = self.least_chars * MAX_CANDIDATES_PER_DOCUMENT if BUDGET_BY_LENGTH else -1
+        if BUDGET_BY_TOTAL and (pc.sum(pc.binary_length(texts)).as_py() or 0) <= bound:
+            return set()  # all the rows together hold no more bytes than the bound: no document can exceed it
+        lengths = pc.binary_length(pc.filter(texts, needs_work))
         if BUDGET_BY_ARROW:  # the bytes per owner summed by Arrow, not a Python step per row
             rows_owners = pa.array(row_ids if owners is None else [owners[row] for row in row_ids], pa.int64())
             sums = pa.table({"owner": rows_owners, "length": lengths}).group_by("owner").aggregate([("length", "sum")])
@@ -521,9 +537,16 @@ def rows_holding_unicode_escape(texts: pa.Array) -> list[int] | None:
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts), _JOINT_TEXT)
     buffer = joined[0].as_buffer()
     starts = list(accumulate(map(add, pc.binary_length(texts).to_pylist(), repeat(len(_JOINT))), initial=0))
-    match = _UNICODE_ESCAPE._regexp.Match
+    return _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, len(texts))
+
+
+def _rows_holding_match(compiled: Any, buffer: Any, starts: list[int], first: int) -> list[int]:
+    """Which of the first `first` rows joined in `buffer` (each starting at `starts[row]`, _JOINT between them) hold a
+    match of `compiled`, a pattern that never matches across the joint: a search per such row, in order."""
+    match = compiled._regexp.Match
     rows: list[int] = []
-    position, end = 0, len(buffer)
+    position = 0
+    end = max(starts[first] - len(_JOINT), 0) if first < len(starts) - 1 else len(buffer)
     while position < end:
         begin = match(_UNANCHORED, buffer, position, end)[0][0]
         if begin < 0:
@@ -623,6 +646,9 @@ MAX_CANDIDATES_PER_DOCUMENT = 50_000
 BUDGET_BY_LENGTH = True
 # The speed switch of summing those lengths per document with Arrow (off in the plain path: a Python step per row).
 BUDGET_BY_ARROW = True
+# The speed switch of that bound checked first on all the rows together (one Arrow sum; a chunk's rows seldom hold more
+# than the bound's bytes): no sum per document when the total is within it (off in the plain path).
+BUDGET_BY_TOTAL = True
 OVER_BUDGET = "too_many_matches"
 OVER_BUDGET_MARKER = f"[REDACTED:{OVER_BUDGET}]"
 

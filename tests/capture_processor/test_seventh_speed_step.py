@@ -1,0 +1,152 @@
+"""The seventh speed step (issue 27) changes no output. Each switch is held to the code it replaces on inputs built to
+break it: `documents.UNICODE_IN_SCAN` (the documents with a `\\u` escape found in the combined scan's own join of the
+decoded documents) on fuzzed texts of backslashes, `u`s, quotes and escapes, where the decoded text must hold a `\\u`
+exactly where the text as written does, and on batches of documents with secrets after escapes, in other charsets,
+with the joint and sentinel characters; `redaction.BUDGET_BY_TOTAL` (the budget's bound checked first on all the rows
+together) on documents either side of the bound; and the split merge's pieces cut by one slice object, on streams whose
+pieces are empty, escaped, or hold the separator's characters."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from capture_core import documents, openai_format, redaction
+from capture_core.redaction import DEFAULT_RULES, Redactor, rows_holding_unicode_escape
+from tests.capture_processor import transcripts
+from tests.capture_processor.test_compiled_rules import SECRETS
+from tests.capture_processor.test_sixth_speed_step import _batch_results, _documents
+from tests.capture_processor.transcripts import split
+
+_ALPHABET = ["\\", "\\", "\\", "u", "u", "n", "t", '"', "/", "0", "4", "a", " ", "é", "\ue006", "\ue000"]
+
+
+def _fuzzed_texts(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0, 16))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_decoded_texts_hold_a_unicode_escape_where_the_texts_do(seed: int) -> None:
+    texts = _fuzzed_texts(seed, 4000)
+    decoded = documents._decoded_for_scan(pa.array(texts, pa.string())).to_pylist()
+    assert ["\\u" in text for text in decoded] == ["\\u" in text for text in texts]
+    assert 400 < sum("\\u" in text for text in texts) < 3600  # both kinds, many of each
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_join_finds_what_the_scan_and_the_unicode_search_find(seed: int) -> None:
+    # Rows after `first` (the pieces that share the scan) hold \u too: they must not be reported.
+    rng = random.Random(seed)
+    rows = [text + rng.choice(["", " " + rng.choice(SECRETS), "\\u0040"]) for text in _fuzzed_texts(seed + 10, 300)]
+    first = 200
+    redactor = Redactor((*DEFAULT_RULES, "ip_address"))
+    column = pa.array(rows, pa.string())
+    found = redactor.scan_finding_unicode_escapes(column, first)
+    assert found is not None
+    matched, unicode_rows = found
+    assert matched.to_pylist() == redactor.scan(column).to_pylist()
+    assert unicode_rows == rows_holding_unicode_escape(column.slice(0, first))
+    assert unicode_rows == [row for row in range(first) if "\\u" in rows[row]]
+    assert redactor.scan_finding_unicode_escapes(column, 0) is not None
+    assert redactor.scan_finding_unicode_escapes(column, 0)[1] == []  # type: ignore[index]
+
+
+def _hostile_documents(seed: int) -> list[tuple[str, bool]]:
+    rng = random.Random(seed)
+    out = _documents(seed)
+    for index in range(80):
+        secret = rng.choice(SECRETS)
+        value = rng.choice([
+            "\\\\u0040 " + secret,  # a written \u, not an escape, then a secret
+            "\\\\" + "\n" + secret,  # an escaped backslash, a line break
+            "\ue006\ue006" + secret + "\ue000",  # the joint and a sentinel around a secret
+            "café\\u " + secret + "\\",
+            json.dumps({"inner": "x\n" + secret}),  # nested JSON with escapes
+        ])
+        text = json.dumps({"k": value, "i": index}, ensure_ascii=rng.random() < 0.5)
+        out.append((text, rng.random() < 0.8))
+    out.append(('{"k": "\\\\\\u0041KIAIOSFODNN7EXAMPLE"}', True))  # an escaped backslash, then a real \u escape
+    out.append(('{"k": "\\\\\\\\u0041 x\\n bob@example.com"}', True))  # a written \u after two escaped backslashes
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unicode_escapes_found_in_the_scan_plan_alike(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _hostile_documents(seed)
+    fast = _batch_results(texts)
+    monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
+    assert _batch_results(texts) == fast
+    monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
+    assert _batch_results(texts) == fast
+    assert sum(bool(rules) for _, rules in fast) > 50
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [('{"k": "a\\nb"}', True), ('{"k": "x\\ny bob@example.com"}', True)],
+        [('{"k": "\\u0041\\nb"}', True), ('{"k": "\\u00e9 bob@example.com\\n"}', True)],
+        [('"\\u"', True), ('{"k": "x\\ny"}', True), ("plain bob@example.com", False)],
+        [("no escape bob@example.com", False), ('{"k": "\\u0040 x"}', True), ("raw \\u0040 415-555-0100", False)],
+    ],
+)
+def test_batches_with_and_without_unicode_escapes_plan_alike(
+    texts: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _batch_results(texts)
+    monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
+    assert _batch_results(texts) == fast
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+@pytest.mark.parametrize("repeat", [19, 20, 21, 40])
+def test_the_budget_checked_on_the_total_finds_the_same_documents(
+    by_length: bool, repeat: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound is least_chars (6, email) * 20 = 120 bytes: rows whose total is under, at and over it, one document
+    # over the budget only when its rows are summed, and one just under.
+    monkeypatch.setattr(redaction, "MAX_CANDIDATES_PER_DOCUMENT", 20)
+    monkeypatch.setattr(redaction, "BUDGET_BY_LENGTH", by_length)
+    cases = [
+        (["a@b.co"] * repeat, [0] * repeat),
+        (["a@b.co"] * repeat, list(range(repeat))),
+        ([" ".join(["a@b.co"] * repeat), "plain", "x@y.org"], [0, 0, 1]),
+        (["a@b.co " * 10, "a@b.co " * 10 + "a@b.co", "415-555-0100"], [0, 0, 1]),
+    ]
+
+    def redacted(rows: list[str], owners: list[int]) -> tuple[Any, ...]:
+        redactor = Redactor(DEFAULT_RULES)
+        texts, hits, over = redactor.redact_owned(pa.array(rows, pa.string()), owners)
+        return texts.to_pylist(), hits, over, redactor.counts, redactor.over_budget
+
+    fast = [redacted(*case) for case in cases]
+    monkeypatch.setattr(redaction, "BUDGET_BY_TOTAL", False)
+    assert [redacted(*case) for case in cases] == fast
+    monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
+    assert [redacted(*case) for case in cases] == fast
+    assert fast[0][2] == ({0} if repeat > 20 else set())
+
+
+@pytest.mark.parametrize("pieces", [3, 17, 60])
+def test_the_split_merge_cuts_every_piece_alike(pieces: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Empty pieces (an event exactly the template's length), escapes, quotes, the separator's own characters.
+    answers = [
+        "x" * pieces,
+        'He said "' + SECRETS[0] + '" \\ then\tdata: ' + " ".join(SECRETS),
+        "}]}" * pieces + "data: " * 3,
+    ]
+    for answer in answers:
+        chunks = split(answer, pieces)
+        streams = [transcripts.vllm_chat(chunks), transcripts.vllm_chat(["", *chunks, "", ""]),
+                   transcripts.vllm_completion(chunks)]  # fmt: skip
+        for stream in streams:
+            merged = openai_format.reassemble_stream(stream)
+            with monkeypatch.context() as plain:
+                plain.setattr(openai_format, "STREAM_SPLIT", False)
+                plain.setattr(openai_format, "TEMPLATE_MERGE", False)
+                assert openai_format.reassemble_stream(stream) == merged
