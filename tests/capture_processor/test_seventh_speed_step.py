@@ -3,8 +3,10 @@ break it: `documents.UNICODE_IN_SCAN` (the documents with a `\\u` escape found i
 decoded documents) on fuzzed texts of backslashes, `u`s, quotes and escapes, where the decoded text must hold a `\\u`
 exactly where the text as written does, and on batches of documents with secrets after escapes, in other charsets,
 with the joint and sentinel characters; `redaction.BUDGET_BY_TOTAL` (the budget's bound checked first on all the rows
-together) on documents either side of the bound; and the split merge's pieces cut by one slice object, on streams whose
-pieces are empty, escaped, or hold the separator's characters."""
+together) on documents either side of the bound; `fast_json.DUMPS_BY_ORJSON` (a reassembled stream written by orjson
+when it holds no float) on values of every JSON type, controls, surrogates, integers either side of 64 bits, floats
+orjson writes otherwise, non-string keys and deep nesting; and the split merge's pieces cut by one slice object, on
+streams whose pieces are empty, escaped, or hold the separator's characters."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from capture_core import documents, openai_format, redaction
+from capture_core import documents, fast_json, openai_format, redaction
 from capture_core.redaction import DEFAULT_RULES, Redactor, rows_holding_unicode_escape
 from tests.capture_processor import transcripts
 from tests.capture_processor.test_compiled_rules import SECRETS
@@ -150,3 +152,48 @@ def test_the_split_merge_cuts_every_piece_alike(pieces: int, monkeypatch: pytest
                 plain.setattr(openai_format, "STREAM_SPLIT", False)
                 plain.setattr(openai_format, "TEMPLATE_MERGE", False)
                 assert openai_format.reassemble_stream(stream) == merged
+
+
+_TEXTS = ["", "a", '"', "\\", "/", "\n\r\t\b\f", "\x00\x1f\x7f\x80\x9f", "é", "\u2028\u2029", "😀", "\ufeff",
+          "\ue000\ue006", "</script>", "\ud800", "\udfff x"]  # fmt: skip
+_NUMBERS = [0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 10**30, True, False, None, 1.5, 1e-05,
+            1.5212603486793025e-05, 1e16, -0.0, float("nan"), float("inf")]  # fmt: skip
+
+
+def _value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.random()
+    if depth > 3 or kind < 0.35:
+        return rng.choice(_TEXTS) + rng.choice(_TEXTS) if rng.random() < 0.6 else rng.choice(_NUMBERS[:11])
+    if kind < 0.4:
+        return rng.choice(_NUMBERS)  # a float now and then: json's text
+    if kind < 0.7:
+        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    keys: list[Any] = [rng.choice(_TEXTS) + str(index) for index in range(rng.randint(0, 4))]
+    if rng.random() < 0.05:
+        keys.append(rng.choice([1, 2.5, None, True]))  # json writes these keys as text; orjson refuses them
+    return {key: _value(rng, depth + 1) for key in keys}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_value_is_written_as_json_dumps_writes_it(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [_value(rng) for _ in range(3000)]
+    values += [{"deep": [[[[[[]]]]]] * 2}, json.loads("[" * 300 + "]" * 300), (1, "a"), {"t": (2, 3)}, [{"x": 1.0}]]
+    plain = [json.dumps(value, ensure_ascii=False, separators=(",", ":")) for value in values]
+    assert [fast_json.dumps_compact(value) for value in values] == plain
+    fast = sum(not fast_json._holds_other_than_plain(value) for value in values)
+    assert 1000 < fast < len(values)  # both paths taken
+
+
+def test_a_reassembled_stream_is_written_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capture_core import payloads
+
+    plain = transcripts.vllm_chat(split("hello there é \u2028 " + SECRETS[0], 5))
+    assert '"logprobs":null' in plain
+    logprobs = plain.replace('"logprobs":null', '"logprobs":{"content": [{"token": "x", "logprob": -1.5e-05}]}')
+    streams = [plain, logprobs]
+    fast = [payloads.decode_side(stream, "JSON", "text/event-stream", False) for stream in streams]
+    assert all(side.streamed and side.text is not None for side in fast)
+    monkeypatch.setattr(fast_json, "DUMPS_BY_ORJSON", False)
+    assert [payloads.decode_side(stream, "JSON", "text/event-stream", False) for stream in streams] == fast
+    assert "-1.5e-05" in (fast[1].text or "")

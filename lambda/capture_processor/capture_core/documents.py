@@ -186,9 +186,9 @@ class DocumentBatch:
         match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
             return None
-        # Those with a \\u escape are found in the scan's own join (UNICODE_IN_SCAN); else only the documents without one
-        # go to the scan: those with one are found by one RE2 search over them all (UNICODE_BY_RE2), or by Python's
-        # substring search, document by document.
+        # Those with a \\u escape are found in the scan's own join (UNICODE_IN_SCAN); else only the documents without
+        # one go to the scan: those with one are found by one RE2 search over them all (UNICODE_BY_RE2), or by
+        # Python's substring search, document by document.
         if UNICODE_IN_SCAN and UNICODE_BY_RE2 and (escaped_column := _arrow_texts(self._escaped_texts)) is not None:
             in_scan = self._flagged_in_one_scan(escaped_column)
             if in_scan is not None:

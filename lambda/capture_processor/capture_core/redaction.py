@@ -63,7 +63,7 @@ class RedactionRule:
 
 
 def _digits(text: str) -> str:
-    return "".join(character for character in text if character.isdigit())
+    return "".join(filter(str.isdigit, text))  # the characters str.isdigit keeps, filtered in C
 
 
 def _luhn(digits: str) -> bool:
@@ -285,12 +285,12 @@ class Redactor:
         the combined pattern, compiled once, over the rows joined by Arrow (_JOINT between rows)."""
         if not (COMPILED_RULES and self._any is not None):
             return pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
-        filled = pc.fill_null(texts, "")
-        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
-        lengths = pc.binary_length(filled).to_pylist()
-        starts = list(accumulate(map(add, lengths, repeat(len(_JOINT))), initial=0))  # in C, no generator
-        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, joined[0].as_buffer())}
-        return pa.array(_mask(len(filled), list(rows)), pa.bool_())
+        return self._rows_matching_any(len(texts), *_joined_rows(texts))
+
+    def _rows_matching_any(self, count: int, buffer: Any, starts: list[int]) -> pa.Array:
+        assert self._any is not None
+        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, buffer)}
+        return pa.array(_mask(count, list(rows)), pa.bool_())
 
     def scan_finding_unicode_escapes(self, texts: pa.Array, first: int) -> tuple[pa.Array, list[int]] | None:
         """`scan(texts)`, and which of the first `first` rows hold a `\\u` (what `rows_holding_unicode_escape` gives for
@@ -298,13 +298,9 @@ class Redactor:
         without google-re2 (the caller takes the separate passes)."""
         if not (COMPILED_RULES and self._any is not None and _UNICODE_ESCAPE is not None):
             return None
-        filled = pc.fill_null(texts, "")
-        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
-        buffer = joined[0].as_buffer()
-        starts = list(accumulate(map(add, pc.binary_length(filled).to_pylist(), repeat(len(_JOINT))), initial=0))
-        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, buffer)}
-        return pa.array(_mask(len(filled), list(rows)), pa.bool_()), _rows_holding_match(_UNICODE_ESCAPE, buffer, starts,
-                                                                                          first)
+        buffer, starts = _joined_rows(texts)
+        unicode_rows = _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, first)
+        return self._rows_matching_any(len(texts), buffer, starts), unicode_rows
 
     def count_over_budget(self, documents: int) -> None:
         with self._counts_lock:
@@ -534,10 +530,18 @@ def rows_holding_unicode_escape(texts: pa.Array) -> list[int] | None:
     A `\\u` never spans two rows: the joint holds no backslash."""
     if _UNICODE_ESCAPE is None:
         return None
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts), _JOINT_TEXT)
-    buffer = joined[0].as_buffer()
-    starts = list(accumulate(map(add, pc.binary_length(texts).to_pylist(), repeat(len(_JOINT))), initial=0))
+    buffer, starts = _joined_rows(texts)
     return _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, len(texts))
+
+
+def _joined_rows(texts: pa.Array) -> tuple[Any, list[int]]:
+    """The rows (strings; a null as empty) joined by Arrow with _JOINT between them, as a buffer RE2 reads without a
+    copy, and where each row starts in it."""
+    filled = pc.fill_null(texts, "")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
+    lengths = pc.binary_length(filled).to_pylist()
+    starts = list(accumulate(map(add, lengths, repeat(len(_JOINT))), initial=0))  # in C, no generator
+    return joined[0].as_buffer(), starts
 
 
 def _rows_holding_match(compiled: Any, buffer: Any, starts: list[int], first: int) -> list[int]:
