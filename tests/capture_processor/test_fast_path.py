@@ -116,6 +116,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
     monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
     monkeypatch.setattr(fast_json, "DUMPS_BY_ORJSON", False)
+    monkeypatch.setattr(documents, "MATCHLESS", False)
     monkeypatch.setattr(documents, "SPLICED", False)
 
 

@@ -197,3 +197,50 @@ def test_a_reassembled_stream_is_written_alike(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(fast_json, "DUMPS_BY_ORJSON", False)
     assert [payloads.decode_side(stream, "JSON", "text/event-stream", False) for stream in streams] == fast
     assert "-1.5e-05" in (fast[1].text or "")
+
+
+def _keyed_documents(seed: int) -> list[tuple[str, bool]]:
+    """Documents whose short keys, short values and gaps hold secrets or not, repeated (the remembered texts), with a
+    secret exactly at the length where texts stop being judged, numbers in the gaps, lone surrogates and sentinels."""
+    rng = random.Random(seed)
+    keys = ["messages", "content", "a@b.co", "bob@example.com", "x" * 31 + "@", "y" * 26 + "a@b.co",
+            "z" * 27 + "a@b.co", "AKIAIOSFODNN7EXAMPLE", "\ue000\ue006key", "415-555-0100", "role", "temperature"]  # fmt: skip
+    out: list[tuple[str, bool]] = []
+    for index in range(150):
+        fields = []
+        for _ in range(rng.randint(1, 6)):
+            key = rng.choice(keys)
+            value = rng.choice(keys + [f"line\\n{rng.choice(SECRETS)}", "plain\\ntext", "\\ud800 x", "é\\u00e9"])
+            fields.append(f'"{key}": "{value}"')
+            if rng.random() < 0.3:
+                fields.append(f'"n{index}": {rng.choice(["415-555-0100", "512", "4111111111111111", "0.7"])}')
+        separator = rng.choice([", ", ",\\n ", ", 123-45-6789, "])
+        out.append(("{" + separator.join(fields) + "}", rng.random() < 0.9))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("entries", [4096, 2])
+def test_short_texts_without_a_match_kept_as_written_redact_alike(
+    seed: int, entries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redaction, "MATCHLESS_ENTRIES", entries)
+    texts = _keyed_documents(seed) + _hostile_documents(seed)
+    fast = _batch_results(texts)
+    monkeypatch.setattr(documents, "MATCHLESS", False)
+    assert _batch_results(texts) == fast
+    monkeypatch.setattr(documents, "SPLICED", False)
+    assert _batch_results(texts) == fast
+    assert sum(bool(rules) for _, rules in fast) > 100
+
+
+def test_matchless_judges_short_texts_only() -> None:
+    redactor = Redactor(DEFAULT_RULES)
+    assert redactor.matchless("messages") is True
+    assert redactor.matchless("a@b.co") is False
+    assert redactor.matchless("x" * 26 + "a@b.co") is False  # 32 characters: judged
+    assert redactor.matchless("x" * 33) is None  # longer: not judged
+    assert redactor.matchless("\ud800 lone") is None  # UTF-8 cannot hold it: not judged
+    assert redactor.matchless(": 415-555-0100, ") is False
+    assert redactor.matchless(": 512, ") is True
+    assert Redactor(()).matchless("a@b.co") is None  # no rules: nothing to judge with

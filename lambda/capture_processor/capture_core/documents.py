@@ -43,6 +43,9 @@ UNICODE_BY_RE2 = True
 # The speed switch of that search done in the combined scan's own join of the decoded documents (off in the plain path:
 # a join of the documents for it, and the others filtered for the scan).
 UNICODE_IN_SCAN = True
+# The speed switch of keeping short literals and gaps in which no rule matches out of the pieces (Redactor.matchless,
+# remembered per text; off in the plain path: each is a piece that every rule searches).
+MATCHLESS = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -323,9 +326,12 @@ class DocumentBatch:
         node = _Spliced(text)
         spans = node.spans
         pieces, owners, owner = self._pieces, self._owners, self._owner
+        # A short text in which no rule matches (MATCHLESS: a key, `: 512, `) is kept as written too, as a piece of it
+        # would be: nothing in it is replaced.
+        matchless = self._redactor.matchless if MATCHLESS else _unknown
         tokens = _LITERAL.split(text)  # [gap, body, close, gap, ..., gap]; each literal's opening quote is left out
         at = len(tokens[0])
-        if at >= MIN_GAP:
+        if at >= MIN_GAP and not matchless(tokens[0]):
             spans.append((0, at, len(pieces), False))
             pieces.append(tokens[0])
             owners.append(owner)
@@ -333,7 +339,9 @@ class DocumentBatch:
             body = tokens[index]
             start = at + 1  # past the opening quote
             at = start + len(body)
-            if len(body) >= MIN_GAP:  # shorter: a key or a short value, kept as written (see _plan_json)
+            # Shorter than MIN_GAP: a key or a short value, kept as written (see _plan_json); a body without a
+            # backslash is its value.
+            if len(body) >= MIN_GAP and not ("\\" not in body and matchless(body)):
                 value = decode_literal(body)
                 if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
                     planned: _Spliced | int = self._plan_spliced(value, depth + 1)
@@ -344,7 +352,7 @@ class DocumentBatch:
                 spans.append((start, at, planned, True))
             at += len(tokens[index + 1])  # the closing quote, when there is one
             gap = tokens[index + 2]
-            if len(gap) >= MIN_GAP:
+            if len(gap) >= MIN_GAP and not matchless(gap):
                 spans.append((at, at + len(gap), len(pieces), False))
                 pieces.append(gap)
                 owners.append(owner)
@@ -412,6 +420,10 @@ class DocumentBatch:
             else:
                 append(redacted[part])
         return "".join(out)
+
+
+def _unknown(text: str) -> bool | None:
+    return None
 
 
 def _decoded_for_scan(texts: pa.Array) -> pa.Array:

@@ -278,6 +278,9 @@ class Redactor:
         self._any = _google_re2.compile(self.any_rule.encode()) if _google_re2 is not None and self.rules else None
         self.least_chars = min((rule.least_chars for rule in self.rules), default=1)  # of any match of any rule
         self.over_budget = 0  # documents replaced whole: more candidates than MAX_CANDIDATES_PER_DOCUMENT
+        # Short texts (keys, gaps between literals) and whether the combined pattern finds nothing in them, remembered
+        # (a document's keys repeat in every document of its kind): see `matchless`.
+        self._matchless: dict[str, bool] = {}
 
     def scan(self, texts: pa.Array) -> pa.Array:
         """For each row of `texts` (strings), whether any rule's pattern matches in it (False for a null): what
@@ -301,6 +304,22 @@ class Redactor:
         buffer, starts = _joined_rows(texts)
         unicode_rows = _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, first)
         return self._rows_matching_any(len(texts), buffer, starts), unicode_rows
+
+    def matchless(self, text: str) -> bool | None:
+        """True when no rule matches anywhere in `text` (the combined pattern finds nothing there, so no rule changes
+        it, and none after), for a text of at most MATCHLESS_CHARS characters, remembered for the next one alike (up
+        to MATCHLESS_ENTRIES texts); None when not known this way (a longer text, or no google-re2)."""
+        known = self._matchless.get(text)
+        if known is not None or self._any is None or len(text) > MATCHLESS_CHARS:
+            return known
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: not judged here
+            return None
+        known = self._any._regexp.Match(_UNANCHORED, data, 0, len(data))[0][0] < 0
+        if len(self._matchless) < MATCHLESS_ENTRIES:
+            self._matchless[text] = known
+        return known
 
     def count_over_budget(self, documents: int) -> None:
         with self._counts_lock:
@@ -493,6 +512,9 @@ REQUIRED_TEXTS = True
 # The speed switch of one join of the candidates for the rules that search the same ones, until one changes a candidate
 # (off in the plain path: a join per rule and pass).
 SHARED_JOIN = True
+# The texts `Redactor.matchless` judges and remembers: at most this long, and this many per Redactor (a conversion).
+MATCHLESS_CHARS = 32
+MATCHLESS_ENTRIES = 4096
 # Between two candidates in the text one compiled rule searches: two private-use characters (U+E006). No rule matches
 # one inside a value; wherever a rule has `^` or `$`, a negated class that takes one such character is the alternative,
 # and `\b` holds beside one as at the text's ends: a match at the start or end of a candidate takes one of the two
