@@ -204,13 +204,14 @@ def _keyed_documents(seed: int) -> list[tuple[str, bool]]:
     secret exactly at the length where texts stop being judged, numbers in the gaps, lone surrogates and sentinels."""
     rng = random.Random(seed)
     keys = ["messages", "content", "a@b.co", "bob@example.com", "x" * 31 + "@", "y" * 26 + "a@b.co",
-            "z" * 27 + "a@b.co", "AKIAIOSFODNN7EXAMPLE", "\ue000\ue006key", "415-555-0100", "role", "temperature"]  # fmt: skip
+            "z" * 27 + "a@b.co", "AKIAIOSFODNN7EXAMPLE", "\ue000\ue006key", "415-555-0100", "role",
+            "temperature"]  # fmt: skip
     out: list[tuple[str, bool]] = []
     for index in range(150):
         fields = []
         for _ in range(rng.randint(1, 6)):
             key = rng.choice(keys)
-            value = rng.choice(keys + [f"line\\n{rng.choice(SECRETS)}", "plain\\ntext", "\\ud800 x", "é\\u00e9"])
+            value = rng.choice([*keys, f"line\\n{rng.choice(SECRETS)}", "plain\\ntext", "\\ud800 x", "é\\u00e9"])
             fields.append(f'"{key}": "{value}"')
             if rng.random() < 0.3:
                 fields.append(f'"n{index}": {rng.choice(["415-555-0100", "512", "4111111111111111", "0.7"])}')
