@@ -117,6 +117,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
     monkeypatch.setattr(fast_json, "DUMPS_BY_ORJSON", False)
     monkeypatch.setattr(documents, "MATCHLESS", False)
+    monkeypatch.setattr(openai_format, "SIMPLE_BY_PARTS", False)
     monkeypatch.setattr(documents, "SPLICED", False)
 
 

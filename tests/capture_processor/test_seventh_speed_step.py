@@ -245,3 +245,37 @@ def test_matchless_judges_short_texts_only() -> None:
     assert redactor.matchless(": 415-555-0100, ") is False
     assert redactor.matchless(": 512, ") is True
     assert Redactor(()).matchless("a@b.co") is None  # no rules: nothing to judge with
+
+
+_DISRUPTIONS = [": ping\n\n", "event: delta\n", "data: [DONE]\n\n", "\n", "data:", "retry: 5\n\n", "data: {}\n\n",
+                "id: 7\n", "\r\n"]  # fmt: skip
+
+
+def _outcome(stream: str) -> Any:
+    try:
+        return openai_format.reassemble_stream(stream)
+    except openai_format.NotReassembled as error:
+        return ("refused", str(error))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_stream_simple_but_in_one_part_merges_alike(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A line break, a comment, an `event:` or `id:` line, an early [DONE], a `data:` without its space, put in the
+    # head, the middle or the tail of the stream: the counts on the head and the tail alone (SIMPLE_BY_PARTS) must
+    # send such a stream where the count over the whole stream does.
+    rng = random.Random(seed)
+    streams = []
+    for _ in range(150):
+        answer = 'He said "' + rng.choice(SECRETS) + '"\n ' + " ".join(rng.sample(SECRETS, 3))
+        stream = transcripts.vllm_chat(split(answer, rng.randint(3, 30)))
+        for _ in range(rng.randint(0, 2)):
+            cuts = [index + 2 for index in range(len(stream)) if stream.startswith("\n\ndata: ", index)]
+            at = rng.choice([*cuts[:2], *cuts[-2:], *rng.sample(cuts, min(3, len(cuts)))])
+            stream = stream[:at] + rng.choice(_DISRUPTIONS) + stream[at:]
+        if rng.random() < 0.2:
+            stream = stream.replace("\n\ndata: ", "\n\ndata:", 1) if rng.random() < 0.5 else stream.rstrip("\n")
+        streams.append(stream)
+    fast = [_outcome(stream) for stream in streams]
+    monkeypatch.setattr(openai_format, "SIMPLE_BY_PARTS", False)
+    assert [_outcome(stream) for stream in streams] == fast
+    assert 20 < sum(type(outcome) is dict for outcome in fast) < len(fast)
