@@ -316,7 +316,8 @@ class Redactor:
             data = text.encode()
         except UnicodeEncodeError:  # a lone surrogate: not judged here
             return None
-        known = self._any._regexp.Match(_UNANCHORED, data, 0, len(data))[0][0] < 0
+        start: int = self._any._regexp.Match(_UNANCHORED, data, 0, len(data))[0][0]
+        known = start < 0
         if len(self._matchless) < MATCHLESS_ENTRIES:
             self._matchless[text] = known
         return known
