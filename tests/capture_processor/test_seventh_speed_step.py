@@ -279,3 +279,45 @@ def test_a_stream_simple_but_in_one_part_merges_alike(seed: int, monkeypatch: py
     monkeypatch.setattr(openai_format, "SIMPLE_BY_PARTS", False)
     assert [_outcome(stream) for stream in streams] == fast
     assert 20 < sum(type(outcome) is dict for outcome in fast) < len(fast)
+
+
+def _middle_pieces_by_count(middle: str, separator: str) -> list[str] | None:
+    """`_middle_pieces` as the sixth step wrote it: the separators counted, not the middle rebuilt."""
+    after, before = separator.split("\n\ndata: ", 1)
+    events = (before + middle + after).split("\n\ndata: ")
+    if len(events) - 1 != middle.count(separator):
+        return None
+    joined = "".join([event[len(before) : len(event) - len(after)] for event in events])
+    if "\n" in joined:
+        return None
+    if "\\" not in joined and '"' not in joined and joined.isprintable():
+        return [joined]
+    if "\\u" in joined or ("\\" + after + "\n\n") in middle or middle.endswith("\\"):
+        return None
+    try:
+        decoded = json.loads('"' + joined + '"')
+    except ValueError:
+        return None
+    return [decoded] if type(decoded) is str else None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_middle_rebuilt_from_its_pieces_cuts_as_the_count_did(seed: int) -> None:
+    # Middles of common events with pieces that hold the separator's parts, `\n\ndata: ` itself, a line break, a
+    # short event (shorter than the template), a stray `data:` event, separators that overlap, empty pieces.
+    rng = random.Random(seed)
+    before, after = '{"id":"c","choices":[{"index":0,"delta":{"content":"', '"},"finish_reason":null}]}'
+    separator = after + "\n\ndata: " + before
+    parts = ["", "x", "a b", '\\"', "\\\\", "\\n", "\n", "\n\ndata: ", after, before, after[:5], before[-4:], "data: ",
+             "\\u00e9", "é", '"}', separator[:9], separator[-9:]]  # fmt: skip
+    accepted = 0
+    for _ in range(3000):
+        pieces = ["".join(rng.choices(parts, k=rng.randint(0, 3))) for _ in range(rng.randint(1, 8))]
+        middle = separator.join(pieces)
+        if rng.random() < 0.3:  # a corruption: a cut, a doubled or shortened separator, an extra event
+            at = rng.randint(0, len(middle))
+            middle = middle[:at] + rng.choice(["", separator, separator[:-3], "\n\ndata: {}", after]) + middle[at:]
+        expected = _middle_pieces_by_count(middle, separator)
+        assert openai_format._middle_pieces(middle, separator) == expected, middle
+        accepted += expected is not None
+    assert 100 < accepted < 2900  # both answers, many of each

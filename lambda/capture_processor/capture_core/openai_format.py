@@ -341,17 +341,19 @@ def _middle_pieces(middle: str, separator: str) -> list[str] | None:
     """The decoded pieces of the common events between two separators, as one string; None when an event there is
     not a common one or a piece is not decoded alike whole and cut (see _split_merged)."""
     # The events are cut at their blank lines with a short needle (str.replace and str.split restart their search for
-    # a long needle, the separator, at every occurrence: three times the time). Each separator holds one `\n\ndata: `
-    # and separators do not overlap (counted in C, one search), so as many separators as cuts means every cut is
-    # between the template's `after` and `before`: each event is `before` + piece + `after`, unless a piece holds a
-    # line break (an event `data:` without the space, not cut there), which the check on `joined` sends back.
+    # a long needle, the separator, at every occurrence: three times the time). When the middle is the pieces joined by
+    # the separator, every cut is between the template's `after` and `before` (the middle holds no other
+    # `\n\ndata: `: the split found them all), unless a piece holds a line break (an event `data:` without the space,
+    # not cut there), which the check on `joined` sends back.
     after, before = separator.split("\n\ndata: ", 1)
     events = (before + middle + after).split("\n\ndata: ")
-    if len(events) - 1 != middle.count(separator):  # an event that is not the template's: one by one
+    # Each event is `before` + piece + `after` when the pieces joined by the separator give the middle back (one join
+    # and one comparison in C, cheaper than counting the separators: the middle then holds exactly as many cuts as
+    # separators, every cut in one). One slice object cuts every event alike, mapped in C.
+    pieces = list(map(itemgetter(slice(len(before), -len(after) if after else None)), events))
+    if separator.join(pieces) != middle:  # an event that is not the template's: one by one
         return None
-    # Each event is `before` + piece + `after` (at least their length), so one slice object cuts every event alike: the
-    # pieces are taken by `map` in C, not a Python step per event.
-    joined = "".join(map(itemgetter(slice(len(before), -len(after) if after else None)), events))
+    joined = "".join(pieces)
     if "\n" in joined:
         return None
     if "\\" not in joined and '"' not in joined and joined.isprintable():
