@@ -54,7 +54,7 @@ PHASES: list[tuple[Any, str, str]] = [
     (documents.DocumentBatch, "_plan_spliced", "    cutting the flagged documents"),
     (redaction.Redactor, "redact_owned", "  rules over the pieces (redact_owned)"),
     (redaction.Redactor, "_over_budget", "    budget"),
-    (redaction, "_spans", "    RE2 searches of the rules"),
+    (redaction, "_spans", "    RE2 searches (_spans: the combined scan's and the rules')"),
     (redaction, "_confirmed", "    candidates confirmed (validators)"),
 ]
 
