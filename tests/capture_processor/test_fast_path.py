@@ -112,7 +112,12 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(payloads, "FACTS_UNCHECKED", False)
     monkeypatch.setattr(redaction, "SHARED_JOIN", False)
     monkeypatch.setattr(redaction, "BUDGET_BY_ARROW", False)
+    monkeypatch.setattr(redaction, "BUDGET_BY_TOTAL", False)
     monkeypatch.setattr(documents, "UNICODE_BY_RE2", False)
+    monkeypatch.setattr(documents, "UNICODE_IN_SCAN", False)
+    monkeypatch.setattr(fast_json, "DUMPS_BY_ORJSON", False)
+    monkeypatch.setattr(documents, "MATCHLESS", False)
+    monkeypatch.setattr(openai_format, "SIMPLE_BY_PARTS", False)
     monkeypatch.setattr(documents, "SPLICED", False)
 
 

@@ -217,7 +217,8 @@ def _spliced_text(batch: DocumentBatch, node: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def test_the_spliced_plan_holds_the_pieces_of_the_plan_part_by_part() -> None:
+def test_the_spliced_plan_holds_the_pieces_of_the_plan_part_by_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(documents, "MATCHLESS", False)  # the same pieces (the seventh step keeps some out: its test)
     rng = random.Random(2706)
     for _ in range(600):
         text = "".join(rng.choices(FRAGMENTS, k=rng.randint(0, 40)))

@@ -40,6 +40,12 @@ SPLICED = True
 # The speed switch of finding the documents with \\u escapes by one RE2 search over all of them (off in the plain path:
 # a substring search per document in Python).
 UNICODE_BY_RE2 = True
+# The speed switch of that search done in the combined scan's own join of the decoded documents (off in the plain path:
+# a join of the documents for it, and the others filtered for the scan).
+UNICODE_IN_SCAN = True
+# The speed switch of keeping short literals and gaps in which no rule matches out of the pieces (Redactor.matchless,
+# remembered per text; off in the plain path: each is a piece that every rule searches).
+MATCHLESS = True
 # Bounded work per record: a document that may hold a match and has more string literals than this is not split
 # value by value (each literal is a few Python objects); it is replaced whole, like one over the match budget.
 MAX_LITERALS_PER_DOCUMENT = 100_000
@@ -183,8 +189,13 @@ class DocumentBatch:
         match, those planned here all counted as such (the redactor matches each rule row by row after it)."""
         if not self._escaped or not self._redactor.rules:
             return None
-        # Only the documents without a \\u escape go to the scan: those with one are found by one RE2 search over them
-        # all (UNICODE_BY_RE2), or by Python's substring search, document by document.
+        # Those with a \\u escape are found in the scan's own join (UNICODE_IN_SCAN); else only the documents without
+        # one go to the scan: those with one are found by one RE2 search over them all (UNICODE_BY_RE2), or by
+        # Python's substring search, document by document.
+        if UNICODE_IN_SCAN and UNICODE_BY_RE2 and (escaped_column := _arrow_texts(self._escaped_texts)) is not None:
+            in_scan = self._flagged_in_one_scan(escaped_column)
+            if in_scan is not None:
+                return self._plan_flagged(*in_scan)
         flagged: set[int]
         escaped = _arrow_texts(self._escaped_texts) if UNICODE_BY_RE2 else None
         unicode_rows = rows_holding_unicode_escape(escaped) if escaped is not None else None
@@ -208,15 +219,43 @@ class DocumentBatch:
         planned = len(self._pieces)
         pieces_may_match: pa.Array | None = None
         if others:
-            decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
-            decoded = pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
-            if SHARED_SCAN and planned:
-                decoded = pa.concat_arrays([decoded, pa.array(self._pieces, pa.string())])
+            decoded = self._with_pieces(_decoded_for_scan(texts), planned)
             matched = self._redactor.scan(decoded)
             if SHARED_SCAN and planned:
                 pieces_may_match = matched.slice(len(others))
                 matched = matched.slice(0, len(others))
             flagged.update(others[position] for position in pc.indices_nonzero(matched).to_pylist())
+        return self._plan_flagged(flagged, planned, pieces_may_match)
+
+    def _with_pieces(self, decoded: pa.Array, planned: int) -> pa.Array:
+        """The decoded documents, and the pieces planned so far after them when they share the scan (SHARED_SCAN)."""
+        if SHARED_SCAN and planned:
+            return pa.concat_arrays([decoded, pa.array(self._pieces, pa.string())])
+        return decoded
+
+    def _flagged_in_one_scan(self, escaped: pa.Array) -> tuple[set[int], int, pa.Array | None] | None:
+        """`_plan_escaped`'s flagged documents, with those holding a `\\u` found in the scan's own join
+        (UNICODE_IN_SCAN): every escaped document is decoded and scanned (those with a `\\u` are planned whatever the
+        scan says), and the `\\u` search reads the decoded texts, which hold one exactly where the document does:
+        neither decoding pass takes a backslash that a `u` follows, and the second leaves one backslash of each pair in
+        front of it (test_seventh_speed_step holds this to the search of the documents as written). Returned with the
+        pieces planned before and which of them may match; None without google-re2 (the separate passes)."""
+        planned = len(self._pieces)
+        found = self._redactor.scan_finding_unicode_escapes(
+            self._with_pieces(_decoded_for_scan(escaped), planned), len(escaped)
+        )
+        if found is None:
+            return None
+        matched, unicode_rows = found
+        pieces_may_match: pa.Array | None = None
+        if SHARED_SCAN and planned:
+            pieces_may_match = matched.slice(len(escaped))
+            matched = matched.slice(0, len(escaped))
+        positions = set(unicode_rows)
+        positions.update(pc.indices_nonzero(matched).to_pylist())
+        return {self._escaped[position] for position in positions}, planned, pieces_may_match
+
+    def _plan_flagged(self, flagged: set[int], planned: int, pieces_may_match: pa.Array | None) -> pa.Array | None:
         for document in self._escaped:  # in the order they were added, as one pass over all of them gave
             if document not in flagged:
                 continue
@@ -287,9 +326,12 @@ class DocumentBatch:
         node = _Spliced(text)
         spans = node.spans
         pieces, owners, owner = self._pieces, self._owners, self._owner
+        # A short text in which no rule matches (MATCHLESS: a key, `: 512, `) is kept as written too, as a piece of it
+        # would be: nothing in it is replaced.
+        matchless = self._redactor.matchless if MATCHLESS else _unknown
         tokens = _LITERAL.split(text)  # [gap, body, close, gap, ..., gap]; each literal's opening quote is left out
         at = len(tokens[0])
-        if at >= MIN_GAP:
+        if at >= MIN_GAP and not matchless(tokens[0]):
             spans.append((0, at, len(pieces), False))
             pieces.append(tokens[0])
             owners.append(owner)
@@ -297,7 +339,9 @@ class DocumentBatch:
             body = tokens[index]
             start = at + 1  # past the opening quote
             at = start + len(body)
-            if len(body) >= MIN_GAP:  # shorter: a key or a short value, kept as written (see _plan_json)
+            # Shorter than MIN_GAP: a key or a short value, kept as written (see _plan_json); a body without a
+            # backslash is its value.
+            if len(body) >= MIN_GAP and not ("\\" not in body and matchless(body)):
                 value = decode_literal(body)
                 if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
                     planned: _Spliced | int = self._plan_spliced(value, depth + 1)
@@ -308,7 +352,7 @@ class DocumentBatch:
                 spans.append((start, at, planned, True))
             at += len(tokens[index + 1])  # the closing quote, when there is one
             gap = tokens[index + 2]
-            if len(gap) >= MIN_GAP:
+            if len(gap) >= MIN_GAP and not matchless(gap):
                 spans.append((at, at + len(gap), len(pieces), False))
                 pieces.append(gap)
                 owners.append(owner)
@@ -376,6 +420,16 @@ class DocumentBatch:
             else:
                 append(redacted[part])
         return "".join(out)
+
+
+def _unknown(text: str) -> bool | None:
+    return None
+
+
+def _decoded_for_scan(texts: pa.Array) -> pa.Array:
+    """The texts with the two-character escapes decoded (a line break and its kind as a space) for the scan."""
+    decoded = pc.replace_substring_regex(texts, r"\\[nrtbf]", " ")
+    return pc.replace_substring_regex(decoded, r'\\(["\\\\/])', r"\1")
 
 
 def _arrow_texts(texts: list[str]) -> pa.Array | None:

@@ -11,6 +11,11 @@ Without orjson installed (`FAST = False`) the stdlib does all of it.
 
 `loads_unchecked` skips that check (a third of a payload's parse): for callers that read no number where the two
 differ (see `payloads._parsed`).
+
+`dumps_compact` writes what `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` writes, by orjson (about
+ten times faster) when the value holds no float (orjson writes 1.5e-05 as 0.000015 and NaN as null) and nothing else
+that orjson writes differently or refuses (an integer past 64 bits, a key that is not a string, a lone surrogate,
+nesting past 255 levels: refused, so written by `json`).
 """
 
 from __future__ import annotations
@@ -54,3 +59,34 @@ def loads_unchecked(text: str | bytes) -> Any:
 def _has_long_digit_run(text: str | bytes) -> bool:
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     return _LONG_DIGIT_RUN in data.translate(_DIGITS_AS_ZEROS)
+
+
+# The speed switch of dumps_compact's orjson path (off in the differential test's plain path: `json.dumps` always).
+DUMPS_BY_ORJSON = True
+_PLAIN_SCALARS = (str, int, bool, type(None))
+
+
+def dumps_compact(value: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, by orjson where it writes the same text."""
+    if FAST and DUMPS_BY_ORJSON and not _holds_other_than_plain(value):
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # orjson.JSONEncodeError: what it refuses (see above) is written by `json`
+            pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _holds_other_than_plain(value: Any) -> bool:
+    """True when `value` holds anything but dicts, lists, strings, ints, booleans and None (of those exact types): a
+    float, above all, which orjson writes in its own way."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind not in _PLAIN_SCALARS:
+            return True
+    return False

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
-import json
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +111,7 @@ def _stream(text: str, truncated: bool, note: str | None) -> DecodedSide:
     except openai_format.NotReassembled:
         # Kept as captured and redacted event by event (the data of each event is JSON text).
         return DecodedSide(text, as_json=True, streamed=True, note=note, probe="".join(string_values(text)))
-    reassembled = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+    reassembled = fast_json.dumps_compact(response)  # json.dumps(response, ensure_ascii=False, separators=(",", ":"))
     cut = "stream cut at the capture size limit; reassembled up to the cut" if truncated else None
     return DecodedSide(reassembled, as_json=True, parsed=response, streamed=True, note=_joined(note, cut))
 

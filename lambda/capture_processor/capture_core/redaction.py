@@ -63,7 +63,7 @@ class RedactionRule:
 
 
 def _digits(text: str) -> str:
-    return "".join(character for character in text if character.isdigit())
+    return "".join(filter(str.isdigit, text))  # the characters str.isdigit keeps, filtered in C
 
 
 def _luhn(digits: str) -> bool:
@@ -278,6 +278,9 @@ class Redactor:
         self._any = _google_re2.compile(self.any_rule.encode()) if _google_re2 is not None and self.rules else None
         self.least_chars = min((rule.least_chars for rule in self.rules), default=1)  # of any match of any rule
         self.over_budget = 0  # documents replaced whole: more candidates than MAX_CANDIDATES_PER_DOCUMENT
+        # Short texts (keys, gaps between literals) and whether the combined pattern finds nothing in them, remembered
+        # (a document's keys repeat in every document of its kind): see `matchless`.
+        self._matchless: dict[str, bool] = {}
 
     def scan(self, texts: pa.Array) -> pa.Array:
         """For each row of `texts` (strings), whether any rule's pattern matches in it (False for a null): what
@@ -285,12 +288,39 @@ class Redactor:
         the combined pattern, compiled once, over the rows joined by Arrow (_JOINT between rows)."""
         if not (COMPILED_RULES and self._any is not None):
             return pc.fill_null(pc.match_substring_regex(texts, self.any_rule), False)
-        filled = pc.fill_null(texts, "")
-        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
-        lengths = pc.binary_length(filled).to_pylist()
-        starts = list(accumulate(map(add, lengths, repeat(len(_JOINT))), initial=0))  # in C, no generator
-        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, joined[0].as_buffer())}
-        return pa.array(_mask(len(filled), list(rows)), pa.bool_())
+        return self._rows_matching_any(len(texts), *_joined_rows(texts))
+
+    def _rows_matching_any(self, count: int, buffer: Any, starts: list[int]) -> pa.Array:
+        assert self._any is not None
+        rows = {bisect_right(starts, begin + _HALF_JOINT) - 1 for begin, _ in _spans(self._any, buffer)}
+        return pa.array(_mask(count, list(rows)), pa.bool_())
+
+    def scan_finding_unicode_escapes(self, texts: pa.Array, first: int) -> tuple[pa.Array, list[int]] | None:
+        """`scan(texts)`, and which of the first `first` rows hold a `\\u` (what `rows_holding_unicode_escape` gives for
+        them), both over one join of the rows by Arrow (UNICODE_IN_SCAN): no second join, no filter of the rows. None
+        without google-re2 (the caller takes the separate passes)."""
+        if not (COMPILED_RULES and self._any is not None and _UNICODE_ESCAPE is not None):
+            return None
+        buffer, starts = _joined_rows(texts)
+        unicode_rows = _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, first)
+        return self._rows_matching_any(len(texts), buffer, starts), unicode_rows
+
+    def matchless(self, text: str) -> bool | None:
+        """True when no rule matches anywhere in `text` (the combined pattern finds nothing there, so no rule changes
+        it, and none after), for a text of at most MATCHLESS_CHARS characters, remembered for the next one alike (up
+        to MATCHLESS_ENTRIES texts); None when not known this way (a longer text, or no google-re2)."""
+        known = self._matchless.get(text)
+        if known is not None or self._any is None or len(text) > MATCHLESS_CHARS:
+            return known
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: not judged here
+            return None
+        start: int = self._any._regexp.Match(_UNANCHORED, data, 0, len(data))[0][0]
+        known = start < 0
+        if len(self._matchless) < MATCHLESS_ENTRIES:
+            self._matchless[text] = known
+        return known
 
     def count_over_budget(self, documents: int) -> None:
         with self._counts_lock:
@@ -347,8 +377,10 @@ class Redactor:
         shorter than `least_chars` characters (as many bytes at least), so a document whose matched rows hold at
         most least_chars * MAX_CANDIDATES_PER_DOCUMENT bytes cannot exceed the budget: only the others are
         counted, with the combined pattern, as the whole column used to be."""
-        lengths = pc.binary_length(pc.filter(texts, needs_work))
         bound = self.least_chars * MAX_CANDIDATES_PER_DOCUMENT if BUDGET_BY_LENGTH else -1
+        if BUDGET_BY_TOTAL and (pc.sum(pc.binary_length(texts)).as_py() or 0) <= bound:
+            return set()  # all the rows together hold no more bytes than the bound: no document can exceed it
+        lengths = pc.binary_length(pc.filter(texts, needs_work))
         if BUDGET_BY_ARROW:  # the bytes per owner summed by Arrow, not a Python step per row
             rows_owners = pa.array(row_ids if owners is None else [owners[row] for row in row_ids], pa.int64())
             sums = pa.table({"owner": rows_owners, "length": lengths}).group_by("owner").aggregate([("length", "sum")])
@@ -481,6 +513,9 @@ REQUIRED_TEXTS = True
 # The speed switch of one join of the candidates for the rules that search the same ones, until one changes a candidate
 # (off in the plain path: a join per rule and pass).
 SHARED_JOIN = True
+# The texts `Redactor.matchless` judges and remembers: at most this long, and this many per Redactor (a conversion).
+MATCHLESS_CHARS = 32
+MATCHLESS_ENTRIES = 4096
 # Between two candidates in the text one compiled rule searches: two private-use characters (U+E006). No rule matches
 # one inside a value; wherever a rule has `^` or `$`, a negated class that takes one such character is the alternative,
 # and `\b` holds beside one as at the text's ends: a match at the start or end of a candidate takes one of the two
@@ -518,12 +553,27 @@ def rows_holding_unicode_escape(texts: pa.Array) -> list[int] | None:
     A `\\u` never spans two rows: the joint holds no backslash."""
     if _UNICODE_ESCAPE is None:
         return None
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts), _JOINT_TEXT)
-    buffer = joined[0].as_buffer()
-    starts = list(accumulate(map(add, pc.binary_length(texts).to_pylist(), repeat(len(_JOINT))), initial=0))
-    match = _UNICODE_ESCAPE._regexp.Match
+    buffer, starts = _joined_rows(texts)
+    return _rows_holding_match(_UNICODE_ESCAPE, buffer, starts, len(texts))
+
+
+def _joined_rows(texts: pa.Array) -> tuple[Any, list[int]]:
+    """The rows (strings; a null as empty) joined by Arrow with _JOINT between them, as a buffer RE2 reads without a
+    copy, and where each row starts in it."""
+    filled = pc.fill_null(texts, "")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled), _JOINT_TEXT)
+    lengths = pc.binary_length(filled).to_pylist()
+    starts = list(accumulate(map(add, lengths, repeat(len(_JOINT))), initial=0))  # in C, no generator
+    return joined[0].as_buffer(), starts
+
+
+def _rows_holding_match(compiled: Any, buffer: Any, starts: list[int], first: int) -> list[int]:
+    """Which of the first `first` rows joined in `buffer` (each starting at `starts[row]`, _JOINT between them) hold a
+    match of `compiled`, a pattern that never matches across the joint: a search per such row, in order."""
+    match = compiled._regexp.Match
     rows: list[int] = []
-    position, end = 0, len(buffer)
+    position = 0
+    end = max(starts[first] - len(_JOINT), 0) if first < len(starts) - 1 else len(buffer)
     while position < end:
         begin = match(_UNANCHORED, buffer, position, end)[0][0]
         if begin < 0:
@@ -623,6 +673,9 @@ MAX_CANDIDATES_PER_DOCUMENT = 50_000
 BUDGET_BY_LENGTH = True
 # The speed switch of summing those lengths per document with Arrow (off in the plain path: a Python step per row).
 BUDGET_BY_ARROW = True
+# The speed switch of that bound checked first on all the rows together (one Arrow sum; a chunk's rows seldom hold more
+# than the bound's bytes): no sum per document when the total is within it (off in the plain path).
+BUDGET_BY_TOTAL = True
 OVER_BUDGET = "too_many_matches"
 OVER_BUDGET_MARKER = f"[REDACTED:{OVER_BUDGET}]"
 
