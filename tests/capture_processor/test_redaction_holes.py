@@ -215,3 +215,45 @@ def test_private_use_characters_survive_in_the_curated_row(pipeline: Pipeline) -
 
     stored = json.loads(rows["pua"]["input_text"])["messages"][1]["content"]
     assert stored == "emoji-font glyph \ue001\ue000 and mail [REDACTED:email]"
+
+
+# -- the shortest match of an opt-in rule inside JSON with escapes ---------------------------------------------
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": "1::", "b": "x\\ny"}',  # a short value beside a value with an escape: the document is planned
+        '{"k": "x\\ny", "v": ["1::", "10.0.0.1"]}',
+        '{"k": "x\\ny", "v": "1::"}',
+        '{"note": "x\\ny"} 1:: {}',  # a short gap between literals
+    ],
+)
+def test_an_ipv6_address_of_three_characters_is_redacted_in_json_with_escapes_as_without(
+    text: str, spliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ip_address` (opt-in) matches `1::` in 3 characters; a body or gap shorter than 6 used to be kept as written
+    whatever the rules, so in a document with escapes (planned literal by literal) the address stayed, while the same
+    document without escapes was redacted whole. The batch's bound is now the active rules' shortest match."""
+    from capture_core import documents
+
+    monkeypatch.setattr(documents, "SPLICED", spliced)
+    rules = [*DEFAULT_RULES, "ip_address"]
+    redacted = redact_document(Redactor(rules), text, as_json=True)
+    assert "1::" not in redacted
+    assert "10.0.0.1" not in redacted
+    assert redacted.count("[REDACTED:ip_address]") == text.count("1::") + text.count("10.0.0.1")
+    unescaped = text.replace("\\n", " ")  # no escapes: the document is scanned as one text
+    assert redact_document(Redactor(rules), unescaped, as_json=True).count("[REDACTED:ip_address]") == redacted.count(
+        "[REDACTED:ip_address]"
+    )
+
+
+def test_the_batch_bound_is_never_above_any_active_rules_shortest_match() -> None:
+    from capture_core.documents import MIN_GAP, DocumentBatch
+    from capture_core.redaction import RULES
+
+    for name, rule in RULES.items():
+        assert DocumentBatch(Redactor([name]))._min_gap <= rule.least_chars, name
+    assert DocumentBatch(Redactor(DEFAULT_RULES))._min_gap == MIN_GAP  # the default rules' plans are unchanged

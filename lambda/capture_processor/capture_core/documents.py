@@ -141,6 +141,9 @@ class DocumentBatch:
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
+        # A text shorter than every active rule's shortest match holds none (MIN_GAP bounds it: the default rules' is 6;
+        # `ip_address`, off by default, matches `1::` in 3).
+        self._min_gap = min(MIN_GAP, redactor.least_chars)
         self._pieces: list[str] = []
         self._documents: list[tuple[str, _Plan | None]] = []  # None: clean, nothing to redact
         self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
@@ -297,11 +300,12 @@ class DocumentBatch:
         parts = node.parts
         pieces, owners, owner = self._pieces, self._owners, self._owner  # _piece, inline: a call per literal costs
         # One split in C: the gaps and each literal's body and closing quote, [gap, body, close, gap, ..., gap].
+        min_gap = self._min_gap
         tokens = _LITERAL.split(text)
         self._gap(node, tokens[0])
         for index in range(1, len(tokens), 3):
             body = tokens[index]
-            if len(body) < MIN_GAP:  # a key or a short value: decodes to fewer characters than any match has
+            if len(body) < min_gap:  # a key or a short value: decodes to fewer characters than any match has
                 parts.append('"' + body + tokens[index + 1])  # the literal as written
             else:
                 value = decode_literal(body)
@@ -313,7 +317,7 @@ class DocumentBatch:
                     owners.append(owner)
                 parts.append(_Literal(body, planned, bool(tokens[index + 1])))
             gap = tokens[index + 2]
-            if len(gap) >= MIN_GAP:  # text between literals, redacted as it is
+            if len(gap) >= min_gap:  # text between literals, redacted as it is
                 parts.append(len(pieces))
                 pieces.append(gap)
                 owners.append(owner)
@@ -329,9 +333,10 @@ class DocumentBatch:
         # A short text in which no rule matches (MATCHLESS: a key, `: 512, `) is kept as written too, as a piece of it
         # would be: nothing in it is replaced.
         matchless = self._redactor.matchless if MATCHLESS else _unknown
+        min_gap = self._min_gap
         tokens = _LITERAL.split(text)  # [gap, body, close, gap, ..., gap]; each literal's opening quote is left out
         at = len(tokens[0])
-        if at >= MIN_GAP and not matchless(tokens[0]):
+        if at >= min_gap and not matchless(tokens[0]):
             spans.append((0, at, len(pieces), False))
             pieces.append(tokens[0])
             owners.append(owner)
@@ -339,9 +344,9 @@ class DocumentBatch:
             body = tokens[index]
             start = at + 1  # past the opening quote
             at = start + len(body)
-            # Shorter than MIN_GAP: a key or a short value, kept as written (see _plan_json); a body without a
+            # Shorter than min_gap: a key or a short value, kept as written (see _plan_json); a body without a
             # backslash is its value.
-            if len(body) >= MIN_GAP and not ("\\" not in body and matchless(body)):
+            if len(body) >= min_gap and not ("\\" not in body and matchless(body)):
                 value = decode_literal(body)
                 if depth < MAX_DEPTH and "\\" in value and '"' in value:  # holds_escaped_json(value)
                     planned: _Spliced | int = self._plan_spliced(value, depth + 1)
@@ -352,7 +357,7 @@ class DocumentBatch:
                 spans.append((start, at, planned, True))
             at += len(tokens[index + 1])  # the closing quote, when there is one
             gap = tokens[index + 2]
-            if len(gap) >= MIN_GAP and not matchless(gap):
+            if len(gap) >= min_gap and not matchless(gap):
                 spans.append((at, at + len(gap), len(pieces), False))
                 pieces.append(gap)
                 owners.append(owner)
@@ -387,7 +392,7 @@ class DocumentBatch:
 
     def _gap(self, node: _Node, gap: str) -> None:
         if gap:
-            node.parts.append(self._piece(gap) if len(gap) >= MIN_GAP else gap)
+            node.parts.append(self._piece(gap) if len(gap) >= self._min_gap else gap)
 
     def _changed(self, plan: _Node | int) -> bool:
         if isinstance(plan, int):
