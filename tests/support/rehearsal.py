@@ -906,3 +906,91 @@ def checkout_import_path(repo: Path, folder: Path) -> Path:
 def split_s3_uri(uri: str) -> tuple[str, str]:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     return bucket, prefix
+
+
+# ---------------------------------------------------------------------------- calls moto checks against "*" only
+
+
+@dataclass
+class CallGate:
+    """IAM's decision for the calls of a runtime to a service moto authorizes against resource ``*`` only (Secrets
+    Manager, CloudWatch, ...: a grant scoped to a secret would be refused by the server), made in the runtime's own
+    process before each call (a botocore ``before-parameter-build`` hook, `install`) with moto's own evaluator
+    (`moto.iam.access_control.IAMPolicy`) on the resource the call names, as the template's ARN:
+
+    * the role's identity policies as moto holds them (`Rehearsal.role_policies`): an allow is needed, an explicit
+      deny refuses;
+    * the resource policy of that resource (a secret's ``AWS::SecretsManager::ResourcePolicy``), whose statements
+      apply to the role as `Rehearsal.resource_policy_grants` decides it (principal; conditions for the role's own
+      request: ``aws:PrincipalArn`` is the role's ARN): its deny refuses, its allow suffices (one account).
+
+    A refused call raises ``AccessDeniedException`` in the runtime, naming the action and the resource, as AWS does.
+    Every call is recorded (`calls`), refused ones too. What the call does is then moto's (enforcement paused for
+    the runtime: the gate decides instead)."""
+
+    principal_arn: str  # the role's ARN (aws:PrincipalArn of its sessions)
+    account: str
+    identity: list[dict[str, Any]]
+    resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> statements
+    resources: dict[str, str] = field(default_factory=dict)  # a name or moto ARN the runtime uses -> template ARN
+    record: str | None = None  # a file the runtime's process appends each call to (JSON lines)
+
+    def resource_of(self, service: str, params: Mapping[str, Any]) -> str:
+        if service == "secretsmanager" and "SecretId" in params:
+            named = str(params["SecretId"])
+            if named not in self.resources:
+                raise NotEmulable(f"the runtime named a secret the gate does not know: {named}")
+            return self.resources[named]
+        return "*"  # (GetRandomPassword, cloudwatch:GetMetricData: no resource type)
+
+    def refusal(self, action: str, resource: str) -> str | None:
+        """Why IAM would refuse the call, or None."""
+        from moto.iam.access_control import IAMPolicy, PermissionResult
+
+        results = [IAMPolicy(json.dumps(document)).is_action_permitted(action, resource) for document in self.identity]
+        if PermissionResult.DENIED in results:
+            return "an explicit deny in an identity-based policy"
+        allowed = PermissionResult.PERMITTED in results
+        context = request_context(self.principal_arn, self.account)
+        for statement in self.resource_policies.get(resource, []):
+            if not _names_principal(statement, self.principal_arn) or not any(
+                    _iam_like(action, pattern) for pattern in _as_list(statement.get("Action", []))):
+                continue
+            holds = _conditions_hold(statement.get("Condition", {}), context)
+            if holds is None:
+                raise NotEmulable(f"cannot decide whether {statement} applies to {action} on {resource}")
+            if holds and statement["Effect"] == "Deny":
+                return f"an explicit deny in a resource-based policy ({statement.get('Sid')})"
+            allowed = allowed or holds
+        return None if allowed else "no identity-based policy allows the action"
+
+    def hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        from botocore.exceptions import ClientError
+
+        service = model.service_model.service_name
+        action = f"{service}:{model.name}"
+        resource = self.resource_of(service, params)
+        reason = self.refusal(action, resource)
+        if self.record:
+            with open(self.record, "a") as out:
+                out.write(json.dumps({"action": action, "resource": resource, "refused": reason}) + "\n")
+        if reason:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": (
+                f"User: {self.principal_arn} is not authorized to perform: {action} on resource: {resource} "
+                f"because {reason}")}}, model.name)
+
+    def install(self) -> None:
+        """On boto3's default session, before the runtime makes its clients."""
+        import boto3 as runtime_boto3
+
+        runtime_boto3.setup_default_session()
+        assert runtime_boto3.DEFAULT_SESSION is not None
+        runtime_boto3.DEFAULT_SESSION.events.register("before-parameter-build", self.hook)
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps({k: getattr(self, k) for k in (
+            "principal_arn", "account", "identity", "resource_policies", "resources", "record")}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CallGate:
+        return cls(**json.loads(Path(path).read_text()))
