@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -24,8 +25,10 @@ import yaml
 from tests.sidecar import conftest as sidecar_tests
 from tests.sidecar.conftest import Sidecar, wait_for_port
 from tests.support.rehearsal import (
+    CallGate,
     ContainerRuntime,
     Credentials,
+    FunctionRuntime,
     MotoServer,
     Rehearsal,
     container_runtimes,
@@ -287,3 +290,49 @@ def sidecar_batch(rehearsal: Rehearsal, assembly: Assembly, standin_port: int,
     record_timing("capture sidecar: start, one batch, drain", time.monotonic() - started)
     return SidecarBatch(runtime, sidecar.env, bucket, prefix, keys, records, requests, metrics, exit_code,
                         sidecar.log())
+
+
+# ------------------------------------------------------------------- Lambda functions behind a CallGate
+
+
+# The handler of the staged asset, with a gate on every botocore client of its process; its answer as a last line.
+PROGRAM = """import json, logging, sys
+logging.basicConfig(format="%(message)s")  # (Lambda's runtime has a handler on the root logger too)
+sys.path.append(sys.argv[3])
+from tests.support.rehearsal import CallGate
+CallGate.load(sys.argv[2]).install()
+from {module} import {name}
+
+class Context:
+    def __init__(self, seconds):
+        self.seconds = seconds
+    def get_remaining_time_in_millis(self):
+        return int(self.seconds * 1000)
+
+print("ANSWER " + json.dumps({name}(json.load(sys.stdin), Context(float(sys.argv[1]))), default=str))
+"""
+
+
+def invoke_gated(rehearsal: Rehearsal, function: FunctionRuntime, assembly: Assembly, gate: CallGate,
+                 event: dict[str, Any], workdir: Path, **overrides: str) -> tuple[int, str, list[dict[str, Any]]]:
+    """One invocation as Lambda makes it (the function's folder, its environment, its role's credentials), its calls
+    decided by ``gate``: exit code, output, the calls made."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    module, _, name = function.handler.rpartition(".")
+    gate_file = workdir / "gate.json"
+    assert gate.record is not None
+    Path(gate.record).write_text("")
+    gate.dump(gate_file)
+    env = base_environment(workdir)
+    env.update(function.environment)
+    env.update(overrides)
+    env.update(rehearsal.environment(rehearsal.credentials(gate.principal_arn)))
+    env["AWS_LAMBDA_FUNCTION_NAME"] = function.logical_id
+    timeout = rehearsal.resolver.resource(function.stack, function.logical_id)["Properties"].get("Timeout", 3)
+    with rehearsal.server.enforcement_paused():  # (the gate decides: moto would check these against "*")
+        result = subprocess.run([sys.executable, "-c", PROGRAM.format(module=module, name=name), str(timeout),
+                                 str(gate_file), str(REPO)], input=json.dumps(event), text=True,
+                                cwd=function.code_folder(assembly.directory), env=env, capture_output=True,
+                                timeout=120, check=False)
+    calls = [json.loads(line) for line in Path(gate.record).read_text().splitlines()]
+    return result.returncode, result.stdout + result.stderr, calls

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import string
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.rehearsal.conftest import base_environment, record_timing
+from tests.rehearsal.conftest import invoke_gated as invoke
+from tests.rehearsal.conftest import record_timing
 from tests.support.rehearsal import CallGate, FunctionRuntime, Rehearsal, function_runtimes
-from tests.support.synth import REPO, Assembly
+from tests.support.synth import Assembly
 
 pytestmark = [pytest.mark.xdist_group("rehearsal"), pytest.mark.slow]
 
@@ -89,7 +88,8 @@ class Secrets:
                      **{self.moto_arn[name]: arn for name, arn in self.template_arn.items()},
                      **{arn: arn for arn in self.template_arn.values()}}
         values: dict[str, Any] = {
-            "principal_arn": role_arn, "account": rehearsal.account, "resources": resources,
+            "principal_arn": role_arn, "account": rehearsal.account, "region": rehearsal.region,
+            "resources": resources,
             "identity": rehearsal.role_policies(role_arn.rsplit("/", 1)[-1]), "resource_policies": self.policies,
             "record": str(record)}
         values.update(changes)
@@ -99,47 +99,6 @@ class Secrets:
 @pytest.fixture(scope="module")
 def secrets(rehearsal: Rehearsal) -> Secrets:
     return Secrets(rehearsal)
-
-
-# The handler of the staged asset, with a gate installed on boto3's default session before it makes its clients.
-PROGRAM = """import json, sys
-sys.path.append(sys.argv[3])
-from tests.support.rehearsal import CallGate
-CallGate.load(sys.argv[2]).install()
-from {module} import {name}
-
-class Context:
-    def __init__(self, seconds):
-        self.seconds = seconds
-    def get_remaining_time_in_millis(self):
-        return int(self.seconds * 1000)
-
-{name}(json.load(sys.stdin), Context(float(sys.argv[1])))
-"""
-
-
-def invoke(rehearsal: Rehearsal, function: FunctionRuntime, assembly: Assembly, gate: CallGate,
-           event: dict[str, Any], workdir: Path) -> tuple[int, str, list[dict[str, Any]]]:
-    """One invocation as Lambda makes it (the function's folder, its environment, its role's credentials), its calls
-    decided by ``gate``: exit code, output, the calls made."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    module, _, name = function.handler.rpartition(".")
-    gate_file = workdir / "gate.json"
-    assert gate.record is not None
-    Path(gate.record).write_text("")
-    gate.dump(gate_file)
-    env = base_environment(workdir)
-    env.update(function.environment)
-    env.update(rehearsal.environment(rehearsal.credentials(gate.principal_arn)))
-    env["AWS_LAMBDA_FUNCTION_NAME"] = function.logical_id
-    timeout = rehearsal.resolver.resource(function.stack, function.logical_id)["Properties"].get("Timeout", 3)
-    with rehearsal.server.enforcement_paused():  # (the gate decides: moto would check these against "*")
-        result = subprocess.run([sys.executable, "-c", PROGRAM.format(module=module, name=name), str(timeout),
-                                 str(gate_file), str(REPO)], input=json.dumps(event), text=True,
-                                cwd=function.code_folder(assembly.directory), env=env, capture_output=True,
-                                timeout=120, check=False)
-    calls = [json.loads(line) for line in Path(gate.record).read_text().splitlines()]
-    return result.returncode, result.stdout + result.stderr, calls
 
 
 def start_rotation(rehearsal: Rehearsal, secret_arn: str, function_arn: str) -> str:
