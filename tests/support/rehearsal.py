@@ -958,10 +958,13 @@ class CallGate:
             return self.resources[identifier]
 
         action = f"{service}:{operation}"
+        if (service, operation) == ("sts", "GetCallerIdentity"):
+            return []  # (no permission is needed: AWS answers it for any caller)
         if service == "s3" and operation in _S3_IAM_ACTIONS:
             return [(f"s3:{_S3_IAM_ACTIONS[operation]}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
-        if service == "s3" and operation in ("ListObjectsV2", "ListObjects"):
-            return [("s3:ListBucket", f"arn:{PARTITION}:s3:::{params['Bucket']}")]
+        if service == "s3" and operation in ("ListObjectsV2", "ListObjects", "ListObjectVersions"):
+            listing = "s3:ListBucketVersions" if operation == "ListObjectVersions" else "s3:ListBucket"
+            return [(listing, f"arn:{PARTITION}:s3:::{params['Bucket']}")]
         if service == "secretsmanager" and "SecretId" in params:
             return [(action, known(str(params["SecretId"])))]
         if service == "eks" and operation == "DescribeNodegroup":
