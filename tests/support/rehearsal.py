@@ -923,21 +923,23 @@ _S3_IAM_ACTIONS = {"PutObject": "PutObject", "CreateMultipartUpload": "PutObject
 
 @dataclass
 class CallGate:
-    """IAM's decision for the calls of a runtime to a service moto authorizes against resource ``*`` only (Secrets
-    Manager, CloudWatch, ...: a grant scoped to a secret would be refused by the server), made in the runtime's own
-    process before each call (a ``before-parameter-build`` hook on every botocore client, `install`) with moto's own
-    evaluator
-    (`moto.iam.access_control.IAMPolicy`) on the resource the call names, as the template's ARN:
+    """IAM's decision for the calls of a function to services moto authorizes against resource ``*`` only (Secrets
+    Manager, EKS, SageMaker, Glue, CloudWatch: a grant scoped to a secret or a table would be refused by the server,
+    and one on another resource not told apart), made in the function's own process before each call (a
+    ``before-parameter-build`` hook on every botocore client, `install`) with moto's own evaluator
+    (`moto.iam.access_control.IAMPolicy`) on the resources IAM authorizes the call on (`requests_of`), as the
+    templates' policies name them:
 
     * the role's identity policies as moto holds them (`Rehearsal.role_policies`): an allow is needed, an explicit
       deny refuses;
-    * the resource policy of that resource (a secret's ``AWS::SecretsManager::ResourcePolicy``), whose statements
-      apply to the role as `Rehearsal.resource_policy_grants` decides it (principal; conditions for the role's own
-      request: ``aws:PrincipalArn`` is the role's ARN): its deny refuses, its allow suffices (one account).
+    * the resource's own policy (a secret's ``AWS::SecretsManager::ResourcePolicy``), whose statements apply to the
+      role as `Rehearsal.resource_policy_grants` decides it (principal; conditions for the role's own request:
+      ``aws:PrincipalArn`` is the role's ARN): its deny refuses, its allow suffices (one account).
 
-    A refused call raises ``AccessDeniedException`` in the runtime, naming the action and the resource, as AWS does.
-    Every call is recorded (`calls`), refused ones too. What the call does is then moto's (enforcement paused for
-    the runtime: the gate decides instead)."""
+    A refused call raises ``AccessDeniedException`` in the function, naming the action and the resource, as AWS
+    does; a call the gate cannot place raises `NotEmulable` (never allowed). Every decision is appended to ``record``
+    (JSON lines), refusals too. What an allowed call does is then moto's (enforcement paused while the function
+    runs: the gate decides instead). Conditions are not decided (as in moto); KMS and trust are not either."""
 
     principal_arn: str  # the role's ARN (aws:PrincipalArn of its sessions)
     account: str
