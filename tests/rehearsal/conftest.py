@@ -336,3 +336,57 @@ def invoke_gated(rehearsal: Rehearsal, function: FunctionRuntime, assembly: Asse
                                 timeout=120, check=False)
     calls = [json.loads(line) for line in Path(gate.record).read_text().splitlines()]
     return result.returncode, result.stdout + result.stderr, calls
+
+
+# ------------------------------------------------------------------------------------ the templates' secrets
+
+
+class Secrets:
+    """The templates' secrets created in moto (name, KMS key, the value CloudFormation generates), and the gate's
+    view of them: the name and moto's ARN -> the template's ARN, each one's resource policy."""
+
+    def __init__(self, rehearsal: Rehearsal) -> None:
+        resolver, sm = rehearsal.resolver, rehearsal.client("secretsmanager")
+        self.template_arn: dict[str, str] = {}  # name -> template ARN
+        self.moto_arn: dict[str, str] = {}  # name -> moto's ARN
+        self.kms_key: dict[str, str] = {}  # name -> key ARN
+        self.policies: dict[str, list[dict[str, Any]]] = {}  # template ARN -> statements
+        for stack, logical_id, resource in resolver.resources("AWS::SecretsManager::Secret"):
+            properties = resource["Properties"]
+            name = str(resolver.resolve(stack, properties["Name"]))
+            key = str(resolver.resolve(stack, properties["KmsKeyId"])) if "KmsKeyId" in properties else None
+            generate = properties.get("GenerateSecretString", {})
+            value = sm.get_random_password(PasswordLength=generate.get("PasswordLength", 32),
+                                           ExcludePunctuation=generate.get("ExcludePunctuation", False),
+                                           IncludeSpace=generate.get("IncludeSpace", False))["RandomPassword"]
+            created = sm.create_secret(Name=name, SecretString=value, **({"KmsKeyId": key} if key else {}))
+            self.template_arn[name] = resolver.resolve(stack, {"Ref": logical_id})
+            self.moto_arn[name] = created["ARN"]
+            if key:
+                self.kms_key[name] = key
+        for stack, _, resource in resolver.resources("AWS::SecretsManager::ResourcePolicy"):
+            properties = resource["Properties"]
+            document, dropped = resolver.policy(stack, properties["ResourcePolicy"], where="secret policy")
+            assert not dropped, dropped
+            self.policies.setdefault(resolver.resolve(stack, properties["SecretId"]), []).extend(document["Statement"])
+
+    def name_of(self, template_arn: str) -> str:
+        return next(name for name, arn in self.template_arn.items() if arn == template_arn)
+
+    def gate(self, rehearsal: Rehearsal, role_arn: str, record: Path, **changes: Any) -> CallGate:
+        resources = {**{name: arn for name, arn in self.template_arn.items()},
+                     **{self.moto_arn[name]: arn for name, arn in self.template_arn.items()},
+                     **{arn: arn for arn in self.template_arn.values()}}
+        values: dict[str, Any] = {
+            "principal_arn": role_arn, "account": rehearsal.account, "region": rehearsal.region,
+            "resources": resources,
+            "identity": rehearsal.role_policies(role_arn.rsplit("/", 1)[-1]), "resource_policies": self.policies,
+            "record": str(record)}
+        values.update(changes)
+        return CallGate(**values)
+
+
+@pytest.fixture(scope="session")
+def secrets(rehearsal: Rehearsal) -> Secrets:
+    """The templates' secrets in moto, once per session (the rotation function and the readers use them)."""
+    return Secrets(rehearsal)
