@@ -185,3 +185,12 @@ def test_rotate_secret_with_a_function_moto_lacks_leaves_the_rotation_started(re
     assert sorted(map(sorted, described["VersionIdsToStages"].values())) == [["AWSCURRENT"], ["AWSPENDING"]]
     with pytest.raises(ClientError, match="ResourceNotFoundException"):
         sm.get_secret_value(SecretId=arn, VersionStage="AWSPENDING")  # empty, as Secrets Manager makes it
+
+
+def test_eks_requests_fail_moto_signature_check_with_enforcement_on(rehearsal: Rehearsal) -> None:
+    """Why the sampler's set-up creates its node groups with enforcement paused (test_node_hours_sampler.py): moto's
+    own signature check refuses its EKS requests, the admin user's too (moto 5.2.1)."""
+    with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+        rehearsal.client("eks").list_clusters()
+    with rehearsal.server.enforcement_paused():
+        assert "clusters" in rehearsal.client("eks").list_clusters()
