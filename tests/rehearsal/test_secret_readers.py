@@ -93,3 +93,20 @@ def test_a_reader_is_refused_another_servers_secret(rehearsal: Rehearsal, assemb
             read(rehearsal, secrets, role, other_refs[0]["key"], other_refs[0].get("version"), tmp_path / "calls")
         [call] = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
         assert call["refused"], call
+
+
+def test_the_secrets_policy_refuses_a_reader_whatever_its_iam_allows(
+    rehearsal: Rehearsal, assembly: Assembly, secrets: Secrets, tmp_path: Path
+) -> None:
+    """docs/security.md: each caller's key is readable by its clients, the reader and the rotation function only,
+    "whatever their IAM policies allow". The Hugging Face token's reader, its identity widened to every secret, is
+    still refused the API key by the secret's own ``OnlyReaderAndClients`` deny."""
+    found = readers(assembly)
+    [(_, api_reader, api_refs)] = [entry for entry in found if "api-key" in entry[2][0]["key"]]
+    [(_, other_reader, _)] = [entry for entry in found if entry[1] != api_reader]
+    gate = secrets.gate(rehearsal, other_reader, tmp_path / "calls", identity=[{"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"}]}])
+    assert gate.refusal("secretsmanager:GetSecretValue", secrets.template_arn[api_refs[0]["key"]]) == (
+        "an explicit deny in a resource-based policy (OnlyReaderAndClients)")
+    widened = secrets.gate(rehearsal, api_reader, tmp_path / "calls", identity=gate.identity)
+    assert widened.refusal("secretsmanager:GetSecretValue", secrets.template_arn[api_refs[0]["key"]]) is None
