@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -24,8 +25,10 @@ import yaml
 from tests.sidecar import conftest as sidecar_tests
 from tests.sidecar.conftest import Sidecar, wait_for_port
 from tests.support.rehearsal import (
+    CallGate,
     ContainerRuntime,
     Credentials,
+    FunctionRuntime,
     MotoServer,
     Rehearsal,
     container_runtimes,
@@ -287,3 +290,103 @@ def sidecar_batch(rehearsal: Rehearsal, assembly: Assembly, standin_port: int,
     record_timing("capture sidecar: start, one batch, drain", time.monotonic() - started)
     return SidecarBatch(runtime, sidecar.env, bucket, prefix, keys, records, requests, metrics, exit_code,
                         sidecar.log())
+
+
+# ------------------------------------------------------------------- Lambda functions behind a CallGate
+
+
+# The handler of the staged asset, with a gate on every botocore client of its process; its answer as a last line.
+PROGRAM = """import json, logging, sys
+logging.basicConfig(format="%(message)s")  # (Lambda's runtime has a handler on the root logger too)
+sys.path.append(sys.argv[3])
+from tests.support.rehearsal import CallGate
+CallGate.load(sys.argv[2]).install()
+from {module} import {name}
+
+class Context:
+    def __init__(self, seconds):
+        self.seconds = seconds
+    def get_remaining_time_in_millis(self):
+        return int(self.seconds * 1000)
+
+print("ANSWER " + json.dumps({name}(json.load(sys.stdin), Context(float(sys.argv[1]))), default=str))
+"""
+
+
+def invoke_gated(rehearsal: Rehearsal, function: FunctionRuntime, assembly: Assembly, gate: CallGate,
+                 event: dict[str, Any], workdir: Path, **overrides: str) -> tuple[int, str, list[dict[str, Any]]]:
+    """One invocation as Lambda makes it (the function's folder, its environment, its role's credentials), its calls
+    decided by ``gate``: exit code, output, the calls made."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    module, _, name = function.handler.rpartition(".")
+    gate_file = workdir / "gate.json"
+    assert gate.record is not None
+    Path(gate.record).write_text("")
+    gate.dump(gate_file)
+    env = base_environment(workdir)
+    env.update(function.environment)
+    env.update(overrides)
+    env.update(rehearsal.environment(rehearsal.credentials(gate.principal_arn)))
+    env["AWS_LAMBDA_FUNCTION_NAME"] = function.logical_id
+    timeout = rehearsal.resolver.resource(function.stack, function.logical_id)["Properties"].get("Timeout", 3)
+    with rehearsal.server.enforcement_paused():  # (the gate decides: moto would check these against "*")
+        result = subprocess.run([sys.executable, "-c", PROGRAM.format(module=module, name=name), str(timeout),
+                                 str(gate_file), str(REPO)], input=json.dumps(event), text=True,
+                                cwd=function.code_folder(assembly.directory), env=env, capture_output=True,
+                                timeout=120, check=False)
+    calls = [json.loads(line) for line in Path(gate.record).read_text().splitlines()]
+    return result.returncode, result.stdout + result.stderr, calls
+
+
+# ------------------------------------------------------------------------------------ the templates' secrets
+
+
+class Secrets:
+    """The templates' secrets created in moto (name, KMS key, the value CloudFormation generates), and the gate's
+    view of them: the name and moto's ARN -> the template's ARN, each one's resource policy."""
+
+    def __init__(self, rehearsal: Rehearsal) -> None:
+        resolver, sm = rehearsal.resolver, rehearsal.client("secretsmanager")
+        self.template_arn: dict[str, str] = {}  # name -> template ARN
+        self.moto_arn: dict[str, str] = {}  # name -> moto's ARN
+        self.kms_key: dict[str, str] = {}  # name -> key ARN
+        self.policies: dict[str, list[dict[str, Any]]] = {}  # template ARN -> statements
+        for stack, logical_id, resource in resolver.resources("AWS::SecretsManager::Secret"):
+            properties = resource["Properties"]
+            name = str(resolver.resolve(stack, properties["Name"]))
+            key = str(resolver.resolve(stack, properties["KmsKeyId"])) if "KmsKeyId" in properties else None
+            generate = properties.get("GenerateSecretString", {})
+            value = sm.get_random_password(PasswordLength=generate.get("PasswordLength", 32),
+                                           ExcludePunctuation=generate.get("ExcludePunctuation", False),
+                                           IncludeSpace=generate.get("IncludeSpace", False))["RandomPassword"]
+            created = sm.create_secret(Name=name, SecretString=value, **({"KmsKeyId": key} if key else {}))
+            self.template_arn[name] = resolver.resolve(stack, {"Ref": logical_id})
+            self.moto_arn[name] = created["ARN"]
+            if key:
+                self.kms_key[name] = key
+        for stack, _, resource in resolver.resources("AWS::SecretsManager::ResourcePolicy"):
+            properties = resource["Properties"]
+            document, dropped = resolver.policy(stack, properties["ResourcePolicy"], where="secret policy")
+            assert not dropped, dropped
+            self.policies.setdefault(resolver.resolve(stack, properties["SecretId"]), []).extend(document["Statement"])
+
+    def name_of(self, template_arn: str) -> str:
+        return next(name for name, arn in self.template_arn.items() if arn == template_arn)
+
+    def gate(self, rehearsal: Rehearsal, role_arn: str, record: Path, **changes: Any) -> CallGate:
+        resources = {**{name: arn for name, arn in self.template_arn.items()},
+                     **{self.moto_arn[name]: arn for name, arn in self.template_arn.items()},
+                     **{arn: arn for arn in self.template_arn.values()}}
+        values: dict[str, Any] = {
+            "principal_arn": role_arn, "account": rehearsal.account, "region": rehearsal.region,
+            "resources": resources,
+            "identity": rehearsal.role_policies(role_arn.rsplit("/", 1)[-1]), "resource_policies": self.policies,
+            "record": str(record)}
+        values.update(changes)
+        return CallGate(**values)
+
+
+@pytest.fixture(scope="session")
+def secrets(rehearsal: Rehearsal) -> Secrets:
+    """The templates' secrets in moto, once per session (the rotation function and the readers use them)."""
+    return Secrets(rehearsal)

@@ -155,3 +155,42 @@ def test_a_deny_with_not_resource_is_read_as_an_allow_everywhere(rehearsal: Rehe
         "Effect": "Deny", "Action": "s3:GetObject", "NotResource": f"arn:aws:s3:::{probe_bucket}/mine/*"})
     s3 = rehearsal.client("s3", credentials)
     assert code(lambda: s3.get_object(Bucket=probe_bucket, Key="other/a.txt")) == 200
+
+
+def test_secrets_manager_checks_identity_policies_against_resource_star_only(rehearsal: Rehearsal) -> None:
+    """Why the API key rotation's calls are decided by `CallGate` in its own process: moto's Secrets Manager
+    authorizes every call against resource "*", so a grant scoped to the secret (what the templates write) is
+    refused by the server, and a grant on another secret is not told apart from it."""
+    sm = rehearsal.client("secretsmanager")
+    arn = sm.create_secret(Name="rehearsal-probe/secret", SecretString="a")["ARN"]
+    _, scoped = probe_role(rehearsal, "sm-scoped", {
+        "Effect": "Allow", "Action": "secretsmanager:DescribeSecret", "Resource": arn})
+    _, star = probe_role(rehearsal, "sm-star", {
+        "Effect": "Allow", "Action": "secretsmanager:DescribeSecret", "Resource": "*"})
+    assert code(lambda: rehearsal.client("secretsmanager", scoped).describe_secret(SecretId=arn)) == 403
+    assert code(lambda: rehearsal.client("secretsmanager", star).describe_secret(SecretId=arn)) == 200
+
+
+def test_rotate_secret_with_a_function_moto_lacks_leaves_the_rotation_started(rehearsal: Rehearsal) -> None:
+    """What the rotation rehearsal's set-up relies on (test_api_key_rotation.start_rotation): moto's RotateSecret
+    adds an empty AWSPENDING version and enables rotation before it looks the function up in its own Lambda, and
+    keeps both when that fails: Secrets Manager's state when it first invokes a rotation function."""
+    sm = rehearsal.client("secretsmanager")
+    arn = sm.create_secret(Name="rehearsal-probe/rotated", SecretString="a")["ARN"]
+    with pytest.raises(ClientError, match="ResourceNotFoundException"):
+        sm.rotate_secret(SecretId=arn, RotationLambdaARN=f"arn:aws:lambda:{rehearsal.region}:{rehearsal.account}"
+                         ":function:not-in-moto", RotationRules={"AutomaticallyAfterDays": 30}, RotateImmediately=True)
+    described = sm.describe_secret(SecretId=arn)
+    assert described["RotationEnabled"]
+    assert sorted(map(sorted, described["VersionIdsToStages"].values())) == [["AWSCURRENT"], ["AWSPENDING"]]
+    with pytest.raises(ClientError, match="ResourceNotFoundException"):
+        sm.get_secret_value(SecretId=arn, VersionStage="AWSPENDING")  # empty, as Secrets Manager makes it
+
+
+def test_eks_requests_fail_moto_signature_check_with_enforcement_on(rehearsal: Rehearsal) -> None:
+    """Why the sampler's set-up creates its node groups with enforcement paused (test_node_hours_sampler.py): moto's
+    own signature check refuses its EKS requests, the admin user's too (moto 5.2.1)."""
+    with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+        rehearsal.client("eks").list_clusters()
+    with rehearsal.server.enforcement_paused():
+        assert "clusters" in rehearsal.client("eks").list_clusters()

@@ -227,6 +227,7 @@ class Resolver:
             "AWS::IAM::ManagedPolicy": "ManagedPolicyName", "AWS::Lambda::Function": "FunctionName",
             "AWS::Logs::LogGroup": "LogGroupName", "AWS::EKS::Cluster": "Name", "AWS::KMS::Alias": "AliasName",
             "AWS::IAM::Policy": "PolicyName", "AWS::ElastiCache::ServerlessCache": "ServerlessCacheName",
+            "AWS::SageMaker::Cluster": "ClusterName",
         }.get(kind)
         if named_by and named_by in properties:
             return str(self.resolve(stack, properties[named_by]))
@@ -272,6 +273,9 @@ class Resolver:
             return f"arn:{PARTITION}:lambda:{region}:{account}:function:{name}"
         if kind == "AWS::ElastiCache::ServerlessCache" and attribute == "ARN":  # (the budget store)
             return f"arn:{PARTITION}:elasticache:{region}:{account}:serverlesscache:{name}"
+        if kind == "AWS::SageMaker::Cluster" and attribute == "ClusterArn":  # (its id: SageMaker's, made up here)
+            cluster_id = hashlib.sha1(name.encode()).hexdigest()[:12]
+            return f"arn:{PARTITION}:sagemaker:{region}:{account}:cluster/{cluster_id}"
         if attribute == "Arn":  # any other resource: an ARN of its service that no rehearsed runtime touches
             service, kind_name = kind.split("::")[1].lower(), kind.split("::")[2].lower()
             return f"arn:{PARTITION}:{service}:{region}:{account}:{kind_name}/{name}"
@@ -906,3 +910,133 @@ def checkout_import_path(repo: Path, folder: Path) -> Path:
 def split_s3_uri(uri: str) -> tuple[str, str]:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     return bucket, prefix
+
+
+# ---------------------------------------------------------------------------- calls moto checks against "*" only
+
+
+# boto3's S3 operations as IAM names them (moto/s3/responses.py ACTION_MAP says the same)
+_S3_IAM_ACTIONS = {"PutObject": "PutObject", "CreateMultipartUpload": "PutObject", "UploadPart": "PutObject",
+                   "CompleteMultipartUpload": "PutObject", "AbortMultipartUpload": "AbortMultipartUpload",
+                   "GetObject": "GetObject", "HeadObject": "GetObject", "DeleteObject": "DeleteObject"}
+
+
+@dataclass
+class CallGate:
+    """IAM's decision for the calls of a function to services moto authorizes against resource ``*`` only (Secrets
+    Manager, EKS, SageMaker, Glue, CloudWatch: a grant scoped to a secret or a table would be refused by the server,
+    and one on another resource not told apart), made in the function's own process before each call (a
+    ``before-parameter-build`` hook on every botocore client, `install`) with moto's own evaluator
+    (`moto.iam.access_control.IAMPolicy`) on the resources IAM authorizes the call on (`requests_of`), as the
+    templates' policies name them:
+
+    * the role's identity policies as moto holds them (`Rehearsal.role_policies`): an allow is needed, an explicit
+      deny refuses;
+    * the resource's own policy (a secret's ``AWS::SecretsManager::ResourcePolicy``), whose statements apply to the
+      role as `Rehearsal.resource_policy_grants` decides it (principal; conditions for the role's own request:
+      ``aws:PrincipalArn`` is the role's ARN): its deny refuses, its allow suffices (one account).
+
+    A refused call raises ``AccessDeniedException`` in the function, naming the action and the resource, as AWS
+    does; a call the gate cannot place raises `NotEmulable` (never allowed). Every decision is appended to ``record``
+    (JSON lines), refusals too. What an allowed call does is then moto's (enforcement paused while the function
+    runs: the gate decides instead). Conditions are not decided (as in moto); KMS and trust are not either."""
+
+    principal_arn: str  # the role's ARN (aws:PrincipalArn of its sessions)
+    account: str
+    region: str
+    identity: list[dict[str, Any]]
+    resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> statements
+    # what the runtime names (a secret's name or moto's ARN, "cluster/nodegroup", a HyperPod cluster's name) -> the
+    # resource's ARN as the templates' policies name it
+    resources: dict[str, str] = field(default_factory=dict)
+    record: str | None = None  # a file the runtime's process appends each call to (JSON lines)
+
+    def requests_of(self, service: str, operation: str, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(action, resource) that IAM authorizes for the call (all of them must allow it), the resources as the
+        templates name them."""
+        def known(identifier: str) -> str:
+            if identifier not in self.resources:
+                raise NotEmulable(f"{service}:{operation} named {identifier!r}, which the gate does not know")
+            return self.resources[identifier]
+
+        action = f"{service}:{operation}"
+        if (service, operation) == ("sts", "GetCallerIdentity"):
+            return []  # (no permission is needed: AWS answers it for any caller)
+        if service == "s3" and operation in _S3_IAM_ACTIONS:
+            return [(f"s3:{_S3_IAM_ACTIONS[operation]}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
+        if service == "s3" and operation in ("ListObjectsV2", "ListObjects", "ListObjectVersions"):
+            listing = "s3:ListBucketVersions" if operation == "ListObjectVersions" else "s3:ListBucket"
+            return [(listing, f"arn:{PARTITION}:s3:::{params['Bucket']}")]
+        if service == "secretsmanager" and "SecretId" in params:
+            return [(action, known(str(params["SecretId"])))]
+        if service == "eks" and operation == "DescribeNodegroup":
+            return [(action, known(f"{params['clusterName']}/{params['nodegroupName']}"))]
+        if service == "sagemaker" and operation == "ListClusterNodes":
+            return [(action, known(str(params["ClusterName"])))]
+        if service == "glue" and operation in ("GetDatabase", "GetTable", "UpdateTable"):
+            catalog = f"arn:{PARTITION}:glue:{self.region}:{params.get('CatalogId') or self.account}"
+            database = params.get("DatabaseName") or params["Name"]
+            found = [f"{catalog}:catalog", f"{catalog}:database/{database}"]
+            if operation != "GetDatabase":
+                found.append(f"{catalog}:table/{database}/{params.get('Name') or params['TableInput']['Name']}")
+            return [(action, resource) for resource in found]
+        if (service, operation) in (("secretsmanager", "GetRandomPassword"), ("cloudwatch", "GetMetricData")):
+            return [(action, "*")]  # (no resource type)
+        raise NotEmulable(f"the gate does not know the resources of {action}")
+
+    def refusal(self, action: str, resource: str) -> str | None:
+        """Why IAM would refuse the call, or None."""
+        from moto.iam.access_control import IAMPolicy, PermissionResult
+
+        results = [IAMPolicy(json.dumps(document)).is_action_permitted(action, resource) for document in self.identity]
+        if PermissionResult.DENIED in results:
+            return "an explicit deny in an identity-based policy"
+        allowed = PermissionResult.PERMITTED in results
+        context = request_context(self.principal_arn, self.account)
+        for statement in self.resource_policies.get(resource, []):
+            if not _names_principal(statement, self.principal_arn) or not any(
+                    _iam_like(action, pattern) for pattern in _as_list(statement.get("Action", []))):
+                continue
+            holds = _conditions_hold(statement.get("Condition", {}), context)
+            if holds is None:
+                raise NotEmulable(f"cannot decide whether {statement} applies to {action} on {resource}")
+            if holds and statement["Effect"] == "Deny":
+                return f"an explicit deny in a resource-based policy ({statement.get('Sid')})"
+            allowed = allowed or holds
+        return None if allowed else "no identity-based policy allows the action"
+
+    def hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        from botocore.exceptions import ClientError
+
+        for action, resource in self.requests_of(model.service_model.service_name, model.name, params):
+            reason = self.refusal(action, resource)
+            if self.record:
+                with open(self.record, "a") as out:
+                    out.write(json.dumps({"action": action, "resource": resource, "refused": reason}) + "\n")
+            if reason:
+                raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": (
+                    f"User: {self.principal_arn} is not authorized to perform: {action} on resource: {resource} "
+                    f"because {reason}")}}, model.name)
+
+    def install(self) -> None:
+        """On every botocore client the runtime's process makes (boto3's default session, a library's own session),
+        before the runtime makes them."""
+        import botocore.session
+
+        original = botocore.session.Session.create_client
+        gate = self
+
+        def create_client(session: Any, *args: Any, **kwargs: Any) -> Any:
+            client = original(session, *args, **kwargs)
+            client.meta.events.register("before-parameter-build", gate.hook)
+            return client
+
+        botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps({k: getattr(self, k) for k in (
+            "principal_arn", "account", "region", "identity", "resource_policies", "resources", "record")}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CallGate:
+        return cls(**json.loads(Path(path).read_text()))
