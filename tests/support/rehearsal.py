@@ -963,7 +963,10 @@ class CallGate:
         if (service, operation) == ("sts", "GetCallerIdentity"):
             return []  # (no permission is needed: AWS answers it for any caller)
         if service == "s3" and operation in _S3_IAM_ACTIONS:
-            return [(f"s3:{_S3_IAM_ACTIONS[operation]}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
+            name = _S3_IAM_ACTIONS[operation]
+            if params.get("VersionId") and name in ("GetObject", "DeleteObject"):
+                name += "Version"  # (a version's read or delete is its own IAM action)
+            return [(f"s3:{name}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
         if service == "s3" and operation in ("ListObjectsV2", "ListObjects", "ListObjectVersions"):
             listing = "s3:ListBucketVersions" if operation == "ListObjectVersions" else "s3:ListBucket"
             return [(listing, f"arn:{PARTITION}:s3:::{params['Bucket']}")]
