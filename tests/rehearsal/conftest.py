@@ -404,6 +404,7 @@ def s3_requests_refused(rehearsal: Rehearsal, role_arn: str,
     identity policies would refuse: the read or delete of a version is its own action (``s3:GetObjectVersion``,
     ``s3:DeleteObjectVersion``)."""
     buckets = set(rehearsal.created.buckets)
+    allows = rehearsal.identity_decider(role_arn)
     refused = []
     for method, target, _ in requests:
         path, _, query = target.partition("?")
@@ -412,6 +413,6 @@ def s3_requests_refused(rehearsal: Rehearsal, role_arn: str,
         action = _S3_METHOD_ACTIONS[method]
         if "versionId=" in query and action in ("s3:GetObject", "s3:DeleteObject"):
             action += "Version"
-        if not rehearsal.identity_allows(role_arn, action, f"arn:aws:s3:::{path[1:]}"):
+        if not allows(action, f"arn:aws:s3:::{path[1:]}"):
             refused.append((method, target))
     return refused

@@ -47,6 +47,7 @@ from tests.support.rehearsal import (
     checkout_import_path,
     function_runtimes,
     split_s3_uri,
+    without_action,
 )
 from tests.support.synth import REPO, Assembly, run_cdk_synth
 
@@ -123,11 +124,7 @@ class World:
     def gate(self, record: Path, *, without: str | None = None) -> CallGate:
         identity = self.rehearsal.role_policies(self.eraser_arn.rsplit("/", 1)[-1])
         if without:
-            identity = [{**document, "Statement": [
-                {**statement, "Action": kept} for statement in document["Statement"]
-                for kept in [[a for a in (statement["Action"] if isinstance(statement["Action"], list)
-                                          else [statement["Action"]]) if a != without]] if kept]}
-                for document in identity]
+            identity = without_action(identity, without)
         return CallGate(principal_arn=self.eraser_arn, account=self.rehearsal.account,
                         region=self.rehearsal.region, identity=identity, record=str(record))
 
