@@ -12,15 +12,16 @@ bucket's Object Lock and bucket policy (moto grants nothing through a bucket pol
 EventBridge's invocation (trust).
 
 Rows older than the retention are seeded as the platform makes them: raw capture objects (SageMaker's key layout
-under the portable sidecar's ``CAPTURE_S3_URI``) with ``inferenceTime``s older than the rule's ``olderThanDays`` and
-younger ones, curated by the processor's own handler under its role into both layouts and the quarantine. The run
-then deletes the old rows from both table places (current snapshot and every retained snapshot: the snapshots that
-held them are expired), keeps the young ones, lists in its audit record every table file it left unreferenced, and
-chains its records and the manifest into a trail that ``verify-trail`` finds intact. The object places (``curated/``,
-``quarantine/``, raw ``data-capture/``) are expired by the capture bucket's lifecycle, which S3 runs under no role
-and moto does not run: the old copies there are asserted to be still present after the run and covered by a
-lifecycle rule of the template (the run does not touch them). Negative: the role without ``glue:UpdateTable`` (the
-delete's commit): the run fails naming it, no row is deleted and the trail is unchanged and intact."""
+under the portable sidecar's ``CAPTURE_S3_URI``, a deployment folder of their own) with ``inferenceTime``s older
+than the rule's ``olderThanDays`` and younger ones, curated by the processor's own handler under its role into both
+layouts and the quarantine. The run then deletes the old rows from the tables (current snapshot and every
+retained snapshot: the snapshots that held them are expired), keeps the young ones, lists in its audit record every
+table file it left unreferenced, and chains its records and the manifest into a trail that ``verify-trail`` finds
+intact. The object places (``curated/``, ``quarantine/``, raw ``data-capture/``) are expired by the capture bucket's
+lifecycle, which S3 runs under no role and moto does not run: the old copies there are asserted to be still present
+after the run and covered by a lifecycle rule of the template (the run does not touch them). Negative: the role
+without ``glue:UpdateTable`` (the delete's commit): the run fails naming it, no row is deleted and the trail is
+unchanged and intact."""
 
 from __future__ import annotations
 
