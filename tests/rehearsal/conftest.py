@@ -390,3 +390,29 @@ class Secrets:
 def secrets(rehearsal: Rehearsal) -> Secrets:
     """The templates' secrets in moto, once per session (the rotation function and the readers use them)."""
     return Secrets(rehearsal)
+
+
+# ------------------------------------------------------------------------- S3 requests moto logged, judged again
+
+_S3_METHOD_ACTIONS = {"PUT": "s3:PutObject", "GET": "s3:GetObject", "HEAD": "s3:GetObject",
+                      "DELETE": "s3:DeleteObject", "POST": "s3:PutObject"}
+
+
+def s3_requests_refused(rehearsal: Rehearsal, role_arn: str,
+                        requests: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
+    """The object requests moto logged (while enforcement was paused, or for calls a gate let through) that the role's
+    identity policies would refuse: the read or delete of a version is its own action (``s3:GetObjectVersion``,
+    ``s3:DeleteObjectVersion``)."""
+    buckets = set(rehearsal.created.buckets)
+    allows = rehearsal.identity_decider(role_arn)
+    refused = []
+    for method, target, _ in requests:
+        path, _, query = target.partition("?")
+        if path.split("/")[1] not in buckets or path.count("/") < 2 or not path.split("/", 2)[2]:
+            continue
+        action = _S3_METHOD_ACTIONS[method]
+        if "versionId=" in query and action in ("s3:GetObject", "s3:DeleteObject"):
+            action += "Version"
+        if not allows(action, f"arn:aws:s3:::{path[1:]}"):
+            refused.append((method, target))
+    return refused

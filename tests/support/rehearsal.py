@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -668,11 +668,19 @@ class Rehearsal:
     def identity_allows(self, role_arn: str, action: str, resource: str) -> bool:
         """moto's own evaluator (moto.iam.access_control.IAMPolicy, what the server runs on every request) applied
         to a call moto never checks itself: the KMS call S3 makes for an SSE-KMS object, against the key's ARN."""
+        return self.identity_decider(role_arn)(action, resource)
+
+    def identity_decider(self, role_arn: str) -> Callable[[str, str], bool]:
+        """`identity_allows` for one role, its policies read from moto once (for many requests)."""
         from moto.iam.access_control import IAMPolicy, PermissionResult
 
-        results = [IAMPolicy(json.dumps(document)).is_action_permitted(action, resource)
-                   for document in self.role_policies(role_arn.rsplit("/", 1)[-1])]
-        return PermissionResult.DENIED not in results and PermissionResult.PERMITTED in results
+        policies = [IAMPolicy(json.dumps(document)) for document in self.role_policies(role_arn.rsplit("/", 1)[-1])]
+
+        def allows(action: str, resource: str) -> bool:
+            results = [policy.is_action_permitted(action, resource) for policy in policies]
+            return PermissionResult.DENIED not in results and PermissionResult.PERMITTED in results
+
+        return allows
 
     def key_arn(self, key_id: str) -> str:
         """A key id, key ARN, alias name or alias ARN as the key ARN policies name (resolved by moto's KMS)."""
@@ -921,6 +929,21 @@ _S3_IAM_ACTIONS = {"PutObject": "PutObject", "CreateMultipartUpload": "PutObject
                    "GetObject": "GetObject", "HeadObject": "GetObject", "DeleteObject": "DeleteObject"}
 
 
+def without_action(documents: list[dict[str, Any]], action: str) -> list[dict[str, Any]]:
+    """Identity policies with one action taken out of every statement (a statement left without any goes): the role
+    of a negative rehearsal, for a `CallGate`."""
+    result = []
+    for document in documents:
+        statements = []
+        for statement in document["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            kept = [a for a in actions if a != action]
+            if kept:
+                statements.append({**statement, "Action": kept})
+        result.append({**document, "Statement": statements})
+    return result
+
+
 @dataclass
 class CallGate:
     """IAM's decision for the calls of a function to services moto authorizes against resource ``*`` only (Secrets
@@ -963,7 +986,10 @@ class CallGate:
         if (service, operation) == ("sts", "GetCallerIdentity"):
             return []  # (no permission is needed: AWS answers it for any caller)
         if service == "s3" and operation in _S3_IAM_ACTIONS:
-            return [(f"s3:{_S3_IAM_ACTIONS[operation]}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
+            name = _S3_IAM_ACTIONS[operation]
+            if params.get("VersionId") and name in ("GetObject", "DeleteObject"):
+                name += "Version"  # (a version's read or delete is its own IAM action)
+            return [(f"s3:{name}", f"arn:{PARTITION}:s3:::{params['Bucket']}/{params['Key']}")]
         if service == "s3" and operation in ("ListObjectsV2", "ListObjects", "ListObjectVersions"):
             listing = "s3:ListBucketVersions" if operation == "ListObjectVersions" else "s3:ListBucket"
             return [(listing, f"arn:{PARTITION}:s3:::{params['Bucket']}")]
