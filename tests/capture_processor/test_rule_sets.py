@@ -1,0 +1,305 @@
+"""Every rule set, not only the default one, through the whole processor, differentially (issue 27).
+
+The speed work was proven equal to the plain path with the default rules; a leak that only an opt-in rule showed
+(`ip_address` matches `1::` in 3 characters, shorter than the default rules' shortest match) proved that is not
+enough. Here each rule set a deployment can configure (every rule alone, every rule with the defaults, the defaults
+minus each one, and `REDACT=none`) redacts seeded random documents in every shape the processor meets, with a secret
+sample per rule at its shortest length and longer, and two oracles judge the result:
+
+- **the plain path** (`plain_path()`, every speed switch off) gives the same text, byte for byte;
+- **a reference** that decodes the JSON document with the stdlib, runs `Redactor.redact_text` on each string value
+  and key (and on the values of JSON a string holds), and compares values, not bytes.
+
+Where the design intentionally differs from the reference, the shape is left out of it and says why:
+
+- a value split across two JSON strings (`["alice.smith@", "example.com"]`) is two values to both; the processor
+  never joins them (only a stream's deltas are joined, and that is checked through `convert_stream`);
+- text between literals (a malformed document's gap) has no decoded value: only the plain path judges it;
+- JSON inside a string without a backslash is one value to the processor (redacted whole, no rule crosses a quote),
+  its values to the reference: compared after decoding both, as values.
+
+Whole capture records (streams split across deltas, BASE64 in other charsets, JSON with escapes, plain text) go
+through `convert_stream` with each rule set, on the fast and the plain path, and every planted sample of an active
+rule must be gone from the rows; a sample of a rule that is not active must be kept (no rule redacts another's).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from capture_core.documents import DocumentBatch
+from capture_core.outputs import QuarantineSource
+from capture_core.processor import convert_stream
+from capture_core.records import ChunkContext
+from capture_core.redaction import DEFAULT_RULES, RULES, Redactor
+from capture_core.routing import Tier
+from tests.capture_processor import transcripts
+from tests.capture_processor.test_fast_path import plain_path
+from tests.capture_processor.test_llm_traffic import all_strings, record, side
+from tests.capture_processor.transcripts import split
+
+# Each rule's samples: its shortest match that the validator confirms, and longer ones.
+SAMPLES: dict[str, tuple[str, ...]] = {
+    "email": ("a@b.co", "alice.smith@example.com"),
+    "phone": ("415-555-0100", "+44 20 7946 0958"),
+    "access_token": ("Bearer abcdefgh", "AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+    "aws_secret_key": (
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    "private_key": ("-----BEGIN PRIVATE KEY-----", transcripts.SECRETS["private_key"]),
+    "payment_card": ("675912345674", "4111 1111 1111 1111", "4111-1111-1111-1111"),
+    "us_ssn": ("123-45-6789",),
+    "iban": ("NO9386011117947", "gb82 west 1234 5698 7654 32"),
+    "ip_address": ("1::", "10.0.0.1", "2001:db8::8a2e:370:7334"),
+}
+# What each sample leaves behind when it leaks (the sample itself, or its middle when the sample is long).
+WITNESSES = {sample: sample if len(sample) < 20 else sample[6:-6] for samples in SAMPLES.values() for sample in samples}
+
+
+def rule_sets() -> dict[str, tuple[str, ...]]:
+    sets: dict[str, tuple[str, ...]] = {"defaults": DEFAULT_RULES, "none": ()}
+    for name in RULES:
+        sets[f"only-{name}"] = (name,)
+        if name not in DEFAULT_RULES:
+            sets[f"defaults+{name}"] = (*DEFAULT_RULES, name)
+        else:
+            sets[f"defaults-{name}"] = tuple(rule for rule in DEFAULT_RULES if rule != name)
+    sets["all"] = tuple(RULES)
+    return sets
+
+
+RULE_SETS = rule_sets()
+# The fast set: the rule sets that differ most from the defaults (the opt-in rule alone and with them, no rule, the
+# defaults without the rules with the shortest matches). The rest are slow-marked.
+FAST_SETS = ("defaults+ip_address", "only-ip_address", "none", "only-email", "defaults-email", "only-private_key")
+
+
+def _params() -> list[Any]:
+    return [pytest.param(name, marks=() if name in FAST_SETS else (pytest.mark.slow,), id=name) for name in RULE_SETS]
+
+
+# -- documents in every shape ----------------------------------------------------------------------------------------
+
+_FILLER = ["hello", "x", "é", "ü ñ", "line\nbreak", "tab\there", 'say "hi"', "back\\slash", "😀", "a/b", ""]
+
+
+def _escape_one(text: str, rng: random.Random) -> str:
+    """`text` as a JSON literal's body with one of its ASCII characters written as a \\uXXXX escape."""
+    body = json.dumps(text)[1:-1]
+    plain = [at for at, character in enumerate(body) if character.isalnum()]
+    if not plain:
+        return body
+    at = rng.choice(plain)
+    return body[:at] + f"\\u{ord(body[at]):04x}" + body[at + 1 :]
+
+
+def documents(seed: int) -> list[tuple[str, str, bool, bool]]:
+    """(shape, text, as_json, reference applies) for every sample in every shape, with seeded fillers around it."""
+    rng = random.Random(seed)
+    out: list[tuple[str, str, bool, bool]] = []
+    for samples in SAMPLES.values():
+        for secret in samples:
+            filler = rng.choice(_FILLER)
+            sep = rng.choice([" ", "\n", "\t", "\r\n", ": ", "\\n "])
+            out += [
+                ("value", json.dumps({"k": filler, "v": secret}), True, True),
+                ("value-ascii", json.dumps({"k": filler + "é", "v": secret}, ensure_ascii=True), True, True),
+                ("key", json.dumps({secret: filler, "n": "a\nb"}), True, True),
+                ("nested", json.dumps({"arguments": json.dumps({"note": secret, "n": filler + "\n"})}), True, True),
+                ("nested-plain", json.dumps({"arguments": json.dumps({"note": secret})}), True, True),
+                ("after-escape", json.dumps({"v": filler + "\n" + secret + sep + "more"}), True, True),
+                ("u-escape", '{"e": "x\\ny", "v": "' + _escape_one(secret, rng) + '"}', True, True),
+                ("short-literal", json.dumps({"a": secret, "b": filler + "\\n"}), True, True),
+                ("list", json.dumps(["x\ny", secret, [secret, {"z": secret}]]), True, True),
+                ("gap", '{"a": "x\\ny"} ' + secret + ' {"b": 1}', True, False),
+                ("gap-short", '{"a": "x\\ny"}' + secret + "{}", True, False),
+                ("prose-json", "See: " + json.dumps({"v": secret, "n": "a\nb"}) + " ok", False, False),
+                ("plain", filler + sep + secret + sep + filler, False, False),
+                (
+                    "split-values",
+                    json.dumps({"v": [secret[: len(secret) // 2], secret[len(secret) // 2 :]], "n": "\n"}),
+                    True,
+                    False,
+                ),  # the processor never joins two values: left out of both the reference and leaks
+            ]
+    rng.shuffle(out)
+    return out
+
+
+@contextmanager
+def _plain(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        plain_path(monkeypatch)
+        yield
+
+
+def batch_results(rules: tuple[str, ...], docs: list[tuple[str, str, bool, bool]], *, plain: bool) -> list[str]:
+    with _plain(plain):
+        batch = DocumentBatch(Redactor(rules))
+        ids = [batch.add(text, as_json=as_json) for _, text, as_json, _ in docs]
+        batch.redact()
+        return [batch.result(document)[0] for document in ids]
+
+
+def reference(redactor: Redactor, value: Any, depth: int = 0) -> Any:
+    """Each string value and key decoded and redacted on its own; a string that is JSON itself, its values."""
+    if isinstance(value, str):
+        if depth < 3 and value.lstrip()[:1] in ("{", "["):
+            try:
+                return ("json", reference(redactor, json.loads(value), depth + 1))
+            except ValueError:
+                pass
+        return redactor.redact_text(value)
+    if isinstance(value, dict):
+        return {reference(redactor, key, depth): reference(redactor, item, depth) for key, item in value.items()}
+    if isinstance(value, list):
+        return [reference(redactor, item, depth) for item in value]
+    return value
+
+
+def as_values(value: Any, depth: int = 0) -> Any:
+    """The processor's output read as the reference reads its input: a string that is JSON, as its values."""
+    if isinstance(value, str):
+        if depth < 3 and value.lstrip()[:1] in ("{", "["):
+            try:
+                return ("json", as_values(json.loads(value), depth + 1))
+            except ValueError:
+                pass
+        return value
+    if isinstance(value, dict):
+        return {as_values(key, depth): as_values(item, depth) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_values(item, depth) for item in value]
+    return value
+
+
+def active_samples(rules: tuple[str, ...]) -> list[str]:
+    return [WITNESSES[sample] for name in rules for sample in SAMPLES[name]]
+
+
+def _witnesses_of(text: str) -> set[str]:
+    return {witness for witness in WITNESSES.values() if witness in text}
+
+
+@pytest.mark.parametrize("name", _params())
+def test_a_batch_redacts_alike_on_both_paths_and_as_each_value_alone(name: str) -> None:
+    rules = RULE_SETS[name]
+    redactor = Redactor(rules)
+    for seed in range(2):
+        docs = documents(seed)
+        fast = batch_results(rules, docs, plain=False)
+        plain = batch_results(rules, docs, plain=True)
+        active = set(active_samples(rules))
+        for (shape, text, _, referenced), got, want in zip(docs, fast, plain, strict=True):
+            assert got == want, (name, shape, text)
+            if referenced:
+                assert as_values(json.loads(got)) == reference(redactor, json.loads(text)), (name, shape, text)
+            if shape != "split-values":
+                leaked = _witnesses_of(got) & active
+                # A sample kept only where a rule that is not active owns it, or where it is part of a longer one.
+                assert not {w for w in leaked if w in _witnesses_of(text)}, (name, shape, text, got)
+        if not rules:
+            assert fast == [text for _, text, _, _ in docs]
+
+
+def test_every_rule_set_a_deployment_can_configure_is_run() -> None:
+    names = set(RULE_SETS)
+    assert {f"only-{rule}" for rule in RULES} <= names and "none" in names and "defaults" in names
+    assert {f"defaults-{rule}" for rule in DEFAULT_RULES} <= names
+    assert {f"defaults+{rule}" for rule in RULES if rule not in DEFAULT_RULES} <= names
+    assert all(len(SAMPLES[rule]) >= 1 for rule in RULES) and set(SAMPLES) == set(RULES)
+    for rule, samples in SAMPLES.items():  # each sample is found by its own rule alone, and by no other rule
+        for sample in samples:
+            assert Redactor((rule,)).redact_text(sample) != sample, (rule, sample)
+            others = [other for other in RULES if other != rule and Redactor((other,)).redact_text(sample) != sample]
+            assert not others, (rule, sample, others)
+
+
+# -- whole capture records through convert_stream ---------------------------------------------------------------------
+
+
+def b64(text: str, charset: str = "utf-8") -> str:
+    return base64.b64encode(text.encode(charset)).decode()
+
+
+def capture_object(seed: int) -> bytes:
+    """Capture records holding every sample: JSON with escapes, streams of each server split across deltas (plain and
+    BASE64), tool-call arguments streamed, plain text in other charsets."""
+    rng = random.Random(seed)
+    lines = []
+    for number, secret in enumerate(sample for samples in SAMPLES.values() for sample in samples):
+        pieces = rng.choice([2, 3, 5, 9])
+        answer = rng.choice(["Sure: ", "ok\n", 'He said "', "café\t"]) + secret + rng.choice([" end", "\n", '".'])
+        chat = transcripts.chat_request("line one\n" + secret + "\\n after", stream=False)
+        lines += [
+            record(f"{number}-json", side(chat), side('{"choices": []}')),
+            record(
+                f"{number}-vllm",
+                side(transcripts.chat_request("go")),
+                side(
+                    b64(transcripts.vllm_chat(split(answer, pieces), tool_args=split(json.dumps({"note": secret}), 3))),
+                    "text/event-stream",
+                    "BASE64",
+                ),
+            ),
+            record(f"{number}-sglang", None, side(transcripts.sglang_chat(split(answer, pieces)), "text/event-stream")),
+            record(f"{number}-tgi", None, side(transcripts.tgi_chat(split(answer, pieces)), "text/event-stream")),
+            record(
+                f"{number}-completion",
+                None,
+                side(transcripts.vllm_completion(split(answer, pieces + 1)), "text/event-stream"),
+            ),
+            record(
+                f"{number}-latin1",
+                side(b64("é " + secret + " à", "iso-8859-1"), "text/plain; charset=ISO-8859-1", "BASE64"),
+                None,
+            ),
+            record(f"{number}-utf16", side(b64("\ufeff" + secret, "utf-16-le"), "text/plain", "BASE64"), None),
+        ]
+    rng.shuffle(lines)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def converted(rules: tuple[str, ...], data: bytes, directory: Path, *, plain: bool) -> tuple[list[dict[str, Any]], str]:
+    directory.mkdir()
+    context = ChunkContext("h/pod/2026/11/30/10/x.jsonl", "h", None, datetime(2026, 11, 30, 10, tzinfo=UTC))
+    with _plain(plain):
+        conversion = convert_stream(
+            io.BytesIO(data), Tier.POD, context, Redactor(rules), directory, QuarantineSource("b", "k", "v")
+        )
+    rows = [row for file in conversion.partition_files for row in pq.read_table(file.path).to_pylist()]
+    quarantine = conversion.quarantine.path.read_text() if conversion.quarantine.entries else ""
+    return rows, quarantine
+
+
+@pytest.mark.parametrize("name", _params())
+def test_capture_records_convert_alike_on_both_paths_with_no_active_sample_left(name: str, tmp_path: Path) -> None:
+    rules = RULE_SETS[name]
+    data = capture_object(len(name))
+    fast_rows, fast_quarantine = converted(rules, data, tmp_path / "fast", plain=False)
+    plain_rows, plain_quarantine = converted(rules, data, tmp_path / "plain", plain=True)
+
+    assert fast_rows == plain_rows
+    assert fast_quarantine == plain_quarantine
+    texts = [text for row in fast_rows for text in all_strings(row)] + [fast_quarantine]
+    for witness in active_samples(rules):
+        leaked = [text for text in texts if witness in text]
+        assert not leaked, (name, witness, leaked[0][:300])
+    if not rules:  # nothing redacted: every sample is where it was planted
+        assert all(any(witness in text for text in texts) for witness in WITNESSES.values())
+    assert len(fast_rows) == data.count(b"\n")
