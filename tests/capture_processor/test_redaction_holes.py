@@ -257,3 +257,45 @@ def test_the_batch_bound_is_never_above_any_active_rules_shortest_match() -> Non
     for name, rule in RULES.items():
         assert DocumentBatch(Redactor([name]))._min_gap <= rule.least_chars, name
     assert DocumentBatch(Redactor(DEFAULT_RULES))._min_gap == MIN_GAP  # the default rules' plans are unchanged
+
+
+# -- a secret access key named by its key, in a document with an escape elsewhere ------------------------------------
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+@pytest.mark.parametrize(
+    "key", ["wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc", "wjalrxutnfemi/k7mdeng/bpxrficyexamplekey"]
+)  # no digit (about one real key in a thousand), no upper case
+@pytest.mark.parametrize("name", ["SecretAccessKey", "aws_secret_access_key", "AWS_SECRET_KEY"])
+def test_a_secret_access_key_named_by_its_key_is_redacted_in_json_with_escapes_as_without(
+    name: str, key: str, spliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redacted as one text (no escape), the named form spans the key, the quotes and the value; planned literal by
+    literal (any escape elsewhere: the `\\n` of an `aws sts get-session-token` output pasted into a tool result), the
+    value alone had only the bare form, which asks for upper and lower case and a digit: the key was kept."""
+    from capture_core import documents
+
+    monkeypatch.setattr(documents, "SPLICED", spliced)
+    without = json.dumps({"Credentials": {"AccessKeyId": "ASIAEXAMPLE", name: key}})
+    with_escape = json.dumps({"Credentials": {"AccessKeyId": "ASIAEXAMPLE", name: key}, "note": "line\nbreak"})
+
+    for text in (without, with_escape, json.dumps({"content": with_escape})):
+        redacted = redact(text, as_json=True)
+        assert key not in redacted and "[REDACTED:aws_secret_key]" in redacted, text
+        assert "aws_secret_access_key=" not in redacted.replace(name + '"', "")  # the planning prefix never shows
+    assert json.loads(redact(with_escape, as_json=True))["Credentials"][name] == "[REDACTED:aws_secret_key]"
+    # The same value under another key stays: the bare form judges it, and it has not the shape of a secret key.
+    assert key in redact(json.dumps({"etag": key, "note": "line\nbreak"}), as_json=True)
+
+
+def test_a_named_secret_access_key_in_a_tool_result_is_redacted_end_to_end(pipeline: Pipeline) -> None:
+    key = "wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc"
+    credentials = {"AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": key, "Note": "rotated\nyesterday"}
+    output = json.dumps({"Credentials": credentials}, indent=2)  # a tool's output: JSON with an escape, in a string
+    messages = [{"role": "tool", "tool_call_id": "c1", "content": output}]
+    request = side(json.dumps({"model": "m", "messages": messages}))
+
+    rows = run(pipeline, record("sts", request, side('{"choices": []}')))
+
+    assert key not in json.dumps(rows, default=str)
+    assert "aws_secret_key" in rows["sts"]["redaction_rules"]

@@ -8,7 +8,11 @@ sample per rule at its shortest length and longer, and two oracles judge the res
 
 - **the plain path** (`plain_path()`, every speed switch off) gives the same text, byte for byte;
 - **a reference** that decodes the JSON document with the stdlib, runs `Redactor.redact_text` on each string value
-  and key (and on the values of JSON a string holds), and compares values, not bytes.
+  and key (and on the values of JSON a string holds), and compares values, not bytes;
+- **the same document without an escape** (redacted as one text, where the batch plans the other literal by literal):
+  the values agree. This found a leak of the default rules: a secret access key named by its key
+  (`"SecretAccessKey": "…"`) without a digit or an upper-case letter was redacted without an escape and kept with
+  one (fixed in documents.py; regression tests in test_redaction_holes.py).
 
 Where the design intentionally differs from the reference, the shape is left out of it and says why:
 
@@ -16,7 +20,10 @@ Where the design intentionally differs from the reference, the shape is left out
   never joins them (only a stream's deltas are joined, and that is checked through `convert_stream`);
 - text between literals (a malformed document's gap) has no decoded value: only the plain path judges it;
 - JSON inside a string without a backslash is one value to the processor (redacted whole, no rule crosses a quote),
-  its values to the reference: compared after decoding both, as values.
+  its values to the reference: compared after decoding both, as values;
+- a string that holds a quote and a backslash and is not JSON (prose quoting code) is opened as JSON by design: its
+  literals' escapes are decoded and a changed literal re-encoded, so its text differs from the reference's; it is
+  held only to keeping no active sample the reference removes (`JsonLike`).
 
 Whole capture records (streams split across deltas, BASE64 in other charsets, JSON with escapes, plain text) go
 through `convert_stream` with each rule set, on the fast and the plain path, and every planted sample of an active
@@ -82,8 +89,8 @@ def rule_sets() -> dict[str, tuple[str, ...]]:
 
 RULE_SETS = rule_sets()
 # The fast set: the rule sets that differ most from the defaults (the opt-in rule alone and with them, no rule, the
-# defaults without the rules with the shortest matches). The rest are slow-marked.
-FAST_SETS = ("defaults+ip_address", "only-ip_address", "none", "only-email", "defaults-email", "only-private_key")
+# defaults without the rule with the shortest default match). The rest are slow-marked (`-m slow` runs them).
+FAST_SETS = ("defaults+ip_address", "only-ip_address", "defaults-email", "none")
 
 
 def _params() -> list[Any]:
@@ -156,19 +163,30 @@ def batch_results(rules: tuple[str, ...], docs: list[tuple[str, str, bool, bool]
         return [batch.result(document)[0] for document in ids]
 
 
+class JsonLike(str):
+    """A string that holds a backslash and a quote and is not JSON (a prose prompt that quotes code): the processor
+    opens it as JSON wherever it may be (issue 27: a service-account file pasted after prose), decodes its literals'
+    escapes and re-encodes a literal where something was redacted, so its text differs from redacting it whole by
+    design. Compared only for leaks (`agree`): no active sample that the reference removes is left in it."""
+
+
+def _loads(text: str) -> Any:
+    """JSON with each object as its list of pairs (keys redacted alike must not merge)."""
+    return json.loads(text, object_pairs_hook=lambda pairs: ("object", [list(pair) for pair in pairs]))
+
+
 def reference(redactor: Redactor, value: Any, depth: int = 0) -> Any:
     """Each string value and key decoded and redacted on its own; a string that is JSON itself, its values."""
     if isinstance(value, str):
         if depth < 3 and value.lstrip()[:1] in ("{", "["):
             try:
-                return ("json", reference(redactor, json.loads(value), depth + 1))
+                return ("json", reference(redactor, _loads(value), depth + 1))
             except ValueError:
                 pass
-        return redactor.redact_text(value)
-    if isinstance(value, dict):
-        return {reference(redactor, key, depth): reference(redactor, item, depth) for key, item in value.items()}
-    if isinstance(value, list):
-        return [reference(redactor, item, depth) for item in value]
+        redacted = redactor.redact_text(value)
+        return JsonLike(redacted) if "\\" in value and '"' in value and redactor.rules else redacted
+    if isinstance(value, (list, tuple)):
+        return type(value)(reference(redactor, item, depth) for item in value)
     return value
 
 
@@ -177,15 +195,27 @@ def as_values(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
         if depth < 3 and value.lstrip()[:1] in ("{", "["):
             try:
-                return ("json", as_values(json.loads(value), depth + 1))
+                return ("json", as_values(_loads(value), depth + 1))
             except ValueError:
                 pass
         return value
-    if isinstance(value, dict):
-        return {as_values(key, depth): as_values(item, depth) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_values(item, depth) for item in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(as_values(item, depth) for item in value)
     return value
+
+
+def agree(got: Any, want: Any, active: set[str]) -> bool:
+    """The processor's values (`as_values`) are the reference's; a JsonLike string only keeps no active sample the
+    reference removes."""
+    if isinstance(want, JsonLike):
+        return isinstance(got, str) and not (_witnesses_of(got) - _witnesses_of(want)) & active
+    if isinstance(want, (list, tuple)):
+        return (
+            type(got) is type(want)
+            and len(got) == len(want)
+            and all(agree(g, w, active) for g, w in zip(got, want, strict=True))
+        )
+    return bool(got == want and type(got) is type(want))
 
 
 def active_samples(rules: tuple[str, ...]) -> list[str]:
@@ -208,7 +238,7 @@ def test_a_batch_redacts_alike_on_both_paths_and_as_each_value_alone(name: str) 
         for (shape, text, _, referenced), got, want in zip(docs, fast, plain, strict=True):
             assert got == want, (name, shape, text)
             if referenced:
-                assert as_values(json.loads(got)) == reference(redactor, json.loads(text)), (name, shape, text)
+                assert agree(as_values(_loads(got)), reference(redactor, _loads(text)), active), (name, shape, text)
             if shape != "split-values":
                 leaked = _witnesses_of(got) & active
                 # A sample kept only where a rule that is not active owns it, or where it is part of a longer one.
@@ -303,3 +333,116 @@ def test_capture_records_convert_alike_on_both_paths_with_no_active_sample_left(
     if not rules:  # nothing redacted: every sample is where it was planted
         assert all(any(witness in text for text in texts) for witness in WITNESSES.values())
     assert len(fast_rows) == data.count(b"\n")
+
+
+# -- random documents -------------------------------------------------------------------------------------------------
+
+_TOKENS = [
+    " ",
+    "\n",
+    "\t",
+    "\r\n",
+    '"',
+    "\\",
+    "/",
+    "é",
+    "\u2028",
+    "\ue000",
+    "\ue006",
+    "😀",
+    "\b",
+    "\\n",
+    ":",
+    ".",
+    "-",
+    "=",
+    "a",
+    "0",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "key:",
+    "x\\u0041",
+]
+
+
+def _random_text(rng: random.Random) -> str:
+    samples = [sample for samples in SAMPLES.values() for sample in samples]
+    parts = [rng.choice(samples) if rng.random() < 0.3 else rng.choice(_TOKENS) for _ in range(rng.randint(0, 6))]
+    return "".join(parts)
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.random()
+    if depth < 3 and kind < 0.25:
+        return {_random_text(rng): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    if depth < 3 and kind < 0.4:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if depth < 3 and kind < 0.5:  # JSON inside a string (tool-call arguments)
+        return json.dumps(_random_value(rng, depth + 1), ensure_ascii=rng.random() < 0.5)
+    if kind < 0.6:
+        return rng.choice([0, 1.5, -7, True, None, 10**20])
+    return _random_text(rng)
+
+
+def random_documents(seed: int, count: int) -> list[tuple[str, str, bool, bool]]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(count):
+        value = {"v": _random_value(rng)}
+        text = json.dumps(value, ensure_ascii=rng.random() < 0.3, indent=rng.choice([None, 2]))
+        docs.append(("random", text, True, True))
+    return docs
+
+
+@pytest.mark.parametrize("name", _params())
+def test_random_documents_redact_alike_on_both_paths_and_as_each_value_alone(name: str) -> None:
+    rules = RULE_SETS[name]
+    redactor = Redactor(rules)
+    docs = random_documents(len(name), 300)
+    active = set(active_samples(rules))
+    fast = batch_results(rules, docs, plain=False)
+    plain = batch_results(rules, docs, plain=True)
+    for (_, text, _, _), got, want in zip(docs, fast, plain, strict=True):
+        assert got == want, (name, text)
+        assert agree(as_values(_loads(got)), reference(redactor, _loads(text)), active), (name, text, got)
+
+
+# -- the same document with and without an escape elsewhere -----------------------------------------------------------
+
+# 40-character secret access keys that only their name identifies (the bare form asks for upper and lower case and a
+# digit, and no hex digest): about one real key in a thousand has no digit.
+NAMED_ONLY_KEYS = (
+    "wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc",  # no digit
+    "wjalrxutnfemi/k7mdeng/bpxrficyexamplekey",  # no upper case
+    "0123456789abcdef0123456789abcdef01234567",  # hex
+)
+KEY_NAMES = ("aws_secret_access_key", "SecretAccessKey", "AWS_SECRET_KEY", "secretAccessKey", "my_aws_secret_key")
+
+
+def escape_pairs() -> list[tuple[str, str]]:
+    """(document without a backslash, the same with a value holding a line break after it): the first is redacted
+    as one text, the second literal by literal."""
+    values = [*NAMED_ONLY_KEYS, *(sample for samples in SAMPLES.values() for sample in samples if "\n" not in sample)]
+    pairs = []
+    for value in values:
+        for key in (*KEY_NAMES, "note", "k"):
+            for separator in (": ", ":", " : "):
+                plain = "{" + json.dumps(key) + separator + json.dumps(value) + "}"
+                pairs.append((plain, plain[:-1] + ', "n": "a\\nb"}'))
+    return pairs
+
+
+@pytest.mark.parametrize("name", _params())
+def test_a_document_redacts_alike_with_and_without_an_escape_elsewhere(name: str) -> None:
+    """A document with an escape anywhere is redacted literal by literal, one without as one text; their values must
+    agree (an opt-in rule's short match and a secret access key named by its key both broke this)."""
+    rules = RULE_SETS[name]
+    pairs = escape_pairs()
+    docs = [(shape, text, True, True) for pair in pairs for shape, text in zip(("whole", "split"), pair, strict=True)]
+    results = batch_results(rules, docs, plain=False)
+    assert results == batch_results(rules, docs, plain=True)
+    for (whole, split_doc), whole_result, split_result in zip(pairs, results[::2], results[1::2], strict=True):
+        assert json.loads(split_result) == json.loads(whole_result) | {"n": "a\nb"}, (name, whole, split_doc)

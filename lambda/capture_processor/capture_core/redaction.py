@@ -186,9 +186,13 @@ _ACCESS_TOKEN = (
 
 # A secret access key named as such (`aws_secret_access_key = ...`, `"SecretAccessKey": "..."`),
 # or a bare 40-character base64 run that has the shape of one (see _valid_aws_secret).
+# The names of a secret access key, and what may follow a name before its value (documents.py reads them too: a JSON
+# document planned literal by literal has the name in one literal and the value in the next).
+SECRET_KEY_NAMES = r"(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)"
+SECRET_KEY_NAME_TAIL = r"['\s:=]{0,6}"
 _AWS_SECRET_KEY = (
-    r"(?P<before>(?P<named>(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)"
-    r"['\s:=]{0,6}(?:[\x22]\s*[:=]\s*[\x22]?)?['\s]{0,2})"
+    rf"(?P<before>(?P<named>{SECRET_KEY_NAMES}"
+    rf"{SECRET_KEY_NAME_TAIL}(?:[\x22]\s*[:=]\s*[\x22]?)?['\s]{{0,2}})"
     r"|^|[^A-Za-z0-9/+=]|\\[nrt])(?P<value>[A-Za-z0-9/+]{40})(?P<after>$|[^A-Za-z0-9/+=])"
 )
 
