@@ -299,3 +299,31 @@ def test_a_named_secret_access_key_in_a_tool_result_is_redacted_end_to_end(pipel
 
     assert key not in json.dumps(rows, default=str)
     assert "aws_secret_key" in rows["sts"]["redaction_rules"]
+
+
+# -- the load balancer's URLs: secrets that hold a `/`, a parameter named as a secret access key -------------------
+
+
+def test_url_values_that_hold_a_slash_are_redacted_when_something_else_is_encoded(pipeline: Pipeline) -> None:
+    """A URL was cut at `/` too when anything in it was encoded, so a Slack webhook or a `Bearer` token with a `/` in a
+    query value was found only in a URL with nothing encoded; and a parameter named as a secret access key lost its
+    name to the cut at `=` once a URL with a query was always cut (its value judged by the bare form alone)."""
+    from tests.capture_processor.test_llm_traffic import ALB_KEY, alb_line
+
+    hook = "hooks.slack.com/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+    named_only = "wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc"  # no digit: only its name identifies it
+    lines = [
+        alb_line(f"GET https://api.example.com:443/v1/chat?hook=https://{hook}&q=a%20b HTTP/1.1"),
+        alb_line("GET https://api.example.com:443/v1/chat?auth=Bearer%20abc/defghijk&q=1 HTTP/1.1"),
+        alb_line(f"GET https://api.example.com:443/v1/chat?aws_secret_access_key={named_only} HTTP/1.1"),
+        alb_line(f"GET https://api.example.com:443/v1/chat?aws_secret_access_key={named_only}&q=a%20b HTTP/1.1"),
+    ]
+    pipeline.put(ALB_KEY, ("\n".join(lines) + "\n").encode())
+
+    assert pipeline.run(ALB_KEY) == {"batchItemFailures": []}
+
+    rows = pipeline.rows()
+    text = json.dumps(rows, default=str)
+    assert "XXXXXXXXXXXX" not in text and "defghijk" not in text and named_only not in text
+    assert rows[0]["request_query"] == "hook=https://[REDACTED:access_token]&q=a%20b"
+    assert rows[2]["request_query"] == "aws_secret_access_key=[REDACTED:aws_secret_key]"

@@ -41,10 +41,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from capture_core.alb_format import redact_urls
 from capture_core.documents import DocumentBatch
 from capture_core.outputs import QuarantineSource
 from capture_core.processor import convert_stream
@@ -446,3 +449,63 @@ def test_a_document_redacts_alike_with_and_without_an_escape_elsewhere(name: str
     assert results == batch_results(rules, docs, plain=True)
     for (whole, split_doc), whole_result, split_result in zip(pairs, results[::2], results[1::2], strict=True):
         assert json.loads(split_result) == json.loads(whole_result) | {"n": "a\nb"}, (name, whole, split_doc)
+
+
+# -- the load balancer's URLs: the same value with and without an encoded character elsewhere ------------------------
+
+# Values with a `/` as URLs carry them (a query value may hold `/` unencoded, RFC 3986 section 3.4).
+URL_SAMPLES = (
+    "hooks.slack.com/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "Bearer abc/defghijk",
+    "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+)
+
+
+# Not promised: a secret access key between a path's slashes (`/u/wJal…KEY/x`, `/u/aws_secret_access_key=wJal…/x`):
+# either form takes 40 base64 characters, `/` among them, followed by one that is not, so inside a path the run is the
+# path. (A key that holds `/` cannot be one path segment; in a query value it can, and is found there.)
+
+
+def url_pairs() -> list[tuple[str, str, bool]]:
+    """(URL, the same URL with an encoded space in another component, is a query column) for each sample as a query
+    value (encoded as clients encode it, `/` kept) and as a path segment: the first is redacted whole when nothing in
+    it is encoded, the second component by component."""
+    pairs = []
+    samples = [sample for samples in SAMPLES.values() for sample in samples if "\n" not in sample] + list(URL_SAMPLES)
+    for sample in samples:
+        value = quote(sample, safe="/:@=")
+        for url in (f"https://api.example.com:443/v1/chat?v={value}&z=ab", f"/v1/u/{value}/x?z=ab"):
+            pairs.append((url, url.replace("z=ab", "z=a%20b"), False))
+        pairs.append((f"v={value}&z=ab", f"v={value}&z=a%20b", True))
+    return pairs
+
+
+@pytest.mark.parametrize("name", _params())
+def test_a_url_redacts_alike_with_and_without_an_encoded_character_elsewhere(name: str) -> None:
+    rules = RULE_SETS[name]
+    redactor = Redactor(rules)
+    for is_query in (False, True):
+        pairs = [(plain, encoded) for plain, encoded, query in url_pairs() if query == is_query]
+        plain = redact_urls(redactor, pa.array([p for p, _ in pairs], pa.string()), is_query=is_query).to_pylist()
+        encoded = redact_urls(redactor, pa.array([e for _, e in pairs], pa.string()), is_query=is_query).to_pylist()
+        for (url, _), whole, split_url in zip(pairs, plain, encoded, strict=True):
+            assert split_url.replace("z=a%20b", "z=ab") == whole, (name, url)
+            left = {w for w in _witnesses_of(unquote(split_url)) if w in set(active_samples(rules))}
+            if "/u/" in url:  # a bare secret key between a path's slashes is a run of path characters (see url_pairs)
+                left -= {WITNESSES[sample] for sample in SAMPLES["aws_secret_key"]}
+            assert not left, (name, url)
+
+
+@pytest.mark.parametrize("encoded", ["", "&z=a%20b"])
+def test_a_url_parameter_named_as_a_secret_access_key_is_redacted(encoded: str) -> None:
+    key = NAMED_ONLY_KEYS[0]
+    urls = [
+        f"/v1/x?aws_secret_access_key={key}{encoded}",
+        f"/v1/x?a=1&SecretAccessKey={key}{encoded}",
+        f"/v1/x?etag={key}{encoded}",
+    ]
+
+    redacted = redact_urls(Redactor(DEFAULT_RULES), pa.array(urls, pa.string())).to_pylist()
+
+    assert redacted[:2] == [url.replace(key, "[REDACTED:aws_secret_key]") for url in urls[:2]]
+    assert redacted[2] == urls[2]  # not named: the bare form judges it (no digit: kept)

@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 
 from capture_core import fast_json
 from capture_core.redaction import (
+    NAMED_SECRET_KEY,
+    NAMED_SECRET_PREFIX,
     OVER_BUDGET,
     OVER_BUDGET_MARKER,
-    SECRET_KEY_NAME_TAIL,
-    SECRET_KEY_NAMES,
     Redactor,
     rows_holding_unicode_escape,
 )
@@ -63,11 +63,8 @@ MIN_GAP = 6
 # A secret access key named by its key (`{"SecretAccessKey": "..."}`): redacted as one text, the document's named form
 # spans the key, the quotes and the value; planned literal by literal, the value alone has only the bare form, which
 # asks for upper and lower case and a digit (about one real key in a thousand has no digit). So the value of a key that
-# names one is redacted after NAMED_SECRET_PREFIX, the named form's shortest spelling, which no rule changes and which
-# is a boundary to every other rule as the text's start is; the prefix is taken off after.
-NAMED_SECRET_PREFIX = "aws_secret_access_key="
+# names one is redacted after NAMED_SECRET_PREFIX (redaction.py), taken off after.
 NAMED_SECRET_CHARS = 40  # a value shorter than this holds no secret access key
-_NAMED_KEY = re.compile(rf"{SECRET_KEY_NAMES}{SECRET_KEY_NAME_TAIL}\Z", re.ASCII)
 _KEY_VALUE_GAP = re.compile(r"\s*[:=]\s*", re.ASCII)  # between the key's closing quote and the value's opening one
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
@@ -395,7 +392,7 @@ class DocumentBatch:
             and index >= 4
             and tokens[index - 2]  # the key's literal is closed
             and _KEY_VALUE_GAP.fullmatch(tokens[index - 1]) is not None
-            and _NAMED_KEY.search(decode_literal(tokens[index - 3])) is not None
+            and NAMED_SECRET_KEY.search(decode_literal(tokens[index - 3])) is not None
         ):
             return value
         self._prefixed.append(len(self._pieces))

@@ -196,6 +196,13 @@ _AWS_SECRET_KEY = (
     r"|^|[^A-Za-z0-9/+=]|\\[nrt])(?P<value>[A-Za-z0-9/+]{40})(?P<after>$|[^A-Za-z0-9/+=])"
 )
 
+# A text that ends naming a secret access key (a JSON key, a query parameter's name): the value after it is redacted
+# after NAMED_SECRET_PREFIX, the named form's shortest spelling, where the text is cut between name and value
+# (documents.py, alb_format.py). The prefix holds no match of any rule and is a boundary to every other rule as a
+# text's start is, so only the named form reads it; it is taken off after.
+NAMED_SECRET_KEY = re.compile(rf"{SECRET_KEY_NAMES}{SECRET_KEY_NAME_TAIL}\Z", re.ASCII)
+NAMED_SECRET_PREFIX = "aws_secret_access_key="
+
 # PEM private keys (PKCS#1, PKCS#8, EC, OpenSSH, encrypted); the body up to the END line, or to the
 # end of the text when the payload was cut before it.
 # A body pasted inside a JSON string (a service-account file: `"private_key": "-----BEGIN...\\n..."`) has its
