@@ -74,6 +74,7 @@ SAMPLES: dict[str, tuple[str, ...]] = {
     "iban": ("NO9386011117947", "gb82 west 1234 5698 7654 32"),
     "ip_address": ("1::", "10.0.0.1", "2001:db8::8a2e:370:7334"),
 }
+SAMPLES_FLAT = [sample for samples in SAMPLES.values() for sample in samples]
 # What each sample leaves behind when it leaks (the sample itself, or its middle when the sample is long).
 WITNESSES = {sample: sample if len(sample) < 20 else sample[6:-6] for samples in SAMPLES.values() for sample in samples}
 
@@ -303,6 +304,8 @@ def capture_object(seed: int) -> bytes:
                 None,
             ),
             record(f"{number}-utf16", side(b64("\ufeff" + secret, "utf-16-le"), "text/plain", "BASE64"), None),
+            "{not json, " + json.dumps(secret)[1:-1] + "\\n",  # a line for the quarantine: its raw text redacted
+            record(f"{number}-unknown", None, side(f'data: {{"x": {json.dumps(secret)}}}\n\n', "text/event-stream")),
         ]
     rng.shuffle(lines)
     return ("\n".join(lines) + "\n").encode()
@@ -335,7 +338,8 @@ def test_capture_records_convert_alike_on_both_paths_with_no_active_sample_left(
         assert not leaked, (name, witness, leaked[0][:300])
     if not rules:  # nothing redacted: every sample is where it was planted
         assert all(any(witness in text for text in texts) for witness in WITNESSES.values())
-    assert len(fast_rows) == data.count(b"\n")
+    assert len(fast_rows) == data.count(b"\n") - len(SAMPLES_FLAT)  # every line but the quarantine's
+    assert "{not json" in fast_quarantine
 
 
 # -- random documents -------------------------------------------------------------------------------------------------
