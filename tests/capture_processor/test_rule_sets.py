@@ -513,3 +513,18 @@ def test_a_url_parameter_named_as_a_secret_access_key_is_redacted(encoded: str) 
 
     assert redacted[:2] == [url.replace(key, "[REDACTED:aws_secret_key]") for url in urls[:2]]
     assert redacted[2] == urls[2]  # not named: the bare form judges it (no digit: kept)
+
+
+def test_the_order_of_the_rules_asked_changes_no_output() -> None:
+    """REDACT's order is the user's; the rules apply in RULES' order whatever it is. Two values that touch used to be
+    redacted one way or the other by it (`ip_address` first left twelve digits of `1::4111 1111 1111 1111`)."""
+    docs = documents(3) + random_documents(7, 200)
+    docs.append(("touching", json.dumps({"v": "1::4111 1111 1111 1111", "n": "a\nb"}), True, True))
+    forward = batch_results(tuple(RULES), docs, plain=False)
+    rng = random.Random(0)
+    for _ in range(3):
+        order = list(RULES)
+        rng.shuffle(order)
+        assert batch_results(tuple(order), docs, plain=False) == forward, order
+    assert "1111 1111 1111" not in forward[-1]
+    assert batch_results(("ip_address", *DEFAULT_RULES), docs[-1:], plain=False) == forward[-1:]
