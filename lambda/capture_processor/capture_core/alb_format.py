@@ -185,11 +185,13 @@ def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False)
         else:
             plan: list[str | tuple[int, str]] = []
             in_query = is_query
-            named = False  # the last component named a secret access key, and an `=` followed it
+            named = False  # the component before the last `=` names a secret access key
+            decoded = ""
             for part in _URL_DELIMITERS.split(url):
                 if _URL_DELIMITERS.fullmatch(part):
                     in_query = in_query or part == "?"
-                    named = named and part == "="
+                    named = part == "=" and names_secrets and NAMED_SECRET_KEY.search(decoded) is not None
+                    decoded = ""
                     plan.append(part)
                 elif part:
                     plan.append((len(pieces), part))
@@ -199,7 +201,6 @@ def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False)
                         pieces.append(NAMED_SECRET_PREFIX + decoded)
                     else:
                         pieces.append(decoded)
-                    named = names_secrets and NAMED_SECRET_KEY.search(decoded) is not None
             plans.append(plan)
     redacted, _ = redactor.redact_texts(pieces)
     if redacted is pieces:

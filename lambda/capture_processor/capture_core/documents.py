@@ -317,6 +317,7 @@ class DocumentBatch:
         node = _Node()
         parts = node.parts
         pieces, owners, owner = self._pieces, self._owners, self._owner  # _piece, inline: a call per literal costs
+        names_secrets = self._names_secrets
         # One split in C: the gaps and each literal's body and closing quote, [gap, body, close, gap, ..., gap].
         min_gap = self._min_gap
         tokens = _LITERAL.split(text)
@@ -331,7 +332,8 @@ class DocumentBatch:
                     planned: _Node | int = self._plan_json(value, depth + 1)
                 else:
                     planned = len(pieces)
-                    pieces.append(self._named_value(tokens, index, value))
+                    named = names_secrets and len(value) >= NAMED_SECRET_CHARS  # (no call per literal otherwise)
+                    pieces.append(self._named_value(tokens, index, value) if named else value)
                     owners.append(owner)
                 parts.append(_Literal(body, planned, bool(tokens[index + 1])))
             gap = tokens[index + 2]
@@ -348,6 +350,7 @@ class DocumentBatch:
         node = _Spliced(text)
         spans = node.spans
         pieces, owners, owner = self._pieces, self._owners, self._owner
+        names_secrets = self._names_secrets
         # A short text in which no rule matches (MATCHLESS: a key, `: 512, `) is kept as written too, as a piece of it
         # would be: nothing in it is replaced.
         matchless = self._redactor.matchless if MATCHLESS else _unknown
@@ -370,7 +373,8 @@ class DocumentBatch:
                     planned: _Spliced | int = self._plan_spliced(value, depth + 1)
                 else:
                     planned = len(pieces)
-                    pieces.append(self._named_value(tokens, index, value))
+                    named = names_secrets and len(value) >= NAMED_SECRET_CHARS  # (no call per literal otherwise)
+                    pieces.append(self._named_value(tokens, index, value) if named else value)
                     owners.append(owner)
                 spans.append((start, at, planned, True))
             at += len(tokens[index + 1])  # the closing quote, when there is one
@@ -383,13 +387,11 @@ class DocumentBatch:
         return node
 
     def _named_value(self, tokens: list[str], index: int, value: str) -> str:
-        """The piece of the literal `tokens[index]` (decoded: `value`): after NAMED_SECRET_PREFIX when the literal is
-        the value of a key that names a secret access key and that rule is on (the piece is remembered, to take the
-        prefix off after), else the value."""
+        """The piece of the literal `tokens[index]` (decoded: `value`, at least NAMED_SECRET_CHARS long, the rule on):
+        after NAMED_SECRET_PREFIX when the literal is the value of a key that names a secret access key (the piece is
+        remembered, to take the prefix off after), else the value."""
         if not (
-            self._names_secrets
-            and len(value) >= NAMED_SECRET_CHARS
-            and index >= 4
+            index >= 4
             and tokens[index - 2]  # the key's literal is closed
             and _KEY_VALUE_GAP.fullmatch(tokens[index - 1]) is not None
             and NAMED_SECRET_KEY.search(decode_literal(tokens[index - 3])) is not None
