@@ -528,3 +528,27 @@ def test_the_order_of_the_rules_asked_changes_no_output() -> None:
         assert batch_results(tuple(order), docs, plain=False) == forward, order
     assert "1111 1111 1111" not in forward[-1]
     assert batch_results(("ip_address", *DEFAULT_RULES), docs[-1:], plain=False) == forward[-1:]
+
+
+@pytest.mark.parametrize("name", _params())
+def test_random_capture_records_convert_alike_on_both_paths(name: str, tmp_path: Path) -> None:
+    """Seeded random JSON payloads (the random documents' values: samples touching escapes, quotes, private-use and
+    joint characters, JSON in strings) as requests, and BASE64 responses, through `convert_stream`."""
+    rules = RULE_SETS[name]
+    rng = random.Random(len(name))
+    lines = []
+    for number in range(120):
+        request = {"messages": [{"role": "user", "content": _random_value(rng)}], "x": _random_value(rng)}
+        answer = {"choices": [{"message": {"content": str(_random_value(rng))}}]}
+        lines.append(
+            record(
+                f"r{number}",
+                side(json.dumps(request, ensure_ascii=rng.random() < 0.3)),
+                side(b64(json.dumps(answer)), "application/json", "BASE64"),
+            )
+        )
+    data = ("\n".join(lines) + "\n").encode()
+
+    fast = converted(rules, data, tmp_path / "fast", plain=False)
+    assert fast == converted(rules, data, tmp_path / "plain", plain=True)
+    assert len(fast[0]) == 120
