@@ -257,3 +257,73 @@ def test_the_batch_bound_is_never_above_any_active_rules_shortest_match() -> Non
     for name, rule in RULES.items():
         assert DocumentBatch(Redactor([name]))._min_gap <= rule.least_chars, name
     assert DocumentBatch(Redactor(DEFAULT_RULES))._min_gap == MIN_GAP  # the default rules' plans are unchanged
+
+
+# -- a secret access key named by its key, in a document with an escape elsewhere ------------------------------------
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+@pytest.mark.parametrize(
+    "key", ["wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc", "wjalrxutnfemi/k7mdeng/bpxrficyexamplekey"]
+)  # no digit (about one real key in a thousand), no upper case
+@pytest.mark.parametrize("name", ["SecretAccessKey", "aws_secret_access_key", "AWS_SECRET_KEY"])
+def test_a_secret_access_key_named_by_its_key_is_redacted_in_json_with_escapes_as_without(
+    name: str, key: str, spliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redacted as one text (no escape), the named form spans the key, the quotes and the value; planned literal by
+    literal (any escape elsewhere: the `\\n` of an `aws sts get-session-token` output pasted into a tool result), the
+    value alone had only the bare form, which asks for upper and lower case and a digit: the key was kept."""
+    from capture_core import documents
+
+    monkeypatch.setattr(documents, "SPLICED", spliced)
+    without = json.dumps({"Credentials": {"AccessKeyId": "ASIAEXAMPLE", name: key}})
+    with_escape = json.dumps({"Credentials": {"AccessKeyId": "ASIAEXAMPLE", name: key}, "note": "line\nbreak"})
+
+    for text in (without, with_escape, json.dumps({"content": with_escape})):
+        redacted = redact(text, as_json=True)
+        assert key not in redacted and "[REDACTED:aws_secret_key]" in redacted, text
+        assert "aws_secret_access_key=" not in redacted.replace(name + '"', "")  # the planning prefix never shows
+    assert json.loads(redact(with_escape, as_json=True))["Credentials"][name] == "[REDACTED:aws_secret_key]"
+    # The same value under another key stays: the bare form judges it, and it has not the shape of a secret key.
+    assert key in redact(json.dumps({"etag": key, "note": "line\nbreak"}), as_json=True)
+
+
+def test_a_named_secret_access_key_in_a_tool_result_is_redacted_end_to_end(pipeline: Pipeline) -> None:
+    key = "wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc"
+    credentials = {"AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": key, "Note": "rotated\nyesterday"}
+    output = json.dumps({"Credentials": credentials}, indent=2)  # a tool's output: JSON with an escape, in a string
+    messages = [{"role": "tool", "tool_call_id": "c1", "content": output}]
+    request = side(json.dumps({"model": "m", "messages": messages}))
+
+    rows = run(pipeline, record("sts", request, side('{"choices": []}')))
+
+    assert key not in json.dumps(rows, default=str)
+    assert "aws_secret_key" in rows["sts"]["redaction_rules"]
+
+
+# -- the load balancer's URLs: secrets that hold a `/`, a parameter named as a secret access key -------------------
+
+
+def test_url_values_that_hold_a_slash_are_redacted_when_something_else_is_encoded(pipeline: Pipeline) -> None:
+    """A URL was cut at `/` too when anything in it was encoded, so a Slack webhook or a `Bearer` token with a `/` in a
+    query value was found only in a URL with nothing encoded; and a parameter named as a secret access key lost its
+    name to the cut at `=` once a URL with a query was always cut (its value judged by the bare form alone)."""
+    from tests.capture_processor.test_llm_traffic import ALB_KEY, alb_line
+
+    hook = "hooks.slack.com/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+    named_only = "wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabc"  # no digit: only its name identifies it
+    lines = [
+        alb_line(f"GET https://api.example.com:443/v1/chat?hook=https://{hook}&q=a%20b HTTP/1.1"),
+        alb_line("GET https://api.example.com:443/v1/chat?auth=Bearer%20abc/defghijk&q=1 HTTP/1.1"),
+        alb_line(f"GET https://api.example.com:443/v1/chat?aws_secret_access_key={named_only} HTTP/1.1"),
+        alb_line(f"GET https://api.example.com:443/v1/chat?aws_secret_access_key={named_only}&q=a%20b HTTP/1.1"),
+    ]
+    pipeline.put(ALB_KEY, ("\n".join(lines) + "\n").encode())
+
+    assert pipeline.run(ALB_KEY) == {"batchItemFailures": []}
+
+    rows = pipeline.rows()
+    text = json.dumps(rows, default=str)
+    assert "XXXXXXXXXXXX" not in text and "defghijk" not in text and named_only not in text
+    assert rows[0]["request_query"] == "hook=https://[REDACTED:access_token]&q=a%20b"
+    assert rows[2]["request_query"] == "aws_secret_access_key=[REDACTED:aws_secret_key]"

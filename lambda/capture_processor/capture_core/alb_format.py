@@ -22,7 +22,7 @@ from capture_core.records import (
     fill_missing_times,
     parse_iso_time,
 )
-from capture_core.redaction import Redactor
+from capture_core.redaction import NAMED_SECRET_KEY, NAMED_SECRET_PREFIX, Redactor
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -95,8 +95,12 @@ URL_COLUMNS = ("request_url", "request_path", "request_query", "redirect_url", "
 REDACTED_COLUMNS = (*URL_COLUMNS, "user_agent")
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-_URL_DELIMITERS = re.compile(r"([&=/?;#])")
-_URL_SAFE = "[]:@!$'()*,~"
+# A URL is redacted component by component, cut at the query's structure (`&`, `=`) and where the query and the
+# fragment start; not at `/`, which a query value may hold unencoded (RFC 3986, section 3.4: a Slack webhook, a
+# `Bearer` token) and a path segment holds in an encoded one: a secret cut there was missed whenever anything else in
+# the URL was encoded. A URL with none of these and nothing encoded is its own only component.
+_URL_DELIMITERS = re.compile(r"([&=?;#])")
+_URL_SAFE = "[]:@!$'()*,~/"
 
 _TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
 
@@ -168,22 +172,35 @@ def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False)
     urls = values.to_pylist()
     pieces: list[str] = []
     plans: list[list[str | tuple[int, str]] | None] = []
+    # A parameter that names a secret access key (`aws_secret_access_key=...`): its value is redacted after
+    # NAMED_SECRET_PREFIX (the `=` cuts the name from it), taken off after.
+    names_secrets = any(rule.name == "aws_secret_key" for rule in redactor.rules)
+    prefixed: set[int] = set()
     for url in urls:
         if url is None:
             plans.append(None)
-        elif "%" not in url and "+" not in url:  # nothing encoded: the URL is its own decoded text
+        elif "%" not in url and "+" not in url and _URL_DELIMITERS.search(url) is None:  # one component, as written
             plans.append([(len(pieces), url)])
             pieces.append(url)
         else:
             plan: list[str | tuple[int, str]] = []
             in_query = is_query
+            named = False  # the component before the last `=` names a secret access key
+            decoded = ""
             for part in _URL_DELIMITERS.split(url):
                 if _URL_DELIMITERS.fullmatch(part):
                     in_query = in_query or part == "?"
+                    named = part == "=" and names_secrets and NAMED_SECRET_KEY.search(decoded) is not None
+                    decoded = ""
                     plan.append(part)
                 elif part:
                     plan.append((len(pieces), part))
-                    pieces.append(_decoded_component(part, plus_is_space=in_query))
+                    decoded = _decoded_component(part, plus_is_space=in_query)
+                    if named:
+                        prefixed.add(len(pieces))
+                        pieces.append(NAMED_SECRET_PREFIX + decoded)
+                    else:
+                        pieces.append(decoded)
             plans.append(plan)
     redacted, _ = redactor.redact_texts(pieces)
     if redacted is pieces:
@@ -202,8 +219,11 @@ def redact_urls(redactor: Redactor, values: pa.Array, *, is_query: bool = False)
             index, original = part
             if redacted[index] == pieces[index]:
                 parts.append(original)
-            else:
-                parts.append(quote(redacted[index], safe=_URL_SAFE) if encoded else redacted[index])
+                continue
+            text = redacted[index]
+            if index in prefixed:  # the prefix is a boundary no rule changes: it is there, as it was
+                text = text.removeprefix(NAMED_SECRET_PREFIX)
+            parts.append(quote(text, safe=_URL_SAFE) if encoded else text)
         out.append("".join(parts))
     return pa.array(out, pa.string())
 

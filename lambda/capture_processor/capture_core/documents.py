@@ -29,7 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from capture_core import fast_json
-from capture_core.redaction import OVER_BUDGET, OVER_BUDGET_MARKER, Redactor, rows_holding_unicode_escape
+from capture_core.redaction import (
+    NAMED_SECRET_KEY,
+    NAMED_SECRET_PREFIX,
+    OVER_BUDGET,
+    OVER_BUDGET_MARKER,
+    Redactor,
+    rows_holding_unicode_escape,
+)
 
 MAX_DEPTH = 4
 # The speed switch of the one combined scan per batch (off in the differential test's plain path: two scans).
@@ -53,6 +60,12 @@ MAX_LITERALS_PER_DOCUMENT = 100_000
 # a body decodes to at most as many characters as it has).
 MIN_GAP = 6
 
+# A secret access key named by its key (`{"SecretAccessKey": "..."}`): redacted as one text, the document's named form
+# spans the key, the quotes and the value; planned literal by literal, the value alone has only the bare form, which
+# asks for upper and lower case and a digit (about one real key in a thousand has no digit). So the value of a key that
+# names one is redacted after NAMED_SECRET_PREFIX (redaction.py), taken off after.
+NAMED_SECRET_CHARS = 40  # a value shorter than this holds no secret access key
+_KEY_VALUE_GAP = re.compile(r"\s*[:=]\s*", re.ASCII)  # between the key's closing quote and the value's opening one
 _LITERAL = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)("?)', re.S)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
 _encode_string: Callable[[str], str] = json.encoder.encode_basestring
@@ -154,6 +167,8 @@ class DocumentBatch:
         self._document_rules: dict[int, set[str]] = {}  # documents where something was redacted
         self._over: set[int] = set()  # documents over the redaction budget: replaced whole
         self._over_planned: set[int] = set()  # those with too many string literals to split
+        self._names_secrets = any(rule.name == "aws_secret_key" for rule in redactor.rules)
+        self._prefixed: list[int] = []  # the pieces redacted after NAMED_SECRET_PREFIX
 
     def add(self, text: str, *, as_json: bool) -> int:
         self._owner = len(self._documents)
@@ -173,6 +188,9 @@ class DocumentBatch:
                 pa.array(self._pieces, pa.string()), self._owners, may_match
             )
             self._redacted = redacted.to_pylist() if self._hits or self._over else self._pieces
+            if self._prefixed and self._redacted is not self._pieces:
+                for piece in self._prefixed:  # the prefix is a boundary no rule changes: it is there, as it was
+                    self._redacted[piece] = self._redacted[piece].removeprefix(NAMED_SECRET_PREFIX)
         else:
             self._redacted = []
         if self._over_planned:
@@ -299,6 +317,7 @@ class DocumentBatch:
         node = _Node()
         parts = node.parts
         pieces, owners, owner = self._pieces, self._owners, self._owner  # _piece, inline: a call per literal costs
+        names_secrets = self._names_secrets
         # One split in C: the gaps and each literal's body and closing quote, [gap, body, close, gap, ..., gap].
         min_gap = self._min_gap
         tokens = _LITERAL.split(text)
@@ -313,7 +332,8 @@ class DocumentBatch:
                     planned: _Node | int = self._plan_json(value, depth + 1)
                 else:
                     planned = len(pieces)
-                    pieces.append(value)
+                    named = names_secrets and len(value) >= NAMED_SECRET_CHARS  # (no call per literal otherwise)
+                    pieces.append(self._named_value(tokens, index, value) if named else value)
                     owners.append(owner)
                 parts.append(_Literal(body, planned, bool(tokens[index + 1])))
             gap = tokens[index + 2]
@@ -330,6 +350,7 @@ class DocumentBatch:
         node = _Spliced(text)
         spans = node.spans
         pieces, owners, owner = self._pieces, self._owners, self._owner
+        names_secrets = self._names_secrets
         # A short text in which no rule matches (MATCHLESS: a key, `: 512, `) is kept as written too, as a piece of it
         # would be: nothing in it is replaced.
         matchless = self._redactor.matchless if MATCHLESS else _unknown
@@ -352,7 +373,8 @@ class DocumentBatch:
                     planned: _Spliced | int = self._plan_spliced(value, depth + 1)
                 else:
                     planned = len(pieces)
-                    pieces.append(value)
+                    named = names_secrets and len(value) >= NAMED_SECRET_CHARS  # (no call per literal otherwise)
+                    pieces.append(self._named_value(tokens, index, value) if named else value)
                     owners.append(owner)
                 spans.append((start, at, planned, True))
             at += len(tokens[index + 1])  # the closing quote, when there is one
@@ -363,6 +385,20 @@ class DocumentBatch:
                 owners.append(owner)
             at += len(gap)
         return node
+
+    def _named_value(self, tokens: list[str], index: int, value: str) -> str:
+        """The piece of the literal `tokens[index]` (decoded: `value`, at least NAMED_SECRET_CHARS long, the rule on):
+        after NAMED_SECRET_PREFIX when the literal is the value of a key that names a secret access key (the piece is
+        remembered, to take the prefix off after), else the value."""
+        if not (
+            index >= 4
+            and tokens[index - 2]  # the key's literal is closed
+            and _KEY_VALUE_GAP.fullmatch(tokens[index - 1]) is not None
+            and NAMED_SECRET_KEY.search(decode_literal(tokens[index - 3])) is not None
+        ):
+            return value
+        self._prefixed.append(len(self._pieces))
+        return NAMED_SECRET_PREFIX + value
 
     def _spliced_changed(self, node: _Spliced) -> bool:
         hits = self._hits
