@@ -296,16 +296,14 @@ def test_without_delete_object_version_the_command_fails_and_names_it(world: Wor
     assert denied and denied[0]["action"] == "s3:DeleteObjectVersion", denied
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FOUND HERE: a rerun purges only the files its own expiry leaves unreferenced; the data file version the refused "
-    "run left (its snapshot already expired) keeps the rows: verify names it under curated-iceberg/<table>/data/"))
 def test_an_erasure_refused_half_way_is_completed_by_running_it_again(world: World, erased: Erased) -> None:
     """After the negative (the register written, the tables' rows deleted and the older snapshots expired, then the
-    purge of the files only they held refused), the same request under the whole role should leave nothing. It does
-    not: ``erase_everywhere`` purges ``DeletionRecord.unreferenced_files``, the files referenced before *its own*
-    delete and not after; the file the refused run left was referenced by no retained snapshot any more, so the rerun
-    never purges it (nor its manifests), and ``verify`` (which reads every data file version, referenced or not)
-    reports its rows until the orphan file optimizer deletes it (3 days) and its noncurrent version expires."""
+    purge of the files only they held refused), the same request under the whole role leaves nothing. Found here: a
+    rerun used to purge only ``DeletionRecord.unreferenced_files``, the files referenced before *its own* delete and
+    not after, so the file the refused run left (its snapshot already expired) kept the rows, and ``verify`` named it.
+    A rerun now also purges what earlier metadata files' expired snapshots named (``capture_tables.earlier_files``),
+    under the same role: it reads the earlier ``metadata.json`` files, manifest lists and manifests as it reads the
+    current ones (unit test: tests/capture_processor/test_erasure.py)."""
     test_without_delete_object_version_the_command_fails_and_names_it(world, erased)
     session = world.assume_eraser()
     result, _, _ = world.run(session, world.gate(world.home / "unused"), "delete", *world.common(),

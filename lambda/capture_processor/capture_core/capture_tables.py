@@ -158,6 +158,48 @@ def _metadata_files(table: Table) -> set[str]:
     return files
 
 
+def earlier_files(table: Table) -> dict[str, set[str]]:
+    """The data files that snapshots of the table's earlier metadata files (its ``metadata-log``) referenced and no
+    snapshot of the current metadata references, each with the manifests and manifest lists of those expired snapshots
+    that name it: files committed once and expired since. An erasure refused after its expiry (a purge AWS refused)
+    leaves such files, and its own record of them is gone with the failure; a rerun finds them here. A file no metadata
+    ever named (an append still in flight) is never among them, so no grace period is guessed. A metadata file, a
+    manifest list or a manifest already purged is skipped."""
+    from pyiceberg.serializers import FromInputFile
+
+    io = table.io
+    current_ids = {snapshot.snapshot_id for snapshot in table.metadata.snapshots}
+    current_data = set().union(*_data_files(table).values())
+    current_metadata = _metadata_files(table)
+    named: dict[str, set[str]] = {}
+    manifests_read: dict[str, set[str]] = {}
+    seen: set[int] = set()
+    for entry in table.metadata.metadata_log:
+        try:
+            earlier = FromInputFile.table_metadata(io.new_input(entry.metadata_file))
+        except OSError:
+            continue
+        for snapshot in earlier.snapshots:
+            if snapshot.snapshot_id in current_ids or snapshot.snapshot_id in seen:
+                continue
+            seen.add(snapshot.snapshot_id)
+            try:
+                manifests = snapshot.manifests(io)
+            except OSError:
+                continue
+            for manifest in manifests:
+                path = manifest.manifest_path
+                if path not in manifests_read:
+                    try:
+                        manifests_read[path] = {item.data_file.file_path
+                                                for item in manifest.fetch_manifest_entry(io, discard_deleted=True)}
+                    except OSError:
+                        manifests_read[path] = set()
+                for data_file in manifests_read[path] - current_data:
+                    named.setdefault(data_file, set()).update({path, snapshot.manifest_list} - current_metadata)
+    return named
+
+
 def _total_records(table: Table) -> int:
     snapshot = table.current_snapshot()
     summary = snapshot.summary if snapshot is not None else None

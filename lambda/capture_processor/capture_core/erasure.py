@@ -610,7 +610,7 @@ def erase_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: 
     """The register entry first (written with ``put_arguments``), then the tables (a table without a column the
     predicate names is left alone), then every object place; the record of every object touched (not written here:
     :func:`write_record`)."""
-    from capture_core.capture_tables import DeletionRecord, delete_rows, parse_predicate
+    from capture_core.capture_tables import DeletionRecord, delete_rows, earlier_files, parse_predicate
 
     record = ErasureRecord(erasure.erasure_id, erasure.predicate, erasure.requested_by, erasure.reason,
                            erasure.erased_before)
@@ -628,12 +628,26 @@ def erase_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: 
         versions_deleted = sum(purge_key(s3, *_split(path))
                                for path in deletion.unreferenced_files + deletion.unreferenced_metadata_files)
         deletion.purged_files = len(deletion.unreferenced_files) + len(deletion.unreferenced_metadata_files)
-        record.tables.append({"applies": True, **asdict(deletion), "versions_deleted": versions_deleted})
+        # What an earlier run left: files expired snapshots named that still hold the rows (that run was refused a
+        # purge after its expiry), with the manifests and manifest lists that name them (their bounds may name the
+        # caller). Every version is read, as verify reads them.
+        read = parquet_reader(erasure.terms(), erasure.before)
+        earlier = {path: metadata for path, metadata in earlier_files(table).items() if _holds_rows(s3, path, read)}
+        earlier_metadata = sorted(set().union(*earlier.values()) - set(deletion.unreferenced_metadata_files))
+        versions_deleted += sum(purge_key(s3, *_split(path)) for path in [*sorted(earlier), *earlier_metadata])
+        record.tables.append({"applies": True, **asdict(deletion), "earlier_files": sorted(earlier),
+                              "earlier_metadata_files": earlier_metadata, "versions_deleted": versions_deleted})
     touched, unevaluated = erase_objects(s3, bucket, erasure, places)
     record.add_objects(touched)
     record.unevaluated_columns = sorted(unevaluated)
     record.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     return record
+
+
+def _holds_rows(s3: Any, path: str, read: Reader) -> bool:
+    """Whether any version of the object at ``path`` (``s3://bucket/key``) holds a row ``read`` counts."""
+    bucket, key = _split(path)
+    return bool(count_place(s3, bucket, key, read, include=key.__eq__))
 
 
 def verify_everywhere(s3: Any, bucket: str, catalog: Any, database: str, tables: Iterable[str], erasure: Erasure,
