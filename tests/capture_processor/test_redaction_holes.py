@@ -14,6 +14,7 @@ and the look-alikes that must survive: numbers that fail Luhn, order ids, timest
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -327,3 +328,41 @@ def test_url_values_that_hold_a_slash_are_redacted_when_something_else_is_encode
     assert "XXXXXXXXXXXX" not in text and "defghijk" not in text and named_only not in text
     assert rows[0]["request_query"] == "hook=https://[REDACTED:access_token]&q=a%20b"
     assert rows[2]["request_query"] == "aws_secret_access_key=[REDACTED:aws_secret_key]"
+
+
+# -- a match inside a JSON number ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spliced", [True, False])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"card": 4111111111111111, "note": "x"}', {"card": "[REDACTED:payment_card]", "note": "x"}),
+        ('{"card": 4111111111111111, "note": "x\\ny"}', {"card": "[REDACTED:payment_card]", "note": "x\ny"}),
+        (
+            '{"cards": [4111111111111111, 5500000000000004], "b": "ok\\n"}',
+            {"cards": ["[REDACTED:payment_card]", "[REDACTED:payment_card]"], "b": "ok\n"},
+        ),
+        (
+            '{"t": "pay 4111111111111111 now", "n": 4111111111111111}',
+            {"t": "pay [REDACTED:payment_card] now", "n": "[REDACTED:payment_card]"},
+        ),
+    ],
+)
+def test_a_match_inside_a_json_number_leaves_valid_json(
+    text: str, expected: dict[str, Any], spliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A card number written as a JSON number was redacted as text between string literals, its marker unquoted, so
+    the document was no longer valid JSON (`"card": [REDACTED:payment_card]`); the number is now a string of its
+    marker, with escapes in the document or without, by either planner."""
+    from capture_core import documents
+
+    monkeypatch.setattr(documents, "SPLICED", spliced)
+    assert json.loads(text)  # valid before
+    assert json.loads(redact(text, as_json=True)) == expected
+
+
+def test_text_that_was_not_json_keeps_its_bytes_around_a_marker() -> None:
+    prose = 'card 4111111111111111 then "quoted\\n" text'  # holds a quote and a backslash: split like JSON
+    assert redact(prose, as_json=True) == 'card [REDACTED:payment_card] then "quoted\\n" text'
+    assert redact(prose) == 'card [REDACTED:payment_card] then "quoted\\n" text'

@@ -149,6 +149,35 @@ class _Spliced:
 _Plan = _Node | _Spliced | int
 
 
+# A run of a JSON number's characters and markers, holding at least one marker: a rule matched inside a number (a card
+# number written as a number, `"card": 4111111111111111`), between string literals, where its marker stands unquoted.
+_MARKER_TEXT = r"\[REDACTED:[a-z0-9_]+\]"
+_NUMBER_WITH_MARKERS = re.compile(rf"(?:[-+0-9.eE]|{_MARKER_TEXT})*{_MARKER_TEXT}(?:[-+0-9.eE]|{_MARKER_TEXT})*")
+_MARKERS = re.compile(_MARKER_TEXT)
+
+
+def numbers_as_strings(original: str, redacted: str) -> str:
+    """``redacted`` with each number a rule matched in (outside every string literal) written as one JSON string of its
+    markers, so that a document that was valid JSON stays valid JSON (``"card": "[REDACTED:payment_card]"``). A
+    document that was not valid JSON keeps its bytes as redacted. Markers inside string literals are left alone."""
+    tokens = _LITERAL.split(redacted)  # [gap, body, close, gap, ..., gap]
+    gaps = range(0, len(tokens), 3)
+    if not any("[REDACTED:" in tokens[index] for index in gaps):
+        return redacted
+    try:
+        json.loads(original)
+    except (ValueError, RecursionError):
+        return redacted
+    for index in gaps:
+        if "[REDACTED:" in tokens[index]:
+            tokens[index] = _NUMBER_WITH_MARKERS.sub(
+                lambda match: '"' + "".join(_MARKERS.findall(match[0])) + '"', tokens[index]
+            )
+    return tokens[0] + "".join(
+        '"' + tokens[index] + tokens[index + 1] + tokens[index + 2] for index in range(1, len(tokens), 3)
+    )
+
+
 class DocumentBatch:
     """Documents added one by one, redacted together, read back by the id `add` returned."""
 
@@ -157,6 +186,8 @@ class DocumentBatch:
         # A text shorter than every active rule's shortest match holds none (MIN_GAP bounds it: the default rules' is 6;
         # `ip_address`, off by default, matches `1::` in 3).
         self._min_gap = min(MIN_GAP, redactor.least_chars)
+        self._json: set[int] = set()  # documents added as JSON
+        self._gap_changed = False  # set while a document renders: a match outside its string literals was replaced
         self._pieces: list[str] = []
         self._documents: list[tuple[str, _Plan | None]] = []  # None: clean, nothing to redact
         self._escaped: list[int] = []  # JSON documents with escapes, planned only if they need it
@@ -172,6 +203,8 @@ class DocumentBatch:
 
     def add(self, text: str, *, as_json: bool) -> int:
         self._owner = len(self._documents)
+        if as_json:
+            self._json.add(self._owner)
         if "\\" in text and (as_json or '"' in text):  # JSON, or a text that may hold some (holds_escaped_json)
             self._escaped.append(len(self._documents))
             self._escaped_texts.append(text)
@@ -306,7 +339,11 @@ class DocumentBatch:
         rules = self._document_rules.get(document)
         if plan is None or rules is None:
             return text, set()
-        return (self._render_spliced(plan) if isinstance(plan, _Spliced) else self._render(plan)), set(rules)
+        self._gap_changed = isinstance(plan, int)  # a document redacted as one text: where its matches were is unknown
+        rendered = self._render_spliced(plan) if isinstance(plan, _Spliced) else self._render(plan)
+        if self._gap_changed and document in self._json:
+            rendered = numbers_as_strings(text, rendered)
+        return rendered, set(rules)
 
     def _piece(self, text: str) -> int:
         self._pieces.append(text)
@@ -416,6 +453,8 @@ class DocumentBatch:
                 if value not in hits:
                     continue
                 rendered = redacted[value]
+                if not literal:
+                    self._gap_changed = True
             elif self._spliced_changed(value):
                 rendered = self._render_spliced(value)
             else:
@@ -459,6 +498,8 @@ class DocumentBatch:
             elif isinstance(part, str):
                 append(part)
             else:
+                if part in hits:
+                    self._gap_changed = True
                 append(redacted[part])
         return "".join(out)
 
