@@ -251,3 +251,28 @@ def test_an_erasure_refused_half_way_is_completed_by_running_it_again(
         Bucket=pipeline.bucket, Key=printed[-1]["audit"].removeprefix(f"s3://{pipeline.bucket}/"))["Body"].read())
     table = next(t for t in record["tables"] if t["table"] == "capture_records")
     assert table["earlier_files"]  # the rerun names what it purged for the refused run
+
+
+def test_an_object_under_curated_that_is_not_parquet_is_named_not_skipped_and_a_folder_is_nothing(
+    both: Pipeline, catalog: Any, database: str, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    """`verify` and `delete` read every object under `curated/` as Parquet. A folder the S3 console made (an empty
+    object) holds no row; any other object there (a JSON Lines file someone put) may hold the caller's rows that they
+    can neither count nor erase: each command stops with exit status 2 naming it, no traceback (found by the
+    rehearsal, where a reader's probe under `curated/` made `verify` fail with a traceback)."""
+    pipeline = both
+    key = pipeline.put(f"{RAW}a.jsonl", capture_lines("a", ["team-a", "team-b"]))
+    assert pipeline.run(key) == {"batchItemFailures": []}
+    common = ("--database", database, "--bucket", pipeline.bucket, "--raw-prefix", "data-capture/")
+    pipeline.put("curated/exports/", b"")  # a console folder
+    status, [before] = cli(catalog, "verify", *common, "--caller-id", "team-a")
+    assert status == 1 and before["remaining"] > 0
+    pipeline.put("curated/exports/team-a.jsonl", b'{"caller_id": "team-a"}\n')
+    from capture_core import capture_tables
+
+    capsys.readouterr()
+    for command in (("verify",), ("delete", "--reason", "DSR-9", "--no-trail")):
+        status = capture_tables.main([*command, *common, "--caller-id", "team-a"], catalog_factory=lambda args: catalog)
+        out, error = capsys.readouterr()
+        assert status == 2 and out == "", command
+        assert "curated/exports/team-a.jsonl is not Parquet" in error and "Traceback" not in error, error

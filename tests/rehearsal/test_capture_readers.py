@@ -13,6 +13,7 @@ the grants emulated here are its statements)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ def readers(rehearsal: Rehearsal, platform: Platform) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def probes(rehearsal: Rehearsal, assembly: Assembly, readers: list[str]) -> dict[str, tuple[str, str]]:
+def probes(rehearsal: Rehearsal, assembly: Assembly, readers: list[str]) -> Iterator[dict[str, tuple[str, str]]]:
     """One object under each of the capture bucket's prefixes (raw captures, curated, quarantine), put by the admin
     as the platform's writers put theirs: SSE-KMS with the capture key they name (the sidecar's KMS_KEY_ID)."""
     [bucket] = [name for name, policy in rehearsal.created.bucket_policies.items()
@@ -55,7 +56,12 @@ def probes(rehearsal: Rehearsal, assembly: Assembly, readers: list[str]) -> dict
         s3.put_object(Bucket=bucket, Key=key, Body=b'{"probe": true}\n', ServerSideEncryption="aws:kms",
                       SSEKMSKeyId=key_arn)
         objects[name] = (bucket, key)
-    return objects
+    yield objects
+    # Gone with every version: the tables' retention and the eraser read each place whole, and a probe is not a
+    # capture (the same shared moto server serves the modules after this one).
+    for bucket, key in objects.values():
+        for version in s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", []):
+            s3.delete_object(Bucket=bucket, Key=key, VersionId=version["VersionId"])
 
 
 def status(client: Any, bucket: str, key: str) -> int:

@@ -120,7 +120,7 @@ def table_ops(rehearsal: Rehearsal, workdir: Path, *argv: str) -> subprocess.Com
 
 def verify_caller(rehearsal: Rehearsal, workdir: Path, database: str, bucket: str, caller: str) -> dict[str, Any]:
     result = table_ops(rehearsal, workdir, "verify", "--database", database, "--bucket", bucket, "--caller-id", caller)
-    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert result.returncode in (0, 1) and result.stdout.strip(), result.stdout + result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
     return report
 

@@ -43,7 +43,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
 from capture_core import alb_format, capture_format
-from capture_core.erasure import sse_kms
+from capture_core.erasure import UnreadableObject, sse_kms
 from capture_core.predicates import PredicateError, parse_terms
 
 WAREHOUSE_PREFIX = "curated-iceberg/"
@@ -312,7 +312,8 @@ _ACTIONS = {
 def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argparse.Namespace], Catalog] | None = None,
          clients: Callable[[str], Any] | None = None) -> int:
     """The command line; exit status 0, 1 (``verify``/``verify-trail``: something remains, or the chain is broken),
-    2 (a usage error) or 3 (AWS refused a call: the call, its IAM action and AWS's message, no traceback)."""
+    2 (a usage error, or an object in a place that is not in the place's format: named) or 3 (AWS refused a call:
+    the call, its IAM action and AWS's message, no traceback)."""
     from botocore.exceptions import ClientError
 
     try:
@@ -326,6 +327,9 @@ def main(argv: Sequence[str] | None = None, *, catalog_factory: Callable[[argpar
     except PermissionError as error:  # pyarrow's S3 file system (pyiceberg's table files)
         print(f"capture_tables: AWS refused a table file operation: {error}", file=sys.stderr)
         return 3
+    except UnreadableObject as error:  # an object of a place not in its format: named, never skipped
+        print(f"capture_tables: {error}", file=sys.stderr)
+        return 2
 
 
 def _run(argv: Sequence[str] | None, catalog_factory: Callable[[argparse.Namespace], Catalog] | None,

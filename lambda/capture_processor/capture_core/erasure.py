@@ -250,10 +250,24 @@ class Touched:
 Reader = Callable[[IO[bytes], str], tuple[int, Callable[[IO[bytes]], bool]]]
 
 
+class UnreadableObject(Exception):
+    """An object in a place the command reads that is not in the place's format: it may hold rows the command can
+    neither count nor remove, so the command stops and names it rather than skip it or fail with a traceback."""
+
+
 def parquet_reader(terms: Sequence[Term], before: datetime | None = None) -> Reader:
-    """Curated Parquet (the per-object layout, the tables' data files); only rows not after ``before``."""
+    """Curated Parquet (the per-object layout, the tables' data files); only rows not after ``before``. An empty
+    object (a folder the S3 console made) holds no row; any other object that is not Parquet is UnreadableObject."""
     def read(file: IO[bytes], key: str) -> tuple[int, Callable[[IO[bytes]], bool]]:
-        names = pq.read_schema(file).names
+        try:
+            names = pq.read_schema(file).names
+        except pa.ArrowInvalid:
+            file.seek(0, 2)
+            if file.tell() == 0:
+                return 0, lambda out: False
+            raise UnreadableObject(f"{key} is not Parquet, so the rows it may hold can be neither counted nor erased "
+                                   "(only the processor's Parquet files belong there): move it out of that prefix "
+                                   "or delete it, then run the command again") from None
         time_column = next((name for name in ("inference_time", "time") if name in names), None)
         # the predicate's columns first (a few small columns of a file that mostly holds text): most files match
         # nothing, and are never read whole
